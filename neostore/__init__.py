@@ -1,0 +1,75 @@
+"""neostore: a deduplicating, history-preserving object store on MariaDB or SQLite.
+
+Modelled on NEO, Nexedi's ZODB storage: values are BLOBs named by oid, every
+commit is a transaction with a ZODB-compatible tid, old revisions stay
+readable until packed, identical values are stored once.
+
+>>> store = neostore.open("sqlite:///data.db")
+>>> txn = store.begin(description=b"first")
+>>> txn.write(store.new_oid(), None, b"hello")
+>>> txn.vote(); tid = txn.finish()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    CommitLockTimeout,
+    ConflictError,
+    CorruptDataError,
+    DatabaseError,
+    InvalidURLError,
+    NeoStoreError,
+    POSKeyError,
+    ReadOnlyError,
+    SchemaVersionError,
+    TransactionError,
+    UndoError,
+)
+from .store import Record, Revision, Store, Transaction, TransactionInfo
+from .tids import ZERO, p64, u64
+from .url import StoreURL, parse_url
+
+
+def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
+    """Open (creating if needed) the store at ``url``.
+
+    Options: ``read_only``, ``compression_level`` (zstd level, 0 = off),
+    ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold).
+    """
+    return Store(url, **options)
+
+
+def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
+    """A ZODB storage over the store at ``url``: ``ZODB.DB(neostore.ZODBStorage(url))``."""
+    from .zodb import NeoStorage
+
+    return NeoStorage(url, **options)
+
+
+__all__ = [
+    "CommitLockTimeout",
+    "ConflictError",
+    "CorruptDataError",
+    "DatabaseError",
+    "InvalidURLError",
+    "NeoStoreError",
+    "POSKeyError",
+    "ReadOnlyError",
+    "Record",
+    "Revision",
+    "SchemaVersionError",
+    "Store",
+    "StoreURL",
+    "Transaction",
+    "TransactionError",
+    "TransactionInfo",
+    "UndoError",
+    "ZERO",
+    "ZODBStorage",
+    "open",
+    "p64",
+    "parse_url",
+    "u64",
+]

@@ -1,0 +1,117 @@
+"""The narrow interface a database engine implements for a Store.
+
+A backend owns connections, the schema, the cross-process commit lock and
+the few SQL spellings that differ between engines. Everything else (the
+commit protocol, reads, pack) is plain SQL in :mod:`neostore.store` and
+:mod:`neostore.pack` that both engines accept.
+
+The commit lock serialises writers across processes: a transaction takes it
+at its first write and keeps it until finish or abort, and pack takes it for
+one batch at a time. It must be released by the kernel when its holder dies
+(``kill -9``), so that a crashed writer never blocks the database.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+#: Bumped whenever the schema changes; older databases are migrated or refused.
+SCHEMA_VERSION = 1
+
+
+class Backend(ABC):
+    """One database engine."""
+
+    #: ``"sqlite"`` or ``"mariadb"``.
+    kind: str
+    #: The largest stored value kept in one row; larger ones are split into
+    #: ``bigdata`` chunks of this size.
+    split_size: int = 8 * 1024 * 1024
+    #: The most ``?`` placeholders one statement may carry.
+    max_params: int = 30000
+    #: Index hint to force ``obj``'s primary key, where the optimizer needs it.
+    obj_pk_hint: str = ""
+    #: ``GREATEST`` (MariaDB) or ``MAX`` (SQLite) for two scalars.
+    greatest: str = "MAX"
+
+    @abstractmethod
+    def connect(self, *, for_writing: bool) -> Any:
+        """A new DB-API connection.
+
+        Writers have autocommit off and see the latest committed rows in each
+        statement; readers see a consistent state per statement.
+        """
+
+    @abstractmethod
+    def begin(self, conn: Any) -> None:
+        """Start a write transaction on ``conn`` (which holds the commit lock)."""
+
+    @abstractmethod
+    def create_schema(self, conn: Any) -> None:
+        """Create the tables of :data:`SCHEMA_VERSION` if the database has none."""
+
+    @abstractmethod
+    def acquire_commit_lock(self, conn: Any, timeout: float) -> None:
+        """Take the commit lock for ``conn``; raise CommitLockTimeout after ``timeout`` s."""
+
+    @abstractmethod
+    def release_commit_lock(self, conn: Any) -> None:
+        """Give the commit lock back. Harmless when ``conn`` does not hold it."""
+
+    @abstractmethod
+    def close_connection(self, conn: Any) -> None:
+        """Close ``conn`` (and release what it holds), ignoring errors of a dead server."""
+
+    def is_connection_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the server went away (so reconnecting may help)."""
+        return False
+
+    def describe(self) -> dict[str, str]:
+        """Facts about the engine for ``windvane store info``."""
+        return {"backend": self.kind}
+
+    def close(self) -> None:
+        """Release what the backend itself holds (not the connections)."""
+
+
+def schema_statements(*, uint: str, blob: str, hash_type: str, autoinc: str,
+                      small_rows: str, big_rows: str) -> list[str]:
+    """The CREATE TABLE statements both engines share, in their own type names.
+
+    ``small_rows``/``big_rows`` are the table options for tables of small
+    rows and of BLOB rows. Tables (NEO's layout, single-node):
+
+    - ``config``: schema version and settings.
+    - ``oidgen``: the next oid to hand out (one row).
+    - ``trans``: one row per committed transaction.
+    - ``obj``: one row per object revision; ``data_id`` NULL marks a deletion
+      or an undone creation; ``value_tid`` is the revision an undo copied.
+    - ``data``: deduplicated values, unique by hash; ``value`` is NULL when
+      the value is split into ``bigdata`` chunks.
+    - ``ttrans``/``tobj``: voted transactions not yet finished (the replay log).
+    """
+    return [
+        f"CREATE TABLE IF NOT EXISTS config (name VARCHAR(64) NOT NULL PRIMARY KEY, "
+        f"value VARCHAR(255) NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS oidgen (id INTEGER NOT NULL PRIMARY KEY, "
+        f"next_oid {uint} NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS trans (tid {uint} NOT NULL PRIMARY KEY, "
+        f"packed SMALLINT NOT NULL DEFAULT 0, user {blob} NOT NULL, description {blob} NOT NULL, "
+        f"ext {blob} NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS obj (oid {uint} NOT NULL, tid {uint} NOT NULL, "
+        f"data_id {uint} NULL, value_tid {uint} NULL, PRIMARY KEY (oid, tid)){small_rows}",
+        "CREATE INDEX IF NOT EXISTS obj_tid ON obj (tid, oid)",
+        "CREATE INDEX IF NOT EXISTS obj_data ON obj (data_id)",
+        f"CREATE TABLE IF NOT EXISTS data (id {uint} NOT NULL PRIMARY KEY {autoinc}, "
+        f"hash {hash_type} NOT NULL, compression SMALLINT NOT NULL, size {uint} NOT NULL, "
+        f"chunks INTEGER NOT NULL DEFAULT 0, value {blob} NULL){big_rows}",
+        "CREATE UNIQUE INDEX IF NOT EXISTS data_hash ON data (hash)",
+        f"CREATE TABLE IF NOT EXISTS bigdata (data_id {uint} NOT NULL, seq INTEGER NOT NULL, "
+        f"value {blob} NOT NULL, PRIMARY KEY (data_id, seq)){big_rows}",
+        f"CREATE TABLE IF NOT EXISTS ttrans (tid {uint} NOT NULL PRIMARY KEY, "
+        f"user {blob} NOT NULL, description {blob} NOT NULL, ext {blob} NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS tobj (tid {uint} NOT NULL, oid {uint} NOT NULL, "
+        f"data_id {uint} NULL, value_tid {uint} NULL, PRIMARY KEY (tid, oid)){small_rows}",
+        "CREATE INDEX IF NOT EXISTS tobj_data ON tobj (data_id)",
+    ]

@@ -1,0 +1,66 @@
+"""Exceptions raised by neostore.
+
+They subclass ZODB's exceptions where one exists, so code written against
+ZODB (conflict retries, POSKeyError handling) works unchanged on a Store.
+"""
+
+from __future__ import annotations
+
+from ZODB import POSException
+
+
+class NeoStoreError(Exception):
+    """Base class of errors that are neostore's own."""
+
+
+class InvalidURLError(NeoStoreError, ValueError):
+    """A store URL that does not follow neostore's URL syntax."""
+
+
+class SchemaVersionError(NeoStoreError):
+    """The database holds a schema this version of neostore cannot use."""
+
+
+class DatabaseError(NeoStoreError):
+    """The backend database failed in a way neostore cannot recover from."""
+
+
+class CorruptDataError(NeoStoreError, POSException.StorageError):
+    """A stored value does not match its hash (or cannot be decompressed)."""
+
+    def __init__(self, oid: bytes, tid: bytes | None, detail: str):
+        self.oid = oid
+        self.tid = tid
+        tid_text = tid.hex() if tid is not None else "?"
+        super().__init__(
+            f"corrupt value for oid 0x{oid.hex()} at tid 0x{tid_text}: {detail}; "
+            "the database row was altered outside neostore or the disk is failing"
+        )
+
+
+class ConflictError(POSException.ConflictError):
+    """The serial a store was based on is no longer the current one.
+
+    Carries ``oid``, ``serials`` = (committed serial, expected serial) and
+    ``data`` (the new value), which is what ZODB conflict resolution needs.
+    """
+
+
+class ReadOnlyError(POSException.ReadOnlyError):
+    """A write was attempted on a store opened read-only."""
+
+
+class POSKeyError(POSException.POSKeyError):
+    """The object does not exist (at the requested point in time)."""
+
+
+class UndoError(POSException.UndoError):
+    """A transaction cannot be undone."""
+
+
+class TransactionError(NeoStoreError, POSException.StorageTransactionError):
+    """The two-phase commit calls were made out of order."""
+
+
+class CommitLockTimeout(NeoStoreError, POSException.StorageError):
+    """Another writer held the commit lock for longer than the timeout."""

@@ -1,0 +1,916 @@
+"""The Store: named byte values with history, committed in two phases.
+
+Objects are named by 8-byte oids. Every commit gets a strictly increasing
+8-byte tid (a ZODB TimeStamp). Values are deduplicated by content hash and
+compressed when that shrinks them. Readers see only finished transactions.
+
+Commit protocol (NEO's, on one database):
+
+1. ``store`` buffers values; past ``flush_bytes`` they are uploaded early,
+   inside a database transaction that is not yet committed.
+2. The first upload (or ``vote``) takes the cross-process commit lock; it is
+   held until ``finish`` or ``abort``, so tids are handed out in commit order
+   and pack cannot prune a row a writer has just deduplicated against.
+3. ``vote`` checks every expected serial against the latest revision, writes
+   the revisions to ``tobj`` and the metadata to ``ttrans``, and commits: all
+   the data is durable, none of it visible.
+4. ``finish`` moves the voted rows into ``obj``/``trans`` in one small commit
+   (no BLOBs travel): the transaction becomes visible at once, entirely.
+
+A writer killed between vote and finish leaves ``ttrans`` rows behind; the
+next process to take the commit lock discards them (and data only they
+referenced), so a transaction is either entirely there or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors
+from .backends import SCHEMA_VERSION, Backend, backend_for
+from .tids import ZERO, next_tid, p64, tid_time, u64
+from .url import StoreURL, parse_url
+from .values import EncodedValue, ValueCodec, value_hash
+
+log = logging.getLogger(__name__)
+
+#: ``resolve(oid, committed_serial, expected_serial, new_value) -> value``:
+#: called at vote for a store whose expected serial is no longer current.
+Resolver = Callable[[bytes, bytes, bytes, bytes], bytes]
+
+_MAX_INT = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class TransactionInfo:
+    """A committed transaction's metadata."""
+
+    tid: bytes
+    user: bytes
+    description: bytes
+    extension: bytes
+    packed: bool
+
+    @property
+    def time(self) -> float:
+        return tid_time(u64(self.tid))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One object revision of a transaction. ``data`` is None for a deletion."""
+
+    oid: bytes
+    tid: bytes
+    data: bytes | None
+    data_tid: bytes | None
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One entry of an object's history."""
+
+    tid: bytes
+    size: int
+    user: bytes
+    description: bytes
+    extension: bytes
+
+    @property
+    def time(self) -> float:
+        return tid_time(u64(self.tid))
+
+
+@dataclass
+class _Write:
+    """What a transaction does to one oid."""
+
+    expected: int  # 0 for a new object
+    data_id: int | None = None
+    value_tid: int | None = None
+    hash: bytes | None = None  # set while the value awaits upload
+    check: bool = True  # False for restore, which takes the caller's word
+
+
+def _placeholders(n: int) -> str:
+    return "(" + ",".join("?" * n) + ")"
+
+
+def _chunked(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Store:
+    """A history-preserving object store on one database. Thread-safe.
+
+    Use :func:`neostore.open` to make one.
+    """
+
+    def __init__(
+        self,
+        url: str | StoreURL,
+        *,
+        read_only: bool = False,
+        compression_level: int = 3,
+        commit_lock_timeout: float = 60.0,
+        flush_bytes: int = 64 * 1024 * 1024,
+        backend: Backend | None = None,
+        **backend_options: Any,
+    ):
+        self.url = url if isinstance(url, StoreURL) else parse_url(url)
+        self.read_only = read_only
+        self.codec = ValueCodec(compression_level)
+        self.commit_lock_timeout = commit_lock_timeout
+        self.flush_bytes = flush_bytes
+        self.backend = backend or backend_for(self.url, **backend_options)
+        self._local = threading.local()
+        self._readers: list[Any] = []
+        self._writers: list[Any] = []
+        self._pool_lock = threading.Lock()
+        self._oid_lock = threading.Lock()
+        self._oid_block: list[int] = []
+        self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
+        self._closed = False
+        self._prepare_database()
+
+    # -- setup ---------------------------------------------------------------
+
+    def _prepare_database(self) -> None:
+        conn = self.backend.connect(for_writing=True)
+        try:
+            cur = conn.cursor()
+            version = self._schema_version(cur)
+            if version is None:
+                if self.read_only:
+                    raise errors.SchemaVersionError(
+                        f"{self.url} holds no neostore database; open it writable once to create it"
+                    )
+                self.backend.create_schema(conn)
+                self._init_rows(conn)
+            elif version > SCHEMA_VERSION:
+                raise errors.SchemaVersionError(
+                    f"{self.url} has schema version {version}, newer than this neostore's "
+                    f"{SCHEMA_VERSION}: upgrade windvane to open it"
+                )
+            elif version < SCHEMA_VERSION:
+                raise errors.SchemaVersionError(
+                    f"{self.url} has schema version {version}; this neostore needs {SCHEMA_VERSION} "
+                    "and has no migration for it: export with an older windvane and re-import"
+                )
+            if not self.read_only:
+                self._discard_unfinished(conn, timeout=0)
+        finally:
+            self.backend.close_connection(conn)
+
+    def _schema_version(self, cur: Any) -> int | None:
+        try:
+            cur.execute("SELECT value FROM config WHERE name='version'")
+        except Exception:  # no config table yet: a new database
+            self._rollback_quietly(cur.connection)
+            return None
+        row = cur.fetchone()
+        self._rollback_quietly(cur.connection)
+        return int(row[0]) if row else None
+
+    def _init_rows(self, conn: Any) -> None:
+        self.backend.begin(conn)
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*) FROM config WHERE name='version'")
+        if cur.fetchone()[0] == 0:
+            cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
+            cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
+            cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
+        conn.commit()
+
+    @staticmethod
+    def _rollback_quietly(conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:
+            pass
+
+    # -- connections -----------------------------------------------------------
+
+    def _reader(self) -> Any:
+        conn = getattr(self._local, "reader", None)
+        if conn is None:
+            if self._closed:
+                raise errors.NeoStoreError("the store is closed")
+            conn = self.backend.connect(for_writing=False)
+            self._local.reader = conn
+            with self._pool_lock:
+                self._readers.append(conn)
+        return conn
+
+    def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        """Run a read-only statement on this thread's reader connection."""
+        conn = self._reader()
+        cur = conn.cursor()
+        try:
+            cur.execute(sql, tuple(params))
+            return cur.fetchall()
+        except Exception as exc:
+            if self.backend.is_connection_lost(exc):
+                # The server restarted: the next call gets a new connection.
+                self._drop_reader(conn)
+            raise
+        finally:
+            cur.close()
+
+    def _drop_reader(self, conn: Any) -> None:
+        self._local.reader = None
+        with self._pool_lock:
+            if conn in self._readers:
+                self._readers.remove(conn)
+        self.backend.close_connection(conn)
+
+    def _take_writer(self) -> Any:
+        with self._pool_lock:
+            if self._writers:
+                return self._writers.pop()
+        return self.backend.connect(for_writing=True)
+
+    def _give_writer(self, conn: Any, *, broken: bool = False) -> None:
+        if broken or self._closed:
+            self.backend.close_connection(conn)
+            return
+        with self._pool_lock:
+            self._writers.append(conn)
+
+    def close(self) -> None:
+        """Close every connection. Transactions still open are abandoned."""
+        self._closed = True
+        self._encoder.shutdown(wait=True)
+        with self._pool_lock:
+            conns, self._readers, self._writers = self._readers + self._writers, [], []
+        for conn in conns:
+            self.backend.close_connection(conn)
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- oids ------------------------------------------------------------------
+
+    def new_oid(self) -> bytes:
+        """A fresh oid, never handed out before by any process."""
+        return p64(self.new_oids(1)[0])
+
+    def new_oids(self, count: int) -> list[int]:
+        """``count`` fresh oids as integers (allocated in blocks, safe across processes)."""
+        if self.read_only:
+            raise errors.ReadOnlyError()
+        with self._oid_lock:
+            while len(self._oid_block) < count:
+                want = max(count - len(self._oid_block), 64)
+                first = self._allocate_oids(want)
+                self._oid_block.extend(range(first, first + want))
+            taken, self._oid_block = self._oid_block[:count], self._oid_block[count:]
+            return taken
+
+    def _allocate_oids(self, count: int) -> int:
+        active = getattr(self._local, "active_writer", None)
+        if active is not None and self.backend.kind == "sqlite":
+            # SQLite has one writer: this thread's open write transaction
+            # would block a second connection, so allocate inside it. If the
+            # transaction aborts the oids return unused, which is harmless.
+            return self._bump_oidgen(active, count)
+        conn = self._take_writer()
+        try:
+            self.backend.begin(conn)
+            first = self._bump_oidgen(conn, count)
+            conn.commit()
+        except BaseException:
+            self._rollback_quietly(conn)
+            self._give_writer(conn, broken=True)
+            raise
+        self._give_writer(conn)
+        return first
+
+    @staticmethod
+    def _bump_oidgen(conn: Any, count: int) -> int:
+        cur = conn.cursor()
+        cur.execute("UPDATE oidgen SET next_oid = next_oid + ? WHERE id = 0", (count,))
+        cur.execute("SELECT next_oid FROM oidgen WHERE id = 0")
+        (after,) = cur.fetchone()
+        cur.close()
+        return after - count
+
+    # -- writing ---------------------------------------------------------------
+
+    def begin(
+        self,
+        user: bytes = b"",
+        description: bytes = b"",
+        extension: bytes = b"",
+        *,
+        tid: bytes | None = None,
+    ) -> Transaction:
+        """Start a transaction. ``tid`` (restore/copy only) imposes the tid."""
+        if self.read_only:
+            raise errors.ReadOnlyError()
+        return Transaction(self, user, description, extension, tid)
+
+    def _discard_unfinished(self, conn: Any, timeout: float) -> None:
+        """Drop voted-but-unfinished transactions of dead writers.
+
+        Only the commit-lock holder may call this (or it takes the lock with
+        ``timeout``, skipping the clean-up if another writer is active).
+        """
+        owns_lock = timeout is not None and timeout >= 0 and not getattr(conn, "_holds_commit_lock", False)
+        if owns_lock:
+            try:
+                self.backend.acquire_commit_lock(conn, timeout)
+            except errors.CommitLockTimeout:
+                return
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT tid FROM ttrans")
+            stale = [row[0] for row in cur.fetchall()]
+            self._rollback_quietly(conn)
+            if not stale:
+                return
+            self.backend.begin(conn)
+            cur = conn.cursor()
+            for tid in stale:
+                log.warning("discarding transaction 0x%016x: voted but never finished (its writer died)", tid)
+                cur.execute("SELECT DISTINCT data_id FROM tobj WHERE tid = ? AND data_id IS NOT NULL", (tid,))
+                data_ids = [row[0] for row in cur.fetchall()]
+                cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+                cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+                delete_unreferenced_data(cur, data_ids, self.backend.max_params)
+            conn.commit()
+        finally:
+            if owns_lock:
+                self.backend.release_commit_lock(conn)
+
+    # -- reading ---------------------------------------------------------------
+
+    _VALUE_COLUMNS = "o.tid, o.data_id, d.hash, d.compression, d.size, d.chunks, d.value"
+
+    def load(self, oid: bytes) -> tuple[bytes, bytes]:
+        """The latest ``(value, serial)`` of ``oid``; POSKeyError if it has none."""
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o {self.backend.obj_pk_hint} "
+            "LEFT JOIN data d ON d.id = o.data_id WHERE o.oid = ? ORDER BY o.tid DESC LIMIT 1",
+            (u64(oid),),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, rows[0]), p64(rows[0][0])
+
+    def load_before(self, oid: bytes, before: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+        """``(value, serial, next_serial)`` of the revision current just before ``before``.
+
+        None when the object was created at or after ``before``; POSKeyError
+        when it does not exist at all or that revision is a deletion.
+        ``next_serial`` is None when the revision is still current.
+        """
+        ioid, ibefore = u64(oid), u64(before)
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS}, (SELECT MIN(n.tid) FROM obj n WHERE n.oid = ? AND n.tid >= ?) "
+            f"FROM obj o {self.backend.obj_pk_hint} LEFT JOIN data d ON d.id = o.data_id "
+            "WHERE o.oid = ? AND o.tid < ? ORDER BY o.tid DESC LIMIT 1",
+            (ioid, ibefore, ioid, ibefore),
+        )
+        if not rows:
+            if not self._query("SELECT 1 FROM obj WHERE oid = ? LIMIT 1", (ioid,)):
+                raise errors.POSKeyError(oid)
+            return None
+        row = rows[0]
+        if row[1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
+
+    def load_serial(self, oid: bytes, serial: bytes) -> bytes:
+        """The value ``oid`` was given by transaction ``serial``."""
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
+            "WHERE o.oid = ? AND o.tid = ?",
+            (u64(oid), u64(serial)),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, rows[0])
+
+    def _value(self, oid: bytes, row: tuple) -> bytes:
+        tid, data_id, digest, compression, size, chunks, stored = row[:7]
+        if digest is None:
+            raise errors.CorruptDataError(oid, p64(tid), f"data row {data_id} is missing")
+        if chunks:
+            stored = self._big_value(data_id, chunks)
+        return self.decode(oid, p64(tid), bytes(digest), compression, size, stored)
+
+    def _big_value(self, data_id: int, chunks: int) -> bytes:
+        rows = self._query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
+        if len(rows) != chunks:
+            return b""  # the hash check then names the corruption
+        return b"".join(row[0] for row in rows)
+
+    def decode(self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any) -> bytes:
+        """A stored row's value, checked against its hash (CorruptDataError if it differs)."""
+        try:
+            value = self.codec.decode(compression, bytes(stored), size)
+        except ValueError as exc:
+            raise errors.CorruptDataError(oid, tid, str(exc)) from None
+        if len(value) != size or value_hash(value) != digest:
+            raise errors.CorruptDataError(oid, tid, "the value does not match its blake3 hash")
+        return value
+
+    def history(self, oid: bytes, size: int | None = 1) -> list[Revision]:
+        """The newest ``size`` revisions of ``oid`` (all when None), newest first."""
+        limit = "" if size is None else f" LIMIT {int(size)}"
+        rows = self._query(
+            "SELECT o.tid, d.size, t.user, t.description, t.ext FROM obj o "
+            "JOIN trans t ON t.tid = o.tid LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? ORDER BY o.tid DESC{limit}",
+            (u64(oid),),
+        )
+        if not rows:
+            raise errors.POSKeyError(oid)
+        return [Revision(p64(r[0]), r[1] or 0, bytes(r[2]), bytes(r[3]), bytes(r[4])) for r in rows]
+
+    def last_transaction(self) -> bytes:
+        """The tid of the newest committed transaction (8 zero bytes if none)."""
+        (row,) = self._query("SELECT MAX(tid) FROM trans")
+        return ZERO if row[0] is None else p64(row[0])
+
+    def changes_since(self, tid: bytes, limit: int = 10000) -> list[tuple[bytes, list[bytes]]]:
+        """Transactions committed after ``tid``, oldest first, with the oids each changed.
+
+        At most ``limit`` transactions: call again from the last one returned.
+        """
+        trans = self._query("SELECT tid FROM trans WHERE tid > ? ORDER BY tid LIMIT ?", (u64(tid), limit))
+        if not trans:
+            return []
+        first, last = trans[0][0], trans[-1][0]
+        changed: dict[int, list[bytes]] = {row[0]: [] for row in trans}
+        for t, oid in self._query("SELECT tid, oid FROM obj WHERE tid >= ? AND tid <= ? ORDER BY tid", (first, last)):
+            changed[t].append(p64(oid))
+        return [(p64(t), oids) for t, oids in changed.items()]
+
+    def transaction_info(self, tid: bytes) -> TransactionInfo:
+        rows = self._query("SELECT tid, user, description, ext, packed FROM trans WHERE tid = ?", (u64(tid),))
+        if not rows:
+            raise errors.NeoStoreError(f"no transaction 0x{tid.hex()}")
+        return self._info(rows[0])
+
+    @staticmethod
+    def _info(row: tuple) -> TransactionInfo:
+        return TransactionInfo(p64(row[0]), bytes(row[1]), bytes(row[2]), bytes(row[3]), bool(row[4]))
+
+    def iter_transactions(
+        self, start: bytes | None = None, stop: bytes | None = None, *, newest_first: bool = False, page: int = 100
+    ) -> Iterator[TransactionInfo]:
+        """Committed transactions with ``start <= tid <= stop``, read page by page."""
+        low = 0 if start is None else u64(start)
+        high = _MAX_INT if stop is None else min(u64(stop), _MAX_INT)
+        order = "DESC" if newest_first else "ASC"
+        while low <= high:
+            rows = self._query(
+                "SELECT tid, user, description, ext, packed FROM trans WHERE tid >= ? AND tid <= ? "
+                f"ORDER BY tid {order} LIMIT ?",
+                (low, high, page),
+            )
+            for row in rows:
+                yield self._info(row)
+            if len(rows) < page:
+                return
+            if newest_first:
+                high = rows[-1][0] - 1
+            else:
+                low = rows[-1][0] + 1
+
+    def records(self, tid: bytes) -> Iterator[Record]:
+        """The object revisions transaction ``tid`` wrote, by oid; values load lazily."""
+        itid = u64(tid)
+        rows = self._query(
+            "SELECT oid, data_id, value_tid FROM obj WHERE tid = ? ORDER BY oid", (itid,)
+        )
+        for oid, data_id, value_tid in rows:
+            boid = p64(oid)
+            data = None if data_id is None else self.load_serial(boid, tid)
+            yield Record(boid, tid, data, None if value_tid is None else p64(value_tid))
+
+    def value_size(self) -> int:
+        """Bytes of values held, as stored (after compression and dedup)."""
+        (row,) = self._query("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM data")
+        (big,) = self._query("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM bigdata")
+        return int(row[0]) + int(big[0])
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the main tables (for tests and ``windvane store info``)."""
+        out = {}
+        for table in ("trans", "obj", "data", "bigdata", "ttrans", "tobj"):
+            (row,) = self._query(f"SELECT COUNT(*) FROM {table}")
+            out[table] = int(row[0])
+        return out
+
+    def pack_tid(self) -> bytes:
+        """The tid of the latest completed pack (zero bytes if never packed)."""
+        (row,) = self._query("SELECT value FROM config WHERE name = 'pack_tid'")
+        return p64(int(row[0]))
+
+    # -- maintenance -------------------------------------------------------------
+
+    def pack(self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None, **options: Any):
+        """Remove what is invisible at ``tid``; see :func:`neostore.pack.pack`."""
+        from .pack import pack
+
+        return pack(self, tid, references=references, **options)
+
+
+class Transaction:
+    """One two-phase commit: ``store``... then ``vote``, then ``finish`` (or ``abort``)."""
+
+    def __init__(self, store: Store, user: bytes, description: bytes, extension: bytes, tid: bytes | None):
+        self.store_ = store
+        self.user = bytes(user)
+        self.description = bytes(description)
+        self.extension = bytes(extension)
+        self.requested_tid = None if tid is None else u64(tid)
+        self.tid: bytes | None = None
+        self.state = "open"
+        self._writes: dict[int, _Write] = {}
+        self._pending: dict[bytes, bytes] = {}  # hash -> value awaiting upload
+        self._pending_bytes = 0
+        self._pending_raw: set[bytes] = set()  # hashes of values the caller marked incompressible
+        self._ids: dict[bytes, int] = {}  # hash -> data.id, for uploaded or found values
+        self._inserted: list[int] = []  # data ids this transaction created
+        self._conn: Any = None
+
+    # -- the caller's side ---------------------------------------------------
+
+    def write(self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True) -> None:
+        """Set ``oid`` to ``value`` (None deletes it), expecting ``serial`` to be current.
+
+        ``serial`` is None or zero bytes for a new object. The check happens at vote.
+        """
+        self._require("open")
+        ioid = u64(oid)
+        if ioid > _MAX_INT:
+            raise ValueError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
+        expected = 0 if serial is None else u64(serial)
+        write = _Write(expected)
+        if value is not None:
+            value = bytes(value) if not isinstance(value, bytes) else value
+            digest = value_hash(value)
+            write.hash = digest
+            if digest not in self._ids and digest not in self._pending:
+                self._pending[digest] = value
+                self._pending_bytes += len(value)
+                if not compress:
+                    self._pending_raw.add(digest)
+        self._writes[ioid] = write
+        if self._pending_bytes >= self.store_.flush_bytes:
+            self._flush()
+
+    def restore(self, oid: bytes, value: bytes | None, data_tid: bytes | None = None) -> None:
+        """Write a revision copied from elsewhere: no conflict check (copyTransactionsFrom)."""
+        self._require("open")
+        if value is None and data_tid is not None:
+            self._writes[u64(oid)] = self._backpointer(u64(oid), u64(data_tid))
+            return
+        self.write(oid, None, value)
+        self._writes[u64(oid)].check = False
+
+    def _backpointer(self, ioid: int, data_tid: int) -> _Write:
+        rows = self.store_._query("SELECT data_id FROM obj WHERE oid = ? AND tid = ?", (ioid, data_tid))
+        if not rows:
+            raise errors.UndoError(f"no revision 0x{data_tid:016x} of oid 0x{ioid:016x} to point back to")
+        return _Write(0, data_id=rows[0][0], value_tid=data_tid, check=False)
+
+    def undo(self, tid: bytes, resolve: Resolver | None = None) -> list[bytes]:
+        """Undo transaction ``tid`` (ZODB transactionalUndo); returns the oids it touches.
+
+        Each object ``tid`` changed gets back the value it had before, reusing
+        that data row. An object changed since then is resolved through
+        ``resolve(oid, current_serial, undone_serial, value_before)`` if given,
+        else UndoError.
+        """
+        self._require("open")
+        conn = self._writer()
+        itid = u64(tid)
+        cur = conn.cursor()
+        cur.execute("SELECT value FROM config WHERE name = 'pack_tid'")
+        if itid <= int(cur.fetchone()[0]):
+            raise errors.UndoError(f"transaction 0x{tid.hex()} was packed away and cannot be undone")
+        cur.execute("SELECT oid, data_id FROM obj WHERE tid = ?", (itid,))
+        undone = cur.fetchall()
+        if not undone:
+            cur.execute("SELECT 1 FROM trans WHERE tid = ?", (itid,))
+            if not cur.fetchall():
+                raise errors.UndoError(f"no transaction 0x{tid.hex()} to undo")
+        oids = []
+        for ioid, data_id in undone:
+            if ioid in self._writes:
+                raise errors.UndoError("one transaction cannot undo two changes of one object", p64(ioid))
+            cur.execute(
+                "SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,)
+            )
+            current_tid, current_data = cur.fetchone()
+            cur.execute(
+                "SELECT tid, data_id FROM obj WHERE oid = ? AND tid < ? ORDER BY tid DESC LIMIT 1",
+                (ioid, itid),
+            )
+            before = cur.fetchone()
+            before_tid, before_data = before if before else (None, None)
+            if current_data == data_id:
+                # Dedup makes "undo-identical" a comparison of data ids.
+                self._writes[ioid] = _Write(current_tid, data_id=before_data, value_tid=before_tid)
+            elif resolve is not None and before_data is not None:
+                value_before = self.store_.load_serial(p64(ioid), p64(before_tid))
+                resolved = resolve(p64(ioid), p64(current_tid), tid, value_before)
+                self.write(p64(ioid), p64(current_tid), resolved)
+            else:
+                raise errors.UndoError("Some data were modified by a later transaction", p64(ioid))
+            oids.append(p64(ioid))
+        return oids
+
+    def vote(self, resolve: Resolver | None = None) -> list[bytes]:
+        """Make everything durable; returns the oids whose values ``resolve`` replaced.
+
+        Raises ConflictError (after aborting) when an expected serial is not
+        current and ``resolve`` is absent or gives up.
+        """
+        self._require("open")
+        try:
+            self._flush()
+            conn = self._writer()
+            cur = conn.cursor()
+            resolved = self._check_serials(cur, resolve)
+            if resolved:
+                self._flush()
+            self._assign_tid(cur)
+            tid = u64(self.tid)
+            cur.execute(
+                "INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)",
+                (tid, self.user, self.description, self.extension),
+            )
+            rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+            for batch in _chunked(rows, 5000):
+                cur.executemany("INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
+            conn.commit()
+        except BaseException:
+            self.abort()
+            raise
+        self.state = "voted"
+        return resolved
+
+    def finish(self) -> bytes:
+        """Make the voted transaction visible; returns its tid."""
+        self._require("voted")
+        store, conn, tid = self.store_, self._conn, u64(self.tid)
+        try:
+            store.backend.begin(conn)
+            cur = conn.cursor()
+            cur.execute(
+                "INSERT INTO trans (tid, packed, user, description, ext) "
+                "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
+                (tid,),
+            )
+            if cur.rowcount != 1:
+                raise errors.TransactionError(
+                    f"transaction 0x{self.tid.hex()} vanished between vote and finish"
+                )
+            cur.execute(
+                "INSERT INTO obj (oid, tid, data_id, value_tid) "
+                "SELECT oid, tid, data_id, value_tid FROM tobj WHERE tid = ?",
+                (tid,),
+            )
+            cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+            cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+            if self._writes:
+                # Oids chosen by the caller (restore, imports) must never be handed out again.
+                top = max(self._writes) + 1
+                cur.execute(
+                    f"UPDATE oidgen SET next_oid = {store.backend.greatest}(next_oid, ?) WHERE id = 0", (top,)
+                )
+            conn.commit()
+        except BaseException:
+            self._release(broken=True)
+            self.state = "failed"
+            raise
+        self._release()
+        self.state = "finished"
+        return self.tid
+
+    def abort(self) -> None:
+        """Forget the transaction. Safe to call in any state, more than once."""
+        if self.state in ("aborted", "finished"):
+            return
+        conn, voted = self._conn, self.state == "voted"
+        self.state = "aborted"
+        if conn is None:
+            return
+        broken = False
+        try:
+            Store._rollback_quietly(conn)
+            if voted:
+                self.store_.backend.begin(conn)
+                cur = conn.cursor()
+                tid = u64(self.tid)
+                cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+                cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
+                conn.commit()
+        except Exception:
+            # The connection is gone (the server died): the next lock holder
+            # discards what was voted.
+            broken = True
+            log.exception("abort of transaction could not clean up; it will be discarded later")
+        finally:
+            self._release(broken=broken)
+
+    # -- internals -------------------------------------------------------------
+
+    def _require(self, state: str) -> None:
+        if self.state != state:
+            raise errors.TransactionError(f"the transaction is {self.state}, not {state}")
+
+    def _writer(self) -> Any:
+        """The write connection, holding the commit lock inside an open transaction."""
+        if self._conn is not None:
+            return self._conn
+        store = self.store_
+        conn = store._take_writer()
+        try:
+            store.backend.acquire_commit_lock(conn, store.commit_lock_timeout)
+        except BaseException as exc:
+            store._give_writer(conn, broken=store.backend.is_connection_lost(exc))
+            raise
+        conn._holds_commit_lock = True
+        self._conn = conn
+        store._local.active_writer = conn
+        try:
+            store._discard_unfinished(conn, timeout=None)
+            store.backend.begin(conn)
+        except BaseException:
+            self._release(broken=True)
+            raise
+        return conn
+
+    def _release(self, *, broken: bool = False) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        store = self.store_
+        if getattr(store._local, "active_writer", None) is conn:
+            store._local.active_writer = None
+        conn._holds_commit_lock = False
+        try:
+            store.backend.release_commit_lock(conn)
+        except Exception:
+            broken = True
+        store._give_writer(conn, broken=broken)
+
+    def _flush(self) -> None:
+        """Upload pending values, sending none the database already holds."""
+        if not self._pending:
+            return
+        conn = self._writer()
+        cur = conn.cursor()
+        backend = self.store_.backend
+        pending, raw = self._pending, self._pending_raw
+        self._pending, self._pending_bytes, self._pending_raw = {}, 0, set()
+        hashes = list(pending)
+        for batch in _chunked(hashes, backend.max_params):
+            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(batch))}", batch)
+            for digest, data_id in cur.fetchall():
+                self._ids[bytes(digest)] = data_id
+        missing = [h for h in hashes if h not in self._ids]
+        if not missing:
+            return
+        codec = self.store_.codec
+        encoded = self.store_._encoder.map(
+            lambda h: codec.encode(pending[h], h, compress=h not in raw), missing
+        )
+        self._insert_values(cur, list(encoded))
+
+    def _insert_values(self, cur: Any, values: list[EncodedValue]) -> None:
+        backend = self.store_.backend
+        small = [v for v in values if len(v.stored) <= backend.split_size]
+        batch: list[tuple] = []
+        batch_bytes = 0
+        for v in small:
+            batch.append((v.hash, v.compression, v.size, v.stored))
+            batch_bytes += len(v.stored)
+            # Keep each bulk statement well under max_allowed_packet.
+            if batch_bytes >= 32 * 1024 * 1024:
+                self._insert_small(cur, batch)
+                batch, batch_bytes = [], 0
+        if batch:
+            self._insert_small(cur, batch)
+        for v in values:
+            if len(v.stored) > backend.split_size:
+                self._insert_big(cur, v)
+
+    def _insert_small(self, cur: Any, rows: list[tuple]) -> None:
+        cur.executemany("INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, 0, ?)", rows)
+        hashes = [row[0] for row in rows]
+        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
+        for digest, data_id in cur.fetchall():
+            self._ids[bytes(digest)] = data_id
+            self._inserted.append(data_id)
+
+    def _insert_big(self, cur: Any, value: EncodedValue) -> None:
+        size = self.store_.backend.split_size
+        pieces = [value.stored[i : i + size] for i in range(0, len(value.stored), size)]
+        cur.execute(
+            "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, ?, NULL)",
+            (value.hash, value.compression, value.size, len(pieces)),
+        )
+        cur.execute("SELECT id FROM data WHERE hash = ?", (value.hash,))
+        (data_id,) = cur.fetchone()
+        for seq, piece in enumerate(pieces):
+            cur.execute("INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece))
+        self._ids[value.hash] = data_id
+        self._inserted.append(data_id)
+
+    def _data_id(self, write: _Write) -> int | None:
+        return self._ids[write.hash] if write.hash is not None else write.data_id
+
+    def _check_serials(self, cur: Any, resolve: Resolver | None) -> list[bytes]:
+        checked = [oid for oid, w in self._writes.items() if w.check]
+        current: dict[int, int] = {}
+        for batch in _chunked(checked, self.store_.backend.max_params):
+            cur.execute(
+                f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {_placeholders(len(batch))} GROUP BY oid", batch
+            )
+            current.update(cur.fetchall())
+        resolved = []
+        for oid in checked:
+            write = self._writes[oid]
+            committed = current.get(oid, 0)
+            if committed == write.expected:
+                continue
+            boid, bcommitted, bexpected = p64(oid), p64(committed), p64(write.expected)
+            value = self._value_of(cur, write)
+            if resolve is not None and value is not None and committed and write.expected:
+                try:
+                    new_value = resolve(boid, bcommitted, bexpected, value)
+                except errors.ConflictError:
+                    raise
+                self._writes[oid] = _Write(committed)
+                self.write(boid, bcommitted, new_value)
+                resolved.append(boid)
+                continue
+            raise errors.ConflictError(oid=boid, serials=(bcommitted, bexpected), data=value)
+        return resolved
+
+    def _value_of(self, cur: Any, write: _Write) -> bytes | None:
+        """The new value of a write, from memory or (once uploaded) from its row."""
+        if write.hash is None:
+            return None
+        if write.hash in self._pending:
+            return self._pending[write.hash]
+        cur.execute("SELECT compression, size, chunks, value FROM data WHERE hash = ?", (write.hash,))
+        compression, size, chunks, stored = cur.fetchone()
+        if chunks:
+            cur.execute("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (self._ids[write.hash],))
+            stored = b"".join(row[0] for row in cur.fetchall())
+        return self.store_.codec.decode(compression, bytes(stored), size)
+
+    def _assign_tid(self, cur: Any) -> None:
+        cur.execute("SELECT MAX(tid) FROM trans")
+        (last,) = cur.fetchone()
+        last = last or 0
+        if self.requested_tid is not None:
+            if self.requested_tid <= last:
+                raise errors.TransactionError(
+                    f"cannot commit with tid 0x{self.requested_tid:016x}: "
+                    f"it is not after the last transaction 0x{last:016x}"
+                )
+            tid = self.requested_tid
+        else:
+            tid = next_tid(last)
+        self.tid = p64(tid)
+
+
+def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int) -> int:
+    """Delete the given data rows that no revision (finished or voted) references."""
+    deleted = 0
+    for batch in _chunked(sorted(set(data_ids)), max_params // 2):
+        marks = _placeholders(len(batch))
+        cur.execute(
+            f"SELECT id FROM data WHERE id IN {marks} "
+            "AND NOT EXISTS (SELECT 1 FROM obj WHERE obj.data_id = data.id) "
+            "AND NOT EXISTS (SELECT 1 FROM tobj WHERE tobj.data_id = data.id)",
+            batch,
+        )
+        dead = [row[0] for row in cur.fetchall()]
+        if dead:
+            marks = _placeholders(len(dead))
+            cur.execute(f"DELETE FROM bigdata WHERE data_id IN {marks}", dead)
+            cur.execute(f"DELETE FROM data WHERE id IN {marks}", dead)
+            deleted += len(dead)
+    return deleted

@@ -1,0 +1,95 @@
+"""The one URL syntax for stores.
+
+- ``sqlite:///relative.db`` and ``sqlite:////abs/path.db``
+- ``mariadb://user:pw@host:port/db``
+- ``mariadb://user@/db?unix_socket=/path/sock`` (``&engine=rocksdb`` selects MyRocks)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .errors import InvalidURLError
+
+MARIADB_ENGINES = {"innodb": "InnoDB", "rocksdb": "ROCKSDB"}
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed store URL. ``path`` is the SQLite file; the rest is MariaDB's."""
+
+    scheme: str
+    path: str = ""
+    user: str | None = None
+    password: str | None = None
+    host: str | None = None
+    port: int | None = None
+    database: str = ""
+    unix_socket: str | None = None
+    engine: str = "InnoDB"
+    options: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_url(url: str) -> StoreURL:
+    """Parse ``url``; raise :class:`InvalidURLError` saying what is wrong."""
+    if not isinstance(url, str):
+        raise InvalidURLError(f"a store URL must be a string, not {type(url).__name__}")
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if parts.scheme == "sqlite":
+        return _parse_sqlite(url, parts, query)
+    if parts.scheme == "mariadb":
+        return _parse_mariadb(url, parts, query)
+    raise InvalidURLError(
+        f"unsupported store URL {url!r}: use sqlite:///relative.db, sqlite:////abs/path.db, "
+        "mariadb://user:pw@host:port/db or mariadb://user@/db?unix_socket=/path/sock"
+    )
+
+
+def _parse_sqlite(url: str, parts, query: dict[str, str]) -> StoreURL:
+    if parts.netloc:
+        raise InvalidURLError(
+            f"{url!r}: a sqlite URL has no host; write sqlite:///relative.db or sqlite:////abs/path.db"
+        )
+    # urlsplit keeps the leading slash of the path: '/relative.db' or '//abs/path.db'.
+    path = unquote(parts.path[1:])
+    if not path or path.endswith("/"):
+        raise InvalidURLError(f"{url!r}: the sqlite URL names no database file")
+    return StoreURL(scheme="sqlite", path=os.path.abspath(path), options=query, text=url)
+
+
+def _parse_mariadb(url: str, parts, query: dict[str, str]) -> StoreURL:
+    database = unquote(parts.path.lstrip("/"))
+    if not database or "/" in database:
+        raise InvalidURLError(f"{url!r}: name one database, as in mariadb://user@host/windvane")
+    engine_name = query.pop("engine", "innodb").lower()
+    if engine_name not in MARIADB_ENGINES:
+        raise InvalidURLError(
+            f"{url!r}: unknown engine {engine_name!r}; choose one of {', '.join(MARIADB_ENGINES)}"
+        )
+    unix_socket = query.pop("unix_socket", None)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURLError(f"{url!r}: {exc}") from None
+    host = parts.hostname
+    if not host and not unix_socket:
+        raise InvalidURLError(f"{url!r}: give a host (mariadb://user@host/db) or ?unix_socket=/path/sock")
+    return StoreURL(
+        scheme="mariadb",
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        host=host,
+        port=port,
+        database=database,
+        unix_socket=unix_socket,
+        engine=MARIADB_ENGINES[engine_name],
+        options=query,
+        text=url,
+    )

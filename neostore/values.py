@@ -1,0 +1,102 @@
+"""How a value becomes the bytes of a ``data`` row, and back.
+
+A value is named by the blake3 hash of the bytes the caller stored, so
+identical values deduplicate whatever compression settings wrote them, and a
+load checks the whole path (decompression included) against that hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import blake3
+import zstandard
+
+#: ``data.compression`` flags. Rows keep their flag, so changing settings
+#: never makes old rows unreadable.
+RAW = 0
+ZSTD = 1
+
+HASH_SIZE = 32
+
+# Leading bytes of formats that are already compressed: recompressing them
+# costs CPU and gains nothing.
+_COMPRESSED_MAGIC = (
+    b"\x28\xb5\x2f\xfd",  # zstd frame
+    b"\x1f\x8b",  # gzip
+    b"\x04\x22\x4d\x18",  # lz4 frame
+    b"BZh",  # bzip2
+    b"\xfd7zXZ\x00",  # xz
+    b"PK\x03\x04",  # zip
+    b"\x89PNG",
+    b"\xff\xd8\xff",  # jpeg
+    b"PAR1",  # parquet
+)
+
+# Below this size a value is stored raw: the frame overhead eats the gain.
+_MIN_COMPRESS = 64
+# Values larger than this are first probed with a sample, so incompressible
+# data (already-compressed chunks with an unknown header) costs one sample.
+_PROBE_ABOVE = 256 * 1024
+_PROBE_SIZE = 64 * 1024
+
+
+def value_hash(value: bytes | memoryview) -> bytes:
+    """The 32-byte blake3 hash that names ``value``."""
+    return blake3.blake3(value).digest()
+
+
+@dataclass(frozen=True)
+class EncodedValue:
+    """A value ready to be written: its hash, raw size, flag and stored bytes."""
+
+    hash: bytes
+    size: int
+    compression: int
+    stored: bytes
+
+
+class ValueCodec:
+    """Compression policy: zstd at ``level``, kept only when it shrinks the value.
+
+    ``level=0`` turns compression off.
+    """
+
+    def __init__(self, level: int = 3):
+        if not -7 <= level <= 22:
+            raise ValueError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
+        self.level = level
+        self._compressor = zstandard.ZstdCompressor(level=level) if level else None
+        self._probe = zstandard.ZstdCompressor(level=1)
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    def encode(self, value: bytes, value_hash_: bytes | None = None, compress: bool = True) -> EncodedValue:
+        """Encode ``value``; ``value_hash_`` saves rehashing when the caller has it."""
+        digest = value_hash_ if value_hash_ is not None else value_hash(value)
+        if compress and self._worth_compressing(value):
+            packed = self._compressor.compress(value)
+            if len(packed) < len(value):
+                return EncodedValue(digest, len(value), ZSTD, packed)
+        return EncodedValue(digest, len(value), RAW, bytes(value))
+
+    def decode(self, compression: int, stored: bytes, size: int | None = None) -> bytes:
+        """The value a row holds. Raises ValueError for an unknown flag or bad frame."""
+        if compression == RAW:
+            return stored
+        if compression == ZSTD:
+            try:
+                return self._decompressor.decompress(stored, max_output_size=size or 0)
+            except zstandard.ZstdError as exc:
+                raise ValueError(f"zstd frame does not decompress: {exc}") from None
+        raise ValueError(f"unknown compression flag {compression}")
+
+    def _worth_compressing(self, value: bytes) -> bool:
+        if self._compressor is None or len(value) < _MIN_COMPRESS:
+            return False
+        head = bytes(value[:8])
+        if head.startswith(_COMPRESSED_MAGIC):
+            return False
+        if len(value) > _PROBE_ABOVE:
+            sample = value[:_PROBE_SIZE]
+            return len(self._probe.compress(sample)) < 0.97 * len(sample)
+        return True
