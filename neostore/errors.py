@@ -45,6 +45,20 @@ class ConflictError(POSException.ConflictError):
     ``data`` (the new value), which is what ZODB conflict resolution needs.
     """
 
+    def __init__(self, message=None, object=None, oid=None, serials=None, data=None):  # noqa: A002
+        # ZODB reads a class name out of ``data`` as if it were a pickle; a
+        # Store holds any bytes, so a value that is not one must not make
+        # the error itself fail.
+        super().__init__(message, object, oid, serials)
+        self.data = data
+        if data is not None:
+            from ZODB.utils import get_pickle_metadata
+
+            try:
+                self.class_name = ".".join(get_pickle_metadata(data))
+            except Exception:
+                self.class_name = "bytes"
+
 
 class ReadOnlyError(POSException.ReadOnlyError):
     """A write was attempted on a store opened read-only."""

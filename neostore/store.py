@@ -151,9 +151,8 @@ class Store:
                     raise errors.SchemaVersionError(
                         f"{self.url} holds no neostore database; open it writable once to create it"
                     )
-                self.backend.create_schema(conn)
-                self._init_rows(conn)
-            elif version > SCHEMA_VERSION:
+                version = self._create_database(conn)
+            if version > SCHEMA_VERSION:
                 raise errors.SchemaVersionError(
                     f"{self.url} has schema version {version}, newer than this neostore's "
                     f"{SCHEMA_VERSION}: upgrade windvane to open it"
@@ -167,6 +166,19 @@ class Store:
                 self._discard_unfinished(conn, timeout=0)
         finally:
             self.backend.close_connection(conn)
+
+    def _create_database(self, conn: Any) -> int:
+        """Create the schema once, even when several processes open a new database at once."""
+        self.backend.acquire_commit_lock(conn, self.commit_lock_timeout)
+        try:
+            version = self._schema_version(conn.cursor())
+            if version is None:
+                self.backend.create_schema(conn)
+                self._init_rows(conn)
+                version = SCHEMA_VERSION
+        finally:
+            self.backend.release_commit_lock(conn)
+        return version
 
     def _schema_version(self, cur: Any) -> int | None:
         try:
@@ -824,15 +836,20 @@ class Transaction:
 
     def _insert_big(self, cur: Any, value: EncodedValue) -> None:
         size = self.store_.backend.split_size
-        pieces = [value.stored[i : i + size] for i in range(0, len(value.stored), size)]
+        stored = memoryview(value.stored)
+        starts = range(0, len(stored), size)
         cur.execute(
             "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, ?, NULL)",
-            (value.hash, value.compression, value.size, len(pieces)),
+            (value.hash, value.compression, value.size, len(starts)),
         )
         cur.execute("SELECT id FROM data WHERE hash = ?", (value.hash,))
         (data_id,) = cur.fetchone()
-        for seq, piece in enumerate(pieces):
-            cur.execute("INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece))
+        blob_cur = self.store_.backend.blob_cursor(cur.connection)
+        for seq, start in enumerate(starts):
+            # One piece in memory at a time: a 200 MiB value is not copied whole.
+            piece = bytes(stored[start : start + size])
+            blob_cur.execute("INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece))
+        blob_cur.close()
         self._ids[value.hash] = data_id
         self._inserted.append(data_id)
 

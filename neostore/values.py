@@ -7,6 +7,7 @@ load checks the whole path (decompression included) against that hash.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import blake3
@@ -66,15 +67,22 @@ class ValueCodec:
         if not -7 <= level <= 22:
             raise ValueError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
         self.level = level
-        self._compressor = zstandard.ZstdCompressor(level=level) if level else None
-        self._probe = zstandard.ZstdCompressor(level=1)
-        self._decompressor = zstandard.ZstdDecompressor()
+        # zstd contexts must not be shared between threads: one set per thread.
+        self._contexts = threading.local()
+
+    def _context(self) -> threading.local:
+        ctx = self._contexts
+        if not hasattr(ctx, "decompressor"):
+            ctx.compressor = zstandard.ZstdCompressor(level=self.level) if self.level else None
+            ctx.probe = zstandard.ZstdCompressor(level=1)
+            ctx.decompressor = zstandard.ZstdDecompressor()
+        return ctx
 
     def encode(self, value: bytes, value_hash_: bytes | None = None, compress: bool = True) -> EncodedValue:
         """Encode ``value``; ``value_hash_`` saves rehashing when the caller has it."""
         digest = value_hash_ if value_hash_ is not None else value_hash(value)
         if compress and self._worth_compressing(value):
-            packed = self._compressor.compress(value)
+            packed = self._context().compressor.compress(value)
             if len(packed) < len(value):
                 return EncodedValue(digest, len(value), ZSTD, packed)
         return EncodedValue(digest, len(value), RAW, bytes(value))
@@ -85,18 +93,18 @@ class ValueCodec:
             return stored
         if compression == ZSTD:
             try:
-                return self._decompressor.decompress(stored, max_output_size=size or 0)
+                return self._context().decompressor.decompress(stored, max_output_size=size or 0)
             except zstandard.ZstdError as exc:
                 raise ValueError(f"zstd frame does not decompress: {exc}") from None
         raise ValueError(f"unknown compression flag {compression}")
 
     def _worth_compressing(self, value: bytes) -> bool:
-        if self._compressor is None or len(value) < _MIN_COMPRESS:
+        if not self.level or len(value) < _MIN_COMPRESS:
             return False
         head = bytes(value[:8])
         if head.startswith(_COMPRESSED_MAGIC):
             return False
         if len(value) > _PROBE_ABOVE:
             sample = value[:_PROBE_SIZE]
-            return len(self._probe.compress(sample)) < 0.97 * len(sample)
+            return len(self._context().probe.compress(sample)) < 0.97 * len(sample)
         return True

@@ -59,6 +59,10 @@ class Backend(ABC):
     def release_commit_lock(self, conn: Any) -> None:
         """Give the commit lock back. Harmless when ``conn`` does not hold it."""
 
+    def blob_cursor(self, conn: Any) -> Any:
+        """A cursor that sends BLOB parameters unescaped (binary protocol where it matters)."""
+        return conn.cursor()
+
     @abstractmethod
     def close_connection(self, conn: Any) -> None:
         """Close ``conn`` (and release what it holds), ignoring errors of a dead server."""

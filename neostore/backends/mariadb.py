@@ -137,6 +137,11 @@ class MariaDBBackend(Backend):
         cur.fetchall()
         cur.close()
 
+    def blob_cursor(self, conn: Any) -> Any:
+        # The text protocol escapes every byte of a BLOB parameter; the binary
+        # protocol sends it as is.
+        return conn.cursor(binary=True)
+
     def close_connection(self, conn: Any) -> None:
         try:
             conn.close()

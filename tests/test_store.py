@@ -1,0 +1,504 @@
+"""neostore.Store on real SQLite files and a real MariaDB server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import mariadb
+import pytest
+
+import neostore
+from neostore import ZERO, p64
+from neostore.values import RAW, ZSTD, value_hash
+
+SENSOR_LIKE = b"".join(b"%08.3f," % (i * 0.001) for i in range(20000))  # compresses well
+
+
+def commit(store, writes, **meta):
+    """Commit ``{oid: (serial, value)}``; return the tid."""
+    txn = store.begin(**meta)
+    for oid, (serial, value) in writes.items():
+        txn.write(oid, serial, value)
+    txn.vote()
+    return txn.finish()
+
+
+def raw_rows(store, sql, params=()):
+    """Rows straight from the database, bypassing the Store's read path."""
+    return store._query(sql, params)
+
+
+# -- URLs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("sqlite:///rel/x.db", {"scheme": "sqlite", "path": os.path.abspath("rel/x.db")}),
+        ("sqlite:////abs/path.db", {"scheme": "sqlite", "path": "/abs/path.db"}),
+        (
+            "mariadb://u:p%40ss@db.example:3307/wv",
+            {"user": "u", "password": "p@ss", "host": "db.example", "port": 3307, "database": "wv"},
+        ),
+        (
+            "mariadb://root@/wv?unix_socket=/run/s.sock&engine=rocksdb",
+            {"user": "root", "host": None, "unix_socket": "/run/s.sock", "database": "wv", "engine": "ROCKSDB"},
+        ),
+    ],
+)
+def test_url_syntax(url, expected):
+    parsed = neostore.parse_url(url)
+    for name, value in expected.items():
+        assert getattr(parsed, name) == value
+    assert str(parsed) == url
+
+
+@pytest.mark.parametrize(
+    "url, complaint",
+    [
+        ("postgres://x/y", "unsupported store URL"),
+        ("sqlite://host/x.db", "has no host"),
+        ("sqlite:///", "names no database file"),
+        ("mariadb://u@h/", "name one database"),
+        ("mariadb://u@/db", "unix_socket"),
+        ("mariadb://u@h/db?engine=myisam", "unknown engine 'myisam'"),
+        ("mariadb://u@h:99999/db", "Port out of range"),
+    ],
+)
+def test_bad_url_names_the_problem(url, complaint):
+    with pytest.raises(neostore.InvalidURLError, match=complaint):
+        neostore.open(url)
+
+
+def test_sqlite_in_missing_directory_is_refused(tmp_path):
+    with pytest.raises(neostore.DatabaseError, match="does not exist"):
+        neostore.open(f"sqlite:///{tmp_path}/nowhere/x.db")
+
+
+# -- commits and reads ---------------------------------------------------------
+
+
+def test_new_database_gets_schema_and_round_trips(store_url):
+    with neostore.open(store_url) as store:
+        assert store.last_transaction() == ZERO
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, b"v1")}, user=b"me", description=b"first")
+        assert store.load(oid) == (b"v1", tid)
+        assert store.last_transaction() == tid
+        info = store.transaction_info(tid)
+        assert (info.user, info.description, info.packed) == (b"me", b"first", False)
+    with neostore.open(store_url) as reopened:  # the schema is found, not recreated
+        assert reopened.load(oid) == (b"v1", tid)
+
+
+def test_tids_increase_and_history_is_kept(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        tids, serial = [], None
+        for i in range(5):
+            serial = commit(store, {oid: (serial, b"rev%d" % i)})
+            tids.append(serial)
+        assert tids == sorted(tids) and len(set(tids)) == 5
+        assert [r.tid for r in store.history(oid, size=None)] == tids[::-1]
+        assert store.load_serial(oid, tids[1]) == b"rev1"
+        assert store.load_before(oid, tids[2]) == (b"rev1", tids[1], tids[2])
+        assert store.load_before(oid, p64(neostore.u64(tids[4]) + 1)) == (b"rev4", tids[4], None)
+        assert store.load_before(oid, tids[0]) is None
+        with pytest.raises(neostore.POSKeyError):
+            store.load_before(p64(999_999), tids[0])
+        assert [t.tid for t in store.iter_transactions(page=2)] == tids
+        assert [t.tid for t in store.iter_transactions(tids[1], tids[3], newest_first=True)] == tids[3:0:-1]
+        assert [(t, oids) for t, oids in store.changes_since(tids[2])] == [(tids[3], [oid]), (tids[4], [oid])]
+
+
+def test_stale_serial_raises_conflict_with_what_resolution_needs(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        first = commit(store, {oid: (None, b"a")})
+        second = commit(store, {oid: (first, b"b")})
+        txn = store.begin()
+        txn.write(oid, first, b"c")
+        with pytest.raises(neostore.ConflictError) as caught:
+            txn.vote()
+        assert caught.value.oid == oid
+        assert caught.value.serials == (second, first)
+        assert store.load(oid) == (b"b", second)
+        # The lock was given back: the next writer is not blocked.
+        assert commit(store, {oid: (second, b"d")}) > second
+
+
+def test_resolver_replaces_conflicting_value(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        first = commit(store, {oid: (None, b"1")})
+        second = commit(store, {oid: (first, b"3")})
+        txn = store.begin()
+        txn.write(oid, first, b"2")
+        seen = []
+
+        def add(oid_, committed, expected, value):
+            seen.append((committed, expected))
+            base = store.load_serial(oid_, expected)
+            return b"%d" % (int(store.load_serial(oid_, committed)) + int(value) - int(base))
+
+        assert txn.vote(resolve=add) == [oid]
+        tid = txn.finish()
+        assert seen == [(second, first)]
+        assert store.load(oid) == (b"4", tid)
+
+
+def test_new_object_over_existing_oid_conflicts(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        commit(store, {oid: (None, b"a")})
+        txn = store.begin()
+        txn.write(oid, None, b"b")
+        with pytest.raises(neostore.ConflictError):
+            txn.vote()
+
+
+def test_two_phase_commit_misuse_is_named(store_url):
+    with neostore.open(store_url) as store:
+        txn = store.begin()
+        with pytest.raises(neostore.TransactionError, match="is open, not voted"):
+            txn.finish()
+        txn.vote()
+        with pytest.raises(neostore.TransactionError, match="is voted, not open"):
+            txn.write(store.new_oid(), None, b"x")
+        txn.abort()
+        txn.abort()  # harmless twice
+        with pytest.raises(neostore.TransactionError, match="is aborted"):
+            txn.vote()
+
+
+def test_abort_after_vote_leaves_nothing(store_url):
+    with neostore.open(store_url) as store:
+        keep = store.new_oid()
+        commit(store, {keep: (None, b"kept")})
+        txn = store.begin()
+        txn.write(store.new_oid(), None, os.urandom(5000))
+        txn.write(store.new_oid(), None, b"kept")  # a dedup hit must survive the abort
+        txn.vote()
+        txn.abort()
+        assert store.counts() == {"trans": 1, "obj": 1, "data": 1, "bigdata": 0, "ttrans": 0, "tobj": 0}
+        assert store.load(keep)[0] == b"kept"
+
+
+def test_delete_and_undo_of_creation(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        created = commit(store, {oid: (None, b"x")})
+        deleted = commit(store, {oid: (created, None)})
+        with pytest.raises(neostore.POSKeyError):
+            store.load(oid)
+        assert store.load_serial(oid, created) == b"x"
+        txn = store.begin()
+        assert txn.undo(deleted) == [oid]
+        txn.vote()
+        undone = txn.finish()
+        assert store.load(oid) == (b"x", undone)
+        # Undo reused the data row instead of copying it.
+        assert store.counts()["data"] == 1
+
+
+def test_undo_of_overwritten_change_is_refused(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        t1 = commit(store, {oid: (None, b"a")})
+        t2 = commit(store, {oid: (t1, b"b")})
+        commit(store, {oid: (t2, b"c")})
+        txn = store.begin()
+        with pytest.raises(neostore.UndoError, match="modified by a later transaction"):
+            txn.undo(t2)
+        txn.abort()
+
+
+def test_oids_are_unique_across_processes(store_url):
+    script = textwrap.dedent(
+        """
+        import json, sys, neostore
+        store = neostore.open(sys.argv[1])
+        print(json.dumps([neostore.u64(store.new_oid()) for _ in range(300)]))
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, store_url], stdout=subprocess.PIPE) for _ in range(3)
+    ]
+    seen = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        seen += json.loads(out)
+    assert len(seen) == len(set(seen)) == 900
+
+
+def test_restored_oids_are_never_handed_out(store_url):
+    with neostore.open(store_url) as store:
+        txn = store.begin()
+        txn.restore(p64(5000), b"imported")
+        txn.vote()
+        txn.finish()
+        assert neostore.u64(store.new_oid()) > 5000
+
+
+# -- dedup, compression, big values, corruption ----------------------------------
+
+
+def test_identical_values_are_stored_once(store_url):
+    with neostore.open(store_url) as store:
+        value = os.urandom(100_000)
+        oids = [store.new_oid() for _ in range(10)]
+        commit(store, {oid: (None, value) for oid in oids})
+        commit(store, {store.new_oid(): (None, value)})
+        counts = store.counts()
+        assert (counts["obj"], counts["data"]) == (11, 1)
+        assert all(store.load(oid)[0] == value for oid in oids)
+
+
+def test_dedup_hit_sends_no_blob(store_url):
+    """A value the database holds is found by hash; its bytes are never uploaded."""
+    with neostore.open(store_url) as store:
+        value = os.urandom(1_000_000)
+        commit(store, {store.new_oid(): (None, value)})
+        txn = store.begin()
+        txn.write(store.new_oid(), None, value)
+        sent = []
+        original = txn._insert_values
+        txn._insert_values = lambda cur, values: (sent.extend(values), original(cur, values))
+        txn.vote()
+        txn.finish()
+        assert sent == []
+        assert store.counts()["data"] == 1
+
+
+def test_compression_kept_only_when_it_shrinks(store_url):
+    with neostore.open(store_url) as store:
+        small, noise, text = store.new_oid(), store.new_oid(), store.new_oid()
+        noise_value = os.urandom(300_000)
+        commit(store, {small: (None, b"tiny"), noise: (None, noise_value), text: (None, SENSOR_LIKE)})
+        flags = dict(
+            (bytes(h), (c, length))
+            for h, c, length in raw_rows(store, "SELECT hash, compression, LENGTH(value) FROM data")
+        )
+        assert flags[value_hash(b"tiny")] == (RAW, 4)
+        assert flags[value_hash(noise_value)] == (RAW, len(noise_value))
+        compression, stored = flags[value_hash(SENSOR_LIKE)]
+        assert compression == ZSTD and stored < len(SENSOR_LIKE) / 2
+        assert store.load(text)[0] == SENSOR_LIKE
+
+
+def test_already_compressed_values_are_not_recompressed(store_url):
+    import zstandard
+
+    framed = zstandard.ZstdCompressor().compress(SENSOR_LIKE)
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        commit(store, {oid: (None, framed + b"\0" * 10_000)})  # compressible tail, zstd magic in front
+        ((compression,),) = raw_rows(store, "SELECT compression FROM data")
+        assert compression == RAW
+
+
+def test_old_rows_stay_readable_when_settings_change(store_url):
+    with neostore.open(store_url, compression_level=19) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, SENSOR_LIKE)})
+    with neostore.open(store_url, compression_level=0) as plain:
+        other = plain.new_oid()
+        commit(plain, {other: (None, SENSOR_LIKE[::-1])})
+        assert plain.load(oid) == (SENSOR_LIKE, tid)
+        assert sorted(row[0] for row in raw_rows(plain, "SELECT compression FROM data")) == [RAW, ZSTD]
+
+
+def test_value_above_row_limit_is_split_and_reassembled(sqlite_url):
+    value = os.urandom(20 * 1024 * 1024 + 17)
+    with neostore.open(sqlite_url) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, value)})
+        assert store.counts()["bigdata"] == 3
+        assert store.load(oid) == (value, tid)
+
+
+def test_200_mib_value_round_trips_on_mariadb(mariadb_url):
+    # Incompressible, so 200 MiB really travel: 25 rows of 8 MiB.
+    value = os.urandom(200 * 1024 * 1024)
+    with neostore.open(mariadb_url) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, value)})
+        counts = store.counts()
+        assert (counts["data"], counts["bigdata"]) == (1, 25)
+        loaded, serial = store.load(oid)
+        assert serial == tid and loaded == value
+        del loaded
+        # A second store of the same 200 MiB is a dedup hit: no new chunk rows.
+        commit(store, {store.new_oid(): (None, value)})
+        assert store.counts()["bigdata"] == 25
+
+
+def test_corrupt_row_names_oid_and_tid(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, b"precious " * 10)})
+        other = store.new_oid()
+        commit(store, {other: (None, SENSOR_LIKE)})
+        # Damage the rows behind the store's back, as a failing disk or a stray UPDATE would.
+        conn = store.backend.connect(for_writing=True)
+        cur = store.backend.blob_cursor(conn)
+        cur.execute("UPDATE data SET value = ? WHERE hash = ?", (b"precious " * 9 + b"precioux ", value_hash(b"precious " * 10)))
+        cur.execute("UPDATE data SET value = ? WHERE hash = ?", (b"\x28\xb5\x2f\xfd garbage", value_hash(SENSOR_LIKE)))
+        conn.commit()
+        store.backend.close_connection(conn)
+        with pytest.raises(neostore.CorruptDataError) as caught:
+            store.load(oid)
+        assert caught.value.oid == oid and caught.value.tid == tid
+        assert f"0x{oid.hex()}" in str(caught.value) and f"0x{tid.hex()}" in str(caught.value)
+        with pytest.raises(neostore.CorruptDataError, match="zstd frame does not decompress"):
+            store.load(other)
+
+
+# -- schema, read-only ----------------------------------------------------------
+
+
+def test_newer_schema_is_refused_with_advice(store_url):
+    with neostore.open(store_url) as store:
+        conn = store.backend.connect(for_writing=True)
+        conn.cursor().execute("UPDATE config SET value = '99' WHERE name = 'version'")
+        conn.commit()
+        store.backend.close_connection(conn)
+    with pytest.raises(neostore.SchemaVersionError, match="schema version 99.*upgrade windvane"):
+        neostore.open(store_url)
+
+
+def test_read_only_store_refuses_writes(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, b"x")})
+    with neostore.open(store_url, read_only=True) as reader:
+        assert reader.load(oid) == (b"x", tid)
+        with pytest.raises(neostore.ReadOnlyError):
+            reader.begin()
+        with pytest.raises(neostore.ReadOnlyError):
+            reader.new_oid()
+        with pytest.raises(neostore.ReadOnlyError):
+            reader.pack(tid)
+
+
+def test_read_only_open_of_missing_database_is_refused(sqlite_url):
+    with pytest.raises(neostore.SchemaVersionError, match="open it writable once"):
+        neostore.open(sqlite_url, read_only=True)
+
+
+def test_mariadb_without_server_names_the_socket(tmp_path):
+    with pytest.raises(neostore.DatabaseError, match="cannot connect to MariaDB at .*nosock.*windvane db start"):
+        neostore.open(f"mariadb://root@/db?unix_socket={tmp_path}/nosock")
+
+
+def test_myrocks_engine_is_selectable(mariadb_server):
+    from conftest import fresh_database
+
+    url = fresh_database(mariadb_server, "rocks") + "&engine=rocksdb"
+    with neostore.open(url) as store:
+        oid = store.new_oid()
+        tid = commit(store, {oid: (None, SENSOR_LIKE)})
+        assert store.load(oid) == (SENSOR_LIKE, tid)
+    conn = mariadb.connect(user="root", unix_socket=mariadb_server.socket, database="rocks")
+    cur = conn.cursor()
+    cur.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA='rocks' AND TABLE_NAME='data'")
+    assert cur.fetchone()[0].upper() == "ROCKSDB"
+    conn.close()
+
+
+# -- pack ---------------------------------------------------------------------------
+
+
+def test_pack_removes_invisible_revisions_and_unreferenced_data(store_url):
+    with neostore.open(store_url) as store:
+        a, b, gone = store.new_oid(), store.new_oid(), store.new_oid()
+        t1 = commit(store, {a: (None, b"a1"), b: (None, b"shared"), gone: (None, b"g")})
+        t2 = commit(store, {a: (t1, b"a2"), gone: (t1, None)})
+        t3 = commit(store, {a: (t2, b"shared")})  # dedups with b's value
+        t4 = commit(store, {a: (t3, b"a4")})
+        stats = store.pack(t3)
+        # a keeps t3 (current at the pack tid) and t4; b keeps t1; gone vanishes.
+        assert [r.tid for r in store.history(a, None)] == [t4, t3]
+        assert store.load_before(a, t4) == (b"shared", t3, t4)
+        assert store.load(b) == (b"shared", t1)
+        with pytest.raises(neostore.POSKeyError):
+            store.history(gone)
+        assert stats.revisions_deleted == 4
+        assert store.counts()["data"] == 2  # shared, a4
+        assert store.pack_tid() == t3
+        assert all(info.packed == (info.tid <= t3) for info in store.iter_transactions())
+        txn = store.begin()
+        with pytest.raises(neostore.UndoError, match="packed"):
+            txn.undo(t2)
+        txn.abort()
+
+
+def test_pack_collects_unreachable_objects_when_given_references(store_url):
+    with neostore.open(store_url) as store:
+        root, child, orphan = p64(0), store.new_oid(), store.new_oid()
+
+        def refs(value):
+            return [bytes.fromhex(h) for h in value.decode().split(",")[1:] if h]
+
+        t1 = commit(store, {root: (None, b"root," + child.hex().encode() + b"," + orphan.hex().encode()),
+                            child: (None, b"child,"), orphan: (None, b"orphan,")})
+        t2 = commit(store, {root: (t1, b"root," + child.hex().encode())})
+        stats = store.pack(t2, references=refs)
+        assert stats.objects_collected == 1
+        with pytest.raises(neostore.POSKeyError):
+            store.history(orphan)
+        assert store.load(child)[0] == b"child,"
+
+
+PACK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, neostore
+    store = neostore.open(sys.argv[1])
+    stats = store.pack(store.last_transaction())
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent.
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(json.dumps({"rss_kib": int(hwm.split()[1]),
+                      "revisions": stats.revisions_deleted, "data": stats.data_deleted,
+                      "batches": stats.batches}))
+    """
+)
+
+
+def _fill_for_pack(url, objects, revisions, size):
+    with neostore.open(url) as store:
+        oids = [p64(o) for o in store.new_oids(objects)]
+        serials = dict.fromkeys(oids)
+        for _ in range(revisions):
+            txn = store.begin()
+            for oid in oids:
+                txn.write(oid, serials[oid], os.urandom(size))
+            txn.vote()
+            tid = txn.finish()
+            serials = dict.fromkeys(oids, tid)
+
+
+def _pack_in_subprocess(url):
+    out = subprocess.run([sys.executable, "-c", PACK_SCRIPT, url], capture_output=True, check=True, timeout=600)
+    return json.loads(out.stdout)
+
+
+def test_pack_memory_does_not_grow_with_database_size(sqlite_url, tmp_path):
+    """Pack 120 MiB and 480 MiB databases: peak RSS stays put and under 200 MB.
+
+    Both are larger than SQLite's page cache (64 MiB a connection), which is
+    a fixed budget; what must not grow is everything else.
+    """
+    small_url = f"sqlite:///{tmp_path}/small.db"
+    _fill_for_pack(small_url, objects=120, revisions=4, size=256 * 1024)
+    _fill_for_pack(sqlite_url, objects=480, revisions=4, size=256 * 1024)
+    small, large = _pack_in_subprocess(small_url), _pack_in_subprocess(sqlite_url)
+    assert (small["revisions"], large["revisions"]) == (360, 1440)
+    assert (small["data"], large["data"]) == (360, 1440)
+    assert large["rss_kib"] < 200 * 1024
+    # Four times the data, no more than 20 MiB more memory.
+    assert large["rss_kib"] - small["rss_kib"] < 20 * 1024
