@@ -1,56 +1,33 @@
 """Shared fixtures: a real private MariaDB server for the session, real SQLite files.
 
 The MariaDB server is started with the same code as ``windvane db start``
-(:mod:`neostore.server`), scaled down so the suite starts quickly; each test
-that asks for a MariaDB store gets a database of its own.
+(:mod:`neostore.server`), scaled down so the suite starts quickly
+(:mod:`tests.mariadb`); each test that asks for a MariaDB store gets a
+database of its own.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import tempfile
 
-import mariadb
 import pytest
 
-from neostore.server import MariaDBServer, database_url
-
-# Small enough to start in seconds and keep the suite's disk use low, large
-# enough that the 200 MiB big-value test does not thrash.
-TEST_SERVER_SETTINGS = {
-    "innodb_buffer_pool_size": "512M",
-    "innodb_log_file_size": "256M",
-}
-
-HERE = os.path.dirname(__file__)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+from neostore.server import MariaDBServer
+from tests import mariadb as test_servers
 
 
 @pytest.fixture(scope="session")
-def mariadb_server():
+def mariadb_server(tmp_path_factory) -> MariaDBServer:
     """The session's MariaDB server (a real mariadbd on a private socket)."""
-    # A short path: unix socket paths are limited to 107 bytes.
-    datadir = tempfile.mkdtemp(prefix="wv-mariadb-")
-    server = MariaDBServer(os.path.join(datadir, "data"), overrides=TEST_SERVER_SETTINGS)
-    server.start(timeout=120)
+    server, _ = test_servers.start_test_server(tmp_path_factory.mktemp("mariadb"))
     yield server
-    server.stop()
+    test_servers.stop_test_server(server, remove=True)
 
 
 def fresh_database(server: MariaDBServer, name: str) -> str:
     """Create (replacing) database ``name`` on ``server``; return its store URL."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", name)[-60:]
-    conn = mariadb.connect(user="root", unix_socket=server.socket)
-    try:
-        cur = conn.cursor()
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        cur.execute(f"CREATE DATABASE `{name}`")
-    finally:
-        conn.close()
-    return database_url(server.socket, name)
+    return test_servers.fresh_database(server.url(), name)
 
 
 @pytest.fixture

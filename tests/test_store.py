@@ -397,7 +397,7 @@ def test_mariadb_without_server_names_the_socket(tmp_path):
 
 
 def test_myrocks_engine_is_selectable(mariadb_server):
-    from conftest import fresh_database
+    from tests.conftest import fresh_database
 
     url = fresh_database(mariadb_server, "rocks") + "&engine=rocksdb"
     with neostore.open(url) as store:

@@ -12,8 +12,17 @@ def backend_for(url: StoreURL, **options) -> Backend:
         from .sqlite import SQLiteBackend
 
         return SQLiteBackend(url, **options)
-    from .mariadb import MariaDBBackend
+    try:
+        from .mariadb import MariaDBBackend
+    except ImportError as exc:
+        if exc.name != "mariadb":
+            raise
+        from ..errors import DatabaseError
 
+        raise DatabaseError(
+            f"{url} needs the MariaDB connector: pip install 'windvane[mariadb]' "
+            "(it builds against libmariadb-dev: apt-get install libmariadb-dev gcc python3-dev)"
+        ) from None
     return MariaDBBackend(url, **options)
 
 

@@ -1,0 +1,55 @@
+"""`windvane store ...`, run as the installed console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import neostore
+
+WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
+
+
+def windvane(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([WINDVANE, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_info_creates_and_describes_the_store(store_url):
+    result = windvane("store", "info", store_url)
+    assert result.returncode == 0, result.stderr
+    assert "transactions:    0" in result.stdout
+    with neostore.open(store_url) as store:  # it really created one
+        txn = store.begin()
+        txn.write(store.new_oid(), None, b"x" * 1000)
+        txn.vote()
+        tid = txn.finish()
+    result = windvane("store", "info", store_url)
+    assert "transactions:    1" in result.stdout
+    assert f"0x{tid.hex()}" in result.stdout
+
+
+def test_pack_drops_old_revisions(sqlite_url):
+    with neostore.open(sqlite_url) as store:
+        oid, serial = store.new_oid(), None
+        for i in range(3):
+            txn = store.begin()
+            txn.write(oid, serial, b"revision %d" % i)
+            txn.vote()
+            serial = txn.finish()
+    result = windvane("store", "pack", sqlite_url)
+    assert result.returncode == 0, result.stderr
+    assert "removed 2 revisions" in result.stdout and "and 2 values" in result.stdout
+    with neostore.open(sqlite_url) as store:
+        assert [r.tid for r in store.history(oid, None)] == [serial]
+        assert store.load(oid) == (b"revision 2", serial)
+
+
+def test_bad_url_exits_2_with_the_reason(tmp_path):
+    result = windvane("store", "info", "postgres://host/db")
+    assert result.returncode == 2
+    assert "unsupported store URL 'postgres://host/db'" in result.stderr
+    result = windvane("store", "pack", f"mariadb://root@/db?unix_socket={tmp_path}/absent.sock")
+    assert result.returncode == 1
+    assert "cannot connect to MariaDB" in result.stderr and "windvane db start" in result.stderr

@@ -1,0 +1,311 @@
+"""The private MariaDB server (neostore.server) and the `windvane db` CLI.
+
+Real servers, no mocks: each test starts mariadbd in its own temporary
+directory with the suite's small settings (tests.mariadb).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click.testing
+import mariadb
+import pytest
+
+import windvane
+from neostore import server as dbserver
+from neostore.server import MariaDBServer, ServerConfigError, ServerStartError, render_config
+from tests.mariadb import TEST_OVERRIDES, connect, fresh_database, start_test_server, stop_test_server
+
+ROCKSDB_INSTALLED = dbserver.rocksdb_installed()
+
+BLOB = os.urandom(2 * 1024 * 1024 + 7)  # a 2 MiB BLOB, the store's typical upload
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A running test server; stopped (or killed) afterwards whatever the test did."""
+    srv, url = start_test_server(tmp_path)
+    yield srv, url
+    stop_test_server(srv, remove=True)
+
+
+def _scalar(conn, sql, *args):
+    cur = conn.cursor()
+    cur.execute(sql, args)
+    return cur.fetchone()
+
+
+# -- lifecycle ---------------------------------------------------------------
+
+
+def test_start_status_settings_and_idempotent_start(server):
+    srv, url = server
+    assert url == srv.url() == f"mariadb://root@/windvane?unix_socket={srv.datadir}/mysqld.sock"
+    status = srv.status()
+    assert status.running and status.pid == srv.pid and status.pid > 0
+    assert status.socket == srv.socket and status.url == url and status.port is None
+
+    conn = connect(url, "windvane")  # start() created the windvane database
+    try:
+        packet, flush_commit, flush_method, pool, networking = _scalar(
+            conn,
+            "SELECT @@max_allowed_packet, @@innodb_flush_log_at_trx_commit, "
+            "@@innodb_flush_method, @@innodb_buffer_pool_size, @@skip_networking",
+        )
+        engines = {row[0].upper(): row[1] for row in _rows(conn, "SHOW ENGINES")}
+    finally:
+        conn.close()
+    # Shipped settings are in force, and the test override too.
+    assert packet == 1024**3
+    assert flush_commit == 1
+    assert flush_method == "O_DIRECT"
+    assert pool == 256 * 1024**2
+    assert networking == 1
+    if ROCKSDB_INSTALLED:
+        assert engines.get("ROCKSDB") in ("YES", "DEFAULT")
+
+    # Starting a running server only returns its URL.
+    pid = srv.pid
+    assert srv.start() == url
+    assert srv.pid == pid
+    # ...also from another object on the same directory, as the CLI does.
+    assert MariaDBServer(srv.datadir).start() == url
+
+
+def _rows(conn, sql):
+    cur = conn.cursor()
+    cur.execute(sql)
+    return cur.fetchall()
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "InnoDB",
+        pytest.param(
+            "ROCKSDB",
+            marks=pytest.mark.skipif(not ROCKSDB_INSTALLED, reason="mariadb-plugin-rocksdb not installed"),
+        ),
+    ],
+)
+def test_kill_9_keeps_committed_data(tmp_path, engine):
+    srv, url = start_test_server(tmp_path)
+    try:
+        conn = connect(url, "windvane")
+        conn.autocommit = False
+        cur = conn.cursor()
+        cur.execute(f"CREATE TABLE blobs (id INT PRIMARY KEY, sha CHAR(64), v LONGBLOB) ENGINE={engine}")
+        cur.execute("INSERT INTO blobs VALUES (?, ?, ?)", (1, hashlib.sha256(BLOB).hexdigest(), BLOB))
+        conn.commit()  # acknowledged: must survive the kill
+        cur.execute("INSERT INTO blobs VALUES (?, ?, ?)", (2, "", b"not committed"))
+        # (no commit: must be rolled back by crash recovery)
+
+        old_pid = srv.pid
+        assert srv.kill() is True
+        with contextlib.suppress(mariadb.Error):
+            conn.close()  # the server is gone; just release the handle
+        status = srv.status()
+        assert not status.running and status.pid is None and status.url is None
+        # kill -9 leaves a stale pid file behind; it must not get in the way.
+        assert srv.pid_file.exists()
+
+        assert srv.start() == url
+        assert srv.pid != old_pid
+        conn = connect(url, "windvane")
+        try:
+            rows = _rows(conn, "SELECT id, sha, v FROM blobs ORDER BY id")
+        finally:
+            conn.close()
+        assert [r[0] for r in rows] == [1]
+        assert rows[0][1] == hashlib.sha256(bytes(rows[0][2])).hexdigest()
+        assert bytes(rows[0][2]) == BLOB
+
+        assert srv.stop() is True
+        status = srv.status()
+        assert not status.running and status.pid is None
+        assert srv.stop() is False  # stopping a stopped server is a no-op
+        assert srv.kill() is False
+    finally:
+        stop_test_server(srv, remove=True)
+
+
+def test_stale_pid_file_of_another_process(tmp_path):
+    srv, url = start_test_server(tmp_path)
+    try:
+        srv.stop()
+        # A pid file naming a live process that is not mariadbd (this one),
+        # as after a reboot that reused the pid.
+        srv.pid_file.write_text(f"{os.getpid()}\n")
+        assert not srv.status().running
+        assert srv.start() == url
+        assert srv.pid != os.getpid()
+    finally:
+        stop_test_server(srv, remove=True)
+
+
+def test_fresh_database(server):
+    srv, url = server
+    url1 = fresh_database(url, "wv_fresh")
+    assert url1 == f"mariadb://root@/wv_fresh?unix_socket={srv.socket}"
+    conn = connect(url1, "wv_fresh")
+    try:
+        conn.cursor().execute("CREATE TABLE t (i INT)")
+    finally:
+        conn.close()
+    assert fresh_database(url1, "wv_fresh") == url1
+    conn = connect(url1, "wv_fresh")
+    try:
+        assert _rows(conn, "SHOW TABLES") == []
+    finally:
+        conn.close()
+    # Options such as the engine are carried over.
+    assert fresh_database(url + "&engine=rocksdb", "wv_other").endswith("&engine=rocksdb")
+    with pytest.raises(ServerConfigError):
+        fresh_database(url, "bad name; DROP")
+
+
+# -- errors --------------------------------------------------------------------
+
+
+def test_datadir_that_is_a_file(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(ServerConfigError, match="not a directory"):
+        MariaDBServer(path).start()
+
+
+def test_datadir_with_foreign_files_is_not_initialised(tmp_path):
+    (tmp_path / "precious.txt").write_text("mine")
+    with pytest.raises(ServerConfigError, match="not empty"):
+        MariaDBServer(tmp_path).start()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]  # nothing written
+
+
+def test_failed_start_quotes_error_log(tmp_path):
+    srv = MariaDBServer(tmp_path / "db", overrides={**TEST_OVERRIDES, "no_such_option": "1"})
+    try:
+        with pytest.raises(
+            ServerStartError, match=r"(?s)exited during startup.*unknown variable 'no_such_option=1'"
+        ):
+            srv.start(timeout=60)
+        assert not srv.status().running
+    finally:
+        stop_test_server(srv, remove=True)
+
+
+def test_bad_overrides_rejected(tmp_path):
+    with pytest.raises(ServerConfigError):
+        MariaDBServer(tmp_path, overrides={"innodb_buffer_pool_size": "1G\nskip-grant-tables"})
+    with pytest.raises(ServerConfigError):
+        MariaDBServer(tmp_path, overrides={"bad name": "1"})
+    with pytest.raises(ServerConfigError):
+        MariaDBServer(tmp_path, port=70000)
+
+
+def test_render_config_overrides():
+    shipped = "[mariadbd]\n# why\ninnodb_buffer_pool_size = 1G\nmax_allowed_packet = 1G\nskip-name-resolve\n"
+    text = render_config(
+        shipped,
+        [("datadir", "/d"), ("skip-networking", None)],
+        {"innodb-buffer-pool-size": "256M", "max_allowed_packet": None, "innodb_io_capacity": "100"},
+    )
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "[mariadbd]",
+        "innodb-buffer-pool-size = 256M",
+        "skip-name-resolve",
+        "[mariadbd]",
+        "innodb_io_capacity = 100",
+        "datadir = /d",
+        "skip-networking",
+    ]
+    assert "# why" in text  # the explanation stays next to the setting
+
+
+# -- CLI -----------------------------------------------------------------------
+
+
+def _windvane() -> str:
+    """The installed console script (from the running virtualenv if there is one)."""
+    candidate = Path(sys.executable).parent / "windvane"
+    found = str(candidate) if candidate.exists() else shutil.which("windvane")
+    assert found, "the windvane console script is not installed: pip install -e ."
+    return found
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_windvane(), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_start_status_stop(tmp_path):
+    datadir = tmp_path / "db"
+    try:
+        started = _run("db", "start", "--datadir", str(datadir))
+        assert started.returncode == 0, started.stderr
+        url = started.stdout.strip().splitlines()[-1]
+        assert url == f"mariadb://root@/windvane?unix_socket={datadir}/mysqld.sock"
+
+        status = _run("db", "status", "--datadir", str(datadir))
+        assert status.returncode == 0, status.stderr
+        assert "running: yes" in status.stdout
+        assert f"url:     {url}" in status.stdout
+        pid = MariaDBServer(datadir).pid
+        assert f"pid:     {pid}" in status.stdout
+
+        conn = connect(url, "windvane")
+        conn.close()
+
+        again = _run("db", "start", "--datadir", str(datadir))
+        assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == url
+
+        stopped = _run("db", "stop", "--datadir", str(datadir))
+        assert stopped.returncode == 0, stopped.stderr
+        status = _run("db", "status", "--datadir", str(datadir))
+        assert status.returncode == 1
+        assert "running: no" in status.stdout
+        assert MariaDBServer(datadir).pid is None
+    finally:
+        stop_test_server(MariaDBServer(datadir), remove=True)
+
+
+def test_cli_bad_datadir_exits_2(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    for command in ("start", "stop", "status"):
+        result = _run("db", command, "--datadir", str(path))
+        assert result.returncode == 2, (command, result)
+        assert "is a file" in result.stderr
+        assert result.stdout == ""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    result = _run("db", "start", "--datadir", str(tmp_path / "notes"))
+    assert result.returncode == 2
+    assert "is not empty and is not a MariaDB data directory" in result.stderr
+
+
+def test_cli_mariadbd_missing_exits_2(tmp_path, monkeypatch):
+    # No mariadbd anywhere: an empty PATH and no fallback directories.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(dbserver, "SEARCH_DIRS", ())
+    result = click.testing.CliRunner().invoke(
+        windvane.cli, ["db", "start", "--datadir", str(tmp_path / "db")]
+    )
+    assert result.exit_code == 2
+    assert "apt-get install mariadb-server" in result.output
+
+
+def test_cli_help():
+    result = _run("--help")
+    assert result.returncode == 0
+    assert "db" in result.stdout
+    result = _run("db", "--help")
+    assert result.returncode == 0
+    for command in ("start", "stop", "status"):
+        assert command in result.stdout

@@ -1,0 +1,248 @@
+"""windvane: the command line.
+
+This module only wires the layers together (argument parsing, messages, exit
+codes); the work is done in the neostore package.  Exit codes: 0 success,
+1 failure (or "not running" for `db status`), 2 bad input or a missing
+prerequisite.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+import neostore
+from neostore import server as dbserver
+
+
+class BadInput(click.ClickException):
+    """A usage problem the user can fix (bad path, missing program): exit code 2."""
+
+    exit_code = 2
+
+
+def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
+    try:
+        return dbserver.MariaDBServer(datadir, port=port)
+    except dbserver.ServerConfigError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def _fail(exc: dbserver.ServerError) -> click.ClickException:
+    """Map a server error to the CLI's exit codes."""
+    if isinstance(exc, (dbserver.ServerConfigError, dbserver.ServerNotFoundError)):
+        return BadInput(str(exc))
+    return click.ClickException(str(exc))
+
+
+DATADIR = click.option(
+    "--datadir",
+    required=True,
+    envvar="WINDVANE_DATADIR",
+    show_envvar=True,
+    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
+    help="Data directory of the private MariaDB server (created on first start).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="windvane")
+def cli() -> None:
+    """windvane: big-data ingestion into a deduplicating, history-preserving object store.
+
+    Data lands in neostore, an object store kept in MariaDB (or, for small
+    setups, SQLite).  To use MariaDB, start a private server and use the
+    store URL it prints:
+
+    \b
+        windvane db start --datadir ./db
+        windvane db status --datadir ./db
+        windvane db stop --datadir ./db
+
+    Inspect or pack a store (SQLite or MariaDB):
+
+    \b
+        windvane store info sqlite:///windvane.db
+        windvane store pack sqlite:///windvane.db --keep-days 30
+    """
+
+
+@cli.group()
+def db() -> None:
+    """Run the private MariaDB server that holds the store.
+
+    The server is the system's mariadbd (apt-get install mariadb-server),
+    run on a data directory of your choice with windvane's tuned settings.
+    It needs no system service and no password: clients connect as root
+    over the unix socket inside the data directory.
+    """
+
+
+@db.command(short_help="Start the server and print the store URL.")
+@DATADIR
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Also listen on 127.0.0.1:PORT (root has no password: single-user machines only). "
+    "Default: unix socket only.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for the server to accept connections.",
+)
+def start(datadir: str, port: int | None, timeout: float) -> None:
+    """Start the server (initialising DATADIR on first use) and print the store URL.
+
+    The URL is printed alone on the last line of standard output.  Starting a
+    running server just prints its URL again.  After a crash or kill -9,
+    start it again: crash recovery runs on its own.
+    """
+    server = _server(datadir, port)
+    click.echo(f"starting MariaDB in {server.datadir} ...", err=True)
+    try:
+        url = server.start(timeout=timeout)
+    except dbserver.ServerError as exc:
+        raise _fail(exc) from exc
+    status = server.status()
+    click.echo(f"running (pid {status.pid}); error log: {server.error_log}", err=True)
+    click.echo(url)
+
+
+@db.command(short_help="Shut the server down cleanly.")
+@DATADIR
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for a clean shutdown.",
+)
+def stop(datadir: str, timeout: float) -> None:
+    """Shut the server down cleanly (does nothing if it is not running)."""
+    server = _server(datadir)
+    try:
+        stopped = server.stop(timeout=timeout)
+    except dbserver.ServerError as exc:
+        raise _fail(exc) from exc
+    click.echo("stopped" if stopped else f"not running ({server.datadir})")
+
+
+@db.command(short_help="Show whether the server is running (exit 0 if so, 1 if not).")
+@DATADIR
+def status(datadir: str) -> None:
+    """Tell whether the server is running; exit code 0 if it is, 1 if not."""
+    server = _server(datadir)
+    st = server.status()
+    click.echo(f"running: {'yes' if st.running else 'no'}")
+    click.echo(f"datadir: {st.datadir}")
+    if st.running:
+        click.echo(f"pid:     {st.pid}")
+    click.echo(f"socket:  {st.socket}")
+    if st.port is not None:
+        click.echo(f"port:    {st.port}")
+    if st.url:
+        click.echo(f"url:     {st.url}")
+    click.get_current_context().exit(0 if st.running else 1)
+
+
+def _open_store(url: str, **options) -> neostore.Store:
+    try:
+        return neostore.open(url, **options)
+    except neostore.InvalidURLError as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _tid_text(tid: bytes) -> str:
+    if tid == neostore.ZERO:
+        return "none"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(neostore.tids.tid_time(neostore.u64(tid))))
+    return f"0x{tid.hex()} ({when})"
+
+
+STORE_URL = click.argument("url", metavar="URL")
+
+
+@cli.group()
+def store() -> None:
+    """Inspect and maintain a store.
+
+    \b
+    URL is one of:
+        sqlite:///relative.db   sqlite:////abs/path.db
+        mariadb://user:pw@host:port/db
+        mariadb://user@/db?unix_socket=/path/sock[&engine=rocksdb]
+    """
+
+
+@store.command(short_help="Open (creating if needed) a store and describe it.")
+@STORE_URL
+def info(url: str) -> None:
+    """Open the store at URL, creating it if it does not exist, and describe it."""
+    with _open_store(url) as st:
+        for name, value in st.backend.describe().items():
+            click.echo(f"{name + ':':<17}{value}")
+        counts = st.counts()
+        click.echo(f"{'transactions:':<17}{counts['trans']}")
+        click.echo(f"{'revisions:':<17}{counts['obj']}")
+        click.echo(f"{'values:':<17}{counts['data']} (stored once each, {st.value_size():,} bytes)")
+        click.echo(f"{'last commit:':<17}{_tid_text(st.last_transaction())}")
+        click.echo(f"{'packed up to:':<17}{_tid_text(st.pack_tid())}")
+
+
+@store.command(short_help="Drop old revisions and unreferenced values.")
+@STORE_URL
+@click.option(
+    "--keep-days",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Keep every revision visible during the last DAYS days (0: keep only the latest).",
+)
+@click.option(
+    "--zodb-gc/--no-zodb-gc",
+    default=False,
+    help="Also delete objects unreachable from the root. Only for stores written through ZODB "
+    "(values are pickles).",
+)
+def pack(url: str, keep_days: float, zodb_gc: bool) -> None:
+    """Remove revisions no reader of the last --keep-days can see, and values nothing uses.
+
+    Works in small batches: writers wait for at most one batch, readers never.
+    """
+    with _open_store(url) as st:
+        last = st.last_transaction()
+        if last == neostore.ZERO:
+            click.echo("nothing to pack: the store has no transactions")
+            return
+        cutoff = neostore.p64(neostore.tids.tid_from_time(time.time() - keep_days * 86400))
+        tid = min(cutoff, last)
+        references = None
+        if zodb_gc:
+            from ZODB.serialize import referencesf
+
+            references = referencesf
+        counts = st.counts()
+        with click.progressbar(
+            length=counts["obj"] + counts["data"], label=f"packing up to {_tid_text(tid)}", file=None
+        ) as bar:
+            stats = st.pack(tid, references=references, progress=lambda phase, n: bar.update(n))
+        click.echo(
+            f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
+            f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
+        )
+
+
+def main() -> None:
+    """Entry point of the `windvane` console script."""
+    cli(prog_name="windvane")
+
+
+if __name__ == "__main__":
+    main()
