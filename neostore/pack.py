@@ -66,7 +66,7 @@ def pack(
     started = time.monotonic()
     pack_tid = u64(tid)
     stats = PackStats(pack_tid=tid)
-    conn = store._take_writer()
+    conn = store._take_writer(first_step=store.backend.ping)
     broken = True
     try:
         job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress)

@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ZODB.POSException import ReadConflictError
+
 from . import errors
 from .backends import SCHEMA_VERSION, Backend, backend_for
 from .tids import ZERO, next_tid, p64, tid_time, u64
@@ -41,7 +43,9 @@ log = logging.getLogger(__name__)
 
 #: ``resolve(oid, committed_serial, expected_serial, new_value) -> value``:
 #: called at vote for a store whose expected serial is no longer current.
-Resolver = Callable[[bytes, bytes, bytes, bytes], bytes]
+#: ``undo`` passes a fifth argument, the committed value, when that value is
+#: the transaction's own pending one (several undos of one object at once).
+Resolver = Callable[..., bytes]
 
 _MAX_INT = (1 << 63) - 1
 
@@ -221,19 +225,31 @@ class Store:
         return conn
 
     def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        """Run a read-only statement on this thread's reader connection."""
-        conn = self._reader()
-        cur = conn.cursor()
-        try:
-            cur.execute(sql, tuple(params))
-            return cur.fetchall()
-        except Exception as exc:
-            if self.backend.is_connection_lost(exc):
-                # The server restarted: the next call gets a new connection.
+        """Run a read-only statement on this thread's reader connection.
+
+        A connection the server dropped (it restarted) is replaced and the
+        statement run once more on the new one: a read changes nothing, so
+        repeating it is safe, and callers never see a restart that is over.
+        """
+        params = tuple(params)
+        for attempt in (1, 2):
+            conn = self._reader()
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, params)
+                return cur.fetchall()
+            except Exception as exc:
+                if not self.backend.is_connection_lost(exc):
+                    raise
                 self._drop_reader(conn)
-            raise
-        finally:
-            cur.close()
+                if attempt == 2:
+                    raise
+            finally:
+                try:
+                    cur.close()
+                except Exception:
+                    pass  # a dead connection's cursor; the real error is the one raised
+        raise AssertionError("unreachable")
 
     def _drop_reader(self, conn: Any) -> None:
         self._local.reader = None
@@ -242,11 +258,32 @@ class Store:
                 self._readers.remove(conn)
         self.backend.close_connection(conn)
 
-    def _take_writer(self) -> Any:
-        with self._pool_lock:
-            if self._writers:
-                return self._writers.pop()
-        return self.backend.connect(for_writing=True)
+    def _take_writer(self, first_step: Callable[[Any], object] | None = None) -> Any:
+        """A writer connection from the pool (or a new one), after ``first_step(conn)`` succeeded on it.
+
+        Pooled connections die when the server restarts. When ``first_step``
+        finds a pooled connection dead, the pool is emptied (its other
+        connections died too) and ``first_step`` runs again on a new
+        connection: it did nothing on the dead one, so that is safe.
+        """
+        while True:
+            with self._pool_lock:
+                pooled = self._writers.pop() if self._writers else None
+            conn = pooled if pooled is not None else self.backend.connect(for_writing=True)
+            if first_step is None:
+                return conn
+            try:
+                first_step(conn)
+                return conn
+            except BaseException as exc:
+                lost = self.backend.is_connection_lost(exc)
+                self._give_writer(conn, broken=lost)
+                if not lost or pooled is None:
+                    raise
+            with self._pool_lock:
+                dead, self._writers = self._writers, []
+            for conn in dead:
+                self.backend.close_connection(conn)
 
     def _give_writer(self, conn: Any, *, broken: bool = False) -> None:
         if broken or self._closed:
@@ -296,9 +333,8 @@ class Store:
             # would block a second connection, so allocate inside it. If the
             # transaction aborts the oids return unused, which is harmless.
             return self._bump_oidgen(active, count)
-        conn = self._take_writer()
+        conn = self._take_writer(first_step=self.backend.begin)
         try:
-            self.backend.begin(conn)
             first = self._bump_oidgen(conn, count)
             conn.commit()
         except BaseException:
@@ -519,6 +555,14 @@ class Store:
         (big,) = self._query("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM bigdata")
         return int(row[0]) + int(big[0])
 
+    def object_count(self) -> int:
+        """How many objects exist now (their latest revision is not a deletion)."""
+        (row,) = self._query(
+            "SELECT COUNT(*) FROM obj o WHERE o.data_id IS NOT NULL "
+            "AND o.tid = (SELECT MAX(n.tid) FROM obj n WHERE n.oid = o.oid)"
+        )
+        return int(row[0])
+
     def counts(self) -> dict[str, int]:
         """Row counts of the main tables (for tests and ``windvane store info``)."""
         out = {}
@@ -558,7 +602,9 @@ class Transaction:
         self._pending_raw: set[bytes] = set()  # hashes of values the caller marked incompressible
         self._ids: dict[bytes, int] = {}  # hash -> data.id, for uploaded or found values
         self._inserted: list[int] = []  # data ids this transaction created
+        self._checks: dict[int, int] = {}  # oid -> serial that must still be current at vote
         self._conn: Any = None
+        self._cursors: list[Any] = []  # opened on _conn, closed before it goes back to the pool
 
     # -- the caller's side ---------------------------------------------------
 
@@ -595,6 +641,15 @@ class Transaction:
         self.write(oid, None, value)
         self._writes[u64(oid)].check = False
 
+    def check_current(self, oid: bytes, serial: bytes) -> None:
+        """Require ``serial`` to still be the latest revision of ``oid`` at vote, writing nothing.
+
+        ZODB's checkCurrentSerialInTransaction: vote raises ReadConflictError
+        if it is not; the commit lock held from vote to finish keeps it so.
+        """
+        self._require("open")
+        self._checks[u64(oid)] = u64(serial)
+
     def _backpointer(self, ioid: int, data_tid: int) -> _Write:
         rows = self.store_._query("SELECT data_id FROM obj WHERE oid = ? AND tid = ?", (ioid, data_tid))
         if not rows:
@@ -610,9 +665,9 @@ class Transaction:
         else UndoError.
         """
         self._require("open")
-        conn = self._writer()
+        self._writer()
         itid = u64(tid)
-        cur = conn.cursor()
+        cur = self._cursor()
         cur.execute("SELECT value FROM config WHERE name = 'pack_tid'")
         if itid <= int(cur.fetchone()[0]):
             raise errors.UndoError(f"transaction 0x{tid.hex()} was packed away and cannot be undone")
@@ -624,29 +679,59 @@ class Transaction:
                 raise errors.UndoError(f"no transaction 0x{tid.hex()} to undo")
         oids = []
         for ioid, data_id in undone:
-            if ioid in self._writes:
-                raise errors.UndoError("one transaction cannot undo two changes of one object", p64(ioid))
-            cur.execute(
-                "SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,)
-            )
-            current_tid, current_data = cur.fetchone()
+            pending = self._writes.get(ioid)
+            if pending is None:
+                cur.execute(
+                    "SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,)
+                )
+                current_tid, current_data = cur.fetchone()
+                same = current_data == data_id
+            else:
+                # An earlier undo of this transaction changed the object
+                # (ZODB undoMultiple): undo against that pending state.
+                current_tid = pending.expected
+                same = self._same_value(cur, pending, data_id)
             cur.execute(
                 "SELECT tid, data_id FROM obj WHERE oid = ? AND tid < ? ORDER BY tid DESC LIMIT 1",
                 (ioid, itid),
             )
             before = cur.fetchone()
             before_tid, before_data = before if before else (None, None)
-            if current_data == data_id:
+            if same:
                 # Dedup makes "undo-identical" a comparison of data ids.
                 self._writes[ioid] = _Write(current_tid, data_id=before_data, value_tid=before_tid)
             elif resolve is not None and before_data is not None:
                 value_before = self.store_.load_serial(p64(ioid), p64(before_tid))
-                resolved = resolve(p64(ioid), p64(current_tid), tid, value_before)
+                if pending is None:
+                    resolved = resolve(p64(ioid), p64(current_tid), tid, value_before)
+                else:
+                    committed = self._pending_value(cur, ioid, pending)
+                    if committed is None:
+                        raise errors.UndoError("Some data were modified by a later transaction", p64(ioid))
+                    resolved = resolve(p64(ioid), p64(current_tid), tid, value_before, committed)
                 self.write(p64(ioid), p64(current_tid), resolved)
             else:
                 raise errors.UndoError("Some data were modified by a later transaction", p64(ioid))
             oids.append(p64(ioid))
         return oids
+
+    def _same_value(self, cur: Any, write: _Write, data_id: int | None) -> bool:
+        """Whether a pending write sets the value stored in data row ``data_id``."""
+        if write.hash is None:
+            return write.data_id == data_id
+        if data_id is None:
+            return False
+        cur.execute("SELECT hash FROM data WHERE id = ?", (data_id,))
+        row = cur.fetchone()
+        return row is not None and bytes(row[0]) == write.hash
+
+    def _pending_value(self, cur: Any, ioid: int, write: _Write) -> bytes | None:
+        """The value a pending write sets (None for a deletion)."""
+        if write.hash is not None:
+            return self._value_of(cur, write)
+        if write.data_id is None or write.value_tid is None:
+            return None
+        return self.store_.load_serial(p64(ioid), p64(write.value_tid))
 
     def vote(self, resolve: Resolver | None = None) -> list[bytes]:
         """Make everything durable; returns the oids whose values ``resolve`` replaced.
@@ -658,7 +743,7 @@ class Transaction:
         try:
             self._flush()
             conn = self._writer()
-            cur = conn.cursor()
+            cur = self._cursor()
             resolved = self._check_serials(cur, resolve)
             if resolved:
                 self._flush()
@@ -684,7 +769,7 @@ class Transaction:
         store, conn, tid = self.store_, self._conn, u64(self.tid)
         try:
             store.backend.begin(conn)
-            cur = conn.cursor()
+            cur = self._cursor()
             cur.execute(
                 "INSERT INTO trans (tid, packed, user, description, ext) "
                 "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
@@ -729,7 +814,7 @@ class Transaction:
             Store._rollback_quietly(conn)
             if voted:
                 self.store_.backend.begin(conn)
-                cur = conn.cursor()
+                cur = self._cursor()
                 tid = u64(self.tid)
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
@@ -754,12 +839,9 @@ class Transaction:
         if self._conn is not None:
             return self._conn
         store = self.store_
-        conn = store._take_writer()
-        try:
-            store.backend.acquire_commit_lock(conn, store.commit_lock_timeout)
-        except BaseException as exc:
-            store._give_writer(conn, broken=store.backend.is_connection_lost(exc))
-            raise
+        conn = store._take_writer(
+            first_step=lambda conn: store.backend.acquire_commit_lock(conn, store.commit_lock_timeout)
+        )
         conn._holds_commit_lock = True
         self._conn = conn
         store._local.active_writer = conn
@@ -771,7 +853,25 @@ class Transaction:
             raise
         return conn
 
+    def _cursor(self) -> Any:
+        """A cursor on the write connection; ``_release`` closes it.
+
+        A cursor left to the garbage collector may be finalised after its
+        connection went back to the pool (an exception's traceback keeps it
+        alive): MariaDB's statement close then runs on a connection another
+        thread is using and desynchronises it ("Commands out of sync").
+        """
+        cur = self._conn.cursor()
+        self._cursors.append(cur)
+        return cur
+
     def _release(self, *, broken: bool = False) -> None:
+        cursors, self._cursors = self._cursors, []
+        for cur in cursors:
+            try:
+                cur.close()
+            except Exception:
+                pass  # already closed, or the connection is dead: nothing left to free
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -789,8 +889,8 @@ class Transaction:
         """Upload pending values, sending none the database already holds."""
         if not self._pending:
             return
-        conn = self._writer()
-        cur = conn.cursor()
+        self._writer()
+        cur = self._cursor()
         backend = self.store_.backend
         pending, raw = self._pending, self._pending_raw
         self._pending, self._pending_bytes, self._pending_raw = {}, 0, set()
@@ -858,12 +958,17 @@ class Transaction:
 
     def _check_serials(self, cur: Any, resolve: Resolver | None) -> list[bytes]:
         checked = [oid for oid, w in self._writes.items() if w.check]
+        reads = [oid for oid in self._checks if oid not in self._writes]
         current: dict[int, int] = {}
-        for batch in _chunked(checked, self.store_.backend.max_params):
+        for batch in _chunked(checked + reads, self.store_.backend.max_params):
             cur.execute(
                 f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {_placeholders(len(batch))} GROUP BY oid", batch
             )
             current.update(cur.fetchall())
+        for oid in reads:
+            committed, expected = current.get(oid, 0), self._checks[oid]
+            if committed != expected:
+                raise ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
         resolved = []
         for oid in checked:
             write = self._writes[oid]

@@ -59,6 +59,13 @@ class Backend(ABC):
     def release_commit_lock(self, conn: Any) -> None:
         """Give the commit lock back. Harmless when ``conn`` does not hold it."""
 
+    def ping(self, conn: Any) -> None:
+        """One round trip on ``conn``: raises if the connection is dead."""
+        cur = conn.cursor()
+        cur.execute("SELECT 1")
+        cur.fetchall()
+        cur.close()
+
     def blob_cursor(self, conn: Any) -> Any:
         """A cursor that sends BLOB parameters unescaped (binary protocol where it matters)."""
         return conn.cursor()
