@@ -50,8 +50,19 @@ Resolver = Callable[..., bytes]
 _MAX_INT = (1 << 63) - 1
 
 
+class _Stamped:
+    """Something named by a tid, which also says when it was committed."""
+
+    tid: bytes
+
+    @property
+    def time(self) -> float:
+        """The Unix time of the commit."""
+        return tid_time(u64(self.tid))
+
+
 @dataclass(frozen=True)
-class TransactionInfo:
+class TransactionInfo(_Stamped):
     """A committed transaction's metadata."""
 
     tid: bytes
@@ -59,10 +70,6 @@ class TransactionInfo:
     description: bytes
     extension: bytes
     packed: bool
-
-    @property
-    def time(self) -> float:
-        return tid_time(u64(self.tid))
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Revision:
+class Revision(_Stamped):
     """One entry of an object's history."""
 
     tid: bytes
@@ -84,10 +91,6 @@ class Revision:
     user: bytes
     description: bytes
     extension: bytes
-
-    @property
-    def time(self) -> float:
-        return tid_time(u64(self.tid))
 
 
 @dataclass
@@ -662,7 +665,9 @@ class Transaction:
         Each object ``tid`` changed gets back the value it had before, reusing
         that data row. An object changed since then is resolved through
         ``resolve(oid, current_serial, undone_serial, value_before)`` if given,
-        else UndoError.
+        else UndoError. Several undos in one transaction may touch one
+        object: each applies to the state the previous one left (then
+        ``resolve`` gets that pending value as a fifth argument).
         """
         self._require("open")
         self._writer()
