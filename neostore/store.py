@@ -124,7 +124,7 @@ class Store:
         url: str | StoreURL,
         *,
         read_only: bool = False,
-        compression_level: int = 3,
+        compression_level: int = 1,
         commit_lock_timeout: float = 60.0,
         flush_bytes: int = 64 * 1024 * 1024,
         backend: Backend | None = None,
@@ -441,6 +441,39 @@ class Store:
         if row[1] is None:
             raise errors.POSKeyError(oid)
         return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
+
+    def load_many(self, oids: Iterable[bytes], *, batch: int = 8) -> Iterator[tuple[bytes, bytes]]:
+        """``(value, serial)`` of the latest revision of each oid, in order.
+
+        Rows are read ``batch`` oids per query, and checked and decompressed
+        in worker threads while the next batch is read, so bulk reads are
+        not serialised behind hashing. POSKeyError for an oid with no value.
+        """
+        pool = self._encoder
+        pending: list[tuple[bytes, Any]] = []
+        for group in _chunked(list(oids), batch):
+            keys = [u64(oid) for oid in group]
+            rows = self._query(
+                f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
+                "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
+                f"WHERE oid IN {_placeholders(len(keys))} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
+                "LEFT JOIN data d ON d.id = o.data_id",
+                keys,
+            )
+            by_oid = {row[0]: row[1:] for row in rows}
+            decoded = []
+            for oid, key in zip(group, keys):
+                row = by_oid.get(key)
+                if row is None or row[1] is None:
+                    raise errors.POSKeyError(oid)
+                decoded.append((p64(row[0]), pool.submit(self._value, oid, row)))
+            # Hand back the previous batch only now: its checks ran while
+            # this batch was being read.
+            for serial, future in pending:
+                yield future.result(), serial
+            pending = decoded
+        for serial, future in pending:
+            yield future.result(), serial
 
     def load_serial(self, oid: bytes, serial: bytes) -> bytes:
         """The value ``oid`` was given by transaction ``serial``."""
@@ -908,31 +941,49 @@ class Transaction:
         if not missing:
             return
         codec = self.store_.codec
+        # The pool compresses ahead while the values it has finished are
+        # being inserted: compression and database work overlap.
         encoded = self.store_._encoder.map(
             lambda h: codec.encode(pending[h], h, compress=h not in raw), missing
         )
-        self._insert_values(cur, list(encoded))
+        self._insert_values(cur, encoded)
 
-    def _insert_values(self, cur: Any, values: list[EncodedValue]) -> None:
-        backend = self.store_.backend
-        small = [v for v in values if len(v.stored) <= backend.split_size]
+    #: Bytes per bulk INSERT: small enough to keep compression and upload
+    #: overlapping, large enough that round trips do not count.
+    INSERT_BATCH_BYTES = 8 * 1024 * 1024
+
+    def _insert_values(self, cur: Any, values: Iterable[EncodedValue]) -> None:
+        split_size = self.store_.backend.split_size
         batch: list[tuple] = []
         batch_bytes = 0
-        for v in small:
+        for v in values:
+            if len(v.stored) > split_size:
+                self._insert_big(cur, v)
+                continue
             batch.append((v.hash, v.compression, v.size, v.stored))
             batch_bytes += len(v.stored)
-            # Keep each bulk statement well under max_allowed_packet.
-            if batch_bytes >= 32 * 1024 * 1024:
+            if batch_bytes >= self.INSERT_BATCH_BYTES:
                 self._insert_small(cur, batch)
                 batch, batch_bytes = [], 0
         if batch:
             self._insert_small(cur, batch)
-        for v in values:
-            if len(v.stored) > backend.split_size:
-                self._insert_big(cur, v)
+
+    #: Rows at least this large go one statement each: measured on MariaDB,
+    #: 2 MiB values insert faster that way (about 590 MB/s) than in one bulk
+    #: statement (about 460 MB/s); small rows gain from bulk statements.
+    PER_ROW_BYTES = 256 * 1024
 
     def _insert_small(self, cur: Any, rows: list[tuple]) -> None:
-        cur.executemany("INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, 0, ?)", rows)
+        sql = "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, 0, ?)"
+        big = [row for row in rows if len(row[3]) >= self.PER_ROW_BYTES]
+        if big:
+            blob_cur = self.store_.backend.blob_cursor(cur.connection)
+            for row in big:
+                blob_cur.execute(sql, row)
+            blob_cur.close()
+        small = [row for row in rows if len(row[3]) < self.PER_ROW_BYTES]
+        if small:
+            cur.executemany(sql, small)
         hashes = [row[0] for row in rows]
         cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
         for digest, data_id in cur.fetchall():

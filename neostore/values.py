@@ -34,6 +34,11 @@ _COMPRESSED_MAGIC = (
     b"PAR1",  # parquet
 )
 
+# Compression is kept only when it saves at least this fraction: below it,
+# decompressing on every read costs more time than the bytes saved (measured
+# on float32 sensor data saving 9.5%: zstd decoding took 56% of a read).
+MIN_GAIN = 1 / 8
+
 # Below this size a value is stored raw: the frame overhead eats the gain.
 _MIN_COMPRESS = 64
 # Values larger than this are first probed with a sample, so incompressible
@@ -42,8 +47,15 @@ _PROBE_ABOVE = 256 * 1024
 _PROBE_SIZE = 64 * 1024
 
 
+# Above this size blake3 hashes with several threads (about twice as fast
+# on two cores, and the GIL is released meanwhile).
+_THREADED_HASH = 1024 * 1024
+
+
 def value_hash(value: bytes | memoryview) -> bytes:
     """The 32-byte blake3 hash that names ``value``."""
+    if len(value) >= _THREADED_HASH:
+        return blake3.blake3(value, max_threads=blake3.blake3.AUTO).digest()
     return blake3.blake3(value).digest()
 
 
@@ -58,12 +70,12 @@ class EncodedValue:
 
 
 class ValueCodec:
-    """Compression policy: zstd at ``level``, kept only when it shrinks the value.
+    """Compression policy: zstd at ``level``, kept only when it saves :data:`MIN_GAIN`.
 
     ``level=0`` turns compression off.
     """
 
-    def __init__(self, level: int = 3):
+    def __init__(self, level: int = 1):
         if not -7 <= level <= 22:
             raise ValueError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
         self.level = level
@@ -83,7 +95,7 @@ class ValueCodec:
         digest = value_hash_ if value_hash_ is not None else value_hash(value)
         if compress and self._worth_compressing(value):
             packed = self._context().compressor.compress(value)
-            if len(packed) < len(value):
+            if len(packed) <= len(value) * (1 - MIN_GAIN):
                 return EncodedValue(digest, len(value), ZSTD, packed)
         return EncodedValue(digest, len(value), RAW, bytes(value))
 
@@ -106,5 +118,5 @@ class ValueCodec:
             return False
         if len(value) > _PROBE_ABOVE:
             sample = value[:_PROBE_SIZE]
-            return len(self._context().probe.compress(sample)) < 0.97 * len(sample)
+            return len(self._context().probe.compress(sample)) <= (1 - MIN_GAIN) * len(sample)
         return True

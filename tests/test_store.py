@@ -268,7 +268,13 @@ def test_dedup_hit_sends_no_blob(store_url):
         txn.write(store.new_oid(), None, value)
         sent = []
         original = txn._insert_values
-        txn._insert_values = lambda cur, values: (sent.extend(values), original(cur, values))
+
+        def spy(cur, values):
+            values = list(values)
+            sent.extend(values)
+            original(cur, values)
+
+        txn._insert_values = spy
         txn.vote()
         txn.finish()
         assert sent == []
@@ -502,3 +508,18 @@ def test_pack_memory_does_not_grow_with_database_size(sqlite_url, tmp_path):
     assert large["rss_kib"] < 200 * 1024
     # Four times the data, no more than 20 MiB more memory.
     assert large["rss_kib"] - small["rss_kib"] < 20 * 1024
+
+
+def test_load_many_reads_latest_values_in_order(store_url):
+    with neostore.open(store_url) as store:
+        oids = [store.new_oid() for _ in range(20)]
+        values = {oid: os.urandom(3000) + SENSOR_LIKE[: i * 100] for i, oid in enumerate(oids)}
+        first = commit(store, {oid: (None, v) for oid, v in values.items()})
+        changed = oids[3]
+        second = commit(store, {changed: (first, b"new")})
+        wanted = oids[::-1]
+        got = list(store.load_many(wanted, batch=3))
+        assert [v for v, _ in got] == [b"new" if oid == changed else values[oid] for oid in wanted]
+        assert [s for _, s in got] == [second if oid == changed else first for oid in wanted]
+        with pytest.raises(neostore.POSKeyError):
+            list(store.load_many([oids[0], p64(123456)]))

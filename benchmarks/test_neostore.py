@@ -1,0 +1,707 @@
+"""neostore throughput benchmarks (issue 2), each measured beside its baseline in the same run.
+
+1. commit ``TOTAL_BYTES`` (1 GiB) as 2 MiB values, ``VALUES_PER_TXN`` values
+   (64 MiB) per transaction: neostore vs raw ``executemany`` INSERTs of the
+   same bytes into a bare table, on MariaDB (``mariadb`` connector, same
+   server) and on SQLite (sqlite3, WAL, synchronous=FULL). Goal >= 0.8.
+   MariaDB also gets a stronger baseline, one INSERT per value (the server
+   takes 2 MiB statements faster than one 64 MiB bulk statement).
+2. the same data through a NEO-like path: mysqlclient, escaped BLOBs,
+   zlib level 6 (kept if smaller), SHA-1, NEO's data/obj tables. Reported:
+   how many times faster neostore on MariaDB is.
+3. re-committing identical values (all dedup hits) into a store that holds
+   them: goal >= 5x the first commit's throughput (benchmark 1).
+4. reading every value back with ``store.load`` vs a raw SELECT of the bytes
+   by id. Goal >= 0.8.
+5. pack of a 1 GiB database of which half the revisions are dead, in a
+   separate process whose peak RSS must stay under 200 MB.
+
+Every round of a write benchmark starts from a fresh empty database/table
+(pytest-benchmark ``pedantic`` with ``setup``/``teardown``); the setup waits
+until InnoDB has flushed the previous round's pages, and the session's server
+is warmed up once (1 GiB written and dropped) before any benchmark. Throughput is in MB/s
+(10^6 bytes/s) of the values' raw bytes, from the median round; the ratios
+are in ``benchmark.extra_info`` and printed by ``benchmarks/report.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import zlib
+
+import MySQLdb
+import psutil
+import pytest
+
+import neostore
+import sensor_data
+from neostore import p64
+
+#: Bytes moved by each benchmark (1 GiB); WINDVANE_BENCH_BYTES=64M for a quick run.
+TOTAL_BYTES = sensor_data.TOTAL_BYTES
+VALUE_BYTES = sensor_data.VALUE_BYTES
+#: 32 values of 2 MiB = 64 MiB per transaction, for neostore and baselines alike.
+VALUES_PER_TXN = 32
+ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
+PACK_ROUNDS = int(os.environ.get("WINDVANE_BENCH_PACK_ROUNDS", "1"))
+MB = 1e6
+
+GOAL_VS_RAW = 0.8
+GOAL_RECOMMIT = 5.0
+PACK_RSS_LIMIT = 200 * MB
+
+# Full-size rounds take minutes; the repository's 300 s default would cut them.
+pytestmark = pytest.mark.timeout(3600)
+
+
+def batches(n: int, size: int = VALUES_PER_TXN):
+    for start in range(0, n, size):
+        yield range(start, min(n, start + size))
+
+
+# -- recording -------------------------------------------------------------------
+
+
+def record(benchmark, results, name, nbytes, *, baseline=None, goal=None, ratio_name=None, **extra):
+    """Put MB/s (and the ratio to ``baseline``, measured earlier this run) into extra_info."""
+    benchmark.extra_info.update(extra)
+    stats = getattr(benchmark, "stats", None)
+    if stats is None:  # --benchmark-disable: the test only checked that the code runs
+        return
+    st = stats.stats
+    mbps = nbytes / st.median / MB
+    info = {
+        "bytes": nbytes,
+        "seconds_median": st.median,
+        "seconds_min": st.min,
+        "seconds_max": st.max,
+        "mbps": mbps,
+        "mbps_best": nbytes / st.min / MB,
+        "mbps_worst": nbytes / st.max / MB,
+    }
+    benchmark.extra_info.update(info)
+    if baseline is not None:
+        benchmark.extra_info["baseline"] = baseline
+        if baseline in results:
+            ratio = mbps / results[baseline]["mbps"]
+            key = ratio_name or "ratio_vs_baseline"
+            benchmark.extra_info[key] = ratio
+            if goal is not None:
+                benchmark.extra_info["goal"] = goal
+                benchmark.extra_info["goal_met"] = ratio >= goal
+    results[name] = info
+
+
+# -- raw baselines -----------------------------------------------------------------
+
+
+def raw_mariadb_table(conn) -> None:
+    cur = conn.cursor()
+    cur.execute("CREATE TABLE bare (id BIGINT NOT NULL PRIMARY KEY, value MEDIUMBLOB NOT NULL) ENGINE=InnoDB")
+    conn.commit()
+
+
+def raw_mariadb_commit(conn, values) -> None:
+    cur = conn.cursor()
+    for batch in batches(len(values)):
+        cur.executemany("INSERT INTO bare (id, value) VALUES (?, ?)", [(i, values[i]) for i in batch])
+        conn.commit()
+
+
+def raw_sqlite_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")  # neostore's durability
+    return conn
+
+
+def raw_sqlite_commit(conn, values) -> None:
+    for batch in batches(len(values)):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO bare (id, value) VALUES (?, ?)", [(i, values[i]) for i in batch])
+        conn.execute("COMMIT")
+
+
+# -- neostore ----------------------------------------------------------------------
+
+
+def neostore_commit(store, values, oids=None) -> list[bytes]:
+    """Commit ``values`` to new oids (or ``oids``), VALUES_PER_TXN per transaction."""
+    if oids is None:
+        oids = [p64(oid) for oid in store.new_oids(len(values))]
+    for batch in batches(len(values)):
+        txn = store.begin()
+        for i in batch:
+            txn.write(oids[i], None, values[i])
+        txn.vote()
+        txn.finish()
+    return oids
+
+
+def sqlite_url(path: str) -> str:
+    return f"sqlite:///{path}"  # an absolute path: four slashes
+
+
+# -- 1. commit: neostore vs raw inserts ------------------------------------------------
+
+
+@pytest.mark.benchmark(group="1-commit-mariadb")
+def test_commit_mariadb_raw(benchmark, databases, sensor_values, bench_results):
+    """Baseline: mariadb connector executemany INSERT into a bare (id, MEDIUMBLOB) table."""
+    n = len(sensor_values)
+
+    def setup():
+        databases.fresh_mariadb("b_raw_commit")
+        conn = databases.mariadb_connect("b_raw_commit")
+        raw_mariadb_table(conn)
+        return (conn, sensor_values), {}
+
+    def teardown(conn, values):
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM bare")
+        assert cur.fetchone() == (n, n * VALUE_BYTES)
+        conn.close()
+        databases.drop_mariadb("b_raw_commit")
+
+    benchmark.pedantic(raw_mariadb_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_mariadb_raw", n * VALUE_BYTES)
+
+
+def raw_mariadb_commit_per_row(conn, values) -> None:
+    cur = conn.cursor()
+    for batch in batches(len(values)):
+        for i in batch:
+            cur.execute("INSERT INTO bare (id, value) VALUES (?, ?)", (i, values[i]))
+        conn.commit()
+
+
+@pytest.mark.benchmark(group="1-commit-mariadb")
+def test_commit_mariadb_raw_per_row(benchmark, databases, sensor_values, bench_results):
+    """A stronger baseline: one INSERT per value (MariaDB takes 2 MiB statements faster than 64 MiB ones)."""
+    n = len(sensor_values)
+
+    def setup():
+        databases.fresh_mariadb("b_raw_commit_row")
+        conn = databases.mariadb_connect("b_raw_commit_row")
+        raw_mariadb_table(conn)
+        return (conn, sensor_values), {}
+
+    def teardown(conn, values):
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM bare")
+        assert cur.fetchone() == (n, n * VALUE_BYTES)
+        conn.close()
+        databases.drop_mariadb("b_raw_commit_row")
+
+    benchmark.pedantic(raw_mariadb_commit_per_row, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_mariadb_raw_per_row", n * VALUE_BYTES)
+
+
+@pytest.mark.benchmark(group="1-commit-mariadb")
+def test_commit_mariadb_neostore(benchmark, databases, sensor_values, bench_results):
+    """neostore on MariaDB (InnoDB): blake3, zstd-3 if it shrinks, dedup, two-phase commit."""
+    n = len(sensor_values)
+
+    def setup():
+        store = neostore.open(databases.fresh_mariadb("b_neo_commit"))
+        return (store, sensor_values), {}
+
+    def teardown(store, values):
+        counts = store.counts()
+        assert (counts["obj"], counts["data"], counts["trans"]) == (n, n, len(range(0, n, VALUES_PER_TXN)))
+        assert store.load(p64(n))[0] == values[-1]  # oids start at 1
+        benchmark.extra_info["stored_bytes"] = store.value_size()
+        store.close()
+        databases.drop_mariadb("b_neo_commit")
+
+    benchmark.pedantic(neostore_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_mariadb_neostore", n * VALUE_BYTES,
+           baseline="commit_mariadb_raw", goal=GOAL_VS_RAW)
+    if "commit_mariadb_raw_per_row" in bench_results and "mbps" in benchmark.extra_info:
+        benchmark.extra_info["ratio_vs_raw_per_row"] = (
+            benchmark.extra_info["mbps"] / bench_results["commit_mariadb_raw_per_row"]["mbps"]
+        )
+
+
+# -- 2. the NEO-like path ---------------------------------------------------------------
+
+NEO_SCHEMA = [
+    # NEO's MySQLDatabaseManager._setup (VERSION 4), one partition, dedup on.
+    "CREATE TABLE data (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, hash BINARY(20) NOT NULL, "
+    "compression TINYINT UNSIGNED NULL, value MEDIUMBLOB NOT NULL, UNIQUE (hash, compression)) ENGINE=InnoDB",
+    "CREATE TABLE obj (`partition` SMALLINT UNSIGNED NOT NULL, oid BIGINT UNSIGNED NOT NULL, "
+    "tid BIGINT UNSIGNED NOT NULL, data_id BIGINT UNSIGNED NULL, value_tid BIGINT UNSIGNED NULL, "
+    "PRIMARY KEY (`partition`, oid, tid), KEY tid (`partition`, tid, oid), KEY (data_id)) ENGINE=InnoDB",
+]
+
+
+def neo_like_commit(conn, values) -> None:
+    """What NEO does per object: zlib-6 (kept if smaller), SHA-1 of the stored
+    bytes, an escaped INSERT into data (text protocol), then the obj rows and
+    a commit per transaction."""
+    cur = conn.cursor()
+    data_id = 0
+    tid = 0x03F0000000000000
+    for batch in batches(len(values)):
+        tid += 1
+        obj_rows = []
+        for i in batch:
+            value = values[i]
+            compressed = zlib.compress(value, 6)
+            if len(compressed) < len(value):
+                stored, compression = compressed, 1
+            else:
+                stored, compression = value, 0
+            checksum = hashlib.sha1(stored).digest()
+            cur.execute("INSERT INTO data VALUES (%s, %s, %s, %s)", (data_id, checksum, compression, stored))
+            obj_rows.append((0, i + 1, tid, data_id, None))
+            data_id += 1
+        cur.executemany("INSERT INTO obj VALUES (%s, %s, %s, %s, %s)", obj_rows)
+        conn.commit()
+
+
+@pytest.mark.benchmark(group="1-commit-mariadb")
+def test_commit_mariadb_neo_like(benchmark, databases, sensor_values, bench_results):
+    """Benchmark 2: mysqlclient + escaped BLOBs + zlib-6 + SHA-1 into NEO's data/obj tables."""
+    n = len(sensor_values)
+
+    def setup():
+        databases.fresh_mariadb("b_neo_like")
+        conn = MySQLdb.connect(user="root", unix_socket=databases.server.socket, database="b_neo_like")
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_mode='TRADITIONAL,NO_ENGINE_SUBSTITUTION'")
+        for statement in NEO_SCHEMA:
+            cur.execute(statement)
+        conn.commit()
+        return (conn, sensor_values), {}
+
+    def teardown(conn, values):
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM data")
+        count, stored = cur.fetchone()
+        assert count == n
+        cur.execute("SELECT compression, value FROM data WHERE id = %s", (n - 1,))
+        compression, stored_last = cur.fetchone()
+        assert (zlib.decompress(stored_last) if compression else stored_last) == values[-1]
+        benchmark.extra_info["stored_bytes"] = int(stored)
+        conn.close()
+        databases.drop_mariadb("b_neo_like")
+
+    benchmark.pedantic(neo_like_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_mariadb_neo_like", n * VALUE_BYTES)
+    if "commit_mariadb_neostore" in bench_results and "commit_mariadb_neo_like" in bench_results:
+        benchmark.extra_info["neostore_faster_by"] = (
+            bench_results["commit_mariadb_neostore"]["mbps"] / bench_results["commit_mariadb_neo_like"]["mbps"]
+        )
+
+
+@pytest.mark.benchmark(group="1-commit-sqlite")
+def test_commit_sqlite_raw(benchmark, databases, sensor_values, bench_results):
+    """Baseline: sqlite3 executemany INSERT into a bare table, WAL, synchronous=FULL."""
+    n = len(sensor_values)
+
+    def setup():
+        conn = raw_sqlite_connect(databases.fresh_sqlite("raw_commit"))
+        conn.execute("CREATE TABLE bare (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
+        return (conn, sensor_values), {}
+
+    def teardown(conn, values):
+        assert conn.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM bare").fetchone() == (n, n * VALUE_BYTES)
+        conn.close()
+        databases.drop_sqlite("raw_commit")
+
+    benchmark.pedantic(raw_sqlite_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_sqlite_raw", n * VALUE_BYTES)
+
+
+@pytest.mark.benchmark(group="1-commit-sqlite")
+def test_commit_sqlite_neostore(benchmark, databases, sensor_values, bench_results):
+    """neostore on SQLite (WAL, synchronous=FULL)."""
+    n = len(sensor_values)
+
+    def setup():
+        store = neostore.open(sqlite_url(databases.fresh_sqlite("neo_commit")))
+        return (store, sensor_values), {}
+
+    def teardown(store, values):
+        counts = store.counts()
+        assert (counts["obj"], counts["data"]) == (n, n)
+        assert store.load(p64(n))[0] == values[-1]
+        benchmark.extra_info["stored_bytes"] = store.value_size()
+        store.close()
+        databases.drop_sqlite("neo_commit")
+
+    benchmark.pedantic(neostore_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, "commit_sqlite_neostore", n * VALUE_BYTES,
+           baseline="commit_sqlite_raw", goal=GOAL_VS_RAW)
+
+
+# -- 3. re-commit of identical values (dedup hits) ---------------------------------------
+
+
+def _recommit(benchmark, databases, sensor_values, bench_results, kind):
+    n = len(sensor_values)
+    state = {}
+
+    def setup():
+        if not state:  # once: a store that already holds every value
+            if kind == "mariadb":
+                url = databases.fresh_mariadb("b_neo_recommit")
+            else:
+                url = sqlite_url(databases.fresh_sqlite("neo_recommit"))
+            state["store"] = store = neostore.open(url)
+            neostore_commit(store, sensor_values)
+            state["before"] = store.counts()
+            if kind == "mariadb":
+                databases.settle()
+        else:
+            os.sync()
+        return (state["store"], sensor_values), {}
+
+    try:
+        benchmark.pedantic(neostore_commit, setup=setup, rounds=ROUNDS, iterations=1)
+        counts = state["store"].counts()
+        # Every round wrote n new revisions (new oids) and not one new data row.
+        assert counts["data"] == state["before"]["data"] == n
+        assert counts["obj"] == n * (1 + ROUNDS)
+    finally:
+        if "store" in state:
+            state["store"].close()
+    record(benchmark, bench_results, f"recommit_{kind}_neostore", n * VALUE_BYTES,
+           baseline=f"commit_{kind}_neostore", goal=GOAL_RECOMMIT, ratio_name="times_first_commit")
+
+
+@pytest.mark.benchmark(group="3-recommit")
+def test_recommit_mariadb_neostore(benchmark, databases, sensor_values, bench_results):
+    """Re-commit every value (to new oids) into a MariaDB store that holds them all."""
+    _recommit(benchmark, databases, sensor_values, bench_results, "mariadb")
+
+
+@pytest.mark.benchmark(group="3-recommit")
+def test_recommit_sqlite_neostore(benchmark, databases, sensor_values, bench_results):
+    """Re-commit every value (to new oids) into a SQLite store that holds them all."""
+    _recommit(benchmark, databases, sensor_values, bench_results, "sqlite")
+
+
+# -- 4. reading back ----------------------------------------------------------------------
+
+
+def raw_mariadb_read(conn, n) -> int:
+    cur = conn.cursor()
+    total = 0
+    for i in range(n):
+        cur.execute("SELECT value FROM bare WHERE id = ?", (i,))
+        total += len(cur.fetchone()[0])
+    return total
+
+
+def raw_sqlite_read(conn, n) -> int:
+    total = 0
+    for i in range(n):
+        total += len(conn.execute("SELECT value FROM bare WHERE id = ?", (i,)).fetchone()[0])
+    return total
+
+
+def neostore_read(store, oids) -> int:
+    total = 0
+    for oid in oids:
+        value, _serial = store.load(oid)
+        total += len(value)
+    return total
+
+
+def _sample_check(read_one, values) -> None:
+    for i in range(0, len(values), 17):
+        assert read_one(i) == values[i], f"value {i} reads back wrong"
+
+
+@pytest.mark.benchmark(group="4-read-mariadb")
+def test_read_mariadb_raw(benchmark, databases, sensor_values, bench_results):
+    """Baseline: SELECT value FROM bare WHERE id=? for each value (mariadb connector)."""
+    n = len(sensor_values)
+    databases.fresh_mariadb("b_raw_read")
+    loader = databases.mariadb_connect("b_raw_read")
+    raw_mariadb_table(loader)
+    raw_mariadb_commit(loader, sensor_values)
+    loader.close()
+    databases.settle()
+
+    def setup():
+        conn = databases.mariadb_connect("b_raw_read")
+        conn.autocommit = True
+        return (conn, n), {}
+
+    result = benchmark.pedantic(raw_mariadb_read, setup=setup, teardown=lambda conn, n: conn.close(),
+                                rounds=ROUNDS, iterations=1)
+    assert result == n * VALUE_BYTES
+    conn = databases.mariadb_connect("b_raw_read")
+    cur = conn.cursor()
+
+    def read_one(i):
+        cur.execute("SELECT value FROM bare WHERE id = ?", (i,))
+        return cur.fetchone()[0]
+
+    _sample_check(read_one, sensor_values)
+    conn.close()
+    databases.drop_mariadb("b_raw_read")
+    record(benchmark, bench_results, "read_mariadb_raw", n * VALUE_BYTES)
+
+
+@pytest.mark.benchmark(group="4-read-mariadb")
+def test_read_mariadb_neostore(benchmark, databases, sensor_values, bench_results):
+    """store.load of every value (SELECT with join, zstd decompression, blake3 check)."""
+    n = len(sensor_values)
+    url = databases.fresh_mariadb("b_neo_read")
+    with neostore.open(url) as store:
+        oids = neostore_commit(store, sensor_values)
+    databases.settle()
+
+    result = benchmark.pedantic(neostore_read, setup=lambda: ((neostore.open(url), oids), {}),
+                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    assert result == n * VALUE_BYTES
+    with neostore.open(url) as store:
+        _sample_check(lambda i: store.load(oids[i])[0], sensor_values)
+    databases.drop_mariadb("b_neo_read")
+    record(benchmark, bench_results, "read_mariadb_neostore", n * VALUE_BYTES,
+           baseline="read_mariadb_raw", goal=GOAL_VS_RAW)
+
+
+@pytest.mark.benchmark(group="4-read-sqlite")
+def test_read_sqlite_raw(benchmark, databases, sensor_values, bench_results):
+    """Baseline: SELECT value FROM bare WHERE id=? for each value (sqlite3)."""
+    n = len(sensor_values)
+    path = databases.fresh_sqlite("raw_read")
+    loader = raw_sqlite_connect(path)
+    loader.execute("CREATE TABLE bare (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
+    raw_sqlite_commit(loader, sensor_values)
+    loader.close()
+    os.sync()
+
+    result = benchmark.pedantic(raw_sqlite_read, setup=lambda: ((raw_sqlite_connect(path), n), {}),
+                                teardown=lambda conn, n: conn.close(), rounds=ROUNDS, iterations=1)
+    assert result == n * VALUE_BYTES
+    conn = raw_sqlite_connect(path)
+    _sample_check(lambda i: conn.execute("SELECT value FROM bare WHERE id = ?", (i,)).fetchone()[0], sensor_values)
+    conn.close()
+    databases.drop_sqlite("raw_read")
+    record(benchmark, bench_results, "read_sqlite_raw", n * VALUE_BYTES)
+
+
+@pytest.mark.benchmark(group="4-read-sqlite")
+def test_read_sqlite_neostore(benchmark, databases, sensor_values, bench_results):
+    """store.load of every value from a SQLite store."""
+    n = len(sensor_values)
+    url = sqlite_url(databases.fresh_sqlite("neo_read"))
+    with neostore.open(url) as store:
+        oids = neostore_commit(store, sensor_values)
+    os.sync()
+
+    result = benchmark.pedantic(neostore_read, setup=lambda: ((neostore.open(url), oids), {}),
+                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    assert result == n * VALUE_BYTES
+    with neostore.open(url) as store:
+        _sample_check(lambda i: store.load(oids[i])[0], sensor_values)
+    databases.drop_sqlite("neo_read")
+    record(benchmark, bench_results, "read_sqlite_neostore", n * VALUE_BYTES,
+           baseline="read_sqlite_raw", goal=GOAL_VS_RAW)
+
+
+# -- 4b. bulk reads through Store.load_many, where the store has it ----------------------------
+
+
+def neostore_read_many(store, oids) -> int:
+    return sum(len(value) for value, _serial in store.load_many(oids))
+
+
+def _read_many(benchmark, databases, sensor_values, bench_results, kind):
+    if not hasattr(neostore.Store, "load_many"):
+        pytest.skip("this neostore has no Store.load_many")
+    n = len(sensor_values)
+    if kind == "mariadb":
+        url = databases.fresh_mariadb("b_neo_read_many")
+    else:
+        url = sqlite_url(databases.fresh_sqlite("neo_read_many"))
+    with neostore.open(url) as store:
+        oids = neostore_commit(store, sensor_values)
+    databases.settle() if kind == "mariadb" else os.sync()
+    result = benchmark.pedantic(neostore_read_many, setup=lambda: ((neostore.open(url), oids), {}),
+                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    assert result == n * VALUE_BYTES
+    with neostore.open(url) as store:
+        got = list(store.load_many(oids[::17]))
+        assert [value for value, _ in got] == sensor_values[::17]
+    if kind == "mariadb":
+        databases.drop_mariadb("b_neo_read_many")
+    else:
+        databases.drop_sqlite("neo_read_many")
+    record(benchmark, bench_results, f"read_{kind}_neostore_load_many", n * VALUE_BYTES,
+           baseline=f"read_{kind}_raw", goal=GOAL_VS_RAW)
+
+
+@pytest.mark.benchmark(group="4-read-mariadb")
+def test_read_mariadb_neostore_load_many(benchmark, databases, sensor_values, bench_results):
+    """store.load_many of every value (batched SELECTs, checks in worker threads)."""
+    _read_many(benchmark, databases, sensor_values, bench_results, "mariadb")
+
+
+@pytest.mark.benchmark(group="4-read-sqlite")
+def test_read_sqlite_neostore_load_many(benchmark, databases, sensor_values, bench_results):
+    """store.load_many of every value from a SQLite store."""
+    _read_many(benchmark, databases, sensor_values, bench_results, "sqlite")
+
+
+# -- 5. pack ------------------------------------------------------------------------------
+
+# Runs in a fresh interpreter: its peak RSS is the packing process's alone,
+# not the benchmark's (which holds the 1 GiB of generated data).
+PACK_CHILD = r"""
+import json, resource, sys, time
+import neostore
+
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+url, tid = sys.argv[1], bytes.fromhex(sys.argv[2])
+store = neostore.open(url)
+before = store.counts()
+rss_before = status("VmRSS")
+started = time.perf_counter()
+stats = store.pack(tid)
+seconds = time.perf_counter() - started
+after = store.counts()
+store.close()
+print(json.dumps({
+    "pack_seconds": seconds,
+    # VmHWM: the peak RSS of this process's own memory. (ru_maxrss is no good
+    # here: Linux folds the RSS of the forking parent into it at exec.)
+    "peak_rss": status("VmHWM"),
+    "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "rss_before_pack": rss_before,
+    "revisions_deleted": stats.revisions_deleted,
+    "data_deleted": stats.data_deleted,
+    "batches": stats.batches,
+    "counts_before": before,
+    "counts_after": after,
+}))
+"""
+
+
+def run_pack_child(url: str, tid: bytes) -> dict:
+    """Pack in a fresh interpreter; psutil also samples its RSS every 5 ms as a cross-check."""
+    proc = psutil.Popen([sys.executable, "-c", PACK_CHILD, url, tid.hex()],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampled = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal sampled
+        while not stop.is_set():
+            try:
+                sampled = max(sampled, proc.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=3000)
+    finally:
+        stop.set()
+        sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the pack process failed ({proc.returncode}):\n{err}")
+    report = json.loads(out.strip().splitlines()[-1])
+    report["sampled_peak_rss"] = sampled
+    return report
+
+
+def fill_half_dead(store, values) -> bytes:
+    """Commit the first half of ``values`` to oids, then overwrite each oid once with
+    the second half: ``len(values)`` revisions, half of them dead. Returns the last tid."""
+    half = len(values) // 2
+    oids = [p64(oid) for oid in store.new_oids(half)]
+    serials = {}
+    for batch in batches(half):
+        txn = store.begin()
+        for i in batch:
+            txn.write(oids[i], None, values[i])
+        txn.vote()
+        tid = txn.finish()
+        serials.update((oids[i], tid) for i in batch)
+    for batch in batches(half):
+        txn = store.begin()
+        for i in batch:
+            txn.write(oids[i], serials[oids[i]], values[half + i])
+        txn.vote()
+        tid = txn.finish()
+    return tid
+
+
+def _pack(benchmark, databases, sensor_values, bench_results, kind):
+    n = len(sensor_values)
+    half = n // 2
+
+    def setup():
+        if kind == "mariadb":
+            url = databases.fresh_mariadb("b_neo_pack")
+        else:
+            url = sqlite_url(databases.fresh_sqlite("neo_pack"))
+        with neostore.open(url) as store:
+            tid = fill_half_dead(store, sensor_values)
+        if kind == "mariadb":
+            databases.settle()
+        else:
+            os.sync()
+        return (url, tid), {}
+
+    reports = []
+
+    def target(url, tid):
+        reports.append(run_pack_child(url, tid))
+
+    def teardown(url, tid):
+        with neostore.open(url) as store:
+            counts = store.counts()
+            assert (counts["obj"], counts["data"]) == (half, half)
+            _sample_check(lambda i: store.load(p64(1 + i))[0], sensor_values[half:])
+        if kind == "mariadb":
+            databases.drop_mariadb("b_neo_pack")
+        else:
+            databases.drop_sqlite("neo_pack")
+
+    benchmark.pedantic(target, setup=setup, teardown=teardown, rounds=PACK_ROUNDS, iterations=1)
+    last = reports[-1]
+    assert last["counts_before"]["obj"] == n and last["counts_after"]["obj"] == half
+    assert last["revisions_deleted"] == n - half and last["data_deleted"] == n - half
+    peak = max(max(r["peak_rss"], r["sampled_peak_rss"]) for r in reports)
+    record(benchmark, bench_results, f"pack_{kind}_neostore", n * VALUE_BYTES,
+           pack_seconds=min(r["pack_seconds"] for r in reports),
+           peak_rss=peak, peak_rss_mb=peak / MB,
+           sampled_peak_rss_mb=max(r["sampled_peak_rss"] for r in reports) / MB, rss_before_pack_mb=last["rss_before_pack"] / MB,
+           rss_limit_mb=PACK_RSS_LIMIT / MB, rss_goal_met=peak < PACK_RSS_LIMIT,
+           revisions_deleted=last["revisions_deleted"], data_deleted=last["data_deleted"],
+           batches=last["batches"], counts_before=last["counts_before"], counts_after=last["counts_after"])
+    assert peak < PACK_RSS_LIMIT, f"pack peaked at {peak / MB:.0f} MB RSS"
+
+
+@pytest.mark.benchmark(group="5-pack")
+def test_pack_mariadb_neostore(benchmark, databases, sensor_values, bench_results):
+    """Pack a 1 GiB MariaDB store with half of its revisions dead, in a separate process."""
+    _pack(benchmark, databases, sensor_values, bench_results, "mariadb")
+
+
+@pytest.mark.benchmark(group="5-pack")
+def test_pack_sqlite_neostore(benchmark, databases, sensor_values, bench_results):
+    """Pack a 1 GiB SQLite store with half of its revisions dead, in a separate process."""
+    _pack(benchmark, databases, sensor_values, bench_results, "sqlite")
