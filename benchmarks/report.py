@@ -34,6 +34,9 @@ COMPARISONS = [
      "neostore / raw", 0.8),
     ("4b. read via load_many, SQLite", "read_sqlite_neostore_load_many", "read_sqlite_raw",
      "neostore / raw", 0.8),
+    ("4c. read, SQLite, vs memory-mapped raw", "read_sqlite_neostore", "read_sqlite_raw_mmap", "neostore / raw", 0.8),
+    ("4c. read via load_many, SQLite, vs memory-mapped raw", "read_sqlite_neostore_load_many", "read_sqlite_raw_mmap",
+     "neostore / raw", 0.8),
 ]
 
 
