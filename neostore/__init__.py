@@ -27,8 +27,9 @@ from .errors import (
     TransactionError,
     UndoError,
 )
+from .names import NamedRevision
 from .store import Record, Revision, Store, Transaction, TransactionInfo
-from .tids import ZERO, p64, u64
+from .tids import ZERO, p64, tid_at, u64
 from .url import StoreURL, parse_url
 
 
@@ -54,6 +55,7 @@ __all__ = [
     "CorruptDataError",
     "DatabaseError",
     "InvalidURLError",
+    "NamedRevision",
     "NeoStoreError",
     "POSKeyError",
     "ReadOnlyError",
@@ -71,5 +73,6 @@ __all__ = [
     "open",
     "p64",
     "parse_url",
+    "tid_at",
     "u64",
 ]

@@ -7,7 +7,7 @@ either not yet applied or applied, and a revision visible at or after the
 pack tid is never touched.
 
 With ``references`` (a function listing the oids a value refers to), pack
-also collects objects unreachable from the root (oid 0) as of the pack tid.
+also collects objects unreachable from the root (oid 0) or a name as of the pack tid.
 The mark set lives in a temporary table, not in memory.
 """
 
@@ -205,14 +205,12 @@ class _Pack:
             cur.execute("DROP TABLE temp_packmark" if self.backend.kind == "sqlite" else "DROP TEMPORARY TABLE temp_packmark")
             self.conn.commit()
 
-    @property
-    def _insert_ignore(self) -> str:
-        return "INSERT OR IGNORE" if self.backend.kind == "sqlite" else "INSERT IGNORE"
-
     def _mark_roots(self, cur: Any, since: int) -> int:
-        cur.execute(f"{self._insert_ignore} INTO temp_packmark (oid, done) VALUES (0, 0)")
+        cur.execute(f"{self.backend.insert_ignore} INTO temp_packmark (oid, done) VALUES (0, 0)")
+        # Named objects are roots: their names reach them, not a reference.
+        cur.execute(f"{self.backend.insert_ignore} INTO temp_packmark (oid, done) SELECT oid, 0 FROM name")
         cur.execute(
-            f"{self._insert_ignore} INTO temp_packmark (oid, done) SELECT DISTINCT oid, 0 FROM obj WHERE tid > ?",
+            f"{self.backend.insert_ignore} INTO temp_packmark (oid, done) SELECT DISTINCT oid, 0 FROM obj WHERE tid > ?",
             (since,),
         )
         self.conn.commit()
@@ -233,7 +231,7 @@ class _Pack:
             )
             if found:
                 cur.executemany(
-                    f"{self._insert_ignore} INTO temp_packmark (oid, done) VALUES (?, 0)",
+                    f"{self.backend.insert_ignore} INTO temp_packmark (oid, done) VALUES (?, 0)",
                     [(oid,) for oid in sorted(found)],
                 )
             self.conn.commit()

@@ -35,9 +35,10 @@ from ZODB.POSException import ReadConflictError
 
 from . import errors
 from .backends import SCHEMA_VERSION, Backend, backend_for
+from .names import NamedRevision, NameIndex
 from .tids import ZERO, next_tid, p64, tid_time, u64
 from .url import StoreURL, parse_url
-from .values import EncodedValue, ValueCodec, value_hash
+from .values import RAW, EncodedValue, ValueCodec, value_hash
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class Store:
         self._oid_block: list[int] = []
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
         self._closed = False
+        self._names = NameIndex(self)
         self._prepare_database()
 
     # -- setup ---------------------------------------------------------------
@@ -165,10 +167,12 @@ class Store:
                     f"{SCHEMA_VERSION}: upgrade windvane to open it"
                 )
             elif version < SCHEMA_VERSION:
-                raise errors.SchemaVersionError(
-                    f"{self.url} has schema version {version}; this neostore needs {SCHEMA_VERSION} "
-                    "and has no migration for it: export with an older windvane and re-import"
-                )
+                if self.read_only:
+                    raise errors.SchemaVersionError(
+                        f"{self.url} has schema version {version}; this neostore needs {SCHEMA_VERSION}: "
+                        "open it writable once to upgrade it"
+                    )
+                self._upgrade_database(conn, version)
             if not self.read_only:
                 self._discard_unfinished(conn, timeout=0)
         finally:
@@ -186,6 +190,20 @@ class Store:
         finally:
             self.backend.release_commit_lock(conn)
         return version
+
+    def _upgrade_database(self, conn: Any, version: int) -> None:
+        """Bring an older schema up to date. Version 2 only added tables."""
+        self.backend.acquire_commit_lock(conn, self.commit_lock_timeout)
+        try:
+            if self._schema_version(conn.cursor()) < SCHEMA_VERSION:
+                log.info("upgrading %s from schema version %d to %d", self.url, version, SCHEMA_VERSION)
+                self.backend.create_schema(conn)
+                self.backend.begin(conn)
+                cur = conn.cursor()
+                cur.execute("UPDATE config SET value = ? WHERE name = 'version'", (str(SCHEMA_VERSION),))
+                conn.commit()
+        finally:
+            self.backend.release_commit_lock(conn)
 
     def _schema_version(self, cur: Any) -> int | None:
         try:
@@ -442,38 +460,85 @@ class Store:
             raise errors.POSKeyError(oid)
         return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
 
-    def load_many(self, oids: Iterable[bytes], *, batch: int = 8) -> Iterator[tuple[bytes, bytes]]:
+    def load_many(
+        self, oids: Iterable[bytes], *, batch: int = 8, before: bytes | None = None, skip_missing: bool = False
+    ) -> Iterator[tuple[bytes | None, bytes | None]]:
         """``(value, serial)`` of the latest revision of each oid, in order.
 
-        Rows are read ``batch`` oids per query, and checked and decompressed
-        in worker threads while the next batch is read, so bulk reads are
-        not serialised behind hashing. POSKeyError for an oid with no value.
+        With ``before``, the revision current just before that tid (a
+        snapshot read). Rows are read ``batch`` oids per query, and checked
+        and decompressed in worker threads while the next batch is read, so
+        bulk reads are not serialised behind hashing. An oid with no value
+        raises POSKeyError, or gives ``(None, None)`` with ``skip_missing``.
         """
         pool = self._encoder
         pending: list[tuple[bytes, Any]] = []
+        bound = "" if before is None else " AND tid < ?"
+        extra = [] if before is None else [u64(before)]
         for group in _chunked(list(oids), batch):
             keys = [u64(oid) for oid in group]
             rows = self._query(
                 f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
                 "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
-                f"WHERE oid IN {_placeholders(len(keys))} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
+                f"WHERE oid IN {_placeholders(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
                 "LEFT JOIN data d ON d.id = o.data_id",
-                keys,
+                keys + extra,
             )
             by_oid = {row[0]: row[1:] for row in rows}
             decoded = []
             for oid, key in zip(group, keys):
                 row = by_oid.get(key)
                 if row is None or row[1] is None:
+                    if skip_missing:
+                        decoded.append((None, None))
+                        continue
                     raise errors.POSKeyError(oid)
                 decoded.append((p64(row[0]), pool.submit(self._value, oid, row)))
             # Hand back the previous batch only now: its checks ran while
             # this batch was being read.
             for serial, future in pending:
-                yield future.result(), serial
+                yield (None if future is None else future.result()), serial
             pending = decoded
         for serial, future in pending:
-            yield future.result(), serial
+            yield (None if future is None else future.result()), serial
+
+    def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:
+        """``value[start:stop]`` of the latest revision (before ``before`` if given).
+
+        A value stored uncompressed is sliced by the database, so only the
+        range travels; such a partial read is not checked against the
+        value's hash (a whole-value load is). A negative ``start`` counts
+        from the end. POSKeyError when the object has no value.
+        """
+        bound = "" if before is None else " AND tid < ?"
+        ioid = u64(oid)
+        rows = self._query(
+            "SELECT o.tid, o.data_id, d.compression, d.size, d.chunks FROM obj o "
+            "LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? AND o.tid = (SELECT MAX(tid) FROM obj WHERE oid = ?{bound})",
+            (ioid, ioid) if before is None else (ioid, ioid, u64(before)),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        tid, data_id, compression, size, chunks = rows[0]
+        first, last, _ = slice(start, stop).indices(size)
+        if last <= first:
+            return b""
+        if compression != RAW:
+            return self.load_serial(oid, p64(tid))[first:last]
+        if not chunks:
+            (row,) = self._query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
+            return bytes(row[0])
+        piece = self.backend.split_size
+        parts = []
+        for seq in range(first // piece, (last - 1) // piece + 1):
+            low, high = max(first - seq * piece, 0), min(last - seq * piece, piece)
+            (row,) = self._query(
+                "SELECT SUBSTR(value, ?, ?) FROM bigdata WHERE data_id = ? AND seq = ?",
+                (low + 1, high - low, data_id, seq),
+            )
+            parts.append(bytes(row[0]))
+        return b"".join(parts)
 
     def load_serial(self, oid: bytes, serial: bytes) -> bytes:
         """The value ``oid`` was given by transaction ``serial``."""
@@ -522,6 +587,29 @@ class Store:
         if not rows:
             raise errors.POSKeyError(oid)
         return [Revision(p64(r[0]), r[1] or 0, bytes(r[2]), bytes(r[3]), bytes(r[4])) for r in rows]
+
+    # -- names -------------------------------------------------------------------
+
+    def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
+        """The oid bound to each name (see :mod:`neostore.names`).
+
+        Unbound names are left out, or bound to fresh oids if ``create``:
+        a binding commits at once and is permanent, and a bound name whose
+        object was never written does not exist for any reader.
+        """
+        if create and self.read_only:
+            raise errors.ReadOnlyError()
+        return self._names.oids_for(names, create=create)
+
+    def list_names(
+        self, prefix: bytes = b"", *, before: bytes | None = None, exact: bool = False
+    ) -> list[NamedRevision]:
+        """Named objects under ``prefix`` (or named exactly that) that exist before ``before``, by name."""
+        return self._names.list(prefix, before=before, exact=exact)
+
+    def name_history(self, prefix: bytes) -> list[TransactionInfo]:
+        """Committed transactions that wrote an object named under ``prefix``, oldest first."""
+        return self._names.history(prefix)
 
     def last_transaction(self) -> bytes:
         """The tid of the newest committed transaction (8 zero bytes if none)."""
@@ -644,10 +732,13 @@ class Transaction:
 
     # -- the caller's side ---------------------------------------------------
 
-    def write(self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True) -> None:
+    def write(
+        self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True, check: bool = True
+    ) -> None:
         """Set ``oid`` to ``value`` (None deletes it), expecting ``serial`` to be current.
 
-        ``serial`` is None or zero bytes for a new object. The check happens at vote.
+        ``serial`` is None or zero bytes for a new object. The check happens
+        at vote; ``check=False`` skips it (the last writer wins).
         """
         self._require("open")
         ioid = u64(oid)
@@ -664,9 +755,37 @@ class Transaction:
                 self._pending_bytes += len(value)
                 if not compress:
                     self._pending_raw.add(digest)
+        write.check = check
         self._writes[ioid] = write
         if self._pending_bytes >= self.store_.flush_bytes:
             self._flush()
+
+    def lock(self) -> None:
+        """Take the commit lock now rather than at the first upload.
+
+        Until finish or abort no other transaction can commit, so what this
+        one reads of the latest state stays the latest state: the way to
+        read-modify-write without conflicts (an array's shape on append).
+        """
+        self._require("open")
+        self._writer()
+
+    def pending_value(self, oid: bytes) -> tuple[bool, bytes | None]:
+        """``(written, value)``: whether this transaction writes ``oid``, and the value it sets.
+
+        Values already uploaded are read back through the write connection,
+        so a transaction's changes never have to fit in memory.
+        """
+        write = self._writes.get(u64(oid))
+        if write is None:
+            return False, None
+        if write.hash is None:
+            if write.data_id is None:
+                return True, None
+            return True, self.store_.load_serial(oid, p64(write.value_tid))
+        if write.hash in self._pending:
+            return True, self._pending[write.hash]
+        return True, self._value_of(self._cursor(), write)
 
     def restore(self, oid: bytes, value: bytes | None, data_tid: bytes | None = None) -> None:
         """Write a revision copied from elsewhere: no conflict check (copyTransactionsFrom)."""
@@ -674,8 +793,7 @@ class Transaction:
         if value is None and data_tid is not None:
             self._writes[u64(oid)] = self._backpointer(u64(oid), u64(data_tid))
             return
-        self.write(oid, None, value)
-        self._writes[u64(oid)].check = False
+        self.write(oid, None, value, check=False)
 
     def check_current(self, oid: bytes, serial: bytes) -> None:
         """Require ``serial`` to still be the latest revision of ``oid`` at vote, writing nothing.

@@ -38,3 +38,11 @@ def next_tid(last: int, now: float | None = None) -> int:
 def tid_time(tid: int) -> float:
     """The Unix time a tid stands for."""
     return TimeStamp(p64(tid)).timeTime()
+
+
+def tid_at(when: float) -> bytes:
+    """The smallest tid of a commit made after Unix time ``when``.
+
+    ``before=tid_at(t)`` reads what had been committed at time ``t``.
+    """
+    return p64(tid_from_time(when) + 1)

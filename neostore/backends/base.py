@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 #: Bumped whenever the schema changes; older databases are migrated or refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Backend(ABC):
@@ -34,6 +34,8 @@ class Backend(ABC):
     obj_pk_hint: str = ""
     #: ``GREATEST`` (MariaDB) or ``MAX`` (SQLite) for two scalars.
     greatest: str = "MAX"
+    #: ``INSERT`` that skips rows whose key exists.
+    insert_ignore: str = "INSERT OR IGNORE"
 
     @abstractmethod
     def connect(self, *, for_writing: bool) -> Any:
@@ -86,7 +88,7 @@ class Backend(ABC):
         """Release what the backend itself holds (not the connections)."""
 
 
-def schema_statements(*, uint: str, blob: str, hash_type: str, autoinc: str,
+def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, autoinc: str,
                       small_rows: str, big_rows: str) -> list[str]:
     """The CREATE TABLE statements both engines share, in their own type names.
 
@@ -101,6 +103,9 @@ def schema_statements(*, uint: str, blob: str, hash_type: str, autoinc: str,
     - ``data``: deduplicated values, unique by hash; ``value`` is NULL when
       the value is split into ``bigdata`` chunks.
     - ``ttrans``/``tobj``: voted transactions not yet finished (the replay log).
+    - ``name``: names bound to oids (added in version 2). A binding never
+      changes once made, so it needs no history: whether a named object
+      exists at a tid is a question for ``obj``.
     """
     return [
         f"CREATE TABLE IF NOT EXISTS config (name VARCHAR(64) NOT NULL PRIMARY KEY, "
@@ -125,4 +130,7 @@ def schema_statements(*, uint: str, blob: str, hash_type: str, autoinc: str,
         f"CREATE TABLE IF NOT EXISTS tobj (tid {uint} NOT NULL, oid {uint} NOT NULL, "
         f"data_id {uint} NULL, value_tid {uint} NULL, PRIMARY KEY (tid, oid)){small_rows}",
         "CREATE INDEX IF NOT EXISTS tobj_data ON tobj (data_id)",
+        f"CREATE TABLE IF NOT EXISTS name (name {name_type} NOT NULL PRIMARY KEY, "
+        f"oid {uint} NOT NULL){small_rows}",
+        "CREATE UNIQUE INDEX IF NOT EXISTS name_oid ON name (oid)",
     ]

@@ -24,6 +24,7 @@ class MariaDBBackend(Backend):
 
     kind = "mariadb"
     greatest = "GREATEST"
+    insert_ignore = "INSERT IGNORE"
     # MariaDB's optimizer has picked a secondary index for
     # "latest revision of an oid" queries on large tables (NEO saw 4.8 s to
     # 111 s queries); the primary key (oid, tid) is always the right one.
@@ -111,6 +112,7 @@ class MariaDBBackend(Backend):
             uint="BIGINT UNSIGNED",
             blob="MEDIUMBLOB",
             hash_type="BINARY(32)",
+            name_type="VARBINARY(767)",
             autoinc="AUTO_INCREMENT",
             small_rows=engine,
             big_rows=engine,

@@ -74,6 +74,7 @@ class SQLiteBackend(Backend):
             uint="INTEGER",
             blob="BLOB",
             hash_type="BLOB",
+            name_type="BLOB",
             autoinc="",
             small_rows=" WITHOUT ROWID",
             big_rows="",

@@ -1,0 +1,158 @@
+"""Names bound to oids: a key space beside the oid space.
+
+A name (bytes, at most 767) is bound to one oid the first time anyone asks
+for it, in its own small commit, and stays bound for ever: the binding needs
+no history, because whether the named object exists at some tid is what
+``obj`` already records (a deletion is a revision without data). Binding a
+name that nobody ever writes is therefore invisible and harmless, and two
+processes binding the same new name at once both get the same oid.
+
+Listing is a range scan of the ``name`` primary key, so names sort bytewise
+and a prefix is a contiguous range.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .tids import p64, u64
+
+if TYPE_CHECKING:
+    from .store import Store, TransactionInfo
+
+# MyRocks keys are limited to 767 bytes; one limit for every backend.
+MAX_NAME = 767
+
+
+@dataclass(frozen=True)
+class NamedRevision:
+    """The revision of a named object a snapshot sees."""
+
+    name: bytes
+    oid: bytes
+    serial: bytes
+    size: int
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest name greater than every name starting with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _range(prefix: bytes) -> tuple[str, list[bytes]]:
+    end = prefix_end(prefix)
+    if end is None:
+        return "n.name >= ?", [prefix]
+    return "n.name >= ? AND n.name < ?", [prefix, end]
+
+
+class NameIndex:
+    """The bindings of one Store, with a cache of those known committed."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._known: dict[bytes, bytes] = {}
+        self._lock = threading.Lock()
+
+    def oids_for(self, names: Iterable[bytes], *, create: bool) -> dict[bytes, bytes]:
+        """The oid bound to each name; unbound names are bound first if ``create``."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if len(name) > MAX_NAME:
+                raise ValueError(f"name {name[:40]!r}... is {len(name)} bytes; the limit is {MAX_NAME}")
+        with self._lock:
+            found = {n: self._known[n] for n in wanted if n in self._known}
+        missing = [n for n in wanted if n not in found]
+        if not missing:
+            return found
+        store = self._store
+        active = getattr(store._local, "active_writer", None)
+        if active is not None and store.backend.kind == "sqlite":
+            # SQLite's one writer is this thread's open transaction: bindings
+            # it made are visible only through it, and vanish if it aborts,
+            # so they are not cached.
+            found.update(self._select(active, missing))
+            missing = [n for n in wanted if n not in found]
+            if missing and create:
+                oids = [p64(o) for o in store.new_oids(len(missing))]
+                self._insert(active, list(zip(missing, oids)))
+                found.update(zip(missing, oids))
+            return found
+        found.update(self._remember(self._select(None, missing)))
+        missing = [n for n in wanted if n not in found]
+        if missing and create:
+            oids = [p64(o) for o in store.new_oids(len(missing))]
+            conn = store._take_writer(first_step=store.backend.begin)
+            try:
+                self._insert(conn, list(zip(missing, oids)))
+                conn.commit()
+            except BaseException:
+                store._rollback_quietly(conn)
+                store._give_writer(conn, broken=True)
+                raise
+            store._give_writer(conn)
+            # Another process may have bound some of them first: read back.
+            found.update(self._remember(self._select(None, missing)))
+        return found
+
+    def _remember(self, bindings: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        with self._lock:
+            self._known.update(bindings)
+        return bindings
+
+    def _select(self, conn: Any, names: list[bytes]) -> dict[bytes, bytes]:
+        """Bindings of ``names``, read on ``conn`` (None: the store's reader)."""
+        store = self._store
+        out: dict[bytes, bytes] = {}
+        step = store.backend.max_params
+        for start in range(0, len(names), step):
+            batch = names[start : start + step]
+            sql = f"SELECT name, oid FROM name WHERE name IN ({','.join('?' * len(batch))})"
+            if conn is None:
+                rows = store._query(sql, batch)
+            else:
+                cur = conn.cursor()
+                cur.execute(sql, batch)
+                rows = cur.fetchall()
+                cur.close()
+            out.update((bytes(name), p64(oid)) for name, oid in rows)
+        return out
+
+    def _insert(self, conn: Any, bindings: list[tuple[bytes, bytes]]) -> None:
+        cur = conn.cursor()
+        cur.executemany(
+            f"{self._store.backend.insert_ignore} INTO name (name, oid) VALUES (?, ?)",
+            [(name, u64(oid)) for name, oid in bindings],
+        )
+        cur.close()
+
+    def list(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
+        """Named objects under ``prefix`` (named ``prefix`` if ``exact``) that exist in the snapshot."""
+        where, params = ("n.name = ?", [prefix]) if exact else _range(prefix)
+        bound = "" if before is None else " AND m.tid < ?"
+        if before is not None:
+            params = [u64(before), *params]
+        rows = self._store._query(
+            "SELECT n.name, n.oid, o.tid, d.size FROM name n "
+            f"JOIN obj o ON o.oid = n.oid AND o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = n.oid{bound}) "
+            f"JOIN data d ON d.id = o.data_id WHERE {where} ORDER BY n.name",
+            params,
+        )
+        return [NamedRevision(bytes(r[0]), p64(r[1]), p64(r[2]), int(r[3])) for r in rows]
+
+    def history(self, prefix: bytes) -> list[TransactionInfo]:
+        """Committed transactions that wrote an object named under ``prefix``, oldest first."""
+        where, params = _range(prefix)
+        store = self._store
+        rows = store._query(
+            "SELECT t.tid, t.user, t.description, t.ext, t.packed FROM trans t WHERE t.tid IN "
+            f"(SELECT o.tid FROM name n JOIN obj o ON o.oid = n.oid WHERE {where}) ORDER BY t.tid",
+            params,
+        )
+        return [store._info(row) for row in rows]
