@@ -12,6 +12,7 @@ import time
 
 import click
 
+import arrays
 import neostore
 from neostore import server as dbserver
 
@@ -65,6 +66,12 @@ def cli() -> None:
     \b
         windvane store info sqlite:///windvane.db
         windvane store pack sqlite:///windvane.db --keep-days 30
+
+    List the arrays a store holds, and an array's commits:
+
+    \b
+        windvane arrays ls sqlite:///windvane.db
+        windvane arrays history sqlite:///windvane.db turbine1/vibration
     """
 
 
@@ -237,6 +244,43 @@ def pack(url: str, keep_days: float, zodb_gc: bool) -> None:
             f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
             f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
         )
+
+
+@cli.group(name="arrays")
+def arrays_group() -> None:
+    """Look at the chunked arrays a store holds (read-only)."""
+
+
+@arrays_group.command(name="ls", short_help="List the arrays, with shape, type and chunks.")
+@STORE_URL
+@click.argument("prefix", default="")
+def list_arrays(url: str, prefix: str) -> None:
+    """List the arrays whose names start with PREFIX (all by default)."""
+    with _open_store(url, read_only=True) as st:
+        names = arrays.array_names(st, prefix)
+        if not names:
+            click.echo(f"no arrays{' under ' + repr(prefix) if prefix else ''}")
+        for name in names:
+            with arrays.open(st, name) as a:
+                shape = "x".join(map(str, a.shape))
+                chunks = "x".join(map(str, a.chunks))
+                codec = "+".join(c["name"] for c in a.codec)
+                click.echo(f"{name}  {shape} {a.dtype}  chunks {chunks}  {codec}  {a.nbytes:,} bytes")
+
+
+@arrays_group.command(short_help="List the commits that changed an array.")
+@STORE_URL
+@click.argument("name")
+def history(url: str, name: str) -> None:
+    """List the commits that changed array NAME, oldest first: tid, time, message."""
+    with _open_store(url, read_only=True) as st:
+        try:
+            commits = arrays.history(st, name)
+        except arrays.ArrayNotFoundError as exc:
+            raise BadInput(str(exc)) from exc
+        for c in commits:
+            meta = f"  {c.metadata}" if c.metadata else ""
+            click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}")
 
 
 def main() -> None:

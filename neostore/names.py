@@ -60,8 +60,11 @@ class NameIndex:
         self._known: dict[bytes, bytes] = {}
         self._lock = threading.Lock()
 
-    def oids_for(self, names: Iterable[bytes], *, create: bool) -> dict[bytes, bytes]:
-        """The oid bound to each name; unbound names are bound first if ``create``."""
+    def oids_for(self, names: Iterable[bytes], *, create: bool, writer: Any = None) -> dict[bytes, bytes]:
+        """The oid bound to each name; unbound names are bound first if ``create``.
+
+        ``writer``: the write connection of the caller's transaction, if any.
+        """
         wanted = list(dict.fromkeys(names))
         for name in wanted:
             if len(name) > MAX_NAME:
@@ -72,7 +75,7 @@ class NameIndex:
         if not missing:
             return found
         store = self._store
-        active = getattr(store._local, "active_writer", None)
+        active = writer if writer is not None else getattr(store._local, "active_writer", None)
         if active is not None and store.backend.kind == "sqlite":
             # SQLite's one writer is this thread's open transaction: bindings
             # it made are visible only through it, and vanish if it aborts,
@@ -80,7 +83,7 @@ class NameIndex:
             found.update(self._select(active, missing))
             missing = [n for n in wanted if n not in found]
             if missing and create:
-                oids = [p64(o) for o in store.new_oids(len(missing))]
+                oids = [p64(o) for o in store.new_oids(len(missing), writer=active)]
                 self._insert(active, list(zip(missing, oids)))
                 found.update(zip(missing, oids))
             return found

@@ -227,7 +227,7 @@ class _Pack:
                 for value in self._live_values(oid):
                     found.update(u64(ref) for ref in references(value))
             cur.executemany(
-                f"UPDATE temp_packmark SET done = 1 WHERE oid = ?", [(oid,) for oid in frontier]
+                "UPDATE temp_packmark SET done = 1 WHERE oid = ?", [(oid,) for oid in frontier]
             )
             if found:
                 cur.executemany(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -206,11 +207,13 @@ class Store:
             self.backend.release_commit_lock(conn)
 
     def _schema_version(self, cur: Any) -> int | None:
-        try:
-            cur.execute("SELECT value FROM config WHERE name='version'")
-        except Exception:  # no config table yet: a new database
+        # Ask whether the table exists rather than catch a failing SELECT:
+        # the MariaDB connector keeps a failed statement's exception, and with
+        # it the connection, alive.
+        if not self.backend.has_table(cur, "config"):
             self._rollback_quietly(cur.connection)
             return None
+        cur.execute("SELECT value FROM config WHERE name='version'")
         row = cur.fetchone()
         self._rollback_quietly(cur.connection)
         return int(row[0]) if row else None
@@ -335,20 +338,24 @@ class Store:
         """A fresh oid, never handed out before by any process."""
         return p64(self.new_oids(1)[0])
 
-    def new_oids(self, count: int) -> list[int]:
-        """``count`` fresh oids as integers (allocated in blocks, safe across processes)."""
+    def new_oids(self, count: int, *, writer: Any = None) -> list[int]:
+        """``count`` fresh oids as integers (allocated in blocks, safe across processes).
+
+        ``writer``: the write connection of a transaction of the caller's,
+        which on SQLite must do the allocation (it holds the one write lock).
+        """
         if self.read_only:
             raise errors.ReadOnlyError()
         with self._oid_lock:
             while len(self._oid_block) < count:
                 want = max(count - len(self._oid_block), 64)
-                first = self._allocate_oids(want)
+                first = self._allocate_oids(want, writer)
                 self._oid_block.extend(range(first, first + want))
             taken, self._oid_block = self._oid_block[:count], self._oid_block[count:]
             return taken
 
-    def _allocate_oids(self, count: int) -> int:
-        active = getattr(self._local, "active_writer", None)
+    def _allocate_oids(self, count: int, writer: Any = None) -> int:
+        active = writer if writer is not None else getattr(self._local, "active_writer", None)
         if active is not None and self.backend.kind == "sqlite":
             # SQLite has one writer: this thread's open write transaction
             # would block a second connection, so allocate inside it. If the
@@ -726,6 +733,8 @@ class Transaction:
         self._pending_raw: set[bytes] = set()  # hashes of values the caller marked incompressible
         self._ids: dict[bytes, int] = {}  # hash -> data.id, for uploaded or found values
         self._inserted: list[int] = []  # data ids this transaction created
+        self._refs: Counter[bytes] = Counter()  # hash -> how many writes set that value
+        self._orphans = False  # an uploaded value is no longer set by any write
         self._checks: dict[int, int] = {}  # oid -> serial that must still be current at vote
         self._conn: Any = None
         self._cursors: list[Any] = []  # opened on _conn, closed before it goes back to the pool
@@ -746,10 +755,14 @@ class Transaction:
             raise ValueError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
         expected = 0 if serial is None else u64(serial)
         write = _Write(expected)
+        previous = self._writes.get(ioid)
+        if previous is not None and previous.hash is not None:
+            self._unref(previous.hash)
         if value is not None:
             value = bytes(value) if not isinstance(value, bytes) else value
             digest = value_hash(value)
             write.hash = digest
+            self._refs[digest] += 1
             if digest not in self._ids and digest not in self._pending:
                 self._pending[digest] = value
                 self._pending_bytes += len(value)
@@ -760,6 +773,24 @@ class Transaction:
         if self._pending_bytes >= self.store_.flush_bytes:
             self._flush()
 
+    def _unref(self, digest: bytes) -> None:
+        """A rewritten object no longer sets this value: drop it if no other write does.
+
+        An object rewritten many times in one transaction (an array's last
+        chunk on repeated appends) then uploads only its final value; one
+        uploaded before the rewrite is deleted at vote.
+        """
+        self._refs[digest] -= 1
+        if self._refs[digest] > 0:
+            return
+        del self._refs[digest]
+        value = self._pending.pop(digest, None)
+        if value is not None:
+            self._pending_bytes -= len(value)
+            self._pending_raw.discard(digest)
+        else:
+            self._orphans = True
+
     def lock(self) -> None:
         """Take the commit lock now rather than at the first upload.
 
@@ -769,6 +800,14 @@ class Transaction:
         """
         self._require("open")
         self._writer()
+
+    def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
+        """:meth:`Store.oids_for` on behalf of this transaction, from any thread.
+
+        On SQLite a transaction holding the commit lock also holds the one
+        write lock, so its own connection must bind the names.
+        """
+        return self.store_._names.oids_for(names, create=create, writer=self._conn)
 
     def pending_value(self, oid: bytes) -> tuple[bool, bytes | None]:
         """``(written, value)``: whether this transaction writes ``oid``, and the value it sets.
@@ -912,6 +951,8 @@ class Transaction:
             rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
             for batch in _chunked(rows, 5000):
                 cur.executemany("INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
+            if self._orphans:
+                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
             conn.commit()
         except BaseException:
             self.abort()
@@ -1157,6 +1198,7 @@ class Transaction:
                 except errors.ConflictError:
                     raise
                 self._writes[oid] = _Write(committed)
+                self._unref(write.hash)
                 self.write(boid, bcommitted, new_value)
                 resolved.append(boid)
                 continue

@@ -210,3 +210,21 @@ def test_garbage_collection_keeps_named_objects(store_url):
         assert store.load(named)[0] == b"{}"
         with pytest.raises(neostore.POSKeyError):
             store.load(orphan)
+
+
+def test_an_object_rewritten_in_one_transaction_keeps_only_its_final_value(store_url):
+    # flush_bytes=1: every value is uploaded as soon as it is written, so the
+    # rewrites leave uploaded rows behind that vote must remove.
+    for flush_bytes in (1, 1 << 20):
+        with neostore.open(store_url, flush_bytes=flush_bytes) as store:
+            before = store.counts()["data"]
+            oid, other = store.new_oid(), store.new_oid()
+            txn = store.begin()
+            for i in range(20):
+                txn.write(oid, None, b"v%d.%d," % (flush_bytes, i) * 100, check=False)
+            txn.write(other, None, b"v%d.3," % flush_bytes * 100)  # shares a value a rewrite dropped
+            txn.vote()
+            txn.finish()
+            assert store.load(oid)[0] == b"v%d.19," % flush_bytes * 100
+            assert store.load(other)[0] == b"v%d.3," % flush_bytes * 100
+            assert store.counts()["data"] - before == 2

@@ -61,6 +61,10 @@ class Backend(ABC):
     def release_commit_lock(self, conn: Any) -> None:
         """Give the commit lock back. Harmless when ``conn`` does not hold it."""
 
+    @abstractmethod
+    def has_table(self, cur: Any, table: str) -> bool:
+        """Whether the database has ``table`` (asked without a failing statement)."""
+
     def ping(self, conn: Any) -> None:
         """One round trip on ``conn``: raises if the connection is dead."""
         cur = conn.cursor()

@@ -103,6 +103,12 @@ class MariaDBBackend(Backend):
         cur.close()
         return conn
 
+    def has_table(self, cur: Any, table: str) -> bool:
+        cur.execute(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", (table,)
+        )
+        return cur.fetchone() is not None
+
     def begin(self, conn: Any) -> None:
         conn.begin()
 

@@ -66,6 +66,10 @@ class SQLiteBackend(Backend):
             raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from None
         return conn
 
+    def has_table(self, cur: Any, table: str) -> bool:
+        cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        return cur.fetchone() is not None
+
     def begin(self, conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
 

@@ -1,0 +1,226 @@
+"""Atomic changes to keys: everything a transaction writes appears at once, or never.
+
+A :class:`Transaction` reads the latest committed state overlaid with its
+own writes (read your writes). Keys are written last-writer-wins; code that
+must read-modify-write (an array's shape on append, ``set_if_not_exists``)
+calls :meth:`Transaction.lock` first, which takes neostore's commit lock and
+so keeps what it reads current until commit. Values larger than neostore's
+flush threshold are uploaded before commit, so a transaction's changes need
+not fit in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import neostore
+
+from .keys import Entry, Snapshot, encode_key
+
+if TYPE_CHECKING:
+    from .zarr_store import ZarrStore
+
+
+def _serialised(method):
+    """Run ``method`` holding the transaction's lock: zarr and dask call from many threads."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
+class Transaction:
+    """One atomic set of key changes on a neostore Store. Thread-safe.
+
+    Use :func:`transaction` (a context manager) rather than building one.
+    ``message`` and ``metadata`` (plain JSON data) are recorded with the
+    commit and shown by :func:`arrays.history`.
+    """
+
+    def __init__(
+        self,
+        store: neostore.Store,
+        *,
+        message: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        user: str = "",
+    ):
+        self.store = store
+        self.message = message
+        self.metadata = dict(metadata or {})
+        self._head = Snapshot(store, None)
+        ext = json.dumps(self.metadata, sort_keys=True).encode() if self.metadata else b""
+        self._tx = store.begin(user.encode(), message.encode(), ext)
+        self._written: dict[str, tuple[bytes, int | None]] = {}  # key -> (oid, size; None = deleted)
+        self._locked = False
+        self._mutex = threading.RLock()
+        self.tid: bytes | None = None
+
+    # -- reading (head + own writes) -----------------------------------------
+
+    @property
+    def state(self) -> str:
+        """``open``, ``finished`` (committed) or ``aborted``."""
+        return self._tx.state
+
+    @property
+    def zarr_store(self) -> ZarrStore:
+        """A zarr store whose reads see this transaction's writes and whose writes join it."""
+        from .zarr_store import ZarrStore  # zarr_store imports this module
+
+        return ZarrStore.for_transaction(self)
+
+    @_serialised
+    def get(self, key: str) -> bytes | None:
+        if key in self._written:
+            oid, size = self._written[key]
+            return None if size is None else self._tx.pending_value(oid)[1]
+        return self._head.get(key)
+
+    @_serialised
+    def get_many(self, keys: list[str]) -> dict[str, bytes]:
+        own = [k for k in keys if k in self._written]
+        found = self._head.get_many([k for k in keys if k not in self._written])
+        for key in own:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
+        return found
+
+    @_serialised
+    def get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        if key in self._written:
+            value = self.get(key)
+            return None if value is None else value[start:stop]
+        return self._head.get_range(key, start, stop)
+
+    @_serialised
+    def size(self, key: str) -> int | None:
+        if key in self._written:
+            return self._written[key][1]
+        return self._head.size(key)
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    @_serialised
+    def list(self, prefix: str = "") -> list[Entry]:
+        """Keys under ``prefix`` as this transaction sees them, sorted (serials of own writes are zero)."""
+        entries = {e.key: e for e in self._head.list(prefix)}
+        for key, (oid, size) in self._written.items():
+            if not key.startswith(prefix):
+                continue
+            if size is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = Entry(key, oid, neostore.ZERO, size)
+        return [entries[k] for k in sorted(entries, key=encode_key)]
+
+    # -- writing ---------------------------------------------------------------
+
+    @_serialised
+    def lock(self) -> None:
+        """Hold the commit lock from now to commit/abort: reads stay current."""
+        if not self._locked:
+            self._tx.lock()
+            self._locked = True
+
+    @_serialised
+    def set(self, key: str, value: bytes, *, compress: bool = True) -> None:
+        """Give ``key`` the value ``value``. ``compress=False`` for bytes a codec already compressed."""
+        value = bytes(value)
+        oid = self._tx.oids_for([encode_key(key)], create=True)[encode_key(key)]
+        self._tx.write(oid, None, value, compress=compress, check=False)
+        self._written[key] = (oid, len(value))
+
+    @_serialised
+    def set_many(self, items: Mapping[str, bytes], *, compress: bool = True) -> None:
+        """Like :meth:`set` for many keys, binding their names in one round trip."""
+        oids = self._tx.oids_for([encode_key(k) for k in items], create=True)
+        for key, value in items.items():
+            value = bytes(value)
+            oid = oids[encode_key(key)]
+            self._tx.write(oid, None, value, compress=compress, check=False)
+            self._written[key] = (oid, len(value))
+
+    @_serialised
+    def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
+        """Set ``key`` only if it does not exist; whether it was set. Atomic across processes."""
+        self.lock()
+        if self.exists(key):
+            return False
+        self.set(key, value, compress=compress)
+        return True
+
+    @_serialised
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is no error."""
+        self.delete_many([key])
+
+    @_serialised
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove every key of ``keys`` that exists, with one listing per common prefix."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return
+        existing = {e.key for e in self.list(os.path.commonprefix(keys))} if len(keys) > 1 else set(
+            k for k in keys if self.exists(k)
+        )
+        doomed = [k for k in keys if k in existing]
+        oids = self._tx.oids_for([encode_key(k) for k in doomed])
+        for key in doomed:
+            oid = oids[encode_key(key)]
+            self._tx.write(oid, None, None, check=False)
+            self._written[key] = (oid, None)
+
+    # -- ending ----------------------------------------------------------------
+
+    @_serialised
+    def commit(self) -> bytes:
+        """Make every change visible at once; returns the commit's tid."""
+        self._tx.vote()
+        self.tid = self._tx.finish()
+        return self.tid
+
+    @_serialised
+    def abort(self) -> None:
+        """Forget every change. Safe to call more than once."""
+        self._tx.abort()
+
+
+@contextmanager
+def transaction(
+    url_or_store: str | neostore.Store,
+    *,
+    message: str = "",
+    metadata: Mapping[str, Any] | None = None,
+    user: str = "",
+) -> Iterator[Transaction]:
+    """``with transaction(url, message=...) as tx:`` commits on exit, aborts on an exception.
+
+    A reader opened before the commit sees none of the changes; one opened
+    after sees all of them.
+    """
+    owned = isinstance(url_or_store, str)
+    store = neostore.open(url_or_store) if owned else url_or_store
+    try:
+        tx = Transaction(store, message=message, metadata=metadata, user=user)
+        try:
+            yield tx
+        except BaseException:
+            tx.abort()
+            raise
+        if tx.state == "open":
+            tx.commit()
+    finally:
+        if owned:
+            store.close()

@@ -1,0 +1,482 @@
+"""A zarr v3 store over neostore: zarr keys are named objects, with history.
+
+:class:`ZarrStore` is a ``zarr.abc.store.Store``: zarr, xarray and dask read
+and write through it like any other store, and in exchange get neostore's
+guarantees. Chunk bytes are deduplicated by content; ranged reads are sliced
+by the database; listings are range scans of the name index; every change
+is durable and visible when its coroutine returns, yet concurrent changes
+share one commit (:mod:`arrays.group_commit`). ``at=`` opens a read-only
+snapshot of the past (time travel), and :meth:`ZarrStore.for_transaction`
+binds a store to an :class:`arrays.Transaction`, whose commit or abort then
+covers what zarr wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, TypeVar
+
+import neostore
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from .group_commit import Change, GroupCommit, Kind, apply_change
+from .keys import Snapshot, encode_key
+from .timetravel import At, parse_at, snapshot_bound
+from .transaction import Transaction
+
+__all__ = ["ZarrStore"]
+
+T = TypeVar("T")
+
+# Threads per URL for database work: zarr runs up to ``async.concurrency``
+# (default 10) requests at once; a bounded pool also bounds the reader
+# connections neostore opens (one per thread).
+_DB_THREADS = 8
+
+_MAX_KEY = 1024  # neostore's name limit
+
+
+# -- the neostore Store shared by the ZarrStores of one URL -------------------
+
+
+class _Shared:
+    """One process's neostore Store on a URL, its database threads and group committer."""
+
+    def __init__(self, url: str):
+        self.pid = os.getpid()
+        self.store = neostore.open(url)
+        self.executor = ThreadPoolExecutor(_DB_THREADS, thread_name_prefix="arrays-zarr")
+        self.group = GroupCommit(self.store)
+        # Runs when the last ZarrStore using this lets go of it (close() or
+        # garbage collection). Nothing can be in flight then: every pending
+        # call holds its ZarrStore, which holds this.
+        weakref.finalize(self, _close_shared, self.pid, self.store, self.executor, self.group)
+
+
+def _close_shared(pid: int, store: neostore.Store, executor: ThreadPoolExecutor, group: GroupCommit) -> None:
+    if os.getpid() != pid:
+        return  # inherited by a forked child: the connections are the parent's
+    group.close()
+    executor.shutdown(wait=False)
+    store.close()
+
+
+_shared: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def _acquire(url: str) -> _Shared:
+    with _shared_lock:
+        found = _shared.get(url)
+        if found is None:
+            found = _shared[url] = _Shared(url)
+        return found
+
+
+def _reset_after_fork() -> None:
+    # A forked child must not use its parent's connections or threads
+    # (ZarrStore._here re-acquires when it finds a parent's _Shared).
+    global _shared, _shared_lock
+    _shared = weakref.WeakValueDictionary()
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _before_bound(at: At | None) -> bytes | None:
+    """The ``before`` bound (first tid not visible) for ``at``; None for the head."""
+    return None if at is None else parse_at(at)
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, for repr and messages."""
+    try:
+        parsed = neostore.parse_url(url)
+    except neostore.InvalidURLError:
+        return url
+    if parsed.password is None:
+        return url
+    return url.replace(f":{parsed.password}@", ":***@", 1)
+
+
+def _codec_compressed(value: memoryview) -> bool:
+    """Whether ``value`` is a blosc frame, which neostore's zstd would not shrink.
+
+    neostore already recognises zstd and gzip frames by their magic bytes;
+    a blosc (v1 format) frame has none, but its 16-byte header ends with the
+    frame's own length. A raw chunk that happens to look like one is merely
+    stored uncompressed.
+    """
+    return (
+        len(value) >= 16
+        and value[0] == 2
+        and int.from_bytes(value[12:16], "little") == len(value)
+    )
+
+
+def _slice_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:
+    """``(start, stop)`` of a byte request, as for ``value[start:stop]``; None for the whole value."""
+    if byte_range is None:
+        return None
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.start < 0 or byte_range.end < byte_range.start:
+            raise ValueError(f"invalid byte range {byte_range}: need 0 <= start <= end")
+        return byte_range.start, byte_range.end
+    if isinstance(byte_range, OffsetByteRequest):
+        if byte_range.offset < 0:
+            raise ValueError(f"invalid byte range {byte_range}: the offset must be >= 0")
+        return byte_range.offset, None
+    if isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix < 0:
+            raise ValueError(f"invalid byte range {byte_range}: the suffix must be >= 0")
+        # value[-0:] would be the whole value, not its last 0 bytes.
+        return (-byte_range.suffix, None) if byte_range.suffix else (0, 0)
+    raise TypeError(f"Unexpected byte_range, got {byte_range}.")
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"a zarr key is a str, not {type(key).__name__}")
+    if len(encode_key(key)) > _MAX_KEY:
+        raise ValueError(f"key {key[:40]!r}... is longer than neostore's {_MAX_KEY}-byte name limit")
+
+
+def _dir_prefix(prefix: str) -> str:
+    """``prefix`` as a directory: ``""`` for the root, else ending in ``/``."""
+    prefix = prefix.rstrip("/")
+    return prefix + "/" if prefix else ""
+
+
+# -- the store -------------------------------------------------------------------
+
+
+class ZarrStore(Store):
+    """A zarr v3 store whose keys are neostore named objects.
+
+    ``ZarrStore(url)`` reads the latest commit at every call and writes with
+    group commit: each ``set``/``delete`` is durable and visible to every
+    process when it returns. ``read_only=True`` refuses writes. ``at=`` (a
+    tid, a datetime (naive means UTC) or a Unix time) reads the store as it
+    was then and is always read-only. :meth:`for_transaction` gives a store
+    whose reads see, and whose writes join, an open :class:`arrays.Transaction`.
+
+    ZarrStores of one process on one URL share a neostore Store, closed when
+    the last of them is closed or collected.
+    """
+
+    supports_writes: bool = True
+    supports_deletes: bool = True
+    supports_listing: bool = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        at: bytes | datetime | float | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            raise TypeError(f"ZarrStore takes a store URL (str), not {type(url).__name__}")
+        neostore.parse_url(url)  # a bad URL fails here, not at the first read
+        before = _before_bound(at)
+        super().__init__(read_only=read_only or before is not None)
+        self.url = url
+        self.at = at
+        self._before = before
+        self._pinned: bytes | None = None  # the bound reads use, fixed at open
+        self._tx: Transaction | None = None
+        self._shared: _Shared | None = None
+
+    @classmethod
+    def for_transaction(cls, tx: Transaction, *, read_only: bool = False) -> ZarrStore:
+        """A store bound to ``tx``: reads see its writes, writes join it (commit or abort with it)."""
+        self = cls.__new__(cls)
+        Store.__init__(self, read_only=read_only)
+        self.url = str(tx.store.url)
+        self.at = None
+        self._before = None
+        self._pinned = None
+        self._tx = tx
+        self._shared = None
+        self._is_open = True
+        return self
+
+    # -- identity ------------------------------------------------------------
+
+    @property
+    def before(self) -> bytes | None:
+        """The first tid this store does not see (None: it follows the head)."""
+        return self._pinned or self._before
+
+    @property
+    def transaction(self) -> Transaction | None:
+        """The transaction this store is bound to, if any."""
+        return self._tx
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ZarrStore)
+            and self.url == other.url
+            and self.read_only == other.read_only
+            and self._before == other._before
+            and self._tx is other._tx
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.url, self.read_only, self._before, id(self._tx)))
+
+    def __repr__(self) -> str:
+        url = repr(_redacted(self.url))
+        flag = ", read_only=True" if self.read_only and self._before is None else ""
+        if self._tx is not None:
+            return f"ZarrStore.for_transaction(<{self._tx.state} transaction on {url}>{flag})"
+        if self._before is not None:
+            return f"ZarrStore({url}, at={self.at!r})"
+        return f"ZarrStore({url}{flag})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._tx is not None:
+            raise TypeError(
+                "a ZarrStore bound to a transaction cannot be pickled: the transaction lives in "
+                "this process; commit it and pickle ZarrStore(url) instead"
+            )
+        return {"url": self.url, "read_only": self._read_only and self._before is None, "at": self.at}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], read_only=state["read_only"], at=state["at"])
+
+    def with_read_only(self, read_only: bool = False) -> ZarrStore:
+        """The same location with another ``read_only`` setting (not opened)."""
+        if self._tx is not None:
+            return ZarrStore.for_transaction(self._tx, read_only=read_only)
+        if self._before is not None and not read_only:
+            raise ValueError(
+                f"{self!r} is a snapshot of the past and cannot be written; open ZarrStore(url) to write"
+            )
+        return ZarrStore(self.url, read_only=read_only, at=self.at)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            # zarr (and its test-suite) match this message's start.
+            where = (
+                f"a snapshot at={self.at!r}; open it without at= to write"
+                if self._before is not None
+                else "open it with read_only=False to write"
+            )
+            raise ValueError(f"store was opened in read-only mode and does not support writing ({where})")
+        if self._tx is not None and self._tx.state != "open":
+            raise ValueError(f"the transaction of this store is {self._tx.state}; start a new one to write")
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def _open(self) -> None:
+        if self._is_open:
+            raise ValueError("store is already open")
+        await asyncio.to_thread(self._open_sync)
+
+    def _open_sync(self) -> None:
+        if self._tx is None:
+            self._here()
+        self._is_open = True
+
+    def _here(self) -> _Shared:
+        """This process's shared neostore Store for the URL, acquired on first use."""
+        shared = self._shared
+        if shared is None or shared.pid != os.getpid():
+            shared = _acquire(self.url)
+            if self._before is not None and self._pinned is None:
+                # A time still in the future pins the latest commit, so the
+                # snapshot does not move; a time before the last pack fails.
+                self._pinned = snapshot_bound(shared.store, self.at)
+            self._shared = shared
+        return shared
+
+    async def _ensure_open(self) -> None:
+        if not self._is_open:
+            await self._open()
+
+    def _ensure_open_sync(self) -> None:
+        if not self._is_open:
+            self._open_sync()
+
+    def close(self) -> None:
+        """Let go of the shared neostore Store (closed once no ZarrStore uses it)."""
+        self._shared = None
+        if self._tx is None:
+            self._is_open = False
+
+    # -- plumbing ----------------------------------------------------------------
+
+    @property
+    def neo_store(self) -> neostore.Store:
+        """The neostore Store under this ZarrStore (shared with other ZarrStores of the URL)."""
+        return self._tx.store if self._tx is not None else self._here().store
+
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(reader)`` in this thread; the reader sees what this store should."""
+        if self._tx is not None:
+            return fn(self._tx)
+        shared = self._here()
+        return fn(Snapshot(shared.store, self._pinned))
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run database work off the event loop."""
+        await self._ensure_open()
+        if self._tx is not None:
+            return await asyncio.to_thread(fn, *args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._here().executor, fn, *args)
+
+    # -- reading -------------------------------------------------------------------
+
+    def _get(self, key: str, prototype: BufferPrototype | None, byte_range: ByteRequest | None) -> Buffer | None:
+        bounds = _slice_of(byte_range)
+        if bounds is None:
+            value = self._read(lambda r: r.get(key))
+        elif bounds == (0, 0):
+            value = self._read(lambda r: b"" if r.exists(key) else None)
+        else:
+            value = self._read(lambda r: r.get_range(key, *bounds))
+        if value is None:
+            return None
+        return (prototype or default_buffer_prototype()).buffer.from_bytes(value)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """The value of ``key`` (or the requested bytes of it), None if it does not exist.
+
+        Ranged requests are sliced by the database for values stored
+        uncompressed (as codec-compressed chunks are), so only the range is read.
+        """
+        _slice_of(byte_range)  # reject a malformed request before any I/O
+        return await self._run(self._get, key, prototype, byte_range)
+
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """:meth:`get` for synchronous callers (runs in the calling thread)."""
+        self._ensure_open_sync()
+        return self._get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        """The requested values or ranges, in order (None for missing keys)."""
+        return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        return await self._run(lambda: self._read(lambda r: r.exists(key)))
+
+    async def getsize(self, key: str) -> int:
+        """The size of ``key``'s value, read from the index (the value is not loaded)."""
+        size = await self._run(lambda: self._read(lambda r: r.size(key)))
+        if size is None:
+            raise FileNotFoundError(key)
+        return size
+
+    async def getsize_prefix(self, prefix: str) -> int:
+        """The total size of the values under ``prefix``, from one index scan."""
+        entries = await self._run(lambda: self._read(lambda r: r.list(_dir_prefix(prefix))))
+        return sum(e.size for e in entries)
+
+    # -- listing ---------------------------------------------------------------------
+
+    async def _keys(self, prefix: str) -> list[str]:
+        entries = await self._run(lambda: self._read(lambda r: r.list(prefix)))
+        return [e.key for e in entries]
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in await self._keys(""):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key starting with ``prefix``, sorted (one range scan of the name index)."""
+        for key in await self._keys(prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The immediate children of ``prefix``: keys and pseudo-directories, without ``/``."""
+        base = _dir_prefix(prefix)
+        children = dict.fromkeys(key[len(base) :].split("/", 1)[0] for key in await self._keys(base))
+        for child in children:
+            if child:
+                yield child
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _prepare(self, kind: Kind, key: str, value: Buffer | None) -> Change:
+        self._check_writable()
+        _check_key(key)
+        view = None
+        if value is not None:
+            if not isinstance(value, Buffer):
+                raise TypeError(f"ZarrStore.set takes a zarr Buffer, not {type(value).__name__}")
+            view = memoryview(value.as_buffer_like()).cast("B")
+        # Chunks a codec compressed are stored as they are: neostore's zstd
+        # would only spend time, and raw values are what ranged reads slice.
+        compress = view is None or not _codec_compressed(view)
+        return Change(kind, key, view, compress)
+
+    def _apply_in_tx(self, change: Change) -> Any:
+        return apply_change(self._tx, change)
+
+    def _submit(self, change: Change) -> Future:
+        return self._here().group.submit(change)
+
+    async def _write(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
+        change = self._prepare(kind, key, value)
+        await self._ensure_open()
+        if self._tx is not None:
+            return await asyncio.to_thread(self._apply_in_tx, change)
+        return await asyncio.wrap_future(self._submit(change))
+
+    def _write_sync(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
+        change = self._prepare(kind, key, value)
+        self._ensure_open_sync()
+        if self._tx is not None:
+            return self._apply_in_tx(change)
+        return self._submit(change).result()
+
+    async def set(self, key: str, value: Buffer) -> None:
+        """Give ``key`` the value ``value``: durable and visible when this returns."""
+        await self._write("set", key, value)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        self._write_sync("set", key, value)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Set ``key`` unless it exists; atomic across processes (under the commit lock)."""
+        await self._write("set_if_not_exists", key, value)
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is no error."""
+        await self._write("delete", key)
+
+    def delete_sync(self, key: str) -> None:
+        self._write_sync("delete", key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        """Remove every key under the directory ``prefix``, in one transaction."""
+        await self._write("delete_prefix", _dir_prefix(prefix))
+
+    async def clear(self) -> None:
+        """Remove every key (history keeps the old values until a pack)."""
+        await self.delete_dir("")

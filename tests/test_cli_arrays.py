@@ -1,0 +1,40 @@
+"""`windvane arrays ...`, run as the installed console script."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import arrays
+import neostore
+from tests.test_cli_store import windvane
+
+
+def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):
+    result = windvane("arrays", "ls", sqlite_url)
+    assert result.returncode == 1 and "holds no neostore database" in result.stderr  # not created by a look
+    neostore.open(sqlite_url).close()
+    result = windvane("arrays", "ls", sqlite_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "no arrays"
+    with arrays.create(sqlite_url, "turbine1/vibration", (0, 3), "float32", chunks=(1000, 3)) as a:
+        a.append(np.ones((2500, 3), "float32"))
+    with arrays.create(sqlite_url, "turbine2/power", (10,), "int64"):
+        pass
+    lines = windvane("arrays", "ls", sqlite_url).stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["turbine1/vibration", "turbine2/power"]
+    assert "2500x3 float32  chunks 1000x3  bytes+blosc  30,000 bytes" in lines[0]
+    only = windvane("arrays", "ls", sqlite_url, "turbine2").stdout.splitlines()
+    assert [line.split()[0] for line in only] == ["turbine2/power"]
+
+
+def test_history_lists_commits_and_refuses_unknown_arrays(sqlite_url):
+    with arrays.create(sqlite_url, "s/x", (0,), "float64") as a:
+        with arrays.transaction(sqlite_url, message="calibrated batch", metadata={"batch": 7}) as tx:
+            arrays.open(tx, "s/x").append(np.arange(5.0))
+    result = windvane("arrays", "history", sqlite_url, "s/x")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].split()[-1] == "s/x"
+    assert lines[1].endswith("calibrated batch  {'batch': 7}")
+    missing = windvane("arrays", "history", sqlite_url, "nope")
+    assert missing.returncode == 2 and "no array named 'nope'" in missing.stderr
