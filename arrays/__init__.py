@@ -4,6 +4,10 @@
 >>> a.append(block)                      # one atomic commit
 >>> a[-10:].mean(axis=0)                 # loads only the last chunk
 >>> old = arrays.open(url, "stream/temperature", at=arrays.history(url, "stream/temperature")[0].tid)
+>>> s = arrays.create_stream(url, "turbine1", [arrays.Column("speed", "float32"), arrays.Column("msg", "str")])
+>>> s.append({"time": t_ns, "speed": v, "msg": lines})   # every column, one commit
+>>> w = arrays.StreamWriter(store, "turbine1")           # keeps state across transactions
+>>> with arrays.transaction(store) as tx: w.append(tx, {"time": t_ns, "speed": v, "msg": lines})
 """
 
 from __future__ import annotations
@@ -11,16 +15,24 @@ from __future__ import annotations
 from .bigarray import BigArray, create, open
 from .cache import ChunkCache
 from .catalog import array_names
+from .changes import ChangeLog
 from .errors import (
     ArrayError,
     ArrayExistsError,
     ArrayNotFoundError,
+    ColumnError,
+    InvalidTagError,
     ReadOnlyArrayError,
     SnapshotError,
+    StreamError,
+    StreamExistsError,
+    StreamNotFoundError,
     UnsupportedArrayError,
 )
 from .history import Commit, history
 from .keys import Entry, Snapshot
+from .stream import Column, Stream, create_stream, list_streams, open_stream, stream_path
+from .stream_writer import StreamWriter
 from .transaction import Transaction, transaction
 from .zarr_store import ZarrStore
 
@@ -29,18 +41,31 @@ __all__ = [
     "ArrayExistsError",
     "ArrayNotFoundError",
     "BigArray",
+    "ChangeLog",
     "ChunkCache",
+    "Column",
+    "ColumnError",
     "Commit",
     "Entry",
+    "InvalidTagError",
     "ReadOnlyArrayError",
     "Snapshot",
     "SnapshotError",
+    "Stream",
+    "StreamError",
+    "StreamExistsError",
+    "StreamNotFoundError",
+    "StreamWriter",
     "Transaction",
     "UnsupportedArrayError",
     "ZarrStore",
     "array_names",
     "create",
+    "create_stream",
     "history",
+    "list_streams",
     "open",
+    "open_stream",
+    "stream_path",
     "transaction",
 ]

@@ -31,11 +31,11 @@ import neostore
 from .cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .errors import ArrayError, ArrayExistsError, ArrayNotFoundError, ReadOnlyArrayError
 from .keys import Snapshot, encode_key, next_tid_after
-from .metadata import METADATA_KEY, ArrayMeta, group_document, node_type
+from .metadata import METADATA_KEY, ArrayMeta, as_stored, group_document, node_type
 from .selection import AxisSelection, Piece, covers_chunk, normalize, orient, pieces, result_shape, unorient
 from .timetravel import At, describe, snapshot_bound
 from .transaction import Transaction
-from .workers import io_pool, ordered_map, workers
+from .workers import io_pool, ordered_map, weighted_map, workers
 
 #: Chunks per ``set_many`` call: enough to bind their names in one round trip.
 _WRITE_BATCH = 16
@@ -324,11 +324,9 @@ class BigArray:
                 target[...] = chunk[piece.in_chunk]
 
         self._count(len(todo))
-        if len(todo) == 1:  # one chunk (a dask task): no hand-off to the pool
-            place((todo[0], next(iter(values))))
-        else:
-            for _ in ordered_map(place, zip(todo, values)):
-                pass
+        # One chunk (a dask task), or a few small ones: no hand-off to the pool.
+        for _ in weighted_map(place, zip(todo, values), len(todo) * meta.chunk_nbytes if len(todo) > 1 else 0):
+            pass
 
     def _fill_from_transaction(self, meta: ArrayMeta, plan: list[Piece], out: np.ndarray) -> None:
         tx = self._live_transaction()
@@ -347,7 +345,7 @@ class BigArray:
                 else:
                     out[piece.in_result] = self._decode(meta, value, key)[piece.in_chunk]
 
-            for _ in ordered_map(place, zip(group, keys)):
+            for _ in weighted_map(place, zip(group, keys), len(values) * meta.chunk_nbytes):
                 pass
 
     def _live_transaction(self) -> Transaction:
@@ -420,7 +418,7 @@ class BigArray:
     def __setitem__(self, key: Any, value: Any) -> None:
         self._writable()
         selection = normalize(key, self.shape)
-        data = np.broadcast_to(np.asarray(value, dtype=self.dtype), result_shape(selection))
+        data = np.broadcast_to(as_stored(value, self.dtype), result_shape(selection))
         full = unorient(data, selection)
 
         def plan(latest: ArrayMeta) -> tuple[ArrayMeta, tuple[AxisSelection, ...], np.ndarray]:
@@ -445,7 +443,7 @@ class BigArray:
         if not -ndim <= axis < ndim:
             raise ValueError(f"axis {axis} is out of range for a {ndim}-dimensional array")
         axis %= ndim
-        data = np.asarray(values, dtype=self.dtype)
+        data = as_stored(values, self.dtype)
         if data.ndim == ndim - 1:
             data = np.expand_dims(data, axis)
         if data.ndim != ndim:
@@ -542,28 +540,10 @@ class BigArray:
         revision), modified and rewritten. Returns the chunks built as new arrays
         (worth caching) and every key written.
         """
-        plan = list(pieces(selection, meta.chunks))
-        keys = [self._key(meta, p.coords) for p in plan]
-        partial = [
-            (p, k)
-            for p, k in zip(plan, keys)
-            if not covers_chunk(p, meta.chunks, meta.shape)
-            and all(c * size < n for c, size, n in zip(p.coords, meta.chunks, old_shape))
-        ]
-        old = self._current_chunks(tx, meta, [k for _, k in partial], cached)
+        plan, keys, partial = self._region(meta, old_shape, selection)
+        old = self._current_chunks(tx, meta, partial, cached)
         built: list[tuple[str, np.ndarray]] = []
-
-        def chunks() -> Iterator[tuple[str, np.ndarray]]:
-            for piece, key in zip(plan, keys):
-                part = value[piece.in_result]
-                if part.shape == meta.chunks and key not in old:
-                    yield key, part  # a whole chunk: encoded straight from the caller's data
-                    continue
-                base = old.get(key)
-                chunk = np.full(meta.chunks, meta.fill_value, dtype=meta.dtype) if base is None else base.copy()
-                chunk[piece.in_chunk] = part
-                built.append((key, chunk))
-                yield key, chunk
+        chunks = self._region_chunks(meta, plan, keys, value, old, built)
 
         codec = meta.codec
 
@@ -571,13 +551,55 @@ class BigArray:
             return item[0], codec.encode(item[1])
 
         if len(plan) == 1:  # an append's partial chunk: no hand-off to the pool
-            encoded: Iterator[tuple[str, bytes]] = map(encode, chunks())
+            encoded: Iterator[tuple[str, bytes]] = map(encode, chunks)
         else:
             window = max(2 * workers() + 2, _ENCODE_AHEAD_BYTES // max(meta.chunk_nbytes, 1))
-            encoded = ordered_map(encode, chunks(), window)
+            encoded = ordered_map(encode, chunks, window)
         while batch := dict(itertools.islice(encoded, _WRITE_BATCH)):
             tx.set_many(batch, compress=not codec.compressed)
         return built, keys
+
+    def _region(
+        self, meta: ArrayMeta, old_shape: tuple[int, ...], selection: tuple[AxisSelection, ...]
+    ) -> tuple[list[Piece], list[str], list[str]]:
+        """``(pieces, their keys, keys of the existing chunks only partly overwritten)`` of a write.
+
+        The partly overwritten chunks must be read first (read-modify-write);
+        :mod:`arrays.stream` batches those reads over many arrays.
+        """
+        plan = list(pieces(selection, meta.chunks))
+        keys = [self._key(meta, p.coords) for p in plan]
+        partial = [
+            k
+            for p, k in zip(plan, keys)
+            if not covers_chunk(p, meta.chunks, meta.shape)
+            and all(c * size < n for c, size, n in zip(p.coords, meta.chunks, old_shape))
+        ]
+        return plan, keys, partial
+
+    @staticmethod
+    def _region_chunks(
+        meta: ArrayMeta,
+        plan: list[Piece],
+        keys: list[str],
+        value: np.ndarray,
+        old: Mapping[str, np.ndarray],
+        built: list[tuple[str, np.ndarray]],
+    ) -> Iterator[tuple[str, np.ndarray]]:
+        """``(key, whole chunk)`` to store for each piece; chunks made by copying are added to ``built``."""
+        for piece, key in zip(plan, keys):
+            part = value[piece.in_result]
+            if part.shape == meta.chunks and key not in old:
+                yield key, part  # a whole chunk: encoded straight from the caller's data
+                continue
+            base = old.get(key)
+            if base is None:
+                chunk = np.full(meta.chunks, meta.fill_value, dtype=meta.codec.work_dtype)
+            else:
+                chunk = base.copy()
+            chunk[piece.in_chunk] = part
+            built.append((key, chunk))
+            yield key, chunk
 
     def _current_chunks(
         self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool
@@ -649,7 +671,7 @@ def create(
     *,
     chunks: int | Sequence[int] | None = None,
     codec: Any = None,
-    fill_value: Any = 0,
+    fill_value: Any = None,
     dims: Sequence[str] | None = None,
     attributes: Mapping[str, Any] | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -660,8 +682,11 @@ def create(
     in autocommit mode (each ``append``/assignment is a commit); in a
     Transaction everything joins it. ``chunks`` default: whole rows, about
     2 MiB per chunk. ``codec``: see :func:`arrays.codecs.codec_for` (default
-    blosc for multi-byte numbers). ``dims`` names the axes (xarray needs
-    them). Missing parent groups are created. ArrayExistsError if
+    blosc for multi-byte numbers). ``dtype`` ``str`` or ``bytes`` makes a
+    variable-length string / bytes array (zarr's ``string`` and
+    ``variable_length_bytes``), read back as a ``StringDType`` array / an
+    object array of ``bytes``, like zarr does. ``fill_value`` (None): 0,
+    ``""`` or ``b""``. ``dims`` names the axes (xarray needs them). Missing parent groups are created. ArrayExistsError if
     anything is at ``name``.
     """
     name = _check_name(name)

@@ -32,3 +32,26 @@ class UnsupportedArrayError(ArrayError):
 
 class SnapshotError(ArrayError):
     """``at=`` names a time or tid the store cannot read (before the pack horizon, or malformed)."""
+
+
+class StreamError(ArrayError):
+    """Base class of the errors of streams (:mod:`arrays.stream`)."""
+
+
+class StreamNotFoundError(StreamError, KeyError):
+    """No stream of that tag exists (in that snapshot)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class StreamExistsError(StreamError, ArrayExistsError):
+    """``create_stream`` found a stream (or anything else) already at that path."""
+
+
+class InvalidTagError(StreamError, ValueError):
+    """A stream tag (or column name) that cannot name a zarr node."""
+
+
+class ColumnError(StreamError, ValueError):
+    """An append or schema change that does not match the stream's columns: missing, unknown, wrong length or shape."""

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from zarr.core.dtype import get_data_type_from_json, parse_data_type
+from zarr.core.dtype import VariableLengthBytes, VariableLengthUTF8, get_data_type_from_json, parse_data_type
+from zarr.errors import UnstableSpecificationWarning
 
-from .codecs import ChunkCodec, codec_for, codec_from_json
+from .codecs import STRING, VLEN_BYTES, ChunkCodec, codec_for, codec_from_json, is_vlen
 from .errors import ArrayError, ArrayNotFoundError, UnsupportedArrayError
 
 #: wendelin.core's block size: a chunk of about this many bytes by default.
@@ -25,14 +29,39 @@ CHUNK_BYTES = 2 * 1024 * 1024
 
 METADATA_KEY = "zarr.json"
 
-#: numpy kinds BigArray reads and writes: booleans, integers, floats, complex, datetimes.
+#: numpy kinds BigArray reads and writes: booleans, integers, floats, complex, datetimes
+#: (plus the variable-length :data:`~arrays.codecs.STRING` and :data:`~arrays.codecs.VLEN_BYTES`).
 _KINDS = "biufcmM"
+
+#: What a variable-length item is taken to weigh when sizing chunks and caches
+#: (its real size is unknown until it is written).
+VLEN_ITEM_BYTES = 64
+
+#: The names that ask for variable-length strings and bytes.
+_STRING_NAMES = ("str", "string", "vlen-utf8")
+_BYTES_NAMES = ("bytes", "variable_length_bytes", "vlen-bytes")
+
+
+#: Parsed array documents kept by their raw bytes (:meth:`ArrayMeta.from_bytes`): streams re-read
+#: the same ``zarr.json`` every transaction, and parsing one costs more than the read.
+_PARSED_LIMIT = 4096
+_parsed: dict[bytes, ArrayMeta] = {}
+_parsed_lock = threading.Lock()
+
+
+def dump_json(doc: Any) -> bytes:
+    """``doc`` as compact JSON bytes.
+
+    Compact because ``json.dumps`` with ``indent`` runs Python's pure-Python
+    encoder, several times slower than the C one, on every append's
+    ``zarr.json``; zarr and xarray read any valid JSON.
+    """
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def group_document(attributes: Mapping[str, Any] | None = None) -> bytes:
     """The ``zarr.json`` of a zarr v3 group."""
-    doc = {"attributes": dict(attributes or {}), "zarr_format": 3, "node_type": "group"}
-    return json.dumps(doc, indent=2).encode()
+    return dump_json({"attributes": dict(attributes or {}), "zarr_format": 3, "node_type": "group"})
 
 
 def node_type(raw: bytes) -> str | None:
@@ -45,18 +74,89 @@ def node_type(raw: bytes) -> str | None:
 
 
 def storage_dtype(dtype: Any) -> np.dtype:
-    """The dtype BigArray stores for ``dtype``: little-endian, of a kind zarr v3 knows."""
+    """The dtype BigArray stores for ``dtype``: little-endian, of a kind zarr v3 knows.
+
+    ``str`` (or ``"str"``, a numpy StringDType) means variable-length UTF-8
+    strings, stored as zarr's ``string`` and read as :data:`~arrays.codecs.STRING`
+    (``StringDType()``, what zarr 3.1.6 returns); ``bytes`` (or ``"bytes"``)
+    means variable-length bytes, zarr's ``variable_length_bytes``, read as an
+    object array of ``bytes``. A bare ``object`` dtype is ambiguous and refused.
+    """
+    if dtype is str or (isinstance(dtype, str) and dtype in _STRING_NAMES):
+        return STRING
+    if dtype is bytes or (isinstance(dtype, str) and dtype in _BYTES_NAMES):
+        return VLEN_BYTES
     dtype = np.dtype(dtype)
+    if dtype.kind == "T":
+        return STRING  # the plain StringDType zarr reads (no na_object)
+    if dtype.kind in "US" and dtype.itemsize == 0:  # np.dtype(str), np.dtype(bytes): no length given
+        return STRING if dtype.kind == "U" else VLEN_BYTES
     if dtype.kind not in _KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise UnsupportedArrayError(
-            f"dtype {dtype} is not supported: use booleans, integers, floats, complex numbers or datetime64"
+            f"dtype {dtype} is not supported: use booleans, integers, floats, complex numbers, datetime64, "
+            "str (variable-length strings) or bytes (variable-length bytes)"
         )
     return dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
 
 
+def item_bytes(dtype: np.dtype) -> int:
+    """The bytes one item is taken to weigh: its itemsize, or :data:`VLEN_ITEM_BYTES` for variable length."""
+    return VLEN_ITEM_BYTES if is_vlen(dtype) else np.dtype(dtype).itemsize
+
+
+def _zarr_data_type(dtype: np.dtype) -> Any:
+    """zarr's data type object for a storage dtype."""
+    if dtype.kind == "T":
+        return VariableLengthUTF8()
+    if dtype == VLEN_BYTES:
+        return VariableLengthBytes()
+    return parse_data_type(dtype, zarr_format=3)
+
+
+@contextmanager
+def _quiet_unstable() -> Iterator[None]:
+    """Silence zarr's warning that ``variable_length_bytes`` has no zarr v3 spec yet.
+
+    We knowingly write exactly what zarr itself writes and reads back; the
+    warning would fire on every bytes array we create or parse.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnstableSpecificationWarning)
+        yield
+
+
+def as_stored(values: Any, dtype: np.dtype) -> np.ndarray:
+    """``values`` as an array of ``dtype``, checked for what numpy would let through silently.
+
+    Strings: any array or sequence of ``str`` (numpy's str coercion applies,
+    but ``None`` is refused rather than stored as ``"None"``). Bytes: ``bytes``
+    items only (numpy would split a ``bytearray`` into integers); ``str`` is
+    refused (encode it first). TypeError names the offending type.
+    """
+    if dtype.kind == "T":
+        if isinstance(values, np.ndarray) and values.dtype.kind != "O":
+            return values.astype(dtype, copy=False)  # StringDType, str_, numbers: numpy converts in C
+        data = np.asarray(values, dtype=object)
+        if (data == None).any():  # noqa: E711 - elementwise, in C
+            raise TypeError("a string array cannot hold None; use '' for a missing string")
+        return data.astype(dtype)
+    if dtype == VLEN_BYTES:
+        if isinstance(values, np.ndarray) and values.dtype.kind == "S":
+            return values.astype(object)  # numpy's fixed-width bytes drop trailing NULs already
+        data = np.array(values, dtype=object, copy=None)
+        kinds = set(map(type, data.reshape(-1)))  # map() runs in C
+        if any(issubclass(k, str) for k in kinds):
+            raise TypeError("a bytes array holds bytes, not str: encode the strings first (or use dtype str)")
+        bad = sorted(k.__name__ for k in kinds if not issubclass(k, bytes))
+        if bad:
+            raise TypeError(f"a bytes array holds bytes items, not {', '.join(bad)}")
+        return data
+    return np.asarray(values, dtype=dtype)
+
+
 def default_chunks(shape: Sequence[int], dtype: np.dtype) -> tuple[int, ...]:
     """Whole rows, as many as fit in :data:`CHUNK_BYTES`; wider rows are split from axis 1 on."""
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = item_bytes(dtype)
     trailing = [max(int(n), 1) for n in shape[1:]]
     row_bytes = itemsize * math.prod(trailing)
     if row_bytes <= CHUNK_BYTES:
@@ -95,6 +195,9 @@ class ArrayMeta:
     codec: ChunkCodec
     _prefix: str = field(repr=False)
     _separator: str = field(repr=False)
+    # ``to_bytes`` around the shape, made on first use and passed on by ``with_shape``:
+    # an append rewrites only the shape, and splicing it in is ten times cheaper than dumping.
+    _around_shape: tuple[bytes, bytes] | None = field(default=None, repr=False, compare=False)
 
     # -- building and parsing ------------------------------------------------------
 
@@ -106,11 +209,15 @@ class ArrayMeta:
         *,
         chunks: int | Sequence[int] | None = None,
         codec: Any = None,
-        fill_value: Any = 0,
+        fill_value: Any = None,
         dims: Sequence[str] | None = None,
         attributes: Mapping[str, Any] | None = None,
     ) -> ArrayMeta:
-        """The metadata of a new array (ValueError/UnsupportedArrayError for a bad argument)."""
+        """The metadata of a new array (ValueError/UnsupportedArrayError for a bad argument).
+
+        ``fill_value`` None: 0 for numbers (False, the epoch), ``""`` for
+        strings, ``b""`` for bytes.
+        """
         shape = tuple(int(n) for n in shape)
         if not shape:
             raise ValueError("BigArray needs at least one dimension")
@@ -128,14 +235,18 @@ class ArrayMeta:
             dims = [str(d) for d in dims]
             if len(dims) != len(shape):
                 raise ValueError(f"dims {dims} must name each of the {len(shape)} axes")
-        zdtype = parse_data_type(dtype, zarr_format=3)
+        zdtype = _zarr_data_type(dtype)
+        if fill_value is None:
+            fill_value = zdtype.default_scalar() if is_vlen(dtype) else 0
         try:
             fill_json = zdtype.to_json_scalar(zdtype.cast_scalar(fill_value), zarr_format=3)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"fill_value {fill_value!r} is not a {dtype}: {exc}") from None
+        with _quiet_unstable():
+            data_type = zdtype.to_json(zarr_format=3)
         doc: dict[str, Any] = {
             "shape": list(shape),
-            "data_type": zdtype.to_json(zarr_format=3),
+            "data_type": data_type,
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
             "fill_value": fill_json,
@@ -149,7 +260,25 @@ class ArrayMeta:
 
     @classmethod
     def from_bytes(cls, raw: bytes, name: str = "") -> ArrayMeta:
-        """Parse an array's ``zarr.json``; errors say what about it BigArray cannot read."""
+        """Parse an array's ``zarr.json``; errors say what about it BigArray cannot read.
+
+        Documents are cached by their bytes (an ArrayMeta is immutable, so
+        sharing one is safe): a stream reading the same metadata each
+        transaction parses it once.
+        """
+        raw = bytes(raw)
+        found = _parsed.get(raw)
+        if found is not None:
+            return found
+        meta = cls._parse(raw, name)
+        with _parsed_lock:
+            if len(_parsed) >= _PARSED_LIMIT:
+                _parsed.clear()  # crude but bounded; re-parsing is only slower
+            _parsed[raw] = meta
+        return meta
+
+    @classmethod
+    def _parse(cls, raw: bytes, name: str) -> ArrayMeta:
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -174,10 +303,16 @@ class ArrayMeta:
             names = [t.get("name") for t in doc["storage_transformers"]]
             raise UnsupportedArrayError(f"storage transformers {names} are not supported{where}")
         try:
-            zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
+            with _quiet_unstable():
+                zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedArrayError(f"data type {doc.get('data_type')!r} is not supported{where}: {exc}") from None
-        dtype = storage_dtype(zdtype.to_native_dtype())
+        if isinstance(zdtype, VariableLengthUTF8):
+            dtype = STRING
+        elif isinstance(zdtype, VariableLengthBytes):
+            dtype = VLEN_BYTES
+        else:
+            dtype = storage_dtype(zdtype.to_native_dtype())
         shape = tuple(int(n) for n in doc["shape"])
         chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
         if not shape:
@@ -185,19 +320,29 @@ class ArrayMeta:
         if len(chunks) != len(shape):
             raise ArrayError(f"chunk shape {chunks} does not match shape {shape}{where}")
         prefix, separator = _key_encoder(doc.get("chunk_key_encoding") or {"name": "default"})
-        fill = np.asarray(zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)).astype(dtype)[()]
+        fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
+        if not is_vlen(dtype):  # a vlen fill stays a str / bytes (numpy would strip NULs off bytes)
+            fill = np.asarray(fill).astype(dtype)[()]
         codec = codec_from_json(doc.get("codecs") or [], dtype)
         return cls(doc, shape, dtype, chunks, fill, codec, prefix, separator)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(self.doc, indent=2).encode()
+        """The document as compact JSON (see :func:`dump_json`): exactly ``dump_json(self.doc)``."""
+        around = self._around_shape
+        if around is None:
+            marker = "\x00shape\x00"
+            text = dump_json({**self.doc, "shape": marker})
+            head, _, tail = text.partition(dump_json(marker))
+            around = (head, tail)
+            object.__setattr__(self, "_around_shape", around)  # a cache: the value is unchanged
+        return b"".join((around[0], b"[", ",".join(map(str, self.shape)).encode(), b"]", around[1]))
 
     def with_shape(self, shape: Sequence[int]) -> ArrayMeta:
         """The same metadata with another shape."""
         doc = {**self.doc, "shape": [int(n) for n in shape]}
         return ArrayMeta(
             doc, tuple(doc["shape"]), self.dtype, self.chunks, self.fill_value, self.codec,
-            self._prefix, self._separator,
+            self._prefix, self._separator, self._around_shape,
         )
 
     # -- facts ---------------------------------------------------------------------
@@ -213,7 +358,8 @@ class ArrayMeta:
 
     @property
     def chunk_nbytes(self) -> int:
-        return self.dtype.itemsize * math.prod(self.chunks)
+        """A chunk's decoded size in bytes (estimated with :data:`VLEN_ITEM_BYTES` per variable-length item)."""
+        return item_bytes(self.dtype) * math.prod(self.chunks)
 
     def chunk_key(self, coords: Sequence[int]) -> str:
         """The key of chunk ``coords``, relative to the array (``c/0/3``)."""

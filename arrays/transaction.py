@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import threading
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from .keys import Entry, Snapshot, encode_key
 
 if TYPE_CHECKING:
     from .zarr_store import ZarrStore
+
+log = logging.getLogger("windvane.arrays")
 
 
 def _serialised(method):
@@ -61,6 +64,12 @@ class Transaction:
         ext = json.dumps(self.metadata, sort_keys=True).encode() if self.metadata else b""
         self._tx = store.begin(user.encode(), message.encode(), ext)
         self._written: dict[str, tuple[bytes, int | None]] = {}  # key -> (oid, size; None = deleted)
+        # key -> the write count when it was last written: lets a StreamWriter
+        # tell whether anything but itself wrote its keys in this transaction.
+        self._write_seq: dict[str, int] = {}
+        self._writes = 0
+        self._on_commit: list[Callable[[bytes], None]] = []
+        self._on_abort: list[Callable[[], None]] = []
         self._locked = False
         self._mutex = threading.RLock()
         self.tid: bytes | None = None
@@ -140,7 +149,7 @@ class Transaction:
         value = bytes(value)
         oid = self._tx.oids_for([encode_key(key)], create=True)[encode_key(key)]
         self._tx.write(oid, None, value, compress=compress, check=False)
-        self._written[key] = (oid, len(value))
+        self._wrote(key, oid, len(value))
 
     @_serialised
     def set_many(self, items: Mapping[str, bytes], *, compress: bool = True) -> None:
@@ -150,7 +159,7 @@ class Transaction:
             value = bytes(value)
             oid = oids[encode_key(key)]
             self._tx.write(oid, None, value, compress=compress, check=False)
-            self._written[key] = (oid, len(value))
+            self._wrote(key, oid, len(value))
 
     @_serialised
     def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
@@ -180,21 +189,94 @@ class Transaction:
         for key in doomed:
             oid = oids[encode_key(key)]
             self._tx.write(oid, None, None, check=False)
-            self._written[key] = (oid, None)
+            self._wrote(key, oid, None)
+
+    def _wrote(self, key: str, oid: bytes, size: int | None) -> None:
+        self._writes += 1
+        self._written[key] = (oid, size)
+        self._write_seq[key] = self._writes
+
+    # -- what this transaction wrote (for writers that keep state across transactions) --
+
+    @_serialised
+    def write_mark(self) -> int:
+        """A mark of the writes so far; :meth:`written_since` tells which keys were written after it."""
+        return self._writes
+
+    @_serialised
+    def written_since(self, mark: int, keys: Iterable[str]) -> bool:
+        """Whether any of ``keys`` was written (set or deleted) in this transaction after ``mark`` (0: ever)."""
+        seq = self._write_seq
+        return any(seq.get(k, 0) > mark for k in keys)
+
+    @_serialised
+    def oids(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The oid of each of ``keys`` that has one (written here, or bound before); unbound keys are left out.
+
+        The oid of a key first bound by this transaction is permanent only if it commits.
+        """
+        keys = list(keys)
+        found = {k: self._written[k][0] for k in keys if k in self._written}
+        rest = [k for k in keys if k not in found]
+        if rest:
+            oids = self._tx.oids_for([encode_key(k) for k in rest])
+            found.update((k, oids[encode_key(k)]) for k in rest if encode_key(k) in oids)
+        return found
+
+    @_serialised
+    def written_oids(self) -> set[bytes]:
+        """The oids of every object this transaction writes: after commit, exactly what its tid changed."""
+        return {oid for oid, _ in self._written.values()}
+
+    # -- callbacks ---------------------------------------------------------------
+
+    @_serialised
+    def on_commit(self, callback: Callable[[bytes], None]) -> None:
+        """Call ``callback(tid)`` once this transaction has committed (never if it aborts).
+
+        Callbacks run in registration order, after the commit is durable and
+        visible; one that raises is logged and does not undo or fail the commit.
+        """
+        self._on_commit.append(callback)
+
+    @_serialised
+    def on_abort(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once if this transaction aborts, or its commit fails."""
+        self._on_abort.append(callback)
+
+    def _run_callbacks(self, callbacks: list, *args: Any) -> None:
+        self._on_commit, self._on_abort = [], []  # each runs at most once, and only one kind does
+        for callback in callbacks:
+            try:
+                callback(*args)
+            except Exception:  # noqa: BLE001 - the transaction has ended either way; say so, go on
+                log.exception("a transaction callback failed")
 
     # -- ending ----------------------------------------------------------------
 
     @_serialised
     def commit(self) -> bytes:
-        """Make every change visible at once; returns the commit's tid."""
-        self._tx.vote()
-        self.tid = self._tx.finish()
+        """Make every change visible at once; returns the commit's tid.
+
+        Then runs the :meth:`on_commit` callbacks; if the commit fails, the
+        :meth:`on_abort` ones (the error is raised either way).
+        """
+        try:
+            self._tx.vote()
+            self.tid = self._tx.finish()
+        except BaseException:
+            self._run_callbacks(self._on_abort)
+            raise
+        self._run_callbacks(self._on_commit, self.tid)
         return self.tid
 
     @_serialised
     def abort(self) -> None:
-        """Forget every change. Safe to call more than once."""
-        self._tx.abort()
+        """Forget every change and run the :meth:`on_abort` callbacks. Safe to call more than once."""
+        try:
+            self._tx.abort()
+        finally:
+            self._run_callbacks(self._on_abort)
 
 
 @contextmanager

@@ -64,6 +64,20 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], window: int | None = N
             future.cancel()
 
 
+#: Work on fewer bytes than this runs in the calling thread: handing a task to
+#: the pool and waking a thread costs tens of microseconds, more than a small
+#: chunk takes to encode or decode.
+INLINE_BYTES = 1 << 20
+
+
+def weighted_map(fn: Callable[[T], R], items: Iterable[T], weight: int, window: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` in the calling thread if ``weight`` (the bytes the work touches) is below
+    :data:`INLINE_BYTES`, else :func:`ordered_map`. Results in order either way."""
+    if weight < INLINE_BYTES:
+        return map(fn, items)
+    return ordered_map(fn, items, window)
+
+
 def io_pool() -> ThreadPoolExecutor:
     """A small pool that reads ahead (``BigArray.blocks``).
 

@@ -1100,12 +1100,21 @@ class Transaction:
         if not missing:
             return
         codec = self.store_.codec
-        # The pool compresses ahead while the values it has finished are
-        # being inserted: compression and database work overlap.
-        encoded = self.store_._encoder.map(
-            lambda h: codec.encode(pending[h], h, compress=h not in raw), missing
-        )
+
+        def encode(h: bytes) -> EncodedValue:
+            return codec.encode(pending[h], h, compress=h not in raw)
+
+        if sum(len(pending[h]) for h in missing) < self.INLINE_ENCODE_BYTES:
+            # A few small values: handing them to the pool costs more than encoding them here.
+            encoded: Iterable[EncodedValue] = map(encode, missing)
+        else:
+            # The pool compresses ahead while the values it has finished are
+            # being inserted: compression and database work overlap.
+            encoded = self.store_._encoder.map(encode, missing)
         self._insert_values(cur, encoded)
+
+    #: Pending bytes below which values are compressed in the calling thread.
+    INLINE_ENCODE_BYTES = 1 << 20
 
     #: Bytes per bulk INSERT: small enough to keep compression and upload
     #: overlapping, large enough that round trips do not count.

@@ -368,7 +368,7 @@ def test_unsupported_zarr_arrays_are_named(sqlite_url):
         arrays.open(sqlite_url, "sharded")
     with pytest.raises(arrays.UnsupportedArrayError, match="crc32c"):
         arrays.open(sqlite_url, "checked")
-    zarr.create_array(zs, name="words", shape=(3,), chunks=(3,), dtype=str)
+    zarr.create_array(zs, name="words", shape=(3,), chunks=(3,), dtype="U5")  # fixed-width strings
     with pytest.raises(arrays.UnsupportedArrayError, match="not supported"):
         arrays.open(sqlite_url, "words")
     arrays.create(sqlite_url, "ragged", (10,), "int8").close()

@@ -1,0 +1,321 @@
+"""StreamWriter: appends to one stream in transaction after transaction, keeping what it needs between them.
+
+Opening a stream per transaction re-reads its ``zarr.json`` documents and the
+partial last chunk of every column, and decodes them, before appending one
+row. A :class:`StreamWriter` lives across transactions instead::
+
+    writer = arrays.StreamWriter(store, "turbine1")
+    with arrays.transaction(store) as tx:
+        writer.append(tx, {"time": t_ns, "speed": v, "msg": lines})
+
+Contract:
+
+- **Correct first.** Every append takes the commit lock, then trusts its
+  state only if nothing else changed it: no later commit touched the
+  stream's group, the columns' ``zarr.json`` or their partial chunks (the
+  newest tid is the one it last saw, or :class:`~arrays.changes.ChangeLog`
+  lists no change to those oids since), and nothing else in the current
+  transaction wrote those keys. Otherwise it reloads them, under the lock,
+  as :meth:`arrays.Stream.append` does; so writers in any number of
+  processes never lose or misalign rows.
+- **State follows the transaction.** An append updates the state at once;
+  if the transaction commits the state is the committed stream, if it
+  aborts (or its commit fails, or the append itself fails) the state is
+  dropped and the next append reloads.
+- **Same bytes.** Chunks and metadata are what ``Stream.append`` writes.
+- One writer is used by one thread at a time; several writers (of
+  different streams) may join one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import neostore
+
+from .changes import ChangeLog
+from .errors import ColumnError, StreamError, StreamNotFoundError
+from .metadata import METADATA_KEY, ArrayMeta
+from .stream import TIME, Stream, _group_attrs, open_stream, stream_path
+from .tail import Tail, row_chunked, tail_for
+from .transaction import Transaction
+from .workers import weighted_map
+
+#: Chunks per ``set_many`` call (binding their names in one round trip).
+_WRITE_BATCH = 64
+
+
+@dataclass
+class _State:
+    """The stream as the writer knows it: its group, and one Tail per array (``time`` first)."""
+
+    group_raw: bytes
+    tails: dict[str, Tail]
+    # Arrays not chunked by whole rows (written by other tools): appends go through Stream.
+    foreign: bool = False
+    keys: tuple[str, ...] = ()  # whose change invalidates the state
+    oids: frozenset[bytes] = frozenset()
+
+
+class StreamWriter:
+    """Appends to stream ``tag`` (in ``quarantine/`` if ``quarantine``) of ``store``; see the module docstring.
+
+    ``changes``: a ChangeLog shared by the writers of ``store`` in this
+    process (each writer makes its own if not given; sharing one spares a
+    query per append when many streams take turns). ``loads``: how many
+    times the state was read from the database (a statistic).
+    """
+
+    def __init__(
+        self,
+        store: neostore.Store,
+        tag: str,
+        *,
+        quarantine: bool = False,
+        changes: ChangeLog | None = None,
+    ):
+        self.store = store
+        self.tag = tag
+        self.quarantine = quarantine
+        self.path = stream_path(tag, quarantine=quarantine)
+        self.changes = changes if changes is not None else ChangeLog(store)
+        self._group_key = f"{self.path}/{METADATA_KEY}"
+        self._state: _State | None = None
+        # The transaction whose writes the state includes (None: the state is
+        # the committed stream as of tid ``_seen``), and its write mark after
+        # our last write to it; ``_head``: the newest commit when it locked.
+        self._tx: Transaction | None = None
+        self._mark = 0
+        self._head = neostore.ZERO
+        self._seen = neostore.ZERO
+        self._hooked: Transaction | None = None  # the transaction our callbacks are registered with
+        self.loads = 0
+
+    def __repr__(self) -> str:
+        held = "no state" if self._state is None else f"{len(self._state.tails)} arrays held"
+        return f"<StreamWriter {self.path!r} {held}>"
+
+    # -- the API -------------------------------------------------------------------
+
+    def append(self, tx: Transaction, columns: Mapping[str, Any], *, fill_missing: bool = False) -> int:
+        """Add ``n`` rows to every column of the stream in ``tx``; returns the stream's new length.
+
+        ``columns`` maps each column name, ``"time"`` included, to ``n``
+        values, as :meth:`arrays.Stream.append` takes them (numpy arrays;
+        str columns may be lists of str). ``fill_missing``: columns left out
+        get their fill value (``time`` may not be left out). Takes the commit
+        lock. ColumnError for unknown, missing or misshapen columns (nothing
+        written); StreamNotFoundError if there is no such stream.
+        """
+        if not isinstance(columns, Mapping):
+            raise TypeError(f"append takes a mapping of column name to values, not {type(columns).__name__}")
+        state = self._current(tx)
+        if state.foreign:
+            return self._append_through_stream(tx, columns, fill_missing)
+        try:
+            data, n = self._coerce(state, columns, fill_missing)
+            if n:
+                self._write(tx, state, data)
+        except BaseException as exc:
+            if not isinstance(exc, ColumnError):
+                self._drop()  # a failed write may have advanced the state past what tx holds
+            raise
+        return state.tails[TIME].length
+
+    def columns(self, tx: Transaction) -> list[str]:
+        """The stream's column names (``time`` left out), current as of ``tx``; takes the commit lock.
+
+        StreamNotFoundError if there is no such stream.
+        """
+        return [name for name in self._current(tx).tails if name != TIME]
+
+    def column_meta(self, tx: Transaction, name: str) -> ArrayMeta:
+        """The metadata of column ``name`` as of ``tx`` (ColumnError if there is none); takes the commit lock."""
+        tails = self._current(tx).tails
+        if name not in tails:
+            raise ColumnError(f"stream {self.tag!r} has no column {name!r}; it has {list(tails)}")
+        return tails[name].meta
+
+    def reset(self) -> None:
+        """Forget the state: the next append reads the stream afresh."""
+        self._drop()
+
+    # -- keeping the state current ------------------------------------------------------
+
+    def _drop(self) -> None:
+        self._state = None
+        self._tx = None
+
+    def _current(self, tx: Transaction) -> _State:
+        """The state, valid in ``tx`` under the commit lock: kept if nothing changed it, else reloaded."""
+        if tx.state != "open":
+            raise StreamError(f"the transaction is {tx.state}; append to stream {self.tag!r} in an open one")
+        tx.lock()
+        state = self._state
+        if state is not None and not self._still_valid(tx, state):
+            state = self._state = None
+            self._tx = None
+        if state is None:
+            state = self._load(tx)
+        return state
+
+    def _still_valid(self, tx: Transaction, state: _State) -> bool:
+        if self._tx is not None:
+            # Joined a transaction already: valid if it is this one and only we wrote our keys since.
+            return self._tx is tx and not tx.written_since(self._mark, state.keys)
+        if tx.written_since(0, state.keys):
+            return False  # something else in this transaction wrote the stream
+        head = self.store.last_transaction()
+        if head != self._seen and self.changes.changed(self._seen, head, state.oids):
+            return False
+        self._join(tx, head)
+        return True
+
+    def _join(self, tx: Transaction, head: bytes) -> None:
+        """From now the state includes ``tx``'s writes: follow its end."""
+        self._tx = tx
+        self._head = head
+        self._mark = tx.write_mark()
+        if self._hooked is not tx:
+            self._hooked = tx
+            tx.on_commit(lambda tid: self._committed(tx, tid))
+            tx.on_abort(lambda: self._aborted(tx))
+
+    def _committed(self, tx: Transaction, tid: bytes) -> None:
+        self._hooked = None
+        if self._tx is not tx:
+            return
+        self._tx = None
+        self.changes.record(tid, tx.written_oids(), after=self._head)
+        state = self._state
+        if state is None or tx.written_since(self._mark, state.keys):
+            self._state = None  # written behind our back after our last append: reload next time
+            return
+        self._seen = tid
+
+    def _aborted(self, tx: Transaction) -> None:
+        self._hooked = None
+        if self._tx is tx:
+            self._drop()
+
+    def _load(self, tx: Transaction) -> _State:
+        """Read the group, every array's metadata and partial chunk, in ``tx`` (holding the lock)."""
+        self.loads += 1
+        head = self.store.last_transaction()
+        docs = tx.get_many([self._group_key])
+        group_raw = docs.get(self._group_key)
+        if group_raw is None:
+            raise StreamNotFoundError(f"no stream {self.tag!r} at {self.path!r}; create it with create_stream")
+        attrs = _group_attrs(group_raw, self.path)
+        names = [TIME, *attrs.get("columns", [])]
+        meta_keys = {name: f"{self.path}/{name}/{METADATA_KEY}" for name in names}
+        docs = tx.get_many(list(meta_keys.values()))
+        metas: dict[str, ArrayMeta] = {}
+        for name, key in meta_keys.items():
+            raw = docs.get(key)
+            if raw is None:
+                raise StreamError(f"stream {self.tag!r} lists column {name!r} but has no array for it; it is damaged")
+            metas[name] = ArrayMeta.from_bytes(raw, f"{self.path}/{name}")
+        state = _State(group_raw, {})
+        if not all(row_chunked(m) for m in metas.values()):
+            state.foreign = True
+        else:
+            state.tails = self._tails(tx, metas)
+        self._state = state
+        self._remember(tx, state)
+        self._join(tx, head)
+        return state
+
+    def _tails(self, tx: Transaction, metas: dict[str, ArrayMeta]) -> dict[str, Tail]:
+        partial: dict[str, str] = {}
+        for name, meta in metas.items():
+            rows = meta.chunks[0]
+            if meta.shape[0] % rows:
+                partial[name] = f"{self.path}/{name}/{meta.chunk_key((meta.shape[0] // rows,) + (0,) * (len(meta.shape) - 1))}"
+        values = tx.get_many(list(partial.values()))
+
+        def decode(name: str) -> tuple[str, np.ndarray | None]:
+            meta, value = metas[name], values.get(partial.get(name, ""))
+            if value is None:
+                return name, None
+            try:
+                return name, meta.codec.decode(value, meta.chunks)
+            except Exception as exc:  # noqa: BLE001 - numcodecs raises many kinds; name the chunk
+                raise StreamError(f"chunk {partial[name]!r} does not decode with {meta.codec.names}: {exc}") from None
+
+        weight = sum(metas[n].chunk_nbytes for n in partial)
+        chunks = dict(weighted_map(decode, list(metas), weight))
+        return {name: tail_for(f"{self.path}/{name}", meta, chunks[name]) for name, meta in metas.items()}
+
+    def _remember(self, tx: Transaction, state: _State) -> None:
+        """Note the keys (and their oids) whose change by anyone else makes ``state`` stale."""
+        keys = [self._group_key, *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails)]
+        keys += [k for k in (t.partial_key for t in state.tails.values()) if k is not None]
+        state.keys = tuple(keys)
+        state.oids = frozenset(tx.oids(keys).values())
+
+    # -- appending -------------------------------------------------------------------
+
+    def _coerce(self, state: _State, columns: Mapping[str, Any], fill_missing: bool) -> tuple[dict[str, np.ndarray], int]:
+        tails = state.tails
+        unknown = [n for n in columns if n not in tails]
+        missing = [n for n in tails if n not in columns and (not fill_missing or n == TIME)]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing column(s) {missing}")
+            if unknown:
+                parts.append(f"unknown column(s) {unknown} (add them first with Stream.add_column)")
+            raise ColumnError(f"append to stream {self.tag!r}: {'; '.join(parts)}; it has {list(tails)}")
+        data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
+        lengths = {name: len(v) for name, v in data.items()}
+        if len(set(lengths.values())) > 1:
+            raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
+        n = lengths[TIME]
+        for name, tail in tails.items():
+            if name not in data:
+                data[name] = tail.blank(n)
+        stored = {name: tail.length for name, tail in tails.items()}
+        if len(set(stored.values())) > 1:
+            raise StreamError(
+                f"the arrays of stream {self.tag!r} differ in length {stored}: something wrote them outside "
+                "Stream.append; cut them to one length before appending"
+            )
+        return data, n
+
+    def _write(self, tx: Transaction, state: _State, data: dict[str, np.ndarray]) -> None:
+        """Store the chunks and metadata of an append of ``data`` (coerced) in ``tx``; advance the state."""
+        jobs = [job for name, tail in state.tails.items() for job in tail.append(data[name])]
+        weight = sum(j.weight for j in jobs) if len(jobs) > 1 else 0
+        batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
+        for job, value in zip(jobs, weighted_map(lambda j: j.encode(), jobs, weight)):
+            # A codec's output is compressed already: neostore need not try.
+            batch = batches[not job.compressed]
+            batch[job.key] = value
+            if len(batch) >= _WRITE_BATCH:
+                tx.set_many(batch, compress=not job.compressed)
+                batch.clear()
+        for name, tail in state.tails.items():
+            batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
+        for compress, batch in batches.items():
+            if batch:
+                tx.set_many(batch, compress=compress)
+        self._remember(tx, state)
+        self._mark = tx.write_mark()
+
+    def _append_through_stream(self, tx: Transaction, columns: Mapping[str, Any], fill_missing: bool) -> int:
+        """Arrays not chunked by rows: the general (slower) path, keeping no state."""
+        self._drop()
+        stream: Stream = open_stream(tx, self.tag, quarantine=self.quarantine)
+        if fill_missing:
+            columns = dict(columns)
+            for name in stream.columns:
+                if name not in columns:
+                    array = stream[name]
+                    columns[name] = np.full((len(columns[TIME]), *array.shape[1:]), array.fill_value,
+                                            dtype=array._meta.codec.work_dtype)  # noqa: SLF001
+        return stream.append(columns)

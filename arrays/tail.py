@@ -1,0 +1,191 @@
+"""The partial last chunk of a stream column, kept between appends so that an append need not read it.
+
+An append to an array chunked by rows (each chunk spans every axis but the
+first, as every stream column is) rewrites the chunk holding the last rows
+and adds new ones. A :class:`Tail` holds what it needs for that: the
+array's metadata and the rows of its partial last chunk, decoded for numbers,
+serialised (zarr's ``vlen-utf8``/``vlen-bytes`` records) for strings and
+bytes, so that neither decoding nor re-serialising the rows already there is
+paid again. The chunks it produces are byte-for-byte those of
+:meth:`~arrays.codecs.ChunkCodec.encode` of the whole chunk, as
+:class:`~arrays.bigarray.BigArray` writes them.
+
+A Tail is only as current as whoever keeps it checks (see
+:mod:`arrays.stream_writer`); it never reads the database itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .codecs import VLenCodec
+from .errors import ColumnError
+from .metadata import ArrayMeta
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """One chunk an append stores: its key, how to encode it, its raw size, whether the codec compresses."""
+
+    key: str
+    encode: Callable[[], bytes]
+    weight: int
+    compressed: bool
+
+
+def row_chunked(meta: ArrayMeta) -> bool:
+    """Whether every chunk spans all axes but the first (the only layout a Tail handles)."""
+    return tuple(meta.chunks[1:]) == tuple(meta.shape[1:])
+
+
+class Tail:
+    """The state of one row-chunked array ``name`` between appends; make it with :func:`tail_for`.
+
+    ``meta`` is the array's metadata (its shape counts the rows written,
+    those of appends not yet committed included).
+    """
+
+    def __init__(self, name: str, meta: ArrayMeta):
+        self.name = name
+        self.meta = meta
+        self._rows_per_chunk = meta.chunks[0]
+        self._zeros = (0,) * (len(meta.shape) - 1)
+
+    @property
+    def length(self) -> int:
+        return self.meta.shape[0]
+
+    @property
+    def partial_key(self) -> str | None:
+        """The key of the chunk only partly filled (None when the length is a multiple of the chunk rows)."""
+        if self.length % self._rows_per_chunk == 0:
+            return None
+        return self.chunk_key(self.length // self._rows_per_chunk)
+
+    def chunk_key(self, index: int) -> str:
+        return f"{self.name}/{self.meta.chunk_key((index, *self._zeros))}"
+
+    def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
+        """``values`` as rows of this array (ColumnError saying why not)."""
+        from .stream import coerce_column  # stream imports this module
+
+        return coerce_column(tag, column, values, self.meta.dtype, self.meta.shape[1:])
+
+    def blank(self, rows: int) -> np.ndarray:
+        """``rows`` rows of the fill value."""
+        return np.full((rows, *self.meta.shape[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
+
+    def append(self, value: np.ndarray) -> list[ChunkJob]:
+        """Add ``value``'s rows (coerced by :meth:`coerce`): the chunks to store, in order.
+
+        Advances the state at once; the caller drops the Tail if storing fails.
+        Encode each job before the next call (a job may read the state).
+        """
+        jobs = []
+        length, pos, total = self.length, 0, len(value)
+        per_chunk = self._rows_per_chunk
+        while pos < total:
+            index, start = divmod(length, per_chunk)
+            take = min(per_chunk - start, total - pos)
+            jobs.append(self._put(index, start, value[pos : pos + take]))
+            pos += take
+            length += take
+        self.meta = self.meta.with_shape((length, *self.meta.shape[1:]))
+        return jobs
+
+    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+        raise NotImplementedError
+
+
+class NumberTail(Tail):
+    """A numeric (bool, int, float, complex, datetime) array: the partial chunk, decoded and writable."""
+
+    def __init__(self, name: str, meta: ArrayMeta, partial: np.ndarray | None):
+        super().__init__(name, meta)
+        # Written in place by later appends: ours alone (a copy of what was decoded).
+        self._chunk = None if partial is None or self.partial_key is None else np.array(partial, copy=True)
+
+    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+        meta = self.meta
+        codec = meta.codec
+        if start == 0 and len(rows) == self._rows_per_chunk:
+            chunk = rows  # a whole chunk: encoded straight from the caller's rows
+            self._chunk = None
+        else:
+            if start == 0 or self._chunk is None:
+                self._chunk = np.full(meta.chunks, meta.fill_value, dtype=codec.work_dtype)
+            self._chunk[start : start + len(rows)] = rows
+            chunk = self._chunk
+            if start + len(rows) == self._rows_per_chunk:
+                self._chunk = None  # full now: the next append starts a new chunk
+        return ChunkJob(self.chunk_key(index), functools.partial(codec.encode, chunk), chunk.nbytes, codec.compressed)
+
+
+class VLenTail(Tail):
+    """A string or bytes array: the serialised records of the partial chunk's rows.
+
+    Re-serialising the thousands of items already in the chunk cost more
+    than the rest of an append; concatenating their records does not.
+    """
+
+    def __init__(self, name: str, meta: ArrayMeta, partial: np.ndarray | None):
+        super().__init__(name, meta)
+        codec = meta.codec
+        if not isinstance(codec, VLenCodec):
+            raise TypeError(f"{name}: a VLenTail needs a variable-length codec, not {type(codec).__name__}")
+        self._codec: VLenCodec = codec
+        self._items_per_row = math.prod(meta.chunks[1:])
+        self._fill = codec.serialize_items(np.array([meta.fill_value], dtype=object))
+        start = self.length % self._rows_per_chunk
+        self._records = b""
+        if start and partial is not None:
+            self._records = codec.serialize_items(np.ascontiguousarray(partial[:start], dtype=object))
+        elif start:  # the chunk was never written: its rows read as the fill value
+            self._records = self._fill * (start * self._items_per_row)
+
+    def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
+        # The common case, a list of str (what ingest gives): straight to an
+        # object array, which is what the serialiser takes; anything else
+        # goes through the general conversion (numpy's str coercion, checks).
+        dtype = self.meta.dtype
+        inner = self.meta.shape[1:]
+        if dtype.kind == "T" and isinstance(values, list) and not inner:
+            if set(map(type, values)) <= {str}:
+                out = np.empty(len(values), dtype=object)
+                out[:] = values
+                return out
+        value = super().coerce(tag, column, values)
+        return value if value.dtype == object else value.astype(object)
+
+    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+        codec = self._codec
+        records = codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
+        self._records = records if start == 0 else self._records + records
+        end = start + len(rows)
+        filler = self._fill * ((self._rows_per_chunk - end) * self._items_per_row)
+        count = self._rows_per_chunk * self._items_per_row
+        encode = functools.partial(codec.encode_serialized, count, self._records, filler)
+        weight = len(self._records) + len(filler)
+        if end == self._rows_per_chunk:
+            self._records = b""
+        return ChunkJob(self.chunk_key(index), encode, weight, codec.compressed)
+
+
+def tail_for(name: str, meta: ArrayMeta, partial: np.ndarray | None) -> Tail:
+    """The Tail of array ``name`` described by ``meta``, whose partial last chunk decodes to ``partial``.
+
+    ``partial`` None: no partial chunk, or it was never written (its rows
+    read as the fill value). ColumnError if the array is not row-chunked.
+    """
+    if not row_chunked(meta):
+        raise ColumnError(f"{name} is chunked across its inner axes {meta.chunks}; appends need whole-row chunks")
+    if isinstance(meta.codec, VLenCodec):
+        return VLenTail(name, meta, partial)
+    return NumberTail(name, meta, partial)
+

@@ -1,0 +1,271 @@
+"""StreamWriter (arrays.stream_writer): state kept across transactions must give what fresh opens give.
+
+Real SQLite files and the suite's real MariaDB; other writers are separate
+processes (tests/stream_worker.py) or separate Store connections.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import arrays
+import neostore
+from arrays import Column
+from arrays.keys import Snapshot
+from tests.stream_worker import COLUMNS as WORKER_COLUMNS
+from tests.stream_worker import row_values
+from tests.test_streams import COLUMNS, check_aligned, read_line, rows, start_worker
+
+# Append sizes that start, fill, cross and exactly end chunks of 16 rows.
+SIZES = [1, 1, 3, 11, 16, 17, 2, 40, 15, 1, 32, 0, 5, 64, 1]
+
+
+def chunk_values(store: neostore.Store, path: str) -> dict[str, bytes]:
+    """Every key under ``path`` (relative) -> its value, at the newest commit."""
+    snapshot = Snapshot.latest(store)
+    entries = snapshot.list(path + "/")
+    values = snapshot.get_many([e.key for e in entries])
+    return {k[len(path) + 1 :]: v for k, v in values.items()}
+
+
+def assert_same_streams(store: neostore.Store, a: str, b: str) -> None:
+    """Streams ``a`` and ``b`` hold the same rows in every column, stored as the same bytes."""
+    with arrays.open_stream(store, a) as sa, arrays.open_stream(store, b) as sb:
+        assert sa.columns == sb.columns and len(sa) == len(sb)
+        for name in ["time", *sa.columns]:
+            got, want = sa[name][:], sb[name][:]
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            assert got.tolist() == want.tolist(), name
+    ours, theirs = chunk_values(store, f"streams/{a}"), chunk_values(store, f"streams/{b}")
+    assert sorted(ours) == sorted(theirs)
+    for key in ours:
+        if key.endswith("zarr.json"):
+            assert json.loads(ours[key]) == json.loads(theirs[key]), key
+        else:
+            assert ours[key] == theirs[key], key  # codecs are deterministic: same chunks, same bytes
+
+
+def test_reused_state_matches_fresh_opens(store_url):
+    store = neostore.open(store_url)
+    try:
+        for tag in ("kept", "fresh"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "kept")
+        start = 0
+        for k, n in enumerate(SIZES):
+            data = rows(start, n)
+            with arrays.transaction(store, message=f"append {k}") as tx:
+                if k % 4 == 3:  # two appends by the writer in one transaction
+                    half = {name: values[: n // 2] for name, values in data.items()}
+                    rest = {name: values[n // 2 :] for name, values in data.items()}
+                    writer.append(tx, half)
+                    assert writer.append(tx, rest) == start + n
+                else:
+                    assert writer.append(tx, data) == start + n
+            with arrays.transaction(store) as tx:
+                arrays.open_stream(tx, "fresh").append(data)
+            start += n
+        assert writer.loads == 1  # read once; the other stream's commits did not touch it
+        assert_same_streams(store, "kept", "fresh")
+    finally:
+        store.close()
+
+
+def test_strings_as_lists_and_arrays_give_the_same_bytes(sqlite_url):
+    store = neostore.open(sqlite_url)
+    try:
+        columns = [Column("msg", "str"), Column("n", "int64")]
+        for tag in ("lists", "arrays"):
+            arrays.create_stream(store, tag, columns, chunk_rows=8).close()
+        lists, fresh = arrays.StreamWriter(store, "lists"), arrays.StreamWriter(store, "arrays")
+        for seq in range(5):
+            words = [f"wörd {seq}.{i}" * (i % 3) for i in range(seq + 3)]
+            t = np.arange(len(words)) + 100 * seq
+            with arrays.transaction(store) as tx:
+                lists.append(tx, {"time": t, "msg": words, "n": t})
+                fresh.append(tx, {"time": t, "msg": np.array(words, dtype=np.dtypes.StringDType()), "n": t})
+        assert_same_streams(store, "lists", "arrays")
+        with pytest.raises(arrays.ColumnError):
+            with arrays.transaction(store) as tx:
+                lists.append(tx, {"time": [1], "msg": [None], "n": [1]})
+    finally:
+        store.close()
+
+
+def test_another_process_append_is_noticed(store_url):
+    arrays.create_stream(store_url, "shared", WORKER_COLUMNS, chunk_rows=50).close()
+    store = neostore.open(store_url)
+    try:
+        writer = arrays.StreamWriter(store, "shared")
+        expected = []
+        for seq, n in enumerate([7, 30, 1, 49, 12]):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, row_values(1, seq, n))
+            expected.append((1, seq, n))
+            other = start_worker("once", store_url, "shared", "--worker", "2", "--seq", str(seq), "--rows", str(n + 3))
+            assert read_line(other) == "done"
+            assert other.wait(timeout=60) == 0, other.stderr.read()
+            expected.append((2, seq, n + 3))
+        with arrays.open_stream(store, "shared") as s:
+            t = check_aligned(s)
+        want = np.concatenate([row_values(w, q, n)["time"] for w, q, n in expected])
+        np.testing.assert_array_equal(t, want)  # every row, in commit order, none lost or doubled
+        assert writer.loads == 5  # the first, then once after each of the other process's appends
+    finally:
+        store.close()
+
+
+def test_another_connection_adding_a_column_is_noticed(sqlite_url):
+    store, other = neostore.open(sqlite_url), neostore.open(sqlite_url)
+    try:
+        arrays.create_stream(store, "s", [Column("a", "float64")], chunk_rows=4).close()
+        writer = arrays.StreamWriter(store, "s")
+        with arrays.transaction(store) as tx:
+            writer.append(tx, {"time": [1, 2, 3], "a": [1.0, 2.0, 3.0]})
+        with arrays.open_stream(other, "s") as s:
+            s.add_column(Column("b", "str"))
+            s.append({"time": [4], "a": [4.0], "b": ["x"]})
+        with arrays.transaction(store) as tx:
+            assert writer.columns(tx) == ["a", "b"]
+            writer.append(tx, {"time": [5, 6], "a": [5.0, 6.0]}, fill_missing=True)
+        with arrays.open_stream(store, "s") as s:
+            assert s["time"][:].tolist() == [1, 2, 3, 4, 5, 6]
+            assert s["a"][:].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+            assert s["b"][:].tolist() == ["", "", "", "x", "", ""]
+    finally:
+        store.close()
+        other.close()
+
+
+def test_other_writes_in_the_same_transaction_are_noticed(sqlite_url):
+    store = neostore.open(sqlite_url)
+    try:
+        arrays.create_stream(store, "s", [Column("a", "int64")], chunk_rows=4).close()
+        writer = arrays.StreamWriter(store, "s")
+        with arrays.transaction(store) as tx:
+            writer.append(tx, {"time": [0, 1], "a": [0, 1]})
+            arrays.open_stream(tx, "s").append({"time": [2], "a": [2]})  # behind the writer's back
+            assert writer.append(tx, {"time": [3, 4], "a": [3, 4]}) == 5
+        with arrays.transaction(store) as tx:
+            arrays.open_stream(tx, "s").append({"time": [5], "a": [5]})
+            assert writer.append(tx, {"time": [6], "a": [6]}) == 7
+        with arrays.open_stream(store, "s") as s:
+            assert s["a"][:].tolist() == list(range(7)) and s["time"][:].tolist() == list(range(7))
+    finally:
+        store.close()
+
+
+def test_abort_drops_state(store_url):
+    store = neostore.open(store_url)
+    try:
+        arrays.create_stream(store, "s", [Column("a", "float64"), Column("m", "str")], chunk_rows=8).close()
+        writer = arrays.StreamWriter(store, "s")
+        with arrays.transaction(store) as tx:
+            writer.append(tx, {"time": [0, 1, 2], "a": [0.0, 1.0, 2.0], "m": ["0", "1", "2"]})
+        with pytest.raises(RuntimeError, match="give up"):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, {"time": [90, 91], "a": [9.0, 9.1], "m": ["no", "no"]})
+                raise RuntimeError("give up")
+        assert writer._state is None  # noqa: SLF001 - the contract under test
+        tx = arrays.Transaction(store)
+        writer.append(tx, {"time": [80], "a": [8.0], "m": ["no"]})
+        tx.abort()
+        assert writer._state is None  # noqa: SLF001
+        with arrays.transaction(store) as tx:
+            assert writer.append(tx, {"time": [3], "a": [3.0], "m": ["3"]}) == 4
+        with arrays.open_stream(store, "s") as s:
+            assert s["time"][:].tolist() == [0, 1, 2, 3]
+            assert s["m"][:].tolist() == ["0", "1", "2", "3"]
+    finally:
+        store.close()
+
+
+def test_errors(sqlite_url):
+    store = neostore.open(sqlite_url)
+    try:
+        writer = arrays.StreamWriter(store, "nope")
+        with pytest.raises(arrays.StreamNotFoundError):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, {"time": [1]})
+        arrays.create_stream(store, "nope", [Column("a", "float64")]).close()
+        with arrays.transaction(store) as tx:
+            with pytest.raises(arrays.ColumnError, match="missing"):
+                writer.append(tx, {"time": [1]})
+            with pytest.raises(arrays.ColumnError, match="unknown"):
+                writer.append(tx, {"time": [1], "a": [1.0], "zz": [1]})
+            with pytest.raises(arrays.ColumnError, match="differ in length"):
+                writer.append(tx, {"time": [1, 2], "a": [1.0]})
+            with pytest.raises(arrays.ColumnError, match="time"):
+                writer.append(tx, {"a": [1.0]}, fill_missing=True)
+            assert writer.append(tx, {"time": [1], "a": [1.0]}) == 1
+        with pytest.raises(arrays.StreamError):
+            writer.append(tx, {"time": [2], "a": [2.0]})  # that transaction has ended
+    finally:
+        store.close()
+
+
+def test_writers_sharing_a_change_log_take_turns(sqlite_url):
+    """Many streams, each appended now and then, with another connection writing one of them meanwhile."""
+    store, other = neostore.open(sqlite_url), neostore.open(sqlite_url)
+    try:
+        log = arrays.ChangeLog(store)
+        tags = [f"t{k}" for k in range(4)]
+        for tag in tags:
+            arrays.create_stream(store, tag, [Column("a", "int64")], chunk_rows=4).close()
+        writers = {tag: arrays.StreamWriter(store, tag, changes=log) for tag in tags}
+        counts = dict.fromkeys(tags, 0)
+        for step in range(24):
+            tag = tags[step * 7 % 3 + (step % 2)]
+            with arrays.transaction(store) as tx:
+                n = step % 3 + 1
+                values = np.arange(counts[tag], counts[tag] + n)
+                writers[tag].append(tx, {"time": values, "a": values})
+                counts[tag] += n
+            if step % 5 == 0:
+                victim = tags[step % 4]
+                with arrays.open_stream(other, victim) as s:
+                    s.append({"time": [counts[victim]], "a": [counts[victim]]})
+                counts[victim] += 1
+        for tag in tags:
+            with arrays.open_stream(store, tag) as s:
+                assert s["a"][:].tolist() == list(range(counts[tag])) == s["time"][:].tolist(), tag
+    finally:
+        store.close()
+        other.close()
+
+
+def test_writers_in_two_processes_stay_aligned(store_url):
+    """Two processes append through kept writers while this one reads snapshots: nothing lost or misaligned."""
+    arrays.create_stream(store_url, "shared", WORKER_COLUMNS, chunk_rows=100).close()
+    workers = [start_worker("writer", store_url, "shared", "--worker", str(k), "--seconds", "5") for k in (1, 2)]
+    try:
+        for proc in workers:
+            assert read_line(proc) == "ready"
+        for proc in workers:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        snapshots = 0
+        while any(proc.poll() is None for proc in workers) and snapshots < 100:
+            with arrays.open_stream(store_url, "shared") as s:
+                check_aligned(s)
+            snapshots += 1
+        results = [json.loads(read_line(proc, 60).removeprefix("result ")) for proc in workers]
+        for proc in workers:
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+    with arrays.open_stream(store_url, "shared") as s:
+        t = check_aligned(s)
+    assert all(r["appends"] > 5 for r in results), results
+    assert len(t) == sum(r["rows"] for r in results)
+    key = t // 10**6
+    runs = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
+    assert runs == sum(r["appends"] for r in results)  # each append one contiguous run
+    for worker in (1, 2):  # and each worker's appends in its own order
+        seqs = (key[t // 10**12 == worker]) % 10**6
+        assert np.all(np.diff(seqs) >= 0)
