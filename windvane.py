@@ -8,12 +8,16 @@ prerequisite.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 import click
 
 import arrays
+import ingest
 import neostore
+from ingest.service import ServeConfig, Service, parse_address
 from neostore import server as dbserver
 
 
@@ -66,6 +70,11 @@ def cli() -> None:
     \b
         windvane store info sqlite:///windvane.db
         windvane store pack sqlite:///windvane.db --keep-days 30
+
+    Receive fluentd Forward and HTTP data into streams (schemas/ says which tags go where):
+
+    \b
+        windvane serve --store sqlite:///windvane.db --schemas schemas/
 
     List the arrays a store holds, and an array's commits:
 
@@ -281,6 +290,93 @@ def history(url: str, name: str) -> None:
         for c in commits:
             meta = f"  {c.metadata}" if c.metadata else ""
             click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}")
+
+
+@cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--schemas", required=True, type=click.Path(exists=True, file_okay=False, path_type=str),
+              help="Directory of stream schemas (*.toml): which tags go to which stream, with which fields.")
+@click.option("--forward", default="127.0.0.1:24224", show_default=True, metavar="HOST:PORT",
+              help="Where to accept the fluentd Forward protocol (TCP, and UDP heartbeats); 'off' to disable.")
+@click.option("--http", "http_address", default="127.0.0.1:9880", show_default=True, metavar="HOST:PORT",
+              help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.")
+@click.option("--shared-key", envvar="WINDVANE_SHARED_KEY", show_envvar=True,
+              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake.")
+@click.option("--users", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="TOML file of users (password, bearer tokens): required for HTTP, and for Forward with --shared-key.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=str), help="PEM private key.")
+@click.option("--commit-interval", default=0.0, show_default=True, metavar="MS", type=click.FloatRange(0, 10_000),
+              help="Milliseconds to wait after a group's first arrival for more before committing. Groups form "
+                   "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
+          tls_cert: str | None, tls_key: str | None, commit_interval: float, log_level: str) -> None:
+    """Receive data and commit it durably: acknowledge only what is committed.
+
+    Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
+    their ack once the chunk is committed; HTTP clients get their 2xx then.
+    Records that do not fit their schema are kept, with the reason, in the
+    tag's quarantine stream. When ready it prints the bound addresses and
+    "ready"; SIGTERM or Ctrl-C stops it after committing what it received.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    off = ("", "off", "none")
+    config = ServeConfig(
+        store=store_url, schemas=schemas,
+        forward=None if forward.lower() in off else forward,
+        http=None if http_address.lower() in off else http_address,
+        shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
+        commit_interval=commit_interval / 1000,
+    )
+    if not (config.forward or config.http):
+        raise BadInput("both --forward and --http are off: nothing to serve")
+    try:
+        for address, port in ((config.forward, 24224), (config.http, 9880)):
+            if address:
+                parse_address(address, port)  # refuse a bad address before opening anything
+        service = Service(config)
+    except (ingest.IngestError, neostore.NeoStoreError, ValueError) as exc:
+        raise BadInput(str(exc)) from exc
+    try:
+        asyncio.run(_serve(service))
+    except OSError as exc:  # typically the address is in use
+        raise BadInput(f"cannot listen: {exc}") from exc
+
+
+async def _serve(service: Service) -> None:
+    # The one place that imports connectors: the layers meet here.
+    from connectors.forward.server import ForwardServer
+    from connectors.http.app import HttpServer, make_app
+
+    config = service.config
+    endpoints = []
+    lines: list[tuple[str, object, str]] = []
+    if config.forward:
+        host, port = parse_address(config.forward, 24224)
+        forward = ForwardServer(service.committer, host, port, shared_key=config.shared_key, users=service.users,
+                                ssl=service.ssl, chunk_size_limit=config.chunk_size_limit,
+                                decompressed_size_limit=config.decompressed_size_limit)
+        endpoints.append(forward)
+        lines.append(("forward", forward, host))
+    if config.http:
+        host, port = parse_address(config.http, 9880)
+        app = make_app(service.committer, users=service.users, body_size_limit=config.body_size_limit,
+                       decompressed_size_limit=config.decompressed_size_limit, health=service.health,
+                       metrics=service.metric_samples, streams=service.streams)
+        http = HttpServer(app, host, port, ssl=service.ssl)
+        endpoints.append(http)
+        lines.append(("http", http, host))
+
+    def ready() -> None:
+        for name, endpoint, host in lines:
+            click.echo(f"{name}: {host}:{endpoint.port}")
+        click.echo("ready")
+
+    await service.run(endpoints, ready)
 
 
 def main() -> None:

@@ -8,7 +8,10 @@ database of its own.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -46,3 +49,23 @@ def sqlite_url(tmp_path) -> str:
 def store_url(request) -> str:
     """A fresh store URL, once per backend."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+# Scaled down like the session server's; private because the test kills it.
+KILLED_SERVER_SETTINGS = {"innodb_buffer_pool_size": "128M", "innodb_log_file_size": "64M"}
+
+
+@pytest.fixture
+def private_server() -> MariaDBServer:
+    """A MariaDB server of this test's own (tests kill it), always stopped or killed and removed after."""
+    root = tempfile.mkdtemp(prefix="wv-kill-")  # short: unix socket paths are limited
+    server = MariaDBServer(os.path.join(root, "data"), overrides=KILLED_SERVER_SETTINGS)
+    try:
+        server.start(timeout=120)
+        yield server
+    finally:
+        try:
+            server.stop(timeout=60)
+        except Exception:
+            server.kill()
+        shutil.rmtree(root, ignore_errors=True)

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 import time
 
 import pytest
 
 import neostore
 from neostore.backends import backend_for
-from neostore.server import MariaDBServer
 from tests.store_worker import (
     Worker,
     commit_numbered,
@@ -226,25 +223,7 @@ def test_writer_killed_during_finish(store_url, tmp_path):
 
 # -- the MariaDB server killed under a writer -----------------------------------------
 
-# Scaled down like the session server's (tests/conftest.py); this one is
-# private because the test kills it.
-KILLED_SERVER_SETTINGS = {"innodb_buffer_pool_size": "128M", "innodb_log_file_size": "64M"}
-
-
-@pytest.fixture
-def private_server():
-    """A MariaDB server of this test's own, always stopped (or killed) and removed after."""
-    root = tempfile.mkdtemp(prefix="wv-kill-")  # short: unix socket paths are limited
-    server = MariaDBServer(os.path.join(root, "data"), overrides=KILLED_SERVER_SETTINGS)
-    try:
-        server.start(timeout=120)
-        yield server
-    finally:
-        try:
-            server.stop(timeout=60)
-        except Exception:
-            server.kill()
-        shutil.rmtree(root, ignore_errors=True)
+# ``private_server`` (tests/conftest.py) is a server of the test's own: it gets killed.
 
 
 def test_mariadbd_killed_during_commits(private_server, tmp_path):

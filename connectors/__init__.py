@@ -1,0 +1,1 @@
+"""connectors: decode what arrives (Forward, HTTP, MQTT, files) into ingest batches."""

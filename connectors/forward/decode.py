@@ -1,0 +1,846 @@
+"""Sans-IO decoding of the Fluentd Forward protocol v1: bytes in, :class:`ingest.batch.Batch` out.
+
+Two layers, neither touches a socket:
+
+* :class:`FrameReader` splits a connection's byte stream into top-level
+  values (msgpack, or JSON when the first byte is ``{`` or ``[``, as
+  fluentd's in_forward decides) and enforces ``chunk_size_limit`` on each.
+* :func:`decode_message` turns one value into a :class:`Decoded`: a Batch
+  of one tag plus the ``chunk`` option to acknowledge, for the four event
+  modes (Message, Forward, PackedForward, CompressedPackedForward with
+  gzip or zstd).
+
+:class:`ForwardDecoder` chains both for callers without a handshake.
+
+**Malformed vs invalid.** A message is *malformed* (:class:`MalformedMessage`:
+the connection is closed, nothing of the message is acknowledged) when
+its framing cannot be read: bytes that are not msgpack/JSON, a top-level
+value that is not an array (nil is a heartbeat and is skipped), an array
+of fewer than 2 or more than 4 elements, a tag that is not a UTF-8
+string, entries that are neither an array nor str/bin, a Forward or
+PackedForward entry that is not a 2-element ``[time, record]`` array,
+packed entries that end inside an entry, a compressed payload that does
+not decompress (bad or truncated gzip/zstd, unknown ``compressed``
+value), an option that is not a map, a ``chunk`` that is not a string,
+a map key msgpack cannot hash, arrays or maps longer than
+:data:`MAX_CONTAINER_LEN`, nesting deeper than msgpack's limit.
+Everything else is *invalid at most* and reaches ingest in the Batch,
+which validates against the tag's schema and quarantines what fails:
+records that are not maps (including nil), and times that cannot be read
+(strings, maps, out-of-range numbers), whose ``times[i]`` is
+:data:`INVALID_TIME`. ``Batch.raw(i)`` returns the verbatim bytes of
+packed entries, so a quarantined entry keeps what the client sent.
+
+**Times.** Batch times are int64 nanoseconds since the epoch in an
+``array('q')``. Integer seconds and EventTime (ext type 0, fixext8
+``D7 00`` or ext8 ``C7 08 00``) are read; Fluent Bit 5's
+``[EventTime, {metadata}]`` time form uses its first element (the
+metadata map is dropped from the Batch; ``raw(i)`` still holds it); a
+float of seconds is accepted (fluent-logger-python sends one from
+``emit_with_time`` with a float); 0, an EventTime of second 0, and nil
+mean "now", as in in_forward.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+import time
+import zlib
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import msgpack
+import numpy as np
+import zstandard
+
+from ingest.batch import INVALID_TIME, Batch
+
+from .errors import ForwardError, MalformedMessage, OversizeMessage
+
+SOURCE = "forward"
+DEFAULT_CHUNK_SIZE_LIMIT = 64 << 20
+DEFAULT_DECOMPRESSED_SIZE_LIMIT = 256 << 20
+"""``times[i]`` of an event whose time could not be read (ingest quarantines it)."""
+MAX_CONTAINER_LEN = 1 << 20
+"""Longest msgpack array or map accepted. msgpack allocates a container when
+it reads its header, so this bounds what a few hostile bytes can allocate."""
+
+_NS = 1_000_000_000
+_MAX_SECONDS = (1 << 63) // _NS  # integer seconds that still fit int64 nanoseconds
+_FEED_SLICE = 1 << 20  # at most this much is fed to an Unpacker between limit checks
+_HEAD = 512  # bytes kept of a pending message to name its tag if it is too big
+_unpack_event_time = struct.Struct(">II").unpack
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+
+def _ext_hook(code: int, data: bytes, _ext: Any = msgpack.ExtType) -> Any:
+    # EventTime (ext 0) stays its 8 payload bytes: the packed loop converts all
+    # of a chunk's times at once (numpy), so no per-event object is made here.
+    # Other ext types keep their code.
+    return data if code == 0 else _ext(code, data)
+
+
+class _EventTime(bytes):
+    """An EventTime's 8 bytes outside packed entries, where a plain bytes would read as PackedForward entries."""
+
+    __slots__ = ()
+
+
+def _message_ext_hook(code: int, data: bytes, _ext: Any = msgpack.ExtType) -> Any:
+    return _EventTime(data) if code == 0 else _ext(code, data)
+
+
+def _unpacker(max_buffer_size: int, ext_hook: Any = _ext_hook) -> msgpack.Unpacker:
+    # surrogateescape: binary inside a str (out_forward's str32 entries, gzip
+    # included) survives the str round trip byte for byte.
+    return msgpack.Unpacker(
+        None,
+        raw=False,
+        unicode_errors="surrogateescape",
+        ext_hook=ext_hook,
+        strict_map_key=False,
+        max_buffer_size=max_buffer_size,
+        max_str_len=(1 << 32) - 1,
+        max_bin_len=(1 << 32) - 1,
+        max_ext_len=(1 << 32) - 1,
+        max_array_len=MAX_CONTAINER_LEN,
+        max_map_len=MAX_CONTAINER_LEN,
+    )
+
+
+def _kind(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+def _time_ns(t: Any) -> int:
+    """Nanoseconds of one time value (the slow path; see :func:`_times_ns`)."""
+    tt = type(t)
+    if tt is list and t:
+        # Fluent Bit 5: [EventTime, {metadata}]
+        t = t[0]
+        tt = type(t)
+    if tt is bytes or tt is _EventTime:
+        if len(t) != 8:
+            return INVALID_TIME
+        seconds, nanos = _unpack_event_time(t)
+        return seconds * _NS + nanos if seconds else time.time_ns()
+    if tt is int:
+        if t == 0:
+            return time.time_ns()
+        return t * _NS if -_MAX_SECONDS <= t <= _MAX_SECONDS else INVALID_TIME
+    if t is None:
+        return time.time_ns()
+    if tt is float:
+        if t == 0:
+            return time.time_ns()
+        if math.isfinite(t) and -_MAX_SECONDS < t < _MAX_SECONDS:
+            seconds = math.floor(t)  # split first: t * 1e9 as a float would lose the nanoseconds
+            return seconds * _NS + round((t - seconds) * _NS)
+        return INVALID_TIME
+    return INVALID_TIME
+
+
+def _times_ns(values: list) -> array:
+    """Nanoseconds of a chunk's time values, vectorised when they are all EventTimes or all integer seconds."""
+    out = array("q")
+    if not values:
+        return out
+    types = set(map(type, values))
+    ns = None
+    if (types == {bytes} or types == {_EventTime}) and set(map(len, values)) == {8}:
+        pairs = np.frombuffer(b"".join(values), dtype=">u4").reshape(-1, 2)
+        seconds = pairs[:, 0].astype(np.int64)
+        ns = seconds * _NS + pairs[:, 1]
+        zero = seconds == 0
+        if zero.any():  # EventTime of second 0 means "now", as in in_forward (time.to_i == 0)
+            ns[zero] = time.time_ns()
+    elif types == {int} and min(values) > 0 and max(values) <= _MAX_SECONDS:
+        ns = np.array(values, dtype=np.int64) * _NS
+    if ns is None:
+        out.extend(map(_time_ns, values))
+    else:
+        out.frombytes(ns.astype(np.int64, copy=False).tobytes())
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Framing
+
+
+class FrameReader:
+    """Split one connection's bytes into top-level messages, each as its own bytes.
+
+    The first byte picks the format for the connection's whole life, as in
+    in_forward: ``{`` or ``[`` JSON (:attr:`json` is then True), anything
+    else msgpack. :meth:`feed` yields the bytes of each message completed
+    by ``data`` (decode them with :func:`decode_message`); it then raises
+    :class:`OversizeMessage` if a message, complete or not, exceeds
+    ``chunk_size_limit`` bytes, or :class:`MalformedMessage` if the bytes
+    cannot be framed. Messages before the error are yielded first. After an
+    error the reader is unusable. Memory: at most twice the limit (msgpack's
+    buffer and the copy messages are cut from).
+    """
+
+    def __init__(self, chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT) -> None:
+        self.chunk_size_limit = chunk_size_limit
+        self.json: bool | None = None
+        self._framer: _MsgpackFramer | _JsonFramer | None = None
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if not data:
+            return
+        if self._framer is None:
+            self.json = data[:1] in (b"{", b"[")
+            self._framer = _JsonFramer(self.chunk_size_limit) if self.json else _MsgpackFramer(self.chunk_size_limit)
+        yield from self._framer.feed(data)
+
+
+def _oversize(tag: str | None, size: int, limit: int, what: str) -> OversizeMessage:
+    return OversizeMessage(
+        f"{what} of tag {tag!r} is {size} bytes, over the limit of {limit} bytes (chunk_size_limit)",
+        tag=tag,
+        limit=limit,
+        size=size,
+    )
+
+
+class _MsgpackFramer:
+    """Finds message boundaries with msgpack's ``skip`` (no objects built) and cuts them from a mirror buffer.
+
+    Decoding a whole message with one Unpacker would turn out_forward's
+    str32 entries (binary msgpack, not UTF-8) into a surrogate-escaped str
+    and back, which costs more than decoding the entries themselves.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._up = _unpacker(limit + _FEED_SLICE)
+        self._buf = bytearray()  # the bytes from offset self._done on
+        self._done = 0  # stream offset where the pending message starts
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        up = self._up
+        buf = self._buf
+        view = memoryview(data)
+        for offset in range(0, len(data), _FEED_SLICE):
+            piece = view[offset : offset + _FEED_SLICE]
+            up.feed(piece)
+            buf += piece
+            cut = 0
+            try:
+                while True:
+                    try:
+                        up.skip()
+                    except msgpack.OutOfData:
+                        break
+                    except Exception as exc:  # msgpack's own: FormatError, StackError, ValueError
+                        raise MalformedMessage(f"unreadable msgpack at byte {up.tell()}: {exc}") from exc
+                    end = up.tell() - self._done
+                    size = end - cut
+                    if size > self._limit:
+                        raise _oversize(_tag_from_head(bytes(buf[cut : cut + _HEAD])), size, self._limit, "message")
+                    yield bytes(buf[cut:end])
+                    cut = end
+            finally:
+                if cut:
+                    del buf[:cut]
+                    self._done += cut
+            if len(buf) > self._limit:
+                raise _oversize(_tag_from_head(bytes(buf[:_HEAD])), len(buf), self._limit, "incomplete message")
+
+
+def _tag_from_head(head: bytes) -> str | None:
+    """The tag of a message from its first bytes, or None if they do not show one."""
+    up = msgpack.Unpacker(raw=False, unicode_errors="replace", max_buffer_size=len(head) + 1)
+    up.feed(head)
+    try:
+        up.read_array_header()
+        tag = up.unpack()
+    except Exception:  # whatever the bytes are, the tag is only for the log line
+        return None
+    return tag if isinstance(tag, str) else None
+
+
+_JSON_SPECIAL = re.compile(rb'["\\\[\]{}]')
+_JSON_SPACE = b" \t\r\n"
+
+
+class _JsonFramer:
+    """Finds where each top-level JSON array/object ends by counting brackets outside strings."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buf = bytearray()
+        self._scan = 0  # where scanning resumes
+        self._start = -1  # start of the current value in the buffer, -1 between values
+        self._depth = 0
+        self._in_string = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        buf = self._buf
+        buf += data
+        pos = self._scan
+        while True:
+            if self._start < 0:
+                while pos < len(buf) and buf[pos] in _JSON_SPACE:
+                    pos += 1
+                if pos == len(buf):
+                    break
+                if buf[pos] not in b"[{":
+                    raise MalformedMessage(
+                        f"JSON stream: expected '[' or '{{' where a message starts, got {bytes(buf[pos:pos + 1])!r}"
+                    )
+                self._start = pos
+                self._depth = 1
+                self._in_string = False
+                pos += 1
+            m = _JSON_SPECIAL.search(buf, pos)
+            if m is None:
+                pos = len(buf)
+                break
+            c = buf[m.start()]
+            pos = m.end()
+            if self._in_string:
+                if c == 0x5C:  # backslash: skip the escaped byte
+                    if pos >= len(buf):
+                        pos -= 1  # rescan the backslash once the escaped byte arrives
+                        break
+                    pos += 1
+                elif c == 0x22:
+                    self._in_string = False
+                continue
+            if c == 0x22:
+                self._in_string = True
+            elif c == 0x5B or c == 0x7B:
+                self._depth += 1
+            else:  # ] or }
+                self._depth -= 1
+                if self._depth == 0:
+                    text = bytes(buf[self._start : pos])
+                    self._start = -1
+                    if len(text) > self._limit:
+                        raise _oversize(None, len(text), self._limit, "JSON message")
+                    yield text
+        keep = self._start if self._start >= 0 else len(buf)
+        if self._start >= 0 and len(buf) - self._start > self._limit:
+            raise _oversize(None, len(buf) - self._start, self._limit, "incomplete JSON message")
+        del buf[:keep]
+        self._scan = pos - keep
+        if self._start >= 0:
+            self._start = 0
+
+
+# ---------------------------------------------------------------------------
+# Messages
+
+
+@dataclass(slots=True)
+class Decoded:
+    """One decoded Forward message: its events and the ``chunk`` option to acknowledge.
+
+    ``chunk`` is the option's value exactly as it arrived (str or bytes),
+    ``key`` its bytes (the idempotency key for :meth:`ingest.batch.Sink.submit`);
+    both None when the client asked for no ack.
+    """
+
+    batch: Batch
+    chunk: str | bytes | None
+    key: bytes | None
+    mode: str  # "message", "forward", "packed" or "compressed"
+
+
+def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
+    """The value of one framed message (msgpack, or JSON text); :class:`MalformedMessage` if unreadable."""
+    try:
+        if json_mode:
+            return json.loads(frame)
+        up = _unpacker(max(len(frame), 1), _message_ext_hook)
+        up.feed(frame)
+        value = up.unpack()
+    except msgpack.OutOfData:
+        raise MalformedMessage("unreadable msgpack message: it ends early") from None
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        raise MalformedMessage(f"unreadable {'JSON' if json_mode else 'msgpack'} message: {exc}") from exc
+    if up.tell() != len(frame):
+        raise MalformedMessage(f"msgpack message has {len(frame) - up.tell()} bytes after its end")
+    return value
+
+
+def decode_message(
+    frame: bytes,
+    *,
+    json_mode: bool = False,
+    decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+) -> Decoded | None:
+    """Decode one framed message (from :class:`FrameReader`); None for a heartbeat (nil).
+
+    Raises :class:`MalformedMessage` or :class:`OversizeMessage` (the
+    decompressed entries exceed ``decompressed_size_limit``); see the
+    module docstring for what is malformed.
+    """
+    if not json_mode:
+        packed = _split_packed(frame)
+        if packed is not None:
+            tag, entries, option = packed
+            return _packed_message(tag, entries, option, len(frame), decompressed_size_limit)
+    return decode_value(parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit)
+
+
+def decode_value(
+    value: Any, frame: bytes, *, decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT
+) -> Decoded | None:
+    """Decode a message already parsed into ``value`` from the bytes ``frame``; see :func:`decode_message`."""
+    if value is None:
+        return None
+    if type(value) is not list:
+        raise MalformedMessage(f"message is {_kind(value)}, expected an array [tag, ...]")
+    n = len(value)
+    if n < 2 or n > 4:
+        raise MalformedMessage(f"message is an array of {n} elements, expected 2 to 4")
+    tag = value[0]
+    if type(tag) is not str:
+        raise MalformedMessage(f"tag is {_kind(tag)}, expected a string")
+    if not tag.isascii():
+        try:
+            tag.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MalformedMessage(f"tag {tag!r} is not valid UTF-8") from None
+    entries = value[1]
+    kind = type(entries)
+    size = len(frame)
+    if kind is bytes or kind is str:
+        if n > 3:
+            raise MalformedMessage(f"PackedForward message of tag {tag!r} has {n} elements, expected 2 or 3")
+        payload = entries if kind is bytes else entries.encode("utf-8", "surrogateescape")
+        return _packed_message(tag, payload, _option(value, 2, tag), size, decompressed_size_limit)
+    if kind is list:
+        if n > 3:
+            raise MalformedMessage(f"Forward message of tag {tag!r} has {n} elements, expected 2 or 3")
+        option = _option(value, 2, tag)
+        return _decoded(_decode_forward(tag, entries, frame), option, "forward")
+    if n < 3:
+        raise MalformedMessage(f"Message-mode message of tag {tag!r} has no record: expected [tag, time, record]")
+    option = _option(value, 3, tag)
+    batch = Batch(tag, array("q", (_time_ns(entries),)), [value[2]], _FramesRaw([frame]), SOURCE, size)
+    return _decoded(batch, option, "message")
+
+
+def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int) -> Decoded:
+    compressed = option.get("compressed") if option else None
+    mode = "packed"
+    if compressed is not None and compressed != "text":
+        payload = _decompress(payload, compressed, limit, tag)
+        mode = "compressed"
+    return _decoded(decode_packed(tag, payload, size), option, mode)
+
+
+def _decoded(batch: Batch, option: dict | None, mode: str) -> Decoded:
+    chunk = option.get("chunk") if option else None
+    if chunk is None:
+        key = None
+    elif type(chunk) is str:
+        key = chunk.encode("utf-8", "surrogateescape")
+    elif type(chunk) is bytes:
+        key = chunk
+    else:
+        raise MalformedMessage(f"option chunk of tag {batch.tag!r} is {_kind(chunk)}, expected a string")
+    return Decoded(batch, chunk, key, mode)
+
+
+def _header_len(frame: bytes, pos: int, str_ok: bool, bin_ok: bool) -> tuple[int, int] | None:
+    """(length, position after the header) of a str/bin header at ``pos``, or None if it is not one."""
+    if pos >= len(frame):
+        return None
+    b = frame[pos]
+    if str_ok and 0xA0 <= b <= 0xBF:
+        return b & 0x1F, pos + 1
+    if (str_ok and b == 0xD9) or (bin_ok and b == 0xC4):
+        width = 1
+    elif (str_ok and b == 0xDA) or (bin_ok and b == 0xC5):
+        width = 2
+    elif (str_ok and b == 0xDB) or (bin_ok and b == 0xC6):
+        width = 4
+    else:
+        return None
+    end = pos + 1 + width
+    if end > len(frame):
+        return None
+    return int.from_bytes(frame[pos + 1 : end], "big"), end
+
+
+def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
+    """The PackedForward fast path: read the framing by hand so the entries are sliced, never decoded as str.
+
+    Returns None for anything that is not ``[str tag, str|bin entries, map|nil?]``
+    so that the general path (and its error messages) handles it.
+    """
+    if not frame or frame[0] not in (0x92, 0x93):
+        return None
+    header = _header_len(frame, 1, True, False)
+    if header is None:
+        return None
+    n, pos = header
+    raw_tag = frame[pos : pos + n]
+    pos += n
+    entries = _header_len(frame, pos, True, True)
+    if entries is None or len(raw_tag) != n:
+        return None
+    n, pos = entries
+    end = pos + n
+    if end > len(frame):
+        return None
+    try:
+        tag = raw_tag.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedMessage(f"tag {raw_tag!r} is not valid UTF-8") from None
+    option = None
+    if frame[0] == 0x93:
+        option = parse_frame(frame[end:]) if end < len(frame) else None
+        if option is not None and type(option) is not dict:
+            raise MalformedMessage(f"option of tag {tag!r} is {_kind(option)}, expected a map")
+    elif end != len(frame):
+        return None
+    return tag, memoryview(frame)[pos:end], option
+
+
+def _option(value: list, index: int, tag: str) -> dict | None:
+    if len(value) <= index:
+        return None
+    option = value[index]
+    if option is None or type(option) is dict:
+        return option
+    raise MalformedMessage(f"option of tag {tag!r} is {_kind(option)}, expected a map")
+
+
+def _decode_forward(tag: str, entries: list, frame: bytes) -> Batch:
+    for i, entry in enumerate(entries):
+        if type(entry) is not list or len(entry) != 2:
+            raise MalformedMessage(f"Forward entry {i} of tag {tag!r} is {_kind(entry)}, expected [time, record]")
+    times = _times_ns(list(map(_first, entries)))
+    return Batch(tag, times, list(map(_second, entries)), _ForwardRaw(frame), SOURCE, len(frame))
+
+
+class _FramesRaw:
+    """``Batch.raw`` of Message-mode events: the whole message each arrived as."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+
+    def __call__(self, i: int) -> bytes:
+        return self.frames[i]
+
+
+class _ForwardRaw:
+    """``Batch.raw`` of Forward-mode entries, located inside the message when first asked for."""
+
+    __slots__ = ("_frame", "_offsets")
+
+    def __init__(self, frame: bytes) -> None:
+        self._frame = frame
+        self._offsets: array | None = None
+
+    def __call__(self, i: int) -> bytes:
+        if self._offsets is None:
+            if self._frame[:1] in (b"[", b"{"):  # JSON: the entry's text is not at hand; the whole message is
+                return self._frame
+            up = _unpacker(max(len(self._frame), 1))
+            up.feed(self._frame)
+            up.read_array_header()
+            up.skip()  # tag
+            count = up.read_array_header()
+            offsets = array("q", [up.tell()])
+            for _ in range(count):
+                up.skip()
+                offsets.append(up.tell())
+            self._offsets = offsets
+        return self._frame[self._offsets[i] : self._offsets[i + 1]]
+
+
+def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0) -> Batch:
+    """Decode concatenated msgpack ``[time, record]`` entries (PackedForward) in one Unpacker pass.
+
+    The entries are listed by msgpack in C, checked and split with C-level
+    ``map``s, and their times converted in one vectorised step: no Python
+    code runs per event on this path.
+    """
+    up = _unpacker(max(len(payload), 1))
+    up.feed(payload)
+    try:
+        entries = list(up)
+    except Exception as exc:  # msgpack's own errors
+        raise MalformedMessage(
+            f"PackedForward entries of tag {tag!r} unreadable at byte {up.tell()} of {len(payload)}: {exc}"
+        ) from exc
+    try:
+        up.read_bytes(1)  # msgpack refuses this while an entry is incomplete (tell() is no help there)
+    except ValueError:
+        raise MalformedMessage(
+            f"PackedForward entries of tag {tag!r} end inside entry {len(entries)}: truncated"
+        ) from None
+    if entries and (set(map(type, entries)) != {list} or set(map(len, entries)) != {2}):
+        for i, entry in enumerate(entries):
+            if type(entry) is not list or len(entry) != 2:
+                raise MalformedMessage(
+                    f"PackedForward entry {i} of tag {tag!r} is {_kind(entry)}"
+                    f"{f' of {len(entry)} elements' if type(entry) is list else ''}, expected [time, record]"
+                )
+    times = _times_ns(list(map(_first, entries)))
+    records = list(map(_second, entries))
+    return Batch(tag, times, records, _PackedRaw(payload), SOURCE, size)
+
+
+class _PackedRaw:
+    """``Batch.raw``: the verbatim bytes of packed entry ``i``.
+
+    Offsets are found only when first asked for (a quarantine is rare), by
+    skipping over the entries once, so the decode pass stays lean.
+    """
+
+    __slots__ = ("_payload", "_offsets")
+
+    def __init__(self, payload: bytes | memoryview) -> None:
+        self._payload = payload
+        self._offsets: array | None = None
+
+    def __call__(self, i: int) -> bytes:
+        offsets = self._offsets
+        if offsets is None:
+            up = msgpack.Unpacker(None, max_buffer_size=max(len(self._payload), 1), strict_map_key=False)
+            up.feed(self._payload)
+            offsets = array("q", [0])
+            try:
+                while True:
+                    up.skip()
+                    offsets.append(up.tell())
+            except msgpack.OutOfData:
+                pass
+            self._offsets = offsets
+        return bytes(self._payload[offsets[i] : offsets[i + 1]])
+
+
+def _decompress(payload: bytes, codec: Any, limit: int, tag: str) -> bytes:
+    if codec == "gzip":
+        return _gunzip(payload, limit, tag)
+    if codec == "zstd":
+        return _unzstd(payload, limit, tag)
+    raise MalformedMessage(f"option compressed of tag {tag!r} is {codec!r}: expected 'text', 'gzip' or 'zstd'")
+
+
+def _too_big(tag: str, limit: int, size: int) -> OversizeMessage:
+    return OversizeMessage(
+        f"decompressed entries of tag {tag!r} exceed the limit of {limit} bytes (decompressed_size_limit)",
+        tag=tag,
+        limit=limit,
+        size=size,
+    )
+
+
+def _gunzip(payload: bytes, limit: int, tag: str) -> bytes:
+    """Decompress every concatenated gzip member (fluentd and Fluent Bit may send several), at most ``limit`` bytes."""
+    out = bytearray()
+    data: bytes = payload
+    member = 0
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out += d.decompress(data, limit + 1 - len(out))
+            while d.unconsumed_tail and len(out) <= limit:
+                out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise MalformedMessage(f"gzip member {member} of tag {tag!r} is not valid gzip: {exc}") from exc
+        if len(out) > limit:
+            raise _too_big(tag, limit, len(out))
+        if not d.eof:
+            raise MalformedMessage(f"gzip member {member} of tag {tag!r} is truncated")
+        data = d.unused_data
+        member += 1
+    return bytes(out)
+
+
+def _unzstd(payload: bytes | memoryview, limit: int, tag: str) -> bytes:
+    """Decompress every concatenated zstd frame, at most ``limit`` bytes.
+
+    zstandard's streaming reader bounds the output (no bomb) but returns a
+    truncated frame's prefix silently, so the frames' block headers are
+    walked first to check that every frame is complete.
+    """
+    problem = _zstd_incomplete(memoryview(payload))
+    if problem:
+        raise MalformedMessage(f"zstd payload of tag {tag!r} is {problem}")
+    out = bytearray()
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True)
+        while True:
+            piece = reader.read(min(1 << 20, limit + 1 - len(out)))
+            if not piece:
+                break
+            out += piece
+            if len(out) > limit:
+                raise _too_big(tag, limit, len(out))
+    except zstandard.ZstdError as exc:
+        raise MalformedMessage(f"zstd payload of tag {tag!r} is not valid zstd: {exc}") from exc
+    return bytes(out)
+
+
+def _zstd_incomplete(data: memoryview) -> str | None:
+    """Why the zstd frames in ``data`` are not complete (RFC 8878 framing), or None if they are."""
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < 4:
+            return "truncated (a frame header is cut)"
+        magic = int.from_bytes(data[pos : pos + 4], "little")
+        if 0x184D2A50 <= magic <= 0x184D2A5F:  # skippable frame
+            if end - pos < 8:
+                return "truncated (a skippable frame header is cut)"
+            pos += 8 + int.from_bytes(data[pos + 4 : pos + 8], "little")
+            continue
+        if magic != 0xFD2FB528:
+            return "not zstd (bad frame magic)"
+        pos += 4
+        if pos >= end:
+            return "truncated (a frame header is cut)"
+        descriptor = data[pos]
+        pos += 1
+        single_segment = (descriptor >> 5) & 1
+        fcs_flag = descriptor >> 6
+        pos += (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+        pos += (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+        while True:
+            if pos + 3 > end:
+                return "truncated (a block header is cut)"
+            header = int.from_bytes(data[pos : pos + 3], "little")
+            pos += 3
+            block_type = (header >> 1) & 3
+            if block_type == 3:
+                return "not zstd (reserved block type)"
+            pos += 1 if block_type == 1 else header >> 3  # RLE blocks hold one byte
+            if pos > end:
+                return "truncated (a block is cut)"
+            if header & 1:  # last block
+                break
+        if (descriptor >> 2) & 1:  # content checksum
+            pos += 4
+        if pos > end:
+            return "truncated (the checksum is cut)"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Acks and a whole-stream decoder
+
+
+def _str_header(n: int) -> bytes:
+    if n < 32:
+        return bytes((0xA0 | n,))
+    if n < 256:
+        return bytes((0xD9, n))
+    if n < 65536:
+        return b"\xda" + n.to_bytes(2, "big")
+    return b"\xdb" + n.to_bytes(4, "big")
+
+
+def _bin_header(n: int) -> bytes:
+    if n < 256:
+        return bytes((0xC4, n))
+    if n < 65536:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def ack_bytes(chunk: str | bytes, json_mode: bool = False) -> bytes:
+    """``{"ack": chunk}`` echoing ``chunk`` byte for byte, as msgpack (str as str, bin as bin) or JSON."""
+    if json_mode:
+        if type(chunk) is bytes:
+            chunk = chunk.decode("utf-8", "surrogateescape")
+        return json.dumps({"ack": chunk}, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    if type(chunk) is bytes:
+        return b"\x81\xa3ack" + _bin_header(len(chunk)) + chunk
+    raw = chunk.encode("utf-8", "surrogateescape")
+    return b"\x81\xa3ack" + _str_header(len(raw)) + raw
+
+
+class ForwardDecoder:
+    """A whole stream without a handshake: :meth:`feed` bytes, get :class:`Decoded` messages.
+
+    Errors are those of :class:`FrameReader` and :func:`decode_message`,
+    raised after every message before them has been yielded.
+    """
+
+    def __init__(
+        self,
+        *,
+        chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
+        decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+    ) -> None:
+        self.frames = FrameReader(chunk_size_limit)
+        self.decompressed_size_limit = decompressed_size_limit
+
+    @property
+    def json(self) -> bool | None:
+        return self.frames.json
+
+    def feed(self, data: bytes) -> Iterator[Decoded]:
+        for frame in self.frames.feed(data):
+            decoded = decode_message(
+                frame, json_mode=bool(self.frames.json), decompressed_size_limit=self.decompressed_size_limit
+            )
+            if decoded is not None:
+                yield decoded
+
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE_LIMIT",
+    "DEFAULT_DECOMPRESSED_SIZE_LIMIT",
+    "INVALID_TIME",
+    "MAX_CONTAINER_LEN",
+    "Decoded",
+    "ForwardDecoder",
+    "FrameReader",
+    "ack_bytes",
+    "decode_message",
+    "decode_packed",
+    "decode_value",
+    "parse_frame",
+]
+
+
+def merge_batches(batches: list[Batch]) -> list[Batch]:
+    """Join consecutive Message-mode batches of one tag (fluent-logger sends one message per event).
+
+    Submitting them as one batch saves ingest a batch per event; other
+    batches are kept as they are.
+    """
+    out: list[Batch] = []
+    owned: list[bool] = []  # whether out[i] is our own copy, safe to grow
+    for batch in batches:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.tag == batch.tag
+            and isinstance(last.raw, _FramesRaw)
+            and isinstance(batch.raw, _FramesRaw)
+        ):
+            if not owned[-1]:
+                last = Batch(
+                    last.tag, array("q", last.times), list(last.records), _FramesRaw(list(last.raw.frames)),
+                    last.source, last.size,
+                )
+                out[-1] = last
+                owned[-1] = True
+            last.times.extend(batch.times)
+            last.records.extend(batch.records)
+            last.raw.frames.extend(batch.raw.frames)
+            last.size += batch.size
+        else:
+            out.append(batch)
+            owned.append(False)
+    return out

@@ -1,0 +1,382 @@
+"""The HTTP ingestion endpoint: fluentd in_http and fluent-plugin-wendelin compatible, on aiohttp.
+
+Routes (see :func:`make_app`):
+
+* ``POST|PUT /<tag path>`` — in_http: the tag is the path with ``/`` -> ``.``;
+  body formats in :func:`connectors.http.decode.decode_in_http`. Answers
+  ``200 {"accepted": n, "quarantined": m}`` (``"reasons"`` added when
+  records were quarantined), or ``200 {"duplicate": true, ...}`` when the
+  ``Idempotency-Key`` was committed before.
+* ``POST|PUT .../ingest?reference=<tag>`` (any path whose last segment is
+  ``ingest``, e.g. ``/erp5/portal_ingestion_policies/default/ingest``) —
+  fluent-plugin-wendelin; answers ``204`` with no body, as ERP5 does, also
+  for a duplicate. So the in_http tags ``ingest`` and ``*.ingest`` are
+  taken by this route.
+* ``GET /`` — 200, empty (in_http's health check). ``GET /health`` —
+  ``{"status": "ok", **health()}``; 503 if ``health()`` raises or reports
+  another status. ``GET /metrics`` — Prometheus text from ``metrics()``
+  plus the connector's own request counters. ``GET /streams`` — JSON of
+  ``streams()``. The callables may block: they run in a worker thread.
+
+A success status is sent only after ``await sink.submit(..., wait=False)``
+returned, i.e. after the events are durably committed. Every error is JSON
+``{"error": code, "message": text}``: 400 malformed body/query/path, 401
+missing or wrong credentials (only when ``users`` is non-empty; with
+``WWW-Authenticate`` for Basic and Bearer), 404/405 unknown route or method,
+413 body over ``body_size_limit`` (checked against Content-Length before
+reading, also in answer to ``Expect: 100-continue``) or decompressed body over
+``decompressed_size_limit``, 415 unsupported Content-Encoding, 417 an
+``Expect`` other than 100-continue, 500 commit failed (nothing of the request
+is stored: retry), 503 with ``Retry-After`` when the sink applies
+backpressure. 403 is not used: every known user may send to every tag.
+With ``users`` set, ``/metrics`` and ``/streams`` need credentials too;
+``/`` and ``/health`` never do (load balancers probe them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import math
+import ssl as _ssl
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import ClientPayloadError, web
+
+from ingest.auth import Users
+from ingest.batch import Batch, Sink
+from ingest.errors import Backpressure, CommitFailed
+
+from .decode import count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
+from .errors import BadRequest, ExpectationFailed, HttpError, NotFound, PayloadTooLarge, Unauthorized
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import Sample, render_metrics
+
+__all__ = ["HttpServer", "Sample", "make_app", "render_metrics"]
+
+log = logging.getLogger(__name__)
+
+# Bodies above this are decompressed and decoded in a worker thread, so one
+# big request does not stall every other connection for the whole decode.
+INLINE_DECODE_BYTES = 64 << 10
+MAX_IDEMPOTENCY_KEY = 256
+_REALM = 'realm="windvane"'
+_JSON = "application/json"
+
+
+@dataclass
+class _State:
+    sink: Sink
+    users: Users | None
+    body_size_limit: int
+    decompressed_size_limit: int
+    health: Callable[[], dict] | None
+    metrics: Callable[[], list[Sample]] | None
+    streams: Callable[[], list[dict]] | None
+    responses: Counter[int] = field(default_factory=Counter)
+    events: int = 0
+    bytes: int = 0
+
+
+STATE = web.AppKey("windvane_http_state", _State)
+
+
+def make_app(
+    sink: Sink,
+    *,
+    users: Users | None = None,
+    body_size_limit: int = 32 << 20,
+    decompressed_size_limit: int = 256 << 20,
+    health: Callable[[], dict] | None = None,
+    metrics: Callable[[], list[Sample]] | None = None,
+    streams: Callable[[], list[dict]] | None = None,
+) -> web.Application:
+    """The aiohttp application of the endpoint (routes and replies in the module docstring).
+
+    Serve it with :class:`HttpServer`; another runner must pass
+    ``auto_decompress=False`` (as HttpServer does) or compressed bodies are
+    inflated by aiohttp without the decompressed size limit, then refused.
+    """
+    state = _State(sink, users, body_size_limit, decompressed_size_limit, health, metrics, streams)
+    app = web.Application(middlewares=[_errors_middleware], client_max_size=body_size_limit)
+    app[STATE] = state
+    app.router.add_get("/", _root)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/streams", _streams)
+    for method in ("POST", "PUT"):
+        app.router.add_route(method, "/{path:.*}", _ingest, expect_handler=_expect)
+    return app
+
+
+# ---------------------------------------------------------------- replies
+
+
+def _json_response(status: int, body: Any, headers: Any = None) -> web.Response:
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type=_JSON, headers=headers)
+
+
+def _error_response(exc: HttpError) -> web.Response:
+    headers = None
+    if isinstance(exc, Unauthorized):
+        headers = [("WWW-Authenticate", f'Basic {_REALM}, charset="UTF-8"'), ("WWW-Authenticate", f"Bearer {_REALM}")]
+    resp = _json_response(exc.status, {"error": exc.code, "message": exc.message}, headers)
+    if isinstance(exc, PayloadTooLarge):
+        resp.force_close()  # the rest of the body is unread: do not parse it as the next request
+    return resp
+
+
+@web.middleware
+async def _errors_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """Turn every failure into a JSON error reply, and count replies by status."""
+    state = request.app[STATE]
+    try:
+        resp = await handler(request)
+    except HttpError as exc:
+        resp = _error_response(exc)
+    except Backpressure as exc:
+        retry = max(1, math.ceil(exc.retry_after)) if math.isfinite(exc.retry_after) else 1
+        resp = _json_response(
+            503,
+            {"error": "backpressure", "message": f"{exc}; nothing was stored: retry after {retry} s"},
+            {"Retry-After": str(retry)},
+        )
+    except CommitFailed as exc:
+        log.warning("commit failed for %s %s: %s", request.method, request.path, exc)
+        resp = _json_response(500, {"error": "commit_failed", "message": f"{exc}; nothing of this request was stored: retry it"})
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        message = f"{request.method} {request.path}: {exc.reason}"
+        if exc.status == 405:
+            message += "; send events with POST or PUT, read with GET /, /health, /metrics or /streams"
+        allow = exc.headers.get("Allow")
+        resp = _json_response(exc.status, {"error": code, "message": message}, {"Allow": allow} if allow else None)
+    except Exception:
+        log.exception("internal error on %s %s", request.method, request.path)
+        resp = _json_response(500, {"error": "internal", "message": "internal server error; see the server log"})
+    state.responses[resp.status] += 1
+    return resp
+
+
+# ---------------------------------------------------------------- checks before the body
+
+
+def _authenticate(users: Users | None, header: str | None) -> str | None:
+    """The authenticated user, None when no users are configured; :class:`Unauthorized` otherwise."""
+    if not users:
+        return None
+    if not header:
+        raise Unauthorized("unauthorized", "credentials required: send HTTP Basic user:password or Authorization: Bearer <token>")
+    scheme, _, credentials = header.strip().partition(" ")
+    scheme = scheme.lower()
+    credentials = credentials.strip()
+    if scheme == "basic":
+        try:
+            user, sep, password = base64.b64decode(credentials, validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise Unauthorized("unauthorized", "the Basic credentials are not base64 of UTF-8 user:password") from None
+        if sep and users.check_password(user, password):
+            return user
+        raise Unauthorized("unauthorized", "wrong user or password")
+    if scheme == "bearer":
+        user = users.user_for_token(credentials)
+        if user is not None:
+            return user
+        raise Unauthorized("unauthorized", "unknown bearer token")
+    raise Unauthorized("unauthorized", f"authorization scheme {scheme!r} is not supported: use Basic or Bearer")
+
+
+def _check_length(request: web.Request, limit: int) -> None:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(
+            "body_too_large", f"Content-Length {length} exceeds the body size limit of {limit} bytes; send smaller requests"
+        )
+
+
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: refuse (401, 413, 417) before the client sends the body, else let it send."""
+    state = request.app[STATE]
+    expect = request.headers.get("Expect", "")
+    try:
+        if expect.lower() != "100-continue":
+            raise ExpectationFailed("expectation_failed", f"Expect: {expect[:60]!r} is not supported; only 100-continue is")
+        _authenticate(state.users, request.headers.get("Authorization"))
+        _check_length(request, state.body_size_limit)
+    except HttpError as exc:
+        resp = _error_response(exc)
+        resp.force_close()  # the client may or may not send the body now: do not read it as a request
+        state.responses[resp.status] += 1
+        return resp
+    if request.version >= (1, 1):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # as aiohttp's own handler: the final response has not started
+    return None
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    chunks = []
+    total = 0
+    content = request.content
+    while True:
+        try:
+            chunk = await content.readany()
+        except (ConnectionError, ClientPayloadError) as exc:
+            # The client went away or broke the chunked framing: no one may read this reply, but say why.
+            raise BadRequest("incomplete_body", f"the request body stopped before its end: {exc}") from None
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise PayloadTooLarge("body_too_large", f"the body exceeds the body size limit of {limit} bytes; send smaller requests")
+        chunks.append(chunk)
+
+
+def _idempotency_key(request: web.Request) -> bytes | None:
+    value = request.headers.get("Idempotency-Key")
+    if not value:
+        return None
+    key = value.encode("utf-8", "surrogateescape")
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise BadRequest("bad_idempotency_key", f"the Idempotency-Key is {len(key)} bytes; at most {MAX_IDEMPOTENCY_KEY} are allowed")
+    return key
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _decode(wendelin: bool, body: bytes, content_type: str | None, encoding: str | None, path: str, query: dict[str, str], limit: int) -> list[Batch]:
+    now = time.time_ns()
+    data = decompress(body, encoding, limit)
+    if wendelin:
+        return decode_wendelin(data, content_type, query=query, now_ns=now, size=len(body))
+    return decode_in_http(data, content_type, tag=tag_for_path(path), query=query, now_ns=now, size=len(body))
+
+
+async def _ingest(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    _authenticate(state.users, request.headers.get("Authorization"))
+    _check_length(request, state.body_size_limit)
+    key = _idempotency_key(request)
+    body = await _read_body(request, state.body_size_limit)
+    path = request.path
+    wendelin = path == "/ingest" or path.endswith("/ingest")
+    query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
+    args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.decompressed_size_limit)
+    if len(body) > INLINE_DECODE_BYTES:
+        batches = await asyncio.to_thread(_decode, *args)
+    else:
+        batches = _decode(*args)
+    state.bytes += len(body)
+    if batches:
+        receipt = await state.sink.submit(batches, key=key, wait=False)
+        state.events += count_events(batches)
+        accepted, quarantined, duplicate, reasons = receipt.accepted, receipt.quarantined, receipt.duplicate, receipt.reasons
+    else:
+        accepted, quarantined, duplicate, reasons = 0, 0, False, ()
+    if wendelin:
+        return web.Response(status=204)
+    reply: dict[str, Any] = {"accepted": accepted, "quarantined": quarantined}
+    if duplicate:
+        reply = {"duplicate": True, **reply}
+    if reasons:
+        reply["reasons"] = list(reasons)
+    return _json_response(200, reply)
+
+
+async def _root(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    reply: dict[str, Any] = {"status": "ok"}
+    if state.health is not None:
+        try:
+            extra = await asyncio.to_thread(state.health)
+        except Exception as exc:  # a failing health check is the answer, not a server error
+            log.warning("health check failed: %s", exc)
+            return _json_response(503, {"status": "error", "error": "unhealthy", "message": f"health check failed: {exc}"})
+        reply.update(extra or {})
+    return _json_response(200 if reply.get("status") == "ok" else 503, reply)
+
+
+def _own_samples(state: _State) -> list[Sample]:
+    samples = [
+        Sample("windvane_http_responses_total", "HTTP responses of the ingestion endpoint by status.", "counter", {"code": str(code)}, n)
+        for code, n in sorted(state.responses.items())
+    ]
+    samples.append(Sample("windvane_http_events_total", "Events decoded from HTTP requests and handed to ingest.", "counter", {}, state.events))
+    samples.append(Sample("windvane_http_received_bytes_total", "Request body bytes received, as sent (compressed).", "counter", {}, state.bytes))
+    return samples
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    _authenticate(state.users, request.headers.get("Authorization"))
+    own = _own_samples(state)
+    extra = state.metrics
+
+    def render() -> str:
+        return render_metrics([*(extra() if extra is not None else ()), *own])
+
+    text = await asyncio.to_thread(render)
+    return web.Response(body=text.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def _streams(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    _authenticate(state.users, request.headers.get("Authorization"))
+    if state.streams is None:
+        raise NotFound("not_configured", "this server has no stream listing (no streams() callable was given)")
+    return web.Response(body=await asyncio.to_thread(lambda: json.dumps(state.streams()).encode()), content_type=_JSON)
+
+
+# ---------------------------------------------------------------- runner
+
+
+class HttpServer:
+    """Serves an application made by :func:`make_app` on ``host:port`` (``port=0`` picks a free port)."""
+
+    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 9880, *, ssl: _ssl.SSLContext | None = None) -> None:
+        self._app = app
+        self._host = host
+        self._port = port
+        self._ssl = ssl
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen; from now on :attr:`port` is the bound port."""
+        # No access log: a line per request costs more than decoding a small one.
+        # auto_decompress=False: aiohttp would inflate gzip/deflate bodies itself,
+        # with no limit on the decompressed size; decode.decompress enforces one.
+        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, auto_decompress=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = runner.addresses[0][1]
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the bound one once started)."""
+        return self._port
+
+    async def close(self) -> None:
+        """Stop listening, let requests in flight finish, close connections."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()

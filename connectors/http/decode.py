@@ -1,0 +1,624 @@
+"""Sans-IO decoding of HTTP ingestion bodies into :class:`ingest.batch.Batch` objects.
+
+Two wire formats, both pure functions of (body, content type, content
+encoding, query) with no sockets and no aiohttp:
+
+* :func:`decode_in_http` — what fluentd's ``in_http`` accepts (and what
+  fluentd's and Fluent Bit's ``out_http`` send): ``application/json`` (an
+  object or an array of them), ``application/x-ndjson``,
+  ``application/msgpack`` / ``application/x-msgpack`` (a map, an array of
+  maps, or concatenated maps), and the ``json=`` / ``ndjson=`` /
+  ``msgpack=`` fields of ``application/x-www-form-urlencoded`` and
+  ``multipart/form-data`` bodies or of the query string.
+* :func:`decode_wendelin` — what fluent-plugin-wendelin posts to
+  ``.../ingest?reference=<tag>``: a raw msgpack stream of ``[time, record]``
+  items (or the old urlencoded ``data_chunk=`` field).
+
+:func:`decompress` undoes ``Content-Encoding`` (gzip, deflate, zstd) with a
+limit on the decompressed size.
+
+Contract: every function here either returns or raises a subclass of
+:class:`connectors.http.errors.HttpError` (400, 413 or 415) whose message
+says what to fix; nothing else escapes (the fuzz tests hold it to that).
+Records that are not maps are *kept* in the batch (fluentd drops them
+silently); ingest quarantines them with their arrival bytes, which
+``Batch.raw(i)`` returns: the NDJSON line, the JSON array element's text, the
+msgpack item's bytes.
+
+Event time (in_http): ``?time=<seconds>`` wins for every record; else a
+numeric ``time`` field (int or float seconds, or a msgpack EventTime) is
+removed from the record and used; else the arrival time. A ``time`` field
+that is not a number stays in the record and the event gets the arrival
+time (fluentd answers 400 for the whole request instead): ingest's schema
+decides about it.
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import math
+import re
+import struct
+import time as _time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import parse_qsl
+
+import msgpack
+
+from ingest.batch import Batch
+
+from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
+
+__all__ = [
+    "FORM_FIELDS",
+    "decode_in_http",
+    "decode_wendelin",
+    "decompress",
+    "seconds_to_ns",
+    "tag_for_path",
+]
+
+SOURCE = "http"
+# in_http's precedence when several fields are present.
+FORM_FIELDS = ("json", "ndjson", "msgpack")
+_NS = 1_000_000_000
+_INT64_MAX = (1 << 63) - 1
+_ZEROS = "000000000"
+_JSON_TYPES = ("application/json", "application/csp-report")
+_NDJSON_TYPES = ("application/x-ndjson", "application/ndjson")
+_MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+_FORM = "application/x-www-form-urlencoded"
+_MULTIPART = "multipart/form-data"
+_SUPPORTED = "application/json, application/x-ndjson, application/msgpack, application/x-msgpack, "
+_SUPPORTED += f"{_FORM} or {_MULTIPART} with a json=, ndjson= or msgpack= field"
+
+_loads = json.loads
+_JSONDecodeError = json.JSONDecodeError
+_WS = re.compile(r"[ \t\n\r]*")
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())
+
+
+# ---------------------------------------------------------------- times
+
+
+def seconds_to_ns(value: Any) -> int | None:
+    """Nanoseconds since the epoch for a time in seconds, or None if ``value`` is not a usable time.
+
+    Accepts ints, finite floats and msgpack EventTime; not strings (a
+    string ``time`` field is data, not a time) nor bools. EventTime is
+    (``ExtType(0, >II seconds, nanoseconds)``). A float is converted through
+    its shortest decimal form, so ``1700000000.123456`` gives
+    ``...123456000`` ns rather than the binary float's ``...123456001``.
+    Times beyond the int64 nanosecond range are not usable.
+    """
+    kind = type(value)
+    if kind is int:
+        ns = value * _NS
+    elif kind is float:
+        if not math.isfinite(value) or abs(value) > 9.2e9:
+            return None
+        ns = int(Decimal(repr(value)).scaleb(9).to_integral_value())
+    elif kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:
+        sec, nsec = struct.unpack(">II", value.data)
+        ns = sec * _NS + nsec
+    else:
+        return None
+    if -_INT64_MAX <= ns <= _INT64_MAX:
+        return ns
+    return None
+
+
+def _query_time(query: Mapping[str, str], now_ns: int) -> int | None:
+    """The ``?time=`` of the query in ns (exact decimal), ``now_ns`` for ``time=0`` like in_http, or None."""
+    text = query.get("time")
+    if text is None:
+        return None
+    try:
+        seconds = Decimal(text.strip())
+    except (InvalidOperation, ValueError):
+        seconds = Decimal("NaN")
+    if not seconds.is_finite() or abs(seconds) > Decimal("9.2e9"):
+        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5, not {text[:40]!r}")
+    if seconds == 0:
+        return now_ns
+    return int(seconds.scaleb(9).to_integral_value())
+
+
+def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int) -> list[int]:
+    """One time per record, removing numeric ``time`` fields unless a query time fixes them all."""
+    if fixed_ns is not None:
+        return [fixed_ns] * len(records)
+    times = []
+    append = times.append
+    for rec in records:
+        if type(rec) is dict and "time" in rec:
+            t = rec["time"]
+            # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
+            if type(t) is float and 0.0 <= t < 9.2e9:
+                ip, _, fp = repr(t).partition(".")
+                if len(fp) <= 9 and "e" not in fp and "e" not in ip:
+                    del rec["time"]
+                    append(int(ip) * _NS + int(fp + _ZEROS[len(fp) :]))
+                    continue
+            ns = seconds_to_ns(t)
+            if ns is not None:
+                del rec["time"]
+                append(ns)
+                continue
+        append(now_ns)
+    return times
+
+
+# ---------------------------------------------------------------- content encoding
+
+
+def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """``body`` with its ``Content-Encoding`` undone (codings applied in order, undone in reverse).
+
+    gzip (also concatenated members, and ``x-gzip``), deflate (zlib-wrapped
+    as RFC 9110 says, or raw as some clients send), zstd (several frames
+    allowed) and identity. Raises :class:`UnsupportedEncoding` for any other
+    coding, :class:`PayloadTooLarge` past ``limit`` decompressed bytes (checked
+    while decompressing, so a bomb never fills memory), :class:`BadRequest`
+    for corrupt or truncated data.
+    """
+    if not content_encoding:
+        return body
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    for coding in reversed(codings):
+        if coding == "identity":
+            continue
+        if coding in ("gzip", "x-gzip"):
+            body = _inflate(body, 31, "gzip", limit)
+        elif coding == "deflate":
+            # A zlib header: CM=8 and the header checksum; anything else is raw deflate.
+            zlib_wrapped = len(body) >= 2 and body[0] & 0x0F == 8 and ((body[0] << 8) | body[1]) % 31 == 0
+            body = _inflate(body, 15 if zlib_wrapped else -15, "deflate", limit)
+        elif coding == "zstd":
+            body = _unzstd(body, limit)
+        else:
+            raise UnsupportedEncoding(
+                "unsupported_encoding",
+                f"Content-Encoding {coding!r} is not supported; send gzip, deflate, zstd or identity",
+            )
+    return body
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        "decompressed_too_large",
+        f"the body decompresses to more than {limit} bytes (the decompressed size limit); send smaller requests",
+    )
+
+
+def _inflate(data: bytes, wbits: int, name: str, limit: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
+    try:
+        while True:
+            d = zlib.decompressobj(wbits)
+            buf = data
+            while not d.eof:
+                chunk = d.decompress(buf, limit + 1 - total)
+                total += len(chunk)
+                if total > limit:
+                    raise _too_large(limit)
+                out.append(chunk)
+                buf = d.unconsumed_tail
+                if not chunk and not buf:
+                    break  # all input consumed, no output pending: the stream stops short
+            if not d.eof:
+                raise BadRequest("truncated_body", f"the {name} body is truncated: its compressed stream ends early")
+            data = d.unused_data
+            if not data:
+                break
+            if name != "gzip" or data[:2] != b"\x1f\x8b":
+                raise BadRequest("bad_encoding", f"{len(data)} bytes follow the end of the {name} stream")
+    except zlib.error as exc:
+        raise BadRequest("bad_encoding", f"the body is not valid {name} data: {exc}") from None
+    return b"".join(out)
+
+
+def _unzstd(data: bytes, limit: int) -> bytes:
+    import zstandard  # imported here: only zstd bodies need it
+
+    # zstandard's stream reader bounds the output but returns a truncated
+    # frame's partial output without complaint: check the framing first.
+    _check_zstd_frames(data)
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        out = reader.read(limit + 1)
+    except zstandard.ZstdError as exc:
+        raise BadRequest("bad_encoding", f"the body is not valid zstd data: {exc}") from None
+    if len(out) > limit:
+        raise _too_large(limit)
+    return out
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _check_zstd_frames(data: bytes) -> None:
+    """Raise :class:`BadRequest` unless ``data`` is whole zstd frames (RFC 8878 framing, blocks not decoded)."""
+    pos, n = 0, len(data)
+
+    def need(count: int) -> None:
+        if pos + count > n:
+            raise BadRequest("truncated_body", f"the zstd body is truncated: a frame needs byte {pos + count}, the body has {n}")
+
+    if not n:
+        raise BadRequest("truncated_body", "the zstd body is empty")
+    while pos < n:
+        need(4)
+        magic = int.from_bytes(data[pos : pos + 4], "little")
+        pos += 4
+        if 0x184D2A50 <= magic <= 0x184D2A5F:  # a skippable frame
+            need(4)
+            size = int.from_bytes(data[pos : pos + 4], "little")
+            pos += 4
+            need(size)
+            pos += size
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise BadRequest("bad_encoding", f"the body is not valid zstd data: no frame magic number at byte {pos - 4}")
+        need(1)
+        fhd = data[pos]
+        pos += 1
+        single_segment = fhd >> 5 & 1
+        header = (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + (single_segment, 2, 4, 8)[fhd >> 6]
+        need(header)
+        pos += header
+        while True:
+            need(3)
+            block = int.from_bytes(data[pos : pos + 3], "little")
+            pos += 3
+            kind, size = block >> 1 & 3, block >> 3
+            if kind == 3:
+                raise BadRequest("bad_encoding", f"the body is not valid zstd data: reserved block type at byte {pos - 3}")
+            size = 1 if kind == 1 else size
+            need(size)
+            pos += size
+            if block & 1:
+                break
+        if fhd >> 2 & 1:
+            need(4)
+            pos += 4
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def tag_for_path(path: str) -> str:
+    """The fluentd tag of a request path: ``/app/log`` -> ``app.log`` (Ruby ``split('/')`` drops trailing empties)."""
+    parts = path.lstrip("/").split("/") if path.startswith("/") else path.split("/")
+    while parts and not parts[-1]:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _media_type(content_type: str | None) -> tuple[str, dict[str, str]]:
+    """``(type/subtype lowercased, {param: value})`` of a Content-Type header."""
+    if not content_type:
+        return "", {}
+    head, *params = content_type.split(";")
+    out = {}
+    for param in params:
+        key, sep, value = param.partition("=")
+        if sep:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            out[key.strip().lower()] = value
+    return head.strip().lower(), out
+
+
+def _utf8(body: bytes, what: str) -> str:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("bad_utf8", f"the {what} is not UTF-8: invalid byte at offset {exc.start}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _parse_form(body: bytes) -> dict[str, bytes]:
+    """Fields of an urlencoded body as exact bytes (latin-1 round-trips every percent-escape)."""
+    try:
+        pairs = parse_qsl(body.decode("latin-1"), keep_blank_values=True, encoding="latin-1", errors="strict")
+    except ValueError as exc:
+        raise BadRequest("bad_form", f"the urlencoded body is malformed: {exc}") from None
+    return {k: v.encode("latin-1") for k, v in pairs}
+
+
+_DISPOSITION_NAME = re.compile(rb'(?i)content-disposition:[^\r\n]*?\bname="([^"]*)"')
+
+
+def _parse_multipart(body: bytes, params: Mapping[str, str]) -> dict[str, bytes]:
+    """Fields of a ``multipart/form-data`` body (RFC 7578), each part's content verbatim."""
+    boundary = params.get("boundary")
+    if not boundary:
+        raise BadRequest("bad_multipart", "multipart/form-data without a boundary= parameter in Content-Type")
+    delimiter = b"\r\n--" + boundary.encode("latin-1", "replace")
+    pieces = (b"\r\n" + body).split(delimiter)
+    if len(pieces) < 2:
+        raise BadRequest("bad_multipart", f"the multipart body never contains its boundary {boundary!r}")
+    fields: dict[str, bytes] = {}
+    for piece in pieces[1:]:
+        if piece.startswith(b"--"):
+            return fields
+        headers, sep, content = piece.partition(b"\r\n\r\n")
+        if not sep:
+            raise BadRequest("bad_multipart", "a multipart part has no blank line between its headers and its content")
+        match = _DISPOSITION_NAME.search(headers)
+        if match:
+            fields.setdefault(match.group(1).decode("latin-1"), content)
+    raise BadRequest("bad_multipart", f"the multipart body ends without its closing boundary --{boundary}--")
+
+
+# ---------------------------------------------------------------- JSON / NDJSON / msgpack
+
+
+def _json_error(exc: _JSONDecodeError, what: str, line_offset: int = 0) -> BadRequest:
+    line = exc.lineno + line_offset
+    return BadRequest("bad_json", f"{what} is not valid JSON: line {line}, column {exc.colno}: {exc.msg}")
+
+
+def _decode_json(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
+    """An object (one record) or an array (its elements are records)."""
+    text = _utf8(body, "JSON body")
+    try:
+        doc = _loads(text)
+    except _JSONDecodeError as exc:
+        raise _json_error(exc, "the body") from None
+    except RecursionError:
+        raise BadRequest("bad_json", "the JSON body nests too deeply") from None
+    if type(doc) is not list:
+        return [doc], lambda i: body
+    spans: list[tuple[int, int]] = []
+
+    def raw(i: int) -> bytes:
+        # Element offsets cost a second parse: computed only when a rejected record needs them.
+        if not spans:
+            spans.extend(_json_array_spans(text))
+        start, end = spans[i]
+        return text[start:end].encode("utf-8")
+
+    return doc, raw
+
+
+def _json_array_spans(text: str) -> list[tuple[int, int]]:
+    decoder = json.JSONDecoder()
+    i = _WS.match(text, 0).end() + 1  # past "["
+    i = _WS.match(text, i).end()
+    spans = []
+    if text[i] == "]":
+        return spans
+    while True:
+        _, end = decoder.raw_decode(text, i)
+        spans.append((i, end))
+        i = _WS.match(text, end).end()
+        if text[i] != ",":
+            return spans
+        i = _WS.match(text, i + 1).end()
+
+
+def _decode_ndjson(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
+    """One JSON value per line, split on ``\\r?\\n``; blank lines are skipped."""
+    text = _utf8(body, "NDJSON body")
+    records: list[Any] = []
+    lines: list[str] = []
+    append, keep = records.append, lines.append
+    loads, scan = _loads, _scan_once
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line:
+            continue
+        try:
+            # The C scanner straight away: json.loads adds three Python calls and two regex matches per line.
+            obj, end = scan(line, 0)
+            if end != len(line) and not line[end:].isspace():
+                obj = loads(line)  # raises "Extra data" with its column
+        except StopIteration:
+            # Leading whitespace, a blank line or an error: json.loads tells which, with the column.
+            if line.isspace():
+                continue
+            try:
+                obj = loads(line)
+            except _JSONDecodeError as exc:
+                raise _json_error(exc, "the NDJSON body", lineno - 1) from None
+            except RecursionError:
+                raise BadRequest("bad_json", f"line {lineno} of the NDJSON body nests too deeply") from None
+        except _JSONDecodeError as exc:
+            raise _json_error(exc, "the NDJSON body", lineno - 1) from None
+        except RecursionError:
+            raise BadRequest("bad_json", f"line {lineno} of the NDJSON body nests too deeply") from None
+        append(obj)
+        keep(line)
+    return records, lambda i: lines[i].encode("utf-8")
+
+
+def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
+    """The concatenated msgpack objects of ``data`` and their start offsets (plus the end)."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    objs: list[Any] = []
+    offsets = [0]
+    try:
+        for obj in unpacker:
+            objs.append(obj)
+            offsets.append(unpacker.tell())
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            "bad_msgpack", f"{what}: a msgpack str after byte {offsets[-1]} is not UTF-8 ({exc.reason}); send binary as bin"
+        ) from None
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError, MemoryError) as exc:  # TypeError: a map key that is a map
+        raise BadRequest("bad_msgpack", f"{what} is not valid msgpack after byte {offsets[-1]}: {exc}") from None
+    if offsets[-1] != len(data):
+        raise BadRequest(
+            "truncated_body",
+            f"{what} is truncated: a msgpack object starts at byte {offsets[-1]} and the body ends at byte {len(data)}",
+        )
+    return objs, offsets
+
+
+def _decode_msgpack(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
+    """A map, an array of maps, or concatenated maps (out_http's msgpack format); arrays are flattened one level."""
+    objs, offsets = _unpack_stream(body, "the msgpack body")
+    if not any(type(o) is list for o in objs):
+        return objs, lambda i: body[offsets[i] : offsets[i + 1]]
+    records: list[Any] = []
+    # Per record: its (start, end) in body, or (array start, element index) for array elements.
+    where: list[tuple[bool, int, int]] = []
+    for n, obj in enumerate(objs):
+        if type(obj) is list:
+            records.extend(obj)
+            where.extend((True, offsets[n], k) for k in range(len(obj)))
+        else:
+            records.append(obj)
+            where.append((False, offsets[n], offsets[n + 1]))
+    element_spans: dict[int, list[tuple[int, int]]] = {}
+
+    def raw(i: int) -> bytes:
+        in_array, start, k = where[i]
+        if not in_array:
+            return body[start:k]
+        if start not in element_spans:
+            element_spans[start] = _msgpack_element_spans(body, start)
+        a, b = element_spans[start][k]
+        return body[a:b]
+
+    return records, raw
+
+
+def _msgpack_element_spans(body: bytes, start: int) -> list[tuple[int, int]]:
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(body) - start, 1))
+    unpacker.feed(body[start:])
+    spans = []
+    for _ in range(unpacker.read_array_header()):
+        a = unpacker.tell()
+        unpacker.skip()
+        spans.append((start + a, start + unpacker.tell()))
+    return spans
+
+
+_DECODERS = {"json": _decode_json, "ndjson": _decode_ndjson, "msgpack": _decode_msgpack}
+
+
+# ---------------------------------------------------------------- the two wire formats
+
+
+def decode_in_http(
+    body: bytes,
+    content_type: str | None,
+    *,
+    tag: str,
+    query: Mapping[str, str] | None = None,
+    now_ns: int | None = None,
+    size: int | None = None,
+) -> list[Batch]:
+    """Decode an in_http request body (already decompressed) into one batch of ``tag``.
+
+    ``query`` holds the query string's parameters (``time``, and ``json=`` /
+    ``ndjson=`` / ``msgpack=`` which fluentd also reads from it; form body
+    fields win over query fields). ``size`` is the bytes the body arrived as
+    (before decompression) for metrics; ``now_ns`` the arrival time. An
+    empty JSON array gives no batch.
+    """
+    query = query or {}
+    now = _time.time_ns() if now_ns is None else now_ns
+    if not tag:
+        raise BadRequest("missing_tag", "POST to /<tag path>, e.g. /app/log for tag app.log; the path is empty")
+    fixed = _query_time(query, now)
+    media, params = _media_type(content_type)
+    fields: dict[str, bytes] = {k: query[k].encode("utf-8", "surrogateescape") for k in FORM_FIELDS if k in query}
+    if media in _JSON_TYPES:
+        fields["json"] = body
+    elif media in _NDJSON_TYPES:
+        fields["ndjson"] = body
+    elif media in _MSGPACK_TYPES:
+        fields["msgpack"] = body
+    elif media == _FORM:
+        fields.update((k, v) for k, v in _parse_form(body).items() if k in FORM_FIELDS)
+    elif media == _MULTIPART:
+        fields.update((k, v) for k, v in _parse_multipart(body, params).items() if k in FORM_FIELDS)
+    elif media and not fields:
+        raise BadRequest("unsupported_content_type", f"Content-Type {media!r} is not understood; send {_SUPPORTED}")
+    elif not fields and body:
+        raise BadRequest("unsupported_content_type", f"the request has no Content-Type; send {_SUPPORTED}")
+    for name in FORM_FIELDS:
+        if name in fields:
+            data = fields[name]
+            break
+    else:
+        if not body:
+            raise BadRequest("empty_body", f"the request body is empty; send {_SUPPORTED}")
+        raise BadRequest("missing_field", f"the form has no json=, ndjson= or msgpack= field; send {_SUPPORTED}")
+    if not data or (name != "msgpack" and data.isspace()):
+        raise BadRequest("empty_body", f"the {name} data is empty: send at least one record")
+    records, raw = _DECODERS[name](data)
+    if not records:
+        return []
+    times = _take_times(records, fixed, now)
+    return [Batch(tag, times, records, raw, SOURCE, len(body) if size is None else size)]
+
+
+_FORM_START = re.compile(rb"[A-Za-z_][A-Za-z0-9_.%+-]*=")
+
+
+def decode_wendelin(
+    body: bytes,
+    content_type: str | None,
+    *,
+    query: Mapping[str, str],
+    now_ns: int | None = None,
+    size: int | None = None,
+) -> list[Batch]:
+    """Decode a fluent-plugin-wendelin ``POST .../ingest?reference=<tag>`` body into one batch of the reference.
+
+    The body is a msgpack stream of ``[time, record]`` items, time an int or
+    float of seconds or an EventTime (ext 0, ``>II``); Fluent Bit's
+    ``[[time, metadata], record]`` is accepted too. Older plugin versions
+    send it urlencoded as the ``data_chunk`` field (Ruby's Net::HTTP labels
+    even the raw body ``application/x-www-form-urlencoded``, so the body's
+    first bytes decide). An item of any other shape is kept whole as a record
+    arriving now, for ingest to quarantine (or, for a bare map, to accept).
+    """
+    now = _time.time_ns() if now_ns is None else now_ns
+    tag = query.get("reference", "")
+    if not tag:
+        raise BadRequest("missing_reference", "POST .../ingest?reference=<tag>: the reference query parameter is missing")
+    media, params = _media_type(content_type)
+    data = body
+    if media == _FORM and _FORM_START.match(body):
+        data = _parse_form(body).get("data_chunk", b"")
+    elif media == _MULTIPART:
+        data = _parse_multipart(body, params).get("data_chunk", b"")
+    if not data:
+        raise BadRequest("empty_body", "the body (or its data_chunk field) is empty: send a msgpack stream of [time, record]")
+    objs, offsets = _unpack_stream(data, "the data chunk")
+    times: list[int] = []
+    records: list[Any] = []
+    for obj in objs:
+        if type(obj) is list and len(obj) == 2:
+            head = obj[0]
+            ns = seconds_to_ns(head)
+            if ns is None and type(head) is list and head:
+                ns = seconds_to_ns(head[0])
+            if ns is not None:
+                times.append(ns)
+                records.append(obj[1])
+                continue
+        times.append(now)
+        records.append(obj)
+    if not records:
+        return []
+    return [Batch(tag, times, records, lambda i: data[offsets[i] : offsets[i + 1]], SOURCE, len(body) if size is None else size)]
+
+
+def count_events(batches: Sequence[Batch]) -> int:
+    """Events in ``batches``."""
+    return sum(len(b) for b in batches)

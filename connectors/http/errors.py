@@ -1,0 +1,58 @@
+"""Errors of the HTTP connector: each carries the HTTP status, a stable code and an actionable message.
+
+The decoders (:mod:`connectors.http.decode`) raise only :class:`HttpError`
+subclasses; the application turns any of them into a JSON reply
+``{"error": code, "message": message}`` with ``status``.
+"""
+
+from __future__ import annotations
+
+
+class HttpError(Exception):
+    """A request the connector refuses. ``code`` is stable (clients may match it), ``message`` says what to fix."""
+
+    status = 500
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code!r}, {self.message!r})"
+
+
+class BadRequest(HttpError):
+    """400: the body (or the query, or the path) is malformed; resending it unchanged fails again."""
+
+    status = 400
+
+
+class Unauthorized(HttpError):
+    """401: credentials are missing or wrong."""
+
+    status = 401
+
+
+class NotFound(HttpError):
+    """404: nothing is served here."""
+
+    status = 404
+
+
+class PayloadTooLarge(HttpError):
+    """413: the body, sent or decompressed, exceeds a limit; split it into smaller requests."""
+
+    status = 413
+
+
+class UnsupportedEncoding(HttpError):
+    """415: a ``Content-Encoding`` the connector cannot decompress."""
+
+    status = 415
+
+
+class ExpectationFailed(HttpError):
+    """417: an ``Expect`` header other than ``100-continue``."""
+
+    status = 417

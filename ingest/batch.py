@@ -1,0 +1,99 @@
+"""What a connector hands to ingest: batches of decoded events, and the sink that takes them.
+
+A connector (Forward, HTTP, MQTT, files) decodes what arrives into
+:class:`Batch` objects, one tag each, and awaits :meth:`Sink.submit`. The
+awaitable resolves only once every event of the batches is durably
+committed (stored in its stream, or in its tag's quarantine stream with the
+reason it was rejected); only then may the connector acknowledge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgpack
+
+#: The time a connector gives an event whose time it could not read (not an
+#: integer, a float or an EventTime; out of range). Ingest quarantines such
+#: events with the reason instead of storing a made-up time.
+INVALID_TIME = -(1 << 63)
+
+
+def packed_event(time_ns: int, record: Any) -> bytes:
+    """The msgpack ``[time, record]`` of an event, for a record whose arrival bytes are not at hand.
+
+    The time is an EventTime-free integer of nanoseconds so that nothing of
+    the event is lost; records that msgpack cannot encode are kept as their
+    ``repr``.
+    """
+    try:
+        return msgpack.packb([time_ns, record], use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return msgpack.packb([time_ns, repr(record)], use_bin_type=True)
+
+
+@dataclass(slots=True)
+class Batch:
+    """Events of one tag in arrival order.
+
+    ``times`` are nanoseconds since the Unix epoch (UTC), one per record.
+    ``records`` are the decoded records; ingest validates them against the
+    tag's schema (a record that is not a mapping is rejected there, not by
+    the connector). ``raw(i)`` returns the bytes record ``i`` arrived as,
+    which a rejected record is quarantined with; without it the record is
+    kept as :func:`packed_event`. ``source`` names the connector for logs and
+    metrics (``"forward"``, ``"http"``, ...), ``size`` the bytes it arrived
+    as (for backpressure and metrics).
+    """
+
+    tag: str
+    times: Sequence[int]
+    records: Sequence[Any]
+    raw: Callable[[int], bytes] | None = None
+    source: str = ""
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.times) != len(self.records):
+            raise ValueError(f"a batch has {len(self.times)} times for {len(self.records)} records")
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def raw_bytes(self, i: int) -> bytes:
+        """The bytes record ``i`` arrived as (or its msgpack ``[time, record]``)."""
+        if self.raw is not None:
+            return bytes(self.raw(i))
+        return packed_event(int(self.times[i]), self.records[i])
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a durable commit did with a submission."""
+
+    accepted: int  # events stored in their streams
+    quarantined: int  # events stored in quarantine streams, with the reason
+    tid: bytes | None  # the commit that holds them; None if nothing needed storing
+    duplicate: bool = False  # the idempotency key was committed before: nothing was stored again
+    reasons: tuple[str, ...] = field(default=())  # distinct rejection reasons, for logs and HTTP replies
+
+
+class Sink(Protocol):
+    """Where connectors hand their batches. Implemented by :class:`ingest.committer.GroupCommitter`."""
+
+    async def submit(self, batches: Sequence[Batch], *, key: bytes | None = None, wait: bool = True) -> Receipt:
+        """Store ``batches`` durably; resolve once they are committed.
+
+        ``key`` is an idempotency key (a Forward chunk id, an HTTP
+        ``Idempotency-Key``): batches submitted again under a key already
+        committed are not stored twice, and the receipt says
+        ``duplicate=True``; a resubmission while the first is still in flight
+        waits for the first. With ``wait=False`` a sink that is full raises
+        :class:`ingest.errors.Backpressure` at once instead of waiting for
+        room (HTTP answers 503 with it; socket readers wait, and so stop
+        reading). Raises :class:`ingest.errors.CommitFailed` if the store
+        could not commit: nothing of the batches is then acknowledged.
+        """
+        ...

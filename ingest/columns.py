@@ -1,0 +1,265 @@
+"""Records to columns: validate a batch against its schema, split what fits from what is rejected.
+
+This is the hot path of ingestion, so each field is checked a whole column
+at a time (one pass over the types, one numpy conversion); only a column
+that fails the fast check is walked record by record to name the records
+at fault. A rejected record is never dropped: it comes back as a
+:class:`Rejected` with the reason and the bytes it arrived as, for the
+tag's quarantine stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .batch import INVALID_TIME, Batch
+from .schema import Field, Schema
+
+_NONE = type(None)
+_FLOATS = {float, int}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record that did not fit its schema, kept verbatim with why."""
+
+    time: int
+    reason: str
+    raw: bytes
+    source: str
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _cell_error(f: Field, value: Any) -> str | None:
+    """Why ``value`` cannot be stored in ``f`` (None if it can)."""
+    if value is None:
+        return f"required field {f.name!r} is missing" if f.required else None
+    t = type(value)
+    if f.is_float:
+        ok = t in _FLOATS
+    elif f.is_int:
+        ok = t is int
+        if ok:
+            info = np.iinfo(f.dtype)
+            if not info.min <= value <= info.max:
+                return f"field {f.name!r}: {value} does not fit in {f.dtype}"
+    elif f.dtype == "bool":
+        ok = t is bool
+    elif f.dtype == "str":
+        ok = t is str
+    else:  # bytes
+        ok = t is bytes or t is str
+    return None if ok else f"field {f.name!r}: expected {f.dtype}, got {_describe(value)}"
+
+
+def _missing(f: Field) -> Any:
+    if f.fill is not None:
+        return f.fill
+    return {"str": "", "bytes": b""}.get(f.dtype, np.nan)
+
+
+def _column_ok(f: Field, values: list) -> bool:
+    """The fast check: every value of the column is storable as it is."""
+    types = set(map(type, values))
+    if _NONE in types:
+        if f.required:
+            return False
+        types.discard(_NONE)
+    if f.is_float:
+        return types <= _FLOATS
+    if f.is_int:
+        if not types <= {int}:
+            return False
+        # A required column has no None left here (the check above returned False).
+        present = values if f.required else [v for v in values if v is not None]
+        info = np.iinfo(f.dtype)
+        return not present or (info.min <= min(present) and max(present) <= info.max)
+    if f.dtype == "bool":
+        return types <= {bool}
+    if f.dtype == "str":
+        return types <= {str}
+    return types <= {bytes, str}
+
+
+def _to_array(f: Field, values: list) -> np.ndarray | list:
+    """The stored column for ``values`` (all checked); strings and bytes stay lists."""
+    if f.dtype == "str":
+        return [("" if f.fill is None else f.fill) if v is None else v for v in values] if None in values else values
+    if f.dtype == "bytes":
+        return [_missing(f) if v is None else v.encode() if type(v) is str else v for v in values]
+    if None in values:
+        fill = _missing(f)
+        values = [fill if v is None else v for v in values]
+    return np.array(values, dtype=f.dtype)
+
+
+def _extras(schema: Schema, records: list[dict]) -> list[str] | None:
+    """Undeclared fields of each record as JSON text ("" for none); None if no record has any."""
+    declared = {f.name for f in schema.fields}
+    if set().union(*records) <= declared:
+        return None
+    out = []
+    for r in records:
+        extra = {k: v for k, v in r.items() if k not in declared}
+        out.append(json.dumps(extra, ensure_ascii=False, default=_jsonable, separators=(",", ":")) if extra else "")
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return repr(value)
+
+
+@dataclass
+class Columns:
+    """The rows of one batch that fit: ``columns`` maps column name -> values (``time`` included)."""
+
+    rows: int
+    columns: dict[str, Any]
+
+
+def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
+    records = batch.records
+    reasons: dict[int, str] = {}  # index in the batch -> why the record is rejected
+    if not all(type(r) is dict for r in records):
+        for i, r in enumerate(records):
+            if type(r) is not dict:
+                reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
+    # ``origin[j]``: the batch index of the j-th map (identity in the common case).
+    origin = range(len(records)) if not reasons else [i for i in range(len(records)) if i not in reasons]
+    maps = records if not reasons else [records[i] for i in origin]
+
+    values_of: dict[str, list] = {}
+    for f in schema.fields:
+        values = [r.get(f.name) for r in maps]
+        if not _column_ok(f, values):
+            for j, v in enumerate(values):
+                why = _cell_error(f, v)
+                if why:
+                    reasons.setdefault(origin[j], why)
+        values_of[f.name] = values
+
+    extras = _extras(schema, maps) if schema.extra != "drop" else None
+    if extras is not None and schema.extra == "reject":
+        declared = ", ".join(f.name for f in schema.fields) or "none"
+        for j, text in enumerate(extras):
+            if text:
+                names = ", ".join(json.loads(text))
+                reasons.setdefault(origin[j], f"undeclared field(s) {names} (schema {schema.name} declares: {declared})")
+        extras = None
+
+    rejected = [Rejected(int(batch.times[i]), reasons[i], batch.raw_bytes(i), batch.source) for i in sorted(reasons)]
+    if len(rejected) == len(records):
+        return None, rejected
+    if not reasons:
+        survivors = None  # every record fits: columns as they are
+        time = np.asarray(batch.times, dtype=np.int64)
+    else:
+        survivors = [j for j, i in enumerate(origin) if i not in reasons]  # positions in ``maps``
+        time = np.asarray([batch.times[origin[j]] for j in survivors], dtype=np.int64)
+
+    def pick(values: list) -> list:
+        return values if survivors is None else [values[j] for j in survivors]
+
+    columns: dict[str, Any] = {"time": time}
+    for f in schema.fields:
+        columns[f.name] = _to_array(f, pick(values_of[f.name]))
+    if schema.extra == "keep":
+        columns["extra"] = pick(extras) if extras is not None else [""] * len(time)
+    return Columns(len(time), columns), rejected
+
+
+def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
+    """A vibration record's block as ``(samples x channels array, sample rate)``, or why it cannot be."""
+    v = schema.vibration
+    if type(record) is not dict:
+        return f"a vibration record must be a map with {v.samples_field!r}, not {_describe(record)}"
+    block = record.get(v.samples_field)
+    if block is None:
+        return f"vibration record has no {v.samples_field!r} field"
+    rate = record.get(v.rate_field)
+    if rate is None:
+        if v.sample_rate is None:
+            return f"vibration record has no {v.rate_field!r} and the schema sets no sample_rate"
+        rate = v.sample_rate
+    elif type(rate) not in _FLOATS or not rate > 0:
+        return f"field {v.rate_field!r}: expected a positive number of samples per second, got {_describe(rate)}"
+    elif v.sample_rate is not None and float(rate) != v.sample_rate:
+        return f"field {v.rate_field!r}: {rate} differs from the schema's sample_rate {v.sample_rate:g}"
+    dtype = np.dtype(v.dtype).newbyteorder("<")
+    if isinstance(block, (bytes, bytearray, memoryview)):
+        frame = dtype.itemsize * v.channels
+        if len(block) % frame:
+            return (f"field {v.samples_field!r}: {len(block)} bytes is not a whole number of frames of "
+                    f"{v.channels} x {v.dtype} little-endian ({frame} bytes)")
+        samples = np.frombuffer(block, dtype=dtype).reshape(-1, v.channels)
+    elif isinstance(block, list):
+        try:
+            samples = np.asarray(block, dtype=v.dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            return f"field {v.samples_field!r}: not a list of numbers ({exc})"
+        if samples.ndim == 1 and v.channels == 1:
+            samples = samples[:, None]
+        if samples.ndim != 2 or samples.shape[1] != v.channels:
+            return f"field {v.samples_field!r}: shape {samples.shape} is not (samples, {v.channels})"
+    else:
+        return f"field {v.samples_field!r}: expected {v.dtype} bytes or a list of lists, got {_describe(block)}"
+    if not len(samples):
+        return f"field {v.samples_field!r} holds no samples"
+    return samples, float(rate)
+
+
+def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
+    rejected: list[Rejected] = []
+    times: list[np.ndarray] = []
+    blocks: list[np.ndarray] = []
+    for i, record in enumerate(batch.records):
+        got = _samples(schema, record)
+        if isinstance(got, str):
+            rejected.append(Rejected(int(batch.times[i]), got, batch.raw_bytes(i), batch.source))
+            continue
+        samples, rate = got
+        start = int(batch.times[i])
+        times.append(start + np.rint(np.arange(len(samples)) * (1e9 / rate)).astype(np.int64))
+        blocks.append(samples)
+    if not blocks:
+        return None, rejected
+    time = np.concatenate(times)
+    return Columns(len(time), {"time": time, "samples": np.concatenate(blocks)}), rejected
+
+
+_BAD_TIME = "the event time is not an integer, a float or an EventTime within range"
+
+
+def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
+    """Split ``batch`` into the columns of the rows that fit ``schema`` and the records it rejects."""
+    if not len(batch):
+        return None, []
+    if min(batch.times) == INVALID_TIME:
+        good = [i for i, t in enumerate(batch.times) if t != INVALID_TIME]
+        rejected = [Rejected(INVALID_TIME, _BAD_TIME, batch.raw_bytes(i), batch.source)
+                    for i, t in enumerate(batch.times) if t == INVALID_TIME]
+        if not good:
+            return None, rejected
+        rest = Batch(batch.tag, [batch.times[i] for i in good], [batch.records[i] for i in good],
+                     raw=None if batch.raw is None else (lambda j: batch.raw(good[j])), source=batch.source,
+                     size=batch.size)
+        columns, more = to_columns(schema, rest)
+        return columns, rejected + more
+    if schema.kind == "vibration":
+        return _vibration(schema, batch)
+    return _table(schema, batch)
+
+
+def unrouted(batch: Batch, reason: str) -> list[Rejected]:
+    """Every record of a batch no schema takes, rejected with ``reason``."""
+    return [Rejected(int(t), reason, batch.raw_bytes(i), batch.source) for i, t in enumerate(batch.times)]

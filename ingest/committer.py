@@ -1,0 +1,316 @@
+"""Group commit: batches from every connection committed together, acknowledged once durable.
+
+:class:`GroupCommitter` is the :class:`~ingest.batch.Sink` connectors submit
+to. One thread (database calls never run on an event loop) takes whatever
+has queued, validates the lot against the schemas and commits it in one
+``arrays.transaction``: each tag's rows to its stream, rejected records to
+the tag's quarantine stream, idempotency keys to the ledger. Only then do
+the submitters' awaitables resolve. Groups form by themselves under load:
+whatever arrives while a commit runs goes into the next one, so a lone
+client is answered after one commit and many clients share commits.
+``interval`` (seconds, default 0) makes the committer wait that long after
+a group's first arrival for more, trading latency for fewer commits.
+
+Memory is bounded: submissions wait (or, with ``wait=False``, raise
+:class:`Backpressure`) while ``max_pending_bytes`` are queued. A group that
+fails to commit is retried one submission at a time, so a submission that
+cannot be stored fails alone and the others are still committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import arrays
+import neostore
+
+from . import streams
+from .batch import Batch, Receipt
+from .columns import Columns, Rejected, to_columns, unrouted
+from .errors import Backpressure, CommitFailed
+from .ledger import KeyLedger
+from .metrics import Metrics
+from .schema import SchemaSet
+
+log = logging.getLogger("windvane.ingest")
+
+#: The tag quarantining records whose own tag cannot name a stream.
+INVALID_TAG = "_invalid_tag"
+
+
+@dataclass(eq=False)
+class _Submission:
+    batches: Sequence[Batch]
+    key: bytes | None
+    size: int
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    queued: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Group:
+    """What one commit writes, gathered from its submissions."""
+
+    rows: dict[str, list[Columns]] = field(default_factory=lambda: collections.defaultdict(list))
+    rejected: dict[str, list[Rejected]] = field(default_factory=lambda: collections.defaultdict(list))
+    sizes: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
+    receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
+
+
+def _valid_tag(tag: str) -> bool:
+    try:
+        arrays.stream_path(tag)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
+    if len(parts) == 1:
+        return parts[0].columns, parts[0].rows
+    columns: dict[str, Any] = {}
+    for name in parts[0].columns:
+        values = [p.columns.get(name) for p in parts]
+        if any(v is None for v in values):
+            raise ValueError(f"column {name!r} is missing from some batches")
+        if isinstance(values[0], np.ndarray):
+            columns[name] = np.concatenate(values)
+        else:
+            columns[name] = list(itertools.chain.from_iterable(values))
+    return columns, sum(p.rows for p in parts)
+
+
+class GroupCommitter:
+    """Commits submitted batches in groups; see the module docstring."""
+
+    def __init__(
+        self,
+        store: neostore.Store,
+        schemas: SchemaSet,
+        *,
+        interval: float = 0.0,
+        max_pending_bytes: int = 256 << 20,
+        max_group_bytes: int = 64 << 20,
+        key_window: float = 86400.0,
+        metrics: Metrics | None = None,
+    ):
+        self.store = store
+        self.schemas = schemas
+        self.interval = interval
+        self.max_pending_bytes = max_pending_bytes
+        self.max_group_bytes = max_group_bytes
+        self.metrics = metrics or Metrics()
+        self.ledger = KeyLedger(key_window)
+        self._writers = streams.StreamWriters(store)  # kept across commits: no re-reading per commit
+        self._queue: collections.deque[_Submission] = collections.deque()
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._room: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._in_flight: dict[bytes, _Submission] = {}
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
+
+    # -- life cycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the idempotency ledger and start the commit thread."""
+        loaded = self.ledger.load(self.store)
+        if loaded:
+            log.info("loaded %d idempotency keys committed in the last %.0f s", loaded, self.ledger.window)
+        self._thread = threading.Thread(target=self._run, name="windvane-committer", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Commit what is queued, then stop. Later submissions fail with CommitFailed."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending
+
+    # -- submitting (event loop side) ---------------------------------------------------
+
+    async def submit(self, batches: Sequence[Batch], *, key: bytes | None = None, wait: bool = True) -> Receipt:
+        """See :meth:`ingest.batch.Sink.submit`."""
+        if self._closing:
+            raise CommitFailed("windvane is shutting down; send again to the restarted service")
+        if key is not None:
+            if key in self.ledger:
+                self.metrics.record_duplicate()
+                return Receipt(0, 0, None, duplicate=True)
+            first = self._in_flight.get(key)
+            if first is not None:
+                receipt = await asyncio.shield(asyncio.wrap_future(first.future))
+                self.metrics.record_duplicate()
+                return dataclasses.replace(receipt, duplicate=True)
+        size = sum(b.size or 64 * len(b) for b in batches)
+        await self._reserve(size, wait)
+        item = _Submission(batches, key, size)
+        if key is not None:
+            self._in_flight[key] = item
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
+        # shield: a client that goes away does not cancel a commit other clients share.
+        return await asyncio.shield(asyncio.wrap_future(item.future))
+
+    async def _reserve(self, size: int, wait: bool) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                # A submission larger than the whole budget still goes through, alone.
+                if self._pending == 0 or self._pending + size <= self.max_pending_bytes:
+                    self._pending += size
+                    self.metrics.pending_bytes = self._pending
+                    return
+                if not wait:
+                    retry = max(1.0, self._pending / self._throughput)
+                    raise Backpressure(
+                        f"{self._pending} bytes are waiting to be committed (limit {self.max_pending_bytes}); "
+                        f"the store is behind", retry_after=retry)
+                room = loop.create_future()
+                self._room.append((loop, room))
+            await room
+
+    def _release(self, size: int) -> None:
+        with self._cond:
+            self._pending -= size
+            self.metrics.pending_bytes = self._pending
+            waiting, self._room = self._room, []
+        for loop, room in waiting:
+            loop.call_soon_threadsafe(lambda r=room: r.done() or r.set_result(None))
+
+    # -- committing (committer thread) ---------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                first = self._queue[0].queued
+            delay = first + self.interval - time.monotonic()
+            if delay > 0 and not self._closing:
+                time.sleep(delay)
+            with self._cond:
+                group: list[_Submission] = []
+                size = 0
+                while self._queue and (not group or size + self._queue[0].size <= self.max_group_bytes):
+                    item = self._queue.popleft()
+                    group.append(item)
+                    size += item.size
+            try:
+                self._commit(group)
+            except BaseException as exc:  # the thread must outlive anything a group does
+                log.critical("the committer failed unexpectedly: %r", exc, exc_info=True)
+                self._finish([i for i in group if not i.future.done()],
+                             error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
+
+    def _commit(self, group: list[_Submission]) -> None:
+        try:
+            self._commit_group(group)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters
+            if len(group) > 1:
+                log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
+                            len(group), exc)
+                for item in group:
+                    self._commit([item])
+                return
+            self.metrics.record_failure()
+            log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not isinstance(exc, neostore.NeoStoreError))
+            self._finish(group, error=CommitFailed(f"the store could not commit: {exc}"))
+
+    def _gather(self, group: list[_Submission]) -> _Group:
+        out = _Group()
+        for item in group:
+            accepted = quarantined = 0
+            reasons: dict[str, None] = {}
+            for batch in item.batches:
+                columns, rejected = self._validate(batch)
+                if columns is not None:
+                    out.rows[batch.tag].append(columns)
+                    accepted += columns.rows
+                    out.sizes[batch.tag] += batch.size
+                if rejected:
+                    tag = batch.tag if _valid_tag(batch.tag) else INVALID_TAG
+                    out.rejected[tag].extend(rejected)
+                    quarantined += len(rejected)
+                    reasons.update(dict.fromkeys(r.reason for r in rejected[:16]))
+            out.receipts.append((accepted, quarantined, tuple(reasons)[:8]))
+            if item.key is not None:
+                out.keys.append(item.key)
+        return out
+
+    def _validate(self, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
+        if not _valid_tag(batch.tag):
+            return None, unrouted(batch, f"tag {batch.tag!r} cannot name a stream (empty, '/', '..' or unprintable)")
+        schema = self.schemas.for_tag(batch.tag)
+        if schema is None:
+            return None, unrouted(batch, f"no schema matches tag {batch.tag!r}; add its pattern to a schema's 'tags'")
+        return to_columns(schema, batch)
+
+    def _commit_group(self, group: list[_Submission]) -> None:
+        started = time.perf_counter()
+        gathered = self._gather(group)
+        events = sum(a for a, _, _ in gathered.receipts)
+        rejects = sum(q for _, q, _ in gathered.receipts)
+        tid = None
+        key_write = None
+        if gathered.rows or gathered.rejected or gathered.keys:
+            with arrays.transaction(self.store, message=f"ingest: {events} events, {rejects} quarantined",
+                                    metadata={"events": events, "quarantined": rejects, "submissions": len(group)},
+                                    user="windvane-ingest") as tx:
+                for tag, parts in gathered.rows.items():
+                    columns, _ = _merge(parts)
+                    streams.write(tx, self._writers, tag, self.schemas.for_tag(tag), columns)
+                for tag, rejected in gathered.rejected.items():
+                    streams.quarantine(tx, self._writers, tag, rejected)
+                if gathered.keys:
+                    name, value, second, bucket = self.ledger.to_write(gathered.keys)
+                    tx.set(name, value)
+                    key_write = (second, bucket)
+            tid = tx.tid
+        if key_write is not None:
+            self.ledger.committed(*key_write, gathered.keys)
+        seconds = time.perf_counter() - started
+        size = sum(item.size for item in group)
+        if seconds > 0 and size > 1 << 20:
+            self._throughput = 0.8 * self._throughput + 0.2 * (size / seconds)
+        per_tag = {}
+        for tag in set(gathered.rows) | set(gathered.rejected):
+            parts = gathered.rows.get(tag, [])
+            newest = max((int(p.columns["time"].max()) for p in parts if p.rows), default=0)
+            per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
+                            len(gathered.rejected.get(tag, ())), newest)
+        self.metrics.record_commit(per_tag, seconds)
+        self._finish(group, receipts=[Receipt(a, q, tid, reasons=r) for a, q, r in gathered.receipts])
+
+    def _finish(self, group: list[_Submission], *, receipts: list[Receipt] | None = None,
+                error: Exception | None = None) -> None:
+        for i, item in enumerate(group):
+            if item.key is not None and self._in_flight.get(item.key) is item:
+                del self._in_flight[item.key]
+            if error is not None:
+                item.future.set_exception(error)
+            else:
+                item.future.set_result(receipts[i])
+            self._release(item.size)

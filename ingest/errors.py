@@ -1,0 +1,27 @@
+"""Exceptions of the ingest layer, each with a message a user can act on."""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """Base class of ingest errors."""
+
+
+class SchemaError(IngestError):
+    """A schema file is invalid; the message names the file and the field."""
+
+
+class Backpressure(IngestError):
+    """The store is behind: try again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class CommitFailed(IngestError):
+    """The store could not commit a group; none of its events is acknowledged."""
+
+
+class AuthError(IngestError):
+    """Credentials are missing or wrong; the message says which, never the secret."""

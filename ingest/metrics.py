@@ -1,0 +1,86 @@
+"""Counters of what ingestion did, per stream, as plain data for ``GET /metrics``.
+
+Only the committer thread writes them (after each commit); readers take a
+copy under the lock, so a scrape never sees half a commit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StreamCounters:
+    events: int = 0  # events committed to the stream
+    bytes: int = 0  # bytes the committed batches arrived as
+    commits: int = 0  # commits that touched the stream
+    rejects: int = 0  # events sent to the tag's quarantine stream
+    lag_seconds: float = 0.0  # commit time minus the newest event time of the last commit
+    last_commit: float = 0.0  # Unix time of the last commit
+
+
+@dataclass
+class Metrics:
+    """Per-tag counters plus the committer's own."""
+
+    streams: dict[str, StreamCounters] = field(default_factory=lambda: defaultdict(StreamCounters))
+    commits: int = 0
+    failed_commits: int = 0
+    duplicates: int = 0
+    commit_seconds: float = 0.0  # total time spent committing
+    pending_bytes: int = 0
+    started: float = field(default_factory=time.time)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_commit(self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float) -> None:
+        """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns)."""
+        now = time.time()
+        with self._lock:
+            self.commits += 1
+            self.commit_seconds += seconds
+            for tag, (events, size, rejects, newest) in per_tag.items():
+                c = self.streams[tag]
+                c.events += events
+                c.bytes += size
+                c.rejects += rejects
+                c.commits += 1
+                c.last_commit = now
+                if newest:
+                    c.lag_seconds = now - newest / 1e9
+
+    def record_failure(self) -> None:
+        with self._lock:
+            self.failed_commits += 1
+
+    def record_duplicate(self) -> None:
+        with self._lock:
+            self.duplicates += 1
+
+    def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
+        """Prometheus samples: ``(name, help, type, labels, value)``."""
+        with self._lock:
+            streams = {tag: StreamCounters(**vars(c)) for tag, c in self.streams.items()}
+            out = [
+                ("windvane_commits_total", "Group commits made.", "counter", {}, self.commits),
+                ("windvane_commit_failures_total", "Group commits that failed (nothing acknowledged).", "counter", {},
+                 self.failed_commits),
+                ("windvane_duplicate_submissions_total", "Submissions whose idempotency key was already committed.",
+                 "counter", {}, self.duplicates),
+                ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),
+                ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", {}, self.pending_bytes),
+            ]
+        per_stream = [
+            ("windvane_stream_events_total", "Events committed to the stream.", "counter", "events"),
+            ("windvane_stream_bytes_total", "Bytes of committed events, as received.", "counter", "bytes"),
+            ("windvane_stream_commits_total", "Commits that touched the stream.", "counter", "commits"),
+            ("windvane_stream_rejects_total", "Events quarantined with a reason.", "counter", "rejects"),
+            ("windvane_stream_lag_seconds", "Commit time minus the newest event time of the last commit.", "gauge",
+             "lag_seconds"),
+        ]
+        for name, help_text, kind, attr in per_stream:
+            for tag, c in sorted(streams.items()):
+                out.append((name, help_text, kind, {"tag": tag}, getattr(c, attr)))
+        return out

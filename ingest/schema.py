@@ -1,0 +1,309 @@
+"""Stream schemas: one TOML file per kind of stream, loaded from a directory at start.
+
+A schema says which tags it takes (fluentd match patterns), what kind of
+stream they become, and the fields of a record. See ``schemas/README.md``
+for the format; :func:`load_schemas` raises :class:`SchemaError` naming the
+file and the key that is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import SchemaError
+
+KINDS = ("sensor", "vibration", "log")
+EXTRA_POLICIES = ("keep", "drop", "reject")
+#: Column names the stream layout itself uses.
+RESERVED = ("time", "extra")
+#: Field dtypes a schema may name: numpy's numeric names, "str" and "bytes".
+NUMERIC_DTYPES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64",
+)
+FIELD_DTYPES = NUMERIC_DTYPES + ("str", "bytes")
+VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
+DEFAULT_CHUNK_ROWS = 16384
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record: stored as the column of the same name."""
+
+    name: str
+    dtype: str
+    unit: str = ""
+    required: bool = False
+    fill: Any = None  # stored when an optional field is missing
+    description: str = ""
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.startswith("float")
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype.startswith(("int", "uint"))
+
+
+@dataclass(frozen=True)
+class Vibration:
+    """How a vibration record's block of samples becomes rows of a 2-D ``samples`` column."""
+
+    channels: int
+    dtype: str = "float32"
+    sample_rate: float | None = None  # None: each record carries it in ``rate_field``
+    unit: str = ""
+    samples_field: str = "samples"
+    rate_field: str = "sample_rate"
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What the streams of matching tags hold."""
+
+    name: str
+    kind: str
+    tags: tuple[str, ...]
+    fields: tuple[Field, ...] = ()
+    extra: str = "keep"
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    codec: str | None = None
+    vibration: Vibration | None = None
+    description: str = ""
+    path: str = ""
+    _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
+
+    def matches(self, tag: str) -> bool:
+        return any(p.fullmatch(tag) for p in self._patterns)
+
+    def field(self, name: str) -> Field | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+
+def tag_pattern(pattern: str) -> re.Pattern:
+    """A fluentd ``<match>`` pattern as a regex.
+
+    ``*`` matches one tag part, ``**`` zero or more parts (``a.**`` matches
+    ``a`` too), ``{x,y}`` any of the alternatives; everything else literally.
+    """
+    if not pattern or pattern != pattern.strip():
+        raise ValueError(f"tag pattern {pattern!r} is empty or has surrounding spaces")
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            # "a.**" also matches "a": swallow the dot before "**" into the optional group.
+            if out and out[-1] == r"\.":
+                out[-1] = r"(?:\..*)?"
+            else:
+                out.append(r"(?:.*)")
+                if pattern.startswith("**.", i):
+                    out[-1] = r"(?:.*\.)?"
+                    i += 1
+            i += 2
+        elif c == "*":
+            out.append(r"[^.]+")
+            i += 1
+        elif c == "{":
+            end = pattern.find("}", i)
+            if end < 0:
+                raise ValueError(f"tag pattern {pattern!r} has an unclosed '{{'")
+            alternatives = pattern[i + 1 : end].split(",")
+            out.append("(?:" + "|".join(tag_pattern(a).pattern for a in alternatives) + ")")
+            i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _need(doc: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise SchemaError(f"{where}: '{key}' is required")
+    value = doc[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # TOML booleans are Python ints too: refuse them where a number is meant.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise SchemaError(f"{where}: '{key}' must be {_type_words(kind)}, not {value!r}")
+    return value
+
+
+def _opt(doc: dict, key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
+    return _need(doc, key, kind, where) if key in doc else default
+
+
+def _type_words(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    words = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a table"}
+    return " or ".join(words.get(k, k.__name__) for k in kinds)
+
+
+def _check_keys(doc: dict, allowed: Iterable[str], where: str) -> None:
+    unknown = sorted(set(doc) - set(allowed))
+    if unknown:
+        raise SchemaError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _field(doc: Any, where: str) -> Field:
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: each [[fields]] entry must be a table")
+    _check_keys(doc, ("name", "dtype", "unit", "required", "fill", "description"), where)
+    name = _need(doc, "name", str, where)
+    where = f"{where} ({name!r})"
+    if not _NAME.match(name) or name in RESERVED:
+        raise SchemaError(f"{where}: a field name is letters, digits, '_', '.', '-' (not starting with a digit), "
+                          f"and not one of {', '.join(RESERVED)}")
+    dtype = _need(doc, "dtype", str, where)
+    if dtype not in FIELD_DTYPES:
+        raise SchemaError(f"{where}: dtype {dtype!r} is not one of {', '.join(FIELD_DTYPES)}")
+    required = _opt(doc, "required", bool, False, where)
+    fill = doc.get("fill")
+    if fill is not None and required:
+        raise SchemaError(f"{where}: a required field has no use for 'fill'")
+    if not required:
+        if fill is None and (dtype.startswith(("int", "uint")) or dtype == "bool"):
+            # A missing integer has no natural marker (floats have NaN, strings ""):
+            # make the user pick one rather than store a silent 0.
+            raise SchemaError(f"{where}: an optional {dtype} field needs 'fill', the value stored when it is missing "
+                              "(or make it required = true)")
+        if fill is not None:
+            try:
+                fill = _coerce_fill(fill, dtype)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise SchemaError(f"{where}: fill {fill!r} is not a {dtype}: {exc}") from exc
+    return Field(name, dtype, _opt(doc, "unit", str, "", where), required, fill, _opt(doc, "description", str, "", where))
+
+
+def _coerce_fill(fill: Any, dtype: str) -> Any:
+    if dtype == "str":
+        if not isinstance(fill, str):
+            raise TypeError("expected a string")
+        return fill
+    if dtype == "bytes":
+        if not isinstance(fill, str):
+            raise TypeError("expected a string (stored as its UTF-8 bytes)")
+        return fill.encode()
+    if dtype == "bool":
+        if not isinstance(fill, bool):
+            raise TypeError("expected true or false")
+        return fill
+    if isinstance(fill, bool):
+        raise TypeError("expected a number")
+    value = np.array(fill).astype(dtype)
+    if value.item() != fill and not (np.isnan(value) if dtype.startswith("float") else False):
+        raise ValueError(f"it does not fit in {dtype}")
+    return value.item()
+
+
+def _vibration(doc: Any, where: str) -> Vibration:
+    where = f"{where} [vibration]"
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: must be a table")
+    _check_keys(doc, ("channels", "dtype", "sample_rate", "unit", "samples_field", "rate_field"), where)
+    channels = _need(doc, "channels", int, where)
+    if channels < 1:
+        raise SchemaError(f"{where}: channels must be at least 1")
+    dtype = _opt(doc, "dtype", str, "float32", where)
+    if dtype not in VIBRATION_DTYPES:
+        raise SchemaError(f"{where}: dtype {dtype!r} is not one of {', '.join(VIBRATION_DTYPES)}")
+    rate = _opt(doc, "sample_rate", (int, float), None, where)
+    if rate is not None and not rate > 0:
+        raise SchemaError(f"{where}: sample_rate must be positive (samples per second)")
+    return Vibration(
+        channels, dtype, None if rate is None else float(rate), _opt(doc, "unit", str, "", where),
+        _opt(doc, "samples_field", str, "samples", where), _opt(doc, "rate_field", str, "sample_rate", where),
+    )
+
+
+def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
+    """A :class:`Schema` from a parsed TOML document; ``name`` is the file's stem."""
+    where = path or name
+    _check_keys(doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration"), where)
+    kind = _need(doc, "kind", str, where)
+    if kind not in KINDS:
+        raise SchemaError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    tags = _need(doc, "tags", list, where)
+    if not tags or not all(isinstance(t, str) for t in tags):
+        raise SchemaError(f"{where}: 'tags' must be a non-empty list of tag patterns such as \"turbine.*.scada\"")
+    try:
+        patterns = tuple(tag_pattern(t) for t in tags)
+    except ValueError as exc:
+        raise SchemaError(f"{where}: {exc}") from None
+    fields = tuple(_field(f, f"{where} [[fields]] #{i + 1}") for i, f in enumerate(_opt(doc, "fields", list, [], where)))
+    names = [f.name for f in fields]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise SchemaError(f"{where}: field(s) {', '.join(duplicated)} declared more than once")
+    extra = _opt(doc, "extra", str, "keep", where)
+    if extra not in EXTRA_POLICIES:
+        raise SchemaError(f"{where}: extra {extra!r} is not one of {', '.join(EXTRA_POLICIES)}")
+    chunk_rows = _opt(doc, "chunk_rows", int, DEFAULT_CHUNK_ROWS, where)
+    if chunk_rows < 1:
+        raise SchemaError(f"{where}: chunk_rows must be at least 1")
+    codec = _opt(doc, "codec", str, None, where)
+    if codec is not None and codec not in ("blosc", "zstd", "none"):
+        raise SchemaError(f"{where}: codec {codec!r} is not one of blosc, zstd, none")
+    vibration = None
+    if kind == "vibration":
+        if "vibration" not in doc:
+            raise SchemaError(f"{where}: a vibration schema needs a [vibration] table (channels, dtype, sample_rate)")
+        vibration = _vibration(doc["vibration"], where)
+        if fields:
+            raise SchemaError(f"{where}: a vibration stream holds time and samples only; remove [[fields]] "
+                              "and send other values to a sensor stream")
+    elif "vibration" in doc:
+        raise SchemaError(f"{where}: [vibration] only belongs to kind = \"vibration\"")
+    return Schema(name, kind, tuple(tags), fields, extra, chunk_rows, codec, vibration,
+                  _opt(doc, "description", str, "", where), path, patterns)
+
+
+def load_schema(path: str | Path) -> Schema:
+    """Read one schema file."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise SchemaError(f"cannot read schema {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SchemaError(f"schema {path} is not valid TOML: {exc}") from exc
+    return parse_schema(doc, name=path.stem, path=str(path))
+
+
+@dataclass(frozen=True)
+class SchemaSet:
+    """The schemas of a service, in the order their tags are tried (file name order)."""
+
+    schemas: tuple[Schema, ...]
+
+    def for_tag(self, tag: str) -> Schema | None:
+        """The first schema whose patterns match ``tag``, or None."""
+        for schema in self.schemas:
+            if schema.matches(tag):
+                return schema
+        return None
+
+    def __iter__(self):
+        return iter(self.schemas)
+
+    def __len__(self) -> int:
+        return len(self.schemas)
+
+
+def load_schemas(directory: str | Path, files: Sequence[str | Path] = ()) -> SchemaSet:
+    """Every ``*.toml`` of ``directory`` (sorted by name), plus ``files``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise SchemaError(f"schema directory {directory} does not exist or is not a directory")
+    paths = sorted(directory.glob("*.toml")) + [Path(f) for f in files]
+    if not paths:
+        raise SchemaError(f"schema directory {directory} has no *.toml schema files")
+    return SchemaSet(tuple(load_schema(p) for p in paths))

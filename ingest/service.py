@@ -1,0 +1,157 @@
+"""The ``windvane serve`` process: a store, its schemas, the group committer and the endpoints.
+
+:class:`ServeConfig` is the one configuration object. :class:`Service`
+owns the store and the committer and answers the health, metrics and
+stream questions endpoints ask; the endpoints themselves (the Forward and
+HTTP servers of ``connectors``) are built by the command line, which alone
+wires the layers, and handed to :meth:`Service.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import arrays
+import neostore
+from neostore.tids import tid_time
+
+from .auth import Users
+from .committer import GroupCommitter
+from .errors import IngestError
+from .metrics import Metrics
+from .schema import SchemaSet, load_schemas
+
+log = logging.getLogger("windvane.ingest")
+
+
+def parse_address(text: str, default_port: int) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT``, ``HOST`` or ``[v6]:PORT`` as ``(host, port)``."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
+    if not sep:
+        host, port = text, str(default_port)
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise IngestError(f"address {text!r}: the port {port!r} is not a number (expected HOST:PORT)") from None
+    if not 0 <= number <= 65535:
+        raise IngestError(f"address {text!r}: port {number} is out of range 0-65535")
+    return host, number
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``windvane serve`` is told. Addresses are ``HOST:PORT`` (port 0: any free port)."""
+
+    store: str
+    schemas: str
+    forward: str | None = "127.0.0.1:24224"
+    http: str | None = "127.0.0.1:9880"
+    shared_key: str | None = None
+    users: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    commit_interval: float = 0.0
+    max_pending_bytes: int = 256 << 20
+    chunk_size_limit: int = 64 << 20
+    body_size_limit: int = 32 << 20
+    decompressed_size_limit: int = 256 << 20
+    key_window: float = 86400.0
+
+
+class Endpoint(Protocol):
+    """A listening connector: started once, closed once (closing waits for its submissions)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server TLS context from a PEM certificate chain and key."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise IngestError(f"cannot load the TLS certificate {cert} with key {key}: {exc}") from exc
+    return context
+
+
+class Service:
+    """A store, its schemas and the committer, for the endpoints to share."""
+
+    def __init__(self, config: ServeConfig):
+        if bool(config.tls_cert) != bool(config.tls_key):
+            raise IngestError("TLS needs both --tls-cert and --tls-key")
+        self.config = config
+        self.schemas: SchemaSet = load_schemas(config.schemas)
+        self.users = Users.load(config.users) if config.users else None
+        self.ssl = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
+        self.store = neostore.open(config.store)
+        self.metrics = Metrics()
+        self.committer = GroupCommitter(
+            self.store, self.schemas, interval=config.commit_interval,
+            max_pending_bytes=config.max_pending_bytes, key_window=config.key_window, metrics=self.metrics,
+        )
+
+    # -- what endpoints ask (these read the database: call them off the event loop) --------
+
+    def health(self) -> dict[str, Any]:
+        last = self.store.last_transaction()
+        return {"status": "ok", "schemas": len(self.schemas), "pending_bytes": self.committer.pending_bytes,
+                "last_commit": tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None}
+
+    def metric_samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
+        return self.metrics.samples()
+
+    def streams(self) -> list[dict[str, Any]]:
+        out = []
+        for quarantine in (False, True):
+            for tag in arrays.list_streams(self.store, quarantine=quarantine):
+                with arrays.open_stream(self.store, tag, quarantine=quarantine) as stream:
+                    out.append({
+                        "tag": tag, "quarantine": quarantine, "path": stream.path, "rows": len(stream),
+                        "columns": {name: {"dtype": str(stream[name].dtype), "shape": list(stream[name].shape)}
+                                    for name in ["time", *stream.columns]},
+                        "schema": stream.attrs.get("schema"),
+                    })
+        return out
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(self, endpoints: Sequence[Endpoint], on_ready: Callable[[], None] | None = None,
+                  stop: asyncio.Event | None = None) -> None:
+        """Start the committer and ``endpoints``, call ``on_ready``, serve until ``stop`` or SIGTERM/SIGINT.
+
+        Shutting down stops the endpoints first (they wait for what they
+        submitted), then commits what is queued, then closes the store.
+        """
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await asyncio.to_thread(self.committer.start)
+        started: list[Endpoint] = []
+        try:
+            for endpoint in endpoints:
+                await endpoint.start()
+                started.append(endpoint)
+            if on_ready is not None:
+                on_ready()
+            await stop.wait()
+            log.info("shutting down")
+        finally:
+            for endpoint in reversed(started):
+                with contextlib.suppress(Exception):
+                    await endpoint.close()
+            await asyncio.to_thread(self.committer.close)
+            await asyncio.to_thread(self.store.close)

@@ -1,0 +1,123 @@
+"""Where validated columns go: a tag's stream and its quarantine stream, inside one transaction.
+
+A stream is created from its schema the first time its tag is seen; a
+field added to the schema later becomes a new column, back-filled. The
+quarantine stream of a tag keeps each rejected record's time, the reason,
+the bytes it arrived as and the connector it came from.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import arrays
+import neostore
+from arrays import Column, StreamNotFoundError
+
+from .columns import Rejected
+from .schema import Schema
+
+QUARANTINE_COLUMNS = (
+    Column("reason", "str"),
+    Column("raw", "bytes"),
+    Column("source", "str"),
+)
+QUARANTINE_CHUNK_ROWS = 4096
+#: Stream writers kept by a committer: each holds its stream's partial last chunks
+#: (up to ``chunk_rows`` rows per column), so the least recently used are let go.
+WRITERS_LIMIT = 512
+
+
+class StreamWriters:
+    """One :class:`arrays.StreamWriter` per stream (and per quarantine stream), kept across commits.
+
+    Sharing one :class:`arrays.ChangeLog` spares each writer a query when
+    many tags take turns. At most ``limit`` writers are kept; one let go only
+    costs its stream a reload on its next append. Not thread-safe: the
+    committer thread alone uses it.
+    """
+
+    def __init__(self, store: neostore.Store, limit: int = WRITERS_LIMIT):
+        self.store = store
+        self.limit = limit
+        self.changes = arrays.ChangeLog(store)
+        self._writers: collections.OrderedDict[tuple[str, bool], arrays.StreamWriter] = collections.OrderedDict()
+
+    def get(self, tag: str, *, quarantine: bool = False) -> arrays.StreamWriter:
+        key = (tag, quarantine)
+        writer = self._writers.get(key)
+        if writer is None:
+            writer = arrays.StreamWriter(self.store, tag, quarantine=quarantine, changes=self.changes)
+            self._writers[key] = writer
+            while len(self._writers) > self.limit:
+                self._writers.popitem(last=False)
+        else:
+            self._writers.move_to_end(key)
+        return writer
+
+
+def schema_columns(schema: Schema) -> list[Column]:
+    """The columns (beside ``time``) of a stream that follows ``schema``."""
+    if schema.kind == "vibration":
+        v = schema.vibration
+        attrs: dict[str, Any] = {"unit": v.unit} if v.unit else {}
+        if v.sample_rate is not None:
+            attrs["sample_rate"] = v.sample_rate
+        return [Column("samples", v.dtype, inner=(v.channels,), codec=schema.codec, attrs=attrs,
+                       dims=("time", "channel"))]
+    columns = [
+        # A schema's codec is for numbers; text keeps the zstd default (blosc's shuffle has nothing to do there).
+        Column(f.name, f.dtype, codec=None if f.dtype in ("str", "bytes") else schema.codec, attrs={k: v for k, v in (("unit", f.unit),
+                                                                          ("description", f.description)) if v})
+        for f in schema.fields
+    ]
+    if schema.extra == "keep":
+        columns.append(Column("extra", "str", attrs={"description": "undeclared fields of the record, as JSON"}))
+    return columns
+
+
+def _stream_attrs(schema: Schema) -> dict[str, Any]:
+    return {"schema": schema.name, "kind": schema.kind}
+
+
+def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema, columns: dict[str, Any]) -> None:
+    """Append ``columns`` to ``tag``'s stream through its kept writer.
+
+    The stream is created (or given the schema's new columns) first; columns
+    of the stream the batch lacks (fields dropped from the schema) get their
+    fill value.
+    """
+    writer = writers.get(tag)
+    try:
+        have = set(writer.columns(tx))
+    except StreamNotFoundError:
+        arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema),
+                             chunk_rows=schema.chunk_rows)
+    else:
+        new = [column for column in schema_columns(schema) if column.name not in have]
+        if new:
+            stream = arrays.open_stream(tx, tag)
+            for column in new:
+                stream.add_column(column)  # the writer sees its group change and reloads
+    writer.append(tx, columns, fill_missing=True)
+
+
+def quarantine(tx: arrays.Transaction, writers: StreamWriters, tag: str, rejected: Sequence[Rejected]) -> None:
+    """Append ``rejected`` to ``tag``'s quarantine stream (created on first use) through its kept writer."""
+    columns = {
+        "time": np.array([r.time for r in rejected], dtype=np.int64),
+        "reason": [r.reason for r in rejected],
+        "raw": [r.raw for r in rejected],
+        "source": [r.source for r in rejected],
+    }
+    writer = writers.get(tag, quarantine=True)
+    try:
+        writer.append(tx, columns)
+    except StreamNotFoundError:
+        arrays.create_stream(tx, tag, QUARANTINE_COLUMNS, attrs={"kind": "quarantine"},
+                             chunk_rows=QUARANTINE_CHUNK_ROWS, quarantine=True)
+        writer.append(tx, columns)

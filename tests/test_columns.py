@@ -1,0 +1,157 @@
+"""Records to columns: what fits is stored exactly, what does not is rejected verbatim with the reason."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+
+from ingest import Batch
+from ingest.columns import to_columns
+from ingest.schema import parse_schema
+
+LOG = parse_schema(
+    {
+        "kind": "log",
+        "tags": ["app.**"],
+        "fields": [
+            {"name": "seq", "dtype": "int64", "required": True},
+            {"name": "msg", "dtype": "str"},
+            {"name": "value", "dtype": "float32"},
+            {"name": "code", "dtype": "int16", "fill": -1},
+            {"name": "ok", "dtype": "bool", "fill": False},
+            {"name": "blob", "dtype": "bytes"},
+        ],
+    },
+    name="log",
+)
+
+
+def test_clean_batch_is_columns_in_order():
+    records = [{"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0, "blob": bytes([i])}
+               for i in range(5)]
+    columns, rejected = to_columns(LOG, Batch("app", [10, 11, 12, 13, 14], records))
+    assert rejected == []
+    c = columns.columns
+    assert columns.rows == 5
+    assert c["time"].tolist() == [10, 11, 12, 13, 14] and c["time"].dtype == np.int64
+    assert c["seq"].tolist() == [0, 1, 2, 3, 4]
+    assert c["msg"] == ["m0", "m1", "m2", "m3", "m4"]
+    assert c["value"].dtype == np.float32 and c["value"].tolist() == [0, 0.5, 1, 1.5, 2]
+    assert c["code"].dtype == np.int16 and c["ok"].tolist() == [True, False, True, False, True]
+    assert c["blob"] == [b"\0", b"\1", b"\2", b"\3", b"\4"]
+    assert c["extra"] == [""] * 5
+
+
+def test_missing_optional_fields_get_their_fill():
+    columns, rejected = to_columns(LOG, Batch("app", [1], [{"seq": 1}]))
+    assert rejected == []
+    c = columns.columns
+    assert c["msg"] == [""] and math.isnan(c["value"][0]) and c["code"].tolist() == [-1]
+    assert c["ok"].tolist() == [False] and c["blob"] == [b""]
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"msg": "no seq"}, "required field 'seq' is missing"),
+        ({"seq": "7"}, "field 'seq': expected int64, got str '7'"),
+        ({"seq": 1.5}, "field 'seq': expected int64, got float 1.5"),
+        ({"seq": True}, "field 'seq': expected int64, got bool True"),
+        ({"seq": 1, "value": "1.5"}, "field 'value': expected float32, got str '1.5'"),
+        ({"seq": 1, "code": 70000}, "field 'code': 70000 does not fit in int16"),
+        ({"seq": 1, "msg": 5}, "field 'msg': expected str, got int 5"),
+        ({"seq": 1, "ok": 1}, "field 'ok': expected bool, got int 1"),
+        (["not", "a", "map"], "a record must be a map of field names to values, not list"),
+        ("text", "a record must be a map of field names to values, not str"),
+    ],
+)
+def test_bad_records_are_rejected_with_the_reason_and_the_rest_kept(record, reason):
+    good = [{"seq": 1, "msg": "a"}, {"seq": 3, "msg": "c"}]
+    raws = [b"r0", b"r1", b"r2"]
+    batch = Batch("app", [100, 200, 300], [good[0], record, good[1]], raw=raws.__getitem__, source="test")
+    columns, rejected = to_columns(LOG, batch)
+    assert len(rejected) == 1
+    r = rejected[0]
+    assert reason in r.reason
+    assert (r.time, r.raw, r.source) == (200, b"r1", "test")
+    assert columns.rows == 2
+    assert columns.columns["time"].tolist() == [100, 300]
+    assert columns.columns["seq"].tolist() == [1, 3]
+    assert columns.columns["msg"] == ["a", "c"]
+
+
+def test_rejected_record_without_raw_bytes_is_kept_as_msgpack():
+    _, rejected = to_columns(LOG, Batch("app", [5], [{"seq": "x", "nested": {"a": [1, 2]}}]))
+    assert msgpack.unpackb(rejected[0].raw) == [5, {"seq": "x", "nested": {"a": [1, 2]}}]
+
+
+def test_extra_fields_policies():
+    batch = Batch("app", [1, 2], [{"seq": 1, "host": "h1", "n": 2}, {"seq": 2}])
+    keep, _ = to_columns(LOG, batch)
+    assert keep.columns["extra"] == ['{"host":"h1","n":2}', ""]
+    drop = parse_schema({"kind": "log", "tags": ["x"], "extra": "drop",
+                         "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="d")
+    columns, rejected = to_columns(drop, batch)
+    assert rejected == [] and set(columns.columns) == {"time", "seq"}
+    strict = parse_schema({"kind": "log", "tags": ["x"], "extra": "reject",
+                           "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="strict")
+    columns, rejected = to_columns(strict, batch)
+    assert columns.columns["seq"].tolist() == [2]
+    assert "undeclared field(s) host, n (schema strict declares: seq)" in rejected[0].reason
+
+
+def test_every_record_bad_gives_no_columns():
+    columns, rejected = to_columns(LOG, Batch("app", [1, 2], [{}, {"seq": None}]))
+    assert columns is None and len(rejected) == 2
+
+
+VIB = parse_schema({"kind": "vibration", "tags": ["v"], "vibration": {"channels": 2, "dtype": "float32",
+                                                                    "sample_rate": 1000}}, name="vib")
+
+
+def test_vibration_blocks_become_sample_rows_with_times():
+    block = np.arange(8, dtype="<f4").reshape(4, 2)
+    batch = Batch("v", [1_000_000_000, 2_000_000_000], [
+        {"samples": block.tobytes(), "sample_rate": 1000},
+        {"samples": [[9.0, 10.0], [11.0, 12.0]]},
+    ])
+    columns, rejected = to_columns(VIB, batch)
+    assert rejected == []
+    assert columns.rows == 6
+    np.testing.assert_array_equal(columns.columns["samples"][:4], block)
+    np.testing.assert_array_equal(columns.columns["samples"][4:], [[9, 10], [11, 12]])
+    assert columns.columns["time"].tolist() == [
+        1_000_000_000, 1_001_000_000, 1_002_000_000, 1_003_000_000, 2_000_000_000, 2_001_000_000]
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"samples": b"\0" * 7}, "7 bytes is not a whole number of frames of 2 x float32"),
+        ({"samples": [[1, 2, 3]]}, "shape (1, 3) is not (samples, 2)"),
+        ({"samples": "abc"}, "expected float32 bytes or a list of lists"),
+        ({"samples": b"\0" * 8, "sample_rate": 2000}, "differs from the schema's sample_rate 1000"),
+        ({"samples": b"\0" * 8, "sample_rate": -1}, "expected a positive number"),
+        ({"other": 1}, "has no 'samples' field"),
+        ({"samples": b""}, "holds no samples"),
+    ],
+)
+def test_bad_vibration_blocks_are_rejected(record, reason):
+    good = {"samples": b"\0" * 8}
+    columns, rejected = to_columns(VIB, Batch("v", [1, 2], [good, record]))
+    assert columns.rows == 1
+    assert len(rejected) == 1 and reason in rejected[0].reason
+
+
+def test_events_with_unreadable_times_are_quarantined():
+    from ingest import INVALID_TIME
+
+    raws = [b"a", b"b", b"c"]
+    batch = Batch("app", [5, INVALID_TIME, 7], [{"seq": 1}, {"seq": 2}, {"seq": 3}], raw=raws.__getitem__)
+    columns, rejected = to_columns(LOG, batch)
+    assert columns.columns["seq"].tolist() == [1, 3] and columns.columns["time"].tolist() == [5, 7]
+    assert [(r.raw, r.reason) for r in rejected] == [
+        (b"b", "the event time is not an integer, a float or an EventTime within range")]

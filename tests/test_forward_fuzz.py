@@ -1,0 +1,96 @@
+"""Fuzzing the Forward decoder: whatever the bytes, it yields messages or raises ForwardError, quickly, in bounded memory."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+from pathlib import Path
+
+import msgpack
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connectors.forward import ForwardDecoder, ForwardError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "forward"
+SEEDS = [p.read_bytes() for p in sorted(FIXTURES.glob("*.bin"))] + [
+    msgpack.packb(["t", gzip.compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "gzip", "chunk": "c"}]),
+    msgpack.packb(["t", zstandard.ZstdCompressor().compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "zstd"}]),
+    b'["t", 1, {"a": [1, 2, {"b": "c\\\\"}]}, {"chunk": "x"}]',
+]
+LIMITS = {"chunk_size_limit": 64 << 10, "decompressed_size_limit": 1 << 20}
+MEMORY_BOUND = 32 << 20
+
+
+def run(data: bytes, split: int) -> None:
+    decoder = ForwardDecoder(**LIMITS)
+    tracemalloc.start()
+    try:
+        for i in range(0, len(data), split):
+            for decoded in decoder.feed(data[i : i + split]):
+                assert len(decoded.batch.times) == len(decoded.batch.records)
+                for j in range(len(decoded.batch)):
+                    decoded.batch.raw_bytes(j)
+    except ForwardError:
+        pass
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < MEMORY_BOUND, f"decoding {len(data)} bytes peaked at {peak} bytes"
+
+
+FUZZ = settings(max_examples=400, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.binary(max_size=4096), st.integers(1, 64))
+def test_random_bytes(data, split):
+    run(data, split)
+
+
+@st.composite
+def mutated(draw):
+    data = bytearray(draw(st.sampled_from(SEEDS)))
+    for _ in range(draw(st.integers(1, 8))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "big-length"]))
+        pos = draw(st.integers(0, max(len(data) - 1, 0)))
+        if op == "flip" and data:
+            data[pos] ^= draw(st.integers(1, 255))
+        elif op == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        elif op == "delete" and data:
+            del data[pos : pos + draw(st.integers(1, 8))]
+        elif op == "truncate":
+            del data[pos:]
+        elif op == "big-length":
+            # Headers claiming huge containers or strings: must not allocate or wait forever.
+            data[pos:pos] = draw(st.sampled_from([b"\xdd\x7f\xff\xff\xff", b"\xdf\x7f\xff\xff\xff", b"\xdb\x7f\xff\xff\xff", b"\xc6\xff\xff\xff\xff", b"\xc9\x7f\xff\xff\xff\x00"]))
+    return bytes(data)
+
+
+@FUZZ
+@given(mutated(), st.integers(1, 512))
+def test_mutated_valid_messages(data, split):
+    run(data, split)
+
+
+@FUZZ
+@given(st.sampled_from(SEEDS), st.integers(1, 16))
+def test_valid_seeds_decode_whole_or_split(data, split):
+    whole = list(ForwardDecoder(**LIMITS).feed(data))
+    decoder = ForwardDecoder(**LIMITS)
+    pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
+    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+
+
+def test_gzip_bomb_is_bounded():
+    bomb = gzip.compress(b"\x00" * (64 << 20))
+    data = msgpack.packb(["t", bomb, {"compressed": "gzip"}])
+    run(data, 1 << 16)
+
+
+def test_zstd_bomb_is_bounded():
+    bomb = zstandard.ZstdCompressor().compress(b"\x00" * (64 << 20))
+    data = msgpack.packb(["t", bomb, {"compressed": "zstd"}])
+    run(data, 1 << 16)
