@@ -1,0 +1,252 @@
+"""Ingestion benchmarks (issue 4): ``windvane serve`` with durable acknowledgements, on 2 cores.
+
+1. Forward: ``EVENTS`` (1,000,000) structured log records of ~200 bytes in
+   PackedForward chunks of ``PER_CHUNK`` (5,000) events, str32-framed with
+   EventTime and a chunk id, as fluentd's out_forward sends them, over 4
+   connections with 2 chunks in flight each. Every chunk's ack comes after
+   its durable commit. Goal: >= 300,000 events/s on SQLite and on MariaDB.
+2. HTTP: the same records as NDJSON bodies of ``PER_CHUNK`` lines (what
+   out_http sends by default), 4 keep-alive connections. Goal: >= 100,000
+   events/s.
+3. Vibration: ``VIB_BYTES`` (256 MiB) of 3-channel float32 blocks of 25,600
+   samples over Forward (4 blocks, 1.2 MB, per acknowledged chunk), against
+   appending the same rows (time + samples) with ``arrays`` directly in
+   64 MiB slabs into a fresh stream in the same run, same backend, same
+   chunks and codec. Goal: >= 0.8 of that.
+4. Latency: send-to-ack p50/p99 of each chunk or request, from the runs
+   above (under full load) and from a light run (one connection, one chunk of
+   100 events at a time).
+
+The payloads are built before the clock starts (:mod:`ingest_load`). Each
+round starts a fresh store and a fresh ``windvane serve`` (untimed) and
+checks afterwards that the stream holds every event. Run::
+
+    .venv/bin/python -m pytest benchmarks/test_ingest.py -p no:cacheprovider \\
+        --benchmark-enable --benchmark-only --benchmark-json=/tmp/ingest.json
+    .venv/bin/python benchmarks/report_ingest.py /tmp/ingest.json
+
+``WINDVANE_BENCH_EVENTS`` and ``WINDVANE_BENCH_VIB_BYTES`` scale it down.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import arrays
+import ingest_load
+from ingest_load import forward_chunk, forward_load, http_load, ndjson_body, vibration_record
+from sensor_data import parse_size
+from tests.serve_process import Serve
+from test_neostore import record, sqlite_url
+
+ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
+EVENTS = int(os.environ.get("WINDVANE_BENCH_EVENTS", "1000000"))
+PER_CHUNK = 5000
+VIB_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_VIB_BYTES", str(256 << 20)))
+VIB_SAMPLES, VIB_CHANNELS = 25600, 3
+VIB_BLOCKS_PER_CHUNK = 4
+VIB_BLOCK_BYTES = VIB_SAMPLES * VIB_CHANNELS * 4
+VIB_BLOCKS = max(VIB_BLOCKS_PER_CHUNK, VIB_BYTES // VIB_BLOCK_BYTES // VIB_BLOCKS_PER_CHUNK * VIB_BLOCKS_PER_CHUNK)
+VIB_CHUNK_ROWS = 131072
+
+LOG_SCHEMA = """
+kind = "log"
+tags = ["bench.logs"]
+[[fields]]
+name = "host"
+dtype = "str"
+[[fields]]
+name = "level"
+dtype = "str"
+[[fields]]
+name = "message"
+dtype = "str"
+[[fields]]
+name = "status"
+dtype = "int32"
+fill = -1
+[[fields]]
+name = "latency_ms"
+dtype = "float32"
+[[fields]]
+name = "request_id"
+dtype = "str"
+"""
+
+VIB_SCHEMA = f"""
+kind = "vibration"
+tags = ["bench.vibration"]
+chunk_rows = {VIB_CHUNK_ROWS}
+[vibration]
+channels = {VIB_CHANNELS}
+dtype = "float32"
+sample_rate = 25600
+"""
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    root = Path(tempfile.mkdtemp(prefix="wvb-sch-", dir="/tmp"))
+    (root / "logs.toml").write_text(LOG_SCHEMA)
+    (root / "vibration.toml").write_text(VIB_SCHEMA)
+    return root
+
+
+@pytest.fixture(scope="module")
+def log_chunks():
+    return [forward_chunk("bench.logs", first, PER_CHUNK) for first in range(0, EVENTS, PER_CHUNK)]
+
+
+@pytest.fixture(scope="module")
+def ndjson_bodies():
+    return [ndjson_body(first, PER_CHUNK) for first in range(0, EVENTS, PER_CHUNK)]
+
+
+@pytest.fixture(scope="module")
+def vibration_chunks():
+    def block(i):
+        return vibration_record(i, VIB_SAMPLES, VIB_CHANNELS)
+
+    return [forward_chunk("bench.vibration", first, VIB_BLOCKS_PER_CHUNK, record=block)
+            for first in range(0, VIB_BLOCKS, VIB_BLOCKS_PER_CHUNK)]
+
+
+def store_for(databases, backend: str, name: str) -> str:
+    if backend == "sqlite":
+        return sqlite_url(databases.fresh_sqlite(name))
+    url = databases.fresh_mariadb(name)
+    return url
+
+
+def stream_rows(url: str, tag: str) -> int:
+    with arrays.open_stream(url, tag) as stream:
+        return len(stream)
+
+
+def run_served(benchmark, databases, schemas, backend, name, load, expected_rows, tag):
+    """Rounds of: fresh store + serve (untimed), ``load(serve)`` (timed), check + stop (untimed)."""
+    results = []
+    state = {}
+
+    def setup():
+        url = store_for(databases, backend, name)
+        state["url"] = url
+        state["serve"] = Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log",
+                               forward="127.0.0.1:0", http="127.0.0.1:0")
+        return (state["serve"],), {}
+
+    def target(serve):
+        result = load(serve)
+        results.append(result)
+        return result
+
+    def teardown(serve):
+        assert serve.stop() == 0, serve.log()
+        assert not results[-1].errors, results[-1].errors[:3]
+        assert stream_rows(state["url"], tag) == expected_rows
+
+    benchmark.pedantic(target, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
+    if benchmark.disabled:  # pytest-benchmark skips teardown then: check here
+        teardown(state["serve"])
+    return results
+
+
+def put_events(benchmark, bench_results, name, results, events, goal=None):
+    rates = sorted(r.events / r.seconds for r in results)
+    latencies = [x for r in results for x in r.latencies]
+    info = {
+        "events": events,
+        "events_per_s": float(np.median(rates)),
+        "events_per_s_best": rates[-1],
+        "events_per_s_worst": rates[0],
+        "latency_p50_ms": float(np.percentile(latencies, 50) * 1e3),
+        "latency_p99_ms": float(np.percentile(latencies, 99) * 1e3),
+        "goal_events_per_s": goal,
+    }
+    benchmark.extra_info.update(info)
+    bench_results[name] = info
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_forward_packed_logs(benchmark, databases, schemas, log_chunks, bench_results, backend):
+    results = run_served(benchmark, databases, schemas, backend, f"ing_fwd_{backend}",
+                         lambda s: forward_load(s.forward_port, log_chunks, PER_CHUNK),
+                         len(log_chunks) * PER_CHUNK, "bench.logs")
+    put_events(benchmark, bench_results, f"ingest_forward_{backend}", results, len(log_chunks) * PER_CHUNK,
+               goal=300_000)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_http_ndjson_logs(benchmark, databases, schemas, ndjson_bodies, bench_results, backend):
+    results = run_served(benchmark, databases, schemas, backend, f"ing_http_{backend}",
+                         lambda s: http_load(s.http_port, "/bench/logs", ndjson_bodies, PER_CHUNK),
+                         len(ndjson_bodies) * PER_CHUNK, "bench.logs")
+    put_events(benchmark, bench_results, f"ingest_http_{backend}", results, len(ndjson_bodies) * PER_CHUNK,
+               goal=100_000)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_forward_latency_light_load(benchmark, databases, schemas, bench_results, backend):
+    chunks = [forward_chunk("bench.logs", first, 100) for first in range(0, 200 * 100, 100)]
+    results = run_served(benchmark, databases, schemas, backend, f"ing_lat_{backend}",
+                         lambda s: forward_load(s.forward_port, chunks, 100, connections=1, window=1),
+                         len(chunks) * 100, "bench.logs")
+    put_events(benchmark, bench_results, f"ingest_latency_{backend}", results, len(chunks) * 100)
+
+
+def vibration_rows(chunks) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (time, samples) the vibration chunks become, as the stream stores them."""
+    samples = np.concatenate([np.frombuffer(vibration_record(i, VIB_SAMPLES, VIB_CHANNELS)["samples"], "<f4")
+                              .reshape(-1, VIB_CHANNELS) for i in range(len(chunks) * VIB_BLOCKS_PER_CHUNK)])
+    starts = ingest_load.T0 + np.arange(len(chunks) * VIB_BLOCKS_PER_CHUNK, dtype=np.int64) * 1000
+    offsets = np.rint(np.arange(VIB_SAMPLES) * (1e9 / 25600)).astype(np.int64)
+    return (starts[:, None] + offsets[None, :]).ravel(), samples
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_vibration_arrays_baseline(benchmark, databases, vibration_chunks, bench_results, backend):
+    """The baseline: the same rows appended with ``arrays`` directly in 64 MiB slabs, a commit each.
+
+    Large slabs are the arrays layer at its fastest (what the arrays
+    benchmarks measure); the service must come within 0.8 of it while
+    acknowledging every 1.2 MB chunk durably.
+    """
+    times, samples = vibration_rows(vibration_chunks)
+    step = (64 << 20) // (VIB_CHANNELS * 4)
+    name = f"ing_vib_base_{backend}"
+
+    def setup():
+        url = store_for(databases, backend, name)
+        stream = arrays.create_stream(url, "bench.vibration", [
+            arrays.Column("samples", "float32", inner=(VIB_CHANNELS,), dims=("time", "channel"))],
+            chunk_rows=VIB_CHUNK_ROWS)
+        return (stream,), {}
+
+    def target(stream):
+        for start in range(0, len(times), step):
+            stream.append({"time": times[start:start + step], "samples": samples[start:start + step]})
+        assert len(stream) == len(times)
+        stream.close()
+
+    benchmark.pedantic(target, setup=setup, rounds=ROUNDS, iterations=1)
+    record(benchmark, bench_results, f"ingest_vibration_arrays_{backend}", samples.nbytes)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_vibration_forward(benchmark, databases, schemas, vibration_chunks, bench_results, backend):
+    rows = len(vibration_chunks) * VIB_BLOCKS_PER_CHUNK * VIB_SAMPLES
+    results = run_served(benchmark, databases, schemas, backend, f"ing_vib_{backend}",
+                         lambda s: forward_load(s.forward_port, vibration_chunks, VIB_BLOCKS_PER_CHUNK),
+                         rows, "bench.vibration")
+    nbytes = rows * VIB_CHANNELS * 4
+    record(benchmark, bench_results, f"ingest_vibration_forward_{backend}", nbytes,
+           baseline=f"ingest_vibration_arrays_{backend}", goal=0.8)
+    latencies = [x for r in results for x in r.latencies]
+    benchmark.extra_info.update(latency_p50_ms=float(np.percentile(latencies, 50) * 1e3),
+                                latency_p99_ms=float(np.percentile(latencies, 99) * 1e3))
