@@ -83,7 +83,25 @@ class _View:
     before: bytes | None  # the snapshot bound; None inside a transaction (the head plus its own writes)
 
 
-class BigArray:
+class StoreOwner:
+    """``close()`` and ``with``: close the store opened from a URL; a given Store or Transaction stays open."""
+
+    _owns_store: bool
+    _store: neostore.Store
+
+    def close(self) -> None:
+        if self._owns_store:
+            self._owns_store = False
+            self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class BigArray(StoreOwner):
     """An n-dimensional array whose chunks are neostore objects.
 
     Make one with :func:`arrays.create` or :func:`arrays.open`. Basic
@@ -192,18 +210,6 @@ class BigArray:
         return f"<BigArray {self.name!r} shape={self.shape} dtype={self.dtype} chunks={self.chunks} {where}{mode}>"
 
     # -- lifetime ------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store the array opened from a URL (a given Store or Transaction stays open)."""
-        if self._owns_store:
-            self._owns_store = False
-            self._store.close()
-
-    def __enter__(self) -> BigArray:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- reading -------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ import numpy as np
 
 import neostore
 
-from .bigarray import BigArray, Target, _resolve, _View
+from .bigarray import BigArray, StoreOwner, Target, _resolve, _View
 from .cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .errors import (
     ArrayError,
@@ -230,7 +230,18 @@ def _parse_group(raw: bytes | None, where: str) -> dict:
     return attrs
 
 
-class Stream:
+def check_column_names(tag: str, missing: list[str], unknown: list[str], have: list[str]) -> None:
+    """Raise :class:`ColumnError` naming the ``missing`` and ``unknown`` columns of an append, if any."""
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {missing}")
+        if unknown:
+            parts.append(f"unknown column(s) {unknown} (add them first with Stream.add_column)")
+        raise ColumnError(f"append to stream {tag!r}: {'; '.join(parts)}; it has {have}")
+
+
+class Stream(StoreOwner):
     """The arrays of one stream at one snapshot (or in one transaction). Make it with create/open_stream.
 
     ``tag``, ``path``; ``attrs``: the user's attributes (a copy); ``columns``:
@@ -303,18 +314,6 @@ class Stream:
         return f"<Stream {self.tag!r} rows={len(self)} columns={self.columns} {where}>"
 
     # -- lifetime ------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store the stream opened from a URL (a given Store or Transaction stays open)."""
-        if self._owns_store:
-            self._owns_store = False
-            self._store.close()
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- loading metadata --------------------------------------------------------------
 
@@ -405,15 +404,8 @@ class Stream:
         if not isinstance(columns, Mapping):
             raise TypeError(f"append takes a mapping of column name to values, not {type(columns).__name__}")
         expected = list(self._arrays)
-        missing = [n for n in expected if n not in columns]
-        unknown = [n for n in columns if n not in self._arrays]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"missing column(s) {missing}")
-            if unknown:
-                parts.append(f"unknown column(s) {unknown} (add them first with Stream.add_column)")
-            raise ColumnError(f"append to stream {self.tag!r}: {'; '.join(parts)}; it has {expected}")
+        check_column_names(self.tag, [n for n in expected if n not in columns],
+                           [n for n in columns if n not in self._arrays], expected)
         data = {name: coerce_column(self.tag, name, columns[name], array.dtype, array.shape[1:])
                 for name, array in self._arrays.items()}
         lengths = {name: len(v) for name, v in data.items()}

@@ -40,7 +40,7 @@ import neostore
 from .changes import ChangeLog
 from .errors import ColumnError, StreamError, StreamNotFoundError
 from .metadata import METADATA_KEY, ArrayMeta
-from .stream import TIME, Stream, _group_attrs, open_stream, stream_path
+from .stream import TIME, Stream, _group_attrs, check_column_names, open_stream, stream_path
 from .tail import Tail, row_chunked, tail_for
 from .transaction import Transaction
 from .workers import weighted_map
@@ -262,15 +262,8 @@ class StreamWriter:
 
     def _coerce(self, state: _State, columns: Mapping[str, Any], fill_missing: bool) -> tuple[dict[str, np.ndarray], int]:
         tails = state.tails
-        unknown = [n for n in columns if n not in tails]
-        missing = [n for n in tails if n not in columns and (not fill_missing or n == TIME)]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"missing column(s) {missing}")
-            if unknown:
-                parts.append(f"unknown column(s) {unknown} (add them first with Stream.add_column)")
-            raise ColumnError(f"append to stream {self.tag!r}: {'; '.join(parts)}; it has {list(tails)}")
+        check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
+                           [n for n in columns if n not in tails], list(tails))
         data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
         lengths = {name: len(v) for name, v in data.items()}
         if len(set(lengths.values())) > 1:

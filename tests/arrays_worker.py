@@ -80,24 +80,34 @@ def sensor_rows(start: int, rows: int, columns: int) -> np.ndarray:
     return np.round(wave + noise, 3).astype(np.float32)
 
 
-def run_append(url: str, name: str, worker: int, seconds: float) -> None:
+def append_until(worker: int, seconds: float, max_rows: int, append) -> None:
+    """Say "ready", wait for "go", call ``append(appends, n)`` with random ``n`` until ``seconds``
+    pass, then print the "result" line the tests read."""
     rng = np.random.default_rng(worker)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    appends = rows = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        n = int(rng.integers(1, max_rows))
+        append(appends, n)
+        appends += 1
+        rows += n
+    print("result " + json.dumps({"worker": worker, "appends": appends, "rows": rows}), flush=True)
+
+
+def run_append(url: str, name: str, worker: int, seconds: float) -> None:
     with arrays.open(url, name) as a:
-        print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":
-            return
-        appends = rows = 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            n = int(rng.integers(1, 250))
+
+        def append(appends: int, n: int) -> None:
             block = np.empty((n, 3), np.int64)
             block[:, 0] = worker
             block[:, 1] = appends
             block[:, 2] = np.arange(n)
             a.append(block)
-            appends += 1
-            rows += n
-    print("result " + json.dumps({"worker": worker, "appends": appends, "rows": rows}), flush=True)
+
+        append_until(worker, seconds, 250, append)
 
 
 def run_append_forever(url: str, name: str, rows: int) -> None:

@@ -25,14 +25,12 @@ Modes:
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
 
 import numpy as np
 
 import arrays
 import neostore
+from tests.arrays_worker import append_until
 
 COLUMNS = [
     arrays.Column("value", "float64"),
@@ -56,40 +54,22 @@ def row_values(worker: int, seq: int, n: int) -> dict[str, object]:
 
 
 def run_append(url: str, tag: str, worker: int, seconds: float) -> None:
-    rng = np.random.default_rng(worker)
     with arrays.open_stream(url, tag) as stream:
-        print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":
-            return
-        appends = rows = 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            n = int(rng.integers(1, 120))
-            stream.append(row_values(worker, appends, n))
-            appends += 1
-            rows += n
-    print("result " + json.dumps({"worker": worker, "appends": appends, "rows": rows}), flush=True)
+        append_until(worker, seconds, 120, lambda appends, n: stream.append(row_values(worker, appends, n)))
 
 
 def run_writer(url: str, tag: str, worker: int, seconds: float) -> None:
-    rng = np.random.default_rng(worker)
     store = neostore.open(url)
     try:
         writer = arrays.StreamWriter(store, tag)
-        print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":
-            return
-        appends = rows = 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            n = int(rng.integers(1, 120))
+
+        def append(appends: int, n: int) -> None:
             with arrays.transaction(store, message=f"worker {worker} append {appends}") as tx:
                 writer.append(tx, row_values(worker, appends, n))
-            appends += 1
-            rows += n
+
+        append_until(worker, seconds, 120, append)
     finally:
         store.close()
-    print("result " + json.dumps({"worker": worker, "appends": appends, "rows": rows}), flush=True)
 
 
 def run_once(url: str, tag: str, worker: int, seq: int, rows: int) -> None:
