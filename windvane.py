@@ -311,10 +311,14 @@ def history(url: str, name: str) -> None:
 @click.option("--commit-interval", default=0.0, show_default=True, metavar="MS", type=click.FloatRange(0, 10_000),
               help="Milliseconds to wait after a group's first arrival for more before committing. Groups form "
                    "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.")
+@click.option("--decode-workers", type=click.IntRange(0, 64), default=None, metavar="N",
+              help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
+                   "works; 0 decodes in the serving process. Default: one per core (at most 4), 0 on one core.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
-          tls_cert: str | None, tls_key: str | None, commit_interval: float, log_level: str) -> None:
+          tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
+          log_level: str) -> None:
     """Receive data and commit it durably: acknowledge only what is committed.
 
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
@@ -330,7 +334,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         forward=None if forward.lower() in off else forward,
         http=None if http_address.lower() in off else http_address,
         shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
-        commit_interval=commit_interval / 1000,
+        commit_interval=commit_interval / 1000, decode_workers=decode_workers,
     )
     if not (config.forward or config.http):
         raise BadInput("both --forward and --http are off: nothing to serve")

@@ -7,8 +7,8 @@ Connectors hand :class:`Batch` objects to a :class:`Sink`; the sink's
 from __future__ import annotations
 
 from .auth import Users
-from .batch import INVALID_TIME, Batch, Receipt, Sink, packed_event
-from .errors import AuthError, Backpressure, CommitFailed, IngestError, SchemaError
+from .batch import INVALID_TIME, Batch, Receipt, Sink, Undecoded, packed_event
+from .errors import AuthError, Backpressure, CommitFailed, IngestError, SchemaError, UndecodableBatch
 
 __all__ = [
     "INVALID_TIME",
@@ -20,6 +20,8 @@ __all__ = [
     "Receipt",
     "SchemaError",
     "Sink",
+    "UndecodableBatch",
+    "Undecoded",
     "Users",
     "packed_event",
 ]

@@ -69,6 +69,29 @@ class Batch:
         return packed_event(int(self.times[i]), self.records[i])
 
 
+@dataclass(slots=True)
+class Undecoded:
+    """Bytes a connector hands over still encoded, for ingest to decode off the event loop.
+
+    ``decode`` must be a module-level function (it is pickled by reference
+    and called in a worker process): ``decode(payload, *args)`` returns the
+    :class:`Batch` objects the bytes hold, or raises the connector's own
+    exception for bytes it cannot read. Ingest reports such an exception as
+    :class:`ingest.errors.UndecodableBatch` carrying it, so the connector
+    answers as it would have had it decoded in place. ``tag`` names the
+    bytes in logs, ``size`` is what they arrived as (for backpressure and
+    metrics), ``source`` the connector. Only submit these to a sink whose
+    ``accepts_undecoded`` is true; ingest never imports the connector.
+    """
+
+    tag: str
+    payload: bytes
+    decode: Callable[..., Sequence[Batch]]
+    args: tuple[Any, ...] = ()
+    source: str = ""
+    size: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """What a durable commit did with a submission."""
@@ -83,7 +106,11 @@ class Receipt:
 class Sink(Protocol):
     """Where connectors hand their batches. Implemented by :class:`ingest.committer.GroupCommitter`."""
 
-    async def submit(self, batches: Sequence[Batch], *, key: bytes | None = None, wait: bool = True) -> Receipt:
+    #: Whether :meth:`submit` takes :class:`Undecoded` items among ``batches`` (a sink that
+    #: decodes in worker processes). Connectors read it with ``getattr(sink, ..., False)``.
+    accepts_undecoded: bool
+
+    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True) -> Receipt:
         """Store ``batches`` durably; resolve once they are committed.
 
         ``key`` is an idempotency key (a Forward chunk id, an HTTP
@@ -94,6 +121,8 @@ class Sink(Protocol):
         :class:`ingest.errors.Backpressure` at once instead of waiting for
         room (HTTP answers 503 with it; socket readers wait, and so stop
         reading). Raises :class:`ingest.errors.CommitFailed` if the store
-        could not commit: nothing of the batches is then acknowledged.
+        could not commit: nothing of the batches is then acknowledged, or
+        :class:`ingest.errors.UndecodableBatch` if an :class:`Undecoded` item's
+        bytes could not be decoded (nothing of the submission is stored).
         """
         ...

@@ -11,6 +11,13 @@ client is answered after one commit and many clients share commits.
 ``interval`` (seconds, default 0) makes the committer wait that long after
 a group's first arrival for more, trading latency for fewer commits.
 
+With ``decode_workers`` > 0, submissions of :class:`~ingest.batch.Undecoded`
+bytes are decoded and validated in worker processes (:mod:`ingest.prepare`)
+as soon as they are submitted, so that work overlaps with the commit of the
+group before and leaves the main process's GIL to the event loop and this
+thread; groups are then taken in arrival order from the submissions whose
+preparation is done. Without workers such bytes are prepared in this thread.
+
 Memory is bounded: submissions wait (or, with ``wait=False``, raise
 :class:`Backpressure`) while ``max_pending_bytes`` are queued. A group that
 fails to commit is retried one submission at a time, so a submission that
@@ -28,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,26 +45,34 @@ import arrays
 import neostore
 
 from . import streams
-from .batch import Batch, Receipt
-from .columns import Columns, Rejected, to_columns, unrouted
-from .errors import Backpressure, CommitFailed
+from .batch import Batch, Receipt, Undecoded
+from .columns import Columns, Rejected
+from .errors import Backpressure, CommitFailed, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
+from .prepare import INVALID_TAG, Preparer, Validated, prepare, valid_tag, validate
 from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
 
-#: The tag quarantining records whose own tag cannot name a stream.
-INVALID_TAG = "_invalid_tag"
+__all__ = ["INVALID_TAG", "GroupCommitter"]
 
 
 @dataclass(eq=False)
 class _Submission:
-    batches: Sequence[Batch]
+    batches: Sequence[Batch | Undecoded]
     key: bytes | None
     size: int
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     queued: float = field(default_factory=time.monotonic)
+    # The Undecoded items' preparation in a worker (None: none, or prepared in the commit thread) ...
+    prepared: concurrent.futures.Future | None = None
+    # ... and its result once collected: one list of validated batches per Undecoded item, in order.
+    validated: list[list[Validated]] | None = None
+
+    def ready(self) -> bool:
+        """Whether the commit thread can take it without waiting for a worker."""
+        return self.prepared is None or self.prepared.done()
 
 
 @dataclass
@@ -68,14 +84,6 @@ class _Group:
     sizes: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
     receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
-
-
-def _valid_tag(tag: str) -> bool:
-    try:
-        arrays.stream_path(tag)
-    except (ValueError, TypeError):
-        return False
-    return True
 
 
 def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
@@ -106,6 +114,7 @@ class GroupCommitter:
         max_group_bytes: int = 64 << 20,
         key_window: float = 86400.0,
         metrics: Metrics | None = None,
+        decode_workers: int = 0,
     ):
         self.store = store
         self.schemas = schemas
@@ -123,6 +132,12 @@ class GroupCommitter:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
+        self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
+
+    @property
+    def accepts_undecoded(self) -> bool:
+        """Whether connectors should submit :class:`Undecoded` bytes: only when workers decode them."""
+        return self._preparer is not None
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -131,6 +146,8 @@ class GroupCommitter:
         loaded = self.ledger.load(self.store)
         if loaded:
             log.info("loaded %d idempotency keys committed in the last %.0f s", loaded, self.ledger.window)
+        if self._preparer is not None:
+            self._preparer.start()
         self._thread = threading.Thread(target=self._run, name="windvane-committer", daemon=True)
         self._thread.start()
 
@@ -141,6 +158,8 @@ class GroupCommitter:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._preparer is not None:
+            self._preparer.close()
 
     @property
     def pending_bytes(self) -> int:
@@ -148,7 +167,7 @@ class GroupCommitter:
 
     # -- submitting (event loop side) ---------------------------------------------------
 
-    async def submit(self, batches: Sequence[Batch], *, key: bytes | None = None, wait: bool = True) -> Receipt:
+    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True) -> Receipt:
         """See :meth:`ingest.batch.Sink.submit`."""
         if self._closing:
             raise CommitFailed("windvane is shutting down; send again to the restarted service")
@@ -161,9 +180,16 @@ class GroupCommitter:
                 receipt = await asyncio.shield(asyncio.wrap_future(first.future))
                 self.metrics.record_duplicate()
                 return dataclasses.replace(receipt, duplicate=True)
-        size = sum(b.size or 64 * len(b) for b in batches)
+        size = sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b)) for b in batches)
         await self._reserve(size, wait)
         item = _Submission(batches, key, size)
+        undecoded = [b for b in batches if isinstance(b, Undecoded)]
+        if undecoded and self._preparer is not None:
+            try:
+                item.prepared = self._preparer.submit(undecoded)  # starts now: overlaps the commit running
+            except (RuntimeError, BrokenProcessPool) as exc:
+                self._release(size)
+                raise CommitFailed(f"the decode workers are unavailable ({exc}); nothing was stored") from exc
         if key is not None:
             self._in_flight[key] = item
         with self._cond:
@@ -207,23 +233,57 @@ class GroupCommitter:
                     self._cond.wait()
                 if not self._queue:
                     return
-                first = self._queue[0].queued
-            delay = first + self.interval - time.monotonic()
+                first = self._queue[0]  # only this thread pops: it stays first
+            delay = first.queued + self.interval - time.monotonic()
             if delay > 0 and not self._closing:
                 time.sleep(delay)
+            if first.prepared is not None:
+                concurrent.futures.wait([first.prepared])
             with self._cond:
                 group: list[_Submission] = []
                 size = 0
-                while self._queue and (not group or size + self._queue[0].size <= self.max_group_bytes):
+                # In arrival order, up to the first still being prepared: it joins the next group.
+                while self._queue and (not group or (size + self._queue[0].size <= self.max_group_bytes
+                                                     and self._queue[0].ready())):
                     item = self._queue.popleft()
                     group.append(item)
                     size += item.size
             try:
-                self._commit(group)
+                group = self._collect(group)
+                if group:
+                    self._commit(group)
             except BaseException as exc:  # the thread must outlive anything a group does
                 log.critical("the committer failed unexpectedly: %r", exc, exc_info=True)
                 self._finish([i for i in group if not i.future.done()],
                              error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
+
+    def _collect(self, group: list[_Submission]) -> list[_Submission]:
+        """The submissions of ``group`` whose Undecoded items are prepared; the others are failed here."""
+        out = []
+        for item in group:
+            undecoded = [b for b in item.batches if isinstance(b, Undecoded)]
+            if not undecoded:
+                out.append(item)
+                continue
+            error: Exception
+            try:
+                result = prepare(self.schemas, undecoded) if item.prepared is None else item.prepared.result()
+            except BrokenProcessPool as exc:
+                assert self._preparer is not None
+                self._preparer.broken()
+                error = CommitFailed(f"a decode worker died while preparing this submission ({exc}); "
+                                     f"nothing of it was stored: send it again")
+            except Exception as exc:  # noqa: BLE001 - a validation bug, or cancelled by a pool replacement
+                log.error("preparing a submission failed: %r", exc)
+                error = CommitFailed(f"preparing this submission failed ({exc!r}); nothing of it was stored")
+            else:
+                if not isinstance(result, UndecodableBatch):
+                    item.validated = result
+                    out.append(item)
+                    continue
+                error = result
+            self._finish([item], error=error)
+        return out
 
     def _commit(self, group: list[_Submission]) -> None:
         try:
@@ -244,29 +304,23 @@ class GroupCommitter:
         for item in group:
             accepted = quarantined = 0
             reasons: dict[str, None] = {}
+            prepared = iter(item.validated or ())
             for batch in item.batches:
-                columns, rejected = self._validate(batch)
-                if columns is not None:
-                    out.rows[batch.tag].append(columns)
-                    accepted += columns.rows
-                    out.sizes[batch.tag] += batch.size
-                if rejected:
-                    tag = batch.tag if _valid_tag(batch.tag) else INVALID_TAG
-                    out.rejected[tag].extend(rejected)
-                    quarantined += len(rejected)
-                    reasons.update(dict.fromkeys(r.reason for r in rejected[:16]))
+                parts = next(prepared) if isinstance(batch, Undecoded) else [validate(self.schemas, batch)]
+                for part in parts:
+                    if part.columns is not None:
+                        out.rows[part.tag].append(part.columns)
+                        accepted += part.columns.rows
+                        out.sizes[part.tag] += part.size
+                    if part.rejected:
+                        tag = part.tag if valid_tag(part.tag) else INVALID_TAG
+                        out.rejected[tag].extend(part.rejected)
+                        quarantined += len(part.rejected)
+                        reasons.update(dict.fromkeys(r.reason for r in part.rejected[:16]))
             out.receipts.append((accepted, quarantined, tuple(reasons)[:8]))
             if item.key is not None:
                 out.keys.append(item.key)
         return out
-
-    def _validate(self, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
-        if not _valid_tag(batch.tag):
-            return None, unrouted(batch, f"tag {batch.tag!r} cannot name a stream (empty, '/', '..' or unprintable)")
-        schema = self.schemas.for_tag(batch.tag)
-        if schema is None:
-            return None, unrouted(batch, f"no schema matches tag {batch.tag!r}; add its pattern to a schema's 'tags'")
-        return to_columns(schema, batch)
 
     def _commit_group(self, group: list[_Submission]) -> None:
         started = time.perf_counter()
@@ -302,6 +356,11 @@ class GroupCommitter:
             per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
                             len(gathered.rejected.get(tag, ())), newest)
         self.metrics.record_commit(per_tag, seconds)
+        for tag, rejected in gathered.rejected.items():
+            # Quarantined records are kept, not lost, but the sender should hear of them.
+            log.warning("quarantined %d event(s) of tag %r in commit %s: %s%s", len(rejected), tag,
+                        tid.hex() if tid else "-", rejected[0].reason,
+                        f" (and {len(rejected) - 1} more)" if len(rejected) > 1 else "")
         self._finish(group, receipts=[Receipt(a, q, tid, reasons=r) for a, q, r in gathered.receipts])
 
     def _finish(self, group: list[_Submission], *, receipts: list[Receipt] | None = None,

@@ -25,3 +25,21 @@ class CommitFailed(IngestError):
 
 class AuthError(IngestError):
     """Credentials are missing or wrong; the message says which, never the secret."""
+
+
+class UndecodableBatch(IngestError):
+    """An :class:`ingest.batch.Undecoded` item's bytes could not be decoded; nothing of its submission is stored.
+
+    ``cause`` is the exception the connector's decode function raised (its
+    own class, e.g. a malformed-message error), or None when it could not be
+    carried across processes; the message always names the problem.
+    Connectors translate it back into their own answer (no ack, a 400).
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+    def __reduce__(self) -> tuple:
+        # The keyword-free form pickle needs: it crosses from the worker process.
+        return (type(self), (str(self), self.cause))

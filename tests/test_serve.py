@@ -122,6 +122,7 @@ def test_http_quarantines_bad_records_and_stores_the_rest(serve, store_url):
     assert column(store_url, "app.web", "raw", quarantine=True) == [lines[1]]
     assert "expected int64" in column(store_url, "app.web", "reason", quarantine=True)[0]
     assert column(store_url, "app.web", "source", quarantine=True) == ["http"]
+    assert "quarantined 1 event(s) of tag 'app.web'" in s.log() and "expected int64" in s.log()
 
 
 def test_http_bad_bodies_get_4xx_json_and_the_server_keeps_serving(serve, store_url):

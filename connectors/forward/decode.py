@@ -59,7 +59,7 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ingest.batch import INVALID_TIME, Batch
+from ingest.batch import INVALID_TIME, Batch, Undecoded
 
 from .errors import ForwardError, MalformedMessage, OversizeMessage
 
@@ -350,7 +350,7 @@ class Decoded:
     both None when the client asked for no ack.
     """
 
-    batch: Batch
+    batch: Batch | Undecoded  # Undecoded: PackedForward entries left for ingest's workers (``defer``)
     chunk: str | bytes | None
     key: bytes | None
     mode: str  # "message", "forward", "packed" or "compressed"
@@ -378,17 +378,24 @@ def decode_message(
     *,
     json_mode: bool = False,
     decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+    defer: bool = False,
 ) -> Decoded | None:
     """Decode one framed message (from :class:`FrameReader`); None for a heartbeat (nil).
 
     Raises :class:`MalformedMessage` or :class:`OversizeMessage` (the
     decompressed entries exceed ``decompressed_size_limit``); see the
-    module docstring for what is malformed.
+    module docstring for what is malformed. With ``defer``, a PackedForward
+    or CompressedPackedForward message read by the fast path keeps its
+    entries undecoded (an :class:`ingest.batch.Undecoded` calling
+    :func:`decode_entries`): only the framing, tag and options are read
+    here, and errors in the entries are raised where they are decoded.
     """
     if not json_mode:
         packed = _split_packed(frame)
         if packed is not None:
             tag, entries, option = packed
+            if defer:
+                return _deferred(tag, entries, option, len(frame), decompressed_size_limit)
             return _packed_message(tag, entries, option, len(frame), decompressed_size_limit)
     return decode_value(parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit)
 
@@ -441,7 +448,22 @@ def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, li
     return _decoded(decode_packed(tag, payload, size), option, mode)
 
 
-def _decoded(batch: Batch, option: dict | None, mode: str) -> Decoded:
+def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: int) -> list[Batch]:
+    """The Batch of PackedForward ``payload`` (decompressed first if ``compressed``); run by ingest's workers."""
+    if compressed is not None and compressed != "text":
+        payload = _decompress(payload, compressed, limit, tag)
+    return [decode_packed(tag, payload, size)]
+
+
+def _deferred(tag: str, entries: memoryview, option: dict | None, size: int, limit: int) -> Decoded:
+    compressed = option.get("compressed") if option else None
+    mode = "packed" if compressed is None or compressed == "text" else "compressed"
+    # bytes(): a memoryview does not pickle, and the copy lets the frame go.
+    undecoded = Undecoded(tag, bytes(entries), decode_entries, (tag, size, compressed, limit), SOURCE, size)
+    return _decoded(undecoded, option, mode)
+
+
+def _decoded(batch: Batch | Undecoded, option: dict | None, mode: str) -> Decoded:
     chunk = option.get("chunk") if option else None
     if chunk is None:
         key = None
@@ -806,6 +828,7 @@ __all__ = [
     "ForwardDecoder",
     "FrameReader",
     "ack_bytes",
+    "decode_entries",
     "decode_message",
     "decode_packed",
     "decode_value",
@@ -813,18 +836,19 @@ __all__ = [
 ]
 
 
-def merge_batches(batches: list[Batch]) -> list[Batch]:
+def merge_batches(batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
     """Join consecutive Message-mode batches of one tag (fluent-logger sends one message per event).
 
     Submitting them as one batch saves ingest a batch per event; other
     batches are kept as they are.
     """
-    out: list[Batch] = []
+    out: list[Batch | Undecoded] = []
     owned: list[bool] = []  # whether out[i] is our own copy, safe to grow
     for batch in batches:
         last = out[-1] if out else None
         if (
-            last is not None
+            isinstance(last, Batch)
+            and isinstance(batch, Batch)
             and last.tag == batch.tag
             and isinstance(last.raw, _FramesRaw)
             and isinstance(batch.raw, _FramesRaw)

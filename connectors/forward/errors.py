@@ -15,6 +15,11 @@ class ForwardError(Exception):
         super().__init__(message)
         self.tag = tag  # the message's tag, when it could be read (for logs)
 
+    def __reduce__(self) -> tuple:
+        # Keyword arguments are not in ``args``: rebuild from the message and restore the attributes,
+        # so the error survives the trip back from ingest's decode workers.
+        return (type(self), (str(self),), self.__dict__)
+
 
 class MalformedMessage(ForwardError):
     """The bytes are not a Forward message: unreadable msgpack/JSON, or framing of the wrong type.

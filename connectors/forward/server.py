@@ -18,6 +18,13 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
   are not affected;
 * :class:`ingest.errors.CommitFailed`: logged, no ack, the connection
   stays open (the client resends after its ack timeout).
+
+When the sink decodes in worker processes (``sink.accepts_undecoded``),
+PackedForward and CompressedPackedForward entries are handed over
+undecoded (only the framing, tag and options are read here); entries
+found malformed there come back as :class:`ingest.errors.UndecodableBatch`
+and are reported as any malformed message: no ack for it nor for the
+messages after it, the connection closed.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from typing import Any
 import msgpack
 
 from ingest.auth import Users
-from ingest.batch import Batch, Sink
-from ingest.errors import Backpressure, CommitFailed
+from ingest.batch import Batch, Sink, Undecoded
+from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .decode import (
     DEFAULT_CHUNK_SIZE_LIMIT,
@@ -47,7 +54,7 @@ from .decode import (
     merge_batches,
     parse_frame,
 )
-from .errors import ForwardError, OversizeMessage
+from .errors import ForwardError, MalformedMessage, OversizeMessage
 from .handshake import Handshake
 
 log = logging.getLogger("windvane.connectors.forward")
@@ -95,6 +102,8 @@ class ForwardServer:
         self.decompressed_size_limit = decompressed_size_limit
         self.max_in_flight = max_in_flight
         self.heartbeat_udp = heartbeat_udp
+        # Hand packed entries over undecoded when the sink decodes them in worker processes.
+        self.defer = bool(getattr(sink, "accepts_undecoded", False))
         self._server: asyncio.base_events.Server | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
@@ -184,6 +193,7 @@ class _Connection(asyncio.Protocol):
         self.frames = FrameReader(server.chunk_size_limit)
         self.pending: deque[bytes | ForwardError] = deque()  # framed, not yet decoded
         self.inflight: deque[tuple[asyncio.Task, bytes | None]] = deque()  # submissions, in arrival order
+        self.acking = True  # False from a message found malformed by the sink on: nothing after it is acked
         self.handshake = (
             Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
         )
@@ -315,7 +325,8 @@ class _Connection(asyncio.Protocol):
                 return self._check_ping(item)
             try:
                 decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit
+                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit,
+                    defer=self.server.defer,
                 )
             except ForwardError as exc:
                 self._report(exc)
@@ -325,7 +336,7 @@ class _Connection(asyncio.Protocol):
             self._count(decoded)
             return decoded
 
-    def _merge_chunkless(self, batches: list[Batch]) -> list[Batch]:
+    def _merge_chunkless(self, batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
         # Messages without a chunk that are already here go in the same submission.
         while self.pending and len(batches) < _MAX_MERGE and self.handshake is None:
             item = self.pending[0]
@@ -333,7 +344,8 @@ class _Connection(asyncio.Protocol):
                 break
             try:
                 decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit
+                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit,
+                    defer=self.server.defer,
                 )
             except ForwardError as exc:
                 self.pending[0] = exc  # reported by _next, after this submission
@@ -350,7 +362,8 @@ class _Connection(asyncio.Protocol):
 
     def _count(self, decoded: Decoded) -> None:
         self.stats["messages"] += 1
-        self.stats["events"] += len(decoded.batch)
+        if isinstance(decoded.batch, Batch):  # undecoded entries are counted once committed (_submit)
+            self.stats["events"] += len(decoded.batch)
 
     def _check_ping(self, frame: bytes) -> list:
         assert self.handshake is not None and self.transport is not None
@@ -385,14 +398,23 @@ class _Connection(asyncio.Protocol):
             self.stats["malformed"] += 1
             log.error("malformed Forward message from %s: %s; no ack, closing", self.peer, exc)
         self.pending.clear()
+        self.carry = None
         self._stop_reading()
 
-    async def _submit(self, batches: Sequence[Batch], key: bytes | None) -> bool:
-        """Whether the batches are committed; never raises."""
+    async def _submit(self, batches: Sequence[Batch | Undecoded], key: bytes | None) -> bool | None:
+        """Whether the batches are committed (None: found malformed by the sink); never raises."""
         while True:
             try:
-                await self.server.sink.submit(batches, key=key)
+                receipt = await self.server.sink.submit(batches, key=key)
+                if any(isinstance(b, Undecoded) for b in batches):
+                    self.stats["events"] += receipt.accepted + receipt.quarantined
                 return True
+            except UndecodableBatch as exc:
+                # Decoded in a worker: report it as if it had been decoded here.
+                cause = exc.cause if isinstance(exc.cause, ForwardError) else MalformedMessage(str(exc))
+                self._report(cause)
+                self.wake.set()  # the pump sees the connection stopped
+                return None
             except Backpressure as exc:
                 # Not reading while we wait is what pushes back on the client.
                 self._pause()
@@ -400,8 +422,8 @@ class _Connection(asyncio.Protocol):
             except CommitFailed as exc:
                 self.stats["commit_failed"] += 1
                 log.error(
-                    "commit failed for %d events from %s (chunk %r): %s; not acknowledged, the client resends",
-                    sum(len(b) for b in batches), self.peer, key, exc,
+                    "commit failed for %s events from %s (chunk %r): %s; not acknowledged, the client resends",
+                    _events(batches), self.peer, key, exc,
                 )
                 return False
             except asyncio.CancelledError:
@@ -423,9 +445,18 @@ class _Connection(asyncio.Protocol):
             ok = await task
             self.inflight.popleft()
             self.wake.set()  # a slot is free
-            if ok and ack is not None and not self.lost and self.transport is not None:
+            if ok is None:
+                self.acking = False  # what was submitted after a malformed message is not acknowledged
+            if ok and self.acking and ack is not None and not self.lost and self.transport is not None:
                 self.transport.write(ack)
                 self.stats["acks"] += 1
+
+
+def _events(batches: Sequence[Batch | Undecoded]) -> str:
+    """How many events ``batches`` hold, for logs ("?" when some are undecoded)."""
+    if any(isinstance(b, Undecoded) for b in batches):
+        return "?"
+    return str(sum(len(b) for b in batches))
 
 
 def _serialize(message: Any, json_mode: bool) -> bytes:

@@ -31,6 +31,11 @@ is stored: retry), 503 with ``Retry-After`` when the sink applies
 backpressure. 403 is not used: every known user may send to every tag.
 With ``users`` set, ``/metrics`` and ``/streams`` need credentials too;
 ``/`` and ``/health`` never do (load balancers probe them).
+
+When the sink decodes in worker processes (``sink.accepts_undecoded``),
+bodies are handed to it undecoded (:func:`decode_body` runs there); a body
+found malformed comes back as :class:`ingest.errors.UndecodableBatch`
+carrying the decoder's :class:`HttpError`, answered as if decoded here.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ from typing import Any
 from aiohttp import ClientPayloadError, web
 
 from ingest.auth import Users
-from ingest.batch import Batch, Sink
-from ingest.errors import Backpressure, CommitFailed
+from ingest.batch import Batch, Sink, Undecoded
+from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .decode import count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
 from .errors import BadRequest, ExpectationFailed, HttpError, NotFound, PayloadTooLarge, Unauthorized
@@ -83,6 +88,7 @@ class _State:
     responses: Counter[int] = field(default_factory=Counter)
     events: int = 0
     bytes: int = 0
+    defer: bool = False  # hand bodies to the sink undecoded (it decodes in worker processes)
 
 
 STATE = web.AppKey("windvane_http_state", _State)
@@ -104,7 +110,8 @@ def make_app(
     ``auto_decompress=False`` (as HttpServer does) or compressed bodies are
     inflated by aiohttp without the decompressed size limit, then refused.
     """
-    state = _State(sink, users, body_size_limit, decompressed_size_limit, health, metrics, streams)
+    state = _State(sink, users, body_size_limit, decompressed_size_limit, health, metrics, streams,
+                   defer=bool(getattr(sink, "accepts_undecoded", False)))
     app = web.Application(middlewares=[_errors_middleware], client_max_size=body_size_limit)
     app[STATE] = state
     app.router.add_get("/", _root)
@@ -255,7 +262,12 @@ def _idempotency_key(request: web.Request) -> bytes | None:
 
 
 def _decode(wendelin: bool, body: bytes, content_type: str | None, encoding: str | None, path: str, query: dict[str, str], limit: int) -> list[Batch]:
-    now = time.time_ns()
+    return decode_body(body, wendelin, content_type, encoding, path, query, limit, time.time_ns())
+
+
+def decode_body(body: bytes, wendelin: bool, content_type: str | None, encoding: str | None, path: str,
+                query: dict[str, str], limit: int, now: int) -> list[Batch]:
+    """The batches of a request body (``now``: its arrival time); also run by ingest's workers (module level)."""
     data = decompress(body, encoding, limit)
     if wendelin:
         return decode_wendelin(data, content_type, query=query, now_ns=now, size=len(body))
@@ -272,6 +284,8 @@ async def _ingest(request: web.Request) -> web.Response:
     wendelin = path == "/ingest" or path.endswith("/ingest")
     query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
     args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.decompressed_size_limit)
+    if state.defer:
+        return await _ingest_undecoded(state, key, *args)
     if len(body) > INLINE_DECODE_BYTES:
         batches = await asyncio.to_thread(_decode, *args)
     else:
@@ -290,6 +304,30 @@ async def _ingest(request: web.Request) -> web.Response:
         reply = {"duplicate": True, **reply}
     if reasons:
         reply["reasons"] = list(reasons)
+    return _json_response(200, reply)
+
+
+async def _ingest_undecoded(state: _State, key: bytes | None, wendelin: bool, body: bytes, content_type: str | None,
+                            encoding: str | None, path: str, query: dict[str, str], limit: int) -> web.Response:
+    """:func:`_ingest` with the body decoded by the sink's workers, not on the event loop."""
+    tag = query.get("reference", "") if wendelin else tag_for_path(path)
+    undecoded = Undecoded(tag, body, decode_body, (wendelin, content_type, encoding, path, query, limit, time.time_ns()),
+                          "http", len(body))
+    state.bytes += len(body)
+    try:
+        receipt = await state.sink.submit([undecoded], key=key, wait=False)
+    except UndecodableBatch as exc:
+        if isinstance(exc.cause, HttpError):
+            raise exc.cause from None
+        raise BadRequest("bad_body", str(exc)) from None
+    state.events += receipt.accepted + receipt.quarantined
+    if wendelin:
+        return web.Response(status=204)
+    reply: dict[str, Any] = {"accepted": receipt.accepted, "quarantined": receipt.quarantined}
+    if receipt.duplicate:
+        reply = {"duplicate": True, **reply}
+    if receipt.reasons:
+        reply["reasons"] = list(receipt.reasons)
     return _json_response(200, reply)
 
 

@@ -18,6 +18,10 @@ class HttpError(Exception):
         self.code = code
         self.message = message
 
+    def __reduce__(self) -> tuple:
+        # ``args`` holds the message only: rebuild with the code too (errors cross back from ingest's decode workers).
+        return (type(self), (self.code, self.message), self.__dict__)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code!r}, {self.message!r})"
 

@@ -1,0 +1,166 @@
+"""Decoding and validating in worker processes (``--decode-workers``): same answers, same durability.
+
+Malformed bytes found by a worker reach the connector as before (Forward:
+no ack, connection closed; HTTP: a 400 naming the problem), quarantined
+records keep their verbatim bytes, and a worker killed mid-submission
+fails that submission only: the pool is replaced for the next ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import signal
+import socket
+import time
+
+import msgpack
+import pytest
+
+import arrays
+import neostore
+from connectors.forward.decode import decode_entries
+from connectors.forward.errors import MalformedMessage
+from connectors.forward.server import ForwardServer
+from connectors.http.app import HttpServer, make_app
+from ingest import CommitFailed, UndecodableBatch, Undecoded
+from ingest.committer import GroupCommitter
+from ingest.schema import SchemaSet, parse_schema
+
+LOG = parse_schema({"kind": "log", "tags": ["app.**"],
+                    "fields": [{"name": "seq", "dtype": "int64", "required": True}, {"name": "msg", "dtype": "str"}]},
+                   name="log")
+SCHEMAS = SchemaSet((LOG,))
+T = 1_700_000_000
+
+
+@pytest.fixture
+def store(store_url):
+    s = neostore.open(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def committer(store):
+    c = GroupCommitter(store, SCHEMAS, decode_workers=1)
+    c.start()
+    yield c
+    c.close()
+
+
+def entries(*records: object) -> list[bytes]:
+    return [msgpack.packb([T + i, r], use_bin_type=True) for i, r in enumerate(records)]
+
+
+def packed(tag: str, payload: bytes, chunk: str) -> bytes:
+    return msgpack.packb([tag, payload, {"chunk": chunk, "size": 1}], use_bin_type=True)
+
+
+def undecoded(tag: str, payload: bytes) -> Undecoded:
+    return Undecoded(tag, payload, decode_entries, (tag, len(payload), None, 1 << 20), "forward", len(payload))
+
+
+def read(store, tag: str, quarantine: bool = False) -> dict:
+    with arrays.open_stream(store, tag, quarantine=quarantine) as s:
+        return {name: s[name][:] for name in ["time", *s.columns]}
+
+
+def _sleepy_decode(payload: bytes, seconds: float) -> list:
+    """A decode function that outlives the test's patience: its worker is killed meanwhile."""
+    time.sleep(seconds)
+    return []
+
+
+async def test_worker_decodes_validates_and_quarantines_verbatim_bytes(committer, store):
+    assert committer.accepts_undecoded
+    good = entries({"seq": 1, "msg": "a"}, {"seq": 2, "msg": "b"})
+    bad = entries("not a map")[0]
+    receipt = await committer.submit([undecoded("app.w", b"".join([good[0], bad, good[1]]))])
+    assert (receipt.accepted, receipt.quarantined) == (2, 1)
+    assert list(read(store, "app.w")["seq"]) == [1, 2]
+    assert read(store, "app.w", quarantine=True)["raw"][0] == bad  # the bytes it arrived as, from the worker
+
+
+async def test_malformed_bytes_from_the_worker_carry_the_connector_error(committer):
+    with pytest.raises(UndecodableBatch) as info:
+        await committer.submit([undecoded("app.w", entries({"seq": 1})[0][:-2])])  # truncated entry
+    assert isinstance(info.value.cause, MalformedMessage)
+    assert "truncated" in str(info.value)
+    receipt = await committer.submit([undecoded("app.w", entries({"seq": 3})[0])])  # later ones still flow
+    assert receipt.accepted == 1
+
+
+async def test_a_killed_worker_fails_its_submission_and_the_pool_is_replaced(committer, store):
+    item = Undecoded("app.w", b"", _sleepy_decode, (60.0,), "test", 10)
+    pending = asyncio.ensure_future(committer.submit([item]))
+    await asyncio.sleep(0.5)  # the worker is now inside the sleep
+    pids = list(committer._preparer._pool._processes)
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(CommitFailed, match="decode worker died"):
+        await asyncio.wait_for(pending, 30)
+    receipt = await committer.submit([undecoded("app.w", entries({"seq": 7})[0])])
+    assert receipt.accepted == 1
+    assert list(read(store, "app.w")["seq"]) == [7]
+
+
+def _exchange(port: int, messages: list[bytes]) -> bytes:
+    """Send ``messages`` on one connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        for m in messages:
+            s.sendall(m)
+        received = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return received
+            received += data
+
+
+async def test_forward_malformed_entries_via_worker_no_ack_and_closed(committer, store, caplog):
+    server = ForwardServer(committer, port=0, heartbeat_udp=False)
+    await server.start()
+    try:
+        ok = packed("app.f", b"".join(entries({"seq": 1, "msg": "x"})), "c1")
+        broken = packed("app.f", entries({"seq": 2})[0][:-1], "c2")
+        after = packed("app.f", b"".join(entries({"seq": 3})), "c3")
+        received = await asyncio.to_thread(_exchange, server.port, [ok + broken + after])
+    finally:
+        await server.close()
+    acks = _unpack_all(received)
+    assert acks == [{"ack": "c1"}]  # the message before is acked; the malformed one and those after are not
+    assert "malformed Forward message from" in caplog.text
+    assert list(read(store, "app.f")["seq"])[0] == 1
+
+
+def _unpack_all(data: bytes) -> list:
+    up = msgpack.Unpacker(raw=False)
+    up.feed(data)
+    return list(up)
+
+
+def _post(port: int, body: bytes) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        conn.request("POST", "/app/h", body, {"Content-Type": "application/x-ndjson"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+async def test_http_malformed_body_via_worker_is_a_400_naming_the_problem(committer, store):
+    server = HttpServer(make_app(committer), port=0)
+    await server.start()
+    try:
+        status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": 1}\n{"seq": \n')
+        assert status == 400 and reply["error"] == "bad_json" and "line 2" in reply["message"]
+        status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": 1, "msg": "m"}\n["not a map"]\n')
+        assert status == 200 and (reply["accepted"], reply["quarantined"]) == (1, 1)
+    finally:
+        await server.close()
+    assert read(store, "app.h", quarantine=True)["raw"][0] == b'["not a map"]'
