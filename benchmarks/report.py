@@ -80,12 +80,18 @@ def table(rows: list[list[str]], header: list[str], markdown: bool) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_report_args(description: str, argv: list[str] | None) -> tuple[argparse.Namespace, dict, dict[str, dict]]:
+    """The report scripts' command line (a results JSON, ``--markdown``), and the loaded results."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("json", help="pytest-benchmark --benchmark-json output")
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     args = parser.parse_args(argv)
     doc, benches = load(args.json)
+    return args, doc, benches
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, doc, benches = parse_report_args(__doc__.splitlines()[0], argv)
 
     machine = doc.get("machine_info", {})
     cpu = machine.get("cpu", {})

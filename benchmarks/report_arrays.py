@@ -11,10 +11,9 @@ figure), so they do not depend on the order the tests ran in.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from report import fmt_mbps, load, table
+from report import fmt_mbps, parse_report_args, table
 
 # (label, test, baseline test, goal or None)
 THROUGHPUT = [
@@ -44,11 +43,7 @@ APPENDS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", help="pytest-benchmark --benchmark-json output")
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    args = parser.parse_args(argv)
-    doc, benches = load(args.json)
+    args, doc, benches = parse_report_args(__doc__.splitlines()[0], argv)
     benches = {name.removeprefix("arrays_"): row for name, row in benches.items()}
 
     machine = doc.get("machine_info", {})

@@ -5,10 +5,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from report import load, table
+from report import parse_report_args, table
 
 EVENTS = [
     ("Forward PackedForward, ~200 B log records", "forward_packed_logs", 300_000),
@@ -18,11 +17,7 @@ EVENTS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", help="pytest-benchmark --benchmark-json output")
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    args = parser.parse_args(argv)
-    doc, benches = load(args.json)
+    args, doc, benches = parse_report_args(__doc__.splitlines()[0], argv)
     print(f"run: {doc.get('datetime', '?')}\n")
     rows = []
     for label, kind, goal in EVENTS:

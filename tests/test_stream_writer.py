@@ -17,7 +17,7 @@ from arrays import Column
 from arrays.keys import Snapshot
 from tests.stream_worker import COLUMNS as WORKER_COLUMNS
 from tests.stream_worker import row_values
-from tests.test_streams import COLUMNS, check_aligned, read_line, rows, start_worker
+from tests.test_streams import COLUMNS, check_aligned, race_two_appenders, read_line, rows, start_worker
 
 # Append sizes that start, fill, cross and exactly end chunks of 16 rows.
 SIZES = [1, 1, 3, 11, 16, 17, 2, 40, 15, 1, 32, 0, 5, 64, 1]
@@ -239,33 +239,8 @@ def test_writers_sharing_a_change_log_take_turns(sqlite_url):
 
 def test_writers_in_two_processes_stay_aligned(store_url):
     """Two processes append through kept writers while this one reads snapshots: nothing lost or misaligned."""
-    arrays.create_stream(store_url, "shared", WORKER_COLUMNS, chunk_rows=100).close()
-    workers = [start_worker("writer", store_url, "shared", "--worker", str(k), "--seconds", "5") for k in (1, 2)]
-    try:
-        for proc in workers:
-            assert read_line(proc) == "ready"
-        for proc in workers:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        snapshots = 0
-        while any(proc.poll() is None for proc in workers) and snapshots < 100:
-            with arrays.open_stream(store_url, "shared") as s:
-                check_aligned(s)
-            snapshots += 1
-        results = [json.loads(read_line(proc, 60).removeprefix("result ")) for proc in workers]
-        for proc in workers:
-            assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    finally:
-        for proc in workers:
-            if proc.poll() is None:
-                proc.kill()
-    with arrays.open_stream(store_url, "shared") as s:
-        t = check_aligned(s)
-    assert all(r["appends"] > 5 for r in results), results
-    assert len(t) == sum(r["rows"] for r in results)
+    t, _ = race_two_appenders(store_url, "writer", 5, 100)
     key = t // 10**6
-    runs = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
-    assert runs == sum(r["appends"] for r in results)  # each append one contiguous run
     for worker in (1, 2):  # and each worker's appends in its own order
         seqs = (key[t // 10**12 == worker]) % 10**6
         assert np.all(np.diff(seqs) >= 0)

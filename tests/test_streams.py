@@ -159,10 +159,11 @@ def check_aligned(stream: arrays.Stream) -> np.ndarray:
     return t
 
 
-def test_two_processes_append_and_columns_stay_aligned(store_url):
-    """Two processes append to one stream while this one reads snapshots: rows never misalign."""
-    arrays.create_stream(store_url, "shared", WORKER_COLUMNS, chunk_rows=100).close()
-    workers = [start_worker("append", store_url, "shared", "--worker", str(k), "--seconds", "6") for k in (1, 2)]
+def race_two_appenders(url: str, mode: str, seconds: int, max_snapshots: int) -> tuple[np.ndarray, list[dict]]:
+    """Two worker processes append to stream "shared" (``mode``: "append" or "writer") while this one
+    checks snapshots; the final ``time`` column, after checking that every append stayed one run."""
+    arrays.create_stream(url, "shared", WORKER_COLUMNS, chunk_rows=100).close()
+    workers = [start_worker(mode, url, "shared", "--worker", str(k), "--seconds", str(seconds)) for k in (1, 2)]
     try:
         for proc in workers:
             assert read_line(proc) == "ready"
@@ -170,8 +171,8 @@ def test_two_processes_append_and_columns_stay_aligned(store_url):
             proc.stdin.write("go\n")
             proc.stdin.flush()
         snapshots = 0
-        while any(proc.poll() is None for proc in workers) and snapshots < 200:
-            with arrays.open_stream(store_url, "shared") as s:  # one snapshot while they append
+        while any(proc.poll() is None for proc in workers) and snapshots < max_snapshots:
+            with arrays.open_stream(url, "shared") as s:  # one snapshot while they append
                 check_aligned(s)
             snapshots += 1
         results = [json.loads(read_line(proc, 60).removeprefix("result ")) for proc in workers]
@@ -181,15 +182,21 @@ def test_two_processes_append_and_columns_stay_aligned(store_url):
         for proc in workers:
             if proc.poll() is None:
                 proc.kill()
-    with arrays.open_stream(store_url, "shared") as s:
+    with arrays.open_stream(url, "shared") as s:
         t = check_aligned(s)
-    print(f"2 stream appenders: {results}; {snapshots} consistent snapshots read meanwhile")
+    print(f"2 stream appenders ({mode}): {results}; {snapshots} consistent snapshots read meanwhile")
     assert all(r["appends"] > 5 for r in results), results
     assert len(t) == sum(r["rows"] for r in results)
     # Each append is one contiguous run: cut where (worker, seq) changes.
     key = t // 10**6
     runs = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
     assert runs == sum(r["appends"] for r in results)
+    return t, results
+
+
+def test_two_processes_append_and_columns_stay_aligned(store_url):
+    """Two processes append to one stream while this one reads snapshots: rows never misalign."""
+    race_two_appenders(store_url, "append", 6, 200)
 
 
 def test_time_travel(store_url):
