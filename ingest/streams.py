@@ -21,10 +21,15 @@ from arrays import Column, StreamNotFoundError
 from .columns import Rejected
 from .schema import Schema
 
+#: Text and bytes columns of ingested streams: zstd at level 1. A stream's
+#: partial last chunk is recompressed at every commit, and level 1 made that
+#: ~30% cheaper than zstd's default (3) on log records at the same size.
+TEXT_CODEC = {"name": "zstd", "level": 1}
+
 QUARANTINE_COLUMNS = (
-    Column("reason", "str"),
-    Column("raw", "bytes"),
-    Column("source", "str"),
+    Column("reason", "str", codec=TEXT_CODEC),
+    Column("raw", "bytes", codec=TEXT_CODEC),
+    Column("source", "str", codec=TEXT_CODEC),
 )
 QUARANTINE_CHUNK_ROWS = 4096
 #: Stream writers kept by a committer: each holds its stream's partial last chunks
@@ -70,13 +75,14 @@ def schema_columns(schema: Schema) -> list[Column]:
         return [Column("samples", v.dtype, inner=(v.channels,), codec=schema.codec, attrs=attrs,
                        dims=("time", "channel"))]
     columns = [
-        # A schema's codec is for numbers; text keeps the zstd default (blosc's shuffle has nothing to do there).
-        Column(f.name, f.dtype, codec=None if f.dtype in ("str", "bytes") else schema.codec, attrs={k: v for k, v in (("unit", f.unit),
-                                                                          ("description", f.description)) if v})
+        # A schema's codec is for numbers; blosc's shuffle has nothing to do on text.
+        Column(f.name, f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else schema.codec,
+               attrs={k: v for k, v in (("unit", f.unit), ("description", f.description)) if v})
         for f in schema.fields
     ]
     if schema.extra == "keep":
-        columns.append(Column("extra", "str", attrs={"description": "undeclared fields of the record, as JSON"}))
+        columns.append(Column("extra", "str", codec=TEXT_CODEC,
+                              attrs={"description": "undeclared fields of the record, as JSON"}))
     return columns
 
 
