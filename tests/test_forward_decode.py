@@ -268,3 +268,17 @@ def test_decode_throughput_figure(capsys):
 def test_decode_packed_directly():
     batch = decode_packed("t", packb([1, {"a": 1}]))
     assert batch.source == "forward" and batch.raw(0) == packb([1, {"a": 1}])
+
+
+def test_only_small_events_are_left_for_the_decode_workers():
+    """Bulk binary events decode here (a copy); many small events go to ingest's workers undecoded."""
+    from connectors.forward.decode import DEFER_MAX_EVENT_BYTES, decode_message
+    from ingest.batch import Batch, Undecoded
+    from tests.forward_sender import chunk_id, packed_forward
+
+    small = packed_forward("logs", [(1, {"msg": "x" * 100})] * 50, chunk_id())
+    big = packed_forward("vib", [(1, {"samples": b"\0" * (DEFER_MAX_EVENT_BYTES + 1)})] * 3, chunk_id())
+    assert isinstance(decode_message(small, defer=True).batch, Undecoded)
+    decoded = decode_message(big, defer=True).batch
+    assert isinstance(decoded, Batch) and len(decoded) == 3
+    assert isinstance(decode_message(small, defer=False).batch, Batch)
