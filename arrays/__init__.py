@@ -32,7 +32,7 @@ from .errors import (
 from .history import Commit, history
 from .keys import Entry, Snapshot
 from .stream import Column, Stream, create_stream, list_streams, open_stream, stream_path
-from .stream_writer import StreamWriter
+from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
 from .zarr_store import ZarrStore
 
@@ -55,6 +55,7 @@ __all__ = [
     "StreamError",
     "StreamExistsError",
     "StreamNotFoundError",
+    "Staged",
     "StreamWriter",
     "Transaction",
     "UnsupportedArrayError",

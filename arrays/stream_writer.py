@@ -23,13 +23,21 @@ Contract:
   aborts (or its commit fails, or the append itself fails) the state is
   dropped and the next append reloads.
 - **Same bytes.** Chunks and metadata are what ``Stream.append`` writes.
-- One writer is used by one thread at a time; several writers (of
-  different streams) may join one transaction.
+- **Encode ahead.** :meth:`StreamWriter.stage` encodes an append's chunks
+  outside any transaction, against the state as it stands (the rows of a
+  transaction still committing included), so that the encoding overlaps that
+  commit. ``append(tx, staged)`` then stores those bytes if the state is
+  still the one they were encoded against, and encodes afresh otherwise
+  (the commit failed, another process wrote the stream): staging only ever
+  spends work, it never changes what is stored.
+- One writer is used by one thread at a time (the commit of a transaction it
+  joined may run in another, while that thread stages the next append);
+  several writers (of different streams) may join one transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +49,7 @@ from .changes import ChangeLog
 from .errors import ColumnError, StreamError, StreamNotFoundError
 from .metadata import METADATA_KEY, ArrayMeta
 from .stream import TIME, Stream, _group_attrs, check_column_names, open_stream, stream_path
-from .tail import Tail, row_chunked, tail_for
+from .tail import ChunkJob, Tail, row_chunked, tail_for
 from .transaction import Transaction
 from .workers import weighted_map
 
@@ -55,10 +63,43 @@ class _State:
 
     group_raw: bytes
     tails: dict[str, Tail]
+    appends: int = 0  # appends written on top of this state: what a staged append checks
     # Arrays not chunked by whole rows (written by other tools): appends go through Stream.
     foreign: bool = False
     keys: tuple[str, ...] = ()  # whose change invalidates the state
     oids: frozenset[bytes] = frozenset()
+
+
+#: What an append takes: a mapping of column name to values, or a list of them appended in order.
+Columns = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
+def _parts(columns: Columns) -> list[Mapping[str, Any]]:
+    if isinstance(columns, Mapping):
+        return [columns]
+    if isinstance(columns, (list, tuple)) and all(isinstance(c, Mapping) for c in columns):
+        return list(columns)
+    raise TypeError(f"append takes a mapping of column name to values (or a list of them), "
+                    f"not {type(columns).__name__}")
+
+
+class Staged:
+    """An append encoded ahead of its transaction by :meth:`StreamWriter.stage`; pass it to ``append``."""
+
+    def __init__(self, columns: Columns, fill_missing: bool):
+        self.columns = columns
+        self.fill_missing = fill_missing
+        # Set when the encoding could be done: the state and append count it
+        # builds on, the tails after it, and the chunks as (key, bytes, compressed).
+        self.base: _State | None = None
+        self.appends = -1
+        self.tails: dict[str, Tail] = {}
+        self.chunks: list[tuple[str, bytes, bool]] = []
+        self.used = False  # set by append: whether it stored these bytes (False: it encoded afresh)
+
+    @property
+    def encoded(self) -> bool:
+        return self.base is not None
 
 
 class StreamWriter:
@@ -101,30 +142,64 @@ class StreamWriter:
 
     # -- the API -------------------------------------------------------------------
 
-    def append(self, tx: Transaction, columns: Mapping[str, Any], *, fill_missing: bool = False) -> int:
+    def append(self, tx: Transaction, columns: Columns | Staged, *, fill_missing: bool = False) -> int:
         """Add ``n`` rows to every column of the stream in ``tx``; returns the stream's new length.
 
         ``columns`` maps each column name, ``"time"`` included, to ``n``
         values, as :meth:`arrays.Stream.append` takes them (numpy arrays;
-        str columns may be lists of str). ``fill_missing``: columns left out
-        get their fill value (``time`` may not be left out). Takes the commit
-        lock. ColumnError for unknown, missing or misshapen columns (nothing
+        str columns may be lists of str); or is a list of such mappings,
+        appended in order as one append (sparing the caller concatenating
+        them); or is what :meth:`stage` made of either (``fill_missing`` is
+        then the staged one). ``fill_missing``: columns left out get their
+        fill value (``time`` may not be left out). Takes the commit lock.
+        ColumnError for unknown, missing or misshapen columns (nothing
         written); StreamNotFoundError if there is no such stream.
         """
-        if not isinstance(columns, Mapping):
-            raise TypeError(f"append takes a mapping of column name to values, not {type(columns).__name__}")
+        staged = columns if isinstance(columns, Staged) else None
+        if staged is not None:
+            columns, fill_missing = staged.columns, staged.fill_missing
+        parts = _parts(columns)
         state = self._current(tx)
         if state.foreign:
-            return self._append_through_stream(tx, columns, fill_missing)
+            length = len(open_stream(tx, self.tag, quarantine=self.quarantine))
+            for part in parts:
+                length = self._append_through_stream(tx, part, fill_missing)
+            return length
         try:
-            data, n = self._coerce(state, columns, fill_missing)
-            if n:
-                self._write(tx, state, data)
+            if staged is not None and staged.base is state and staged.appends == state.appends:
+                state.tails = staged.tails
+                self._store(tx, state, staged.chunks)
+                staged.used = True
+            else:
+                data = self._coerce(state.tails, parts, fill_missing)
+                self._store(tx, state, self._encode(state.tails, data))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
                 self._drop()  # a failed write may have advanced the state past what tx holds
             raise
         return state.tails[TIME].length
+
+    def stage(self, columns: Columns, *, fill_missing: bool = False) -> Staged:
+        """Encode an append of ``columns`` now, without a transaction; see "Encode ahead" above.
+
+        Encodes against the state the writer holds, if it holds one (the
+        rows of a transaction it joined that is still committing included);
+        never raises for the columns (``append`` reports their faults) and
+        never changes the state.
+        """
+        staged = Staged(columns, fill_missing)
+        state = self._state
+        if state is None or state.foreign:
+            return staged
+        appends = state.appends
+        tails = {name: tail.copy() for name, tail in state.tails.items()}
+        try:
+            data = self._coerce(tails, _parts(columns), fill_missing)
+        except (ColumnError, StreamError, TypeError):
+            return staged
+        staged.chunks = list(self._encode(tails, data))
+        staged.base, staged.appends, staged.tails = state, appends, tails
+        return staged
 
     def columns(self, tx: Transaction) -> list[str]:
         """The stream's column names (``time`` left out), current as of ``tx``; takes the commit lock.
@@ -260,43 +335,63 @@ class StreamWriter:
 
     # -- appending -------------------------------------------------------------------
 
-    def _coerce(self, state: _State, columns: Mapping[str, Any], fill_missing: bool) -> tuple[dict[str, np.ndarray], int]:
-        tails = state.tails
-        check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
-                           [n for n in columns if n not in tails], list(tails))
-        data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
-        lengths = {name: len(v) for name, v in data.items()}
-        if len(set(lengths.values())) > 1:
-            raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
-        n = lengths[TIME]
-        for name, tail in tails.items():
-            if name not in data:
-                data[name] = tail.blank(n)
+    def _coerce(self, tails: dict[str, Tail], parts: list[Mapping[str, Any]], fill_missing: bool
+                ) -> list[dict[str, np.ndarray]]:
+        """Each part as rows of every array (ColumnError, before anything changes, if one does not fit)."""
         stored = {name: tail.length for name, tail in tails.items()}
         if len(set(stored.values())) > 1:
             raise StreamError(
                 f"the arrays of stream {self.tag!r} differ in length {stored}: something wrote them outside "
                 "Stream.append; cut them to one length before appending"
             )
-        return data, n
+        out = []
+        for columns in parts:
+            check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
+                               [n for n in columns if n not in tails], list(tails))
+            data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
+            lengths = {name: len(v) for name, v in data.items()}
+            if len(set(lengths.values())) > 1:
+                raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
+            n = lengths[TIME]
+            if n:
+                for name, tail in tails.items():
+                    if name not in data:
+                        data[name] = tail.blank(n)
+                out.append(data)
+        return out
 
-    def _write(self, tx: Transaction, state: _State, data: dict[str, np.ndarray]) -> None:
-        """Store the chunks and metadata of an append of ``data`` (coerced) in ``tx``; advance the state."""
-        jobs = [job for name, tail in state.tails.items() for job in tail.append(data[name])]
-        weight = sum(j.weight for j in jobs) if len(jobs) > 1 else 0
+    @staticmethod
+    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]]) -> Iterator[tuple[str, bytes, bool]]:
+        """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed),
+        encoded as they are taken (so a large append is stored batch by batch, not held whole)."""
+        jobs: dict[str, ChunkJob] = {}
+        for data in parts:
+            for name, tail in tails.items():
+                for job in tail.append(data[name]):
+                    # A chunk two parts fill is encoded once, by the later job: it
+                    # reads the chunk as the tail holds it after both.
+                    jobs[job.key] = job
+        todo = list(jobs.values())
+        weight = sum(j.weight for j in todo) if len(todo) > 1 else 0
+        values = weighted_map(lambda j: j.encode(), todo, weight)
+        return ((job.key, value, job.compressed) for job, value in zip(todo, values))
+
+    def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool]]) -> None:
+        """Write ``chunks`` and the tails' metadata in ``tx``; the state now includes them."""
         batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
-        for job, value in zip(jobs, weighted_map(lambda j: j.encode(), jobs, weight)):
+        for key, value, compressed in chunks:
             # A codec's output is compressed already: neostore need not try.
-            batch = batches[not job.compressed]
-            batch[job.key] = value
+            batch = batches[not compressed]
+            batch[key] = value
             if len(batch) >= _WRITE_BATCH:
-                tx.set_many(batch, compress=not job.compressed)
+                tx.set_many(batch, compress=not compressed)
                 batch.clear()
         for name, tail in state.tails.items():
             batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
         for compress, batch in batches.items():
             if batch:
                 tx.set_many(batch, compress=compress)
+        state.appends += 1
         self._remember(tx, state)
         self._mark = tx.write_mark()
 

@@ -16,6 +16,7 @@ A Tail is only as current as whoever keeps it checks (see
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable
@@ -85,7 +86,9 @@ class Tail:
         """Add ``value``'s rows (coerced by :meth:`coerce`): the chunks to store, in order.
 
         Advances the state at once; the caller drops the Tail if storing fails.
-        Encode each job before the next call (a job may read the state).
+        A job encodes its chunk as the Tail holds it then: encode it before a
+        later call changes that chunk, or let the later call's job for the
+        same key (which sees both calls' rows) take its place.
         """
         jobs = []
         length, pos, total = self.length, 0, len(value)
@@ -101,6 +104,10 @@ class Tail:
 
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         raise NotImplementedError
+
+    def copy(self) -> Tail:
+        """An independent Tail in the same state: appending to one leaves the other as it was."""
+        return copy.copy(self)
 
 
 class NumberTail(Tail):
@@ -125,6 +132,12 @@ class NumberTail(Tail):
             if start + len(rows) == self._rows_per_chunk:
                 self._chunk = None  # full now: the next append starts a new chunk
         return ChunkJob(self.chunk_key(index), functools.partial(codec.encode, chunk), chunk.nbytes, codec.compressed)
+
+    def copy(self) -> NumberTail:
+        twin = copy.copy(self)
+        if self._chunk is not None:
+            twin._chunk = self._chunk.copy()  # filled in place by appends
+        return twin
 
 
 class VLenTail(Tail):

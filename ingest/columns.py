@@ -10,6 +10,8 @@ tag's quarantine stream.
 
 from __future__ import annotations
 
+import functools
+
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -218,23 +220,35 @@ def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
     return samples, float(rate)
 
 
+@functools.lru_cache(maxsize=64)
+def _sample_offsets(count: int, rate: float) -> np.ndarray:
+    """Nanoseconds from a block's first sample to each of its ``count`` samples (blocks repeat their size)."""
+    offsets = np.rint(np.arange(count) * (1e9 / rate)).astype(np.int64)
+    offsets.flags.writeable = False
+    return offsets
+
+
 def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
     rejected: list[Rejected] = []
-    times: list[np.ndarray] = []
-    blocks: list[np.ndarray] = []
+    starts: list[int] = []
+    blocks: list[tuple[np.ndarray, float]] = []
     for i, record in enumerate(batch.records):
         got = _samples(schema, record)
         if isinstance(got, str):
             rejected.append(Rejected(int(batch.times[i]), got, batch.raw_bytes(i), batch.source))
             continue
-        samples, rate = got
-        start = int(batch.times[i])
-        times.append(start + np.rint(np.arange(len(samples)) * (1e9 / rate)).astype(np.int64))
-        blocks.append(samples)
+        starts.append(int(batch.times[i]))
+        blocks.append(got)
     if not blocks:
         return None, rejected
-    time = np.concatenate(times)
-    return Columns(len(time), {"time": time, "samples": np.concatenate(blocks)}), rejected
+    total = sum(len(samples) for samples, _ in blocks)
+    time = np.empty(total, dtype=np.int64)
+    at = 0
+    for start, (samples, rate) in zip(starts, blocks):
+        np.add(_sample_offsets(len(samples), rate), start, out=time[at : at + len(samples)])
+        at += len(samples)
+    samples = blocks[0][0] if len(blocks) == 1 else np.concatenate([b for b, _ in blocks])
+    return Columns(total, {"time": time, "samples": samples}), rejected
 
 
 _BAD_TIME = "the event time is not an integer, a float or an EventTime within range"

@@ -11,6 +11,11 @@ client is answered after one commit and many clients share commits.
 ``interval`` (seconds, default 0) makes the committer wait that long after
 a group's first arrival for more, trading latency for fewer commits.
 
+Commits are pipelined: a second thread commits (votes, waits for the disk,
+answers the submitters) while the committer thread validates the next group
+and encodes its chunks ahead (:meth:`arrays.StreamWriter.stage`); what
+arrived while that commit ran joins the group before it is written.
+
 With ``decode_workers`` > 0, submissions of :class:`~ingest.batch.Undecoded`
 bytes are decoded and validated in worker processes (:mod:`ingest.prepare`)
 as soon as they are submitted, so that work overlaps with the commit of the
@@ -84,6 +89,22 @@ class _Group:
     sizes: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
     receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
+    key_write: tuple[int, list[bytes]] | None = None  # the ledger bucket the keys went to, once written
+
+    def absorb(self, other: _Group) -> None:
+        """Add ``other``'s submissions after this group's."""
+        for tag, parts in other.rows.items():
+            self.rows[tag].extend(parts)
+        for tag, rejected in other.rejected.items():
+            self.rejected[tag].extend(rejected)
+        for tag, size in other.sizes.items():
+            self.sizes[tag] += size
+        self.receipts.extend(other.receipts)
+        self.keys.extend(other.keys)
+
+    def counts(self) -> tuple[int, int]:
+        """(events accepted, events quarantined)."""
+        return sum(a for a, _, _ in self.receipts), sum(q for _, q, _ in self.receipts)
 
 
 def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
@@ -131,6 +152,9 @@ class GroupCommitter:
         self._in_flight: dict[bytes, _Submission] = {}
         self._closing = False
         self._thread: threading.Thread | None = None
+        # Commits run here, one at a time, while the committer thread prepares the next group.
+        self._commit_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="windvane-commit")
+        self._committing: concurrent.futures.Future | None = None
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
 
@@ -158,6 +182,7 @@ class GroupCommitter:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._commit_thread.shutdown(wait=self._thread is None or not self._thread.is_alive())
         if self._preparer is not None:
             self._preparer.close()
 
@@ -232,22 +257,14 @@ class GroupCommitter:
                 while not self._queue and not self._closing:
                     self._cond.wait()
                 if not self._queue:
-                    return
+                    break
                 first = self._queue[0]  # only this thread pops: it stays first
             delay = first.queued + self.interval - time.monotonic()
             if delay > 0 and not self._closing:
                 time.sleep(delay)
             if first.prepared is not None:
                 concurrent.futures.wait([first.prepared])
-            with self._cond:
-                group: list[_Submission] = []
-                size = 0
-                # In arrival order, up to the first still being prepared: it joins the next group.
-                while self._queue and (not group or (size + self._queue[0].size <= self.max_group_bytes
-                                                     and self._queue[0].ready())):
-                    item = self._queue.popleft()
-                    group.append(item)
-                    size += item.size
+            group = self._take()
             try:
                 group = self._collect(group)
                 if group:
@@ -256,6 +273,23 @@ class GroupCommitter:
                 log.critical("the committer failed unexpectedly: %r", exc, exc_info=True)
                 self._finish([i for i in group if not i.future.done()],
                              error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
+        self._settle()
+
+    def _take(self, size: int | None = None) -> list[_Submission]:
+        """Queued submissions in arrival order, up to ``max_group_bytes`` (counting ``size`` taken
+        already; None: a new group, which takes its first submission whatever its size) and up to the
+        first still being prepared: it joins the next group."""
+        group: list[_Submission] = []
+        with self._cond:
+            if size is None and self._queue:
+                group.append(self._queue.popleft())
+                size = group[0].size
+            while (self._queue and size + self._queue[0].size <= self.max_group_bytes
+                   and self._queue[0].ready()):
+                item = self._queue.popleft()
+                group.append(item)
+                size += item.size
+        return group
 
     def _collect(self, group: list[_Submission]) -> list[_Submission]:
         """The submissions of ``group`` whose Undecoded items are prepared; the others are failed here."""
@@ -285,19 +319,65 @@ class GroupCommitter:
             self._finish([item], error=error)
         return out
 
-    def _commit(self, group: list[_Submission]) -> None:
+    def _commit(self, group: list[_Submission], *, join: bool = True) -> None:
+        """Write ``group`` in a transaction and hand its commit to the commit thread.
+
+        Validating and encoding the rows overlap the commit still running (the
+        group before, whose rows the encoding builds on). Once that commit is
+        done, what arrived meanwhile joins the group (``join``): it would
+        wait for the next commit otherwise, and fewer, larger commits keep
+        throughput up at no cost in latency.
+        """
+        started = time.perf_counter()
         try:
-            self._commit_group(group)
+            gathered = self._gather(group)
+            staged = {tag: (streams.stage(self._writers, tag, self._rows(tag, parts)), len(parts))
+                      for tag, parts in gathered.rows.items()}
+            self._settle()
+            if join:
+                joined = self._collect(self._take(sum(item.size for item in group)))
+                if joined:
+                    group = group + joined  # first: if gathering them fails, they are retried with the rest
+                    gathered.absorb(self._gather(joined))
+            tx = self._write(gathered, staged)
         except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters
-            if len(group) > 1:
-                log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
-                            len(group), exc)
-                for item in group:
-                    self._commit([item])
-                return
-            self.metrics.record_failure()
-            log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not isinstance(exc, neostore.NeoStoreError))
-            self._finish(group, error=CommitFailed(f"the store could not commit: {exc}"))
+            self._settle()
+            self._retry(self._failed(group, exc))
+            return
+        if tx is None:
+            self._done(group, gathered, None, started)
+        else:
+            self._committing = self._commit_thread.submit(self._complete, group, gathered, tx, started)
+
+    def _rows(self, tag: str, parts: list[Columns]) -> dict[str, Any] | list[dict[str, Any]]:
+        """What one append of ``parts`` to ``tag``'s stream takes: vibration blocks are large arrays, passed
+        as they are (concatenating them would copy every byte once more); table columns are merged (their
+        lists of strings chain cheaply, and one part of many rows encodes each chunk once)."""
+        if self.schemas.for_tag(tag).kind == "vibration":
+            return [p.columns for p in parts]
+        return _merge(parts)[0]
+
+    def _settle(self) -> None:
+        """Wait for the commit in flight; if it failed as a group, commit its submissions one by one."""
+        future, self._committing = self._committing, None
+        if future is not None:
+            self._retry(future.result())
+
+    def _retry(self, group: list[_Submission]) -> None:
+        for item in group:
+            self._commit([item], join=False)
+            self._settle()
+
+    def _failed(self, group: list[_Submission], exc: Exception) -> list[_Submission]:
+        """Report a failed commit: the submissions to retry one by one, or none (each has its error)."""
+        if len(group) > 1:
+            log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
+                        len(group), exc)
+            return group
+        self.metrics.record_failure()
+        log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not isinstance(exc, neostore.NeoStoreError))
+        self._finish(group, error=CommitFailed(f"the store could not commit: {exc}"))
+        return []
 
     def _gather(self, group: list[_Submission]) -> _Group:
         out = _Group()
@@ -322,29 +402,56 @@ class GroupCommitter:
                 out.keys.append(item.key)
         return out
 
-    def _commit_group(self, group: list[_Submission]) -> None:
-        started = time.perf_counter()
-        gathered = self._gather(group)
-        events = sum(a for a, _, _ in gathered.receipts)
-        rejects = sum(q for _, q, _ in gathered.receipts)
-        tid = None
-        key_write = None
-        if gathered.rows or gathered.rejected or gathered.keys:
-            with arrays.transaction(self.store, message=f"ingest: {events} events, {rejects} quarantined",
-                                    metadata={"events": events, "quarantined": rejects, "submissions": len(group)},
-                                    user="windvane-ingest") as tx:
-                for tag, parts in gathered.rows.items():
-                    columns, _ = _merge(parts)
-                    streams.write(tx, self._writers, tag, self.schemas.for_tag(tag), columns)
-                for tag, rejected in gathered.rejected.items():
-                    streams.quarantine(tx, self._writers, tag, rejected)
-                if gathered.keys:
-                    name, value, second, bucket = self.ledger.to_write(gathered.keys)
-                    tx.set(name, value)
-                    key_write = (second, bucket)
-            tid = tx.tid
-        if key_write is not None:
-            self.ledger.committed(*key_write, gathered.keys)
+    def _write(self, gathered: _Group, staged: dict[str, tuple[arrays.Staged, int]]) -> arrays.Transaction | None:
+        """A transaction holding what ``gathered`` stores (None if it stores nothing), not yet committed.
+
+        ``staged``: per tag, the staged append of its first rows parts, and how many parts that is.
+        """
+        if not (gathered.rows or gathered.rejected or gathered.keys):
+            return None
+        events, rejects = gathered.counts()
+        tx = arrays.Transaction(self.store, message=f"ingest: {events} events, {rejects} quarantined",
+                                metadata={"events": events, "quarantined": rejects,
+                                          "submissions": len(gathered.receipts)},
+                                user="windvane-ingest")
+        try:
+            for tag, parts in gathered.rows.items():
+                schema = self.schemas.for_tag(tag)
+                append, count = staged.get(tag, (None, 0))
+                if append is not None:
+                    streams.write(tx, self._writers, tag, schema, append)
+                if parts[count:]:
+                    streams.write(tx, self._writers, tag, schema, self._rows(tag, parts[count:]))
+            for tag, rejected in gathered.rejected.items():
+                streams.quarantine(tx, self._writers, tag, rejected)
+            if gathered.keys:
+                name, value, second, bucket = self.ledger.to_write(gathered.keys)
+                tx.set(name, value)
+                gathered.key_write = (second, bucket)
+        except BaseException:
+            tx.abort()
+            raise
+        return tx
+
+    def _complete(self, group: list[_Submission], gathered: _Group, tx: arrays.Transaction,
+                  started: float) -> list[_Submission]:
+        """In the commit thread: commit ``tx``, then answer ``group``; what to retry one by one."""
+        try:
+            try:
+                tx.commit()
+            except Exception as exc:  # noqa: BLE001 - reported to the submitters
+                return self._failed(group, exc)
+            self._done(group, gathered, tx.tid, started)
+        except BaseException as exc:  # this thread must outlive anything a group does
+            log.critical("the commit thread failed unexpectedly: %r", exc, exc_info=True)
+            self._finish([i for i in group if not i.future.done()],
+                         error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
+        return []
+
+    def _done(self, group: list[_Submission], gathered: _Group, tid: bytes | None, started: float) -> None:
+        """``group`` is committed (in ``tid``; None: it stored nothing): record it, answer the submitters."""
+        if gathered.key_write is not None:
+            self.ledger.committed(*gathered.key_write, gathered.keys)
         seconds = time.perf_counter() - started
         size = sum(item.size for item in group)
         if seconds > 0 and size > 1 << 20:

@@ -90,8 +90,14 @@ def _stream_attrs(schema: Schema) -> dict[str, Any]:
     return {"schema": schema.name, "kind": schema.kind}
 
 
-def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema, columns: dict[str, Any]) -> None:
-    """Append ``columns`` to ``tag``'s stream through its kept writer.
+def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.Staged:
+    """``columns`` for :func:`write`, encoded now if ``tag``'s writer can (see :meth:`arrays.StreamWriter.stage`)."""
+    return writers.get(tag).stage(columns, fill_missing=True)
+
+
+def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema,
+          columns: dict[str, Any] | arrays.Staged) -> None:
+    """Append ``columns`` (or what :func:`stage` made of them) to ``tag``'s stream through its kept writer.
 
     The stream is created (or given the schema's new columns) first; columns
     of the stream the batch lacks (fields dropped from the schema) get their

@@ -6,6 +6,7 @@ processes (tests/stream_worker.py) or separate Store connections.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import numpy as np
@@ -181,6 +182,102 @@ def test_abort_drops_state(store_url):
             assert s["m"][:].tolist() == ["0", "1", "2", "3"]
     finally:
         store.close()
+
+
+def test_staged_appends_store_what_plain_appends_store(store_url):
+    """Staged while the previous commit runs in another thread: the same bytes as plain appends."""
+    store = neostore.open(store_url)
+    try:
+        for tag in ("staged", "plain"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=16).close()
+        writer, plain = arrays.StreamWriter(store, "staged"), arrays.StreamWriter(store, "plain")
+        with concurrent.futures.ThreadPoolExecutor(1) as committer:
+            committing = None
+            start = 0
+            used = []
+            for n in SIZES:
+                staged = writer.stage(rows(start, n))  # against the rows of the commit still running
+                if committing is not None:
+                    committing.result()
+                tx = arrays.Transaction(store)
+                assert writer.append(tx, staged) == start + n
+                used.append(staged.used)
+                committing = committer.submit(tx.commit)
+                start += n
+            committing.result()
+        start = 0
+        for n in SIZES:
+            with arrays.transaction(store) as tx:
+                plain.append(tx, rows(start, n))
+            start += n
+        assert used[1:] == [True] * (len(SIZES) - 1)  # the first append had no state to stage on
+        assert writer.loads == 1
+        assert_same_streams(store, "staged", "plain")
+    finally:
+        store.close()
+
+
+def test_a_list_of_parts_stores_what_their_concatenation_stores(sqlite_url):
+    store = neostore.open(sqlite_url)
+    try:
+        for tag in ("parts", "whole"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=16).close()
+        parts_writer, whole_writer = arrays.StreamWriter(store, "parts"), arrays.StreamWriter(store, "whole")
+        start = 0
+        for k, sizes in enumerate([[3, 5], [8, 8, 1], [20], [0, 2, 31, 1], [16, 16]]):
+            parts, at = [], start
+            for n in sizes:
+                parts.append(rows(at, n))
+                at += n
+            whole = rows(start, at - start)
+            with arrays.transaction(store) as tx:
+                # staged half the time: both paths take parts
+                assert parts_writer.append(tx, parts_writer.stage(parts) if k % 2 else parts) == at
+                assert whole_writer.append(tx, whole) == at
+            start = at
+        with pytest.raises(arrays.ColumnError, match="unknown"):
+            with arrays.transaction(store) as tx:
+                parts_writer.append(tx, [rows(start, 2), {"time": [1], "zz": [1]}])
+        assert_same_streams(store, "parts", "whole")
+    finally:
+        store.close()
+
+
+def test_staged_append_after_a_failed_commit_or_another_writer_encodes_afresh(store_url):
+    store, other = neostore.open(store_url), neostore.open(store_url)
+    try:
+        arrays.create_stream(store, "s", [Column("a", "float64"), Column("m", "str")], chunk_rows=8).close()
+        writer = arrays.StreamWriter(store, "s")
+        with arrays.transaction(store) as tx:
+            writer.append(tx, {"time": [0, 1, 2], "a": [0.0, 1.0, 2.0], "m": ["0", "1", "2"]})
+        # staged on rows of a transaction that then aborts: not stored
+        doomed = arrays.Transaction(store)
+        writer.append(doomed, {"time": [90, 91], "a": [9.0, 9.1], "m": ["no", "no"]})
+        staged = writer.stage({"time": [3], "a": [3.0], "m": ["3"]})
+        assert staged.encoded
+        doomed.abort()
+        with arrays.transaction(store) as tx:
+            assert writer.append(tx, staged) == 4
+        assert not staged.used
+        # staged, then another connection appends: encoded again after it
+        staged = writer.stage({"time": [5], "a": [5.0], "m": ["5"]})
+        with arrays.open_stream(other, "s") as s:
+            s.append({"time": [4], "a": [4.0], "m": ["4"]})
+        with arrays.transaction(store) as tx:
+            assert writer.append(tx, staged) == 6
+        assert staged.encoded and not staged.used
+        # faulty columns: staging says nothing, append says what is wrong
+        staged = writer.stage({"time": [6], "zz": [1]})
+        assert not staged.encoded
+        with pytest.raises(arrays.ColumnError, match="unknown"):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, staged)
+        with arrays.open_stream(store, "s") as s:
+            assert s["time"][:].tolist() == [0, 1, 2, 3, 4, 5]
+            assert s["m"][:].tolist() == ["0", "1", "2", "3", "4", "5"]
+    finally:
+        store.close()
+        other.close()
 
 
 def test_errors(sqlite_url):
