@@ -142,7 +142,8 @@ class StreamWriter:
 
     # -- the API -------------------------------------------------------------------
 
-    def append(self, tx: Transaction, columns: Columns | Staged, *, fill_missing: bool = False) -> int:
+    def append(self, tx: Transaction, columns: Columns | Staged, *, fill_missing: bool = False,
+               more: Sequence[Mapping[str, Any]] = ()) -> int:
         """Add ``n`` rows to every column of the stream in ``tx``; returns the stream's new length.
 
         ``columns`` maps each column name, ``"time"`` included, to ``n``
@@ -152,26 +153,34 @@ class StreamWriter:
         them); or is what :meth:`stage` made of either (``fill_missing`` is
         then the staged one). ``fill_missing``: columns left out get their
         fill value (``time`` may not be left out). Takes the commit lock.
-        ColumnError for unknown, missing or misshapen columns (nothing
-        written); StreamNotFoundError if there is no such stream.
+        ``more``: parts to append after ``columns`` in the same append, so that
+        a chunk both fill is encoded once (a staged append's last chunk
+        included). ColumnError for unknown, missing or misshapen columns
+        (nothing written); StreamNotFoundError if there is no such stream.
         """
         staged = columns if isinstance(columns, Staged) else None
         if staged is not None:
             columns, fill_missing = staged.columns, staged.fill_missing
         parts = _parts(columns)
+        later = list(more)
         state = self._current(tx)
         if state.foreign:
             length = len(open_stream(tx, self.tag, quarantine=self.quarantine))
-            for part in parts:
+            for part in parts + later:
                 length = self._append_through_stream(tx, part, fill_missing)
             return length
         try:
             if staged is not None and staged.base is state and staged.appends == state.appends:
-                state.tails = staged.tails
-                self._store(tx, state, staged.chunks)
+                tails = {name: tail.copy() for name, tail in staged.tails.items()} if later else staged.tails
+                data = self._coerce(tails, later, fill_missing)
+                chunks = {key: (value, compressed) for key, value, compressed in staged.chunks}
+                # A chunk the later parts fill further is stored as they leave it.
+                chunks.update((key, (value, compressed)) for key, value, compressed in self._encode(tails, data))
+                state.tails = tails
+                self._store(tx, state, ((k, v, c) for k, (v, c) in chunks.items()))
                 staged.used = True
             else:
-                data = self._coerce(state.tails, parts, fill_missing)
+                data = self._coerce(state.tails, parts + later, fill_missing)
                 self._store(tx, state, self._encode(state.tails, data))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):

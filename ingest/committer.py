@@ -418,10 +418,13 @@ class GroupCommitter:
             for tag, parts in gathered.rows.items():
                 schema = self.schemas.for_tag(tag)
                 append, count = staged.get(tag, (None, 0))
-                if append is not None:
-                    streams.write(tx, self._writers, tag, schema, append)
-                if parts[count:]:
-                    streams.write(tx, self._writers, tag, schema, self._rows(tag, parts[count:]))
+                if append is None:
+                    streams.write(tx, self._writers, tag, schema, self._rows(tag, parts))
+                else:
+                    # Late parts join the staged append: the chunk they share with it is encoded once.
+                    late = self._rows(tag, parts[count:]) if parts[count:] else []
+                    streams.write(tx, self._writers, tag, schema, append,
+                                  more=late if isinstance(late, list) else [late])
             for tag, rejected in gathered.rejected.items():
                 streams.quarantine(tx, self._writers, tag, rejected)
             if gathered.keys:

@@ -231,8 +231,12 @@ def test_a_list_of_parts_stores_what_their_concatenation_stores(sqlite_url):
                 at += n
             whole = rows(start, at - start)
             with arrays.transaction(store) as tx:
-                # staged half the time: both paths take parts
-                assert parts_writer.append(tx, parts_writer.stage(parts) if k % 2 else parts) == at
+                if k % 2:  # staged, with later parts joining the same append
+                    staged = parts_writer.stage(parts[:1])
+                    assert parts_writer.append(tx, staged, more=parts[1:]) == at
+                    assert staged.used
+                else:
+                    assert parts_writer.append(tx, parts) == at
                 assert whole_writer.append(tx, whole) == at
             start = at
         with pytest.raises(arrays.ColumnError, match="unknown"):
