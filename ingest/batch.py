@@ -45,7 +45,9 @@ class Batch:
     which a rejected record is quarantined with; without it the record is
     kept as :func:`packed_event`. ``source`` names the connector for logs and
     metrics (``"forward"``, ``"http"``, ...), ``size`` the bytes it arrived
-    as (for backpressure and metrics).
+    as (for backpressure and metrics). ``typed`` says the records are
+    instances of the tag's record type (:mod:`ingest.record_types`): they
+    fit its schema as they are.
     """
 
     tag: str
@@ -54,6 +56,7 @@ class Batch:
     raw: Callable[[int], bytes] | None = None
     source: str = ""
     size: int = 0
+    typed: bool = False
 
     def __post_init__(self) -> None:
         if len(self.times) != len(self.records):
@@ -82,6 +85,11 @@ class Undecoded:
     bytes in logs, ``size`` is what they arrived as (for backpressure and
     metrics), ``source`` the connector. Only submit these to a sink whose
     ``accepts_undecoded`` is true; ingest never imports the connector.
+
+    With ``typed``, ingest calls ``decode(payload, *args, record_type=T)``,
+    ``T`` the record type of ``tag``'s schema (:mod:`ingest.record_types`)
+    or None: a decoder whose records all decode as ``T`` may return them so,
+    with ``Batch.typed``, and ingest skips checking them one by one.
     """
 
     tag: str
@@ -90,6 +98,7 @@ class Undecoded:
     args: tuple[Any, ...] = ()
     source: str = ""
     size: int = 0
+    typed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

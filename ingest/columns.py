@@ -11,7 +11,6 @@ tag's quarantine stream.
 from __future__ import annotations
 
 import functools
-
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .batch import INVALID_TIME, Batch
+from .record_types import field_values, record_type
 from .schema import Field, Schema
 
 _NONE = type(None)
@@ -129,8 +129,20 @@ class Columns:
     columns: dict[str, Any]
 
 
+def _typed_table(schema: Schema, batch: Batch) -> Columns:
+    """The columns of records of the schema's record type: they fit as they are (see :mod:`.record_types`)."""
+    columns: dict[str, Any] = {"time": np.asarray(batch.times, dtype=np.int64)}
+    for f, values in zip(schema.fields, field_values(schema, batch.records)):
+        columns[f.name] = _to_array(f, values)
+    if schema.extra == "keep":
+        columns["extra"] = [""] * len(batch)  # the type admits no undeclared field
+    return Columns(len(batch), columns)
+
+
 def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
     records = batch.records
+    if batch.typed and type(records[0]) is record_type(schema):
+        return _typed_table(schema, batch), []
     reasons: dict[int, str] = {}  # index in the batch -> why the record is rejected
     if not all(type(r) is dict for r in records):
         for i, r in enumerate(records):
@@ -266,7 +278,7 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
             return None, rejected
         rest = Batch(batch.tag, [batch.times[i] for i in good], [batch.records[i] for i in good],
                      raw=None if batch.raw is None else (lambda j: batch.raw(good[j])), source=batch.source,
-                     size=batch.size)
+                     size=batch.size, typed=batch.typed)
         columns, more = to_columns(schema, rest)
         return columns, rejected + more
     if schema.kind == "vibration":

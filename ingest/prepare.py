@@ -33,6 +33,7 @@ import arrays
 
 from .batch import Batch, Undecoded
 from .columns import Columns, Rejected, to_columns, unrouted
+from .record_types import record_type_for
 from .errors import UndecodableBatch
 from .schema import SchemaSet
 
@@ -92,8 +93,9 @@ def prepare(schemas: SchemaSet, items: Sequence[Undecoded]) -> list[list[Validat
     """
     out: list[list[Validated]] = []
     for item in items:
+        extra = {"record_type": record_type_for(schemas, item.tag) if valid_tag(item.tag) else None} if item.typed else {}
         try:
-            batches = item.decode(item.payload, *item.args)
+            batches = item.decode(item.payload, *item.args, **extra)
         except Exception as exc:  # noqa: BLE001 - the connector's own errors, whatever their class
             return UndecodableBatch(str(exc) or type(exc).__name__, _carried(exc))
         out.append([validate(schemas, batch) for batch in batches])

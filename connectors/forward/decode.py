@@ -43,6 +43,7 @@ mean "now", as in in_forward.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -52,10 +53,11 @@ import zlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgpack
+import msgspec
 import numpy as np
 import zstandard
 
@@ -78,6 +80,8 @@ _HEAD = 512  # bytes kept of a pending message to name its tag if it is too big
 _unpack_event_time = struct.Struct(">II").unpack
 _first = itemgetter(0)
 _second = itemgetter(1)
+_code = attrgetter("code")
+_data = attrgetter("data")
 
 
 def _ext_hook(code: int, data: bytes, _ext: Any = msgpack.ExtType) -> Any:
@@ -448,11 +452,12 @@ def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, li
     return _decoded(decode_packed(tag, payload, size), option, mode)
 
 
-def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: int) -> list[Batch]:
+def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: int,
+                   record_type: type | None = None) -> list[Batch]:
     """The Batch of PackedForward ``payload`` (decompressed first if ``compressed``); run by ingest's workers."""
     if compressed is not None and compressed != "text":
         payload = _decompress(payload, compressed, limit, tag)
-    return [decode_packed(tag, payload, size)]
+    return [decode_packed(tag, payload, size, record_type)]
 
 
 #: Events up to this size go to ingest's decode workers. Larger ones carry bulk
@@ -483,7 +488,7 @@ def _deferred(tag: str, entries: memoryview, option: dict | None, size: int, lim
     compressed = option.get("compressed") if option else None
     mode = "packed" if compressed is None or compressed == "text" else "compressed"
     # bytes(): a memoryview does not pickle, and the copy lets the frame go.
-    undecoded = Undecoded(tag, bytes(entries), decode_entries, (tag, size, compressed, limit), SOURCE, size)
+    undecoded = Undecoded(tag, bytes(entries), decode_entries, (tag, size, compressed, limit), SOURCE, size, typed=True)
     return _decoded(undecoded, option, mode)
 
 
@@ -611,13 +616,19 @@ class _ForwardRaw:
         return self._frame[self._offsets[i] : self._offsets[i + 1]]
 
 
-def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0) -> Batch:
+def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_type: type | None = None) -> Batch:
     """Decode concatenated msgpack ``[time, record]`` entries (PackedForward) in one Unpacker pass.
 
     The entries are listed by msgpack in C, checked and split with C-level
     ``map``s, and their times converted in one vectorised step: no Python
-    code runs per event on this path.
+    code runs per event on this path. With ``record_type`` (ingest's type
+    for the tag's records), entries that all decode as it come back typed
+    (:func:`_decode_typed`), the others as plain maps.
     """
+    if record_type is not None:
+        batch = _decode_typed(tag, payload, size, record_type)
+        if batch is not None:
+            return batch
     up = _unpacker(max(len(payload), 1))
     up.feed(payload)
     try:
@@ -642,6 +653,57 @@ def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0) -> Batch
     times = _times_ns(list(map(_first, entries)))
     records = list(map(_second, entries))
     return Batch(tag, times, records, _PackedRaw(payload), SOURCE, size)
+
+
+def _count_entries(payload: bytes | memoryview) -> int | None:
+    """How many whole msgpack values ``payload`` holds, or None if it ends inside one or cannot be read."""
+    up = msgpack.Unpacker(None, max_buffer_size=max(len(payload), 1), strict_map_key=False,
+                          max_array_len=MAX_CONTAINER_LEN, max_map_len=MAX_CONTAINER_LEN)
+    up.feed(payload)
+    skip = up.skip
+    count = 0
+    try:
+        while True:
+            skip()
+            count += 1
+    except msgpack.OutOfData:
+        return count if up.tell() == len(payload) else None
+    except Exception:  # noqa: BLE001 - msgpack's own errors: the plain decode names them
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])
+
+
+def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type: type) -> Batch | None:
+    """The entries with records of ``record_type``, decoded and checked by msgspec in C; None if any does not fit.
+
+    msgspec reads one value, so the entries get an array header in front.
+    Only EventTimes and numbers are taken as times here; any other time
+    form (Fluent Bit's ``[EventTime, metadata]``, nil, bin) goes the plain
+    way, which knows them all.
+    """
+    count = _count_entries(payload)
+    if count is None:
+        return None
+    try:
+        entries = _entries_decoder(record_type).decode(b"\xdd" + count.to_bytes(4, "big") + payload)
+    except (msgspec.MsgspecError, ValueError):  # a record that does not fit; invalid UTF-8
+        return None
+    stamps = list(map(_first, entries))
+    if not stamps:
+        times = array("q")
+    elif set(map(type, stamps)) == {msgspec.msgpack.Ext}:
+        if set(map(_code, stamps)) != {0}:
+            return None
+        times = _times_ns(list(map(_data, stamps)))
+    elif msgspec.msgpack.Ext in set(map(type, stamps)):
+        return None  # EventTimes mixed with numbers: rare, the plain way converts them one by one
+    else:
+        times = _times_ns(stamps)
+    return Batch(tag, times, list(map(_second, entries)), _PackedRaw(payload), SOURCE, size, typed=True)
 
 
 class _PackedRaw:

@@ -1,0 +1,157 @@
+"""Record types: records decoded and checked in C are stored exactly as the record-by-record path stores them."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connectors.forward.decode import decode_packed
+from ingest.batch import INVALID_TIME
+from ingest.columns import to_columns
+from ingest.record_types import record_type
+from ingest.schema import parse_schema
+
+FIELDS = [
+    {"name": "seq", "dtype": "int64", "required": True},
+    {"name": "msg", "dtype": "str"},
+    {"name": "value", "dtype": "float32"},
+    {"name": "code", "dtype": "int16", "fill": -1},
+    {"name": "ok", "dtype": "bool", "fill": False},
+    {"name": "blob", "dtype": "bytes"},
+    {"name": "latency-ms", "dtype": "uint8", "fill": 0},  # not an identifier
+]
+SCHEMAS = {extra: parse_schema({"kind": "log", "tags": ["app.**"], "fields": FIELDS, "extra": extra}, name=f"log_{extra}")
+           for extra in ("keep", "drop", "reject")}
+EVENT_TIME = msgpack.ExtType(0, (1_700_000_000).to_bytes(4, "big") + (123).to_bytes(4, "big"))
+
+
+def packed(entries: list) -> bytes:
+    return b"".join(msgpack.packb(e, use_bin_type=True) for e in entries)
+
+
+def same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    return type(a) is type(b) and a == b
+
+
+def stored(schema, payload: bytes, typed: bool):
+    batch = decode_packed("app.x", payload, len(payload), record_type(schema) if typed else None)
+    columns, rejected = to_columns(schema, batch)
+    return batch.typed, columns, rejected
+
+
+def assert_same_storage(schema, payload: bytes) -> bool:
+    """Decode ``payload`` both ways; assert they store the same; return whether the typed way was taken."""
+    was_typed, columns, rejected = stored(schema, payload, True)
+    _, plain_columns, plain_rejected = stored(schema, payload, False)
+    assert rejected == plain_rejected
+    assert (columns is None) == (plain_columns is None)
+    if columns is not None:
+        assert columns.rows == plain_columns.rows
+        assert columns.columns.keys() == plain_columns.columns.keys()
+        for name in columns.columns:
+            assert same(columns.columns[name], plain_columns.columns[name]), name
+    if was_typed:  # only records that fit, with nothing undeclared, take the typed way (times are checked after)
+        assert all(r.time == INVALID_TIME for r in rejected)
+        if plain_columns is not None:
+            assert schema.extra == "drop" or all(not x for x in plain_columns.columns.get("extra", []))
+    return was_typed
+
+
+def test_fitting_records_take_the_typed_way_and_store_the_same():
+    entries = [[EVENT_TIME, {"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0,
+                             "blob": bytes([i]), "latency-ms": 200}] for i in range(50)]
+    entries.append([EVENT_TIME, {"seq": 50}])  # optional fields absent: their fills
+    entries.append([EVENT_TIME, {"seq": 51, "msg": None, "value": 3}])  # nil is absent; an int in a float field
+    for schema in SCHEMAS.values():
+        assert assert_same_storage(schema, packed(entries))
+
+
+@pytest.mark.parametrize("record", [
+    {"msg": "no seq"},
+    {"seq": None},
+    {"seq": 1, "code": 40_000},  # out of int16
+    {"seq": 1, "latency-ms": -1},
+    {"seq": True},  # bool is not an integer here
+    {"seq": 1, "value": False},
+    {"seq": 1, "msg": b"bin, not str"},
+    {"seq": 1, "blob": "str in a bytes field"},  # stored (encoded) by the checked way
+    {"seq": 1, "undeclared": 2},
+    {1: 2, "seq": 1},
+    "not a map",
+    None,
+])
+def test_any_misfit_sends_the_batch_the_checked_way(record):
+    entries = [[EVENT_TIME, {"seq": 0}], [EVENT_TIME, record]]
+    for schema in SCHEMAS.values():
+        was_typed = assert_same_storage(schema, packed(entries))
+        assert not was_typed or (schema.extra == "drop" and record == {"seq": 1, "undeclared": 2})
+
+
+@pytest.mark.parametrize("time", [
+    1_700_000_000, 1_700_000_000.25, 0, None, [EVENT_TIME, {"meta": 1}], b"12345678", "soon", True,
+    msgpack.ExtType(1, b"x"), 2**62,  # the last: seconds beyond int64 nanoseconds
+])
+def test_every_time_form_is_read_as_the_checked_way_reads_it(time):
+    entries = [[time, {"seq": 1}], [EVENT_TIME, {"seq": 2}]]
+    payload = packed(entries)
+    was_typed, columns, rejected = stored(SCHEMAS["keep"], payload, True)
+    _, plain_columns, plain_rejected = stored(SCHEMAS["keep"], payload, False)
+    assert rejected == plain_rejected
+    if time in (0, None):  # "now": two decodes, two clocks
+        return
+    assert same(columns.columns["time"], plain_columns.columns["time"])
+
+
+def test_invalid_utf8_goes_the_checked_way():
+    payload = b"\x92\x01\x82\xa3seq\x01\xa3msg\xa1\xff"  # [1, {"seq": 1, "msg": <0xff>}]
+    was_typed = assert_same_storage(SCHEMAS["keep"], payload)
+    assert not was_typed
+
+
+def test_truncated_entries_are_still_refused():
+    from connectors.forward.errors import MalformedMessage
+    payload = packed([[EVENT_TIME, {"seq": 1}]])
+    with pytest.raises(MalformedMessage, match="truncated"):
+        decode_packed("app.x", payload[:-2], 0, record_type(SCHEMAS["keep"]))
+
+
+def test_vibration_schemas_have_no_record_type():
+    schema = parse_schema({"kind": "vibration", "tags": ["v"], "vibration": {"channels": 3, "sample_rate": 100}},
+                          name="vib")
+    assert record_type(schema) is None
+
+
+_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=True),
+    st.text(max_size=8), st.binary(max_size=8),
+)
+_records = st.one_of(
+    st.fixed_dictionaries({"seq": st.integers(-5, 5)},
+                          optional={name: _values for name in ("msg", "value", "code", "ok", "blob", "latency-ms")}),
+    st.fixed_dictionaries({"seq": st.integers(-5, 5)}, optional={"msg": st.text(max_size=4),
+                                                                  "value": st.floats(-1e6, 1e6) | st.integers(-(2**63), 2**64 - 1),
+                                                                  "code": st.integers(-100, 100)}),
+    st.dictionaries(st.sampled_from(["seq", "msg", "other"]), _values, max_size=3),
+)
+_times = st.one_of(st.just(EVENT_TIME), st.integers(1, 2**40), st.floats(1, 2**40))  # not 0: "now" differs
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=st.lists(st.tuples(_times, _records).map(list), max_size=8),
+       extra=st.sampled_from(sorted(SCHEMAS)))
+def test_typed_and_checked_ways_store_the_same(entries, extra):
+    assert_same_storage(SCHEMAS[extra], packed(entries))
+
+
+def test_floats_from_large_integers_round_as_the_checked_way():
+    entries = [[EVENT_TIME, {"seq": 1, "value": 2**60 + 2**36 + 1}], [EVENT_TIME, {"seq": 2, "value": 0.1}]]
+    assert assert_same_storage(SCHEMAS["keep"], packed(entries))
+    _, columns, _ = stored(SCHEMAS["keep"], packed(entries), True)
+    assert columns.columns["value"][0] == np.float32(2**60 + 2**36 + 1) and not math.isnan(columns.columns["value"][1])
