@@ -38,7 +38,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,8 @@ from .workers import weighted_map
 
 #: Chunks per ``set_many`` call (binding their names in one round trip).
 _WRITE_BATCH = 64
+#: Chunk names bound ahead per array (see ``StreamWriter._bind_ahead``): at 16,384 rows a chunk, 4 million rows.
+BIND_AHEAD = 256
 
 
 @dataclass
@@ -68,6 +70,7 @@ class _State:
     foreign: bool = False
     keys: tuple[str, ...] = ()  # whose change invalidates the state
     oids: frozenset[bytes] = frozenset()
+    bound: dict[str, int] = field(default_factory=dict)  # per array: chunk indices below this have names bound
 
 
 #: What an append takes: a mapping of column name to values, or a list of them appended in order.
@@ -90,7 +93,7 @@ class Staged:
         self.columns = columns
         self.fill_missing = fill_missing
         # Set when the encoding could be done: the state and append count it
-        # builds on, the tails after it, and the chunks as (key, bytes, compressed).
+        # builds on, the tails after it, and the chunks as (key, bytes, compressed, hash).
         self.base: _State | None = None
         self.appends = -1
         self.tails: dict[str, Tail] = {}
@@ -100,6 +103,11 @@ class Staged:
     @property
     def encoded(self) -> bool:
         return self.base is not None
+
+
+def _encode_and_hash(job: ChunkJob) -> tuple[bytes, bytes]:
+    value = job.encode()
+    return value, neostore.value_hash(value)
 
 
 class StreamWriter:
@@ -142,8 +150,7 @@ class StreamWriter:
 
     # -- the API -------------------------------------------------------------------
 
-    def append(self, tx: Transaction, columns: Columns | Staged, *, fill_missing: bool = False,
-               more: Sequence[Mapping[str, Any]] = ()) -> int:
+    def append(self, tx: Transaction, columns: Columns | Staged, *, fill_missing: bool = False) -> int:
         """Add ``n`` rows to every column of the stream in ``tx``; returns the stream's new length.
 
         ``columns`` maps each column name, ``"time"`` included, to ``n``
@@ -153,34 +160,26 @@ class StreamWriter:
         them); or is what :meth:`stage` made of either (``fill_missing`` is
         then the staged one). ``fill_missing``: columns left out get their
         fill value (``time`` may not be left out). Takes the commit lock.
-        ``more``: parts to append after ``columns`` in the same append, so that
-        a chunk both fill is encoded once (a staged append's last chunk
-        included). ColumnError for unknown, missing or misshapen columns
-        (nothing written); StreamNotFoundError if there is no such stream.
+        ColumnError for unknown, missing or misshapen columns (nothing
+        written); StreamNotFoundError if there is no such stream.
         """
         staged = columns if isinstance(columns, Staged) else None
         if staged is not None:
             columns, fill_missing = staged.columns, staged.fill_missing
         parts = _parts(columns)
-        later = list(more)
         state = self._current(tx)
         if state.foreign:
             length = len(open_stream(tx, self.tag, quarantine=self.quarantine))
-            for part in parts + later:
+            for part in parts:
                 length = self._append_through_stream(tx, part, fill_missing)
             return length
         try:
             if staged is not None and staged.base is state and staged.appends == state.appends:
-                tails = {name: tail.copy() for name, tail in staged.tails.items()} if later else staged.tails
-                data = self._coerce(tails, later, fill_missing)
-                chunks = {key: (value, compressed) for key, value, compressed in staged.chunks}
-                # A chunk the later parts fill further is stored as they leave it.
-                chunks.update((key, (value, compressed)) for key, value, compressed in self._encode(tails, data))
-                state.tails = tails
-                self._store(tx, state, ((k, v, c) for k, (v, c) in chunks.items()))
+                state.tails = staged.tails
+                self._store(tx, state, staged.chunks)
                 staged.used = True
             else:
-                data = self._coerce(state.tails, parts + later, fill_missing)
+                data = self._coerce(state.tails, parts, fill_missing)
                 self._store(tx, state, self._encode(state.tails, data))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
@@ -253,7 +252,7 @@ class StreamWriter:
             return self._tx is tx and not tx.written_since(self._mark, state.keys)
         if tx.written_since(0, state.keys):
             return False  # something else in this transaction wrote the stream
-        head = self.store.last_transaction()
+        head = tx.head()
         if head != self._seen and self.changes.changed(self._seen, head, state.oids):
             return False
         self._join(tx, head)
@@ -289,7 +288,7 @@ class StreamWriter:
     def _load(self, tx: Transaction) -> _State:
         """Read the group, every array's metadata and partial chunk, in ``tx`` (holding the lock)."""
         self.loads += 1
-        head = self.store.last_transaction()
+        head = tx.head()
         docs = tx.get_many([self._group_key])
         group_raw = docs.get(self._group_key)
         if group_raw is None:
@@ -370,9 +369,12 @@ class StreamWriter:
         return out
 
     @staticmethod
-    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]]) -> Iterator[tuple[str, bytes, bool]]:
-        """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed),
-        encoded as they are taken (so a large append is stored batch by batch, not held whole)."""
+    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]]) -> Iterator[tuple[str, bytes, bool, bytes]]:
+        """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
+        hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
+
+        The codec threads hash what they encode: the commit then need not
+        (under the commit lock, where no other work overlaps it)."""
         jobs: dict[str, ChunkJob] = {}
         for data in parts:
             for name, tail in tails.items():
@@ -382,27 +384,45 @@ class StreamWriter:
                     jobs[job.key] = job
         todo = list(jobs.values())
         weight = sum(j.weight for j in todo) if len(todo) > 1 else 0
-        values = weighted_map(lambda j: j.encode(), todo, weight)
-        return ((job.key, value, job.compressed) for job, value in zip(todo, values))
+        values = weighted_map(_encode_and_hash, todo, weight)
+        return ((job.key, value, job.compressed, digest) for job, (value, digest) in zip(todo, values))
 
-    def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool]]) -> None:
+    def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool, bytes]]) -> None:
         """Write ``chunks`` and the tails' metadata in ``tx``; the state now includes them."""
+        self._bind_ahead(tx, state)
         batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
-        for key, value, compressed in chunks:
+        digests: dict[str, bytes] = {}
+        for key, value, compressed, digest in chunks:
             # A codec's output is compressed already: neostore need not try.
             batch = batches[not compressed]
             batch[key] = value
+            digests[key] = digest
             if len(batch) >= _WRITE_BATCH:
-                tx.set_many(batch, compress=not compressed)
+                tx.set_many(batch, compress=not compressed, digests=digests)
                 batch.clear()
         for name, tail in state.tails.items():
             batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
         for compress, batch in batches.items():
             if batch:
-                tx.set_many(batch, compress=compress)
+                tx.set_many(batch, compress=compress, digests=digests)
         state.appends += 1
         self._remember(tx, state)
         self._mark = tx.write_mark()
+
+    def _bind_ahead(self, tx: Transaction, state: _State) -> None:
+        """Bind the names of the next :data:`BIND_AHEAD` chunks of each array once the bound ones run out.
+
+        Binding new names is a commit of its own on a server database: once
+        per many appends instead of once per append.
+        """
+        ahead = []
+        for name, tail in state.tails.items():
+            last = max(tail.length - 1, 0) // tail.meta.chunks[0]
+            if last >= state.bound.get(name, 0):
+                ahead += [tail.chunk_key(i) for i in range(last, last + BIND_AHEAD)]
+                state.bound[name] = last + BIND_AHEAD
+        if ahead:
+            tx.bind(ahead)
 
     def _append_through_stream(self, tx: Transaction, columns: Mapping[str, Any], fill_missing: bool) -> int:
         """Arrays not chunked by rows: the general (slower) path, keeping no state."""

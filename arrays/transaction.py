@@ -144,6 +144,16 @@ class Transaction:
             self._locked = True
 
     @_serialised
+    def head(self) -> bytes:
+        """The newest commit when this transaction took the commit lock (taking it now if not yet).
+
+        Under the lock nothing else commits, so this is the latest state
+        without asking the database again.
+        """
+        self.lock()
+        return self._tx.head
+
+    @_serialised
     def set(self, key: str, value: bytes, *, compress: bool = True) -> None:
         """Give ``key`` the value ``value``. ``compress=False`` for bytes a codec already compressed."""
         value = bytes(value)
@@ -152,14 +162,30 @@ class Transaction:
         self._wrote(key, oid, len(value))
 
     @_serialised
-    def set_many(self, items: Mapping[str, bytes], *, compress: bool = True) -> None:
-        """Like :meth:`set` for many keys, binding their names in one round trip."""
+    def set_many(self, items: Mapping[str, bytes], *, compress: bool = True,
+                 digests: Mapping[str, bytes] | None = None) -> None:
+        """Like :meth:`set` for many keys, binding their names in one round trip.
+
+        ``digests``: :func:`neostore.value_hash` of values hashed already (in
+        the threads that encoded them); it must be exactly that.
+        """
         oids = self._tx.oids_for([encode_key(k) for k in items], create=True)
+        digests = digests or {}
         for key, value in items.items():
             value = bytes(value)
             oid = oids[encode_key(key)]
-            self._tx.write(oid, None, value, compress=compress, check=False)
+            self._tx.write(oid, None, value, compress=compress, check=False, digest=digests.get(key))
             self._wrote(key, oid, len(value))
+
+    @_serialised
+    def bind(self, keys: Iterable[str]) -> None:
+        """Bind the names of ``keys`` that this or a later transaction will write, in one round trip.
+
+        Binding a name is harmless if it is never written (see
+        :mod:`neostore.names`); writers that know their next keys bind them
+        ahead, so that each commit does not pay its own binding round trips.
+        """
+        self._tx.oids_for([encode_key(k) for k in keys], create=True)
 
     @_serialised
     def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
@@ -262,8 +288,7 @@ class Transaction:
         :meth:`on_abort` ones (the error is raised either way).
         """
         try:
-            self._tx.vote()
-            self.tid = self._tx.finish()
+            self.tid = self._tx.commit()  # one phase: there is no other resource to vote
         except BaseException:
             self._run_callbacks(self._on_abort)
             raise

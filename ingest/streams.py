@@ -96,10 +96,8 @@ def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.S
 
 
 def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema,
-          columns: dict[str, Any] | list[dict[str, Any]] | arrays.Staged,
-          more: list[dict[str, Any]] | None = None) -> None:
-    """Append ``columns`` (or what :func:`stage` made of them), then the parts ``more``, to ``tag``'s
-    stream through its kept writer, in one append.
+          columns: dict[str, Any] | list[dict[str, Any]] | arrays.Staged) -> None:
+    """Append ``columns`` (or what :func:`stage` made of them) to ``tag``'s stream through its kept writer.
 
     The stream is created (or given the schema's new columns) first; columns
     of the stream the batch lacks (fields dropped from the schema) get their
@@ -117,7 +115,7 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
             stream = arrays.open_stream(tx, tag)
             for column in new:
                 stream.add_column(column)  # the writer sees its group change and reloads
-    writer.append(tx, columns, fill_missing=True, more=more or ())
+    writer.append(tx, columns, fill_missing=True)
 
 
 def quarantine(tx: arrays.Transaction, writers: StreamWriters, tag: str, rejected: Sequence[Rejected]) -> None:

@@ -31,6 +31,7 @@ from .names import NamedRevision
 from .store import Record, Revision, Store, Transaction, TransactionInfo
 from .tids import ZERO, p64, tid_at, u64
 from .url import StoreURL, parse_url
+from .values import value_hash
 
 
 def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
@@ -75,4 +76,5 @@ __all__ = [
     "parse_url",
     "tid_at",
     "u64",
+    "value_hash",
 ]

@@ -144,6 +144,9 @@ class Store:
         self._pool_lock = threading.Lock()
         self._oid_lock = threading.Lock()
         self._oid_block: list[int] = []
+        # Oids below this were handed out by a committed oidgen bump: a commit writing
+        # only such oids need not advance oidgen (see Transaction._advance_oidgen).
+        self._oid_horizon = 0
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
         self._closed = False
         self._names = NameIndex(self)
@@ -370,6 +373,8 @@ class Store:
             self._give_writer(conn, broken=True)
             raise
         self._give_writer(conn)
+        # Committed on its own: oidgen stays at least here (it never goes back).
+        self._oid_horizon = max(self._oid_horizon, first + count)
         return first
 
     @staticmethod
@@ -732,6 +737,7 @@ class Transaction:
         self._pending_bytes = 0
         self._pending_raw: set[bytes] = set()  # hashes of values the caller marked incompressible
         self._ids: dict[bytes, int] = {}  # hash -> data.id, for uploaded or found values
+        self._head = 0  # MAX(tid) when the commit lock was taken (see _read_head)
         self._inserted: list[int] = []  # data ids this transaction created
         self._refs: Counter[bytes] = Counter()  # hash -> how many writes set that value
         self._orphans = False  # an uploaded value is no longer set by any write
@@ -742,12 +748,15 @@ class Transaction:
     # -- the caller's side ---------------------------------------------------
 
     def write(
-        self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True, check: bool = True
+        self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True, check: bool = True,
+        digest: bytes | None = None,
     ) -> None:
         """Set ``oid`` to ``value`` (None deletes it), expecting ``serial`` to be current.
 
         ``serial`` is None or zero bytes for a new object. The check happens
-        at vote; ``check=False`` skips it (the last writer wins).
+        at vote; ``check=False`` skips it (the last writer wins). ``digest``:
+        :func:`value_hash` of ``value`` if the caller has it (computed where
+        it overlaps other work); it must be exactly that, as it names the value.
         """
         self._require("open")
         ioid = u64(oid)
@@ -760,7 +769,8 @@ class Transaction:
             self._unref(previous.hash)
         if value is not None:
             value = bytes(value) if not isinstance(value, bytes) else value
-            digest = value_hash(value)
+            if digest is None:
+                digest = value_hash(value)
             write.hash = digest
             self._refs[digest] += 1
             if digest not in self._ids and digest not in self._pending:
@@ -936,13 +946,7 @@ class Transaction:
         """
         self._require("open")
         try:
-            self._flush()
-            conn = self._writer()
-            cur = self._cursor()
-            resolved = self._check_serials(cur, resolve)
-            if resolved:
-                self._flush()
-            self._assign_tid(cur)
+            conn, cur, resolved = self._prepare(resolve)
             tid = u64(self.tid)
             cur.execute(
                 "INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)",
@@ -959,6 +963,58 @@ class Transaction:
             raise
         self.state = "voted"
         return resolved
+
+    def commit(self, resolve: Resolver | None = None) -> bytes:
+        """Vote and finish in one database commit; returns the tid.
+
+        For a caller with nothing to vote in between (no other resource
+        manager, unlike ZODB's two-phase commit): the rows go straight to
+        ``obj`` and ``trans``, one commit (one log flush) instead of two.
+        The same checks and errors as :meth:`vote`; on any error nothing is
+        visible and the transaction is aborted.
+        """
+        self._require("open")
+        try:
+            conn, cur, _ = self._prepare(resolve)
+            tid = u64(self.tid)
+            cur.execute(
+                "INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)",
+                (tid, self.user, self.description, self.extension),
+            )
+            rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+            for batch in _chunked(rows, 5000):
+                cur.executemany("INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
+            if self._orphans:
+                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
+            self._advance_oidgen(cur)
+            conn.commit()
+        except BaseException:
+            self.abort()
+            raise
+        self._release()
+        self.state = "finished"
+        return self.tid
+
+    def _prepare(self, resolve: Resolver | None) -> tuple[Any, Any, list[bytes]]:
+        """Upload the values, check serials and take a tid: what vote and commit share."""
+        self._flush()
+        conn = self._writer()
+        cur = self._cursor()
+        resolved = self._check_serials(cur, resolve)
+        if resolved:
+            self._flush()
+        self._assign_tid(cur)
+        return conn, cur, resolved
+
+    def _advance_oidgen(self, cur: Any) -> None:
+        if self._writes:
+            # Oids chosen by the caller (restore, imports) must never be handed out again.
+            top = max(self._writes) + 1
+            if top <= self.store_._oid_horizon:
+                return  # oidgen is past them already: they were handed out by it
+            cur.execute(
+                f"UPDATE oidgen SET next_oid = {self.store_.backend.greatest}(next_oid, ?) WHERE id = 0", (top,)
+            )
 
     def finish(self) -> bytes:
         """Make the voted transaction visible; returns its tid."""
@@ -983,12 +1039,7 @@ class Transaction:
             )
             cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
             cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-            if self._writes:
-                # Oids chosen by the caller (restore, imports) must never be handed out again.
-                top = max(self._writes) + 1
-                cur.execute(
-                    f"UPDATE oidgen SET next_oid = {store.backend.greatest}(next_oid, ?) WHERE id = 0", (top,)
-                )
+            self._advance_oidgen(cur)
             conn.commit()
         except BaseException:
             self._release(broken=True)
@@ -1043,12 +1094,37 @@ class Transaction:
         self._conn = conn
         store._local.active_writer = conn
         try:
-            store._discard_unfinished(conn, timeout=None)
-            store.backend.begin(conn)
+            if not store.backend.in_transaction_after_lock:
+                store.backend.begin(conn)
+            unfinished = self._read_head(conn)
+            if unfinished:
+                store._discard_unfinished(conn, timeout=None)
+                store.backend.begin(conn)
         except BaseException:
             self._release(broken=True)
             raise
         return conn
+
+    def _read_head(self, conn: Any) -> bool:
+        """Note the newest commit (:attr:`head`); whether voted-but-unfinished transactions wait to be discarded.
+
+        One round trip for both, inside the transaction: under the commit
+        lock nothing commits but this transaction, so the head stays the
+        head (and the tid is taken from it without asking again).
+        """
+        cur = conn.cursor()
+        cur.execute("SELECT (SELECT MAX(tid) FROM trans), (SELECT 1 FROM ttrans LIMIT 1)")
+        head, unfinished = cur.fetchone()
+        cur.close()
+        self._head = head or 0
+        return unfinished is not None
+
+    @property
+    def head(self) -> bytes:
+        """The newest committed transaction when this one took the commit lock (taking it now if not yet)."""
+        self._require("open")
+        self._writer()
+        return p64(self._head)
 
     def _cursor(self) -> Any:
         """A cursor on the write connection; ``_release`` closes it.
@@ -1148,15 +1224,18 @@ class Transaction:
             blob_cur = self.store_.backend.blob_cursor(cur.connection)
             for row in big:
                 blob_cur.execute(sql, row)
+                # One row per statement: its id comes back with it, no query needed.
+                self._ids[row[0]] = blob_cur.lastrowid
+                self._inserted.append(blob_cur.lastrowid)
             blob_cur.close()
         small = [row for row in rows if len(row[3]) < self.PER_ROW_BYTES]
         if small:
             cur.executemany(sql, small)
-        hashes = [row[0] for row in rows]
-        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
-        for digest, data_id in cur.fetchall():
-            self._ids[bytes(digest)] = data_id
-            self._inserted.append(data_id)
+            hashes = [row[0] for row in small]
+            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
+            for digest, data_id in cur.fetchall():
+                self._ids[bytes(digest)] = data_id
+                self._inserted.append(data_id)
 
     def _insert_big(self, cur: Any, value: EncodedValue) -> None:
         size = self.store_.backend.split_size
@@ -1228,9 +1307,7 @@ class Transaction:
         return self.store_.codec.decode(compression, bytes(stored), size)
 
     def _assign_tid(self, cur: Any) -> None:
-        cur.execute("SELECT MAX(tid) FROM trans")
-        (last,) = cur.fetchone()
-        last = last or 0
+        last = self._head  # read when the commit lock was taken, which we hold since
         if self.requested_tid is not None:
             if self.requested_tid <= last:
                 raise errors.TransactionError(

@@ -236,6 +236,61 @@ def test_oids_are_unique_across_processes(store_url):
     assert len(seen) == len(set(seen)) == 900
 
 
+def test_one_phase_commit_is_visible_in_one_step(store_url):
+    with neostore.open(store_url) as store:
+        oid, big = store.new_oid(), store.new_oid()
+        first = commit(store, {oid: (None, b"a")})
+        txn = store.begin(user=b"me", description=b"one phase")
+        assert txn.head == first  # the newest commit when the lock was taken
+        txn.write(oid, first, b"b")
+        txn.write(big, None, os.urandom(400_000))  # a row inserted on its own statement
+        tid = txn.commit()
+        assert tid > first and txn.state == "finished"
+        assert store.load(oid) == (b"b", tid)
+        assert len(store.load(big)[0]) == 400_000
+        assert [r.tid for r in store.history(oid, size=None)] == [tid, first]
+        (info,) = store.iter_transactions(tid, tid)
+        assert (info.user, info.description) == (b"me", b"one phase")
+        counts = store.counts()
+        assert (counts["ttrans"], counts["tobj"], counts["trans"]) == (0, 0, 2)
+
+
+def test_one_phase_commit_conflict_leaves_nothing(store_url):
+    with neostore.open(store_url) as store:
+        oid = store.new_oid()
+        first = commit(store, {oid: (None, b"a")})
+        second = commit(store, {oid: (first, b"b")})
+        txn = store.begin()
+        txn.write(oid, first, b"c")
+        txn.write(store.new_oid(), None, os.urandom(5000))
+        with pytest.raises(neostore.ConflictError) as caught:
+            txn.commit()
+        assert caught.value.serials == (second, first) and txn.state == "aborted"
+        assert store.counts() == {"trans": 2, "obj": 2, "data": 2, "bigdata": 0, "ttrans": 0, "tobj": 0}
+        assert commit(store, {oid: (second, b"d")}) > second  # the lock was given back
+
+
+def test_given_digests_name_the_values(store_url):
+    with neostore.open(store_url) as store:
+        value = os.urandom(50_000)
+        txn = store.begin()
+        oid = store.new_oid()
+        txn.write(oid, None, value, digest=value_hash(value))
+        txn.commit()
+        assert store.load(oid)[0] == value
+        assert raw_rows(store, "SELECT hash FROM data")[0][0] == value_hash(value)
+
+
+def test_oids_written_beyond_the_allocated_ones_are_never_handed_out(store_url):
+    with neostore.open(store_url) as store:
+        store.new_oid()  # an allocated block: commits within it need not touch oidgen
+        txn = store.begin()
+        txn.write(p64(900_000), None, b"chosen")
+        txn.commit()
+    with neostore.open(store_url) as store:  # a fresh process's view: only oidgen tells
+        assert neostore.u64(store.new_oid()) > 900_000
+
+
 def test_restored_oids_are_never_handed_out(store_url):
     with neostore.open(store_url) as store:
         txn = store.begin()

@@ -231,9 +231,9 @@ def test_a_list_of_parts_stores_what_their_concatenation_stores(sqlite_url):
                 at += n
             whole = rows(start, at - start)
             with arrays.transaction(store) as tx:
-                if k % 2:  # staged, with later parts joining the same append
-                    staged = parts_writer.stage(parts[:1])
-                    assert parts_writer.append(tx, staged, more=parts[1:]) == at
+                if k % 2:  # staged
+                    staged = parts_writer.stage(parts)
+                    assert parts_writer.append(tx, staged) == at
                     assert staged.used
                 else:
                     assert parts_writer.append(tx, parts) == at
@@ -345,3 +345,36 @@ def test_writers_in_two_processes_stay_aligned(store_url):
     for worker in (1, 2):  # and each worker's appends in its own order
         seqs = (key[t // 10**12 == worker]) % 10**6
         assert np.all(np.diff(seqs) >= 0)
+
+
+def test_chunk_names_are_bound_ahead_in_blocks(store_url):
+    """Appends bind the names of the next BIND_AHEAD chunks at once; the stream still lists only what it holds."""
+    from arrays.stream_writer import BIND_AHEAD
+    from arrays.keys import encode_key
+
+    store = neostore.open(store_url)
+    try:
+        arrays.create_stream(store, "ahead", COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "ahead")
+
+        def bound() -> int:
+            return store._query("SELECT COUNT(*) FROM name")[0][0]
+
+        with arrays.transaction(store) as tx:
+            writer.append(tx, rows(0, 20))
+        after_first = bound()
+        next_key = f"streams/ahead/time/{writer._state.tails['time'].meta.chunk_key((BIND_AHEAD - 1,))}"
+        assert encode_key(next_key) in store.oids_for([encode_key(next_key)])  # bound, never written
+        for k in range(1, 10):  # within the bound block: no new names
+            with arrays.transaction(store) as tx:
+                writer.append(tx, rows(20 * k, 20))
+        assert bound() == after_first
+        with arrays.open_stream(store, "ahead") as stream:
+            assert len(stream) == 200 and stream["time"][:].tolist() == rows(0, 200)["time"].tolist()
+        listed = [e.key for e in Snapshot.latest(store).list("streams/ahead/time/")]
+        assert len([k for k in listed if not k.endswith("zarr.json")]) == 13  # ceil(200 / 16) chunks
+        with arrays.transaction(store) as tx:  # past the block: the next one is bound
+            writer.append(tx, rows(200, 16 * BIND_AHEAD))
+        assert bound() > after_first
+    finally:
+        store.close()

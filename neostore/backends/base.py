@@ -36,6 +36,10 @@ class Backend(ABC):
     greatest: str = "MAX"
     #: ``INSERT`` that skips rows whose key exists.
     insert_ignore: str = "INSERT OR IGNORE"
+    #: Whether a writer connection is always inside a transaction (autocommit
+    #: off, each statement reading the latest commits): :meth:`begin` after
+    #: taking the commit lock is then a round trip that changes nothing.
+    in_transaction_after_lock: bool = False
 
     @abstractmethod
     def connect(self, *, for_writing: bool) -> Any:

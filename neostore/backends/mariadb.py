@@ -25,6 +25,8 @@ class MariaDBBackend(Backend):
     kind = "mariadb"
     greatest = "GREATEST"
     insert_ignore = "INSERT IGNORE"
+    # Writers run with autocommit off and READ COMMITTED (see connect).
+    in_transaction_after_lock = True
     # MariaDB's optimizer has picked a secondary index for
     # "latest revision of an oid" queries on large tables (NEO saw 4.8 s to
     # 111 s queries); the primary key (oid, tid) is always the right one.
