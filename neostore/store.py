@@ -350,20 +350,25 @@ class Store:
         if self.read_only:
             raise errors.ReadOnlyError()
         with self._oid_lock:
+            if len(self._oid_block) < count:
+                active = writer if writer is not None else getattr(self._local, "active_writer", None)
+                if active is not None and self.backend.kind == "sqlite":
+                    # SQLite has one writer: this thread's open write transaction
+                    # would block a second connection, so allocate inside it. If it
+                    # aborts, the bump is undone and oidgen hands the same oids out
+                    # again: so take exactly what is needed, and keep no block.
+                    need = count - len(self._oid_block)
+                    first = self._bump_oidgen(active, need)
+                    self._oid_block.extend(range(first, first + need))
             while len(self._oid_block) < count:
                 want = max(count - len(self._oid_block), 64)
-                first = self._allocate_oids(want, writer)
+                first = self._allocate_oids(want)
                 self._oid_block.extend(range(first, first + want))
             taken, self._oid_block = self._oid_block[:count], self._oid_block[count:]
             return taken
 
-    def _allocate_oids(self, count: int, writer: Any = None) -> int:
-        active = writer if writer is not None else getattr(self._local, "active_writer", None)
-        if active is not None and self.backend.kind == "sqlite":
-            # SQLite has one writer: this thread's open write transaction
-            # would block a second connection, so allocate inside it. If the
-            # transaction aborts the oids return unused, which is harmless.
-            return self._bump_oidgen(active, count)
+    def _allocate_oids(self, count: int) -> int:
+        """``count`` oids in a commit of their own."""
         conn = self._take_writer(first_step=self.backend.begin)
         try:
             first = self._bump_oidgen(conn, count)

@@ -291,6 +291,20 @@ def test_oids_written_beyond_the_allocated_ones_are_never_handed_out(store_url):
         assert neostore.u64(store.new_oid()) > 900_000
 
 
+def test_oids_allocated_in_an_aborted_sqlite_transaction_are_not_handed_out_twice(sqlite_url):
+    with neostore.open(sqlite_url) as store:
+        txn = store.begin()
+        txn.lock()  # SQLite: names are bound (and oids allocated) inside the transaction
+        txn.oids_for([b"first"], create=True)
+        txn.abort()  # the oidgen bump is undone
+        txn = store.begin()
+        txn.lock()
+        kept = set(txn.oids_for([b"second", b"third"], create=True).values())
+        txn.commit()
+        handed = [p64(o) for o in store.new_oids(300)]
+        assert len(set(handed)) == 300 and not kept & set(handed)
+
+
 def test_restored_oids_are_never_handed_out(store_url):
     with neostore.open(store_url) as store:
         txn = store.begin()
