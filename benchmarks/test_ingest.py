@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,8 @@ import pytest
 
 import arrays
 import ingest_load
+from ingest.schema import parse_schema
+from ingest.streams import schema_columns
 from ingest_load import forward_chunk, forward_load, http_load, ndjson_body, vibration_record
 from sensor_data import parse_size
 from tests.serve_process import Serve
@@ -221,11 +224,12 @@ def test_vibration_arrays_baseline(benchmark, databases, vibration_chunks, bench
     step = (64 << 20) // (VIB_CHANNELS * 4)
     name = f"ing_vib_base_{backend}"
 
+    # The columns the service creates from the schema: same chunks, same codecs.
+    columns = schema_columns(parse_schema(tomllib.loads(VIB_SCHEMA), name="vibration"))
+
     def setup():
         url = store_for(databases, backend, name)
-        stream = arrays.create_stream(url, "bench.vibration", [
-            arrays.Column("samples", "float32", inner=(VIB_CHANNELS,), dims=("time", "channel"))],
-            chunk_rows=VIB_CHUNK_ROWS)
+        stream = arrays.create_stream(url, "bench.vibration", columns, chunk_rows=VIB_CHUNK_ROWS)
         return (stream,), {}
 
     def target(stream):

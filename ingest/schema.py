@@ -30,6 +30,8 @@ NUMERIC_DTYPES = (
 FIELD_DTYPES = NUMERIC_DTYPES + ("str", "bytes")
 VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
 DEFAULT_CHUNK_ROWS = 16384
+#: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
+CODECS = ("blosc", "lz4", "zstd", "none")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
@@ -250,8 +252,8 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     if chunk_rows < 1:
         raise SchemaError(f"{where}: chunk_rows must be at least 1")
     codec = _opt(doc, "codec", str, None, where)
-    if codec is not None and codec not in ("blosc", "zstd", "none"):
-        raise SchemaError(f"{where}: codec {codec!r} is not one of blosc, zstd, none")
+    if codec is not None and codec not in CODECS:
+        raise SchemaError(f"{where}: codec {codec!r} is not one of {', '.join(CODECS)}")
     vibration = None
     if kind == "vibration":
         if "vibration" not in doc:

