@@ -47,6 +47,10 @@ class ResendingSender:
     chunks: list[tuple[bytes, bytes]]  # (chunk id, message)
     ack_timeout: float = 5.0
     window: int = 4
+    # Once this many chunks are acknowledged, send nothing new until ``resume`` is set (acks
+    # are still read): a test can then kill something mid-run however fast the server is.
+    hold_after: int | None = None
+    resume: threading.Event = field(default_factory=threading.Event)
     acked: dict[bytes, float] = field(default_factory=dict)
     sends: int = 0
     reconnects: int = 0
@@ -56,6 +60,9 @@ class ResendingSender:
     def acked_ids(self) -> set[bytes]:
         with self._lock:
             return set(self.acked)
+
+    def _holding(self) -> bool:
+        return self.hold_after is not None and len(self.acked) >= self.hold_after and not self.resume.is_set()
 
     def run(self, deadline: float) -> None:
         """Send until every chunk is acked or ``deadline`` (time.monotonic) passes."""
@@ -80,7 +87,7 @@ class ResendingSender:
         in_flight: dict[bytes, float] = {}
         sock.settimeout(0.2)
         while (pending or in_flight) and time.monotonic() < deadline:
-            while pending and len(in_flight) < self.window:
+            while pending and len(in_flight) < self.window and not self._holding():
                 cid, msg = pending.pop(0)
                 sock.sendall(msg)
                 self.sends += 1

@@ -85,7 +85,7 @@ def test_kill_9_of_serve_mid_run(store_url, schemas, tmp_path):
     address = f"127.0.0.1:{port}"
     log = tmp_path / "serve.log"
     server = Serve(store_url, schemas, log, forward=address, http=None)
-    sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=10)
+    sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=10, hold_after=60)
     thread = threading.Thread(target=sender.run, args=(time.monotonic() + 240,))
     try:
         thread.start()
@@ -93,6 +93,7 @@ def test_kill_9_of_serve_mid_run(store_url, schemas, tmp_path):
         server.kill()
         acked_before = sender.acked_ids()
         assert len(acked_before) < len(chunks), "the kill came before the end of the run"
+        sender.resume.set()  # sends to the dead server, then to the new one
         server = Serve(store_url, schemas, log, forward=address, http=None)
         thread.join(240)
         assert not thread.is_alive() and len(sender.acked) == len(chunks), sender.errors[-5:]
@@ -109,7 +110,7 @@ def test_kill_9_of_mariadbd_mid_run(private_server, schemas, tmp_path):
     chunks, seqs = make_chunks()
     port = free_port()
     server = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}", http=None)
-    sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=3)
+    sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=3, hold_after=60)
     thread = threading.Thread(target=sender.run, args=(time.monotonic() + 300,))
     try:
         thread.start()
@@ -117,6 +118,7 @@ def test_kill_9_of_mariadbd_mid_run(private_server, schemas, tmp_path):
         private_server.kill()
         acked_before = sender.acked_ids()
         assert len(acked_before) < len(chunks)
+        sender.resume.set()
         time.sleep(1)  # commits fail meanwhile: nothing is acknowledged
         private_server.start(timeout=120)  # InnoDB crash recovery
         thread.join(300)
