@@ -63,7 +63,7 @@ import zstandard
 
 from ingest.batch import INVALID_TIME, Batch, Undecoded
 
-from .errors import ForwardError, MalformedMessage, OversizeMessage
+from .errors import MalformedMessage, OversizeMessage
 
 SOURCE = "forward"
 DEFAULT_CHUNK_SIZE_LIMIT = 64 << 20
