@@ -11,7 +11,7 @@ client is answered after one commit and many clients share commits.
 ``interval`` (seconds, default 0) makes the committer wait that long after
 a group's first arrival for more, trading latency for fewer commits.
 
-Commits are pipelined: a second thread commits (votes, waits for the disk,
+Commits are pipelined: a second thread commits (uploads, waits for the disk,
 answers the submitters) while the committer thread validates the next group
 and encodes its chunks ahead (:meth:`arrays.StreamWriter.stage`). What
 arrives while that group is encoded waits for the next one rather than
