@@ -76,6 +76,19 @@ def cli() -> None:
     \b
         windvane serve --store sqlite:///windvane.db --schemas schemas/
 
+    Or subscribe to an MQTT broker (--mqtt mqtt://host:1883), import files,
+    follow a log file, and describe what a store holds:
+
+    \b
+        windvane import data/*.csv rec.wav --store sqlite:///windvane.db --tag plant1
+        windvane tail /var/log/syslog --format syslog --store sqlite:///windvane.db --tag host.syslog
+        windvane info --store sqlite:///windvane.db
+
+    See it all work on sample data (a fresh SQLite store under ./var/):
+
+    \b
+        windvane demo
+
     List the arrays a store holds, and an array's commits:
 
     \b
@@ -200,16 +213,15 @@ def store() -> None:
 @store.command(short_help="Open (creating if needed) a store and describe it.")
 @STORE_URL
 def info(url: str) -> None:
-    """Open the store at URL, creating it if it does not exist, and describe it."""
+    """Open the store at URL, creating it if it does not exist, and describe it.
+
+    `windvane info --store URL` adds what its streams hold.
+    """
+    from ingest import info as contents
+
     with _open_store(url) as st:
-        for name, value in st.backend.describe().items():
-            click.echo(f"{name + ':':<17}{value}")
-        counts = st.counts()
-        click.echo(f"{'transactions:':<17}{counts['trans']}")
-        click.echo(f"{'revisions:':<17}{counts['obj']}")
-        click.echo(f"{'values:':<17}{counts['data']} (stored once each, {st.value_size():,} bytes)")
-        click.echo(f"{'last commit:':<17}{_tid_text(st.last_transaction())}")
-        click.echo(f"{'packed up to:':<17}{_tid_text(st.pack_tid())}")
+        for line in contents.report_lines(contents.describe(st, streams=False)):
+            click.echo(line)
 
 
 @store.command(short_help="Drop old revisions and unreferenced values.")
@@ -314,11 +326,19 @@ def history(url: str, name: str) -> None:
 @click.option("--decode-workers", type=click.IntRange(0, 64), default=None, metavar="N",
               help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
                    "works; 0 decodes in the serving process. Default: one per core (at most 4), 0 on one core.")
+@click.option("--mqtt", "mqtt_url", default=None, metavar="URL",
+              help="MQTT broker to subscribe to: mqtt://[user:password@]host[:port] or mqtts://...[?ca=ca.pem]. "
+                   "QoS 1 messages are acknowledged once committed; topic a/b/c is tag a.b.c.")
+@click.option("--mqtt-topic", "mqtt_topics", multiple=True, metavar="PATTERN",
+              help="MQTT topic filter to subscribe to (repeatable). Default: '#', every topic.")
+@click.option("--mqtt-client-id", default=None, metavar="ID",
+              help="Client id of the persistent MQTT session (what the broker keeps for windvane while it is "
+                   "down). Default: derived from the store URL, so a restart resumes the same session.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
           tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
-          log_level: str) -> None:
+          mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, log_level: str) -> None:
     """Receive data and commit it durably: acknowledge only what is committed.
 
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
@@ -335,15 +355,22 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         http=None if http_address.lower() in off else http_address,
         shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
         commit_interval=commit_interval / 1000, decode_workers=decode_workers,
+        mqtt=mqtt_url, mqtt_topics=mqtt_topics or ("#",), mqtt_client_id=mqtt_client_id,
     )
-    if not (config.forward or config.http):
-        raise BadInput("both --forward and --http are off: nothing to serve")
+    if not (config.forward or config.http or config.mqtt):
+        raise BadInput("--forward and --http are off and no --mqtt broker is given: nothing to serve")
+    from connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
+
     try:
         for address, port in ((config.forward, 24224), (config.http, 9880)):
             if address:
                 parse_address(address, port)  # refuse a bad address before opening anything
+        if config.mqtt:
+            parse_broker_url(config.mqtt)
+            for topic in config.mqtt_topics:
+                check_topic_filter(topic)
         service = Service(config)
-    except (ingest.IngestError, neostore.NeoStoreError, ValueError) as exc:
+    except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     try:
         asyncio.run(_serve(service))
@@ -355,6 +382,7 @@ async def _serve(service: Service) -> None:
     # The one place that imports connectors: the layers meet here.
     from connectors.forward.server import ForwardServer
     from connectors.http.app import HttpServer, make_app
+    from connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
 
     config = service.config
     endpoints = []
@@ -374,13 +402,272 @@ async def _serve(service: Service) -> None:
         http = HttpServer(app, host, port, ssl=service.ssl)
         endpoints.append(http)
         lines.append(("http", http, host))
+    if config.mqtt:
+        broker = parse_broker_url(config.mqtt)
+        mqtt = MqttSubscriber(service.committer, broker, config.mqtt_topics,
+                              client_id=config.mqtt_client_id or default_client_id(config.store))
+        endpoints.append(mqtt)
+        lines.append(("mqtt", mqtt, broker.host))
 
     def ready() -> None:
         for name, endpoint, host in lines:
             click.echo(f"{name}: {host}:{endpoint.port}")
         click.echo("ready")
 
-    await service.run(endpoints, ready)
+    try:
+        await service.run(endpoints, ready)
+    except MqttError as exc:  # the broker cannot be reached, or refused windvane, at start
+        raise BadInput(str(exc)) from exc
+
+
+@cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                type=click.Path(exists=True, dir_okay=False, path_type=str))
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--tag", required=True, help="The stream to import into (created on first use).")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+                   "else the types of the first file.")
+@click.option("--format", "format_name", default=None, help="File format; default: by extension.")
+@click.option("--time-column", default=None, metavar="NAME",
+              help="Column holding each row's time. Default: time, timestamp, ts, datetime or date.")
+@click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None,
+              help="Unit of epoch-number times. Default: chosen by magnitude.")
+@click.option("--start", "start_time", default=None, metavar="TIME",
+              help="ISO 8601 time of a recording's first sample (WAV). Default: the BWF origination time, "
+                   "else the file's modification time minus its duration.")
+@click.option("--restart", is_flag=True,
+              help="Import a file that changed since it was partly imported from its beginning.")
+@click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
+              help="MB of file per commit.")
+def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
+                 format_name: str | None, time_column: str | None, time_unit: str | None,
+                 start_time: str | None, restart: bool, commit_mb: int) -> None:
+    """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
+
+    Each commit stores rows and the position reached in the file together,
+    so a run interrupted (Ctrl-C, kill -9) and started again neither
+    duplicates nor skips rows; a finished file run again imports nothing.
+    Rows that do not fit go, verbatim with the reason, to the tag's
+    quarantine stream.
+    """
+    import os
+    import sys
+
+    from connectors.files import FileFormatError, ReaderOptions
+    from connectors.files.formats import format_for
+    from connectors.files.times import time_ns
+    from ingest import imports
+    from ingest.schema import load_schema
+    from ingest.streams import StreamWriters
+
+    try:
+        schema = load_schema(schema_path) if schema_path else None
+        formats = [format_for(path, format_name) for path in paths]
+        start_ns = None
+        if start_time is not None:
+            import pyarrow as pa
+
+            values, bad = time_ns(pa.array([start_time]))
+            if len(bad):
+                raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
+            start_ns = int(values[0])
+    except (ingest.IngestError, FileFormatError) as exc:
+        raise BadInput(str(exc)) from exc
+    total = sum(os.path.getsize(p) for p in paths)
+    with _open_store(store_url) as st:
+        writers = StreamWriters(st)
+        try:
+            schema = imports.resolve_schema(st, tag, schema)
+            with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
+                for path, fmt in zip(paths, formats):
+                    types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
+                    reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
+                                                          block_bytes=min(16 << 20, commit_mb << 19)))
+                    identity = imports.fingerprint(path)
+                    result = imports.import_source(
+                        st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
+                        progress=bar.update, same_source=lambda stored, p=path: imports.same_file(stored, p),
+                        restart=restart, commit_bytes=commit_mb << 20, writers=writers)
+                    schema = result.schema or schema
+                    bar.update(max(0, os.path.getsize(path) - result.nbytes))
+                    click.echo(_import_summary(path, result))
+        except (ingest.IngestError, FileFormatError) as exc:
+            raise BadInput(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
+            sys.exit(130)
+
+
+def _import_summary(path: str, result) -> str:
+    """One line per imported file: rows, rejects, MB, MB/s, where it resumed."""
+    if result.resumed_from is not None and not (result.rows or result.rejected):
+        return f"{path}: already imported, nothing new after position {result.resumed_from}"
+    line = (f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
+            f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)")
+    if result.resumed_from is not None:
+        line += f", resumed from position {result.resumed_from}"
+    if result.reasons:
+        line += f"; first reason: {result.reasons[0]}"
+    return line
+
+
+@cli.command(name="info", short_help="What a store's streams hold: rows, shapes, bytes raw and stored, dedup.")
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines instead of text.")
+def store_contents(store_url: str, as_json: bool) -> None:
+    """Describe the store at --store and every stream in it, quarantine streams included.
+
+    Per stream: rows, first and last time, each column's dtype, shape and
+    codec, bytes raw (uncompressed) and stored (compressed, after dedup),
+    and with history (the revisions a pack would drop). For the store: the
+    dedup ratio and the last commit. Reads only; never creates a store.
+    """
+    import json
+
+    from ingest import info as contents
+
+    try:
+        with contents.open_existing(store_url) as st:
+            found = contents.describe(st)
+    except (contents.NoStoreError, neostore.InvalidURLError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(contents.to_json(found), indent=2))
+        return
+    for line in contents.report_lines(found):
+        click.echo(line)
+
+
+@cli.command(short_help="Serve a fresh SQLite store, send it sample data with real clients, show what it stored.")
+@click.option("--dir", "directory", default="var", show_default=True,
+              type=click.Path(file_okay=False, path_type=str),
+              help="Where the demo's store (demo.db) and the service's log (demo-serve.log) go.")
+@click.option("--keep", is_flag=True, help="Add to the store an earlier demo left in --dir instead of starting afresh.")
+def demo(directory: str, keep: bool) -> None:
+    """Start `windvane serve` on DIR/demo.db (SQLite, made afresh) and send it the shipped samples.
+
+    A week of real wind-turbine SCADA data (ENGIE's La Haute Borne) and a
+    synthetic drive-train vibration recording go over the Forward protocol
+    with fluent-logger, a synthetic nginx access log over HTTP as NDJSON
+    (sources: ingest/samples/README.md). Once the service
+    has committed them and stopped, this prints what the store holds (streams,
+    rows, shapes, bytes raw and stored, dedup ratio), the throughput of each
+    stage, and how to open the data in a notebook.
+    """
+    from ingest import demo as walkthrough
+    from ingest import info as contents
+
+    err = click.get_text_stream("stderr")
+    try:
+        result = walkthrough.run(
+            directory, keep=keep, say=lambda line: click.echo(line, err=True),
+            progress=lambda label, length: click.progressbar(length=length, label=label, file=err),
+        )
+    except walkthrough.DemoDirectoryError as exc:
+        raise BadInput(str(exc)) from exc
+    except (walkthrough.DemoError, neostore.NeoStoreError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for line in (*contents.report_lines(result.info), "", *walkthrough.throughput_lines(result), "",
+                 *walkthrough.notebook_lines(result)):
+        click.echo(line)
+
+
+@cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--tag", required=True, help="The stream to append to (created on first use).")
+@click.option("--format", "format_name", default="jsonl", show_default=True,
+              help="Log format: jsonl, syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs).")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+                   "else the types of the first lines.")
+@click.option("--timezone", default=None, metavar="ZONE",
+              help="IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.")
+@click.option("--commit-lines", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Commit after this many lines ...")
+@click.option("--commit-ms", type=click.FloatRange(min=1), default=1000, show_default=True,
+              help="... or this many ms after the first line of a batch was read, whichever comes first.")
+@click.option("--poll-ms", type=click.FloatRange(10, 10_000), default=200, show_default=True,
+              help="How often to look for new lines when there are none.")
+@click.option("--rotate-wait", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.")
+def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str | None, timezone: str | None,
+         commit_lines: int, commit_ms: float, poll_ms: float, rotate_wait: float) -> None:
+    """Follow the log file PATH as it grows and commit its lines into stream TAG.
+
+    Rows and the position reached (file identity, byte offset) are committed
+    together, so a restart (after Ctrl-C or kill -9) resumes after the last
+    committed line: no line twice, none skipped. Rotation by rename (the old
+    file is read to its end first) and by copytruncate (the copy beside PATH
+    is finished first) is followed. Lines that are not the format go,
+    verbatim with the reason, to the tag's quarantine stream. SIGTERM or
+    Ctrl-C commits what was read and exits 0.
+    """
+    import dataclasses
+    import signal
+    import threading
+
+    from connectors.files.logs import LogFormatError
+    from connectors.tail.follow import FilePosition, Follower
+    from connectors.tail.run import Tailer, TailSettings
+    from ingest import imports
+    from ingest.schema import load_schema
+    from ingest.streams import StreamWriters
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        schema = load_schema(schema_path) if schema_path else None
+        settings = TailSettings(format_name, timezone, commit_lines, commit_ms, poll_ms)
+    except (ingest.IngestError, LogFormatError) as exc:
+        raise BadInput(str(exc)) from exc
+    with _open_store(store_url) as st:
+        try:
+            schema = imports.resolve_schema(st, tag, schema)
+        except ingest.IngestError as exc:
+            raise BadInput(str(exc)) from exc
+        source_id = "tail-" + imports.source_id_for(path)
+        stored = imports.read_position(st, tag, source_id)
+        committed = FilePosition.from_dict(stored.value) if stored else None
+        follower = Follower(path, stored.value if stored else None, rotate_wait=rotate_wait)
+        settings = dataclasses.replace(settings, types=imports.arrow_types(schema) if schema else {})
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
+        click.echo(f"following {path} into {tag} ({format_name}) from {where}")
+        try:
+            Tailer(follower, settings, _tail_commit(StreamWriters(st), tag, schema, source_id, path),
+                   lambda line: click.echo(line), committed).run(stop)
+        except imports.SchemaMismatch as exc:
+            raise click.ClickException(f"{exc}; nothing of the last batch was committed, the position stays") from exc
+        finally:
+            follower.close()
+    click.echo("stopped")
+
+
+def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
+    """``commit(parts, position)`` for `windvane tail`: rows and position in one transaction (ingest.imports)."""
+    from ingest import imports
+    from ingest.schema import Schema
+
+    chosen = [schema]
+
+    def commit(parts, position) -> tuple[int, int]:
+        if chosen[0] is None:  # no stream and no --schema: the first lines that parsed decide
+            first = next((p for p in parts if p.table.num_rows), None)
+            chosen[0] = imports.infer_schema(tag, first) if first is not None else None
+        # Until some line parsed there are only rejects, which need no schema: any will do.
+        done = imports.commit_parts(writers, tag, chosen[0] or Schema(tag, "log", (tag,), extra="reject"), parts,
+                                    source_id, position, source="tail", message=f"tail {path}")
+        return done.rows, done.rejected
+
+    return commit
 
 
 def main() -> None:

@@ -119,7 +119,8 @@ class Sink(Protocol):
     #: decodes in worker processes). Connectors read it with ``getattr(sink, ..., False)``.
     accepts_undecoded: bool
 
-    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True) -> Receipt:
+    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True,
+                     record_keys: Sequence[bytes] = ()) -> Receipt:
         """Store ``batches`` durably; resolve once they are committed.
 
         ``key`` is an idempotency key (a Forward chunk id, an HTTP
@@ -133,5 +134,9 @@ class Sink(Protocol):
         could not commit: nothing of the batches is then acknowledged, or
         :class:`ingest.errors.UndecodableBatch` if an :class:`Undecoded` item's
         bytes could not be decoded (nothing of the submission is stored).
+        ``record_keys`` are idempotency keys committed with the batches but not
+        checked first: a connector that gathers many messages into one
+        submission (MQTT) records each message's key, so that a later resend
+        of one of them, submitted alone under its ``key``, is recognised.
         """
         ...

@@ -72,6 +72,7 @@ class _Submission:
     batches: Sequence[Batch | Undecoded]
     key: bytes | None
     size: int
+    record_keys: Sequence[bytes] = ()  # committed with the batches, never checked (see submit)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     queued: float = field(default_factory=time.monotonic)
     # The Undecoded items' preparation in a worker (None: none, or prepared in the commit thread) ...
@@ -193,8 +194,15 @@ class GroupCommitter:
 
     # -- submitting (event loop side) ---------------------------------------------------
 
-    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True) -> Receipt:
-        """See :meth:`ingest.batch.Sink.submit`."""
+    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True,
+                     record_keys: Sequence[bytes] = ()) -> Receipt:
+        """See :meth:`ingest.batch.Sink.submit`.
+
+        ``record_keys`` are idempotency keys committed with the batches but not
+        checked first: a connector that gathers many messages into one
+        submission (MQTT) records each message's key, so that a later resend of
+        one of them, submitted alone under its ``key``, is recognised.
+        """
         if self._closing:
             raise CommitFailed("windvane is shutting down; send again to the restarted service")
         if key is not None:
@@ -208,7 +216,7 @@ class GroupCommitter:
                 return dataclasses.replace(receipt, duplicate=True)
         size = sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b)) for b in batches)
         await self._reserve(size, wait)
-        item = _Submission(batches, key, size)
+        item = _Submission(batches, key, size, record_keys)
         undecoded = [b for b in batches if isinstance(b, Undecoded)]
         if undecoded and self._preparer is not None:
             try:
@@ -413,6 +421,7 @@ class GroupCommitter:
             out.receipts.append((accepted, quarantined, tuple(reasons)[:8]))
             if item.key is not None:
                 out.keys.append(item.key)
+            out.keys.extend(item.record_keys)
         return out
 
     def _write(self, gathered: _Group, staged: dict[str, arrays.Staged]) -> arrays.Transaction | None:

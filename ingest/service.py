@@ -67,6 +67,9 @@ class ServeConfig:
     decompressed_size_limit: int = 256 << 20
     key_window: float = 86400.0
     decode_workers: int | None = None  # processes decoding and validating; None: one per core, at most 4
+    mqtt: str | None = None  # broker URL, mqtt://[user:pw@]host[:port] or mqtts://...; None: no MQTT
+    mqtt_topics: tuple[str, ...] = ("#",)  # topic filters subscribed to (QoS 1)
+    mqtt_client_id: str | None = None  # the persistent session's name; None: derived from the store URL
 
 
 def default_decode_workers() -> int:

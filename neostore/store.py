@@ -37,6 +37,7 @@ from ZODB.POSException import ReadConflictError
 from . import errors
 from .backends import SCHEMA_VERSION, Backend, backend_for
 from .names import NamedRevision, NameIndex
+from .names import _range as _name_range  # the name-prefix WHERE clause list_names uses
 from .tids import ZERO, next_tid, p64, tid_time, u64
 from .url import StoreURL, parse_url
 from .values import RAW, EncodedValue, ValueCodec, value_hash
@@ -93,6 +94,22 @@ class Revision(_Stamped):
     user: bytes
     description: bytes
     extension: bytes
+
+
+@dataclass(frozen=True)
+class ValueUsage:
+    """What committed revisions refer to, and what their distinct values take: see :meth:`Store.value_usage`."""
+
+    references: int  # revisions that refer to a value (deletions refer to none)
+    referenced_bytes: int  # the sizes of their values, once per revision: what keeping every copy would take
+    values: int  # distinct values among them
+    value_bytes: int  # the sizes of those values, each once, before compression
+    stored_bytes: int  # the bytes of those values as stored (compressed where that paid)
+
+    @property
+    def dedup_ratio(self) -> float:
+        """``referenced_bytes / value_bytes``: what storing each value once saves (1.0 for nothing)."""
+        return self.referenced_bytes / self.value_bytes if self.value_bytes else 1.0
 
 
 @dataclass
@@ -695,6 +712,35 @@ class Store:
         (row,) = self._query("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM data")
         (big,) = self._query("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM bigdata")
         return int(row[0]) + int(big[0])
+
+    def value_usage(self, prefix: bytes | None = None, *, latest: bool = False) -> ValueUsage:
+        """What the values of committed revisions take: every revision, or each object's ``latest`` one.
+
+        ``prefix``: only objects named under it (as :meth:`list_names`); None:
+        every object. A value shared by several revisions counts once in
+        ``values``, ``value_bytes`` and ``stored_bytes``, once per revision in
+        ``referenced_bytes``. Reads every revision in range: for reports, not
+        for hot paths.
+        """
+        joins, clauses, params = "", [], []
+        if prefix is not None:
+            where, params = _name_range(prefix)
+            joins, clauses = " JOIN name n ON n.oid = o.oid", [where]
+        if latest:
+            clauses.append("o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = o.oid)")
+        where_sql = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        (refs,) = self._query(
+            f"SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM obj o JOIN data d ON d.id = o.data_id{joins}{where_sql}",
+            params,
+        )
+        # A big value's row holds no value: its bytes are its bigdata rows'.
+        (distinct,) = self._query(
+            "SELECT COUNT(*), COALESCE(SUM(d.size), 0), COALESCE(SUM(COALESCE(LENGTH(d.value), "
+            "(SELECT SUM(LENGTH(b.value)) FROM bigdata b WHERE b.data_id = d.id))), 0) FROM data d "
+            f"WHERE d.id IN (SELECT o.data_id FROM obj o{joins}{where_sql})",
+            params,
+        )
+        return ValueUsage(int(refs[0]), int(refs[1]), int(distinct[0]), int(distinct[1]), int(distinct[2]))
 
     def object_count(self) -> int:
         """How many objects exist now (their latest revision is not a deletion)."""

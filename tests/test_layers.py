@@ -14,7 +14,7 @@ ALLOWED = {
     "neostore": set(),
     "arrays": {"neostore"},
     "ingest": {"arrays", "neostore"},
-    "connectors": {"ingest.batch", "ingest.errors", "ingest.auth"},
+    "connectors": {"ingest.batch", "ingest.errors", "ingest.auth", "ingest.parts"},
 }
 
 

@@ -1,0 +1,122 @@
+"""Parquet and Arrow IPC files through ``pyarrow.dataset``; the position is a row index.
+
+Parquet is read one row group at a time (a resumed import skips whole row
+groups by their metadata, without reading them); an Arrow IPC file (the
+"file" format, ``ARROW1`` magic: Feather v2) one record batch at a time
+from a memory map; the IPC "stream" format, which has no footer to seek by,
+is read through ``pyarrow.ipc.open_stream`` from the start, skipping the
+rows already imported. Columns keep their types (the import engine checks
+them against the stream's); the time column is converted by
+:func:`connectors.files.times.time_ns`, and a row whose time is missing or
+not a time is rejected (its values as JSON) with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.ipc as ipc
+
+from ingest.batch import INVALID_TIME
+
+from . import FileFormatError, Part, ReaderOptions
+from .times import find_time_column, time_ns
+
+#: Rows per part when a row group or record batch is larger.
+BATCH_ROWS = 1 << 20
+_IPC_MAGIC = b"ARROW1"
+
+
+def _row_json(table: pa.Table, i: int) -> bytes:
+    row = table.slice(i, 1).to_pylist()[0]
+    return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")).encode()
+
+
+class ArrowReader:
+    """``reader(start)`` yields the :class:`Part` objects of a Parquet or Arrow IPC file from row ``start``."""
+
+    def __init__(self, path: str | Path, options: ReaderOptions, fmt: str):
+        self.path = str(path)
+        self.options = options
+        self.size = os.path.getsize(self.path)
+        self.fmt = fmt
+        try:
+            if fmt == "parquet":
+                self.dataset = ds.dataset(self.path, format="parquet")
+            else:
+                with open(self.path, "rb") as f:
+                    self.fmt = "ipc" if f.read(6) == _IPC_MAGIC else "ipc-stream"
+                self.dataset = ds.dataset(self.path, format="ipc") if self.fmt == "ipc" else None
+            schema = self.dataset.schema if self.dataset is not None else ipc.open_stream(self.path).schema
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise FileFormatError(f"{self.path}: not a readable {fmt} file: {exc}") from None
+        self.time_column = find_time_column(schema.names, options.time_column, self.path)
+        self.rows = self.dataset.count_rows() if self.dataset is not None else None
+
+    def __call__(self, start: int | None) -> Iterator[Part]:
+        at = int(start or 0)
+        for first, batch in self._batches(at):
+            skip = max(at - first, 0)
+            if skip >= batch.num_rows:
+                continue
+            for offset in range(skip, batch.num_rows, BATCH_ROWS):
+                piece = batch.slice(offset, BATCH_ROWS)
+                yield self._part(pa.Table.from_batches([piece]), first + offset + piece.num_rows)
+
+    def _batches(self, at: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """``(row index of its first row, batch)`` of the file, in order, from the one holding row ``at``."""
+        if self.fmt == "parquet":
+            row = 0
+            for fragment in self.dataset.get_fragments():
+                for group in fragment.split_by_row_group():
+                    rows = group.row_groups[0].num_rows
+                    if row + rows > at:
+                        for batch in group.to_batches(batch_size=BATCH_ROWS, use_threads=True):
+                            yield row, batch
+                            row += batch.num_rows
+                    else:
+                        row += rows
+            return
+        source = pa.memory_map(self.path)
+        reader = ipc.open_file(source) if self.fmt == "ipc" else ipc.open_stream(source)
+        row = 0
+        if self.fmt == "ipc":
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                yield row, batch
+                row += batch.num_rows
+        else:
+            for batch in reader:
+                yield row, batch
+                row += batch.num_rows
+
+    def _part(self, table: pa.Table, end: int) -> Part:
+        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit)
+        rejected = []
+        if len(wrong):
+            values = table.column(self.time_column)
+            rejected = [(INVALID_TIME, _row_json(table, int(i)), f"column {self.time_column!r}: "
+                         f"{values[int(i)].as_py()!r} is not a time") for i in wrong]
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[wrong] = False
+            table, times = table.filter(pa.array(keep)), times[keep]
+        table = table.drop_columns([self.time_column]).add_column(0, "time", pa.array(times, pa.int64()))
+        rows = self.rows or 1
+        nbytes = self.size * (table.num_rows + len(rejected)) // rows if self.rows else table.nbytes
+        return Part(table, end, nbytes, rejected)
+
+
+def parquet_reader(path: str | Path, options: ReaderOptions) -> ArrowReader:
+    """The reader of Parquet file ``path``."""
+    return ArrowReader(path, options, "parquet")
+
+
+def arrow_reader(path: str | Path, options: ReaderOptions) -> ArrowReader:
+    """The reader of Arrow IPC file ``path`` (file or stream format, told apart by the magic bytes)."""
+    return ArrowReader(path, options, "arrow")

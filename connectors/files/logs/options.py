@@ -1,0 +1,45 @@
+"""How log lines are read: the zone of times written without one, the time now, known column types."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .times import check_zone, local_zone
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """Options of every log format.
+
+    ``timezone``: the IANA zone of times written without one (None: the
+    format's default, :attr:`syslog_zone` or :attr:`json_zone`). ``now``: the read time in ns (None: the clock when the
+    options are made); lines without a time of their own, and rejected
+    lines, get it, and RFC 3164's missing year is chosen against it.
+    ``types``: Arrow types of columns the destination stream already has,
+    so that a JSON field keeps its type from one block to the next (a value
+    that does not fit is rejected rather than the column changed).
+    """
+
+    timezone: str | None = None
+    now: int | None = None
+    types: Mapping[str, pa.DataType] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.timezone:
+            check_zone(self.timezone)
+        if self.now is None:
+            object.__setattr__(self, "now", time.time_ns())
+
+    @property
+    def syslog_zone(self) -> str:
+        """RFC 3164 times: ``timezone``, else this machine's zone (syslog daemons write local time)."""
+        return self.timezone or local_zone()
+
+    @property
+    def json_zone(self) -> str:
+        """ISO times without a zone in JSON lines: ``timezone``, else UTC, as ``windvane import`` reads files."""
+        return self.timezone or "UTC"

@@ -1,0 +1,88 @@
+"""Log files as :class:`connectors.files.Part` objects for ``windvane import`` and ``windvane tail``.
+
+A part is a block of whole lines parsed by its format. Its ``end`` is
+``{"offset": bytes, "line": number}`` just after the block, so an import
+resumed from it starts at the next line and keeps numbering lines as the
+file does. The types of a JSON lines file's first block (or the stream's,
+when the import knows them) hold for the rest of the file, as the CSV
+reader does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+
+from .. import Part, ReaderOptions
+from . import LogFormat, LogOptions, ParsedLines, log_format, parse_log
+
+#: A line without a newline that grows past this is taken as it is (the log
+#: is broken or not line-based); it is parsed, or rejected, like any line.
+MAX_LINE = 16 << 20
+
+
+def read_lines(f: BinaryIO, limit: int, *, final: bool) -> bytes:
+    """Up to ``limit`` bytes of whole lines from ``f``'s position (more if one line is longer, up to MAX_LINE).
+
+    Stops after the last newline read and seeks back to it. ``final``: the
+    file is complete, so a last line without a newline is a line too;
+    otherwise it waits for its newline (b"" when that is all there is).
+    """
+    start = f.tell()
+    block = f.read(limit)
+    eof = len(block) < limit
+    while not eof and b"\n" not in block and len(block) < MAX_LINE:  # one line longer than limit
+        want = min(limit, MAX_LINE - len(block))
+        more = f.read(want)
+        eof = len(more) < want
+        block += more
+    cut = block.rfind(b"\n") + 1
+    if (final and eof) or (cut == 0 and len(block) >= MAX_LINE):
+        cut = len(block)
+    f.seek(start + cut)
+    return block[:cut]
+
+
+def to_part(parsed: ParsedLines, end: Any, nbytes: int) -> Part:
+    """``parsed`` as the part the import engine commits, ending at position ``end``."""
+    rejected = [(r.time, r.raw, r.reason) for r in parsed.rejected]
+    return Part(parsed.table, end, nbytes, rejected, raw=parsed.raw)
+
+
+def known_types(table: pa.Table, types: dict[str, pa.DataType]) -> dict[str, pa.DataType]:
+    """``types`` with the types of ``table``'s columns it does not have yet (``time`` aside)."""
+    return {**{f.name: f.type for f in table.schema if f.name != "time"}, **types}
+
+
+class LogReader:
+    """``reader(start)`` yields the parts of a log file from position ``start`` (None: its beginning)."""
+
+    def __init__(self, path: str | Path, fmt: LogFormat, options: ReaderOptions, timezone: str | None = None):
+        self.path = str(path)
+        self.format = fmt
+        self.block_bytes = options.block_bytes
+        self.timezone = timezone
+        self.types = dict(options.column_types)
+        LogOptions(timezone=timezone)  # a bad zone fails now, not at the first block
+
+    def __call__(self, start: dict | None) -> Iterator[Part]:
+        offset, line = (int(start["offset"]), int(start["line"])) if start else (0, 1)
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            while block := read_lines(f, self.block_bytes, final=True):
+                options = LogOptions(self.timezone, time.time_ns(), self.types)
+                parsed = parse_log(self.format.name, block, options, first_line=line)
+                self.types = known_types(parsed.table, self.types)
+                offset += len(block)
+                line += block.count(b"\n")
+                yield to_part(parsed, {"offset": offset, "line": line}, len(block))
+
+
+def log_reader(name: str, timezone: str | None = None) -> Callable[[str, ReaderOptions], LogReader]:
+    """``make(path, options)`` for ``connectors.files.formats.register``: a reader of log format ``name``."""
+    fmt = log_format(name)
+    return lambda path, options: LogReader(path, fmt, options, timezone)

@@ -1,0 +1,132 @@
+"""The loop of ``windvane tail``: read lines as they come, parse them, commit them with the position.
+
+Lines are committed in batches: every ``commit_lines`` lines, or
+``commit_ms`` after the first line of a batch was read, or when
+``max_pending_bytes`` are waiting, whichever comes first (memory stays
+bounded however fast the file grows). Each commit stores the rows and the
+position after the last of them together (the ``commit`` function given),
+so a follower restarted after a kill -9 resumes exactly after the last
+committed line. A move to another file with nothing to commit (a rotation)
+commits the new position alone. Setting ``stop`` reads the whole lines
+already in the file once more (up to ``max_pending_bytes``), commits all
+that was read and returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.files import Part
+from connectors.files.logs import LogOptions, log_format, parse_log
+from connectors.files.logs.reader import known_types, to_part
+
+from .follow import FilePosition, Follower
+
+#: ``commit(parts, position)`` stores ``parts`` and ``position`` (plain data) in one transaction;
+#: returns (rows stored, rows quarantined).
+Commit = Callable[[list[Part], dict[str, Any]], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class TailSettings:
+    """How ``windvane tail`` reads and commits; see the module docstring."""
+
+    format: str
+    timezone: str | None = None
+    commit_lines: int = 10_000
+    commit_ms: float = 1000.0
+    poll_ms: float = 200.0
+    max_pending_bytes: int = 16 << 20
+    report_seconds: float = 5.0  # at most one progress line per this many seconds
+    types: dict[str, pa.DataType] = field(default_factory=dict)  # the stream's column types, if it exists
+
+    def __post_init__(self) -> None:
+        log_format(self.format)  # an unknown format or zone fails before anything is read
+        LogOptions(timezone=self.timezone)
+
+
+@dataclass
+class TailTotals:
+    """What a run of the loop committed."""
+
+    rows: int = 0
+    rejected: int = 0
+    lines: int = 0
+    commits: int = 0
+    position: FilePosition | None = None
+
+
+class Tailer:
+    """Runs the follow-parse-commit loop of one file; ``echo`` prints progress lines."""
+
+    def __init__(self, follower: Follower, settings: TailSettings, commit: Commit,
+                 echo: Callable[[str], None] = print, committed: FilePosition | None = None):
+        self.follower = follower
+        self.settings = settings
+        self.commit = commit
+        self.echo = echo
+        self.types = dict(settings.types)
+        self.totals = TailTotals(position=committed)
+        self._pending: list[Part] = []
+        self._pending_lines = 0
+        self._pending_bytes = 0
+        self._first_at = 0.0
+        self._reported = (-float("inf"), 0, 0)  # when, rows, rejected at the last progress line
+
+    def run(self, stop: threading.Event) -> TailTotals:
+        """Follow until ``stop`` is set; then commit what was read and return the totals."""
+        s = self.settings
+        while True:
+            stopping = stop.is_set()
+            chunk = self.follower.read(max(64 << 10, s.max_pending_bytes - self._pending_bytes))
+            if chunk is not None:
+                self._parse(chunk.data, chunk.first_line, chunk.position)
+            now = time.monotonic()
+            due = self._pending and (stopping or self._pending_lines >= s.commit_lines
+                                     or self._pending_bytes >= s.max_pending_bytes
+                                     or now - self._first_at >= s.commit_ms / 1000)
+            moved = not self._pending and self.follower.position not in (None, self.totals.position)
+            if due or moved:
+                self._commit(self._pending[-1].end if due else self.follower.position.to_dict())
+            if stopping:
+                self._report(force=True)
+                return self.totals
+            if chunk is None:
+                stop.wait(s.poll_ms / 1000)
+
+    def _parse(self, data: bytes, first_line: int, position: FilePosition) -> None:
+        options = LogOptions(self.settings.timezone, time.time_ns(), self.types)
+        parsed = parse_log(self.settings.format, data, options, first_line=first_line)
+        self.types = known_types(parsed.table, self.types)
+        if not self._pending:
+            self._first_at = time.monotonic()
+        self._pending.append(to_part(parsed, position.to_dict(), len(data)))
+        self._pending_lines += parsed.table.num_rows + len(parsed.rejected)
+        self._pending_bytes += len(data)
+
+    def _commit(self, position: dict[str, Any]) -> None:
+        rows, rejected = self.commit(self._pending, position)
+        t = self.totals
+        t.rows, t.rejected, t.lines, t.commits = t.rows + rows, t.rejected + rejected, \
+            t.lines + self._pending_lines, t.commits + 1
+        t.position = FilePosition.from_dict(position)
+        self._pending, self._pending_lines, self._pending_bytes = [], 0, 0
+        self._report()
+
+    def _report(self, force: bool = False) -> None:
+        when, rows, rejected = self._reported
+        now = time.monotonic()
+        t = self.totals
+        if (t.rows, t.rejected) == (rows, rejected) and not force:
+            return
+        if force or now - when >= self.settings.report_seconds:
+            where = f"line {t.position.line}, offset {t.position.offset}" if t.position else "nothing read"
+            self.echo(f"committed {t.rows - rows:,} rows, {t.rejected - rejected:,} rejected "
+                      f"({t.rows:,} and {t.rejected:,} in all); at {where}")
+            self._reported = (now, t.rows, t.rejected)

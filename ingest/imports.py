@@ -1,0 +1,660 @@
+"""File imports: decoded parts of a file committed with the position reached, so an interrupted import resumes exactly.
+
+A reader (``connectors/files``: CSV, Parquet, Arrow IPC, WAV, log formats)
+turns a file into :class:`Part` objects, each the rows of one piece of the
+file and the position just after it. This module checks them against the
+stream's schema and commits them, in the SAME transaction as a small
+position record, ``_windvane/ingest/imports/<tag>/<source id>`` (msgpack:
+``position``, ``identity``, ``updated``, ``rows``, ``rejected``). So what
+is stored and the position that says so are committed together or not at
+all: after a kill -9 the next run reads the position and asks the reader
+for what follows it; no row is stored twice or skipped.
+
+- :func:`commit_parts` / :func:`commit_part`: one transaction of rows,
+  quarantined rows (with their reasons) and the position. The position is
+  any msgpack-able value (the importer's: an int, a byte offset or row
+  index; ``windvane tail``'s: a dict of inode, offset, fingerprint).
+- :func:`read_position`: the position record of a source, or None.
+- :func:`import_source`: the driver. Reads the stored position, checks the
+  file is the one it was taken from (:func:`fingerprint`), resumes, reads
+  parts in a thread one step ahead of the commits, and commits at least
+  :data:`COMMIT_BYTES` of the file per transaction.
+
+Schemas (:func:`resolve_schema`): an explicit schema wins; else the
+existing stream's columns define it (:func:`stream_schema`); else the
+first part's types do (:func:`infer_schema`). Each column is cast to its
+field's dtype value by value: numbers to any number type when the value
+fits exactly (an int64 into float64, 3.0 into an int32; 3.5 into an int
+does not, nor 300 into an int8), text parsed as the field's type ("abc" is
+no float64), floats to narrower floats rounded. Rows with a value that does
+not fit, or without a required value, go verbatim to the tag's quarantine
+stream with a reason naming the column and the value; the other rows are
+stored. A column whose type cannot become the field's at all (numbers for
+a ``str`` field, text for ``bool``, nested lists) is a :class:`SchemaMismatch`,
+as is an explicit schema that contradicts the existing stream's columns:
+nothing is imported, rather than silently cast.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import arrays
+import neostore
+
+from . import streams
+from .columns import Rejected
+from .errors import IngestError
+from .parts import Part, failing_rows
+from .schema import NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Schema, Vibration
+
+PREFIX = "_windvane/ingest/imports/"
+#: File bytes per commit. Each commit rewrites the stream's partial last chunks and
+#: waits for one log flush; at 32 MiB that is a small share of the work.
+COMMIT_BYTES = 32 << 20
+#: Bytes of a file's start whose hash identifies it (with its size) for resuming.
+HEAD_BYTES = 64 << 10
+#: Parts a reader thread may hold ready ahead of the commits (bounds memory).
+READ_AHEAD = 2
+TIME = "time"
+#: What the quarantine stream names as the source of rejected rows.
+SOURCE = "import"
+#: Test hook (tests/test_imports.py): before commit number N, with that commit's
+#: rows written into the transaction, stop and wait to be killed.
+PAUSE_ENV = "WINDVANE_IMPORT_PAUSE_BEFORE_COMMIT"
+
+
+class SchemaMismatch(IngestError):
+    """A file's column cannot be stored in its stream's column (or a schema contradicts the stream)."""
+
+
+class SourceChanged(IngestError):
+    """A file partly imported before is not the same file now; resuming would mix two files."""
+
+
+#: A reader: ``reader(start)`` yields the parts of a source from position ``start`` (None: its beginning).
+Reader = Callable[[Any], Iterator[Part]]
+
+
+# -- positions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the import of one source stands, as committed with its rows."""
+
+    value: Any  # the reader's position: where to resume
+    identity: Any  # what identifies the source's content (:func:`fingerprint` for files)
+    updated: float  # Unix time of the commit
+    rows: int = 0  # rows stored from this source, over all runs
+    rejected: int = 0  # rows quarantined from this source, over all runs
+
+
+def position_key(tag: str, source_id: str) -> str:
+    """The key of a source's position record."""
+    return f"{PREFIX}{tag}/{source_id}"
+
+
+def _decode_position(raw: bytes | None) -> Position | None:
+    if raw is None:
+        return None
+    doc = msgpack.unpackb(raw, raw=False)
+    return Position(doc["position"], doc.get("identity"), doc.get("updated", 0.0), doc.get("rows", 0),
+                    doc.get("rejected", 0))
+
+
+def read_position(store: neostore.Store | arrays.Transaction, tag: str, source_id: str) -> Position | None:
+    """The committed position of ``source_id`` for ``tag`` (in ``store``, or as transaction ``store`` sees it)."""
+    key = position_key(tag, source_id)
+    if isinstance(store, arrays.Transaction):
+        return _decode_position(store.get(key))
+    return _decode_position(arrays.Snapshot(store).get(key))
+
+
+def source_id_for(path: str | Path) -> str:
+    """The source id of a file: the hash of its absolute path (moving the file makes it a new source)."""
+    return blake3.blake3(os.path.abspath(path).encode()).hexdigest()[:32]
+
+
+def fingerprint(path: str | Path, head_bytes: int = HEAD_BYTES) -> dict[str, Any]:
+    """A file's identity: its size and the blake3 of its first ``head_bytes`` bytes."""
+    with open(path, "rb") as f:
+        head = f.read(head_bytes)
+        size = os.fstat(f.fileno()).st_size
+    return {"size": size, "head_bytes": len(head), "head": blake3.blake3(head).hexdigest()}
+
+
+def same_file(stored: Any, path: str | Path) -> bool:
+    """Whether ``path`` still starts as the file ``stored`` (a :func:`fingerprint`) was taken of, and is no shorter.
+
+    A file that grew (rows appended) is the same file: resuming imports the new rows.
+    """
+    if not isinstance(stored, dict) or "head" not in stored:
+        return False
+    now = fingerprint(path, int(stored.get("head_bytes", HEAD_BYTES)))
+    return now["head"] == stored["head"] and now["size"] >= int(stored.get("size", 0))
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+
+
+_ARROW_DTYPES = {
+    "bool": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
+    "float32": pa.float32(), "float64": pa.float64(), "str": pa.string(), "bytes": pa.binary(),
+}
+
+
+def arrow_types(schema: Schema) -> dict[str, pa.DataType]:
+    """The arrow type of each field of ``schema``: what a text reader (CSV) should parse each column as."""
+    return {f.name: _ARROW_DTYPES[f.dtype] for f in schema.fields}
+
+
+def _field_dtype(name: str, type_: pa.DataType) -> str:
+    """The schema dtype inferred for a column of arrow type ``type_``."""
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
+        return "str"
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_):
+        return "bytes"
+    if pa.types.is_timestamp(type_):
+        return "int64"  # ns since the epoch, as the time column
+    if pa.types.is_float16(type_):
+        return "float32"
+    dtype = str(type_.to_pandas_dtype().__name__) if (pa.types.is_integer(type_) or pa.types.is_floating(type_)
+                                                      or pa.types.is_boolean(type_)) else ""
+    if dtype in NUMERIC_DTYPES:
+        return dtype
+    raise SchemaMismatch(f"column {name!r} has type {type_}, which a stream column cannot hold; "
+                         "convert it (to numbers or text) or pass --schema")
+
+
+def infer_schema(tag: str, part: Part) -> Schema:
+    """The schema a stream gets from its first part when none is given.
+
+    A vibration part (``samples``): kind ``vibration`` with its channels,
+    dtype and sample rate. A table: one field per column beside ``time``,
+    in order, typed as the column (timestamps: int64 ns); kind ``log`` if
+    any column is text, else ``sensor``. Integer and bool fields are
+    required (they have no missing marker: a later row without a value is
+    quarantined), float fields store a missing value as NaN, text as "".
+    ``extra = "reject"``: a later part with other columns has its rows
+    quarantined rather than a column silently dropped.
+    """
+    if part.samples is not None:
+        samples = np.asarray(part.samples)
+        dtype = samples.dtype.name
+        if samples.ndim != 2 or dtype not in VIBRATION_DTYPES:
+            raise SchemaMismatch(f"samples of shape {samples.shape} and dtype {dtype} cannot be a vibration stream "
+                                 f"(2-D, one of {', '.join(VIBRATION_DTYPES)})")
+        return Schema(tag, "vibration", (tag,), extra="reject",
+                      vibration=Vibration(samples.shape[1], dtype, part.sample_rate))
+    fields = []
+    for column in part.table.schema:
+        if column.name == TIME:
+            continue
+        dtype = _field_dtype(column.name, column.type)
+        required = dtype not in ("str", "bytes") and not dtype.startswith("float")
+        fields.append(Field(column.name, dtype, required=required))
+    kind = "log" if any(f.dtype == "str" for f in fields) else "sensor"
+    return Schema(tag, kind, (tag,), tuple(fields), extra="reject")
+
+
+def _stored_dtype(dtype: np.dtype) -> str:
+    if dtype.kind == "T":
+        return "str"
+    if dtype == object:
+        return "bytes"
+    return dtype.name
+
+
+def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
+    """The schema an existing stream's columns imply (as :func:`infer_schema` would have made it), or None."""
+    try:
+        stream = arrays.open_stream(store, tag, cache_bytes=0)
+    except arrays.StreamNotFoundError:
+        return None
+    attrs = stream.attrs
+    name = attrs.get("schema", tag)
+    chunk_rows = stream["time"].chunks[0]
+    if attrs.get("kind") == "vibration" or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
+        samples = stream["samples"]
+        rate = samples.attrs.get("sample_rate")
+        vibration = Vibration(samples.shape[1], samples.dtype.name, None if rate is None else float(rate),
+                              samples.attrs.get("unit", ""))
+        return Schema(name, "vibration", (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
+    fields = []
+    for column in stream.columns:
+        if column == "extra":
+            continue
+        dtype = _stored_dtype(stream[column].dtype)
+        required = dtype not in ("str", "bytes") and not dtype.startswith("float")
+        fields.append(Field(column, dtype, required=required))
+    extra = "keep" if "extra" in stream.columns else "reject"
+    return Schema(name, attrs.get("kind", "sensor"), (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
+
+
+def check_against_stream(schema: Schema, existing: Schema) -> None:
+    """SchemaMismatch if ``schema`` gives a column of the existing stream another type (or kind)."""
+    if (schema.kind == "vibration") != (existing.kind == "vibration"):
+        raise SchemaMismatch(f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} "
+                             f"is a {existing.kind} stream")
+    if schema.kind == "vibration":
+        a, b = schema.vibration, existing.vibration
+        if (a.channels, a.dtype) != (b.channels, b.dtype):
+            raise SchemaMismatch(f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
+                                 f"this import has {a.channels} of {a.dtype}")
+        if a.sample_rate is not None and b.sample_rate is not None and a.sample_rate != b.sample_rate:
+            raise SchemaMismatch(f"stream {existing.tags[0]!r} is sampled at {b.sample_rate:g} Hz; "
+                                 f"this import at {a.sample_rate:g} Hz")
+        return
+    clashes = [f"{f.name} ({existing.field(f.name).dtype} in the stream, {f.dtype} here)"
+               for f in schema.fields if existing.field(f.name) and existing.field(f.name).dtype != f.dtype]
+    if clashes:
+        raise SchemaMismatch(f"stream {existing.tags[0]!r} has other types for column(s) {', '.join(clashes)}; "
+                             "import into another --tag or fix the schema")
+
+
+def resolve_schema(store: neostore.Store, tag: str, schema: Schema | None) -> Schema | None:
+    """The schema to import ``tag`` with: ``schema`` (checked against the stream), else the stream's, else None.
+
+    None means: infer it from the first part (:func:`infer_schema`).
+    """
+    existing = stream_schema(store, tag)
+    if schema is not None and existing is not None:
+        check_against_stream(schema, existing)
+    return schema if schema is not None else existing
+
+
+# -- casting a part to its schema ---------------------------------------------------------------------
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _numeric_cast(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    """A cast to ``target`` that refuses what would change a value (floats to floats may round)."""
+    def cast(values: pa.Array) -> pa.Array:
+        if pa.types.is_floating(target) and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+            # Rounding to the field's float precision is what a float32 field asks for.
+            return pc.cast(values, target, safe=False)
+        return pc.cast(values, target, safe=True)
+    return cast
+
+
+def _column(f: Field, values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, str]:
+    """``values`` cast to ``f``'s type, the indices of rows that cannot be, and what they are not."""
+    values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    target = _ARROW_DTYPES[f.dtype]
+    source = values.type
+    text = pa.types.is_string(source) or pa.types.is_large_string(source) or pa.types.is_string_view(source)
+    if pa.types.is_timestamp(source) and f.dtype == "int64":
+        values, source = pc.cast(values, pa.timestamp("ns", tz=source.tz)).view(pa.int64()), pa.int64()
+    if f.dtype == "str":
+        if not text:
+            raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a str field")
+        cast: Callable[[pa.Array], pa.Array] = lambda v: pc.cast(v, target)  # noqa: E731
+    elif f.dtype == "bytes":
+        if not (text or pa.types.is_binary(source) or pa.types.is_large_binary(source)
+                or pa.types.is_fixed_size_binary(source)):
+            raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a bytes field")
+        cast = lambda v: pc.cast(v, target)  # noqa: E731
+    elif f.dtype == "bool":
+        if not (pa.types.is_boolean(source) or text):
+            raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a bool field")
+        cast = lambda v: pc.cast(v, target)  # noqa: E731
+    else:
+        if not (pa.types.is_integer(source) or pa.types.is_floating(source) or text or pa.types.is_null(source)):
+            raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a {f.dtype} field")
+        cast = _numeric_cast(target)
+    try:
+        return cast(values), np.empty(0, dtype=np.int64), ""
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
+        bad = failing_rows(values, cast)
+    keep = np.ones(len(values), dtype=bool)
+    keep[bad] = False
+    return cast(values.filter(pa.array(keep))), bad, f"is not a {f.dtype}"
+
+
+def _numpy_column(f: Field, values: pa.Array) -> Any:
+    """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled."""
+    if values.null_count:
+        fill = f.fill if f.fill is not None else {"str": "", "bytes": b""}.get(f.dtype)
+        if fill is None and f.is_float:
+            fill = float("nan")
+        values = pc.fill_null(values, pa.scalar(fill, type=values.type))
+    if f.dtype == "str":
+        return values.to_numpy(zero_copy_only=False).astype(np.dtypes.StringDType())
+    if f.dtype == "bytes":
+        return values.to_numpy(zero_copy_only=False)
+    return values.to_numpy(zero_copy_only=False)
+
+
+def _time_ns(table: pa.Table) -> np.ndarray:
+    """The part's ``time`` column as int64 ns (nulls as -1, rejected before)."""
+    time = table.column(TIME)
+    if pa.types.is_timestamp(time.type):
+        time = pc.cast(time, pa.timestamp("ns", tz=time.type.tz)).cast(pa.int64())
+    else:
+        time = pc.cast(time, pa.int64())
+    return time.fill_null(-1).to_numpy()
+
+
+def _raw_row(table: pa.Table, i: int) -> bytes:
+    import json
+
+    row = table.slice(i, 1).to_pylist()[0]
+    return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")).encode()
+
+
+def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[str, Any] | None, list[Rejected]]:
+    """``part`` as the columns :func:`ingest.streams.write` takes, and the rows it rejects (reader's included).
+
+    Raises :class:`SchemaMismatch` for a column that cannot be the field's
+    type at all, or a vibration block of other channels, dtype or rate.
+    """
+    rejected = [Rejected(int(t), reason, bytes(raw), source) for t, raw, reason in part.rejected]
+    table = part.table
+    if TIME not in table.column_names:
+        raise SchemaMismatch(f"a part has no {TIME!r} column; it has {table.column_names}")
+    time = _time_ns(table)
+    if schema.kind == "vibration":
+        return _vibration_columns(schema, part, time), rejected
+    if part.samples is not None:
+        raise SchemaMismatch(f"a block of samples cannot go into the {schema.kind} stream of schema {schema.name!r}")
+    n = table.num_rows
+    reasons: dict[int, str] = {}
+    raw = part.raw or (lambda i: _raw_row(table, i))
+    missing_time = np.flatnonzero(table.column(TIME).is_null().to_numpy(zero_copy_only=False))
+    for i in missing_time:
+        reasons[int(i)] = "the row has no time"
+    cast: dict[str, pa.Array] = {}
+    kept: dict[str, np.ndarray] = {}  # field -> row indices its cast array holds (None: all)
+    for f in schema.fields:
+        if f.name not in table.column_names:
+            if f.required:
+                why = f"required field {f.name!r} is missing (the file has no column {f.name!r})"
+                for i in range(n):
+                    reasons.setdefault(i, why)
+            continue
+        column = table.column(f.name)
+        values, bad, what = _column(f, column)
+        original = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        for i in bad:
+            reasons.setdefault(int(i), f"field {f.name!r}: {_describe(original[int(i)].as_py())} {what}")
+        holds = np.delete(np.arange(n), bad) if len(bad) else None  # the rows ``values`` holds
+        if f.required and values.null_count:
+            for j in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
+                reasons.setdefault(int(j if holds is None else holds[j]), f"required field {f.name!r} is missing")
+        cast[f.name] = values
+        if holds is not None:
+            kept[f.name] = holds
+    undeclared = [c for c in table.column_names if c != TIME and schema.field(c) is None]
+    if undeclared and schema.extra == "reject":
+        declared = ", ".join(f.name for f in schema.fields) or "none"
+        why = f"undeclared field(s) {', '.join(undeclared)} (schema {schema.name} declares: {declared})"
+        for i in range(n):
+            reasons.setdefault(i, why)
+    rejected += [Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source)
+                 for i in sorted(reasons)]
+    if len(reasons) == n:
+        return None, rejected
+    good = np.delete(np.arange(n), np.fromiter(reasons, dtype=np.int64, count=len(reasons)))
+    columns: dict[str, Any] = {TIME: time if not reasons else time[good]}
+    for f in schema.fields:
+        if f.name not in cast:
+            columns[f.name] = _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
+            continue
+        values = cast[f.name]
+        # Positions in ``values`` of the good rows (it lacks this field's own bad rows).
+        if reasons:
+            at = good if f.name not in kept else np.searchsorted(kept[f.name], good)
+            values = values.take(pa.array(at))
+        columns[f.name] = _numpy_column(f, values)
+    if schema.extra == "keep":
+        columns["extra"] = _extra_json(table, undeclared, good)
+    return columns, rejected
+
+
+def _extra_json(table: pa.Table, names: list[str], rows: np.ndarray) -> np.ndarray:
+    import json
+
+    if not names:
+        return np.full(len(rows), "", dtype=np.dtypes.StringDType())
+    picked = table.select(names).take(pa.array(rows)).to_pylist()
+    return np.array([json.dumps({k: v for k, v in r.items() if v is not None}, ensure_ascii=False, default=str,
+                                separators=(",", ":")) for r in picked], dtype=np.dtypes.StringDType())
+
+
+def _vibration_columns(schema: Schema, part: Part, time: np.ndarray) -> dict[str, Any]:
+    v = schema.vibration
+    samples = np.asarray(part.samples)
+    if samples.ndim != 2 or samples.shape[1] != v.channels:
+        raise SchemaMismatch(f"the file has {samples.shape[1] if samples.ndim == 2 else samples.shape} channels; "
+                             f"stream schema {schema.name!r} holds {v.channels}")
+    if not np.can_cast(samples.dtype, v.dtype, "safe"):
+        raise SchemaMismatch(f"samples of {samples.dtype} do not fit the stream's {v.dtype} exactly")
+    if v.sample_rate is not None and part.sample_rate is not None and part.sample_rate != v.sample_rate:
+        raise SchemaMismatch(f"the file is sampled at {part.sample_rate:g} Hz; stream schema {schema.name!r} "
+                             f"at {v.sample_rate:g} Hz")
+    if len(samples) != len(time):
+        raise SchemaMismatch(f"a part has {len(time)} times for {len(samples)} samples")
+    return {TIME: time, "samples": samples.astype(v.dtype, copy=False)}
+
+
+# -- committing -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one commit of parts stored."""
+
+    rows: int
+    rejected: int
+    tid: bytes | None
+    reasons: tuple[str, ...] = ()  # distinct rejection reasons (the first few)
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str, schema: Schema,
+                parts: Sequence[Part], source_id: str, position: Any, identity: Any = None, *,
+                source: str = SOURCE) -> Committed:
+    """Write ``parts`` (checked, see :func:`to_columns`) and the position record into ``tx``; do not commit."""
+    columns, rejected = [], []
+    for part in parts:
+        got, bad = to_columns(schema, part, source)
+        if got is not None and len(got[TIME]):
+            columns.append(got)
+        rejected += bad
+    rows = sum(len(c[TIME]) for c in columns)
+    if columns:
+        streams.write(tx, writers, tag, schema, _merge(columns))
+    if rejected:
+        streams.quarantine(tx, writers, tag, rejected)
+    before = read_position(tx, tag, source_id)
+    total_rows = rows + (before.rows if before else 0)
+    total_rejected = len(rejected) + (before.rejected if before else 0)
+    tx.set(position_key(tag, source_id), msgpack.packb(
+        {"position": position, "identity": identity, "updated": time.time(), "rows": total_rows,
+         "rejected": total_rejected}, use_bin_type=True))
+    return Committed(rows, len(rejected), None, tuple(dict.fromkeys(r.reason for r in rejected[:64]))[:8])
+
+
+def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts: Sequence[Part], source_id: str,
+                 position: Any, identity: Any = None, *, source: str = SOURCE, message: str = "",
+                 _before_commit: Callable[[], None] | None = None) -> Committed:
+    """Commit ``parts`` of ``tag``'s source ``source_id`` and its new ``position`` in one transaction.
+
+    Rows that fit ``schema`` go to the stream, the others (and the parts'
+    own rejected rows) verbatim to the quarantine stream with the reason;
+    ``position`` (any msgpack-able value) and ``identity`` to the position
+    record. All of it commits, or none.
+    """
+    tx = arrays.Transaction(writers.store, message=message or f"import {tag}", user="windvane-import",
+                            metadata={"source": source_id})
+    try:
+        done = write_parts(tx, writers, tag, schema, parts, source_id, position, identity, source=source)
+        if _before_commit is not None:
+            _before_commit()
+        tid = tx.commit()
+    except BaseException:
+        if tx.state == "open":
+            tx.abort()
+        raise
+    return Committed(done.rows, done.rejected, tid, done.reasons)
+
+
+def commit_part(writers: streams.StreamWriters, tag: str, schema: Schema, part: Part, source_id: str,
+                position: Any, identity: Any = None, *, source: str = SOURCE) -> Committed:
+    """:func:`commit_parts` of one part."""
+    return commit_parts(writers, tag, schema, [part], source_id, position, identity, source=source)
+
+
+# -- the driver -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportResult:
+    """What :func:`import_source` did."""
+
+    rows: int = 0  # stored in the stream by this run
+    rejected: int = 0  # quarantined by this run
+    nbytes: int = 0  # file bytes read by this run
+    seconds: float = 0.0
+    resumed_from: Any = None  # the stored position this run started from (None: the beginning)
+    commits: int = 0
+    schema: Schema | None = None
+    reasons: list[str] = field(default_factory=list)  # distinct rejection reasons (the first few)
+
+    @property
+    def mbps(self) -> float:
+        return self.nbytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+
+def _read_ahead(parts: Iterator[Part], out: queue.Queue, stop: threading.Event) -> None:
+    """Reader thread: parse the next parts while the main thread commits (pyarrow releases the GIL)."""
+    try:
+        for part in parts:
+            while not stop.is_set():
+                try:
+                    out.put(("part", part), timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        out.put(("end", None))
+    except BaseException as exc:  # noqa: BLE001 - handed to the committing thread, which raises it
+        out.put(("error", exc))
+
+
+def _pause_if_asked(commit_number: int) -> None:
+    wanted = os.environ.get(PAUSE_ENV)
+    if wanted and int(wanted) == commit_number:
+        import sys
+
+        print(f"import: paused before commit {commit_number}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id: str, identity: Any = None,
+                  schema: Schema | None = None, progress: Callable[[int], None] | None = None,
+                  same_source: Callable[[Any], bool] | None = None, restart: bool = False,
+                  commit_bytes: int = COMMIT_BYTES, writers: streams.StreamWriters | None = None) -> ImportResult:
+    """Import ``reader``'s parts into stream ``tag``, resuming from the stored position of ``source_id``.
+
+    ``schema``: the stream's schema, or None to use the existing stream's or
+    infer one from the first part (:func:`resolve_schema`). ``identity`` is
+    stored with every position; ``same_source(stored_identity)`` says
+    whether the source is still the one a stored position was taken of
+    (e.g. :func:`same_file`): if not, :class:`SourceChanged`, unless
+    ``restart`` (import from the beginning; rows stored before stay).
+    ``progress(nbytes)`` is called after each commit with the bytes it
+    covered. Parts are committed ``commit_bytes`` (at least) at a time, a
+    reader thread parsing one step ahead. Interrupted (an exception,
+    Ctrl-C), the commit in progress is aborted: what was committed, with its
+    position, stands, and the next run resumes there.
+    """
+    started = time.perf_counter()
+    writers = writers or streams.StreamWriters(store)
+    schema = resolve_schema(store, tag, schema)
+    stored = read_position(store, tag, source_id)
+    start = None
+    if stored is not None:
+        if same_source is not None and not same_source(stored.identity):
+            if not restart:
+                raise SourceChanged(
+                    f"the source was partly imported into {tag!r} before (up to {stored.value}), but it has changed "
+                    "since (its first bytes or size differ); run with --restart to import it from the beginning "
+                    "(rows imported before stay in the stream)")
+        else:
+            start = stored.value
+    result = ImportResult(resumed_from=start, schema=schema)
+    ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
+    stop = threading.Event()
+    thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read",
+                              daemon=True)
+    thread.start()
+    try:
+        pending: list[Part] = []
+        pending_bytes = 0
+        while True:
+            kind, item = ready.get()
+            if kind == "error":
+                raise item
+            if kind == "part":
+                pending.append(item)
+                pending_bytes += item.nbytes
+                if pending_bytes < commit_bytes:
+                    continue
+            if pending:
+                if result.schema is None:
+                    result.schema = infer_schema(tag, pending[0])
+                _commit(writers, tag, pending, source_id, identity, result)
+                if progress is not None:
+                    progress(pending_bytes)
+                result.nbytes += pending_bytes
+                pending, pending_bytes = [], 0
+            if kind == "end":
+                break
+    finally:
+        stop.set()
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def _commit(writers: streams.StreamWriters, tag: str, parts: list[Part], source_id: str, identity: Any,
+            result: ImportResult) -> None:
+    number = result.commits + 1
+    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity,
+                        _before_commit=lambda: _pause_if_asked(number))
+    result.commits += 1
+    result.rows += done.rows
+    result.rejected += done.rejected
+    for reason in done.reasons:
+        if reason not in result.reasons and len(result.reasons) < 8:
+            result.reasons.append(reason)
