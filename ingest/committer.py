@@ -158,6 +158,9 @@ class GroupCommitter:
         self._commit_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="windvane-commit")
         self._committing: concurrent.futures.Future | None = None
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
+        # A commit whose outcome the store could not learn may have stored its keys:
+        # the ledger is read again from the store before the next commit.
+        self._ledger_stale = False
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
 
     @property
@@ -340,6 +343,9 @@ class GroupCommitter:
         from one commit straight to writing the next group: handing that
         over to this thread would leave the database idle while it wakes.
         """
+        group = self._drop_committed(group)
+        if not group:
+            return
         started = time.perf_counter()
         try:
             gathered = self._gather(group)
@@ -389,8 +395,43 @@ class GroupCommitter:
             self._commit([item])
             self._settle()
 
+    def _drop_committed(self, group: list[_Submission]) -> list[_Submission]:
+        """``group`` without the submissions whose key is committed already (each answered as a duplicate).
+
+        Keys reach the ledger before a commit only when it was read again
+        after a commit of unknown outcome: that commit stored these.
+        """
+        if not any(item.key is not None and item.key in self.ledger for item in group):
+            return group
+        done = [item for item in group if item.key is not None and item.key in self.ledger]
+        for item in done:
+            self.metrics.record_duplicate()
+        self._finish(done, receipts=[Receipt(0, 0, None, duplicate=True)] * len(done))
+        return [item for item in group if item not in done]
+
+    def _reload_ledger(self) -> bool:
+        """Read the ledger again from the store (after a commit of unknown outcome); whether it was."""
+        fresh = KeyLedger(self.ledger.window, self.ledger.max_keys)
+        try:
+            fresh.load(self.store)
+        except Exception as exc:  # noqa: BLE001 - the store is still out of reach: the next commit fails too
+            log.error("cannot read the idempotency ledger again: %s", exc)
+            return False
+        self.ledger = fresh  # one reference swap: the event loop reads it without a lock
+        self._ledger_stale = False
+        log.info("read the idempotency ledger again after a commit of unknown outcome: %d keys", len(fresh))
+        return True
+
     def _failed(self, group: list[_Submission], exc: Exception) -> list[_Submission]:
         """Report a failed commit: the submissions to retry one by one, or none (each has its error)."""
+        if isinstance(exc, neostore.CommitOutcomeUnknown):
+            # Retrying could store the group twice: its senders resend, and the
+            # ledger, read again before the next commit, recognises keyed resends.
+            self._ledger_stale = True
+            self.metrics.record_failure()
+            log.error("commit failed, nothing acknowledged: %s", exc)
+            self._finish(group, error=CommitFailed(f"{exc}; nothing was acknowledged, send again"))
+            return []
         if len(group) > 1:
             log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
                         len(group), exc)
@@ -465,6 +506,13 @@ class GroupCommitter:
             if redo:
                 handoff.redo = redo
                 return []
+            if self._ledger_stale:
+                if not self._reload_ledger():
+                    handoff.written.set()
+                    return self._failed(group, neostore.DatabaseError("the store is out of reach"))
+                if any(item.key is not None and item.key in self.ledger for item in group):
+                    handoff.written.set()
+                    return group  # committed already, some of them: sorted out one by one
             try:
                 tx = self._write(gathered, staged)
             except Exception as exc:  # noqa: BLE001 - reported to the submitters

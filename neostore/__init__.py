@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import (
     CommitLockTimeout,
+    CommitOutcomeUnknown,
     ConflictError,
     CorruptDataError,
     DatabaseError,
@@ -38,7 +39,9 @@ def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name fo
     """Open (creating if needed) the store at ``url``.
 
     Options: ``read_only``, ``compression_level`` (zstd level, 0 = off),
-    ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold).
+    ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold),
+    ``in_doubt_timeout`` (seconds to wait for a server that went away during a
+    COMMIT, to learn whether it committed).
     """
     return Store(url, **options)
 
@@ -52,6 +55,7 @@ def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
 
 __all__ = [
     "CommitLockTimeout",
+    "CommitOutcomeUnknown",
     "ConflictError",
     "CorruptDataError",
     "DatabaseError",

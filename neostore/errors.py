@@ -25,6 +25,20 @@ class DatabaseError(NeoStoreError):
     """The backend database failed in a way neostore cannot recover from."""
 
 
+class CommitOutcomeUnknown(DatabaseError):
+    """The connection was lost during a COMMIT, and the database stayed out of reach too long to learn
+    whether that transaction committed. ``tid`` is the transaction's; ask
+    :meth:`neostore.Store.transaction_committed` once the database is back."""
+
+    def __init__(self, tid: bytes, seconds: float, cause: BaseException):
+        self.tid = tid
+        super().__init__(
+            f"the connection to the database was lost while transaction 0x{tid.hex()} committed, and the "
+            f"database could not be reached for {seconds:g} s to learn whether it did ({cause}); once it is "
+            "back, Store.transaction_committed(tid) tells"
+        )
+
+
 class CorruptDataError(NeoStoreError, POSException.StorageError):
     """A stored value does not match its hash (or cannot be decompressed)."""
 

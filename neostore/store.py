@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -146,6 +147,7 @@ class Store:
         compression_level: int = 1,
         commit_lock_timeout: float = 60.0,
         flush_bytes: int = 64 * 1024 * 1024,
+        in_doubt_timeout: float = 180.0,
         backend: Backend | None = None,
         **backend_options: Any,
     ):
@@ -154,6 +156,8 @@ class Store:
         self.codec = ValueCodec(compression_level)
         self.commit_lock_timeout = commit_lock_timeout
         self.flush_bytes = flush_bytes
+        # Long enough for a killed server to restart and finish crash recovery.
+        self.in_doubt_timeout = in_doubt_timeout
         self.backend = backend or backend_for(self.url, **backend_options)
         self._local = threading.local()
         self._readers: list[Any] = []
@@ -335,6 +339,43 @@ class Store:
             return
         with self._pool_lock:
             self._writers.append(conn)
+
+    def transaction_committed(self, tid: bytes, *, timeout: float | None = None) -> bool:
+        """Whether transaction ``tid`` committed, once no commit of it can still be under way.
+
+        The session that commits holds the commit lock, which the server
+        releases only when that session ends: its COMMIT is then durable or
+        rolled back (by crash recovery if the server was killed). So the
+        answer is read under the commit lock, on a new connection, retried
+        while the database is out of reach for up to ``timeout`` seconds
+        (default :attr:`in_doubt_timeout`); past that, DatabaseError.
+        """
+        timeout = self.in_doubt_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            conn = None
+            try:
+                conn = self.backend.connect(for_writing=True)
+                self.backend.acquire_commit_lock(conn, max(1.0, deadline - time.monotonic()))
+                cur = conn.cursor()
+                cur.execute("SELECT 1 FROM trans WHERE tid = ?", (u64(tid),))
+                found = cur.fetchone() is not None
+                cur.close()
+                self.backend.release_commit_lock(conn)
+                return found
+            except Exception as exc:
+                retry = isinstance(exc, (errors.DatabaseError, errors.CommitLockTimeout)) or \
+                    self.backend.is_connection_lost(exc)
+                if not retry:
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise errors.DatabaseError(f"the database stayed out of reach for {timeout:g} s: {exc}") from exc
+            finally:
+                if conn is not None:
+                    self.backend.close_connection(conn)
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
     def close(self) -> None:
         """Close every connection. Transactions still open are abandoned."""
@@ -1038,11 +1079,16 @@ class Transaction:
             if self._orphans:
                 delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
             self._advance_oidgen(cur)
-            conn.commit()
         except BaseException:
             self.abort()
             raise
-        self._release()
+        try:
+            conn.commit()
+        except BaseException as exc:
+            self.abort()
+            self._settle_lost_commit(exc)
+        else:
+            self._release()
         self.state = "finished"
         return self.tid
 
@@ -1092,13 +1138,33 @@ class Transaction:
             cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
             self._advance_oidgen(cur)
             conn.commit()
-        except BaseException:
+        except BaseException as exc:
             self._release(broken=True)
             self.state = "failed"
-            raise
-        self._release()
+            self._settle_lost_commit(exc)
+        else:
+            self._release()
         self.state = "finished"
         return self.tid
+
+    def _settle_lost_commit(self, exc: BaseException) -> None:
+        """After ``exc`` ended the commit of this transaction: return if it committed after all
+        (the connection was lost once the server had made the COMMIT durable), else raise ``exc``.
+
+        Only a lost connection leaves the outcome in doubt; reporting such a
+        commit as failed would have the caller store its data a second time.
+        """
+        if not self.store_.backend.is_connection_lost(exc):
+            raise exc
+        log.warning("the connection was lost while transaction 0x%s committed; asking the database whether it did",
+                    self.tid.hex())
+        try:
+            committed = self.store_.transaction_committed(self.tid, timeout=self.store_.in_doubt_timeout)
+        except errors.DatabaseError as unreachable:
+            raise errors.CommitOutcomeUnknown(self.tid, self.store_.in_doubt_timeout, unreachable) from exc
+        if not committed:
+            raise exc
+        log.warning("transaction 0x%s committed before the connection was lost", self.tid.hex())
 
     def abort(self) -> None:
         """Forget the transaction. Safe to call in any state, more than once."""
