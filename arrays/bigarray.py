@@ -252,15 +252,22 @@ class BigArray(StoreOwner):
                 ahead.cancel()
 
     def to_dask(self) -> Any:
-        """A dask array over this view, one task per stored chunk, read in parallel threads."""
+        """A dask array over this view, one task per stored chunk, read in parallel threads.
+
+        Its graph holds the array by store URL and snapshot, not by data: on a
+        dask.distributed cluster each worker opens the store and reads the
+        chunks itself (:mod:`arrays.dask_source`).
+        """
         import dask.array as da
+
+        from .dask_source import DaskSource
 
         if self._before is None:
             token = uuid.uuid4().hex  # a transaction's view changes with its writes: never reuse results
         else:
             token = f"{self._before.hex()}-{id(self._store):x}"
         return da.from_array(
-            self,
+            DaskSource.of(self),
             chunks=self.chunks,
             name=f"bigarray-{self.name}-{token}",
             lock=False,

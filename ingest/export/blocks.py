@@ -1,0 +1,153 @@
+"""Reading a stream for export: whole chunks at a time, from one snapshot, as Arrow tables.
+
+:func:`layout_of` describes a stream's columns once (what the writers
+need to create their files); :func:`read_blocks` yields the rows of a row
+range as :class:`Block` objects of whole stream chunks (about
+:data:`BLOCK_BYTES` each), the next block read in a thread while the
+caller writes the current one. Memory stays at about three blocks
+whatever the stream's size. Tables are :meth:`arrays.Stream.to_arrow`'s:
+``time`` is ``timestamp[ns, tz=UTC]``, strings ``large_string``, bytes
+``large_binary``, a column with an inner shape a ``fixed_size_list``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import arrays
+from arrays.stream import QUARANTINE_ROOT
+from arrays.metadata import item_bytes
+from arrays.workers import io_pool
+
+from .times import TimeRange
+
+#: Raw bytes a block aims at (rounded to whole chunks of the stream, at least one).
+BLOCK_BYTES = 4 << 20
+TIME = "time"
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """One column of a stream (``time`` excluded): what a writer needs to declare it."""
+
+    name: str
+    dtype: np.dtype  # numpy's; StringDType for strings, object for bytes
+    inner: tuple[int, ...]  # the shape of one row's value: () or (channels,)
+    dims: tuple[str, ...]  # ("time", ...)
+    attrs: dict[str, Any]
+    codecs: tuple[dict, ...] = ()  # the zarr v3 codecs its chunks are stored with: serializer, then compressors
+
+    @property
+    def kind(self) -> str:
+        """``"str"``, ``"bytes"`` or ``"number"`` (numbers and bools)."""
+        return "str" if self.dtype.kind == "T" else "bytes" if self.dtype == object else "number"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a stream holds, as writers declare it: its columns, chunking and the Arrow schema of its blocks."""
+
+    tag: str
+    quarantine: bool
+    attrs: dict[str, Any]
+    chunk_rows: int  # of the time column: writers chunk their output alike
+    columns: tuple[ColumnLayout, ...]
+    schema: pa.Schema = field(repr=False)
+    time_codecs: tuple[dict, ...] = ()
+
+    @property
+    def row_bytes(self) -> int:
+        """Estimated raw bytes of one row (variable-length values counted at arrays' estimate)."""
+        return 8 + sum(item_bytes(c.dtype) * math.prod(c.inner) for c in self.columns)
+
+
+def layout_of(stream: arrays.Stream) -> Layout:
+    """The :class:`Layout` of ``stream`` as its snapshot sees it."""
+    columns = tuple(
+        ColumnLayout(name, array.dtype, tuple(array.shape[1:]),
+                     tuple(array.dims or (TIME, *(f"{name}_dim{i}" for i in range(1, array.ndim)))),
+                     array.attrs, tuple(array.codec))
+        for name, array in ((name, stream[name]) for name in stream.columns)
+    )
+    quarantine = stream.path.startswith(QUARANTINE_ROOT + "/")
+    return Layout(stream.tag, quarantine, stream.attrs, stream[TIME].chunks[0], columns, stream.to_arrow(0, 0).schema,
+                  tuple(stream[TIME].codec))
+
+
+@dataclass(frozen=True)
+class Block:
+    """The selected rows of stream rows ``[start, stop)``: ``table`` (maybe empty) and their raw bytes."""
+
+    start: int
+    stop: int
+    table: pa.Table
+    nbytes: int
+
+
+def block_rows(layout: Layout, block_bytes: int = BLOCK_BYTES) -> int:
+    """Rows per block: whole chunks of the stream, about ``block_bytes`` of raw data, at least one chunk."""
+    chunks = max(1, block_bytes // max(1, layout.row_bytes * layout.chunk_rows))
+    return chunks * layout.chunk_rows
+
+
+def raw_bytes(layout: Layout, table: pa.Table) -> int:
+    """The raw bytes of ``table``'s values: number columns' itemsize, text and bytes their length (as info does)."""
+    total = 8 * table.num_rows
+    for column in layout.columns:
+        values = table.column(column.name)
+        if column.kind == "number":
+            total += table.num_rows * math.prod(column.inner) * column.dtype.itemsize
+        elif table.num_rows:
+            for _ in column.inner:  # text and bytes with an inner shape: the lengths of the leaves
+                values = pc.list_flatten(values)
+            total += pc.sum(pc.binary_length(values)).as_py() or 0
+    return total
+
+
+def _read(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange) -> Block:
+    if times.bounded:
+        keep = times.mask(stream[TIME][start:stop])
+        if keep is not None and not keep.any():
+            return Block(start, stop, layout.schema.empty_table(), 0)  # the other columns need not be read
+    else:
+        keep = None
+    table = stream.to_arrow(start, stop)
+    if keep is not None:
+        table = table.filter(pa.array(keep))
+    return Block(start, stop, table, raw_bytes(layout, table))
+
+
+def read_blocks(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange = TimeRange(),
+                rows: int | None = None) -> Iterator[Block]:
+    """The blocks of rows ``[start, stop)`` of ``stream`` (a snapshot), ``rows`` stream rows each, in order.
+
+    Blocks start at multiples of ``rows`` (whole chunks) except the first.
+    Only rows whose time is in ``times`` are kept; a block none of whose
+    rows is kept reads its ``time`` column only.
+    """
+    rows = rows or block_rows(layout)
+    bounds = []
+    at = start
+    while at < stop:
+        end = min(stop, (at // rows + 1) * rows)
+        bounds.append((at, end))
+        at = end
+    if not bounds:
+        return
+    pool = io_pool()
+    ahead = pool.submit(_read, stream, layout, *bounds[0], times)
+    try:
+        for i in range(len(bounds)):
+            block = ahead.result()
+            ahead = pool.submit(_read, stream, layout, *bounds[i + 1], times) if i + 1 < len(bounds) else None
+            yield block
+    finally:
+        if ahead is not None:
+            ahead.cancel()

@@ -1,0 +1,63 @@
+"""The export formats: one writer module per format, looked up by name.
+
+A writer is made with ``open(path, layout, rows)`` (``layout``: the stream's
+:class:`~ingest.export.blocks.Layout`; ``rows``: at most that many rows
+will be written, which array formats size their arrays by), takes the stream's rows as Arrow
+tables with :meth:`Writer.write`, in order, and finishes the file with
+:meth:`Writer.close`. It writes ``path`` only (a file, or a directory for
+zarr); making that file appear atomically is the caller's job
+(:mod:`ingest.export.files`). Writer modules are imported on first use, so
+that exporting Parquet never imports zarr or h5py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+from ..blocks import Layout
+from ..errors import UnknownFormat
+
+
+class Writer(Protocol):
+    """What every format's writer does."""
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows (the layout's schema) to the file."""
+
+    def close(self) -> None:
+        """Finish the file (footers, metadata); nothing is written after."""
+
+
+@dataclass(frozen=True)
+class Format:
+    """A format: its name, the extension of its files, whether a file is a directory, and its writer."""
+
+    name: str
+    extension: str
+    directory: bool
+    module: str  # ingest.export.formats.<module> defines ``Writer(path, layout, rows)``
+    description: str
+
+    def open(self, path: str, layout: Layout, rows: int) -> Writer:
+        return importlib.import_module(f"{__name__}.{self.module}").Writer(path, layout, rows)
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("parquet", ".parquet", False, "parquet", "Apache Parquet, one row group per block"),
+    Format("arrow", ".arrow", False, "arrow_ipc", "Arrow IPC file format (Feather v2)"),
+    Format("csv", ".csv", False, "csv_text", "CSV, ISO 8601 times with offset, bytes as base64"),
+    Format("zarr", ".zarr", True, "zarr_group", "a zarr v3 group directory, CF time"),
+    Format("netcdf", ".nc", False, "netcdf", "netCDF-4 (HDF5), CF time"),
+)}
+
+
+def format_named(name: str) -> Format:
+    """The format called ``name``; :class:`UnknownFormat` listing the formats if there is none."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise UnknownFormat(f"unknown export format {name!r}; choose one of {', '.join(FORMATS)}") from None

@@ -1,0 +1,72 @@
+"""zarr v3: a group directory with one array per column, ``time`` carrying CF units, chunked as the stream.
+
+``xarray.open_zarr(path)`` gives ``time`` as datetime64[ns] and every
+column with its dims (``(time, channel)`` for vibration samples);
+``zarr.open_group(path)`` gives the int64 ns and the columns as stored.
+Strings are zarr's ``string`` (variable-length UTF-8), bytes its
+``variable_length_bytes``; every array keeps the codecs its stream column
+has (blosc by default), so the export costs what the stream's own encoding
+does. The group's attributes are the stream's, plus ``stream`` (its tag);
+metadata is consolidated on close.
+
+Arrays are created as long as the most rows the export can write and cut
+to the rows written on close: no metadata rewrite per block. The columns
+of a block are encoded and written concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pyarrow as pa
+import zarr
+from zarr.core.dtype import VariableLengthBytes
+from zarr.core.sync import sync
+from zarr.errors import UnstableSpecificationWarning, ZarrUserWarning
+from zarr.storage import LocalStore
+
+from ..blocks import Layout
+from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, time_values
+
+
+class Writer(ChunkWriter):
+    def __init__(self, path: str, layout: Layout, rows: int):
+        super().__init__(layout.chunk_rows)
+        self._layout = layout
+        self._store = LocalStore(path)
+        chunk = layout.chunk_rows
+        attrs = {k: attribute(v) for k, v in {**layout.attrs, "stream": layout.tag}.items()}
+        group = zarr.open_group(self._store, mode="w-", zarr_format=3, attributes=attrs)
+        with warnings.catch_warnings():
+            # variable_length_bytes has no zarr v3 spec yet; zarr writes and reads it all the same.
+            warnings.simplefilter("ignore", UnstableSpecificationWarning)
+            self._arrays = {"time": group.create_array(
+                "time", shape=(rows,), dtype="int64", chunks=(chunk,), dimension_names=("time",),
+                compressors=layout.time_codecs[1:], attributes=TIME_ATTRS)}
+            for c in layout.columns:
+                dtype = "str" if c.kind == "str" else VariableLengthBytes() if c.kind == "bytes" else c.dtype
+                self._arrays[c.name] = group.create_array(
+                    c.name, shape=(rows, *c.inner), dtype=dtype, chunks=(chunk, *c.inner), dimension_names=c.dims,
+                    serializer=c.codecs[0], compressors=c.codecs[1:],
+                    attributes={k: attribute(v) for k, v in c.attrs.items()})
+
+    def _append(self, table: pa.Table, start: int, stop: int) -> None:
+        values = {"time": time_values(table)}
+        values.update((c.name, column_values(table, c)) for c in self._layout.columns)
+
+        async def write_all() -> None:
+            await asyncio.gather(*(self._arrays[name].async_array.setitem(slice(start, stop), data)
+                                   for name, data in values.items()))
+
+        sync(write_all())
+
+    def _finish(self) -> None:
+        for array in self._arrays.values():
+            if array.shape[0] != self._rows:  # the time range left rows out
+                array.resize((self._rows, *array.shape[1:]))
+        with warnings.catch_warnings():
+            # Not in the v3 spec yet, but what xarray looks for first: without it, it warns on every open.
+            warnings.simplefilter("ignore", ZarrUserWarning)
+            zarr.consolidate_metadata(self._store)
+        self._store.close()
