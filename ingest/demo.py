@@ -444,3 +444,7 @@ def notebook_lines(result: DemoResult) -> Iterator[str]:
     yield f'    vibration = arrays.open_stream("{url}", "{VIBRATION_TAG}")["samples"][:25600]   # 1 s x 3 axes'
     yield f'    log = arrays.open_stream("{url}", "{LOG_TAG}").to_pandas()'
     yield f'    rejected = arrays.open_stream("{url}", "{LOG_TAG}", quarantine=True).to_pandas()[["reason", "raw"]]'
+    yield ""
+    yield "analyses of this store, from the repository: notebooks/ (vibration, sensors, logs);"
+    yield "a stream out to a file (parquet, arrow, csv, zarr, netcdf; --job NAME for incremental runs):"
+    yield f"  windvane export turbine.R80736.scada --store {url} --to scada.parquet --format parquet"
