@@ -94,7 +94,7 @@ class _Group:
     sizes: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
     receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
-    key_write: tuple[int, list[bytes]] | None = None  # the ledger bucket the keys went to, once written
+    key_write: tuple[tuple[int, int], list[bytes]] | None = None  # the ledger bucket the keys went to, once written
 
     def counts(self) -> tuple[int, int]:
         """(events accepted, events quarantined)."""
@@ -483,9 +483,9 @@ class GroupCommitter:
             for tag, rejected in gathered.rejected.items():
                 streams.quarantine(tx, self._writers, tag, rejected)
             if gathered.keys:
-                name, value, second, bucket = self.ledger.to_write(gathered.keys)
+                name, value, where, bucket = self.ledger.to_write(gathered.keys)
                 tx.set(name, value)
-                gathered.key_write = (second, bucket)
+                gathered.key_write = (where, bucket)
         except BaseException:
             tx.abort()
             raise

@@ -3,8 +3,16 @@
 A Forward chunk resent after a lost ack, or an HTTP request retried with
 the same ``Idempotency-Key``, must not be stored twice, even across a
 ``kill -9`` of the service. So each commit that carries keys also writes
-them, in one small object per second (``_windvane/ingest/keys/<second>``),
-and a service loads the buckets of its window at start.
+them, in small bucket objects named by second
+(``_windvane/ingest/keys/<second>-<part>``), and a service loads the
+buckets of its window at start.
+
+A commit adds its keys to the newest bucket, which it rewrites whole; a
+bucket holding :data:`BUCKET_KEYS` keys is left as it is and the next
+commit starts a new part. Rewriting one bucket per second instead made
+each commit copy every key committed before it in that second: with many
+commits a second of many keys each (MQTT records a key per message) that
+grew quadratically and filled the store's history.
 """
 
 from __future__ import annotations
@@ -19,10 +27,22 @@ from arrays import Snapshot
 PREFIX = "_windvane/ingest/keys/"
 #: Seconds per listing prefix: the names of one block share all but their last 5 digits.
 _BLOCK = 100_000
+#: Keys a bucket takes before the next commit starts a new one: a rewrite copies at most ~20 KB.
+BUCKET_KEYS = 1024
 
 
-def _name(second: int) -> str:
-    return f"{PREFIX}{second:012d}"
+def _name(second: int, part: int = 0) -> str:
+    return f"{PREFIX}{second:012d}-{part:06d}"
+
+
+def _second(name: str) -> int:
+    """The second a bucket's name holds (names without a part were written before parts existed)."""
+    return int(name[len(PREFIX):].split("-")[0])
+
+
+def _part(name: str) -> int:
+    rest = name[len(PREFIX):].split("-")
+    return int(rest[1]) if len(rest) > 1 else 0
 
 
 class KeyLedger:
@@ -34,6 +54,7 @@ class KeyLedger:
         self._keys: dict[bytes, int] = {}
         self._order: collections.deque[tuple[int, bytes]] = collections.deque()
         self._bucket_second = -1
+        self._bucket_part = 0
         self._bucket: list[bytes] = []
 
     def __contains__(self, key: bytes) -> bool:
@@ -50,26 +71,34 @@ class KeyLedger:
         names: list[str] = []
         for block in range(oldest // _BLOCK, now // _BLOCK + 1):
             prefix = _name(block * _BLOCK)[: len(PREFIX) + 7]
-            names += [e.key for e in snapshot.list(prefix) if int(e.key[len(PREFIX):]) >= oldest]
+            names += [e.key for e in snapshot.list(prefix) if _second(e.key) >= oldest]
         values = snapshot.get_many(names)
+        last = None
         for name in sorted(values):
-            second = int(name[len(PREFIX):])
             keys = msgpack.unpackb(values[name])
-            self._remember(second, keys)
-            self._bucket_second, self._bucket = second, list(keys)
+            self._remember(_second(name), keys)
+            last = name
+        if last is not None:
+            # Where the next commit's keys go: a new part, so that buckets of older names are never rewritten.
+            self._bucket_second, self._bucket_part, self._bucket = _second(last), _part(last) + 1, []
         return len(self._keys)
 
-    def to_write(self, keys: list[bytes]) -> tuple[str, bytes, int, list[bytes]]:
-        """``(name, value, second, bucket)`` to store with a commit of ``keys``; pass ``second``
+    def to_write(self, keys: list[bytes]) -> tuple[str, bytes, tuple[int, int], list[bytes]]:
+        """``(name, value, where, bucket)`` to store with a commit of ``keys``; pass ``where``
         and ``bucket`` to :meth:`committed` once the commit succeeded."""
         second = int(time.time())
-        bucket = (self._bucket if second == self._bucket_second else []) + keys
-        return _name(second), msgpack.packb(bucket, use_bin_type=True), second, bucket
+        if second != self._bucket_second:
+            part, bucket = 0, list(keys)
+        elif self._bucket and len(self._bucket) + len(keys) > BUCKET_KEYS:
+            part, bucket = self._bucket_part + 1, list(keys)
+        else:
+            part, bucket = self._bucket_part, self._bucket + keys
+        return _name(second, part), msgpack.packb(bucket, use_bin_type=True), (second, part), bucket
 
-    def committed(self, second: int, bucket: list[bytes], keys: list[bytes]) -> None:
-        """Record that ``keys`` are committed (in ``second``'s bucket, now ``bucket``)."""
-        self._bucket_second, self._bucket = second, bucket
-        self._remember(second, keys)
+    def committed(self, where: tuple[int, int], bucket: list[bytes], keys: list[bytes]) -> None:
+        """Record that ``keys`` are committed (in the bucket at ``where``, now ``bucket``)."""
+        (self._bucket_second, self._bucket_part), self._bucket = where, bucket
+        self._remember(where[0], keys)
 
     def _remember(self, second: int, keys: list[bytes]) -> None:
         for key in keys:
