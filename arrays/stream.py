@@ -89,6 +89,11 @@ _WRITE_BATCH = 64
 _PARALLEL_BYTES = 1 << 20
 
 
+#: The longest tag or column name, in UTF-8 bytes (a file name's limit). Two of them and a chunk
+#: key stay well within the store's name limit (neostore's ``MAX_NAME``, 767 bytes).
+MAX_PART_BYTES = 255
+
+
 def _check_part(what: str, name: Any, error: type[Exception] = InvalidTagError) -> str:
     """``name`` if it can be one path segment of a zarr key, else ``error`` saying why."""
     if not isinstance(name, str) or not name:
@@ -97,6 +102,12 @@ def _check_part(what: str, name: Any, error: type[Exception] = InvalidTagError) 
         raise error(
             f"{what} {name!r} must be printable and contain no '/' or '..' (and not be '.' or {METADATA_KEY!r})"
         )
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} {name!r} is not valid UTF-8 text") from None
+    if size > MAX_PART_BYTES:
+        raise error(f"{what} {name[:40]!r}... is {size} bytes of UTF-8; the limit is {MAX_PART_BYTES}")
     return name
 
 

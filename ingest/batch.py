@@ -30,8 +30,13 @@ def packed_event(time_ns: int, record: Any) -> bytes:
     """
     try:
         return msgpack.packb([time_ns, record], use_bin_type=True)
-    except (TypeError, ValueError, OverflowError):
-        return msgpack.packb([time_ns, repr(record)], use_bin_type=True)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        pass
+    try:
+        text = repr(record)
+    except RecursionError:  # nested deeper than Python recurses: the outermost part is all that is kept
+        text = f"<{type(record).__name__} nested too deeply to represent>"
+    return msgpack.packb([time_ns, text], use_bin_type=True)
 
 
 @dataclass(slots=True)

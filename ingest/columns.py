@@ -11,6 +11,7 @@ tag's quarantine stream.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -57,9 +58,60 @@ def _cell_error(f: Field, value: Any) -> str | None:
         ok = t is bool
     elif f.dtype == "str":
         ok = t is str
+        if ok and not _utf8(value):
+            return f"field {f.name!r}: text that is not valid UTF-8 ({_describe(value)})"
+        if t is bytes:  # msgpack bin: text when it is UTF-8 (text_values converted those already)
+            return f"field {f.name!r}: bytes that are not valid UTF-8 text ({_describe(value)})"
     else:  # bytes
         ok = t is bytes or t is str
+        if t is str and not _utf8(value):
+            return f"field {f.name!r}: text that is not valid UTF-8 ({_describe(value)})"
     return None if ok else f"field {f.name!r}: expected {f.dtype}, got {_describe(value)}"
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a decoder's surrogate escapes of invalid bytes do not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _all_utf8(texts: list) -> bool:
+    """Whether every str of ``texts`` encodes as UTF-8, checked in one C pass over their concatenation."""
+    return _utf8("".join(t for t in texts if type(t) is str))
+
+
+def text_values(values: list) -> list:
+    """``values`` with each bytes value that is valid UTF-8 decoded to str; bytes that are not stay bytes.
+
+    Text arrives as msgpack bin from senders that do not know their strings'
+    encoding (fluentd's worker runs in ASCII-8BIT): bin that decodes as
+    UTF-8 is that text.
+    """
+    out = []
+    for v in values:
+        if type(v) is bytes:
+            try:
+                v = v.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        out.append(v)
+    return out
+
+
+def _text_keys(record: dict) -> dict | str:
+    """``record`` with bytes keys decoded as UTF-8 field names, or why one cannot be."""
+    out = {}
+    for k, v in record.items():
+        if type(k) is bytes:
+            try:
+                k = k.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"field name {_describe(k)} is not valid UTF-8"
+        out[k] = v
+    return out
 
 
 def _missing(f: Field) -> Any:
@@ -87,8 +139,8 @@ def _column_ok(f: Field, values: list) -> bool:
     if f.dtype == "bool":
         return types <= {bool}
     if f.dtype == "str":
-        return types <= {str}
-    return types <= {bytes, str}
+        return types <= {str} and _all_utf8(values)
+    return types <= {bytes} or (types <= {bytes, str} and _all_utf8(values))
 
 
 def _to_array(f: Field, values: list) -> np.ndarray | list:
@@ -103,16 +155,45 @@ def _to_array(f: Field, values: list) -> np.ndarray | list:
     return np.array(values, dtype=f.dtype)
 
 
-def _extras(schema: Schema, records: list[dict]) -> list[str] | None:
-    """Undeclared fields of each record as JSON text ("" for none); None if no record has any."""
+def _extras(schema: Schema, records: list[dict]) -> tuple[list[str], dict[int, str]] | None:
+    """Undeclared fields of each record as JSON text ("" for none), and why some records' cannot be;
+    None if no record has any."""
     declared = {f.name for f in schema.fields}
     if set().union(*records) <= declared:
         return None
     out = []
-    for r in records:
+    faults: dict[int, str] = {}
+    for j, r in enumerate(records):
         extra = {k: v for k, v in r.items() if k not in declared}
-        out.append(json.dumps(extra, ensure_ascii=False, default=_jsonable, separators=(",", ":")) if extra else "")
-    return out
+        text = _extra_json(extra) if extra else ""
+        if text is None or not _utf8(text):
+            faults[j] = ("undeclared fields are nested too deeply to keep as JSON" if text is None
+                         else "undeclared fields hold text that is not valid UTF-8")
+            text = ""
+        out.append(text)
+    return out, faults
+
+
+def _extra_json(extra: dict) -> str | None:
+    """``extra`` as JSON text (bin as text, nested bin keys too); None if it is nested too deeply to encode."""
+    try:
+        try:
+            return json.dumps(extra, ensure_ascii=False, default=_jsonable, separators=(",", ":"))
+        except TypeError:  # a nested map with bin (or other non-str) keys
+            return json.dumps(_json_keys(extra), ensure_ascii=False, default=_jsonable, separators=(",", ":"))
+    except RecursionError:
+        return None
+
+
+def _json_keys(value: Any) -> Any:
+    """``value`` with every map key JSON can take: bin decoded as UTF-8 text (escaped where it is not)."""
+    if type(value) is dict:
+        return {(k.decode("utf-8", "backslashreplace") if type(k) is bytes
+                 else k if k is None or type(k) in (str, int, float, bool) else repr(k)): _json_keys(v)
+                for k, v in value.items()}
+    if type(value) is list:
+        return [_json_keys(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -148,6 +229,16 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
         for i, r in enumerate(records):
             if type(r) is not dict:
                 reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
+    if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
+        # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field.
+        records = list(records)
+        for i, r in enumerate(records):
+            if i not in reasons:
+                named = _text_keys(r)
+                if type(named) is str:
+                    reasons[i] = named
+                else:
+                    records[i] = named
     # ``origin[j]``: the batch index of the j-th map (identity in the common case).
     origin = range(len(records)) if not reasons else [i for i in range(len(records)) if i not in reasons]
     maps = records if not reasons else [records[i] for i in origin]
@@ -155,6 +246,8 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
     values_of: dict[str, list] = {}
     for f in schema.fields:
         values = [r.get(f.name) for r in maps]
+        if f.dtype == "str" and bytes in set(map(type, values)):
+            values = text_values(values)
         if not _column_ok(f, values):
             for j, v in enumerate(values):
                 why = _cell_error(f, v)
@@ -162,7 +255,12 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
                     reasons.setdefault(origin[j], why)
         values_of[f.name] = values
 
-    extras = _extras(schema, maps) if schema.extra != "drop" else None
+    found = _extras(schema, maps) if schema.extra != "drop" else None
+    extras = None
+    if found is not None:
+        extras, faults = found
+        for j, why in faults.items():
+            reasons.setdefault(origin[j], why)
     if extras is not None and schema.extra == "reject":
         declared = ", ".join(f.name for f in schema.fields) or "none"
         for j, text in enumerate(extras):
@@ -197,6 +295,10 @@ def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
     v = schema.vibration
     if type(record) is not dict:
         return f"a vibration record must be a map with {v.samples_field!r}, not {_describe(record)}"
+    if v.samples_field not in record and any(type(k) is bytes for k in record):
+        record = _text_keys(record)
+        if type(record) is str:
+            return record
     block = record.get(v.samples_field)
     if block is None:
         return f"vibration record has no {v.samples_field!r} field"

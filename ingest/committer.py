@@ -54,7 +54,7 @@ import arrays
 import neostore
 
 from . import streams
-from .batch import Batch, Receipt, Undecoded
+from .batch import INVALID_TIME, Batch, Receipt, Undecoded
 from .columns import Columns, Rejected
 from .errors import Backpressure, CommitFailed, UndecodableBatch
 from .ledger import KeyLedger
@@ -79,6 +79,8 @@ class _Submission:
     prepared: concurrent.futures.Future | None = None
     # ... and its result once collected: one list of validated batches per Undecoded item, in order.
     validated: list[list[Validated]] | None = None
+    # Why it could not be stored as it is (an internal error): its events then go to quarantine verbatim.
+    salvage: str | None = None
 
     def ready(self) -> bool:
         """Whether the commit thread can take it without waiting for a worker."""
@@ -124,6 +126,33 @@ def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
     return columns, sum(p.rows for p in parts)
 
 
+def _store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store could not commit (retrying later may work), rather than that
+    something in the submission could not be stored (a bug: retrying the same bytes fails the same way)."""
+    if isinstance(exc, (neostore.NeoStoreError, neostore.ConflictError, CommitFailed, OSError, MemoryError)):
+        return True
+    # The database drivers' own errors (sqlite3.Error, mariadb.Error): what they raise is about the
+    # database (locked, full, gone), never about the bytes, which neostore binds as opaque values.
+    return any(cls.__module__.split(".")[0] in ("sqlite3", "mariadb") for cls in type(exc).__mro__)
+
+
+def _salvage_reason(exc: BaseException) -> str:
+    text = f"windvane could not store this event as it is ({type(exc).__name__}: {exc})"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:2000]
+
+
+def _salvaged(batch: Batch | Undecoded, reason: str) -> Validated:
+    """Every event of ``batch`` rejected with ``reason``, verbatim; an :class:`Undecoded` item's bytes as
+    one event (they may be what could not be decoded)."""
+    tag = batch.tag if valid_tag(batch.tag) else INVALID_TAG
+    if isinstance(batch, Undecoded):
+        rejected = [Rejected(time.time_ns(), reason, batch.payload, batch.source)]
+    else:
+        rejected = [Rejected(int(t) if t != INVALID_TIME else time.time_ns(), reason, batch.raw_bytes(i),
+                             batch.source) for i, t in enumerate(batch.times)]
+    return Validated(tag, batch.size, None, rejected)
+
+
 class GroupCommitter:
     """Commits submitted batches in groups; see the module docstring."""
 
@@ -162,6 +191,7 @@ class GroupCommitter:
         # the ledger is read again from the store before the next commit.
         self._ledger_stale = False
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
+        self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
 
     @property
     def accepts_undecoded(self) -> bool:
@@ -322,9 +352,13 @@ class GroupCommitter:
                 self._preparer.broken()
                 error = CommitFailed(f"a decode worker died while preparing this submission ({exc}); "
                                      f"nothing of it was stored: send it again")
-            except Exception as exc:  # noqa: BLE001 - a validation bug, or cancelled by a pool replacement
-                log.error("preparing a submission failed: %r", exc)
-                error = CommitFailed(f"preparing this submission failed ({exc!r}); nothing of it was stored")
+            except concurrent.futures.CancelledError as exc:  # a pool replacement cancelled it
+                error = CommitFailed(f"preparing this submission was cancelled ({exc!r}); nothing of it was stored")
+            except Exception as exc:  # noqa: BLE001 - a bug in decoding or validating: its records are kept
+                self._internal_error("preparing", exc)
+                item.salvage = _salvage_reason(exc)
+                out.append(item)
+                continue
             else:
                 if not isinstance(result, UndecodableBatch):
                     item.validated = result
@@ -422,8 +456,27 @@ class GroupCommitter:
         log.info("read the idempotency ledger again after a commit of unknown outcome: %d keys", len(fresh))
         return True
 
+    def _internal_error(self, what: str, exc: BaseException) -> None:
+        """Log a bug with its traceback (once a minute per kind, so a stream of poisoned input cannot flood
+        the log) and count it."""
+        self.metrics.record_internal_error()
+        kind = f"{what}:{type(exc).__name__}"
+        now = time.monotonic()
+        if now - self._tracebacks.get(kind, -60.0) >= 60.0:
+            self._tracebacks[kind] = now
+            log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc,
+                      exc_info=exc)
+        else:
+            log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc)
+
     def _failed(self, group: list[_Submission], exc: Exception) -> list[_Submission]:
-        """Report a failed commit: the submissions to retry one by one, or none (each has its error)."""
+        """Report a failed commit: the submissions to retry one by one, or none (each has its error).
+
+        A lone submission that failed for a reason other than the store
+        (:func:`_store_failure`) is retried once with every event sent to
+        quarantine verbatim, so that its sender is answered and not left
+        resending it for ever; if that fails too, the store is at fault.
+        """
         if isinstance(exc, neostore.CommitOutcomeUnknown):
             # Retrying could store the group twice: its senders resend, and the
             # ledger, read again before the next commit, recognises keyed resends.
@@ -436,8 +489,13 @@ class GroupCommitter:
             log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
                         len(group), exc)
             return group
+        item = group[0]
+        if item.salvage is None and not _store_failure(exc):
+            self._internal_error("storing", exc)
+            item.salvage = _salvage_reason(exc)
+            return group
         self.metrics.record_failure()
-        log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not isinstance(exc, neostore.NeoStoreError))
+        log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not _store_failure(exc))
         self._finish(group, error=CommitFailed(f"the store could not commit: {exc}"))
         return []
 
@@ -448,7 +506,10 @@ class GroupCommitter:
             reasons: dict[str, None] = {}
             prepared = iter(item.validated or ())
             for batch in item.batches:
-                parts = next(prepared) if isinstance(batch, Undecoded) else [validate(self.schemas, batch)]
+                if item.salvage is not None:
+                    parts = [_salvaged(batch, item.salvage)]
+                else:
+                    parts = next(prepared) if isinstance(batch, Undecoded) else [validate(self.schemas, batch)]
                 for part in parts:
                     if part.columns is not None:
                         out.rows[part.tag].append(part.columns)

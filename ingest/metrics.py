@@ -29,6 +29,7 @@ class Metrics:
     streams: dict[str, StreamCounters] = field(default_factory=lambda: defaultdict(StreamCounters))
     commits: int = 0
     failed_commits: int = 0
+    internal_errors: int = 0  # submissions a bug kept from storing as they were (their events went to quarantine)
     duplicates: int = 0
     commit_seconds: float = 0.0  # total time spent committing
     pending_bytes: int = 0
@@ -55,6 +56,10 @@ class Metrics:
         with self._lock:
             self.failed_commits += 1
 
+    def record_internal_error(self) -> None:
+        with self._lock:
+            self.internal_errors += 1
+
     def record_duplicate(self) -> None:
         with self._lock:
             self.duplicates += 1
@@ -67,6 +72,9 @@ class Metrics:
                 ("windvane_commits_total", "Group commits made.", "counter", {}, self.commits),
                 ("windvane_commit_failures_total", "Group commits that failed (nothing acknowledged).", "counter", {},
                  self.failed_commits),
+                ("windvane_internal_errors_total", "Submissions an internal error kept from being stored as they "
+                 "were; their events went to quarantine verbatim (see the log for the traceback).", "counter", {},
+                 self.internal_errors),
                 ("windvane_duplicate_submissions_total", "Submissions whose idempotency key was already committed.",
                  "counter", {}, self.duplicates),
                 ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),

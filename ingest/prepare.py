@@ -53,20 +53,25 @@ class Validated:
     rejected: list[Rejected]
 
 
-def valid_tag(tag: str) -> bool:
-    """Whether ``tag`` can name a stream."""
+def tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot name a stream, or None if it can."""
     try:
         arrays.stream_path(tag)
-    except (ValueError, TypeError):
-        return False
-    return True
+    except (ValueError, TypeError) as exc:
+        return f"{exc}: it cannot name a stream"
+    return None
+
+
+def valid_tag(tag: str) -> bool:
+    """Whether ``tag`` can name a stream."""
+    return tag_problem(tag) is None
 
 
 def validate(schemas: SchemaSet, batch: Batch) -> Validated:
     """``batch`` split by its tag's schema into what fits and what is quarantined."""
-    if not valid_tag(batch.tag):
-        rejected = unrouted(batch, f"tag {batch.tag!r} cannot name a stream (empty, '/', '..' or unprintable)")
-        return Validated(batch.tag, batch.size, None, rejected)
+    problem = tag_problem(batch.tag)
+    if problem is not None:
+        return Validated(batch.tag, batch.size, None, unrouted(batch, problem))
     schema = schemas.for_tag(batch.tag)
     if schema is None:
         rejected = unrouted(batch, f"no schema matches tag {batch.tag!r}; add its pattern to a schema's 'tags'")

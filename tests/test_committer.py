@@ -170,23 +170,31 @@ async def test_backpressure_bounds_what_is_queued(store):
     assert read(store, "app.p")["seq"].tolist() == list(range(16))
 
 
-async def test_a_submission_that_cannot_be_stored_fails_alone(store):
-    # A stream that already exists with 2 channels cannot take the schema's 3-channel blocks.
+async def test_a_submission_that_cannot_be_stored_goes_to_quarantine_alone(store, caplog):
+    # A stream that already exists with 2 channels cannot take the schema's 3-channel blocks: retrying
+    # the same bytes would fail the same way, so the event is kept verbatim in quarantine and answered.
     arrays.create_stream(store, "vib.x", [arrays.Column("samples", "float32", inner=(2,))])
     c = committer(store, interval=0.1)
     block = np.zeros((4, 3), dtype="<f4").tobytes()
     try:
         results = await asyncio.gather(
-            c.submit([Batch("vib.x", [1], [{"samples": block}])]),
+            c.submit([Batch("vib.x", [7], [{"samples": block}])]),
             c.submit([batch("app.fine", 0, 5)]),
             return_exceptions=True,
         )
     finally:
         c.close()
-    assert isinstance(results[0], CommitFailed) and "could not commit" in str(results[0])
+    assert (results[0].accepted, results[0].quarantined) == (0, 1)
+    assert "ColumnError" in results[0].reasons[0] and "shape (2,)" in results[0].reasons[0]
     assert results[1].accepted == 5
     assert read(store, "app.fine")["seq"].tolist() == list(range(5))
-    assert c.metrics.failed_commits == 1
+    q = read(store, "vib.x", quarantine=True)
+    assert q["time"].tolist() == [7]
+    assert msgpack.unpackb(q["raw"][0]) == [7, {"samples": block}]
+    assert (c.metrics.failed_commits, c.metrics.internal_errors) == (0, 1)
+    logged = [r for r in caplog.records if "internal error while storing" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None  # the traceback, for the bug report
+    assert ("windvane_internal_errors_total", 1) in [(n, v) for n, _, _, _, v in c.metrics.samples()]
 
 
 async def test_vibration_blocks_are_stored_as_sample_rows(store):

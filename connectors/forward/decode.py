@@ -416,6 +416,11 @@ def decode_value(
     if n < 2 or n > 4:
         raise MalformedMessage(f"message is an array of {n} elements, expected 2 to 4")
     tag = value[0]
+    if type(tag) is bytes:  # bin from a sender in ASCII-8BIT (fluentd's worker): UTF-8 text is the tag
+        try:
+            tag = tag.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedMessage(f"tag {tag[:80]!r} is not valid UTF-8") from None
     if type(tag) is not str:
         raise MalformedMessage(f"tag is {_kind(tag)}, expected a string")
     if not tag.isascii():
@@ -441,6 +446,20 @@ def decode_value(
     option = _option(value, 3, tag)
     batch = Batch(tag, array("q", (_time_ns(entries),)), [value[2]], _FramesRaw([frame]), SOURCE, size)
     return _decoded(batch, option, "message")
+
+
+def _text_keys(option: dict | None) -> dict | None:
+    """An option map with bin keys (a sender in ASCII-8BIT) keyed by their text, as in_forward reads them."""
+    if not option or all(type(k) is str for k in option):
+        return option
+    out = {}
+    for k, v in option.items():
+        if type(k) is bytes:
+            k = k.decode("utf-8", "surrogateescape")
+        if k == "compressed" and type(v) is bytes:
+            v = v.decode("utf-8", "surrogateescape")
+        out[k] = v
+    return out
 
 
 def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int) -> Decoded:
@@ -534,7 +553,7 @@ def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
     """
     if not frame or frame[0] not in (0x92, 0x93):
         return None
-    header = _header_len(frame, 1, True, False)
+    header = _header_len(frame, 1, True, True)
     if header is None:
         return None
     n, pos = header
@@ -556,6 +575,7 @@ def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
         option = parse_frame(frame[end:]) if end < len(frame) else None
         if option is not None and type(option) is not dict:
             raise MalformedMessage(f"option of tag {tag!r} is {_kind(option)}, expected a map")
+        option = _text_keys(option)
     elif end != len(frame):
         return None
     return tag, memoryview(frame)[pos:end], option
@@ -566,7 +586,7 @@ def _option(value: list, index: int, tag: str) -> dict | None:
         return None
     option = value[index]
     if option is None or type(option) is dict:
-        return option
+        return _text_keys(option)
     raise MalformedMessage(f"option of tag {tag!r} is {_kind(option)}, expected a map")
 
 
