@@ -80,7 +80,11 @@ def _utf8(text: str) -> bool:
 
 def _all_utf8(texts: list) -> bool:
     """Whether every str of ``texts`` encodes as UTF-8, checked in one C pass over their concatenation."""
-    return _utf8("".join(t for t in texts if type(t) is str))
+    try:
+        joined = "".join(texts)
+    except TypeError:  # None among them
+        joined = "".join(t for t in texts if type(t) is str)
+    return _utf8(joined)
 
 
 def text_values(values: list) -> list:
@@ -90,6 +94,11 @@ def text_values(values: list) -> list:
     encoding (fluentd's worker runs in ASCII-8BIT): bin that decodes as
     UTF-8 is that text.
     """
+    if set(map(type, values)) == {bytes}:
+        try:
+            return list(map(bytes.decode, values))  # all of them in C, the common case
+        except UnicodeDecodeError:
+            pass
     out = []
     for v in values:
         if type(v) is bytes:
@@ -101,17 +110,40 @@ def text_values(values: list) -> list:
     return out
 
 
-def _text_keys(record: dict) -> dict | str:
-    """``record`` with bytes keys decoded as UTF-8 field names, or why one cannot be."""
-    out = {}
-    for k, v in record.items():
+def _text_keyed(records: list, reasons: dict[int, str]) -> list:
+    """``records`` with bin field names decoded as UTF-8; a record whose names cannot be gets its reason.
+
+    The records of one batch mostly share their field names in one order,
+    so each distinct tuple of names is decoded once and the records rebuilt
+    in C (``dict(zip(...))``).
+    """
+    names: dict[tuple, tuple | str] = {}
+    out = list(records)
+    for i, r in enumerate(records):
+        if i in reasons:
+            continue
+        keys = tuple(r)
+        named = names.get(keys)
+        if named is None:
+            named = names[keys] = _text_names(keys)
+        if type(named) is str:
+            reasons[i] = named
+        else:
+            out[i] = dict(zip(named, r.values()))
+    return out
+
+
+def _text_names(keys: tuple) -> tuple | str:
+    """``keys`` with bytes decoded as UTF-8, or why one cannot be."""
+    out = []
+    for k in keys:
         if type(k) is bytes:
             try:
                 k = k.decode("utf-8")
             except UnicodeDecodeError:
                 return f"field name {_describe(k)} is not valid UTF-8"
-        out[k] = v
-    return out
+        out.append(k)
+    return tuple(out)
 
 
 def _missing(f: Field) -> Any:
@@ -231,14 +263,7 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
                 reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
     if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
         # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field.
-        records = list(records)
-        for i, r in enumerate(records):
-            if i not in reasons:
-                named = _text_keys(r)
-                if type(named) is str:
-                    reasons[i] = named
-                else:
-                    records[i] = named
+        records = _text_keyed(records, reasons)
     # ``origin[j]``: the batch index of the j-th map (identity in the common case).
     origin = range(len(records)) if not reasons else [i for i in range(len(records)) if i not in reasons]
     maps = records if not reasons else [records[i] for i in origin]
@@ -296,9 +321,10 @@ def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
     if type(record) is not dict:
         return f"a vibration record must be a map with {v.samples_field!r}, not {_describe(record)}"
     if v.samples_field not in record and any(type(k) is bytes for k in record):
-        record = _text_keys(record)
-        if type(record) is str:
-            return record
+        named = _text_names(tuple(record))
+        if type(named) is str:
+            return named
+        record = dict(zip(named, record.values()))
     block = record.get(v.samples_field)
     if block is None:
         return f"vibration record has no {v.samples_field!r} field"
