@@ -187,10 +187,30 @@ def _to_array(f: Field, values: list) -> np.ndarray | list:
     return np.array(values, dtype=f.dtype)
 
 
-def _extras(schema: Schema, records: list[dict]) -> tuple[list[str], dict[int, str]] | None:
+def _str_key(name: str) -> str:
+    return name
+
+
+@functools.lru_cache(maxsize=1024)
+def _bin_key(name: str) -> bytes:
+    return name.encode("utf-8")
+
+
+def _bin_names_only(names: set) -> bool:
+    """Whether ``names`` (a batch's field names) are all bytes of distinct UTF-8 text."""
+    if set(map(type, names)) != {bytes}:
+        return False
+    try:
+        list(map(bytes.decode, names))
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _extras(schema: Schema, records: list[dict], key: Any = _str_key) -> tuple[list[str], dict[int, str]] | None:
     """Undeclared fields of each record as JSON text ("" for none), and why some records' cannot be;
-    None if no record has any."""
-    declared = {f.name for f in schema.fields}
+    None if no record has any. ``key``: a field's name as the records hold it."""
+    declared = {key(f.name) for f in schema.fields}
     if set().union(*records) <= declared:
         return None
     out = []
@@ -261,16 +281,23 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
         for i, r in enumerate(records):
             if type(r) is not dict:
                 reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
+    key = _str_key  # how a field's name is looked up in the records
     if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
-        # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field.
-        records = _text_keyed(records, reasons)
+        # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field. Where every
+        # name is bin and UTF-8, fields are looked up by their encoded names, records left as they are.
+        names = set().union(*(r for r in records if type(r) is dict))
+        if _bin_names_only(names):
+            key = _bin_key
+        else:
+            records = _text_keyed(records, reasons)
     # ``origin[j]``: the batch index of the j-th map (identity in the common case).
     origin = range(len(records)) if not reasons else [i for i in range(len(records)) if i not in reasons]
     maps = records if not reasons else [records[i] for i in origin]
 
     values_of: dict[str, list] = {}
     for f in schema.fields:
-        values = [r.get(f.name) for r in maps]
+        name = key(f.name)
+        values = [r.get(name) for r in maps]
         if f.dtype == "str" and bytes in set(map(type, values)):
             values = text_values(values)
         if not _column_ok(f, values):
@@ -280,7 +307,7 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
                     reasons.setdefault(origin[j], why)
         values_of[f.name] = values
 
-    found = _extras(schema, maps) if schema.extra != "drop" else None
+    found = _extras(schema, maps, key) if schema.extra != "drop" else None
     extras = None
     if found is not None:
         extras, faults = found

@@ -155,3 +155,69 @@ def test_events_with_unreadable_times_are_quarantined():
     assert columns.columns["seq"].tolist() == [1, 3] and columns.columns["time"].tolist() == [5, 7]
     assert [(r.raw, r.reason) for r in rejected] == [
         (b"b", "the event time is not an integer, a float or an EventTime within range")]
+
+
+# -- text as msgpack bin (fluentd's worker runs in ASCII-8BIT: in_tail's text arrives as bin) ----------
+
+
+def _as_bin(value):
+    """``value`` as a sender in ASCII-8BIT packs it: every str, map keys included, as bytes."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, dict):
+        return {_as_bin(k): _as_bin(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_bin(v) for v in value]
+    return value
+
+
+BIN_RECORDS = [
+    {"seq": 1, "msg": "Grüße 温度 ✓", "value": 0.5, "blob": b"\x00\xff"},
+    {"seq": 2, "msg": "", "note": {"nested": ["a", {"k": "é"}]}},
+    {"seq": 3, "ok": True, "code": 7},
+]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["all-bin", "bin-and-str-names"])
+def test_bin_names_and_text_store_as_their_str_twins(mixed):
+    records = [_as_bin(r) for r in BIN_RECORDS]
+    if mixed:  # one record from a sender that packs str: the batch mixes both kinds of names
+        records[2] = BIN_RECORDS[2]
+    expected, _ = to_columns(LOG, Batch("app", [1, 2, 3], BIN_RECORDS))
+    got, rejected = to_columns(LOG, Batch("app", [1, 2, 3], records))
+    assert rejected == []
+    for name, column in expected.columns.items():
+        if isinstance(column, np.ndarray):
+            np.testing.assert_array_equal(got.columns[name], column)
+        else:
+            assert got.columns[name] == column, name
+    assert got.columns["extra"][1] == '{"note":{"nested":["a",{"k":"é"}]}}'
+
+
+@pytest.mark.parametrize("record, reason", [
+    ({b"seq": 1, b"msg": b"caf\xe9"}, "field 'msg': bytes that are not valid UTF-8 text"),
+    ({b"seq": 1, b"\xff\xfe": b"x"}, "field name bytes b'\\xff\\xfe' is not valid UTF-8"),
+    ({"seq": 1, "msg": "lone \udc80"}, "field 'msg': text that is not valid UTF-8"),
+    ({"seq": 1, "blob": "lone \udc80"}, "field 'blob': text that is not valid UTF-8"),
+    ({"seq": 1, "other": "lone \udc80"}, "undeclared fields hold text that is not valid UTF-8"),
+    ({b"seq": b"1"}, "field 'seq': expected int64, got bytes b'1'"),
+])
+def test_text_that_is_not_utf8_rejects_its_record_only(record, reason):
+    good = _as_bin({"seq": 9, "msg": "fine"})
+    raw = msgpack.packb([5, record], use_bin_type=True, unicode_errors="surrogateescape")
+    columns, rejected = to_columns(LOG, Batch("app", [4, 5], [good, record], raw=lambda i: [b"good", raw][i]))
+    assert columns.columns["seq"].tolist() == [9] and columns.columns["msg"] == ["fine"]
+    assert [(r.time, r.raw) for r in rejected] == [(5, raw)]
+    assert rejected[0].reason.startswith(reason), rejected[0].reason
+
+
+def test_undeclared_fields_nested_too_deeply_for_json_reject_their_record_only():
+    deep: dict = {}
+    inner = deep
+    for _ in range(5000):
+        inner[b"n"] = {}
+        inner = inner[b"n"]
+    columns, rejected = to_columns(LOG, Batch("app", [1, 2], [{b"seq": 1, b"deep": deep}, {b"seq": 2}],
+                                              raw=lambda i: b"raw%d" % i))
+    assert columns.columns["seq"].tolist() == [2]
+    assert [(r.reason, r.raw) for r in rejected] == [("undeclared fields are nested too deeply to keep as JSON", b"raw0")]
