@@ -127,5 +127,6 @@ def test_kill_9_of_mariadbd_mid_run(private_server, schemas, tmp_path):
     finally:
         server.__exit__(None, None, None)
         thread.join(1)
-    assert "commit failed" in server.log()
+    # Commits failed while mariadbd was down: a lone one, or a group retried one by one once it was back.
+    assert "commit failed" in server.log() or "failed to commit" in server.log()
     check_stream(url, acked_before, seqs)
