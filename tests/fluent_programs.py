@@ -66,7 +66,9 @@ class Program:
                                         stdin=subprocess.DEVNULL, start_new_session=True)
 
     def log(self, tail: int = 6000) -> str:
-        self._log.flush()
+        """The end of the program's log (also after :meth:`stop`)."""
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-tail:]
 
     def running(self) -> bool:

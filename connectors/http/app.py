@@ -59,7 +59,7 @@ from ingest.auth import Users
 from ingest.batch import Batch, Sink, Undecoded
 from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
-from .decode import count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
+from .decode import FLUENT_BIT_AGENT, count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
 from .errors import BadRequest, ExpectationFailed, HttpError, NotFound, PayloadTooLarge, Unauthorized
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Sample, render_metrics
@@ -283,6 +283,8 @@ async def _ingest(request: web.Request) -> web.Response:
     path = request.path
     wendelin = path == "/ingest" or path.endswith("/ingest")
     query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
+    if "time_key" not in query and request.headers.get("User-Agent", "").startswith(FLUENT_BIT_AGENT):
+        query["time_key"] = "date"  # Fluent Bit's json_date_key, which its JSON formats add to every record
     args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.decompressed_size_limit)
     if state.defer:
         return await _ingest_undecoded(state, key, *args)

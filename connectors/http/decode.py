@@ -3,13 +3,15 @@
 Two wire formats, both pure functions of (body, content type, content
 encoding, query) with no sockets and no aiohttp:
 
-* :func:`decode_in_http` — what fluentd's ``in_http`` accepts (and what
-  fluentd's and Fluent Bit's ``out_http`` send): ``application/json`` (an
-  object or an array of them), ``application/x-ndjson``,
-  ``application/msgpack`` / ``application/x-msgpack`` (a map, an array of
-  maps, or concatenated maps), and the ``json=`` / ``ndjson=`` /
-  ``msgpack=`` fields of ``application/x-www-form-urlencoded`` and
-  ``multipart/form-data`` bodies or of the query string.
+* :func:`decode_in_http` — what fluentd's ``in_http`` accepts and what
+  fluentd's and Fluent Bit's ``out_http`` send in each of their formats:
+  ``application/json`` (an object, an array of them, or objects back to
+  back), ``application/x-ndjson``, ``application/msgpack`` /
+  ``application/x-msgpack`` (a map, an array of maps, concatenated maps, or
+  ``[time, record]`` events), ``text/tab-separated-values`` as LTSV, and
+  the ``json=`` / ``ndjson=`` / ``msgpack=`` fields of
+  ``application/x-www-form-urlencoded`` and ``multipart/form-data`` bodies
+  or of the query string.
 * :func:`decode_wendelin` — what fluent-plugin-wendelin posts to
   ``.../ingest?reference=<tag>``: a raw msgpack stream of ``[time, record]``
   items (or the old urlencoded ``data_chunk=`` field).
@@ -23,11 +25,19 @@ says what to fix; nothing else escapes (the fuzz tests hold it to that).
 Records that are not maps are *kept* in the batch (fluentd drops them
 silently); ingest quarantines them with their arrival bytes, which
 ``Batch.raw(i)`` returns: the NDJSON line, the JSON array element's text, the
-msgpack item's bytes.
+msgpack item's bytes. Text that is not UTF-8 (in a JSON string or a
+msgpack str) is likewise kept, as a surrogate-escaped str, for ingest to
+quarantine its record alone.
 
-Event time (in_http): ``?time=<seconds>`` wins for every record; else a
-numeric ``time`` field (int or float seconds, or a msgpack EventTime) is
-removed from the record and used; else the arrival time. A ``time`` field
+Event time (in_http): ``?time=<seconds>`` wins for every record; else the
+time a msgpack event ``[time, record]`` gives its record (Fluent Bit's
+``Format msgpack``); else a numeric ``time`` field (int or float seconds,
+a msgpack EventTime, or decimal text in LTSV) is removed from the record
+and used; else the arrival time. ``?time_key=<field>`` names another field
+(read as ISO 8601 text or a number whose magnitude says its unit); a
+request from Fluent Bit (``User-Agent: Fluent-Bit``) defaults to ``date``,
+the key its JSON formats add (``json_date_key``), in any of its
+``json_date_format`` forms. A ``time`` field
 that is not a number stays in the record and the event gets the arrival
 time (fluentd answers 400 for the whole request instead): ingest's schema
 decides about it.
@@ -44,16 +54,18 @@ import time as _time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import msgpack
 
 from ingest.batch import Batch
 
+from ..event_time import time_ns
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 __all__ = [
+    "FLUENT_BIT_AGENT",
     "FORM_FIELDS",
     "decode_in_http",
     "decode_wendelin",
@@ -74,12 +86,28 @@ _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 _FORM = "application/x-www-form-urlencoded"
 _MULTIPART = "multipart/form-data"
 _SUPPORTED = "application/json, application/x-ndjson, application/msgpack, application/x-msgpack, "
-_SUPPORTED += f"{_FORM} or {_MULTIPART} with a json=, ndjson= or msgpack= field"
+_SUPPORTED += f"text/tab-separated-values (LTSV), {_FORM} or {_MULTIPART} with a json=, ndjson= or msgpack= field"
+
+_TSV_TYPES = ("text/tab-separated-values",)
+_DECIMAL_TEXT = re.compile(r"\s*-?\d+(\.\d+)?\s*")
+#: User-Agent prefix of Fluent Bit, whose JSON formats carry the event time in a ``date`` key (json_date_key).
+FLUENT_BIT_AGENT = "Fluent-Bit"
 
 _loads = json.loads
 _JSONDecodeError = json.JSONDecodeError
 _WS = re.compile(r"[ \t\n\r]*")
 _scan_once = json.scanner.make_scanner(json.JSONDecoder())
+
+
+class _Decoded(NamedTuple):
+    """A body's records, each one's bytes as it arrived, and what the body itself says of their times."""
+
+    records: list[Any]
+    raw: Callable[[int], bytes]
+    #: Per record, the time the body gave it outside the record (None: none), or None for no such times.
+    times: list[int | None] | None = None
+    #: Whether every value arrived as text (LTSV): a ``time`` field then is text too.
+    text: bool = False
 
 
 # ---------------------------------------------------------------- times
@@ -88,8 +116,8 @@ _scan_once = json.scanner.make_scanner(json.JSONDecoder())
 def seconds_to_ns(value: Any) -> int | None:
     """Nanoseconds since the epoch for a time in seconds, or None if ``value`` is not a usable time.
 
-    Accepts ints, finite floats and msgpack EventTime; not strings (a
-    string ``time`` field is data, not a time) nor bools. EventTime is
+    Accepts ints, finite floats, Decimals and msgpack EventTime; not
+    strings (a string ``time`` field is data, not a time) nor bools. EventTime is
     (``ExtType(0, >II seconds, nanoseconds)``). A float is converted through
     its shortest decimal form, so ``1700000000.123456`` gives
     ``...123456000`` ns rather than the binary float's ``...123456001``.
@@ -105,6 +133,10 @@ def seconds_to_ns(value: Any) -> int | None:
     elif kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:
         sec, nsec = struct.unpack(">II", value.data)
         ns = sec * _NS + nsec
+    elif kind is Decimal:
+        if not value.is_finite() or abs(value) > 9_200_000_000:
+            return None
+        ns = int(value.scaleb(9).to_integral_value())
     else:
         return None
     if -_INT64_MAX <= ns <= _INT64_MAX:
@@ -128,27 +160,51 @@ def _query_time(query: Mapping[str, str], now_ns: int) -> int | None:
     return int(seconds.scaleb(9).to_integral_value())
 
 
-def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int) -> list[int]:
-    """One time per record, removing numeric ``time`` fields unless a query time fixes them all."""
+def _text_time_ns(text: str) -> int | None:
+    """A time written as text (LTSV carries nothing else): decimal seconds, or ISO 8601."""
+    if _DECIMAL_TEXT.fullmatch(text):
+        return seconds_to_ns(Decimal(text))
+    return time_ns(text)
+
+
+def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded) -> list[int]:
+    """One time per record, removing the ``key`` field (str or bin) it was read from.
+
+    ``?time=`` fixes them all; else the time the body gave the record
+    (Fluent Bit's ``[[time, metadata], record]``); else the record's
+    ``key`` field: for ``time``, seconds as in_http reads it, for any other
+    key (Fluent Bit's ``date``, a ``?time_key=``) whatever
+    :func:`connectors.event_time.time_ns` reads; else ``now_ns``.
+    """
     if fixed_ns is not None:
         return [fixed_ns] * len(records)
+    convert = seconds_to_ns if key == "time" else time_ns
+    if decoded.text:
+        convert = _text_time_ns
+    bkey = key.encode("utf-8", "surrogateescape")
+    given = decoded.times
     times = []
     append = times.append
-    for rec in records:
-        if type(rec) is dict and "time" in rec:
-            t = rec["time"]
-            # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
-            if type(t) is float and 0.0 <= t < 9.2e9:
-                ip, _, fp = repr(t).partition(".")
-                if len(fp) <= 9 and "e" not in fp and "e" not in ip:
-                    del rec["time"]
-                    append(int(ip) * _NS + int(fp + _ZEROS[len(fp) :]))
+    for i, rec in enumerate(records):
+        if given is not None and given[i] is not None:
+            append(given[i])
+            continue
+        if type(rec) is dict:
+            name = key if key in rec else bkey if bkey in rec else None
+            if name is not None:
+                t = rec[name]
+                # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
+                if type(t) is float and 0.0 <= t < 9.2e9:
+                    ip, _, fp = repr(t).partition(".")
+                    if len(fp) <= 9 and "e" not in fp and "e" not in ip:
+                        del rec[name]
+                        append(int(ip) * _NS + int(fp + _ZEROS[len(fp) :]))
+                        continue
+                ns = convert(t)
+                if ns is not None:
+                    del rec[name]
+                    append(ns)
                     continue
-            ns = seconds_to_ns(t)
-            if ns is not None:
-                del rec["time"]
-                append(ns)
-                continue
         append(now_ns)
     return times
 
@@ -316,12 +372,19 @@ def _media_type(content_type: str | None) -> tuple[str, dict[str, str]]:
     return head.strip().lower(), out
 
 
-def _utf8(body: bytes, what: str) -> str:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest("bad_utf8", f"the {what} is not UTF-8: invalid byte at offset {exc.start}") from None
+def _text(body: bytes) -> str:
+    """``body`` as text; bytes that are not UTF-8 become surrogate escapes.
+
+    Inside a JSON string they reach ingest, which quarantines just that
+    record (a chunk of a client's log must not be refused for one bad line);
+    anywhere else they make the body invalid JSON.
+    """
+    text = body.decode("utf-8", "surrogateescape")
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _parse_form(body: bytes) -> dict[str, bytes]:
@@ -366,17 +429,24 @@ def _json_error(exc: _JSONDecodeError, what: str, line_offset: int = 0) -> BadRe
     return BadRequest("bad_json", f"{what} is not valid JSON: line {line}, column {exc.colno}: {exc.msg}")
 
 
-def _decode_json(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
-    """An object (one record) or an array (its elements are records)."""
-    text = _utf8(body, "JSON body")
+def _decode_json(body: bytes) -> _Decoded:
+    """An object (one record), an array (its elements are records), or objects back to back.
+
+    The last is Fluent Bit's ``Format json_stream``, which it labels
+    ``application/json``: values one after another, with or without
+    whitespace between them.
+    """
+    text = _text(body)
     try:
         doc = _loads(text)
     except _JSONDecodeError as exc:
-        raise _json_error(exc, "the body") from None
+        if exc.msg != "Extra data":
+            raise _json_error(exc, "the body") from None
+        return _decode_json_stream(text)
     except RecursionError:
         raise BadRequest("bad_json", "the JSON body nests too deeply") from None
     if type(doc) is not list:
-        return [doc], lambda i: body
+        return _Decoded([doc], lambda i: body)
     spans: list[tuple[int, int]] = []
 
     def raw(i: int) -> bytes:
@@ -384,9 +454,27 @@ def _decode_json(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
         if not spans:
             spans.extend(_json_array_spans(text))
         start, end = spans[i]
-        return text[start:end].encode("utf-8")
+        return _bytes(text[start:end])
 
-    return doc, raw
+    return _Decoded(doc, raw)
+
+
+def _decode_json_stream(text: str) -> _Decoded:
+    decode = json.JSONDecoder().raw_decode
+    records: list[Any] = []
+    spans: list[tuple[int, int]] = []
+    i, n = _WS.match(text, 0).end(), len(text)
+    while i < n:
+        try:
+            obj, end = decode(text, i)
+        except _JSONDecodeError as exc:
+            raise _json_error(exc, "the body") from None
+        except RecursionError:
+            raise BadRequest("bad_json", f"the JSON value at character {i} of the body nests too deeply") from None
+        records.append(obj)
+        spans.append((i, end))
+        i = _WS.match(text, end).end()
+    return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]))
 
 
 def _json_array_spans(text: str) -> list[tuple[int, int]]:
@@ -405,18 +493,23 @@ def _json_array_spans(text: str) -> list[tuple[int, int]]:
         i = _WS.match(text, i + 1).end()
 
 
-def _decode_ndjson(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
+def _lines(text: str):
+    """(line number, line) of the non-blank lines of ``text``, split on ``\\r?\\n``."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line:
+            yield lineno, line
+
+
+def _decode_ndjson(body: bytes) -> _Decoded:
     """One JSON value per line, split on ``\\r?\\n``; blank lines are skipped."""
-    text = _utf8(body, "NDJSON body")
+    text = _text(body)
     records: list[Any] = []
     lines: list[str] = []
     append, keep = records.append, lines.append
     loads, scan = _loads, _scan_once
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if line.endswith("\r"):
-            line = line[:-1]
-        if not line:
-            continue
+    for lineno, line in _lines(text):
         try:
             # The C scanner straight away: json.loads adds three Python calls and two regex matches per line.
             obj, end = scan(line, 0)
@@ -438,12 +531,38 @@ def _decode_ndjson(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
             raise BadRequest("bad_json", f"line {lineno} of the NDJSON body nests too deeply") from None
         append(obj)
         keep(line)
-    return records, lambda i: lines[i].encode("utf-8")
+    return _Decoded(records, lambda i: _bytes(lines[i]))
+
+
+def _decode_ltsv(body: bytes) -> _Decoded:
+    """LTSV (fluentd's ``<format> @type ltsv``): one record per line, ``label:value`` fields split by tabs.
+
+    Values are text. A line with a field that has no ``:`` is not LTSV: it
+    is kept as a text record (ingest quarantines it with the line), so a
+    plain TSV body's lines are all quarantined rather than misread.
+    """
+    text = _text(body)
+    records: list[Any] = []
+    lines: list[str] = []
+    for _, line in _lines(text):
+        record: Any = {}
+        for field in line.split("\t"):
+            label, sep, value = field.partition(":")
+            if not sep:
+                record = line
+                break
+            record[label] = value
+        records.append(record)
+        lines.append(line)
+    return _Decoded(records, lambda i: _bytes(lines[i]), text=True)
 
 
 def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
     """The concatenated msgpack objects of ``data`` and their start offsets (plus the end)."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    # A str that is not UTF-8 becomes a surrogate-escaped str, as over Forward: ingest quarantines its record.
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=False, unicode_errors="surrogateescape", max_buffer_size=max(len(data), 1)
+    )
     unpacker.feed(data)
     objs: list[Any] = []
     offsets = [0]
@@ -451,10 +570,6 @@ def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
         for obj in unpacker:
             objs.append(obj)
             offsets.append(unpacker.tell())
-    except UnicodeDecodeError as exc:
-        raise BadRequest(
-            "bad_msgpack", f"{what}: a msgpack str after byte {offsets[-1]} is not UTF-8 ({exc.reason}); send binary as bin"
-        ) from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError, MemoryError) as exc:  # TypeError: a map key that is a map
         raise BadRequest("bad_msgpack", f"{what} is not valid msgpack after byte {offsets[-1]}: {exc}") from None
     if offsets[-1] != len(data):
@@ -465,20 +580,40 @@ def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
     return objs, offsets
 
 
-def _decode_msgpack(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
-    """A map, an array of maps, or concatenated maps (out_http's msgpack format); arrays are flattened one level."""
+def _event_pair(obj: Any) -> tuple[int, Any] | None:
+    """(time, record) of a ``[time, map]`` or Fluent Bit ``[[time, metadata], map]`` item, else None."""
+    if type(obj) is not list or len(obj) != 2 or type(obj[1]) is not dict:
+        return None
+    head = obj[0]
+    if type(head) is list and len(head) == 2 and type(head[1]) is dict:
+        head = head[0]
+    ns = seconds_to_ns(head)
+    return None if ns is None else (ns, obj[1])
+
+
+def _decode_msgpack(body: bytes) -> _Decoded:
+    """Maps, arrays of maps (flattened one level), and ``[time, map]`` events, back to back.
+
+    fluentd's ``out_http`` with ``<format> @type msgpack`` sends maps;
+    Fluent Bit's ``Format msgpack`` sends its events ``[[EventTime,
+    metadata], record]``, whose time is the record's.
+    """
     objs, offsets = _unpack_stream(body, "the msgpack body")
     if not any(type(o) is list for o in objs):
-        return objs, lambda i: body[offsets[i] : offsets[i + 1]]
+        return _Decoded(objs, lambda i: body[offsets[i] : offsets[i + 1]])
     records: list[Any] = []
+    times: list[int | None] = []
     # Per record: its (start, end) in body, or (array start, element index) for array elements.
     where: list[tuple[bool, int, int]] = []
     for n, obj in enumerate(objs):
-        if type(obj) is list:
+        pair = _event_pair(obj)
+        if type(obj) is list and pair is None:
             records.extend(obj)
+            times.extend([None] * len(obj))
             where.extend((True, offsets[n], k) for k in range(len(obj)))
         else:
-            records.append(obj)
+            records.append(obj if pair is None else pair[1])
+            times.append(None if pair is None else pair[0])
             where.append((False, offsets[n], offsets[n + 1]))
     element_spans: dict[int, list[tuple[int, int]]] = {}
 
@@ -491,7 +626,7 @@ def _decode_msgpack(body: bytes) -> tuple[list[Any], Callable[[int], bytes]]:
         a, b = element_spans[start][k]
         return body[a:b]
 
-    return records, raw
+    return _Decoded(records, raw, times)
 
 
 def _msgpack_element_spans(body: bytes, start: int) -> list[tuple[int, int]]:
@@ -505,7 +640,7 @@ def _msgpack_element_spans(body: bytes, start: int) -> list[tuple[int, int]]:
     return spans
 
 
-_DECODERS = {"json": _decode_json, "ndjson": _decode_ndjson, "msgpack": _decode_msgpack}
+_DECODERS = {"json": _decode_json, "ndjson": _decode_ndjson, "msgpack": _decode_msgpack, "ltsv": _decode_ltsv}
 
 
 # ---------------------------------------------------------------- the two wire formats
@@ -524,9 +659,10 @@ def decode_in_http(
 
     ``query`` holds the query string's parameters (``time``, and ``json=`` /
     ``ndjson=`` / ``msgpack=`` which fluentd also reads from it; form body
-    fields win over query fields). ``size`` is the bytes the body arrived as
-    (before decompression) for metrics; ``now_ns`` the arrival time. An
-    empty JSON array gives no batch.
+    fields win over query fields; ``time_key``, the record field holding
+    the event time, ``time`` unless given: Fluent Bit's is ``date``).
+    ``size`` is the bytes the body arrived as (before decompression) for
+    metrics; ``now_ns`` the arrival time. An empty JSON array gives no batch.
     """
     query = query or {}
     now = _time.time_ns() if now_ns is None else now_ns
@@ -541,6 +677,8 @@ def decode_in_http(
         fields["ndjson"] = body
     elif media in _MSGPACK_TYPES:
         fields["msgpack"] = body
+    elif media in _TSV_TYPES:
+        fields["ltsv"] = body
     elif media == _FORM:
         fields.update((k, v) for k, v in _parse_form(body).items() if k in FORM_FIELDS)
     elif media == _MULTIPART:
@@ -549,7 +687,7 @@ def decode_in_http(
         raise BadRequest("unsupported_content_type", f"Content-Type {media!r} is not understood; send {_SUPPORTED}")
     elif not fields and body:
         raise BadRequest("unsupported_content_type", f"the request has no Content-Type; send {_SUPPORTED}")
-    for name in FORM_FIELDS:
+    for name in (*FORM_FIELDS, "ltsv"):
         if name in fields:
             data = fields[name]
             break
@@ -559,11 +697,12 @@ def decode_in_http(
         raise BadRequest("missing_field", f"the form has no json=, ndjson= or msgpack= field; send {_SUPPORTED}")
     if not data or (name != "msgpack" and data.isspace()):
         raise BadRequest("empty_body", f"the {name} data is empty: send at least one record")
-    records, raw = _DECODERS[name](data)
-    if not records:
+    decoded = _DECODERS[name](data)
+    if not decoded.records:
         return []
-    times = _take_times(records, fixed, now)
-    return [Batch(tag, times, records, raw, SOURCE, len(body) if size is None else size)]
+    key = query.get("time_key") or "time"
+    times = _take_times(decoded.records, fixed, now, key, decoded)
+    return [Batch(tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size)]
 
 
 _FORM_START = re.compile(rb"[A-Za-z_][A-Za-z0-9_.%+-]*=")

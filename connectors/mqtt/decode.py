@@ -33,24 +33,18 @@ values, not UnreadablePayload (invalid JSON: line 1 column 9)").
 from __future__ import annotations
 
 import json
-import math
 import re
-from calendar import timegm
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import msgpack
 
 from ingest.batch import INVALID_TIME
 
+from ..event_time import time_ns
+
 __all__ = ["Events", "UnreadablePayload", "decode_payload", "time_ns", "topic_to_tag"]
 
-_INT64_MAX = (1 << 63) - 1
-# (magnitude below which, power of ten to nanoseconds): seconds, milliseconds, microseconds; else nanoseconds.
-_UNITS = ((1e11, 9), (1e14, 6), (1e17, 3))
-_ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|z|[+-]\d\d:?\d\d)?")
 _TIME_FIELDS = ("time", "timestamp")
 _SPACE = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
@@ -82,39 +76,6 @@ class Events:
     times: list[int]
     records: list[Any]
     raws: list[bytes]
-
-
-def time_ns(value: Any) -> int | None:
-    """Nanoseconds since the Unix epoch for an epoch number, an ISO 8601 string, a msgpack Timestamp or a
-    fluentd EventTime (see the module docstring for units and zones); None if ``value`` is not a time."""
-    kind = type(value)
-    if kind is int or kind is float:
-        if kind is float and not math.isfinite(value):
-            return None
-        scale = next((power for limit, power in _UNITS if abs(value) < limit), 0)
-        ns = value * 10**scale if kind is int else int(Decimal(repr(value)).scaleb(scale).to_integral_value())
-    elif kind is str:
-        ns = _iso_ns(value)
-    elif kind is msgpack.Timestamp:
-        ns = value.to_unix_nano()
-    elif kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:  # fluentd EventTime
-        ns = int.from_bytes(value.data[:4], "big") * 1_000_000_000 + int.from_bytes(value.data[4:], "big")
-    else:
-        return None
-    return ns if ns is not None and -_INT64_MAX <= ns <= _INT64_MAX else None
-
-
-def _iso_ns(text: str) -> int | None:
-    match = _ISO.fullmatch(text.strip())
-    if match is None:
-        return None
-    base, fraction, zone = match.groups()
-    try:
-        moment = datetime.fromisoformat(base + ("+00:00" if zone in (None, "Z", "z") else zone))
-    except ValueError:
-        return None
-    seconds = timegm(moment.utctimetuple())
-    return seconds * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
 
 
 def _pair(item: Any) -> tuple[int, Any] | None:
