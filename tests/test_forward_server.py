@@ -119,7 +119,7 @@ async def spin() -> None:
 async def test_fluentd_fixture_is_acked_after_commit(server, sink):
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     data = (FIXTURES / "fluentd_packed_gzip.bin").read_bytes()
-    key = json.loads((FIXTURES / "expected.json").read_text())["fluentd_chunk"].encode()
+    key = json.loads((FIXTURES / "expected.json").read_text())["chunks"]["fluentd_packed_gzip.bin"].encode()
     held = sink.holds[key] = asyncio.Event()
     writer.write(data)
     await sink.wait_for(lambda: key in sink.started)
@@ -129,7 +129,7 @@ async def test_fluentd_fixture_is_acked_after_commit(server, sink):
     (ack,) = await read_acks(reader, 1)
     assert ack == {"ack": key.decode()} and ack["ack"].endswith("\n")
     assert sink.submissions[0][1] == key
-    assert [r["host"] for _, _, r in sink.events] == ["web-01", "web-02"]
+    assert [r[b"host"] for _, _, r in sink.events] == [b"web-01", b"web-02"]  # fluentd sends text as bin
     writer.close()
 
 

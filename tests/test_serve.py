@@ -169,8 +169,8 @@ def test_forward_oversize_chunk_is_refused(serve, store_url, schemas, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fluentd_packed_text", "fluentd_packed_gzip", "fluentd_packed_zstd",
-                                  "fluentbit_forward_metadata", "fluentbit_compressed_gzip",
-                                  "fluentbit_message_metadata", "message_ext8_time", "fluent_logger_python"])
+                                  "fluentbit_forward", "fluentbit_compressed_gzip",
+                                  "fluentbit_message", "fluentbit_message_metadata", "message_ext8_time", "fluent_logger_python"])
 def test_fixtures_of_real_senders_are_accepted(serve, store_url, name):
     expected = json.loads((FIXTURES / "expected.json").read_text())
     s = serve()
