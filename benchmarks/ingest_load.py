@@ -28,6 +28,32 @@ PATHS = ["/api/v1/turbines/R80736/scada", "/api/v1/turbines/R80711/vibration", "
 LEVELS = ["info", "info", "info", "warn", "error", "debug"]
 
 
+#: The schema of :func:`log_record` (the tag ``bench.logs``).
+LOG_SCHEMA = """
+kind = "log"
+tags = ["bench.logs"]
+[[fields]]
+name = "host"
+dtype = "str"
+[[fields]]
+name = "level"
+dtype = "str"
+[[fields]]
+name = "message"
+dtype = "str"
+[[fields]]
+name = "status"
+dtype = "int32"
+fill = -1
+[[fields]]
+name = "latency_ms"
+dtype = "float32"
+[[fields]]
+name = "request_id"
+dtype = "str"
+"""
+
+
 def log_record(i: int) -> dict:
     """A structured access-log record of about 200 bytes as msgpack."""
     path = PATHS[i % len(PATHS)]

@@ -45,7 +45,7 @@ import arrays
 import ingest_load
 from ingest.schema import parse_schema
 from ingest.streams import schema_columns
-from ingest_load import forward_chunk, forward_load, http_load, ndjson_body, vibration_record
+from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, http_load, ndjson_body, vibration_record
 from sensor_data import parse_size
 from tests.serve_process import Serve
 from test_neostore import record, sqlite_url
@@ -59,30 +59,6 @@ VIB_BLOCKS_PER_CHUNK = 4
 VIB_BLOCK_BYTES = VIB_SAMPLES * VIB_CHANNELS * 4
 VIB_BLOCKS = max(VIB_BLOCKS_PER_CHUNK, VIB_BYTES // VIB_BLOCK_BYTES // VIB_BLOCKS_PER_CHUNK * VIB_BLOCKS_PER_CHUNK)
 VIB_CHUNK_ROWS = 32768  # as schemas/turbine_vibration.toml, which says why
-
-LOG_SCHEMA = """
-kind = "log"
-tags = ["bench.logs"]
-[[fields]]
-name = "host"
-dtype = "str"
-[[fields]]
-name = "level"
-dtype = "str"
-[[fields]]
-name = "message"
-dtype = "str"
-[[fields]]
-name = "status"
-dtype = "int32"
-fill = -1
-[[fields]]
-name = "latency_ms"
-dtype = "float32"
-[[fields]]
-name = "request_id"
-dtype = "str"
-"""
 
 VIB_SCHEMA = f"""
 kind = "vibration"

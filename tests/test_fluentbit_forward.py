@@ -21,7 +21,7 @@ import pytest
 from tests.fluent_programs import start_fluent_bit
 from tests.serve_process import Serve, free_port
 from tests.test_clients import Cert, tls_cert  # noqa: F401 - a fixture
-from tests.test_fluentd_forward import SHARED_KEY, check_stream, rows, schemas_dir, wait_rows, write_lines
+from tests.test_fluentd_forward import SHARED_KEY, check_stream, deliver, rows, schemas_dir, wait_rows, write_lines
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,22 +70,9 @@ def fluent_bit_config(workdir: Path, source: Path, port: int, output: str = "", 
 
 def run(tmp_path: Path, count: int, *, output: str = "", host: str = "127.0.0.1", serve_args: tuple = ()) -> str:
     """Tail ``count`` lines through real Fluent Bit into a fresh ``windvane serve``; Fluent Bit's log."""
-    source = tmp_path / "events.jsonl"
-    write_lines(source, count)  # before the start: the tail reads it from its head
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    port = free_port()
-    with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args,
-               forward=f"127.0.0.1:{port}") as serve:
-        fluent_bit = start_fluent_bit(fluent_bit_config(tmp_path, source, port, output, host), tmp_path)
-        try:
-            wait_rows(url, count, 120, tag=TAG, what=f"\n{fluent_bit.log()}\n{serve.log()}")
-            log = fluent_bit.log(100_000)
-        finally:
-            fluent_bit.stop()
-        assert serve.stop() == 0, serve.log()
-    check_stream(url, count, TAG, time_slack_ns=FLUENT_BIT_PARSE_NS)
-    assert "[error]" not in log, log
-    return log
+    return deliver(tmp_path, count,
+                   lambda source, port: start_fluent_bit(fluent_bit_config(tmp_path, source, port, output, host), tmp_path),
+                   tag=TAG, serve_args=serve_args, time_slack_ns=FLUENT_BIT_PARSE_NS)
 
 
 def test_plain(tmp_path):

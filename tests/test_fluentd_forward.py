@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ import pytest
 
 import arrays
 import neostore
-from tests.fluent_programs import start_fluentd
+from tests.fluent_programs import Program, start_fluentd
 from tests.serve_process import Serve, free_port
 from tests.test_clients import Cert, tls_cert  # noqa: F401 - a fixture
 
@@ -158,24 +159,32 @@ def check_stream(url: str, count: int, tag: str = "fd.events", time_slack_ns: in
         store.close()
 
 
-def run(tmp_path: Path, count: int, *, serve_args: tuple = (), **config: str) -> str:
-    """Tail ``count`` lines through real fluentd into a fresh ``windvane serve``; fluentd's log."""
+def deliver(tmp_path: Path, count: int, start: Callable[[Path, int], Program], *, tag: str = "fd.events",
+            serve_args: tuple = (), time_slack_ns: int = 0) -> str:
+    """Tail ``count`` lines through a real program (``start(source, port)``) into a fresh ``windvane serve``,
+    check the stream against the file and the program's log for errors; the program's log."""
     source = tmp_path / "events.jsonl"
-    write_lines(source, count)
+    write_lines(source, count)  # before the start: a tail sees files made later only at its next scan
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args,
                forward=f"127.0.0.1:{port}") as serve:
-        fluentd = start_fluentd(fluentd_config(source, port, **config), tmp_path)
+        program = start(source, port)
         try:
-            wait_rows(url, count, 120, what=f"\n{fluentd.log()}\n{serve.log()}")
-            log = fluentd.log(100_000)
+            wait_rows(url, count, 120, tag=tag, what=f"\n{program.log()}\n{serve.log()}")
+            log = program.log(100_000)
         finally:
-            fluentd.stop()
+            program.stop()
         assert serve.stop() == 0, serve.log()
-    check_stream(url, count)
+    check_stream(url, count, tag, time_slack_ns)
     assert "[error]" not in log, log
     return log
+
+
+def run(tmp_path: Path, count: int, *, serve_args: tuple = (), **config: str) -> str:
+    """Tail ``count`` lines through real fluentd into a fresh ``windvane serve``; fluentd's log."""
+    return deliver(tmp_path, count, lambda source, port: start_fluentd(fluentd_config(source, port, **config), tmp_path),
+                   serve_args=serve_args)
 
 
 def test_plain(tmp_path):
