@@ -133,6 +133,7 @@ class BigArray(StoreOwner):
         self._read_only = read_only
         self._owns_store = owns_store
         self._count_lock = threading.Lock()
+        self._last_memo: tuple[tuple[bytes, str], np.ndarray | None] | None = None
 
     # -- what it is ----------------------------------------------------------------
 
@@ -300,7 +301,26 @@ class BigArray(StoreOwner):
                 self._fill_from_snapshot(meta, view.before, plan, out)
         return orient(out, selection)
 
+    def _last_chunk(self, meta: ArrayMeta, before: bytes, key: str) -> np.ndarray | None:
+        """The decoded last chunk as of ``before``: read through the row log, which may hold its rows."""
+        memo = self._last_memo
+        if memo is not None and memo[0] == (before, key):
+            return memo[1]
+        value = Snapshot(self._store, before).get(key)
+        chunk = None if value is None else self._decode(meta, value, key)
+        self._count(1)
+        self._last_memo = ((before, key), chunk)
+        return chunk
+
     def _fill_from_snapshot(self, meta: ArrayMeta, before: bytes, plan: list[Piece], out: np.ndarray) -> None:
+        # Only a partial last chunk can have rows in a row log; full chunks go through the cache.
+        last = meta.shape[0] // meta.chunks[0] if meta.shape[0] % meta.chunks[0] else -1
+        for piece in [p for p in plan if p.coords[0] == last]:
+            chunk = self._last_chunk(meta, before, self._key(meta, piece.coords))
+            out[piece.in_result] = meta.fill_value if chunk is None else chunk[piece.in_chunk]
+        plan = [p for p in plan if p.coords[0] != last]
+        if not plan:
+            return
         keys = [self._key(meta, p.coords) for p in plan]
         oids = self._store.oids_for([encode_key(k) for k in keys])
         todo: list[tuple[Piece, str, bytes]] = []
@@ -501,6 +521,7 @@ class BigArray(StoreOwner):
         if self._tx is not None:
             tx = self._live_transaction()
             tx.lock()
+            tx.fold_for([self._meta_key])  # a row log's rows move into the chunks this write reads
             raw = tx.get(self._meta_key)
             latest = self._parse_meta(raw)
             meta, selection, value = plan(latest)
@@ -517,6 +538,7 @@ class BigArray(StoreOwner):
             # since this view, so that after the commit the cache matches it.
             head = self._store.last_transaction()
             self._forget_changes(self.tid, head)
+            tx.fold_for([self._meta_key])
             raw = tx.get(self._meta_key)
             latest = self._parse_meta(raw)
             meta, selection, value = plan(latest)
@@ -629,6 +651,9 @@ class BigArray(StoreOwner):
                 oid = oids.get(encode_key(key))
                 if oid is None:
                     continue  # never written: the fill value
+                if tx.written_since(0, [key]):
+                    wanted.append(key)  # rewritten in this transaction (a folded row log)
+                    continue
                 serial = self.cache.serial(oid)
                 if serial is not None:
                     # The lock is held, so the head is what this commit builds on:

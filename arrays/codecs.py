@@ -237,6 +237,10 @@ class VLenCodec(ChunkCodec):
             buf = codec.encode(buf)
         return bytes(buf)
 
+    def deserialize_items(self, records: bytes, count: int) -> np.ndarray:
+        """The ``count`` items :meth:`serialize_items` made ``records`` of, as an object array."""
+        return self._serializer.decode(b"".join((count.to_bytes(4, "little"), records)))
+
     def decode_into(self, data: bytes, out: np.ndarray) -> None:
         out[...] = self.decode(data, out.shape)
 
@@ -253,6 +257,18 @@ class VLenCodec(ChunkCodec):
     @property
     def work_dtype(self) -> np.dtype:
         return VLEN_BYTES
+
+
+def shuffled(items: np.ndarray) -> bytes:
+    """The bytes of ``items`` byte-shuffled (the k-th byte of every item together), as blosc's
+    shuffle: a general compressor then finds the runs slowly varying numbers have in their high bytes."""
+    data = np.ascontiguousarray(items)
+    return data.view(np.uint8).reshape(-1, data.dtype.itemsize).T.tobytes()
+
+
+def unshuffled(raw: bytes, itemsize: int) -> bytes:
+    """The inverse of :func:`shuffled` for items of ``itemsize`` bytes (ValueError if ``raw`` is not whole items)."""
+    return np.frombuffer(raw, dtype=np.uint8).reshape(itemsize, -1).T.tobytes()
 
 
 def default_codec_name(dtype: np.dtype) -> str:

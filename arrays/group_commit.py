@@ -175,7 +175,6 @@ def apply_change(tx: Transaction, change: Change) -> Any:
         tx.delete(change.key)
         return None
     if change.kind == "delete_prefix":
-        for entry in tx.list(change.key):
-            tx.delete(entry.key)
+        tx.delete_prefix(change.key)
         return None
     raise ValueError(f"unknown change kind {change.kind!r}")

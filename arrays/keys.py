@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import neostore
 from neostore import POSKeyError
 
+from . import row_log
+from .metadata import METADATA_KEY, ArrayMeta
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -29,7 +32,123 @@ def encode_key(key: str) -> bytes:
     return key.encode("utf-8")
 
 
-class Snapshot:
+class LoggedView:
+    """Reads through row logs (:mod:`arrays.row_log`): what every reader of arrays should see.
+
+    Subclasses give the stored values (``raw_*``) and the chain of a log;
+    the public methods present each log's pending rows in its arrays.
+    """
+
+    # -- stored values: what subclasses provide -------------------------------------
+
+    def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        raise NotImplementedError
+
+    def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        raise NotImplementedError
+
+    def raw_size(self, key: str) -> int | None:
+        raise NotImplementedError
+
+    def raw_list(self, prefix: str = "") -> list[Entry]:
+        raise NotImplementedError
+
+    def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
+        """The chain of log ``key`` whose newest revision (as this view sees it) is ``current``."""
+        raise NotImplementedError
+
+    def raw_get(self, key: str) -> bytes | None:
+        return self.raw_get_many([key]).get(key)
+
+    # -- what readers see ---------------------------------------------------------------
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The values of those ``keys`` that exist, read in bulk."""
+        return row_log.overlay(list(keys), self.raw_get_many, self.log_chain)
+
+    def get(self, key: str) -> bytes | None:
+        """The value of ``key``, or None if it does not exist."""
+        return self.get_many([key]).get(key)
+
+    def _logged(self, key: str) -> bool:
+        """Whether a row log with pending rows could change ``key``'s value (one read of the candidate logs)."""
+        logs = self.raw_get_many([row_log.log_key(g) for g in row_log.candidate_groups([key])])
+        for lkey, raw in logs.items():
+            revision = row_log.Revision.from_bytes(raw, lkey)
+            group = lkey[: -len(row_log.LOG_NAME)]
+            name, _, rest = key[len(group):].partition("/")
+            if revision.rows and rest and name in revision.add:
+                return True
+        return False
+
+    def get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        """``value[start:stop]`` (negative ``start``: from the end), sliced by the database where it can."""
+        if row_log.is_log_key(key):
+            return None
+        if self._logged(key):
+            value = self.get(key)
+            return None if value is None else value[slice(start, stop)]
+        return self.raw_get_range(key, start, stop)
+
+    def size(self, key: str) -> int | None:
+        """The size of ``key``'s value in bytes, or None if it does not exist."""
+        if row_log.is_log_key(key):
+            return None
+        if self._logged(key):
+            value = self.get(key)
+            return None if value is None else len(value)
+        return self.raw_size(key)
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def list(self, prefix: str = "") -> list[Entry]:
+        """The keys under ``prefix`` that exist, sorted, with their sizes (row logs applied, not listed)."""
+        entries = {e.key: e for e in self.raw_list(prefix)}
+        logs = {k for k in entries if row_log.is_log_key(k)}
+        logs |= set(self.raw_get_many([row_log.log_key(g) for g in row_log.candidate_groups([prefix + "x"])]))
+        for k in logs:
+            entries.pop(k, None)
+        if logs:
+            # The zarr.json and last chunk of each logged array: sizes as read, and the last
+            # chunk listed even when only the log holds its rows.
+            logged = self._logged_keys(logs)
+            wanted = [k for k in logged if k.startswith(prefix)]
+            values = self.get_many(wanted)
+            for key, value in values.items():
+                oid, serial = logged[key]
+                old = entries.get(key)
+                entries[key] = Entry(key, old.oid if old else oid, max(serial, old.serial) if old else serial,
+                                     len(value))
+        return [entries[k] for k in sorted(entries, key=encode_key)]
+
+    def _logged_keys(self, logs: Iterable[str]) -> dict[str, tuple[bytes, bytes]]:
+        """Per key a log with pending rows changes: the log's (oid, serial)."""
+        out: dict[str, tuple[bytes, bytes]] = {}
+        found = self.raw_get_many(list(logs))
+        entries = {e.key: e for k in found for e in self.raw_list(k) if e.key == k}
+        metas_wanted = {}
+        for lkey, raw in found.items():
+            revision = row_log.Revision.from_bytes(raw, lkey)
+            if not revision.rows:
+                continue
+            group = lkey[: -len(row_log.LOG_NAME)]
+            for name in revision.add:
+                metas_wanted[f"{group}{name}/{METADATA_KEY}"] = (lkey, revision)
+        metas = self.raw_get_many(list(metas_wanted))
+        for mkey, raw in metas.items():
+            lkey, revision = metas_wanted[mkey]
+            entry = entries.get(lkey)
+            ident = (entry.oid, entry.serial) if entry else (b"", b"")
+            array = mkey[: -len(METADATA_KEY) - 1]
+            meta = ArrayMeta.from_bytes(raw, array)
+            length = revision.base + revision.rows
+            out[mkey] = ident
+            out[f"{array}/{meta.chunk_key(((length - 1) // meta.chunks[0], *(0,) * (len(meta.shape) - 1)))}"] = ident
+        return out
+
+
+class Snapshot(LoggedView):
     """Read-only access to the keys of ``store`` as of ``before`` (None: the head)."""
 
     def __init__(self, store: neostore.Store, before: bytes | None = None):
@@ -44,8 +163,7 @@ class Snapshot:
     def oid(self, key: str) -> bytes | None:
         return self.store.oids_for([encode_key(key)]).get(encode_key(key))
 
-    def get(self, key: str) -> bytes | None:
-        """The value of ``key``, or None if it does not exist."""
+    def raw_get(self, key: str) -> bytes | None:
         oid = self.oid(key)
         if oid is None:
             return None
@@ -57,9 +175,10 @@ class Snapshot:
             return None
         return None if found is None else found[0]
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
-        """The values of those ``keys`` that exist, read in bulk."""
+    def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
         keys = list(keys)
+        if not keys:
+            return {}
         oids = self.store.oids_for([encode_key(k) for k in keys])
         present = [k for k in keys if encode_key(k) in oids]
         values = self.store.load_many(
@@ -67,8 +186,7 @@ class Snapshot:
         )
         return {k: v for k, (v, _) in zip(present, values) if v is not None}
 
-    def get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
-        """``value[start:stop]`` (negative ``start``: from the end), sliced by the database."""
+    def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
         oid = self.oid(key)
         if oid is None:
             return None
@@ -77,20 +195,22 @@ class Snapshot:
         except POSKeyError:
             return None
 
-    def list(self, prefix: str = "") -> list[Entry]:
-        """The keys under ``prefix`` that exist, sorted, with their sizes."""
+    def raw_list(self, prefix: str = "") -> list[Entry]:
         return [
             Entry(r.name.decode("utf-8"), r.oid, r.serial, r.size)
             for r in self.store.list_names(encode_key(prefix), before=self.before)
         ]
 
-    def size(self, key: str) -> int | None:
-        """The size of ``key``'s value in bytes, or None if it does not exist."""
+    def raw_size(self, key: str) -> int | None:
         found = self.store.list_names(encode_key(key), before=self.before, exact=True)
         return found[0].size if found else None
 
-    def exists(self, key: str) -> bool:
-        return self.size(key) is not None
+    def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
+        if current.prev is None:
+            return [current]
+        oid = self.oid(key)
+        earlier = [] if oid is None else self.store.load_revisions(oid, current.after, self.before)
+        return row_log.chain(current, earlier, key)
 
 
 def next_tid_after(tid: bytes) -> bytes:

@@ -455,6 +455,7 @@ class Stream(StoreOwner):
         if self._tx is not None:
             tx = self._live_transaction()
             tx.lock()
+            tx.fold(self.path)  # the row log's rows move into the chunks this append reads
             self._latest(tx)
             if set(data) != set(self._arrays):  # the columns changed before the lock
                 data, n = self._coerce(columns)
@@ -471,6 +472,7 @@ class Stream(StoreOwner):
             # since this view, so that after the commit the cache matches it.
             head = self._store.last_transaction()
             self._arrays[TIME]._forget_changes(self.tid, head)
+            tx.fold(self.path)
             self._load(tx=tx)
             if set(data) != set(self._arrays):  # the columns changed since this view
                 data, n = self._coerce(columns)

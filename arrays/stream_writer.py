@@ -45,6 +45,7 @@ import numpy as np
 
 import neostore
 
+from . import row_log
 from .changes import ChangeLog
 from .errors import ColumnError, StreamError, StreamNotFoundError
 from .metadata import METADATA_KEY, ArrayMeta
@@ -55,8 +56,6 @@ from .workers import weighted_map
 
 #: Chunks per ``set_many`` call (binding their names in one round trip).
 _WRITE_BATCH = 64
-#: Chunk names bound ahead per array (see ``StreamWriter._bind_ahead``): at 16,384 rows a chunk, 4 million rows.
-BIND_AHEAD = 256
 
 
 @dataclass
@@ -70,7 +69,18 @@ class _State:
     foreign: bool = False
     keys: tuple[str, ...] = ()  # whose change invalidates the state
     oids: frozenset[bytes] = frozenset()
-    bound: dict[str, int] = field(default_factory=dict)  # per array: chunk indices below this have names bound
+    # The row log (see arrays.row_log), when every array has the same chunk rows (else
+    # appends rewrite partial chunks). ``base``: rows in stored chunks, this transaction's
+    # writes included; ``committed``/``committed_base``: length and base as of the last
+    # commit; ``log_*``: that commit's log revision (serial None: there is none).
+    logged: bool = True
+    base: int = 0
+    committed: int = 0
+    committed_base: int = 0
+    log_serial: bytes | None = None
+    log_after: bytes = neostore.ZERO
+    log_rows: int = 0
+    written: row_log.Revision | None = None  # the revision this transaction writes
 
 
 #: What an append takes: a mapping of column name to values, or a list of them appended in order.
@@ -133,6 +143,7 @@ class StreamWriter:
         self.path = stream_path(tag, quarantine=quarantine)
         self.changes = changes if changes is not None else ChangeLog(store)
         self._group_key = f"{self.path}/{METADATA_KEY}"
+        self._log_key = row_log.log_key(self.path)
         self._state: _State | None = None
         # The transaction whose writes the state includes (None: the state is
         # the committed stream as of tid ``_seen``), and its write mark after
@@ -180,7 +191,7 @@ class StreamWriter:
                 staged.used = True
             else:
                 data = self._coerce(state.tails, parts, fill_missing)
-                self._store(tx, state, self._encode(state.tails, data))
+                self._store(tx, state, self._encode(state.tails, data, state.logged))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
                 self._drop()  # a failed write may have advanced the state past what tx holds
@@ -205,7 +216,7 @@ class StreamWriter:
             data = self._coerce(tails, _parts(columns), fill_missing)
         except (ColumnError, StreamError, TypeError):
             return staged
-        staged.chunks = list(self._encode(tails, data))
+        staged.chunks = list(self._encode(tails, data, state.logged))
         staged.base, staged.appends, staged.tails = state, appends, tails
         return staged
 
@@ -279,6 +290,10 @@ class StreamWriter:
             self._state = None  # written behind our back after our last append: reload next time
             return
         self._seen = tid
+        if state.written is not None:
+            state.log_serial, state.log_after, state.log_rows = tid, state.written.after, state.written.rows
+            state.written = None
+        state.committed, state.committed_base = state.base + state.log_rows, state.base
 
     def _aborted(self, tx: Transaction) -> None:
         self._hooked = None
@@ -286,20 +301,22 @@ class StreamWriter:
             self._drop()
 
     def _load(self, tx: Transaction) -> _State:
-        """Read the group, every array's metadata and partial chunk, in ``tx`` (holding the lock)."""
+        """Read the group, every array's metadata, partial chunk and row log, in ``tx`` (holding the lock)."""
         self.loads += 1
         head = tx.head()
-        docs = tx.get_many([self._group_key])
+        if tx.written_since(0, [self._log_key]):
+            tx.fold(self.path)  # another writer's log rows in this transaction: into the chunks first
+        docs = tx.raw_get_many([self._group_key, self._log_key])
         group_raw = docs.get(self._group_key)
         if group_raw is None:
             raise StreamNotFoundError(f"no stream {self.tag!r} at {self.path!r}; create it with create_stream")
         attrs = _group_attrs(group_raw, self.path)
         names = [TIME, *attrs.get("columns", [])]
         meta_keys = {name: f"{self.path}/{name}/{METADATA_KEY}" for name in names}
-        docs = tx.get_many(list(meta_keys.values()))
+        metas_raw = tx.raw_get_many(list(meta_keys.values()))
         metas: dict[str, ArrayMeta] = {}
         for name, key in meta_keys.items():
-            raw = docs.get(key)
+            raw = metas_raw.get(key)
             if raw is None:
                 raise StreamError(f"stream {self.tag!r} lists column {name!r} but has no array for it; it is damaged")
             metas[name] = ArrayMeta.from_bytes(raw, f"{self.path}/{name}")
@@ -307,19 +324,47 @@ class StreamWriter:
         if not all(row_chunked(m) for m in metas.values()):
             state.foreign = True
         else:
-            state.tails = self._tails(tx, metas)
+            state.logged = len({m.chunks[0] for m in metas.values()}) == 1
+            log_raw = docs.get(self._log_key)
+            revision = None if log_raw is None else row_log.Revision.from_bytes(log_raw, self._log_key)
+            pending: dict[str, np.ndarray] = {}
+            if revision is not None and revision.rows:
+                if any(m.shape[0] != revision.base for m in metas.values()):
+                    raise StreamError(
+                        f"stream {self.tag!r}: its arrays' lengths {[m.shape[0] for m in metas.values()]} do not "
+                        f"match its row log (base {revision.base}); something wrote them outside windvane"
+                    )
+                revisions = tx.log_chain(self._log_key, revision)
+                pending = {n: row_log.pending_rows(m, n, revisions, self._log_key) for n, m in metas.items()}
+            state.tails = self._tails(tx, metas, pending)
+            state.base = metas[TIME].shape[0]
+            state.committed_base = state.base
+            state.committed = state.tails[TIME].length
+            if revision is not None:
+                state.log_serial = self._committed_serial(tx)
+                state.log_after, state.log_rows = revision.after, revision.rows
         self._state = state
         self._remember(tx, state)
         self._join(tx, head)
         return state
 
-    def _tails(self, tx: Transaction, metas: dict[str, ArrayMeta]) -> dict[str, Tail]:
+    def _committed_serial(self, tx: Transaction) -> bytes | None:
+        """The serial of the log's latest committed revision (None: it has none)."""
+        oid = tx.oids([self._log_key]).get(self._log_key)
+        if oid is None:
+            return None
+        try:
+            return self.store.load(oid)[1]
+        except neostore.POSKeyError:
+            return None  # first written by this transaction
+
+    def _tails(self, tx: Transaction, metas: dict[str, ArrayMeta], pending: dict[str, np.ndarray]) -> dict[str, Tail]:
         partial: dict[str, str] = {}
         for name, meta in metas.items():
             rows = meta.chunks[0]
             if meta.shape[0] % rows:
                 partial[name] = f"{self.path}/{name}/{meta.chunk_key((meta.shape[0] // rows,) + (0,) * (len(meta.shape) - 1))}"
-        values = tx.get_many(list(partial.values()))
+        values = tx.raw_get_many(list(partial.values()))
 
         def decode(name: str) -> tuple[str, np.ndarray | None]:
             meta, value = metas[name], values.get(partial.get(name, ""))
@@ -332,11 +377,15 @@ class StreamWriter:
 
         weight = sum(metas[n].chunk_nbytes for n in partial)
         chunks = dict(weighted_map(decode, list(metas), weight))
-        return {name: tail_for(f"{self.path}/{name}", meta, chunks[name]) for name, meta in metas.items()}
+        tails = {name: tail_for(f"{self.path}/{name}", meta, chunks[name]) for name, meta in metas.items()}
+        for name, rows in pending.items():
+            if any(job.full for job in tails[name].append(rows)):
+                raise StreamError(f"stream {self.tag!r}: its row log holds more rows than its last chunk takes")
+        return tails
 
     def _remember(self, tx: Transaction, state: _State) -> None:
         """Note the keys (and their oids) whose change by anyone else makes ``state`` stale."""
-        keys = [self._group_key, *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails)]
+        keys = [self._group_key, self._log_key, *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails)]
         keys += [k for k in (t.partial_key for t in state.tails.values()) if k is not None]
         state.keys = tuple(keys)
         state.oids = frozenset(tx.oids(keys).values())
@@ -369,7 +418,8 @@ class StreamWriter:
         return out
 
     @staticmethod
-    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]]) -> Iterator[tuple[str, bytes, bool, bytes]]:
+    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True
+                ) -> Iterator[tuple[str, bytes, bool, bytes]]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
         hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
 
@@ -382,14 +432,14 @@ class StreamWriter:
                     # A chunk two parts fill is encoded once, by the later job: it
                     # reads the chunk as the tail holds it after both.
                     jobs[job.key] = job
-        todo = list(jobs.values())
+        todo = [j for j in jobs.values() if j.full or not logged]
         weight = sum(j.weight for j in todo) if len(todo) > 1 else 0
         values = weighted_map(_encode_and_hash, todo, weight)
         return ((job.key, value, job.compressed, digest) for job, (value, digest) in zip(todo, values))
 
     def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool, bytes]]) -> None:
-        """Write ``chunks`` and the tails' metadata in ``tx``; the state now includes them."""
-        self._bind_ahead(tx, state)
+        """Write ``chunks`` (those that filled; every one touched when the stream keeps no row log), the
+        row log and, when chunks filled, the arrays' metadata, in ``tx``; the state now includes them."""
         batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
         digests: dict[str, bytes] = {}
         for key, value, compressed, digest in chunks:
@@ -398,31 +448,39 @@ class StreamWriter:
             batch[key] = value
             digests[key] = digest
             if len(batch) >= _WRITE_BATCH:
-                tx.set_many(batch, compress=not compressed, digests=digests)
+                tx.set_many(batch, compress=not compressed, digests=digests, raw=True)
                 batch.clear()
-        for name, tail in state.tails.items():
-            batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
+        length = state.tails[TIME].length
+        if state.logged:
+            rows = state.tails[TIME].meta.chunks[0]
+            base = max(state.base, length - length % rows)
+            if base != state.base:
+                state.base = base
+                for name, tail in state.tails.items():
+                    batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
+                        (base, *tail.meta.shape[1:])).to_bytes()
+            batches[True][self._log_key] = self._revision(state, length).to_bytes()
+        else:
+            for name, tail in state.tails.items():
+                batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
         for compress, batch in batches.items():
             if batch:
-                tx.set_many(batch, compress=compress, digests=digests)
+                tx.set_many(batch, compress=compress, digests=digests, raw=True)
         state.appends += 1
         self._remember(tx, state)
         self._mark = tx.write_mark()
 
-    def _bind_ahead(self, tx: Transaction, state: _State) -> None:
-        """Bind the names of the next :data:`BIND_AHEAD` chunks of each array once the bound ones run out.
-
-        Binding new names is a commit of its own on a server database: once
-        per many appends instead of once per append.
-        """
-        ahead = []
-        for name, tail in state.tails.items():
-            last = max(tail.length - 1, 0) // tail.meta.chunks[0]
-            if last >= state.bound.get(name, 0):
-                ahead += [tail.chunk_key(i) for i in range(last, last + BIND_AHEAD)]
-                state.bound[name] = last + BIND_AHEAD
-        if ahead:
-            tx.bind(ahead)
+    def _revision(self, state: _State, length: int) -> row_log.Revision:
+        """The log revision after this transaction's appends so far: the rows it added past the base."""
+        if state.base > state.committed_base or not state.log_rows:
+            # A chunk filled in this transaction, or the committed log holds no rows: a new chain.
+            prev, after = None, state.log_serial or neostore.ZERO
+        else:
+            prev, after = state.log_serial, state.log_after
+        since = max(state.committed, state.base)
+        add = {name: tail.serialised_since(since) for name, tail in state.tails.items()} if length > state.base else {}
+        state.written = row_log.Revision(state.base, length - state.base, after, prev, add)
+        return state.written
 
     def _append_through_stream(self, tx: Transaction, columns: Mapping[str, Any], fill_missing: bool) -> int:
         """Arrays not chunked by rows: the general (slower) path, keeping no state."""

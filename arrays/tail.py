@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .codecs import VLenCodec
+from .codecs import VLenCodec, shuffled
 from .errors import ColumnError
 from .metadata import ArrayMeta
 
@@ -38,6 +38,7 @@ class ChunkJob:
     encode: Callable[[], bytes]
     weight: int
     compressed: bool
+    full: bool = False  # the chunk holds all its rows (not the partial last one)
 
 
 def row_chunked(meta: ArrayMeta) -> bool:
@@ -105,6 +106,18 @@ class Tail:
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         raise NotImplementedError
 
+    def serialised_since(self, row: int) -> bytes:
+        """The rows from ``row`` (in the partial last chunk, where an append began) to the end, as a
+        row log keeps them (:func:`arrays.row_log.serialise`)."""
+        raise NotImplementedError
+
+    def _in_partial(self, row: int) -> int:
+        """``row``'s index in the partial last chunk (ValueError if it is not in it)."""
+        start = self.length - self.length % self._rows_per_chunk
+        if not start <= row <= self.length:
+            raise ValueError(f"{self.name}: row {row} is not in the partial last chunk [{start}, {self.length})")
+        return row - start
+
     def copy(self) -> Tail:
         """An independent Tail in the same state: appending to one leaves the other as it was."""
         return copy.copy(self)
@@ -125,13 +138,41 @@ class NumberTail(Tail):
             chunk = rows  # a whole chunk: encoded straight from the caller's rows
             self._chunk = None
         else:
+            end = start + len(rows)
             if start == 0 or self._chunk is None:
-                self._chunk = np.full(meta.chunks, meta.fill_value, dtype=codec.work_dtype)
-            self._chunk[start : start + len(rows)] = rows
+                self._chunk = self._grown(None, end)
+            elif len(self._chunk) < end:
+                self._chunk = self._grown(self._chunk, end)
+            self._chunk[start:end] = rows
             chunk = self._chunk
-            if start + len(rows) == self._rows_per_chunk:
+            if end == self._rows_per_chunk:
                 self._chunk = None  # full now: the next append starts a new chunk
-        return ChunkJob(self.chunk_key(index), functools.partial(codec.encode, chunk), chunk.nbytes, codec.compressed)
+        full = start + len(rows) == self._rows_per_chunk
+        encode = functools.partial(codec.encode, chunk) if len(chunk) == self._rows_per_chunk else \
+            functools.partial(self._encode_padded, chunk)
+        return ChunkJob(self.chunk_key(index), encode, int(np.prod(meta.chunks)) * chunk.itemsize,
+                        codec.compressed, full)
+
+    def _grown(self, old: np.ndarray | None, rows: int) -> np.ndarray:
+        """Room for at least ``rows`` rows, the fill value past them. Grown by doubling, up to a chunk:
+        a trickling stream holds what it has, not a whole chunk (thousands of streams may be kept)."""
+        have = 0 if old is None else len(old)
+        capacity = min(self._rows_per_chunk, max(rows, 2 * have, 64))
+        out = np.full((capacity, *self.meta.chunks[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
+        if old is not None:
+            out[:have] = old
+        return out
+
+    def _encode_padded(self, rows: np.ndarray) -> bytes:
+        """The partial chunk ``rows`` begin, encoded at the chunk's full shape (fill value past them)."""
+        return self.meta.codec.encode(self._grown(rows, self._rows_per_chunk))
+
+    def serialised_since(self, row: int) -> bytes:
+        first = self._in_partial(row)
+        end = self.length % self._rows_per_chunk
+        if first == end:
+            return b""
+        return shuffled(self._chunk[first:end])
 
     def copy(self) -> NumberTail:
         twin = copy.copy(self)
@@ -161,6 +202,8 @@ class VLenTail(Tail):
             self._records = codec.serialize_items(np.ascontiguousarray(partial[:start], dtype=object))
         elif start:  # the chunk was never written: its rows read as the fill value
             self._records = self._fill * (start * self._items_per_row)
+        # Where the records of a row begin, for each row an append began or ended at.
+        self._bounds = {0: 0, start: len(self._records)}
 
     def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
         # The common case, a list of str (what ingest gives): straight to an
@@ -179,15 +222,32 @@ class VLenTail(Tail):
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         codec = self._codec
         records = codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
-        self._records = records if start == 0 else self._records + records
+        if start == 0:
+            self._records, self._bounds = records, {0: 0}
+        else:
+            self._records += records
         end = start + len(rows)
+        self._bounds[end] = len(self._records)
         filler = self._fill * ((self._rows_per_chunk - end) * self._items_per_row)
         count = self._rows_per_chunk * self._items_per_row
         encode = functools.partial(codec.encode_serialized, count, self._records, filler)
         weight = len(self._records) + len(filler)
-        if end == self._rows_per_chunk:
-            self._records = b""
-        return ChunkJob(self.chunk_key(index), encode, weight, codec.compressed)
+        full = end == self._rows_per_chunk
+        if full:
+            self._records, self._bounds = b"", {0: 0}
+        return ChunkJob(self.chunk_key(index), encode, weight, codec.compressed, full)
+
+    def serialised_since(self, row: int) -> bytes:
+        first = self._in_partial(row)
+        try:
+            return self._records[self._bounds[first]:]
+        except KeyError:
+            raise ValueError(f"{self.name}: row {row} is not where an append began") from None
+
+    def copy(self) -> VLenTail:
+        twin = copy.copy(self)
+        twin._bounds = dict(self._bounds)
+        return twin
 
 
 def tail_for(name: str, meta: ArrayMeta, partial: np.ndarray | None) -> Tail:

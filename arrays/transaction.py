@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import neostore
 
-from .keys import Entry, Snapshot, encode_key
+from . import row_log
+from .keys import LoggedView, Entry, Snapshot, encode_key
 
 if TYPE_CHECKING:
     from .zarr_store import ZarrStore
@@ -41,8 +42,12 @@ def _serialised(method):
     return locked
 
 
-class Transaction:
+class Transaction(LoggedView):
     """One atomic set of key changes on a neostore Store. Thread-safe.
+
+    Reads see the head and this transaction's own writes, row logs applied
+    (:mod:`arrays.row_log`); writes to the arrays of a group whose log holds
+    rows fold it first, unless ``raw=True`` (the caller keeps the log).
 
     Use :func:`transaction` (a context manager) rather than building one.
     ``message`` and ``metadata`` (plain JSON data) are recorded with the
@@ -71,6 +76,7 @@ class Transaction:
         self._on_commit: list[Callable[[bytes], None]] = []
         self._on_abort: list[Callable[[], None]] = []
         self._locked = False
+        self._log_checked: set[str] = set()  # groups whose log holds no rows in this transaction
         self._mutex = threading.RLock()
         self.tid: bytes | None = None
 
@@ -89,42 +95,45 @@ class Transaction:
         return ZarrStore.for_transaction(self)
 
     @_serialised
-    def get(self, key: str) -> bytes | None:
+    def raw_get(self, key: str) -> bytes | None:
         if key in self._written:
             oid, size = self._written[key]
             return None if size is None else self._tx.pending_value(oid)[1]
-        return self._head.get(key)
+        return self._head.raw_get(key)
 
     @_serialised
-    def get_many(self, keys: list[str]) -> dict[str, bytes]:
+    def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        keys = list(keys)
         own = [k for k in keys if k in self._written]
-        found = self._head.get_many([k for k in keys if k not in self._written])
+        found = self._head.raw_get_many([k for k in keys if k not in self._written])
         for key in own:
-            value = self.get(key)
+            value = self.raw_get(key)
             if value is not None:
                 found[key] = value
         return found
 
     @_serialised
-    def get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+    def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
         if key in self._written:
-            value = self.get(key)
+            value = self.raw_get(key)
             return None if value is None else value[start:stop]
-        return self._head.get_range(key, start, stop)
+        return self._head.raw_get_range(key, start, stop)
 
     @_serialised
-    def size(self, key: str) -> int | None:
+    def raw_size(self, key: str) -> int | None:
         if key in self._written:
             return self._written[key][1]
-        return self._head.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self.size(key) is not None
+        return self._head.raw_size(key)
 
     @_serialised
-    def list(self, prefix: str = "") -> list[Entry]:
-        """Keys under ``prefix`` as this transaction sees them, sorted (serials of own writes are zero)."""
-        entries = {e.key: e for e in self._head.list(prefix)}
+    def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
+        # Earlier revisions are committed ones (a transaction writes a key once).
+        return self._head.log_chain(key, current)
+
+    @_serialised
+    def raw_list(self, prefix: str = "") -> list[Entry]:
+        """Keys under ``prefix`` as stored with this transaction's writes, sorted (serials of own writes are zero)."""
+        entries = {e.key: e for e in self._head.raw_list(prefix)}
         for key, (oid, size) in self._written.items():
             if not key.startswith(prefix):
                 continue
@@ -154,8 +163,10 @@ class Transaction:
         return self._tx.head
 
     @_serialised
-    def set(self, key: str, value: bytes, *, compress: bool = True) -> None:
+    def set(self, key: str, value: bytes, *, compress: bool = True, raw: bool = False) -> None:
         """Give ``key`` the value ``value``. ``compress=False`` for bytes a codec already compressed."""
+        if not raw:
+            self.fold_for([key])
         value = bytes(value)
         oid = self._tx.oids_for([encode_key(key)], create=True)[encode_key(key)]
         self._tx.write(oid, None, value, compress=compress, check=False)
@@ -163,12 +174,14 @@ class Transaction:
 
     @_serialised
     def set_many(self, items: Mapping[str, bytes], *, compress: bool = True,
-                 digests: Mapping[str, bytes] | None = None) -> None:
+                 digests: Mapping[str, bytes] | None = None, raw: bool = False) -> None:
         """Like :meth:`set` for many keys, binding their names in one round trip.
 
         ``digests``: :func:`neostore.value_hash` of values hashed already (in
         the threads that encoded them); it must be exactly that.
         """
+        if not raw:
+            self.fold_for(items)
         oids = self._tx.oids_for([encode_key(k) for k in items], create=True)
         digests = digests or {}
         for key, value in items.items():
@@ -191,7 +204,7 @@ class Transaction:
     def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
         """Set ``key`` only if it does not exist; whether it was set. Atomic across processes."""
         self.lock()
-        if self.exists(key):
+        if self.exists(key) or row_log.is_log_key(key):
             return False
         self.set(key, value, compress=compress)
         return True
@@ -202,13 +215,15 @@ class Transaction:
         self.delete_many([key])
 
     @_serialised
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete_many(self, keys: Iterable[str], *, raw: bool = False) -> None:
         """Remove every key of ``keys`` that exists, with one listing per common prefix."""
         keys = list(dict.fromkeys(keys))
         if not keys:
             return
-        existing = {e.key for e in self.list(os.path.commonprefix(keys))} if len(keys) > 1 else set(
-            k for k in keys if self.exists(k)
+        if not raw:
+            self.fold_for(keys)
+        existing = {e.key for e in self.raw_list(os.path.commonprefix(keys))} if len(keys) > 1 else set(
+            k for k in keys if self.raw_size(k) is not None
         )
         doomed = [k for k in keys if k in existing]
         oids = self._tx.oids_for([encode_key(k) for k in doomed])
@@ -217,10 +232,50 @@ class Transaction:
             self._tx.write(oid, None, None, check=False)
             self._wrote(key, oid, None)
 
+    @_serialised
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``, row logs with them (a log left behind would apply to a
+        new array later created at the same path)."""
+        self.delete_many([e.key for e in self.raw_list(prefix)], raw=True)
+
     def _wrote(self, key: str, oid: bytes, size: int | None) -> None:
+        if row_log.is_log_key(key):
+            self._log_checked.discard(key[: -len(row_log.LOG_NAME)].rstrip("/"))
         self._writes += 1
         self._written[key] = (oid, size)
         self._write_seq[key] = self._writes
+
+    # -- row logs ----------------------------------------------------------------
+
+    def fold_for(self, keys: Iterable[str]) -> None:
+        """Fold the logs with pending rows of the groups whose arrays ``keys`` belong to."""
+        groups = row_log.candidate_groups(keys) - self._log_checked
+        if not groups:
+            return
+        self.lock()  # the log read must be the latest
+        found = self.raw_get_many([row_log.log_key(g) for g in groups])
+        self._log_checked |= groups
+        for group in groups:
+            raw = found.get(row_log.log_key(group))
+            if raw is not None and row_log.Revision.from_bytes(raw, row_log.log_key(group)).rows:
+                self.fold(group)
+
+    @_serialised
+    def fold(self, group: str) -> bool:
+        """Move the pending rows of ``group``'s row log into its arrays' chunks; whether it held any."""
+        self.lock()
+        key = row_log.log_key(group)
+        raw = self.raw_get(key)
+        if raw is None:
+            return False
+        revision = row_log.Revision.from_bytes(raw, key)
+        if not revision.rows:
+            return False
+        writes = row_log.fold_writes(group, revision, self.log_chain(key, revision), self.raw_get_many,
+                                     neostore.ZERO)
+        self.set_many(writes, raw=True)
+        self._log_checked.add(group)
+        return True
 
     # -- what this transaction wrote (for writers that keep state across transactions) --
 

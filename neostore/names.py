@@ -149,6 +149,13 @@ class NameIndex:
         )
         return [NamedRevision(bytes(r[0]), p64(r[1]), p64(r[2]), int(r[3])) for r in rows]
 
+    def ending(self, suffix: bytes) -> dict[bytes, bytes]:
+        """Every bound name ending with ``suffix``, with its oid (a scan of all names: for maintenance)."""
+        if not suffix:
+            raise ValueError("ending() needs a non-empty suffix")
+        rows = self._store._query("SELECT name, oid FROM name WHERE SUBSTR(name, ?) = ?", (-len(suffix), suffix))
+        return {bytes(r[0]): p64(r[1]) for r in rows}
+
     def history(self, prefix: bytes) -> list[TransactionInfo]:
         """Committed transactions that wrote an object named under ``prefix``, oldest first."""
         where, params = _range(prefix)

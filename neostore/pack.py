@@ -14,7 +14,7 @@ The mark set lives in a temporary table, not in memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -52,12 +52,16 @@ def pack(
     tid: bytes,
     *,
     references: Callable[[bytes], Iterable[bytes]] | None = None,
+    keep: Mapping[bytes, bytes] | None = None,
     batch_seconds: float = 0.1,
     progress: Callable[[str, int], None] | None = None,
 ) -> PackStats:
     """Remove revisions invisible at ``tid`` and data nothing references.
 
-    ``progress(phase, count)`` is called after each batch.
+    ``keep`` maps oids to a tid: their revisions committed after it stay,
+    visible or not (a value kept as a chain of revisions, each holding what
+    its commit added, needs them). ``progress(phase, count)`` is called
+    after each batch.
     """
     if store.read_only:
         from .errors import ReadOnlyError
@@ -70,6 +74,7 @@ def pack(
     broken = True
     try:
         job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress)
+        job.keep = {u64(oid): u64(after) for oid, after in (keep or {}).items()}
         if references is not None:
             job.collect_garbage(references)
         job.drop_old_revisions()
@@ -89,6 +94,7 @@ class _Pack:
         self.backend = store.backend
         self.target = target
         self.progress = progress or (lambda phase, count: None)
+        self.keep: dict[int, int] = {}
 
     @contextmanager
     def batch(self) -> Iterator[Any]:
@@ -123,7 +129,9 @@ class _Pack:
                 if not newest:
                     return
                 position = newest[-1][0]
-                cur.executemany("DELETE FROM obj WHERE oid = ? AND tid < ?", newest)
+                keep = self.keep
+                bounds = [(oid, min(tid, keep[oid] + 1) if oid in keep else tid) for oid, tid in newest]
+                cur.executemany("DELETE FROM obj WHERE oid = ? AND tid < ?", bounds)
                 deleted = max(cur.rowcount, 0)
                 oids = [oid for oid, _ in newest]
                 cur.execute(

@@ -626,6 +626,23 @@ class Store:
             raise errors.POSKeyError(oid)
         return self._value(oid, rows[0])
 
+    def load_revisions(self, oid: bytes, after: bytes, before: bytes | None = None) -> list[tuple[bytes, bytes]]:
+        """``(serial, value)`` of every revision of ``oid`` committed after ``after`` (and before ``before``),
+        oldest first, in one query; deletions are left out.
+
+        For values kept as a chain of revisions, each holding what its
+        transaction added: reading the chain costs one round trip, not one
+        per revision.
+        """
+        bound, params = ("", (u64(oid), u64(after))) if before is None else (
+            " AND o.tid < ?", (u64(oid), u64(after), u64(before)))
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? AND o.tid > ?{bound} ORDER BY o.tid",
+            params,
+        )
+        return [(p64(row[0]), self._value(oid, row)) for row in rows if row[1] is not None]
+
     def _value(self, oid: bytes, row: tuple) -> bytes:
         tid, data_id, digest, compression, size, chunks, stored = row[:7]
         if digest is None:
@@ -681,6 +698,10 @@ class Store:
     ) -> list[NamedRevision]:
         """Named objects under ``prefix`` (or named exactly that) that exist before ``before``, by name."""
         return self._names.list(prefix, before=before, exact=exact)
+
+    def names_ending(self, suffix: bytes) -> dict[bytes, bytes]:
+        """Every bound name ending with ``suffix``, with its oid; scans all names."""
+        return self._names.ending(suffix)
 
     def name_history(self, prefix: bytes) -> list[TransactionInfo]:
         """Committed transactions that wrote an object named under ``prefix``, oldest first."""

@@ -347,34 +347,26 @@ def test_writers_in_two_processes_stay_aligned(store_url):
         assert np.all(np.diff(seqs) >= 0)
 
 
-def test_chunk_names_are_bound_ahead_in_blocks(store_url):
-    """Appends bind the names of the next BIND_AHEAD chunks at once; the stream still lists only what it holds."""
-    from arrays.stream_writer import BIND_AHEAD
-    from arrays.keys import encode_key
-
+def test_names_grow_with_the_chunks_filled(store_url):
+    """A stream binds a name per chunk it fills and one for its row log, nothing ahead; it lists what it holds."""
     store = neostore.open(store_url)
     try:
-        arrays.create_stream(store, "ahead", COLUMNS, chunk_rows=16).close()
-        writer = arrays.StreamWriter(store, "ahead")
+        arrays.create_stream(store, "names", COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "names")
 
         def bound() -> int:
             return store._query("SELECT COUNT(*) FROM name")[0][0]
 
-        with arrays.transaction(store) as tx:
-            writer.append(tx, rows(0, 20))
-        after_first = bound()
-        next_key = f"streams/ahead/time/{writer._state.tails['time'].meta.chunk_key((BIND_AHEAD - 1,))}"
-        assert encode_key(next_key) in store.oids_for([encode_key(next_key)])  # bound, never written
-        for k in range(1, 10):  # within the bound block: no new names
+        created = bound()
+        for k in range(10):
             with arrays.transaction(store) as tx:
                 writer.append(tx, rows(20 * k, 20))
-        assert bound() == after_first
-        with arrays.open_stream(store, "ahead") as stream:
+        arrays_in_stream = len(writer._state.tails)
+        assert bound() == created + 1 + arrays_in_stream * (200 // 16)  # the log, and each full chunk
+        with arrays.open_stream(store, "names") as stream:
             assert len(stream) == 200 and stream["time"][:].tolist() == rows(0, 200)["time"].tolist()
-        listed = [e.key for e in Snapshot.latest(store).list("streams/ahead/time/")]
+        listed = [e.key for e in Snapshot.latest(store).list("streams/names/time/")]
         assert len([k for k in listed if not k.endswith("zarr.json")]) == 13  # ceil(200 / 16) chunks
-        with arrays.transaction(store) as tx:  # past the block: the next one is bound
-            writer.append(tx, rows(200, 16 * BIND_AHEAD))
-        assert bound() > after_first
+        assert not [e.key for e in Snapshot.latest(store).list("streams/names/") if "__rows" in e.key]
     finally:
         store.close()
