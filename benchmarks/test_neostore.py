@@ -598,6 +598,8 @@ print(json.dumps({
     "revisions_deleted": stats.revisions_deleted,
     "data_deleted": stats.data_deleted,
     "batches": stats.batches,
+    "disk_before": stats.disk_before,
+    "disk_after": stats.disk_after,
     "counts_before": before,
     "counts_after": after,
 }))
@@ -699,7 +701,8 @@ def _pack(benchmark, databases, sensor_values, bench_results, kind):
            sampled_peak_rss_mb=max(r["sampled_peak_rss"] for r in reports) / MB, rss_before_pack_mb=last["rss_before_pack"] / MB,
            rss_limit_mb=PACK_RSS_LIMIT / MB, rss_goal_met=peak < PACK_RSS_LIMIT,
            revisions_deleted=last["revisions_deleted"], data_deleted=last["data_deleted"],
-           batches=last["batches"], counts_before=last["counts_before"], counts_after=last["counts_after"])
+           batches=last["batches"], counts_before=last["counts_before"], counts_after=last["counts_after"],
+           disk_before_mb=last["disk_before"] / MB, disk_after_mb=last["disk_after"] / MB)
     assert peak < PACK_RSS_LIMIT, f"pack peaked at {peak / MB:.0f} MB RSS"
 
 

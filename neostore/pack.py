@@ -9,14 +9,18 @@ pack tid is never touched.
 With ``references`` (a function listing the oids a value refers to), pack
 also collects objects unreachable from the root (oid 0) or a name as of the pack tid.
 The mark set lives in a temporary table, not in memory.
+
+Last, pack gives the space of what it deleted back to the file system, as
+the backend can while others read and write (see ``Backend.reclaim``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .store import Store, _placeholders, delete_unreferenced_data
@@ -33,6 +37,14 @@ class PackStats:
     data_deleted: int = 0
     batches: int = 0
     seconds: float = 0.0
+    disk_before: int = 0  # bytes the database's files took as pack began
+    disk_after: int = 0  # ... and as it ended
+    notes: list[str] = field(default_factory=list)  # space not given back, and why
+
+    @property
+    def bytes_freed(self) -> int:
+        """Disk given back to the file system (0 when writes meanwhile grew the files more)."""
+        return max(0, self.disk_before - self.disk_after)
 
 
 class _Batcher:
@@ -53,6 +65,8 @@ def pack(
     *,
     references: Callable[[bytes], Iterable[bytes]] | None = None,
     keep: Mapping[bytes, bytes] | None = None,
+    reclaim: bool = True,
+    vacuum: bool = False,
     batch_seconds: float = 0.1,
     progress: Callable[[str, int], None] | None = None,
 ) -> PackStats:
@@ -60,8 +74,12 @@ def pack(
 
     ``keep`` maps oids to a tid: their revisions committed after it stay,
     visible or not (a value kept as a chain of revisions, each holding what
-    its commit added, needs them). ``progress(phase, count)`` is called
-    after each batch.
+    its commit added, needs them). ``reclaim`` then gives the freed space
+    back to the file system; ``vacuum`` also rewrites what cannot shrink in
+    place (a SQLite file made without incremental vacuum: writers wait;
+    on MariaDB, every table pack deletes from, however little it lost).
+    ``progress(phase, count)`` is called after each batch, and with phase
+    ``"reclaim"`` as that step begins.
     """
     if store.read_only:
         from .errors import ReadOnlyError
@@ -73,6 +91,7 @@ def pack(
     conn = store._take_writer(first_step=store.backend.ping)
     broken = True
     try:
+        stats.disk_before = store.backend.disk_size()
         job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress)
         job.keep = {u64(oid): u64(after) for oid, after in (keep or {}).items()}
         if references is not None:
@@ -81,6 +100,11 @@ def pack(
         job.mark_packed()
         job.prune_data()
         job.record()
+        if reclaim:
+            job.progress("reclaim", 0)
+            removed = {**job.removed, "obj": stats.revisions_deleted}
+            stats.notes = store.backend.reclaim(conn, removed, vacuum=vacuum, lock_timeout=store.commit_lock_timeout)
+        stats.disk_after = store.backend.disk_size()
         broken = False
     finally:
         store._give_writer(conn, broken=broken)
@@ -95,6 +119,7 @@ class _Pack:
         self.target = target
         self.progress = progress or (lambda phase, count: None)
         self.keep: dict[int, int] = {}
+        self.removed: Counter[str] = Counter()  # data and bigdata rows deleted (obj rows: the stats')
 
     @contextmanager
     def batch(self) -> Iterator[Any]:
@@ -176,7 +201,9 @@ class _Pack:
                 if not ids:
                     return
                 position = ids[-1]
-                self.stats.data_deleted += delete_unreferenced_data(cur, ids, self.backend.max_params)
+                self.stats.data_deleted += delete_unreferenced_data(
+                    cur, ids, self.backend.max_params, self.removed
+                )
             batcher.record(time.monotonic() - began, len(ids))
             self.progress("data", len(ids))
 

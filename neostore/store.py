@@ -828,7 +828,7 @@ class Store:
     # -- maintenance -------------------------------------------------------------
 
     def pack(self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None, **options: Any):
-        """Remove what is invisible at ``tid``; see :func:`neostore.pack.pack`."""
+        """Remove what is invisible at ``tid`` and give the disk back; see :func:`neostore.pack.pack`."""
         from .pack import pack
 
         return pack(self, tid, references=references, **options)
@@ -1458,8 +1458,12 @@ class Transaction:
         self.tid = p64(tid)
 
 
-def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int) -> int:
-    """Delete the given data rows that no revision (finished or voted) references."""
+def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int,
+                             removed: Counter[str] | None = None) -> int:
+    """Delete the given data rows that no revision (finished or voted) references; return how many.
+
+    ``removed``, if given, counts the rows deleted per table (split values' chunks too).
+    """
     deleted = 0
     for batch in _chunked(sorted(set(data_ids)), max_params // 2):
         marks = _placeholders(len(batch))
@@ -1473,6 +1477,9 @@ def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int)
         if dead:
             marks = _placeholders(len(dead))
             cur.execute(f"DELETE FROM bigdata WHERE data_id IN {marks}", dead)
+            if removed is not None:
+                removed["bigdata"] += max(cur.rowcount, 0)
+                removed["data"] += len(dead)
             cur.execute(f"DELETE FROM data WHERE id IN {marks}", dead)
             deleted += len(dead)
     return deleted

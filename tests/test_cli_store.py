@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,31 @@ def test_pack_drops_old_revisions(sqlite_url):
     with neostore.open(sqlite_url) as store:
         assert [r.tid for r in store.history(oid, None)] == [serial]
         assert store.load(oid) == (b"revision 2", serial)
+
+
+def test_pack_says_how_much_disk_it_gave_back(sqlite_url):
+    path = neostore.parse_url(sqlite_url).path
+    with neostore.open(sqlite_url) as store:
+        oid, serial = store.new_oid(), None
+        for _ in range(10):
+            value = os.urandom(1_000_000)
+            txn = store.begin()
+            txn.write(oid, serial, value)
+            txn.vote()
+            serial = txn.finish()
+    before = os.path.getsize(path)
+    result = windvane("store", "pack", sqlite_url)
+    assert result.returncode == 0, result.stderr
+    said = re.search(r"^gave back ([\d.]+) MB of disk: the store takes ([\d.]+) MB \(it took ([\d.]+) MB\)$",
+                     result.stdout, re.MULTILINE)
+    freed, takes, took = map(float, said.groups())
+    assert freed >= 8.9 and abs(took - takes - freed) <= 0.1
+    assert takes == round(os.path.getsize(path) / 1e6, 1) and before - os.path.getsize(path) >= 8_900_000
+    with neostore.open(sqlite_url) as store:
+        assert store.load(oid) == (value, serial)
+    result = windvane("store", "pack", sqlite_url, "--no-reclaim", "--vacuum")
+    assert result.returncode == 2
+    assert "--vacuum gives space back to the file system: drop --no-reclaim" in result.stderr
 
 
 def test_bad_url_exits_2_with_the_reason(tmp_path):

@@ -14,6 +14,7 @@ one batch at a time. It must be released by the kernel when its holder dies
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 #: Bumped whenever the schema changes; older databases are migrated or refused.
@@ -75,6 +76,22 @@ class Backend(ABC):
         cur.execute("SELECT 1")
         cur.fetchall()
         cur.close()
+
+    @abstractmethod
+    def disk_size(self) -> int:
+        """Bytes the database's files take on disk now."""
+
+    @abstractmethod
+    def reclaim(self, conn: Any, removed: Mapping[str, int], *, vacuum: bool, lock_timeout: float) -> list[str]:
+        """Give the space of deleted rows back to the file system, while others read and write.
+
+        ``removed`` counts the rows just deleted from each table, for engines
+        that rebuild a table to shrink it (worth it only when it lost a fair
+        share). ``vacuum`` also rewrites what cannot shrink in place. Runs
+        outside any transaction; the steps writers must not overlap take the
+        commit lock, waiting for it at most ``lock_timeout`` s. Returns, one
+        sentence each, what space stays in place and why.
+        """
 
     def blob_cursor(self, conn: Any) -> Any:
         """A cursor that sends BLOB parameters unescaped (binary protocol where it matters)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import mariadb
@@ -13,6 +15,18 @@ from .base import Backend, schema_statements
 # Error codes that mean the connection is gone: server has gone away, lost
 # connection during query, can't connect (local or TCP).
 _CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+
+# The tables pack deletes rows from, so the ones a rebuild can shrink.
+_PACKED_TABLES = ("obj", "data", "bigdata")
+
+# What to do about the errors a table rebuild is likely to meet.
+_REBUILD_ADVICE = {
+    1205: "a transaction kept using the table longer than the rebuild waits; pack again later",
+    1799: "more was written to the table meanwhile than innodb_online_alter_log_max_size holds; "
+          "pack again when writes are quieter, or raise that setting",
+    1021: "the copy needs free disk about the size of the rows left",
+    1114: "the copy needs free disk about the size of the rows left",
+}
 
 
 class MariaDBBackend(Backend):
@@ -32,6 +46,13 @@ class MariaDBBackend(Backend):
     # 111 s queries); the primary key (oid, tid) is always the right one.
     obj_pk_hint = "FORCE INDEX (PRIMARY)"
     max_params = 30000
+    #: A table is rebuilt when pack removed at least this share of its rows:
+    #: a rebuild copies every row left, and InnoDB reuses free pages anyway.
+    rebuild_share = 1 / 8
+    #: Seconds a rebuild waits, as it starts and as it ends, for the
+    #: transactions using its table; statements on that table queue behind it
+    #: meanwhile, so this stays short.
+    rebuild_lock_wait = 10
 
     def __init__(self, url: StoreURL, *, connect_timeout: int = 10):
         self.url = url
@@ -170,3 +191,90 @@ class MariaDBBackend(Backend):
         finally:
             conn.close()
         return {"backend": "mariadb", "database": self.url.database, "engine": self.engine, "server": version}
+
+    # -- giving space back -------------------------------------------------------
+
+    def disk_size(self) -> int:
+        """The database's .ibd files as the file system sizes them; else the engine's estimate.
+
+        The files' sizes need the PROCESS privilege; without it (or on
+        MyRocks, whose files hold every database) the figure is the
+        table statistics', which lag behind recent writes.
+        """
+        with self._session() as cur:
+            if self.engine == "InnoDB":
+                try:
+                    cur.execute(
+                        "SELECT COUNT(*), COALESCE(SUM(FILE_SIZE), 0) FROM information_schema.INNODB_SYS_TABLESPACES "
+                        "WHERE SUBSTRING_INDEX(NAME, '/', 1) = ?",
+                        (_file_name(self.url.database),),
+                    )
+                    files, size = cur.fetchone()
+                    if files:
+                        return int(size)
+                except mariadb.Error as exc:
+                    if self.is_connection_lost(exc):
+                        raise
+            cur.execute(
+                "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH + DATA_FREE), 0) FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE()"
+            )
+            return int(cur.fetchone()[0])
+
+    def reclaim(self, conn: Any, removed: Mapping[str, int], *, vacuum: bool, lock_timeout: float) -> list[str]:
+        """Rebuild, online, the tables that lost a fair share of their rows (with ``vacuum``, all pack deletes from).
+
+        InnoDB: ``ALTER TABLE ... FORCE, ALGORITHM=INPLACE, LOCK=NONE`` copies
+        the rows left into a new file while others read and write, then drops
+        the old one: with innodb_file_per_table (neostore/mariadb.cnf) that
+        gives the space back. MyRocks: ``OPTIMIZE TABLE`` compacts the
+        table's key range. Needs no commit lock: MariaDB orders the rebuild
+        with the commits itself.
+        """
+        notes = []
+        with self._session() as cur:
+            cur.execute(f"SET SESSION lock_wait_timeout = {int(self.rebuild_lock_wait)}")
+            for table in self._worth_rebuilding(cur, removed, vacuum):
+                try:
+                    if self.engine == "InnoDB":
+                        cur.execute(f"ALTER TABLE `{table}` FORCE, ALGORITHM=INPLACE, LOCK=NONE")
+                    else:
+                        cur.execute(f"OPTIMIZE TABLE `{table}`")
+                        # MyRocks reports failure as a row, not an error.
+                        failed = [row[3] for row in cur.fetchall() if str(row[2]).lower() == "error"]
+                        if failed:
+                            notes.append(f"table {table} was not compacted: {'; '.join(failed)}")
+                except mariadb.Error as exc:
+                    if self.is_connection_lost(exc):
+                        raise
+                    advice = _REBUILD_ADVICE.get(getattr(exc, "errno", None))
+                    notes.append(f"table {table} was not rebuilt: {exc}" + (f" ({advice})" if advice else ""))
+        return notes
+
+    def _worth_rebuilding(self, cur: Any, removed: Mapping[str, int], vacuum: bool) -> list[str]:
+        if vacuum:
+            return list(_PACKED_TABLES)
+        tables = []
+        for table in _PACKED_TABLES:
+            gone = removed.get(table, 0)
+            if gone:
+                cur.execute(f"SELECT COUNT(*) FROM `{table}`")
+                (left,) = cur.fetchone()
+                if gone >= self.rebuild_share * (gone + left):
+                    tables.append(table)
+        return tables
+
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """A cursor on a connection of its own, in autocommit: nothing it reads or rebuilds stays locked."""
+        conn = self._raw_connect()
+        try:
+            conn.autocommit = True
+            yield conn.cursor()
+        finally:
+            self.close_connection(conn)
+
+
+def _file_name(name: str) -> str:
+    """``name`` as InnoDB spells it in file and tablespace names (letters beyond ASCII are not matched)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"@{ord(c):04x}" for c in name)

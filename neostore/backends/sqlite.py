@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sqlite3
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CommitLockTimeout, DatabaseError
@@ -30,6 +33,13 @@ class SQLiteBackend(Backend):
     greatest = "MAX"
     # SQLite 3.32+ allows 32766 host parameters per statement.
     max_params = 30000
+    #: Free pages one incremental-vacuum step gives back, under the commit
+    #: lock: 16 MiB of 4 KiB pages keeps each step (and a writer's wait)
+    #: short, and the write-ahead log it fills small.
+    vacuum_step_pages = 4096
+    #: Seconds the final checkpoint waits for readers still on the
+    #: write-ahead log; writers wait as long, so well below their lock timeout.
+    checkpoint_wait = 5.0
 
     def __init__(self, url: StoreURL, *, busy_timeout: float = 60.0, synchronous: str = "FULL"):
         self.path = url.path
@@ -51,7 +61,23 @@ class SQLiteBackend(Backend):
                 check_same_thread=False,
                 factory=_Connection,
             )
+            if for_writing and _pragma(conn, "page_count") == 0:
+                # Takes effect only in a file with no table yet, and only before
+                # WAL is set: new stores can then give freed pages back to the
+                # file system without a rewrite (see reclaim). Asked of an existing
+                # file it waits for the write lock without a busy handler: only new
+                # files are asked.
+                try:
+                    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                except sqlite3.OperationalError:
+                    pass  # another connection is making the file, and sets it itself
             conn.execute("PRAGMA journal_mode=WAL")
+            if for_writing:
+                # Debian's SQLite overwrites every freed page with zeros: pack
+                # would write all it frees through the log and into the file,
+                # needing free disk of that size just when the disk is full.
+                # Reclaim cuts free pages off the file instead.
+                conn.execute("PRAGMA secure_delete=FAST")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             # Checkpoints stall the writer that triggers them; bigger steps
             # mean fewer stalls when BLOBs stream in.
@@ -121,3 +147,110 @@ class SQLiteBackend(Backend):
 
     def describe(self) -> dict[str, str]:
         return {"backend": "sqlite", "file": self.path, "sqlite": sqlite3.sqlite_version}
+
+    # -- giving space back -------------------------------------------------------
+
+    def disk_size(self) -> int:
+        size = 0
+        for path in (self.path, self.path + "-wal"):
+            try:
+                size += os.path.getsize(path)
+            except FileNotFoundError:
+                pass  # no write-ahead log while no connection is open
+        return size
+
+    def reclaim(self, conn: Any, removed: Mapping[str, int], *, vacuum: bool, lock_timeout: float) -> list[str]:
+        """Move pages off the end of the file into free ones and cut it, a step at a time.
+
+        That needs incremental auto-vacuum, which a file only gets when it is
+        created (stores made by this version) or rewritten whole. The rewrite
+        (``vacuum``) holds the commit lock throughout, so it runs only when
+        asked. Then a checkpoint moves the write-ahead log into the file and
+        truncates the log.
+        """
+        notes = []
+        mode = _pragma(conn, "auto_vacuum")
+        try:
+            if mode == _INCREMENTAL:
+                self._incremental_vacuum(conn, lock_timeout)
+            elif mode == _NONE and vacuum:
+                notes += self._vacuum(conn, lock_timeout)
+            elif mode == _NONE:
+                free = _pragma(conn, "freelist_count") * _pragma(conn, "page_size")
+                if free:
+                    notes.append(
+                        f"{free / 1e6:.1f} MB stay free inside {self.path} for new data: the file was made without "
+                        "incremental vacuum; pack with --vacuum rewrites it once so that packs give space back "
+                        "(writers wait meanwhile)"
+                    )
+            return notes + self._truncate_wal(conn, lock_timeout)
+        except CommitLockTimeout as exc:
+            # What pack deleted is committed: only the giving back waits for a later pack.
+            return notes + [f"space not given back yet: {exc}; pack again to give it back"]
+
+    def _incremental_vacuum(self, conn: Any, lock_timeout: float) -> None:
+        free = _pragma(conn, "freelist_count")
+        while free:
+            with self._locked(conn, lock_timeout):
+                # executescript steps the pragma to its end (execute would stop
+                # after one page) and runs the three statements as one batch.
+                conn.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({self.vacuum_step_pages}); COMMIT;")
+            left = _pragma(conn, "freelist_count")
+            if left >= free:
+                return  # pages are freed as fast as this gives them back: leave them to the next pack
+            free = left
+
+    def _vacuum(self, conn: Any, lock_timeout: float) -> list[str]:
+        live = (_pragma(conn, "page_count") - _pragma(conn, "freelist_count")) * _pragma(conn, "page_size")
+        # A copy goes to SQLite's temporary directory, then through the
+        # write-ahead log back into the file: the live pages twice.
+        needed: dict[int, list] = {}  # device -> [a directory on it, bytes needed there]
+        for directory in (os.path.dirname(self.path), _temp_directory()):
+            needed.setdefault(os.stat(directory).st_dev, [directory, 0])[1] += live + live // 10
+        for directory, size in needed.values():
+            free = shutil.disk_usage(directory).free
+            if free < size:
+                return [f"{self.path} was not rewritten: that needs {size / 1e6:.1f} MB free in {directory}, "
+                        f"which has {free / 1e6:.1f} MB"]
+        with self._locked(conn, lock_timeout):
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("VACUUM")
+        return []
+
+    def _truncate_wal(self, conn: Any, lock_timeout: float) -> list[str]:
+        with self._locked(conn, lock_timeout):
+            conn.execute(f"PRAGMA busy_timeout={int(self.checkpoint_wait * 1000)}")
+            try:
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        if busy:
+            return [f"readers kept using {self.path}-wal: the file and its log shrink at a later checkpoint"]
+        return []
+
+    @contextmanager
+    def _locked(self, conn: Any, timeout: float) -> Iterator[None]:
+        self.acquire_commit_lock(conn, timeout)
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            self.release_commit_lock(conn)
+
+
+_NONE, _INCREMENTAL = 0, 2  # PRAGMA auto_vacuum values
+
+
+def _pragma(conn: Any, name: str) -> int:
+    return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+
+
+def _temp_directory() -> str:
+    """Where SQLite writes temporary files, searched in its own order."""
+    for directory in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"):
+        if directory and os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
+            return directory
+    return "."
