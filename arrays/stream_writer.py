@@ -234,6 +234,12 @@ class StreamWriter:
             raise ColumnError(f"stream {self.tag!r} has no column {name!r}; it has {list(tails)}")
         return tails[name].meta
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the stream's pending rows this writer holds in memory (0 when it holds no state)."""
+        state = self._state
+        return 0 if state is None else sum(tail.held_bytes for tail in state.tails.values())
+
     def reset(self) -> None:
         """Forget the state: the next append reads the stream afresh."""
         self._drop()

@@ -106,6 +106,11 @@ class Tail:
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         raise NotImplementedError
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of rows this Tail holds in memory (its partial chunk)."""
+        raise NotImplementedError
+
     def serialised_since(self, row: int) -> bytes:
         """The rows from ``row`` (in the partial last chunk, where an append began) to the end, as a
         row log keeps them (:func:`arrays.row_log.serialise`)."""
@@ -173,6 +178,10 @@ class NumberTail(Tail):
         if first == end:
             return b""
         return shuffled(self._chunk[first:end])
+
+    @property
+    def held_bytes(self) -> int:
+        return 0 if self._chunk is None else self._chunk.nbytes
 
     def copy(self) -> NumberTail:
         twin = copy.copy(self)
@@ -243,6 +252,10 @@ class VLenTail(Tail):
             return self._records[self._bounds[first]:]
         except KeyError:
             raise ValueError(f"{self.name}: row {row} is not where an append began") from None
+
+    @property
+    def held_bytes(self) -> int:
+        return len(self._records)
 
     def copy(self) -> VLenTail:
         twin = copy.copy(self)

@@ -31,6 +31,18 @@ Memory is bounded: submissions wait (or, with ``wait=False``, raise
 :class:`Backpressure`) while ``max_pending_bytes`` are queued. A group that
 fails to commit is retried one submission at a time, so a submission that
 cannot be stored fails alone and the others are still committed.
+
+Idempotency keys are checked twice: in memory when submitted (the keys
+this process committed or read), and, for a group carrying keys, against
+the store's ledger while the commit holds the store's commit lock
+(:meth:`ingest.ledger.KeyLedger.sync`, which reads nothing unless another
+process committed since), so that two services on one store never store
+a resent chunk twice.
+
+While commits fail, :attr:`Metrics.failure` says why (``/health`` answers
+503); when nothing is queued then, a tiny commit of the time
+(:data:`PROBE_KEY`) is tried every ``probe_interval`` seconds, so that
+the service reports that the store commits again even with no traffic.
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import itertools
+import json
 import logging
 import threading
 import time
@@ -56,7 +69,7 @@ import neostore
 from . import streams
 from .batch import INVALID_TIME, Batch, Receipt, Undecoded
 from .columns import Columns, Rejected
-from .errors import Backpressure, CommitFailed, UndecodableBatch
+from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
 from .prepare import INVALID_TAG, Preparer, Validated, prepare, valid_tag, validate
@@ -64,7 +77,14 @@ from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
 
-__all__ = ["INVALID_TAG", "GroupCommitter"]
+__all__ = ["INVALID_TAG", "PROBE_KEY", "GroupCommitter"]
+
+#: What the committer's store check (while commits fail and nothing is queued) writes: the time, as JSON.
+PROBE_KEY = "_windvane/ingest/probe"
+
+
+class _KeysCommitted(IngestError):
+    """A key of a group was found committed (by another process) under the commit lock; nothing was written."""
 
 
 @dataclass(eq=False)
@@ -97,6 +117,8 @@ class _Group:
     receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
     key_write: tuple[tuple[int, int], list[bytes]] | None = None  # the ledger bucket the keys went to, once written
+    head: bytes | None = None  # the newest commit when the commit lock was taken, once written
+    poisoned: tuple[int, int] = (0, 0)  # (submissions, events) quarantined verbatim (see _salvaged)
 
     def counts(self) -> tuple[int, int]:
         """(events accepted, events quarantined)."""
@@ -167,6 +189,7 @@ class GroupCommitter:
         key_window: float = 86400.0,
         metrics: Metrics | None = None,
         decode_workers: int = 0,
+        probe_interval: float = 5.0,
     ):
         self.store = store
         self.schemas = schemas
@@ -174,6 +197,7 @@ class GroupCommitter:
         self.max_pending_bytes = max_pending_bytes
         self.max_group_bytes = max_group_bytes
         self.metrics = metrics or Metrics()
+        self.probe_interval = probe_interval
         self.ledger = KeyLedger(key_window)
         self._writers = streams.StreamWriters(store)  # kept across commits: no re-reading per commit
         self._queue: collections.deque[_Submission] = collections.deque()
@@ -187,9 +211,6 @@ class GroupCommitter:
         self._commit_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="windvane-commit")
         self._committing: concurrent.futures.Future | None = None
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
-        # A commit whose outcome the store could not learn may have stored its keys:
-        # the ledger is read again from the store before the next commit.
-        self._ledger_stale = False
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
         self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
 
@@ -295,14 +316,20 @@ class GroupCommitter:
 
     def _run(self) -> None:
         while True:
+            probe = False
             with self._cond:
                 while not self._queue and not self._closing and not self._commit_ended():
-                    self._cond.wait()
+                    # While commits fail, an idle wait ends in a probe commit (see the module docstring).
+                    if not self._cond.wait(self.probe_interval if self.metrics.failure is not None else None):
+                        probe = True
+                        break
                 first = self._queue[0] if self._queue else None  # only this thread pops: it stays first
             if first is None:
                 if self._closing and not self._commit_ended():
                     break
                 self._settle()  # a commit ended while nothing waits: retry it now if it failed as a group
+                if probe and self.metrics.failure is not None:
+                    self._probe()
                 continue
             delay = first.queued + self.interval - time.monotonic()
             if delay > 0 and not self._closing:
@@ -316,6 +343,7 @@ class GroupCommitter:
                     self._commit(group)
             except BaseException as exc:  # the thread must outlive anything a group does
                 log.critical("the committer failed unexpectedly: %r", exc, exc_info=True)
+                self.metrics.record_failure(f"the committer failed unexpectedly: {exc!r}")
                 self._finish([i for i in group if not i.future.done()],
                              error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
         self._settle()
@@ -432,8 +460,9 @@ class GroupCommitter:
     def _drop_committed(self, group: list[_Submission]) -> list[_Submission]:
         """``group`` without the submissions whose key is committed already (each answered as a duplicate).
 
-        Keys reach the ledger before a commit only when it was read again
-        after a commit of unknown outcome: that commit stored these.
+        Keys reach the ledger while their submissions wait when the ledger
+        read them from the store (another process committed them, or a
+        commit of ours whose outcome the store could not learn did).
         """
         if not any(item.key is not None and item.key in self.ledger for item in group):
             return group
@@ -443,18 +472,23 @@ class GroupCommitter:
         self._finish(done, receipts=[Receipt(0, 0, None, duplicate=True)] * len(done))
         return [item for item in group if item not in done]
 
-    def _reload_ledger(self) -> bool:
-        """Read the ledger again from the store (after a commit of unknown outcome); whether it was."""
-        fresh = KeyLedger(self.ledger.window, self.ledger.max_keys)
+    def _probe(self) -> None:
+        """While commits fail and nothing is queued: commit the time alone, so that a store that commits
+        again is noticed (and reported healthy) without traffic; one that does not keeps its reason."""
+        tx = arrays.Transaction(self.store, message="ingest: store check after failed commits",
+                                user="windvane-ingest")
         try:
-            fresh.load(self.store)
-        except Exception as exc:  # noqa: BLE001 - the store is still out of reach: the next commit fails too
-            log.error("cannot read the idempotency ledger again: %s", exc)
-            return False
-        self.ledger = fresh  # one reference swap: the event loop reads it without a lock
-        self._ledger_stale = False
-        log.info("read the idempotency ledger again after a commit of unknown outcome: %d keys", len(fresh))
-        return True
+            head = tx.head()
+            tx.set(PROBE_KEY, json.dumps({"time": time.time()}).encode())
+            tid = tx.commit()
+        except Exception as exc:  # noqa: BLE001 - the store still cannot commit: say why, try again later
+            tx.abort()
+            self.metrics.record_failure(f"the store could not commit: {exc}", count=False)
+            log.warning("the store still cannot commit: %s", exc)
+            return
+        self.ledger.advanced(tid, head)
+        self.metrics.record_recovery()
+        log.warning("the store commits again")
 
     def _internal_error(self, what: str, exc: BaseException) -> None:
         """Log a bug with its traceback (once a minute per kind, so a stream of poisoned input cannot flood
@@ -478,10 +512,9 @@ class GroupCommitter:
         resending it for ever; if that fails too, the store is at fault.
         """
         if isinstance(exc, neostore.CommitOutcomeUnknown):
-            # Retrying could store the group twice: its senders resend, and the
-            # ledger, read again before the next commit, recognises keyed resends.
-            self._ledger_stale = True
-            self.metrics.record_failure()
+            # Retrying could store the group twice: its senders resend, and the ledger,
+            # read from the store under the next keyed commit's lock, recognises keyed resends.
+            self.metrics.record_failure(str(exc))
             log.error("commit failed, nothing acknowledged: %s", exc)
             self._finish(group, error=CommitFailed(f"{exc}; nothing was acknowledged, send again"))
             return []
@@ -494,7 +527,7 @@ class GroupCommitter:
             self._internal_error("storing", exc)
             item.salvage = _salvage_reason(exc)
             return group
-        self.metrics.record_failure()
+        self.metrics.record_failure(f"the store could not commit: {exc}")
         log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not _store_failure(exc))
         self._finish(group, error=CommitFailed(f"the store could not commit: {exc}"))
         return []
@@ -521,13 +554,17 @@ class GroupCommitter:
                         quarantined += len(part.rejected)
                         reasons.update(dict.fromkeys(r.reason for r in part.rejected[:16]))
             out.receipts.append((accepted, quarantined, tuple(reasons)[:8]))
+            if item.salvage is not None:
+                out.poisoned = (out.poisoned[0] + 1, out.poisoned[1] + quarantined)
             if item.key is not None:
                 out.keys.append(item.key)
             out.keys.extend(item.record_keys)
         return out
 
-    def _write(self, gathered: _Group, staged: dict[str, arrays.Staged]) -> arrays.Transaction | None:
-        """A transaction holding what ``gathered`` stores (None if it stores nothing), not yet committed.
+    def _write(self, group: list[_Submission], gathered: _Group,
+               staged: dict[str, arrays.Staged]) -> arrays.Transaction | None:
+        """A transaction holding what ``gathered`` (of ``group``) stores (None if it stores nothing), not
+        yet committed; :class:`_KeysCommitted` (nothing written) if a key of ``group`` is committed already.
 
         ``staged``: per tag, the staged append of its rows.
         """
@@ -539,12 +576,19 @@ class GroupCommitter:
                                           "submissions": len(gathered.receipts)},
                                 user="windvane-ingest")
         try:
+            # The commit lock, held from here to the commit: what the ledger reads stays the latest.
+            gathered.head = tx.head()
+            if gathered.keys:
+                self.ledger.sync(self.store, gathered.head)
+                # Also keys read by an earlier group's sync, after this group was checked in memory.
+                if any(item.key is not None and item.key in self.ledger for item in group):
+                    raise _KeysCommitted()
             for tag, append in staged.items():
                 streams.write(tx, self._writers, tag, self.schemas.for_tag(tag), append)
             for tag, rejected in gathered.rejected.items():
                 streams.quarantine(tx, self._writers, tag, rejected)
             if gathered.keys:
-                name, value, where, bucket = self.ledger.to_write(gathered.keys)
+                name, value, where, bucket = self.ledger.to_write(gathered.keys, gathered.head)
                 tx.set(name, value)
                 gathered.key_write = (where, bucket)
         except BaseException:
@@ -567,15 +611,10 @@ class GroupCommitter:
             if redo:
                 handoff.redo = redo
                 return []
-            if self._ledger_stale:
-                if not self._reload_ledger():
-                    handoff.written.set()
-                    return self._failed(group, neostore.DatabaseError("the store is out of reach"))
-                if any(item.key is not None and item.key in self.ledger for item in group):
-                    handoff.written.set()
-                    return group  # committed already, some of them: sorted out one by one
             try:
-                tx = self._write(gathered, staged)
+                tx = self._write(group, gathered, staged)
+            except _KeysCommitted:
+                return group  # committed already, some of them (by another process): sorted out one by one
             except Exception as exc:  # noqa: BLE001 - reported to the submitters
                 return self._failed(group, exc)
             finally:
@@ -588,6 +627,7 @@ class GroupCommitter:
             self._done(group, gathered, None if tx is None else tx.tid, started)
         except BaseException as exc:  # this thread must outlive anything a group does
             log.critical("the commit thread failed unexpectedly: %r", exc, exc_info=True)
+            self.metrics.record_failure(f"the committer failed unexpectedly: {exc!r}")
             self._finish([i for i in group if not i.future.done()],
                          error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
         finally:
@@ -597,7 +637,9 @@ class GroupCommitter:
     def _done(self, group: list[_Submission], gathered: _Group, tid: bytes | None, started: float) -> None:
         """``group`` is committed (in ``tid``; None: it stored nothing): record it, answer the submitters."""
         if gathered.key_write is not None:
-            self.ledger.committed(*gathered.key_write, gathered.keys)
+            self.ledger.committed(*gathered.key_write, gathered.keys, tid, gathered.head)
+        elif tid is not None and gathered.head is not None:
+            self.ledger.advanced(tid, gathered.head)
         seconds = time.perf_counter() - started
         size = sum(item.size for item in group)
         if seconds > 0 and size > 1 << 20:
@@ -608,7 +650,8 @@ class GroupCommitter:
             newest = max((int(p.columns["time"].max()) for p in parts if p.rows), default=0)
             per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
                             len(gathered.rejected.get(tag, ())), newest)
-        self.metrics.record_commit(per_tag, seconds)
+        if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store
+            self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned)
         for tag, rejected in gathered.rejected.items():
             # Quarantined records are kept, not lost, but the sender should hear of them.
             log.warning("quarantined %d event(s) of tag %r in commit %s: %s%s", len(rejected), tag,

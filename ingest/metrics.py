@@ -1,7 +1,9 @@
-"""Counters of what ingestion did, per stream, as plain data for ``GET /metrics``.
+"""Counters of what ingestion did, per stream, as plain data for ``GET /metrics``, and whether commits fail.
 
-Only the committer thread writes them (after each commit); readers take a
-copy under the lock, so a scrape never sees half a commit.
+Only the committer's threads write them (after each commit); readers take a
+copy under the lock, so a scrape never sees half a commit. :attr:`Metrics.failure`
+is set by a commit that fails and cleared by the next that succeeds: what
+``GET /health`` reports.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ class StreamCounters:
     last_commit: float = 0.0  # Unix time of the last commit
 
 
+@dataclass(frozen=True)
+class CommitFailure:
+    """Commits fail: why (the last failure's error), since when (Unix time), how many in a row."""
+
+    reason: str
+    since: float
+    failures: int
+
+
 @dataclass
 class Metrics:
     """Per-tag counters plus the committer's own."""
@@ -30,18 +41,26 @@ class Metrics:
     commits: int = 0
     failed_commits: int = 0
     internal_errors: int = 0  # submissions a bug kept from storing as they were (their events went to quarantine)
+    poisoned_submissions: int = 0  # submissions committed with every event quarantined verbatim (after a bug)
+    poisoned_events: int = 0  # the events of those submissions
     duplicates: int = 0
     commit_seconds: float = 0.0  # total time spent committing
     pending_bytes: int = 0
     started: float = field(default_factory=time.time)
+    failure: CommitFailure | None = None  # set while commits fail; replaced whole, so read it without the lock
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_commit(self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float) -> None:
-        """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns)."""
+    def record_commit(self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float,
+                      poisoned: tuple[int, int] = (0, 0)) -> None:
+        """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``poisoned``: (submissions,
+        events) of the commit quarantined verbatim. A commit clears :attr:`failure`."""
         now = time.time()
         with self._lock:
             self.commits += 1
             self.commit_seconds += seconds
+            self.poisoned_submissions += poisoned[0]
+            self.poisoned_events += poisoned[1]
+            self.failure = None
             for tag, (events, size, rejects, newest) in per_tag.items():
                 c = self.streams[tag]
                 c.events += events
@@ -52,9 +71,20 @@ class Metrics:
                 if newest:
                     c.lag_seconds = now - newest / 1e9
 
-    def record_failure(self) -> None:
+    def record_failure(self, reason: str, *, count: bool = True) -> None:
+        """A commit failed because of ``reason``; ``count=False`` for the committer's own store check,
+        which is not a commit of anyone's data."""
         with self._lock:
-            self.failed_commits += 1
+            if count:
+                self.failed_commits += 1
+            previous = self.failure
+            self.failure = CommitFailure(reason, previous.since if previous else time.time(),
+                                         (previous.failures if previous else 0) + count)
+
+    def record_recovery(self) -> None:
+        """The store committed again (the committer's store check): commits no longer fail."""
+        with self._lock:
+            self.failure = None
 
     def record_internal_error(self) -> None:
         with self._lock:
@@ -72,9 +102,16 @@ class Metrics:
                 ("windvane_commits_total", "Group commits made.", "counter", {}, self.commits),
                 ("windvane_commit_failures_total", "Group commits that failed (nothing acknowledged).", "counter", {},
                  self.failed_commits),
+                ("windvane_commits_failing", "1 while commits fail (from a failed commit to the next that "
+                 "succeeds; GET /health answers 503 meanwhile), else 0.", "gauge", {}, int(self.failure is not None)),
                 ("windvane_internal_errors_total", "Submissions an internal error kept from being stored as they "
                  "were; their events went to quarantine verbatim (see the log for the traceback).", "counter", {},
                  self.internal_errors),
+                ("windvane_poisoned_submissions_total", "Submissions committed with every event quarantined verbatim "
+                 "because they could not be prepared or stored as they were.", "counter", {},
+                 self.poisoned_submissions),
+                ("windvane_poisoned_events_total", "Events of those submissions.", "counter", {},
+                 self.poisoned_events),
                 ("windvane_duplicate_submissions_total", "Submissions whose idempotency key was already committed.",
                  "counter", {}, self.duplicates),
                 ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),

@@ -39,8 +39,10 @@ from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
 
-#: The tag quarantining records whose own tag cannot name a stream.
-INVALID_TAG = "_invalid_tag"
+#: The tag quarantining records whose own tag cannot name a stream. A valid stream name
+#: (arrays takes it), but no real tag's: :func:`tag_problem` refuses it, so a sender's
+#: records never join these (``@`` starts fluentd's labels, not its tags).
+INVALID_TAG = "@invalid_tag"
 
 
 @dataclass(slots=True)
@@ -55,6 +57,8 @@ class Validated:
 
 def tag_problem(tag: str) -> str | None:
     """Why ``tag`` cannot name a stream, or None if it can."""
+    if tag == INVALID_TAG:
+        return f"tag {tag!r} is reserved for the quarantine of tags that cannot name a stream"
     try:
         arrays.stream_path(tag)
     except (ValueError, TypeError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import os
 import signal
@@ -103,6 +104,33 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+def _iso(when: float) -> str:
+    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+#: Connection counters read from a listening endpoint's ``stats``: key -> (metric, help).
+ENDPOINT_COUNTERS = {
+    "timeouts": ("windvane_connection_timeouts_total",
+                 "Connections closed because a handshake, header, body or idle timeout expired."),
+    "refused": ("windvane_connections_refused_total",
+                "Connections refused or closed at once because the connection limit was reached."),
+}
+
+
+def endpoint_samples(endpoints: Sequence[object]) -> list[tuple[str, str, str, dict[str, str], float]]:
+    """:data:`ENDPOINT_COUNTERS` of each endpoint that has ``stats`` (Forward, HTTP), labelled
+    ``endpoint="forward"``, ``"http"``: the connectors count them; ingest cannot be imported there."""
+    out = []
+    for endpoint in endpoints:
+        stats = getattr(endpoint, "stats", None)
+        if stats is None:
+            continue  # MQTT connects out: it neither times out clients nor refuses them
+        name = type(endpoint).__name__.removesuffix("Server").lower()
+        for key, (metric, help_text) in ENDPOINT_COUNTERS.items():
+            out.append((metric, help_text, "counter", {"endpoint": name}, stats.get(key, 0)))
+    return out
+
+
 class Service:
     """A store, its schemas and the committer, for the endpoints to share."""
 
@@ -115,6 +143,7 @@ class Service:
         self.ssl = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
         self.store = neostore.open(config.store)
         self.metrics = Metrics()
+        self.endpoints: list[Endpoint] = []  # those started by run(); /metrics reads their connection counters
         self.committer = GroupCommitter(
             self.store, self.schemas, interval=config.commit_interval,
             max_pending_bytes=config.max_pending_bytes, key_window=config.key_window, metrics=self.metrics,
@@ -124,12 +153,23 @@ class Service:
     # -- what endpoints ask (these read the database: call them off the event loop) --------
 
     def health(self) -> dict[str, Any]:
+        """``status`` "ok", or "failing" with ``error`` and ``message`` saying why while commits fail
+        (from a failed commit to the next that succeeds); raises if the store cannot be read."""
+        out: dict[str, Any] = {"status": "ok", "schemas": len(self.schemas),
+                               "pending_bytes": self.committer.pending_bytes}
+        failure = self.metrics.failure
+        if failure is not None:
+            # Not read from the store: a store that is down could keep this answer waiting.
+            return {**out, "status": "failing", "error": "commits_failing",
+                    "message": f"commits fail since {_iso(failure.since)} ({failure.failures} in a row): "
+                               f"{failure.reason}",
+                    "reason": failure.reason, "failing_since": failure.since, "failed_commits": failure.failures}
         last = self.store.last_transaction()
-        return {"status": "ok", "schemas": len(self.schemas), "pending_bytes": self.committer.pending_bytes,
-                "last_commit": tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None}
+        out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None
+        return out
 
     def metric_samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
-        return self.metrics.samples()
+        return self.metrics.samples() + endpoint_samples(self.endpoints)
 
     def streams(self) -> list[dict[str, Any]]:
         out = []
@@ -164,6 +204,7 @@ class Service:
             for endpoint in endpoints:
                 await endpoint.start()
                 started.append(endpoint)
+                self.endpoints = list(started)
             if on_ready is not None:
                 on_ready()
             await stop.wait()

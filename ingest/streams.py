@@ -32,23 +32,28 @@ QUARANTINE_COLUMNS = (
     Column("source", "str", codec=TEXT_CODEC),
 )
 QUARANTINE_CHUNK_ROWS = 4096
-#: Stream writers kept by a committer: each holds its stream's partial last chunks
-#: (up to ``chunk_rows`` rows per column), so the least recently used are let go.
-WRITERS_LIMIT = 512
+#: Stream writers kept by a committer, at most: each holds its stream's pending rows
+#: (up to ``chunk_rows`` rows per column), so the least recently used are let go
+#: past ``WRITERS_LIMIT`` writers or ``WRITERS_BYTES`` of rows held. A writer let go
+#: costs its stream a reload on its next append; nothing of it outlives its commit.
+WRITERS_LIMIT = 4096
+WRITERS_BYTES = 64 << 20
 
 
 class StreamWriters:
     """One :class:`arrays.StreamWriter` per stream (and per quarantine stream), kept across commits.
 
     Sharing one :class:`arrays.ChangeLog` spares each writer a query when
-    many tags take turns. At most ``limit`` writers are kept; one let go only
-    costs its stream a reload on its next append. Not thread-safe: the
+    many tags take turns. At most ``limit`` writers, holding at most
+    ``max_bytes`` of rows between them, are kept; one let go only costs its
+    stream a reload on its next append. Not thread-safe: the
     committer thread alone uses it.
     """
 
-    def __init__(self, store: neostore.Store, limit: int = WRITERS_LIMIT):
+    def __init__(self, store: neostore.Store, limit: int = WRITERS_LIMIT, max_bytes: int = WRITERS_BYTES):
         self.store = store
         self.limit = limit
+        self.max_bytes = max_bytes
         self.changes = arrays.ChangeLog(store)
         self._writers: collections.OrderedDict[tuple[str, bool], arrays.StreamWriter] = collections.OrderedDict()
 
@@ -58,11 +63,21 @@ class StreamWriters:
         if writer is None:
             writer = arrays.StreamWriter(self.store, tag, quarantine=quarantine, changes=self.changes)
             self._writers[key] = writer
-            while len(self._writers) > self.limit:
-                self._writers.popitem(last=False)
+            self._trim()
         else:
             self._writers.move_to_end(key)
         return writer
+
+
+    def _trim(self) -> None:
+        """Let the least recently used writers go until both limits hold (the newest is kept)."""
+        writers = self._writers
+        while len(writers) > self.limit:
+            writers.popitem(last=False)
+        held = sum(w.held_bytes for w in writers.values())
+        while held > self.max_bytes and len(writers) > 1:
+            _, writer = writers.popitem(last=False)
+            held -= writer.held_bytes
 
 
 #: A schema's ``codec = "lz4"``: blosc with lz4 after the byte shuffle. On vibration

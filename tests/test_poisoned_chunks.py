@@ -26,6 +26,7 @@ import pytest
 
 import arrays
 import neostore
+from ingest.prepare import INVALID_TAG
 from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve, free_port
 
@@ -189,7 +190,7 @@ def test_unnameable_tags_and_poisoned_chunks_do_not_stall_a_normal_sender(serve)
     assert len(result["hostile"]) == len(hostile), serve.log()
     assert len(result["normal"]) == len(normal), serve.log()
     assert list(_read(serve.url, "app.normal")["seq"]) == list(range(50))
-    invalid = _read(serve.url, "_invalid_tag", quarantine=True)
+    invalid = _read(serve.url, INVALID_TAG, quarantine=True)
     assert len(invalid["reason"]) == 20 and "255" in invalid["reason"][0]
     assert len(_read(serve.url, "app.bad", quarantine=True)["reason"]) == 40
 

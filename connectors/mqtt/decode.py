@@ -3,7 +3,7 @@
 Topic to tag: the topic's levels joined by dots, ``plant1/turbine7/scada``
 -> ``plant1.turbine7.scada``, routed by the schemas' tag patterns like any
 other source (a topic with empty levels gives a tag that cannot name a
-stream: ingest quarantines its records under ``_invalid_tag``).
+stream: ingest quarantines its records under ``ingest.prepare.INVALID_TAG``).
 
 Payload, by its first byte (after whitespace and a UTF-8 byte order mark):
 ``{`` or ``[`` is JSON, anything else msgpack. Either holds a map (one
