@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import click
 
 import arrays
 import ingest
 import neostore
+from connectors.limits import Limits
 from ingest.service import ServeConfig, Service, parse_address
 from neostore import server as dbserver
 
@@ -224,7 +226,7 @@ def info(url: str) -> None:
             click.echo(line)
 
 
-@store.command(short_help="Drop old revisions and unreferenced values.")
+@store.command(short_help="Drop old revisions and unreferenced values, and give the disk back.")
 @STORE_URL
 @click.option(
     "--keep-days",
@@ -239,11 +241,31 @@ def info(url: str) -> None:
     help="Also delete objects unreachable from the root. Only for stores written through ZODB "
     "(values are pickles).",
 )
-def pack(url: str, keep_days: float, zodb_gc: bool) -> None:
-    """Remove revisions no reader of the last --keep-days can see, and values nothing uses.
+@click.option(
+    "--reclaim/--no-reclaim",
+    default=True,
+    show_default=True,
+    help="Give the space freed back to the file system (SQLite: moves pages off the end of the file and "
+    "cuts it; MariaDB: rebuilds online each table that lost at least an eighth of its rows). With "
+    "--no-reclaim it stays inside the store for new data.",
+)
+@click.option(
+    "--vacuum",
+    is_flag=True,
+    help="Also rewrite what cannot give space back in place: a SQLite file made before stores had "
+    "incremental vacuum is rewritten once (needs free disk of twice its data; writers wait until it is "
+    "done); on MariaDB every table pack deletes from is rebuilt, however little it lost.",
+)
+def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool) -> None:
+    """Remove revisions no reader of the last --keep-days can see, and values nothing uses,
+    then give the disk they took back to the file system.
 
-    Works in small batches: writers wait for at most one batch, readers never.
+    Works in small batches: writers wait for at most one batch, readers never
+    (on MariaDB, statements on a table being rebuilt may wait as the rebuild
+    starts and ends, 10 s at most).
     """
+    if vacuum and not reclaim:
+        raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     with _open_store(url) as st:
         last = st.last_transaction()
         if last == neostore.ZERO:
@@ -260,11 +282,29 @@ def pack(url: str, keep_days: float, zodb_gc: bool) -> None:
         with click.progressbar(
             length=counts["obj"] + counts["data"], label=f"packing up to {_tid_text(tid)}", file=None
         ) as bar:
-            stats = st.pack(tid, references=references, progress=lambda phase, n: bar.update(n))
+            from arrays.row_log import pack_keep  # streams' row logs keep the revisions readers still need
+
+            def progress(phase: str, n: int) -> None:
+                if phase == "reclaim":
+                    bar.label = "giving the space back to the file system"
+                    bar.render_progress()
+                else:
+                    bar.update(n)
+
+            stats = st.pack(tid, references=references, keep=pack_keep(st, tid), reclaim=reclaim, vacuum=vacuum,
+                            progress=progress)
         click.echo(
             f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
             f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
         )
+        if reclaim:
+            click.echo(f"gave back {stats.bytes_freed / 1e6:.1f} MB of disk: the store takes "
+                       f"{stats.disk_after / 1e6:.1f} MB (it took {stats.disk_before / 1e6:.1f} MB)")
+        else:
+            click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it "
+                       "for new data")
+        for note in stats.notes:
+            click.echo(note)
 
 
 @cli.group(name="arrays")
@@ -304,6 +344,12 @@ def history(url: str, name: str) -> None:
             click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}")
 
 
+def _seconds(flag: str, default: float, help_text: str) -> Callable:
+    """A ``serve`` option of a positive number of seconds."""
+    return click.option(flag, default=default, show_default=True, metavar="SECONDS",
+                        type=click.FloatRange(0, min_open=True), help=help_text)
+
+
 @cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
 @click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
               help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
@@ -334,11 +380,31 @@ def history(url: str, name: str) -> None:
 @click.option("--mqtt-client-id", default=None, metavar="ID",
               help="Client id of the persistent MQTT session (what the broker keeps for windvane while it is "
                    "down). Default: derived from the store URL, so a restart resumes the same session.")
+@click.option("--memory-budget", default=Limits.memory_budget >> 20, show_default=True, metavar="MIB",
+              type=click.IntRange(1, 1 << 20),
+              help="Mebibytes of client data held in memory and not yet committed, for all Forward and HTTP "
+                   "connections together (frames being read, decompressed payloads, requests waiting for their "
+                   "commit). Past it Forward connections are not read and HTTP requests get 503 until commits "
+                   "catch up.")
+@click.option("--max-connections", default=Limits.max_connections, show_default=True, metavar="N",
+              type=click.IntRange(1), help="Connections open at once on each of Forward and HTTP; more are "
+                                           "closed as soon as they are accepted.")
+@_seconds("--handshake-timeout", Limits.handshake_timeout,
+          "Seconds a client has to complete the TLS handshake and, with --shared-key, the Forward HELO/PING/PONG.")
+@_seconds("--idle-timeout", Limits.idle_timeout,
+          "Seconds a Forward or HTTP connection may stay open sending nothing while nothing is owed to it. Keep it "
+          "above the clients' flush interval (fluentd: 60 s) so they can reuse connections.")
+@_seconds("--header-timeout", Limits.header_timeout,
+          "Seconds an HTTP request's headers may take from their first byte; then the connection is closed.")
+@_seconds("--body-timeout", Limits.body_timeout,
+          "Seconds an HTTP request's body may take once its headers are in; then it is answered 408.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
           tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
-          mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, log_level: str) -> None:
+          mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, memory_budget: int,
+          max_connections: int, handshake_timeout: float, idle_timeout: float, header_timeout: float,
+          body_timeout: float, log_level: str) -> None:
     """Receive data and commit it durably: acknowledge only what is committed.
 
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
@@ -349,6 +415,9 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
+    limits = Limits(memory_budget=memory_budget << 20, max_connections=max_connections,
+                    handshake_timeout=handshake_timeout, idle_timeout=idle_timeout, header_timeout=header_timeout,
+                    body_timeout=body_timeout)
     config = ServeConfig(
         store=store_url, schemas=schemas,
         forward=None if forward.lower() in off else forward,
@@ -356,6 +425,8 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
         commit_interval=commit_interval / 1000, decode_workers=decode_workers,
         mqtt=mqtt_url, mqtt_topics=mqtt_topics or ("#",), mqtt_client_id=mqtt_client_id,
+        # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
+        max_pending_bytes=limits.memory_budget,
     )
     if not (config.forward or config.http or config.mqtt):
         raise BadInput("--forward and --http are off and no --mqtt broker is given: nothing to serve")
@@ -373,32 +444,34 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     try:
-        asyncio.run(_serve(service))
+        asyncio.run(_serve(service, limits))
     except OSError as exc:  # typically the address is in use
         raise BadInput(f"cannot listen: {exc}") from exc
 
 
-async def _serve(service: Service) -> None:
+async def _serve(service: Service, limits: Limits) -> None:
     # The one place that imports connectors: the layers meet here.
+    from connectors.budget import MemoryBudget
     from connectors.forward.server import ForwardServer
     from connectors.http.app import HttpServer, make_app
     from connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
 
     config = service.config
+    budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together
     endpoints = []
     lines: list[tuple[str, object, str]] = []
     if config.forward:
         host, port = parse_address(config.forward, 24224)
         forward = ForwardServer(service.committer, host, port, shared_key=config.shared_key, users=service.users,
                                 ssl=service.ssl, chunk_size_limit=config.chunk_size_limit,
-                                decompressed_size_limit=config.decompressed_size_limit)
+                                decompressed_size_limit=config.decompressed_size_limit, limits=limits, budget=budget)
         endpoints.append(forward)
         lines.append(("forward", forward, host))
     if config.http:
         host, port = parse_address(config.http, 9880)
         app = make_app(service.committer, users=service.users, body_size_limit=config.body_size_limit,
                        decompressed_size_limit=config.decompressed_size_limit, health=service.health,
-                       metrics=service.metric_samples, streams=service.streams)
+                       metrics=service.metric_samples, streams=service.streams, limits=limits, budget=budget)
         http = HttpServer(app, host, port, ssl=service.ssl)
         endpoints.append(http)
         lines.append(("http", http, host))

@@ -205,6 +205,11 @@ class FrameReader:
             self._framer = _JsonFramer(self.chunk_size_limit) if self.json else _MsgpackFramer(self.chunk_size_limit)
         yield from self._framer.feed(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete message held (msgpack holds them twice: its buffer and the copy)."""
+        return 0 if self._framer is None else len(self._framer._buf)
+
 
 def _oversize(tag: str | None, size: int, limit: int, what: str) -> OversizeMessage:
     return OversizeMessage(
@@ -250,12 +255,22 @@ class _MsgpackFramer:
                     size = end - cut
                     if size > self._limit:
                         raise _oversize(_tag_from_head(bytes(buf[cut : cut + _HEAD])), size, self._limit, "message")
-                    yield bytes(buf[cut:end])
+                    with memoryview(buf) as whole:  # one copy, not a bytearray slice and then bytes of it
+                        frame = bytes(whole[cut:end])
+                    yield frame
+                    del frame
                     cut = end
             finally:
                 if cut:
                     del buf[:cut]
                     self._done += cut
+                    if cut > _FEED_SLICE:
+                        # Both buffers keep the size of the largest message: after a big one, start small ones
+                        # holding only what follows it (at most this slice).
+                        self._up = up = _unpacker(self._limit + _FEED_SLICE)
+                        self._buf = buf = bytearray(buf)
+                        up.feed(buf)
+                        self._done = 0
             if len(buf) > self._limit:
                 raise _oversize(_tag_from_head(bytes(buf[:_HEAD])), len(buf), self._limit, "incomplete message")
 

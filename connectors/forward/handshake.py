@@ -10,6 +10,12 @@
    sha512_hex(shared_key_salt + self_hostname + nonce + shared_key)]``, or
    ``["PONG", false, reason, "", ""]`` and closes the connection.
 
+Before its PING is whole a client may send at most :data:`MAX_PING_BYTES`:
+a PING is a few hundred bytes (a hostname, a 16-byte salt, two 128-digit
+digests and a user name), so 64 KiB leaves room for any real one while a
+stranger cannot make the server hold more than that before it knows the
+shared key.
+
 User auth is required when the server has :class:`ingest.auth.Users` with
 at least one password. Digests are compared in constant time. Reasons and
 logs never contain a secret or a digest.
@@ -24,6 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.auth import Users
+
+#: Bytes a client may send before its PING is whole (see the module docstring).
+MAX_PING_BYTES = 64 << 10
 
 
 def _b(value: Any) -> bytes:

@@ -19,6 +19,29 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
 * :class:`ingest.errors.CommitFailed`: logged, no ack, the connection
   stays open (the client resends after its ack timeout).
 
+Memory and time (:class:`connectors.limits.Limits`):
+
+* every byte read and not yet committed is charged to the process's
+  :class:`connectors.budget.MemoryBudget` as it arrives: frames, whole or
+  not, until their commit is done (:func:`~connectors.budget.held_for` their
+  size, what they come to hold decoded and committed), and, before a CompressedPackedForward message
+  is decompressed, its decompressed size, found first without keeping the
+  output (a bomb costs CPU, not memory; the decompressed limit is at most
+  what the budget can hold). Past the budget the connection is not read
+  until commits release room; what a submission held is released once it
+  is acknowledged;
+* with a shared key, a client may send at most :data:`.handshake.MAX_PING_BYTES`
+  before its PING is whole, and must complete the handshake within
+  ``handshake_timeout``; otherwise it is closed, with the reason logged;
+* a connection with nothing received for ``idle_timeout`` seconds and
+  nothing owed to it is closed;
+* connections are accepted by a :class:`connectors.listener.Listener`: at
+  most ``max_connections`` at once, and out of file descriptors it refuses
+  new ones and keeps serving the others.
+
+:attr:`ForwardServer.counters` counts timeouts and refused connections,
+:attr:`ForwardServer.budget` holds the memory budget's figures.
+
 When the sink decodes in worker processes (``sink.accepts_undecoded``),
 PackedForward and CompressedPackedForward entries are handed over
 undecoded (only the framing, tag and options are read here); entries
@@ -40,6 +63,10 @@ from typing import Any
 
 import msgpack
 
+from connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
+from connectors.inflate import inflated_size
+from connectors.limits import Limits
+from connectors.listener import ConnectionCounters, Listener
 from ingest.auth import Users
 from ingest.batch import Batch, Sink, Undecoded
 from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
@@ -52,14 +79,17 @@ from .decode import (
     ack_bytes,
     decode_message,
     merge_batches,
+    _split_packed,
     parse_frame,
 )
 from .errors import ForwardError, MalformedMessage, OversizeMessage
-from .handshake import Handshake
+from .handshake import MAX_PING_BYTES, Handshake
 
 log = logging.getLogger("windvane.connectors.forward")
 
 _MAX_MERGE = 4096  # chunkless messages joined into one submission at most
+#: Seconds a connection given the budget's pass (see :mod:`connectors.budget`) may send nothing before it is closed.
+PASS_GRACE = 2.0
 
 
 class ForwardServer:
@@ -69,7 +99,11 @@ class ForwardServer:
     passwords) adds user auth to it. ``ssl`` serves TLS (the UDP heartbeat
     stays plain, as in fluentd). ``chunk_size_limit`` bounds the bytes of
     one message, ``decompressed_size_limit`` the decompressed entries of
-    one CompressedPackedForward message.
+    one CompressedPackedForward message (at most what the memory budget holds decoded:
+    :func:`connectors.budget.held_for` of it is the budget).
+    ``limits`` sets the connection limits and timeouts; ``budget`` is the
+    memory budget, shared with other servers of the process (a budget of
+    ``limits.memory_budget`` of its own when not given).
     """
 
     def __init__(
@@ -86,6 +120,8 @@ class ForwardServer:
         decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
         max_in_flight: int = 8,
         heartbeat_udp: bool = True,
+        limits: Limits | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -102,9 +138,13 @@ class ForwardServer:
         self.decompressed_size_limit = decompressed_size_limit
         self.max_in_flight = max_in_flight
         self.heartbeat_udp = heartbeat_udp
+        self.limits = limits or Limits()
+        self.budget = budget or MemoryBudget(self.limits.memory_budget)
+        self.inflate_limit = inflate_limit(decompressed_size_limit, self.budget)
+        self.counters = ConnectionCounters()
         # Hand packed entries over undecoded when the sink decodes them in worker processes.
         self.defer = bool(getattr(sink, "accepts_undecoded", False))
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: Listener | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
         self._connections: set[_Connection] = set()
@@ -125,17 +165,21 @@ class ForwardServer:
 
     @property
     def stats(self) -> dict:
-        """Counters: connections (open), messages, events, bytes, acks, malformed, rejected_auth, oversize, ..."""
-        return dict(self._stats, connections=len(self._connections))
+        """Counters: connections (open), messages, events, bytes, acks, malformed, rejected_auth, oversize, ...,
+        and the listener's (:class:`connectors.listener.ConnectionCounters`: timeouts, refused, ...)."""
+        return dict(self._stats, **self.counters.as_dict(), connections=len(self._connections))
 
     async def start(self) -> None:
         """Bind TCP, and UDP on the same port for heartbeats; port 0 picks a port free for both."""
         loop = asyncio.get_running_loop()
         for attempt in range(20):
-            server = await loop.create_server(
-                lambda: _Connection(self), self.host, self.requested_port, ssl=self.ssl, reuse_address=True
+            listener = Listener(
+                lambda: _Connection(self), self.host, self.requested_port, name="Forward", ssl=self.ssl,
+                max_connections=self.limits.max_connections, handshake_timeout=self.limits.handshake_timeout,
+                counters=self.counters,
             )
-            port = server.sockets[0].getsockname()[1]
+            await listener.start()
+            port = listener.port
             if not self.heartbeat_udp:
                 break
             try:
@@ -144,27 +188,24 @@ class ForwardServer:
                 )
                 break
             except OSError:
-                server.close()
-                await server.wait_closed()
+                listener.close()
                 if self.requested_port != 0 or attempt == 19:
                     raise
-        self._server = server
+        self._listener = listener
         self._port = port
         log.info("Forward server listening on %s:%d%s", self.host, port, " (TLS)" if self.ssl else "")
 
     async def close(self) -> None:
         """Stop accepting; commit and acknowledge what was received; close every connection."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._udp is not None:
             self._udp.close()
         connections = list(self._connections)
         for conn in connections:
             conn.shutdown()
         await asyncio.gather(*(conn.finished for conn in connections), return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
 
 
 class _Heartbeat(asyncio.DatagramProtocol):
@@ -190,9 +231,11 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: ForwardServer) -> None:
         self.server = server
         self.stats = server._stats
+        self.budget = server.budget
         self.frames = FrameReader(server.chunk_size_limit)
         self.pending: deque[bytes | ForwardError] = deque()  # framed, not yet decoded
-        self.inflight: deque[tuple[asyncio.Task, bytes | None]] = deque()  # submissions, in arrival order
+        # Submissions in arrival order: the task, the ack to send, the bytes it holds in the budget.
+        self.inflight: deque[tuple[asyncio.Task | None, bytes | None, int]] = deque()
         self.acking = True  # False from a message found malformed by the sink on: nothing after it is acked
         self.handshake = (
             Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
@@ -202,9 +245,16 @@ class _Connection(asyncio.Protocol):
         self.stopped = False  # no more reading: error, EOF, shutdown
         self.lost = False
         self.paused = False
+        self.budget_paused = False  # waiting for room in the memory budget
+        self.has_pass = False  # reading on past the budget's limit until the frame being read is whole
+        self.charges = Charges(server.budget)  # what this connection holds in the memory budget
         self.wake = asyncio.Event()  # new frames, a free slot, or stop
-        self.carry: Decoded | None = None  # decoded while merging, submitted next
-        self.finished: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.carry: tuple[Decoded, int] | None = None  # decoded while merging (and its charge), submitted next
+        loop = asyncio.get_running_loop()
+        self.last_read = loop.time()
+        self.timer: asyncio.TimerHandle | None = None  # the handshake or idle timeout
+        self.pass_timer: asyncio.TimerHandle | None = None  # closes a pass holder that stalls
+        self.finished: asyncio.Future = loop.create_future()
 
     # -- asyncio.Protocol -------------------------------------------------
 
@@ -215,20 +265,64 @@ class _Connection(asyncio.Protocol):
             self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
         self.server._connections.add(self)
         self.stats["connections_total"] += 1
+        loop = asyncio.get_running_loop()
+        limits = self.server.limits
         if self.handshake is not None:
             self.transport.write(msgpack.packb(self.handshake.helo(), use_bin_type=True))
-        asyncio.get_running_loop().create_task(self._run())
+            self.timer = loop.call_later(limits.handshake_timeout, self._handshake_timeout)
+        else:
+            self.timer = loop.call_later(limits.idle_timeout, self._idle_check)
+        loop.create_task(self._run())
 
     def data_received(self, data: bytes) -> None:
         self.stats["bytes"] += len(data)
+        self.last_read = asyncio.get_running_loop().time()
         if self.stopped:
             return
+        if self.handshake is not None:
+            # Before the handshake, a PING's worth of bytes at most: nothing else is buffered for a stranger.
+            room = MAX_PING_BYTES - self.frames.buffered
+            self._feed(data[:room])
+            if self.stopped or self.handshake is None:
+                data = data[room:]
+            elif len(data) >= room:
+                self.server.counters.preauth_oversize += 1
+                log.warning(
+                    "Forward connection from %s sent over %d bytes without completing the handshake (a PING is "
+                    "far smaller); closing", self.peer, MAX_PING_BYTES,
+                )
+                self._close_now()
+                return
+            else:
+                return
+        if data and not self.stopped:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        charged = 0
         try:
             for frame in self.frames.feed(data):
+                if self.handshake is not None:
+                    self._check_ping(frame)
+                    if self.stopped:
+                        break
+                    continue
                 self.pending.append(frame)
+                charged += held_for(len(frame))
         except ForwardError as exc:
             self.pending.append(exc)
             self._stop_reading()
+        # Charged as the whole frame will be (the framer holds it twice meanwhile): a frame that becomes whole
+        # adds nothing, so readers resumed together cannot overshoot the budget by finishing their frames.
+        held = held_for(self.frames.buffered)
+        self.charges.change(queued=charged, partial=held - self.charges.partial)
+        if self.has_pass and (charged or not held):  # its frame is whole: the pass is over
+            self.has_pass = False
+            self.budget.end_pass(self)
+        if self.budget.over and not self.has_pass and not self.stopped:
+            self.budget_paused = True
+            self._pause()
+            self.budget.wait(self)
         self.wake.set()
 
     def eof_received(self) -> bool:
@@ -240,6 +334,87 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.stopped = True
+        self.wake.set()
+
+    # -- the memory budget --------------------------------------------------
+
+    @property
+    def partial_charge(self) -> int:
+        """The incomplete frame, as the reader holds it, in the budget (the budget's pass goes to the most)."""
+        return self.charges.partial
+
+    def budget_resume(self) -> None:
+        self.budget_paused = False
+        self.wake.set()  # the pump resumes reading when nothing else holds it back
+
+    def budget_pass(self) -> None:
+        self.budget_paused = False
+        self.has_pass = True
+        self._resume()
+        self.last_read = asyncio.get_running_loop().time()
+        self._watch_pass()
+
+    def _watch_pass(self) -> None:
+        if self.pass_timer is not None:
+            self.pass_timer.cancel()
+        self.pass_timer = asyncio.get_running_loop().call_later(PASS_GRACE, self._check_pass, self.last_read)
+
+    def _check_pass(self, since: float) -> None:
+        self.pass_timer = None
+        if not self.has_pass or self.lost:
+            return
+        if self.last_read > since:
+            self._watch_pass()
+            return
+        self.server.counters.budget_stalls += 1
+        log.warning(
+            "Forward connection from %s stalled holding an incomplete frame of %d bytes while the memory budget "
+            "(%d bytes) is full of incomplete frames; closing it so the others can go on",
+            self.peer, self.frames.buffered, self.budget.limit,
+        )
+        self._close_now()
+
+    def _release_all(self) -> None:
+        """The connection is done: whatever it still holds goes back to the budget."""
+        self.pending.clear()
+        self.carry = None
+        self.has_pass = False
+        if self.pass_timer is not None:
+            self.pass_timer.cancel()
+            self.pass_timer = None
+        self.budget.forget(self)
+        self.charges.release()
+
+    # -- timeouts -----------------------------------------------------------
+
+    def _handshake_timeout(self) -> None:
+        if self.handshake is None or self.lost:
+            return
+        self.server.counters.handshake_timeouts += 1
+        log.warning("Forward connection from %s did not complete the handshake in %g s; closing",
+                    self.peer, self.server.limits.handshake_timeout)
+        self._close_now()
+
+    def _idle_check(self) -> None:
+        self.timer = None
+        if self.lost:
+            return
+        loop = asyncio.get_running_loop()
+        idle = self.server.limits.idle_timeout
+        deadline = self.last_read + idle
+        busy = self.pending or self.inflight or self.carry is not None or self.budget_paused or self.has_pass
+        if busy or loop.time() < deadline:
+            self.timer = loop.call_at(max(deadline, loop.time() + min(idle, 1.0)), self._idle_check)
+            return
+        self.server.counters.idle_timeouts += 1
+        log.info("Forward connection from %s idle for %g s; closing", self.peer, idle)
+        self._close_now()
+
+    def _close_now(self) -> None:
+        self._stop_reading()
+        self.pending.clear()
+        if self.transport is not None and not self.lost:
+            self.transport.abort()
         self.wake.set()
 
     # -- flow control -----------------------------------------------------
@@ -273,46 +448,51 @@ class _Connection(asyncio.Protocol):
             log.exception("Forward connection from %s failed", self.peer)
         finally:
             self.stopped = True
-            self.inflight.append((None, None))  # type: ignore[arg-type]  # end marker for the acker
+            self.inflight.append((None, None, 0))  # end marker for the acker
             self.wake.set()
             await acker
+            if self.timer is not None:
+                self.timer.cancel()
             if self.transport is not None and not self.lost:
                 self.transport.close()
+            self._release_all()
             self.server._connections.discard(self)
             if not self.finished.done():
                 self.finished.set_result(None)
 
     async def _pump(self) -> None:
-        json_mode = False
         while True:
-            decoded = await self._next()
-            if decoded is None:
+            item = await self._next()
+            if item is None:
                 return
-            if isinstance(decoded, list):  # the handshake's answer, already handled
-                continue
+            decoded, charge = item
             json_mode = bool(self.frames.json)
             batches = [decoded.batch]
             if decoded.key is None:
-                batches = self._merge_chunkless(batches)
+                charge += self._merge_chunkless(batches)
+                batches = merge_batches(batches)
             while len(self.inflight) >= self.server.max_in_flight:
                 self._pause()
                 self.wake.clear()
                 await self.wake.wait()
             ack = ack_bytes(decoded.chunk, json_mode) if decoded.chunk is not None else None
+            self.charges.move(charge, "queued", "submitted")
+            self.charges.settle()
             task = asyncio.get_running_loop().create_task(self._submit(batches, decoded.key))
-            self.inflight.append((task, ack))
+            self.inflight.append((task, ack, charge))
+            del decoded, batches, item  # what is committed is not kept here once acknowledged
             self.wake.set()  # the acker
 
-    async def _next(self) -> Decoded | list | None:
-        """The next decoded message, or None when the connection is done (closed, EOF, error)."""
+    async def _next(self) -> tuple[Decoded, int] | None:
+        """The next decoded message and the bytes it holds in the budget; None when the connection is done."""
         if self.carry is not None:
-            decoded, self.carry = self.carry, None
-            return decoded
+            carried, self.carry = self.carry, None
+            return carried
         while True:
             if not self.pending:
                 if self.stopped:
                     return None
-                if len(self.inflight) < self.server.max_in_flight:
+                if len(self.inflight) < self.server.max_in_flight and not self.budget_paused:
                     self._resume()
                 self.wake.clear()
                 await self.wake.wait()
@@ -321,51 +501,80 @@ class _Connection(asyncio.Protocol):
             if isinstance(item, ForwardError):
                 self._report(item)
                 return None
-            if self.handshake is not None:
-                return self._check_ping(item)
+            charge = held_for(len(item))
+            compressed = _compressed_entries(item, bool(self.frames.json))
+            if compressed is not None:
+                reserved = await self._reserve_inflated(item, *compressed)
+                if reserved is None:
+                    self.charges.add("queued", -charge)
+                    return None
+                charge += reserved
             try:
                 decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit,
+                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.inflate_limit,
                     defer=self.server.defer,
                 )
             except ForwardError as exc:
+                self.charges.add("queued", -charge)
+                self.charges.settle()
                 self._report(exc)
                 return None
             if decoded is None:  # TCP heartbeat (nil), ignored as in in_forward
+                self.charges.add("queued", -charge)
                 continue
             self._count(decoded)
-            return decoded
+            return decoded, charge
 
-    def _merge_chunkless(self, batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
-        # Messages without a chunk that are already here go in the same submission.
-        while self.pending and len(batches) < _MAX_MERGE and self.handshake is None:
+    async def _reserve_inflated(self, frame: bytes, tag: str, codec: str, payload: memoryview) -> int | None:
+        """Reserve the decompressed size of a compressed message in the budget (found without keeping the
+        output: a bomb costs CPU, not memory); None if it is over the limit (reported)."""
+        limit = self.server.inflate_limit
+        size = await asyncio.to_thread(inflated_size, payload, (codec,), limit)
+        if size > limit:
+            self._report(OversizeMessage(
+                f"decompressed entries of tag {tag!r} exceed the limit of {limit} bytes (decompressed_size_limit, "
+                f"at most what the memory budget holds decoded)", tag=tag, limit=limit, size=size,
+            ))
+            return None
+        held = held_for(size)
+        await self.budget.reserve(held)
+        self.charges.reserved(held)
+        return held
+
+    def _merge_chunkless(self, batches: list[Batch | Undecoded]) -> int:
+        """Join the chunkless messages already here to ``batches``; the budget bytes they hold."""
+        charge = 0
+        while self.pending and len(batches) < _MAX_MERGE:
             item = self.pending[0]
-            if isinstance(item, ForwardError):
-                break
+            if isinstance(item, ForwardError) or _compressed_entries(item, bool(self.frames.json)) is not None:
+                break  # errors are reported, and compressed messages reserved, by _next
             try:
                 decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.decompressed_size_limit,
+                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.inflate_limit,
                     defer=self.server.defer,
                 )
             except ForwardError as exc:
                 self.pending[0] = exc  # reported by _next, after this submission
+                self.charges.add("queued", -held_for(len(item)))
                 break
             self.pending.popleft()
             if decoded is None:
+                self.charges.add("queued", -held_for(len(item)))
                 continue
             self._count(decoded)
             if decoded.key is not None:
-                self.carry = decoded
+                self.carry = (decoded, held_for(len(item)))
                 break
             batches.append(decoded.batch)
-        return merge_batches(batches)
+            charge += held_for(len(item))
+        return charge
 
     def _count(self, decoded: Decoded) -> None:
         self.stats["messages"] += 1
         if isinstance(decoded.batch, Batch):  # undecoded entries are counted once committed (_submit)
             self.stats["events"] += len(decoded.batch)
 
-    def _check_ping(self, frame: bytes) -> list:
+    def _check_ping(self, frame: bytes) -> None:
         assert self.handshake is not None and self.transport is not None
         json_mode = bool(self.frames.json)
         try:
@@ -376,16 +585,18 @@ class _Connection(asyncio.Protocol):
         self.transport.write(_serialize(pong, json_mode))
         if ok:
             self.handshake = None
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = asyncio.get_running_loop().call_later(self.server.limits.idle_timeout, self._idle_check)
             log.debug("Forward handshake from %s (%s) accepted", self.peer, pong[3])
-            return pong
+            return
         self.stats["rejected_auth"] += 1
         log.warning(
             "Forward handshake from %s refused: %s (client hostname %r, user %r)",
             self.peer, pong[2], self.handshake.client_hostname, self.handshake.username,
         )
-        self.pending.clear()
         self._stop_reading()
-        return pong
+        self.wake.set()
 
     def _report(self, exc: ForwardError) -> None:
         if isinstance(exc, OversizeMessage):
@@ -397,9 +608,17 @@ class _Connection(asyncio.Protocol):
         else:
             self.stats["malformed"] += 1
             log.error("malformed Forward message from %s: %s; no ack, closing", self.peer, exc)
-        self.pending.clear()
-        self.carry = None
+        self._drop_pending()
         self._stop_reading()
+
+    def _drop_pending(self) -> None:
+        for item in self.pending:
+            if not isinstance(item, ForwardError):
+                self.charges.add("queued", -held_for(len(item)))
+        self.pending.clear()
+        if self.carry is not None:
+            self.charges.add("queued", -self.carry[1])
+            self.carry = None
 
     async def _submit(self, batches: Sequence[Batch | Undecoded], key: bytes | None) -> bool | None:
         """Whether the batches are committed (None: found malformed by the sink); never raises."""
@@ -438,18 +657,37 @@ class _Connection(asyncio.Protocol):
             while not self.inflight:
                 self.wake.clear()
                 await self.wake.wait()
-            task, ack = self.inflight[0]
+            task, ack, charge = self.inflight[0]
             if task is None:
                 self.inflight.popleft()
                 return
             ok = await task
             self.inflight.popleft()
+            del task
+            self.charges.add("submitted", -charge)
             self.wake.set()  # a slot is free
             if ok is None:
                 self.acking = False  # what was submitted after a malformed message is not acknowledged
             if ok and self.acking and ack is not None and not self.lost and self.transport is not None:
                 self.transport.write(ack)
                 self.stats["acks"] += 1
+
+
+def _compressed_entries(frame: bytes, json_mode: bool) -> tuple[str, str, memoryview] | None:
+    """``(tag, codec, payload)`` of a CompressedPackedForward message read by the fast path, else None."""
+    if json_mode:
+        return None
+    try:
+        packed = _split_packed(frame)
+    except ForwardError:
+        return None  # decode_message names the fault
+    if packed is None:
+        return None
+    tag, entries, option = packed
+    codec = option.get("compressed") if option else None
+    if codec is None or codec == "text" or not isinstance(codec, str):
+        return None
+    return tag, codec, entries
 
 
 def _events(batches: Sequence[Batch | Undecoded]) -> str:

@@ -14,7 +14,8 @@ Routes (see :func:`make_app`):
   taken by this route.
 * ``GET /`` — 200, empty (in_http's health check). ``GET /health`` —
   ``{"status": "ok", **health()}``; 503 if ``health()`` raises or reports
-  another status. ``GET /metrics`` — Prometheus text from ``metrics()``
+  another status, the body then naming the reason in ``error`` and
+  ``message`` (ingest's: while commits fail). ``GET /metrics`` — Prometheus text from ``metrics()``
   plus the connector's own request counters. ``GET /streams`` — JSON of
   ``streams()``. The callables may block: they run in a worker thread.
 
@@ -31,6 +32,22 @@ is stored: retry), 503 with ``Retry-After`` when the sink applies
 backpressure. 403 is not used: every known user may send to every tag.
 With ``users`` set, ``/metrics`` and ``/streams`` need credentials too;
 ``/`` and ``/health`` never do (load balancers probe them).
+
+Memory and time (:class:`connectors.limits.Limits`): a request's body is
+charged to the process's :class:`connectors.budget.MemoryBudget` as it is
+read; once whole, it is charged what it comes to hold decoded and committed
+(:func:`connectors.budget.held_for` its size, and its decompressed size,
+found first without keeping the output, so a bomb costs CPU, not memory;
+the decompressed limit is at most what the budget can hold); all of it is
+released when the request is answered. A request that finds the budget full is
+answered ``503 {"error": "memory_budget"}`` with ``Retry-After`` and its
+connection closed. A body that takes longer than ``body_timeout`` is
+answered 408; headers that take longer than ``header_timeout`` from their
+first byte close the connection; so does ``idle_timeout`` between
+requests. :class:`HttpServer` accepts through a
+:class:`connectors.listener.Listener` (``max_connections``, file
+descriptors running out); :attr:`HttpServer.stats` counts timeouts,
+refusals and 503s for the budget.
 
 When the sink decodes in worker processes (``sink.accepts_undecoded``),
 bodies are handed to it undecoded (:func:`decode_body` runs there); a body
@@ -55,12 +72,25 @@ from typing import Any
 
 from aiohttp import ClientPayloadError, web
 
+from connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
+from connectors.inflate import inflated_size
+from connectors.limits import Limits
+from connectors.listener import ConnectionCounters, Listener, ProtocolProxy
 from ingest.auth import Users
 from ingest.batch import Batch, Sink, Undecoded
 from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .decode import FLUENT_BIT_AGENT, count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
-from .errors import BadRequest, ExpectationFailed, HttpError, NotFound, PayloadTooLarge, Unauthorized
+from .errors import (
+    BadRequest,
+    ExpectationFailed,
+    HttpError,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Sample, render_metrics
 
@@ -73,6 +103,7 @@ log = logging.getLogger(__name__)
 INLINE_DECODE_BYTES = 64 << 10
 MAX_IDEMPOTENCY_KEY = 256
 _REALM = 'realm="windvane"'
+_BUDGET_RETRY = 1  # seconds a client refused for the memory budget is told to wait (commits take about that)
 _JSON = "application/json"
 
 
@@ -89,6 +120,15 @@ class _State:
     events: int = 0
     bytes: int = 0
     defer: bool = False  # hand bodies to the sink undecoded (it decodes in worker processes)
+    limits: Limits = field(default_factory=Limits)
+    budget: MemoryBudget = field(default_factory=lambda: MemoryBudget(Limits().memory_budget))
+    counters: ConnectionCounters = field(default_factory=ConnectionCounters)
+    guards: dict[asyncio.BaseTransport, _HeaderGuard] = field(default_factory=dict)  # by connection
+
+    @property
+    def inflate_limit(self) -> int:
+        """Decompressed bytes a body may have: the configured limit, at most what the memory budget holds."""
+        return inflate_limit(self.decompressed_size_limit, self.budget)
 
 
 STATE = web.AppKey("windvane_http_state", _State)
@@ -103,15 +143,23 @@ def make_app(
     health: Callable[[], dict] | None = None,
     metrics: Callable[[], list[Sample]] | None = None,
     streams: Callable[[], list[dict]] | None = None,
+    limits: Limits | None = None,
+    budget: MemoryBudget | None = None,
 ) -> web.Application:
     """The aiohttp application of the endpoint (routes and replies in the module docstring).
+
+    ``limits``: timeouts and connection limits (also read by :class:`HttpServer`);
+    ``budget``: the memory budget, shared with the process's other servers (one
+    of ``limits.memory_budget`` of its own when not given).
 
     Serve it with :class:`HttpServer`; another runner must pass
     ``auto_decompress=False`` (as HttpServer does) or compressed bodies are
     inflated by aiohttp without the decompressed size limit, then refused.
     """
+    limits = limits or Limits()
     state = _State(sink, users, body_size_limit, decompressed_size_limit, health, metrics, streams,
-                   defer=bool(getattr(sink, "accepts_undecoded", False)))
+                   defer=bool(getattr(sink, "accepts_undecoded", False)), limits=limits,
+                   budget=budget or MemoryBudget(limits.memory_budget))
     app = web.Application(middlewares=[_errors_middleware], client_max_size=body_size_limit)
     app[STATE] = state
     app.router.add_get("/", _root)
@@ -134,8 +182,10 @@ def _error_response(exc: HttpError) -> web.Response:
     headers = None
     if isinstance(exc, Unauthorized):
         headers = [("WWW-Authenticate", f'Basic {_REALM}, charset="UTF-8"'), ("WWW-Authenticate", f"Bearer {_REALM}")]
+    elif isinstance(exc, ServiceUnavailable):
+        headers = {"Retry-After": str(exc.retry_after)}
     resp = _json_response(exc.status, {"error": exc.code, "message": exc.message}, headers)
-    if isinstance(exc, PayloadTooLarge):
+    if isinstance(exc, (PayloadTooLarge, RequestTimeout, ServiceUnavailable)):
         resp.force_close()  # the rest of the body is unread: do not parse it as the next request
     return resp
 
@@ -144,6 +194,23 @@ def _error_response(exc: HttpError) -> web.Response:
 async def _errors_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
     """Turn every failure into a JSON error reply, and count replies by status."""
     state = request.app[STATE]
+    guard = state.guards.get(request.transport)  # type: ignore[arg-type]
+    if guard is not None:
+        guard.request_started()
+    try:
+        resp = await _replied(request, handler)
+    except BaseException:
+        if guard is not None:
+            guard.request_finished(ending=True)
+        raise
+    if guard is not None:
+        guard.request_finished(ending=resp.keep_alive is False)
+    state.responses[resp.status] += 1
+    return resp
+
+
+async def _replied(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """The reply to ``request``: the handler's, or the JSON error reply for what it raised."""
     try:
         resp = await handler(request)
     except HttpError as exc:
@@ -170,7 +237,6 @@ async def _errors_middleware(request: web.Request, handler: Callable) -> web.Str
     except Exception:
         log.exception("internal error on %s %s", request.method, request.path)
         resp = _json_response(500, {"error": "internal", "message": "internal server error; see the server log"})
-    state.responses[resp.status] += 1
     return resp
 
 
@@ -219,6 +285,7 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
             raise ExpectationFailed("expectation_failed", f"Expect: {expect[:60]!r} is not supported; only 100-continue is")
         _authenticate(state.users, request.headers.get("Authorization"))
         _check_length(request, state.body_size_limit)
+        _admit(state, held_for(request.content_length or 0), Charges(state.budget))
     except HttpError as exc:
         resp = _error_response(exc)
         resp.force_close()  # the client may or may not send the body now: do not read it as a request
@@ -230,22 +297,70 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
     return None
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+def _admit(state: _State, size: int, charges: Charges) -> None:
+    """Raise 503 unless ``size`` more bytes fit in the memory budget.
+
+    A request that holds everything the budget holds goes on anyway: it is
+    alone, and bounded by the body and decompressed size limits.
+    """
+    budget = state.budget
+    if budget.fits(size) or budget.used <= charges.total:
+        return
+    state.counters.budget_refusals += 1
+    raise ServiceUnavailable(
+        "memory_budget",
+        f"the server holds {budget.used} bytes of requests not yet committed, its memory budget is {budget.limit} "
+        f"bytes (--memory-budget); nothing of this request was stored: retry after {_BUDGET_RETRY} s",
+        retry_after=_BUDGET_RETRY,
+    )
+
+
+async def _read_body(request: web.Request, state: _State, charges: Charges) -> bytes:
+    """The body, charged to the memory budget as it arrives (503 past it), within the body timeout (408)."""
+    limit = state.body_size_limit
     chunks = []
     total = 0
     content = request.content
-    while True:
-        try:
-            chunk = await content.readany()
-        except (ConnectionError, ClientPayloadError) as exc:
-            # The client went away or broke the chunked framing: no one may read this reply, but say why.
-            raise BadRequest("incomplete_body", f"the request body stopped before its end: {exc}") from None
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            raise PayloadTooLarge("body_too_large", f"the body exceeds the body size limit of {limit} bytes; send smaller requests")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(state.limits.body_timeout):
+            while True:
+                try:
+                    chunk = await content.readany()
+                except (ConnectionError, ClientPayloadError) as exc:
+                    # The client went away or broke the chunked framing: no one may read this reply, but say why.
+                    raise BadRequest("incomplete_body", f"the request body stopped before its end: {exc}") from None
+                if not chunk:
+                    return b"".join(chunks)
+                total += len(chunk)
+                if total > limit:
+                    raise PayloadTooLarge("body_too_large", f"the body exceeds the body size limit of {limit} bytes; send smaller requests")
+                _admit(state, len(chunk), charges)
+                charges.add("partial", len(chunk))
+                chunks.append(chunk)
+    except TimeoutError:
+        state.counters.body_timeouts += 1
+        raise RequestTimeout(
+            "body_timeout",
+            f"the request body did not arrive within {state.limits.body_timeout:g} s (the body timeout); "
+            "nothing of it was stored",
+        ) from None
+
+
+async def _inflated_size(state: _State, body: bytes, encoding: str | None) -> int:
+    """The decompressed size of a compressed body (0 if it is not), found in constant memory before it is
+    decompressed; 413 past the decompressed size limit."""
+    codings = [c for c in (encoding or "").split(",") if c.strip() and c.strip().lower() != "identity"]
+    if not codings:
+        return 0
+    limit = state.inflate_limit
+    size = await asyncio.to_thread(inflated_size, body, codings, limit)
+    if size > limit:
+        raise PayloadTooLarge(
+            "decompressed_too_large",
+            f"the body decompresses to more than {limit} bytes (the decompressed size limit, at most what the "
+            "memory budget holds decoded); send smaller requests",
+        )
+    return size
 
 
 def _idempotency_key(request: web.Request) -> bytes | None:
@@ -279,13 +394,27 @@ async def _ingest(request: web.Request) -> web.Response:
     _authenticate(state.users, request.headers.get("Authorization"))
     _check_length(request, state.body_size_limit)
     key = _idempotency_key(request)
-    body = await _read_body(request, state.body_size_limit)
+    charges = Charges(state.budget)  # what this request holds in the memory budget, until it is answered
+    try:
+        _admit(state, held_for(request.content_length or 0), charges)
+        body = await _read_body(request, state, charges)
+        inflated = await _inflated_size(state, body, request.headers.get("Content-Encoding"))
+        held = held_for(len(body)) + held_for(inflated)
+        _admit(state, held - charges.total, charges)
+        charges.change(submitted=held, partial=-charges.partial)
+        return await _ingest_body(request, state, key, body)
+    finally:
+        charges.release()
+
+
+async def _ingest_body(request: web.Request, state: _State, key: bytes | None, body: bytes) -> web.Response:
+    """Decode (here or in the sink's workers) and submit a request's body; the reply once committed."""
     path = request.path
     wendelin = path == "/ingest" or path.endswith("/ingest")
     query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
     if "time_key" not in query and request.headers.get("User-Agent", "").startswith(FLUENT_BIT_AGENT):
         query["time_key"] = "date"  # Fluent Bit's json_date_key, which its JSON formats add to every record
-    args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.decompressed_size_limit)
+    args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.inflate_limit)
     if state.defer:
         return await _ingest_undecoded(state, key, *args)
     if len(body) > INLINE_DECODE_BYTES:
@@ -347,7 +476,11 @@ async def _health(request: web.Request) -> web.Response:
             log.warning("health check failed: %s", exc)
             return _json_response(503, {"status": "error", "error": "unhealthy", "message": f"health check failed: {exc}"})
         reply.update(extra or {})
-    return _json_response(200 if reply.get("status") == "ok" else 503, reply)
+    if reply.get("status") == "ok":
+        return _json_response(200, reply)
+    reply.setdefault("error", "unhealthy")
+    reply.setdefault("message", f"the service reports status {reply.get('status')!r}")
+    return _json_response(503, reply)
 
 
 def _own_samples(state: _State) -> list[Sample]:
@@ -357,6 +490,7 @@ def _own_samples(state: _State) -> list[Sample]:
     ]
     samples.append(Sample("windvane_http_events_total", "Events decoded from HTTP requests and handed to ingest.", "counter", {}, state.events))
     samples.append(Sample("windvane_http_received_bytes_total", "Request body bytes received, as sent (compressed).", "counter", {}, state.bytes))
+    samples.extend(Sample(*sample) for sample in state.budget.samples())  # the process's, shared with Forward
     return samples
 
 
@@ -384,39 +518,145 @@ async def _streams(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------- runner
 
 
+class _HeaderGuard(ProtocolProxy):
+    """Times a connection between requests (aiohttp has no header timeout).
+
+    From a request's first byte its headers have ``header_timeout`` seconds
+    (the middleware calls :meth:`request_started` once they are in); with no
+    request under way and nothing received, the connection is closed after
+    ``idle_timeout``. Body timeouts are :func:`_read_body`'s.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, state: _State) -> None:
+        super().__init__(inner)
+        self.state = state
+        self.transport: asyncio.BaseTransport | None = None
+        self.requests = 0  # under way on this connection (aiohttp runs them one at a time)
+        self.waiting_headers = False
+        self.ending = False  # its last response closes it (aiohttp may still read the rest of a body a while)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.state.guards[transport] = self
+        super().connection_made(transport)
+        self._arm(self.state.limits.idle_timeout, self._idle)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.requests and not self.waiting_headers:
+            self.waiting_headers = True
+            self._arm(self.state.limits.header_timeout, self._headers_late)
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arm(None, None)
+        if self.transport is not None:
+            self.state.guards.pop(self.transport, None)
+        super().connection_lost(exc)
+
+    def request_started(self) -> None:
+        self.requests += 1
+        self.waiting_headers = False
+        self._arm(None, None)
+
+    def request_finished(self, ending: bool = False) -> None:
+        self.requests -= 1
+        self.ending = self.ending or ending
+        if not self.requests and self.transport is not None and not self.transport.is_closing():
+            self._arm(self.state.limits.idle_timeout, self._idle)
+
+    def _arm(self, delay: float | None, callback: Callable[[], None] | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if delay is not None and callback is not None:
+            self.timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def _headers_late(self) -> None:
+        self.timer = None
+        if self.requests:
+            return
+        self.state.counters.header_timeouts += 1
+        log.info("HTTP request headers from %s not received within %g s (header timeout); closing",
+                 self._peer(), self.state.limits.header_timeout)
+        self._close()
+
+    def _idle(self) -> None:
+        self.timer = None
+        if self.requests or self.waiting_headers:
+            return
+        if self.ending:  # not idle: closing, still reading what the client sends after its answer
+            self._close()
+            return
+        self.state.counters.idle_timeouts += 1
+        log.info("HTTP connection from %s idle for %g s; closing", self._peer(), self.state.limits.idle_timeout)
+        self._close()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()  # type: ignore[attr-defined]
+
+
 class HttpServer:
-    """Serves an application made by :func:`make_app` on ``host:port`` (``port=0`` picks a free port)."""
+    """Serves an application made by :func:`make_app` on ``host:port`` (``port=0`` picks a free port).
+
+    Connections are accepted by a :class:`connectors.listener.Listener` with the
+    application's limits (``max_connections``, file descriptors running out,
+    the TLS handshake timeout) and timed by a :class:`_HeaderGuard`.
+    """
 
     def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 9880, *, ssl: _ssl.SSLContext | None = None) -> None:
         self._app = app
+        self._state = app[STATE]
         self._host = host
         self._port = port
         self._ssl = ssl
         self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
 
     async def start(self) -> None:
         """Listen; from now on :attr:`port` is the bound port."""
+        state = self._state
+        limits = state.limits
         # No access log: a line per request costs more than decoding a small one.
         # auto_decompress=False: aiohttp would inflate gzip/deflate bodies itself,
         # with no limit on the decompressed size; decode.decompress enforces one.
-        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, auto_decompress=False)
+        # aiohttp's own keep-alive timer is only a backstop: the guard closes idle connections first, and counts them.
+        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, auto_decompress=False,
+                               keepalive_timeout=2 * limits.idle_timeout)
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl)
+        handlers = runner.server
+        assert handlers is not None
+        listener = Listener(lambda: _HeaderGuard(handlers(), state), self._host, self._port, name="HTTP",
+                            ssl=self._ssl, max_connections=limits.max_connections,
+                            handshake_timeout=limits.handshake_timeout, counters=state.counters)
         try:
-            await site.start()
+            await listener.start()
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
-        self._port = runner.addresses[0][1]
+        self._runner, self._listener = runner, listener
+        self._port = listener.port
 
     @property
     def port(self) -> int:
         """The port listened on (the bound one once started)."""
         return self._port
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """The listener's counters (:class:`connectors.listener.ConnectionCounters`: timeouts, refused, ...)."""
+        return self._state.counters.as_dict()
+
     async def close(self) -> None:
         """Stop listening, let requests in flight finish, close connections."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

@@ -60,3 +60,22 @@ class ExpectationFailed(HttpError):
     """417: an ``Expect`` header other than ``100-continue``."""
 
     status = 417
+
+
+class RequestTimeout(HttpError):
+    """408: the request's body did not arrive within the body timeout."""
+
+    status = 408
+
+
+class ServiceUnavailable(HttpError):
+    """503: the server cannot take the request now (its memory budget is full); retry after ``retry_after`` s."""
+
+    status = 503
+
+    def __init__(self, code: str, message: str, retry_after: int = 1) -> None:
+        super().__init__(code, message)
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.code, self.message, self.retry_after), self.__dict__)

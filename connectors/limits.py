@@ -1,0 +1,44 @@
+"""What the network connectors allow a client: memory, connections, time. The defaults are held here, once.
+
+* ``memory_budget``: bytes read from clients and not yet committed, shared by
+  every Forward and HTTP connection (:mod:`connectors.budget`).
+* ``max_connections``: connections open at once on one listener; more are
+  closed at accept (:mod:`connectors.listener`).
+* ``handshake_timeout``: seconds to complete the TLS handshake, and the
+  Forward HELO/PING/PONG when a shared key is set.
+* ``idle_timeout``: seconds a connection may stay open with nothing received
+  and nothing owed to it (no message waiting for its commit). Five minutes:
+  fluentd's in_forward never closes an idle connection and out_forward keeps
+  one open between flushes (its buffers flush every 60 s by default) and
+  waits up to 190 s for an ack (``ack_response_timeout``), so anything
+  shorter than those would cut healthy keepalive connections. The same
+  timeout closes idle HTTP keep-alive connections.
+* ``header_timeout``: seconds an HTTP request's headers may take, from their
+  first byte (in_http closes idle keep-alive sockets after 10 s).
+* ``body_timeout``: seconds an HTTP request's body may take, once its headers
+  are in; past it the request is answered 408 and the connection closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits of the Forward and HTTP servers; see the module docstring."""
+
+    memory_budget: int = 256 << 20
+    max_connections: int = 1000
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("memory_budget", "max_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {getattr(self, name)}")
