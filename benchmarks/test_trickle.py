@@ -1,0 +1,187 @@
+"""Many slow sensors: ``TAGS`` (10,000) tags, one event per second each, through ``windvane serve``.
+
+A plant's sensors each send about one event a second. Every tag gets one
+PackedForward chunk a second (what fluentd's out_forward sends for a tag's
+buffer chunk, ``require_ack_response``), spread over the second in ten slices,
+over ``CONNECTIONS`` connections, for ``SECONDS`` (600). The load runs in this
+process (asyncio); ``windvane serve`` is a real subprocess with its defaults.
+
+Recorded in ``extra_info``:
+- ``acked`` / ``sent``: chunks acknowledged / sent (keeping up: all of them);
+- ``latency_p50_ms`` / ``latency_p99_ms``: send to ack;
+- ``late_slices``: slices that started more than a second after their time
+  (the load generator fell behind: the figures would then understate);
+- ``wire_bytes``: the bytes of the Forward messages sent (the data received);
+- ``store_growth_bytes`` and ``growth_over_wire``: the store's growth (the
+  SQLite file and WAL, or the MariaDB tablespaces), goal <= 3;
+- ``revisions_per_second``: object revisions written per second, and
+  ``commits_per_second``.
+
+Run (10 minutes per backend):
+
+    .venv/bin/python -m pytest benchmarks/test_trickle.py -p no:cacheprovider \\
+        --benchmark-enable --benchmark-only --benchmark-json=/tmp/trickle.json
+
+``WINDVANE_BENCH_TRICKLE_SECONDS`` and ``WINDVANE_BENCH_TRICKLE_TAGS`` scale it.
+Without ``--benchmark-enable`` it runs 5 seconds of 200 tags, as a smoke test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+import arrays
+import neostore
+from ingest_load import event_time
+from tests.serve_process import Serve
+from test_ingest import store_for
+
+SECONDS = int(os.environ.get("WINDVANE_BENCH_TRICKLE_SECONDS", "600"))
+TAGS = int(os.environ.get("WINDVANE_BENCH_TRICKLE_TAGS", "10000"))
+CONNECTIONS = 20
+SLICES = 10
+
+SENSOR_SCHEMA = """
+kind = "sensor"
+tags = ["plant.**"]
+[[fields]]
+name = "value"
+dtype = "float64"
+[[fields]]
+name = "status"
+dtype = "int32"
+fill = -1
+"""
+
+
+def _tag(k: int) -> str:
+    return f"plant.hall{k // 1000}.sensor{k:05d}"
+
+
+def _chunk(packer: msgpack.Packer, tag: str, second: int, k: int) -> tuple[bytes, bytes]:
+    cid = f"{k:05d}-{second:06d}".encode()
+    entry = packer.pack([event_time(1_700_000_000_000_000_000 + second * 1_000_000_000),
+                         {"value": 20.0 + ((k * 7919 + second) % 1000) / 100.0, "status": 0}])
+    return cid, packer.pack([tag, entry, {"size": 1, "chunk": cid.decode()}])
+
+
+class Trickle:
+    """The load: counts, latencies and bytes, filled by the connections."""
+
+    def __init__(self, tags: int, seconds: int):
+        self.tags, self.seconds = tags, seconds
+        self.sent = self.acked = self.wire_bytes = self.late_slices = 0
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+
+    async def run(self, port: int) -> None:
+        start = time.monotonic() + 0.5
+        await asyncio.gather(*(self._connection(port, c, start) for c in range(CONNECTIONS)))
+
+    async def _connection(self, port: int, c: int, start: float) -> None:
+        mine = list(range(c, self.tags, CONNECTIONS))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        sent: dict[str, float] = {}
+        done = asyncio.Event()
+        acks = asyncio.create_task(self._acks(reader, sent, done))
+        packer = msgpack.Packer(use_bin_type=True)
+        try:
+            for second in range(self.seconds):
+                for s in range(SLICES):
+                    due = start + second + s / SLICES
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    elif delay < -1.0:
+                        self.late_slices += 1
+                    now = time.perf_counter()
+                    for k in mine[s::SLICES]:
+                        cid, message = _chunk(packer, _tag(k), second, k)
+                        sent[cid.decode()] = now
+                        writer.write(message)
+                        self.sent += 1
+                        self.wire_bytes += len(message)
+                    await writer.drain()
+            done.set()
+            await asyncio.wait_for(acks, timeout=120)
+        except Exception as exc:  # noqa: BLE001 - reported with the result
+            self.errors.append(repr(exc))
+            acks.cancel()
+        finally:
+            writer.close()
+
+    async def _acks(self, reader: asyncio.StreamReader, sent: dict[str, float], done: asyncio.Event) -> None:
+        unpacker = msgpack.Unpacker(raw=False)
+        while not (done.is_set() and not sent):
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            unpacker.feed(data)
+            now = time.perf_counter()
+            for reply in unpacker:
+                self.latencies.append(now - sent.pop(reply["ack"]))
+                self.acked += 1
+
+
+def _store_bytes(url: str, databases) -> int:
+    if url.startswith("sqlite:"):
+        path = url[len("sqlite:///"):]
+        return sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
+    name = urllib.parse.urlsplit(url).path.strip("/")
+    conn = databases.mariadb_connect(name)
+    try:
+        cur = conn.cursor()
+        # The tablespaces' allocated size, free pages included: what the disk holds.
+        cur.execute("SELECT COALESCE(SUM(data_length + index_length + data_free), 0) FROM information_schema.tables "
+                    "WHERE table_schema = ?", (name,))
+        return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_many_slow_sensors(benchmark, request, databases, backend):
+    full = request.config.getoption("benchmark_enable", False)
+    tags, seconds = (TAGS, SECONDS) if full else (200, 5)
+    schemas = Path(tempfile.mkdtemp(prefix="wvb-trickle-", dir="/tmp"))
+    (schemas / "sensor.toml").write_text(SENSOR_SCHEMA)
+    url = store_for(databases, backend, f"trickle_{backend}")
+    load = Trickle(tags, seconds)
+    with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-trickle-{backend}.log") as serve:
+        before = _store_bytes(url, databases)
+        started = time.monotonic()
+        benchmark.pedantic(lambda: asyncio.run(load.run(serve.forward_port)), rounds=1, iterations=1)
+        elapsed = time.monotonic() - started
+        grown = _store_bytes(url, databases) - before
+        stopped = serve.stop(timeout=600)
+    info = benchmark.extra_info
+    info.update(tags=tags, seconds=seconds, sent=load.sent, acked=load.acked, late_slices=load.late_slices,
+                latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
+                latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
+                wire_bytes=load.wire_bytes, store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes,
+                acked_per_second=load.acked / elapsed, errors=load.errors[:3])
+    store = neostore.open(url)
+    try:
+        usage = store.value_usage()
+        commits, cursor = 0, neostore.ZERO
+        while page := store.changes_since(cursor, limit=10_000):
+            commits, cursor = commits + len(page), page[-1][0]
+        info.update(revisions_per_second=usage.references / elapsed, commits_per_second=commits / elapsed)
+        # Figures first (a run that falls behind is worth reading), then the verdict.
+        assert stopped == 0, serve.log()
+        assert not load.errors, load.errors[:3]
+        assert load.acked == load.sent == tags * seconds
+        for k in (0, tags - 1):
+            with arrays.open_stream(store, _tag(k)) as stream:
+                assert len(stream) == seconds
+    finally:
+        store.close()
