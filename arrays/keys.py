@@ -75,9 +75,7 @@ class LoggedView:
         logs = self.raw_get_many([row_log.log_key(g) for g in row_log.candidate_groups([key])])
         for lkey, raw in logs.items():
             revision = row_log.Revision.from_bytes(raw, lkey)
-            group = lkey[: -len(row_log.LOG_NAME)]
-            name, _, rest = key[len(group):].partition("/")
-            if revision.rows and rest and name in revision.add:
+            if revision.rows and row_log.logged_array(key, row_log.group_of(lkey), revision) is not None:
                 return True
         return False
 
@@ -132,9 +130,10 @@ class LoggedView:
             revision = row_log.Revision.from_bytes(raw, lkey)
             if not revision.rows:
                 continue
-            group = lkey[: -len(row_log.LOG_NAME)]
+            group = row_log.group_of(lkey)
+            prefix = f"{group}/" if group else ""
             for name in revision.add:
-                metas_wanted[f"{group}{name}/{METADATA_KEY}"] = (lkey, revision)
+                metas_wanted[f"{prefix}{name}/{METADATA_KEY}"] = (lkey, revision)
         metas = self.raw_get_many(list(metas_wanted))
         for mkey, raw in metas.items():
             lkey, revision = metas_wanted[mkey]
@@ -142,9 +141,8 @@ class LoggedView:
             ident = (entry.oid, entry.serial) if entry else (b"", b"")
             array = mkey[: -len(METADATA_KEY) - 1]
             meta = ArrayMeta.from_bytes(raw, array)
-            length = revision.base + revision.rows
             out[mkey] = ident
-            out[f"{array}/{meta.chunk_key(((length - 1) // meta.chunks[0], *(0,) * (len(meta.shape) - 1)))}"] = ident
+            out[row_log.last_chunk_key(array, meta, revision.base + revision.rows)] = ident
         return out
 
 

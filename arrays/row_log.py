@@ -59,6 +59,21 @@ def is_log_key(key: str) -> bool:
     return key == LOG_NAME or key.endswith("/" + LOG_NAME)
 
 
+def group_of(key: str) -> str:
+    """The group whose row log ``key`` is (the inverse of :func:`log_key`)."""
+    return key[: -len(LOG_NAME)].rstrip("/")
+
+
+def logged_array(key: str, group: str, revision: Revision) -> tuple[str, str] | None:
+    """``(array path, rest of the key)`` if ``key`` is inside an array of ``group`` that ``revision``
+    holds rows for, else None."""
+    prefix = f"{group}/" if group else ""
+    if not key.startswith(prefix):
+        return None
+    name, _, rest = key[len(prefix):].partition("/")
+    return (f"{prefix}{name}", rest) if rest and name in revision.add else None
+
+
 def _split(path: str) -> tuple[str, str]:
     head, _, tail = path.rpartition("/")
     return head, tail
@@ -182,7 +197,8 @@ def candidate_groups(keys: Iterable[str]) -> set[str]:
     return groups
 
 
-def _last_chunk_key(array: str, meta: ArrayMeta, length: int) -> str:
+def last_chunk_key(array: str, meta: ArrayMeta, length: int) -> str:
+    """The key of the chunk holding row ``length - 1`` of ``array``."""
     rows = meta.chunks[0]
     index = (length - 1) // rows
     return f"{array}/{meta.chunk_key((index, *(0,) * (len(meta.shape) - 1)))}"
@@ -243,12 +259,9 @@ def overlay(
     touched: list[tuple[str, _Logged, str, str]] = []  # (key, log, array path, rest)
     for key in keys:
         for group, log in logged.items():
-            prefix = f"{group}/" if group else ""
-            if not key.startswith(prefix):
-                continue
-            name, _, rest = key[len(prefix):].partition("/")
-            if rest and name in log.revision.add:
-                touched.append((key, log, f"{prefix}{name}", rest))
+            found_array = logged_array(key, group, log.revision)
+            if found_array is not None:
+                touched.append((key, log, *found_array))
     if not touched:
         return values
     metas_wanted = [f"{array}/{METADATA_KEY}" for _, _, array, _ in touched]
@@ -265,7 +278,7 @@ def overlay(
         length = log.revision.base + log.revision.rows
         if rest == METADATA_KEY:
             values[key] = meta.with_shape((length, *meta.shape[1:])).to_bytes()
-        elif key == _last_chunk_key(array, meta, length):
+        elif key == last_chunk_key(array, meta, length):
             if log.revisions is None:
                 log.revisions = load_chain(log.key, log.revision)
             stored = values.get(key) if meta.shape[0] % meta.chunks[0] else None
@@ -297,7 +310,7 @@ def fold_writes(
         meta = ArrayMeta.from_bytes(raw, array)
         if meta.shape[0] != revision.base:
             continue
-        stored_keys[name] = (_last_chunk_key(array, meta, length), meta)
+        stored_keys[name] = (last_chunk_key(array, meta, length), meta)
     stored = raw_get_many([k for k, meta in stored_keys.values() if meta.shape[0] % meta.chunks[0]])
     for name, (chunk_key, meta) in stored_keys.items():
         pending = pending_rows(meta, name, revisions, log_key(group))

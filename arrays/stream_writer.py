@@ -369,7 +369,7 @@ class StreamWriter:
         for name, meta in metas.items():
             rows = meta.chunks[0]
             if meta.shape[0] % rows:
-                partial[name] = f"{self.path}/{name}/{meta.chunk_key((meta.shape[0] // rows,) + (0,) * (len(meta.shape) - 1))}"
+                partial[name] = row_log.last_chunk_key(f"{self.path}/{name}", meta, meta.shape[0])
         values = tx.raw_get_many(list(partial.values()))
 
         def decode(name: str) -> tuple[str, np.ndarray | None]:

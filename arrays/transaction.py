@@ -191,16 +191,6 @@ class Transaction(LoggedView):
             self._wrote(key, oid, len(value))
 
     @_serialised
-    def bind(self, keys: Iterable[str]) -> None:
-        """Bind the names of ``keys`` that this or a later transaction will write, in one round trip.
-
-        Binding a name is harmless if it is never written (see
-        :mod:`neostore.names`); writers that know their next keys bind them
-        ahead, so that each commit does not pay its own binding round trips.
-        """
-        self._tx.oids_for([encode_key(k) for k in keys], create=True)
-
-    @_serialised
     def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
         """Set ``key`` only if it does not exist; whether it was set. Atomic across processes."""
         self.lock()
@@ -240,7 +230,7 @@ class Transaction(LoggedView):
 
     def _wrote(self, key: str, oid: bytes, size: int | None) -> None:
         if row_log.is_log_key(key):
-            self._log_checked.discard(key[: -len(row_log.LOG_NAME)].rstrip("/"))
+            self._log_checked.discard(row_log.group_of(key))
         self._writes += 1
         self._written[key] = (oid, size)
         self._write_seq[key] = self._writes
