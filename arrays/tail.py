@@ -139,20 +139,20 @@ class NumberTail(Tail):
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         meta = self.meta
         codec = meta.codec
-        if start == 0 and len(rows) == self._rows_per_chunk:
+        end = start + len(rows)
+        full = end == self._rows_per_chunk
+        if start == 0 and full:
             chunk = rows  # a whole chunk: encoded straight from the caller's rows
             self._chunk = None
         else:
-            end = start + len(rows)
             if start == 0 or self._chunk is None:
                 self._chunk = self._grown(None, end)
             elif len(self._chunk) < end:
                 self._chunk = self._grown(self._chunk, end)
             self._chunk[start:end] = rows
             chunk = self._chunk
-            if end == self._rows_per_chunk:
-                self._chunk = None  # full now: the next append starts a new chunk
-        full = start + len(rows) == self._rows_per_chunk
+            if full:
+                self._chunk = None  # the next append starts a new chunk
         encode = functools.partial(codec.encode, chunk) if len(chunk) == self._rows_per_chunk else \
             functools.partial(self._encode_padded, chunk)
         return ChunkJob(self.chunk_key(index), encode, int(np.prod(meta.chunks)) * chunk.itemsize,
