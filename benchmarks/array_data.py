@@ -1,4 +1,4 @@
-"""Deterministic, sensor-like float32 data for the arrays benchmarks (issue 3).
+"""Deterministic, sensor-like float32 data for the arrays benchmarks.
 
 The data is a 2-D array ``rows x CHANNELS`` (float32, little-endian) of one
 multi-channel acquisition: temperatures, a pressure, three vibration axes, a

@@ -1,4 +1,4 @@
-"""Fixtures of the neostore benchmarks (issue 2).
+"""Fixtures of the neostore benchmarks.
 
 - ``mariadb_server``: one private mariadbd for the session, started by
   :class:`neostore.server.MariaDBServer` with the SHIPPED configuration

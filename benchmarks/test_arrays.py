@@ -1,4 +1,4 @@
-"""Arrays benchmarks (issue 3): BigArray on neostore beside zarr's LocalStore and Icechunk.
+"""Arrays benchmarks: BigArray on neostore beside zarr's LocalStore and Icechunk.
 
 Everything moves the same data (:mod:`array_data`: ``TOTAL_BYTES`` = 1 GiB
 of sensor-like float32, 8 channels) with the same codec (blosc, zstd, byte

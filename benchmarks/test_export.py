@@ -1,4 +1,4 @@
-"""Export benchmarks (issue 6): `windvane export`'s engine per format against zarr reading the same data.
+"""Export benchmarks: `windvane export`'s engine per format against zarr reading the same data.
 
 Two streams are written once per module (untimed) into a SQLite store (WAL,
 ``synchronous=FULL``), sized by ``EXPORT_BYTES`` (256 MiB):

@@ -1,4 +1,4 @@
-"""File import benchmarks (issue 5): `windvane import`'s engine against pyarrow reading the same file.
+"""File import benchmarks: `windvane import`'s engine against pyarrow reading the same file.
 
 For CSV, Parquet and WAV, a file of ``IMPORT_BYTES`` (256 MiB) is generated
 once, untimed, in a temporary directory: sensor-like rows (time, 6 float

@@ -1,4 +1,4 @@
-"""Ingestion benchmarks (issue 4): ``windvane serve`` with durable acknowledgements, on 2 cores.
+"""Ingestion benchmarks: ``windvane serve`` with durable acknowledgements, on 2 cores.
 
 1. Forward: ``EVENTS`` (1,000,000) structured log records of ~200 bytes in
    PackedForward chunks of ``PER_CHUNK`` (5,000) events, str32-framed with

@@ -1,4 +1,4 @@
-"""neostore throughput benchmarks (issue 2), each measured beside its baseline in the same run.
+"""neostore throughput benchmarks, each measured beside its baseline in the same run.
 
 1. commit ``TOTAL_BYTES`` (1 GiB) as 2 MiB values, ``VALUES_PER_TXN`` values
    (64 MiB) per transaction: neostore vs raw ``executemany`` INSERTs of the
