@@ -26,6 +26,7 @@ from .errors import (
     ReadOnlyError,
     SchemaVersionError,
     TransactionError,
+    TransientDatabaseError,
     UndoError,
 )
 from .names import NamedRevision
@@ -56,6 +57,7 @@ def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
 __all__ = [
     "CommitLockTimeout",
     "CommitOutcomeUnknown",
+    "TransientDatabaseError",
     "ConflictError",
     "CorruptDataError",
     "DatabaseError",

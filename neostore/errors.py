@@ -6,6 +6,7 @@ ZODB (conflict retries, POSKeyError handling) works unchanged on a Store.
 
 from __future__ import annotations
 
+from transaction.interfaces import TransientError
 from ZODB import POSException
 
 
@@ -23,6 +24,12 @@ class SchemaVersionError(NeoStoreError):
 
 class DatabaseError(NeoStoreError):
     """The backend database failed in a way neostore cannot recover from."""
+
+
+class TransientDatabaseError(DatabaseError, TransientError):
+    """The database rolled the transaction back on its own (InnoDB chose it as a deadlock's victim,
+    as it may while pack rebuilds a table online); nothing of it was written. Running the same
+    transaction again works: ZODB's and ``transaction``'s retry loops do so."""
 
 
 class CommitOutcomeUnknown(DatabaseError):

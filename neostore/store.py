@@ -124,6 +124,52 @@ class _Write:
     check: bool = True  # False for restore, which takes the caller's word
 
 
+class _Rewind:
+    """A transaction's state before its first upload, to run vote again after the database rolled it back.
+
+    Only taken while nothing of the transaction is in the database yet (no
+    value uploaded early): then the values are all still in memory and the
+    commit lock, a named lock that a rollback leaves held, keeps what the
+    transaction read current.
+    """
+
+    ATTEMPTS = 5
+
+    def __init__(self, txn: Transaction):
+        self.txn = txn
+        self.writes = dict(txn._writes)  # a _Write is never changed once made: a new write makes a new one
+        self.pending = dict(txn._pending)
+        self.pending_bytes = txn._pending_bytes
+        self.raw = set(txn._pending_raw)
+        self.ids = dict(txn._ids)
+        self.refs = Counter(txn._refs)
+        self.orphans = txn._orphans
+        self.checks = dict(txn._checks)
+        self.left = self.ATTEMPTS
+
+    @classmethod
+    def taken(cls, txn: Transaction) -> _Rewind | None:
+        return cls(txn) if not txn._inserted and not txn._orphans else None
+
+    def after(self, exc: BaseException) -> bool:
+        """Put the transaction back as it was if ``exc`` is a rollback worth another attempt; whether it did."""
+        txn = self.txn
+        if self.left == 0 or txn._conn is None or not txn.store_.backend.is_rolled_back(exc):
+            return False
+        self.left -= 1
+        log.warning("the database rolled a transaction back (%s); running it again", exc)
+        try:
+            Store._rollback_quietly(txn._conn)
+            txn.store_.backend.begin(txn._conn)
+        except Exception:
+            return False
+        txn._writes = dict(self.writes)
+        txn._pending, txn._pending_bytes, txn._pending_raw = dict(self.pending), self.pending_bytes, set(self.raw)
+        txn._ids, txn._refs, txn._orphans = dict(self.ids), Counter(self.refs), self.orphans
+        txn._checks, txn._inserted, txn.tid = dict(self.checks), [], None
+        return True
+
+
 def _placeholders(n: int) -> str:
     return "(" + ",".join("?" * n) + ")"
 
@@ -894,7 +940,14 @@ class Transaction:
         write.check = check
         self._writes[ioid] = write
         if self._pending_bytes >= self.store_.flush_bytes:
-            self._flush()
+            try:
+                self._flush()
+            except BaseException as exc:
+                if self.store_.backend.is_rolled_back(exc):
+                    # What was uploaded is gone with the rollback: this transaction cannot go on.
+                    self.abort()
+                    self._raise_transient(exc)
+                raise
 
     def _unref(self, digest: bytes) -> None:
         """A rewritten object no longer sets this value: drop it if no other write does.
@@ -1058,22 +1111,28 @@ class Transaction:
         current and ``resolve`` is absent or gives up.
         """
         self._require("open")
-        try:
-            conn, cur, resolved = self._prepare(resolve)
-            tid = u64(self.tid)
-            cur.execute(
-                "INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)",
-                (tid, self.user, self.description, self.extension),
-            )
-            rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
-            for batch in _chunked(rows, 5000):
-                cur.executemany("INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
-            if self._orphans:
-                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
-            conn.commit()
-        except BaseException:
-            self.abort()
-            raise
+        again = _Rewind.taken(self)
+        while True:
+            try:
+                conn, cur, resolved = self._prepare(resolve)
+                tid = u64(self.tid)
+                cur.execute(
+                    "INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)",
+                    (tid, self.user, self.description, self.extension),
+                )
+                rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+                for batch in _chunked(rows, 5000):
+                    cur.executemany("INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
+                if self._orphans:
+                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
+                conn.commit()
+            except BaseException as exc:
+                if again is not None and again.after(exc):
+                    continue
+                self.abort()
+                self._raise_transient(exc)
+                raise
+            break
         self.state = "voted"
         return resolved
 
@@ -1087,22 +1146,28 @@ class Transaction:
         visible and the transaction is aborted.
         """
         self._require("open")
-        try:
-            conn, cur, _ = self._prepare(resolve)
-            tid = u64(self.tid)
-            cur.execute(
-                "INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)",
-                (tid, self.user, self.description, self.extension),
-            )
-            rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
-            for batch in _chunked(rows, 5000):
-                cur.executemany("INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
-            if self._orphans:
-                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
-            self._advance_oidgen(cur)
-        except BaseException:
-            self.abort()
-            raise
+        again = _Rewind.taken(self)
+        while True:
+            try:
+                conn, cur, _ = self._prepare(resolve)
+                tid = u64(self.tid)
+                cur.execute(
+                    "INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)",
+                    (tid, self.user, self.description, self.extension),
+                )
+                rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+                for batch in _chunked(rows, 5000):
+                    cur.executemany("INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
+                if self._orphans:
+                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
+                self._advance_oidgen(cur)
+            except BaseException as exc:
+                if again is not None and again.after(exc):
+                    continue
+                self.abort()
+                self._raise_transient(exc)
+                raise
+            break
         try:
             conn.commit()
         except BaseException as exc:
@@ -1112,6 +1177,12 @@ class Transaction:
             self._release()
         self.state = "finished"
         return self.tid
+
+    def _raise_transient(self, exc: BaseException) -> None:
+        if self.store_.backend.is_rolled_back(exc):
+            raise errors.TransientDatabaseError(
+                f"the database rolled this transaction back ({exc}); nothing of it was written: run it again"
+            ) from exc
 
     def _prepare(self, resolve: Resolver | None) -> tuple[Any, Any, list[bytes]]:
         """Upload the values, check serials and take a tid: what vote and commit share."""

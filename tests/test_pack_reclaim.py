@@ -10,6 +10,7 @@ every increment counted and every snapshot consistent.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import sqlite3
@@ -17,6 +18,7 @@ import time
 
 import mariadb
 import pytest
+import transaction.interfaces
 
 import neostore
 from neostore import p64
@@ -208,3 +210,102 @@ def test_mariadb_table_in_use_too_long_is_left_as_it_was_and_said(mariadb_url, m
             assert store.load(oid)[0] == value
         stats = store.pack(store.last_transaction(), vacuum=True)  # once the table is free
         assert stats.notes == [] and stats.bytes_freed > 3 * VALUE  # the four values dropped before
+
+
+
+class Deadlock:
+    """Another session that makes InnoDB roll a neostore transaction back.
+
+    It holds an uncommitted row with the hash of the transaction's second
+    value, so the transaction's upload waits on it after inserting the
+    first; then it inserts the first value's hash itself: a deadlock, whose
+    victim InnoDB picks as the side that did less (this session inserted
+    ballast rows first). An online table rebuild during pack ends some
+    commits the same way, with the same error.
+    """
+
+    def __init__(self, server, url: str):
+        def connect():
+            return mariadb.connect(user="root", unix_socket=server.socket,
+                                   database=neostore.parse_url(url).database, autocommit=False)
+        self.conn, self.probe = connect(), connect()
+        self.conn.autocommit = self.probe.autocommit = True
+        self.conn.cursor().execute("CREATE TABLE IF NOT EXISTS ballast (n INT PRIMARY KEY)")
+        self.conn.autocommit = False
+
+    def hold(self, value: bytes) -> None:
+        cur = self.conn.cursor()
+        self.conn.begin()
+        cur.executemany("INSERT INTO ballast VALUES (?)", [(n,) for n in range(500)])
+        self._insert(cur, value)
+
+    def close_the_cycle(self, value: bytes) -> None:
+        """Once the transaction waits on the held row: make the cycle, then let go (roll back)."""
+        self.wait_for_a_lock_wait()
+        self._insert(self.conn.cursor(), value)  # waits until InnoDB rolls the transaction back
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+        self.probe.close()
+
+    def wait_for_a_lock_wait(self) -> None:
+        """Until neostore's upload has been waiting a while (a two-row insert takes well under a millisecond)."""
+        cur = self.probe.cursor()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        "WHERE INFO LIKE 'INSERT INTO data %' AND TIME_MS > 300 AND ID != CONNECTION_ID()")
+            if cur.fetchone()[0]:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the transaction never waited on the held row")
+
+    @staticmethod
+    def _insert(cur, value: bytes) -> None:
+        cur.execute("INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, 0, 1, 0, ?)",
+                    (neostore.values.value_hash(value), b"not the value"))
+
+
+def test_a_transaction_the_database_rolls_back_runs_again(mariadb_url, mariadb_server, caplog):
+    first, second = os.urandom(1000), os.urandom(1000)
+    with neostore.open(mariadb_url) as store, contextlib.closing(Deadlock(mariadb_server, mariadb_url)) as other:
+        oids = [p64(oid) for oid in store.new_oids(2)]
+        other.hold(second)
+        txn = store.begin(b"test", b"rolled back once")
+        txn.write(oids[0], None, first)
+        txn.write(oids[1], None, second)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            voting = pool.submit(txn.vote)
+            other.close_the_cycle(first)
+            voting.result(timeout=60)
+        tid = txn.finish()
+        assert "the database rolled a transaction back" in caplog.text
+        assert [store.load(oid) for oid in oids] == [(first, tid), (second, tid)]
+        assert len(store.history(oids[0], None)) == 1
+
+
+def test_a_rolled_back_transaction_that_uploaded_early_says_run_it_again(mariadb_url, mariadb_server):
+    first, second = os.urandom(1000), os.urandom(1000)
+    with neostore.open(mariadb_url, flush_bytes=1) as store, \
+            contextlib.closing(Deadlock(mariadb_server, mariadb_url)) as other:
+        before = store.last_transaction()
+        oids = [p64(oid) for oid in store.new_oids(2)]
+        other.hold(second)
+        txn = store.begin(b"test", b"rolled back after an early upload")
+        txn.write(oids[0], None, first)  # uploaded at once (flush_bytes=1): gone with the rollback
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            writing = pool.submit(txn.write, oids[1], None, second)
+            other.close_the_cycle(first)
+            with pytest.raises(neostore.TransientDatabaseError, match="run it again") as raised:
+                writing.result(timeout=60)
+        assert isinstance(raised.value, transaction.interfaces.TransientError)  # what retry loops catch
+        assert txn.state == "aborted"
+        assert store.last_transaction() == before
+        # Run again, as the error says: it commits.
+        txn = store.begin(b"test", b"again")
+        txn.write(oids[0], None, first)
+        txn.write(oids[1], None, second)
+        txn.vote()
+        tid = txn.finish()
+        assert [store.load(oid) for oid in oids] == [(first, tid), (second, tid)]

@@ -105,6 +105,10 @@ class Backend(ABC):
         """Whether ``exc`` means the server went away (so reconnecting may help)."""
         return False
 
+    def is_rolled_back(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the database rolled the whole transaction back (running it again may work)."""
+        return False
+
     def describe(self) -> dict[str, str]:
         """Facts about the engine for ``windvane store info``."""
         return {"backend": self.kind}

@@ -15,6 +15,8 @@ from .base import Backend, schema_statements
 # Error codes that mean the connection is gone: server has gone away, lost
 # connection during query, can't connect (local or TCP).
 _CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+# ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back.
+_DEADLOCK = 1213
 
 # The tables pack deletes rows from, so the ones a rebuild can shrink.
 _PACKED_TABLES = ("obj", "data", "bigdata")
@@ -181,6 +183,9 @@ class MariaDBBackend(Backend):
 
     def is_connection_lost(self, exc: BaseException) -> bool:
         return isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) in _CONNECTION_LOST
+
+    def is_rolled_back(self, exc: BaseException) -> bool:
+        return isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) == _DEADLOCK
 
     def describe(self) -> dict[str, str]:
         conn = self._raw_connect()
