@@ -68,6 +68,7 @@ class _State:
     # Arrays not chunked by whole rows (written by other tools): appends go through Stream.
     foreign: bool = False
     keys: tuple[str, ...] = ()  # whose change invalidates the state
+    bound: dict[str, bytes] = field(default_factory=dict)  # the oids of those keys that have one
     oids: frozenset[bytes] = frozenset()
     # The row log (see arrays.row_log), when every array has the same chunk rows (else
     # appends rewrite partial chunks). ``base``: rows in stored chunks, this transaction's
@@ -390,11 +391,25 @@ class StreamWriter:
         return tails
 
     def _remember(self, tx: Transaction, state: _State) -> None:
-        """Note the keys (and their oids) whose change by anyone else makes ``state`` stale."""
+        """Note the keys (and their oids) whose change by anyone else makes ``state`` stale.
+
+        Keys are looked up when they change (a chunk filled); between, only
+        this transaction's new writes are added. A key still unbound then
+        (a partial chunk the log holds) is left out until the keys change:
+        nothing binds it but a write that also moves the arrays' length or
+        empties the log (a chunk filling, a fold), whose keys are watched.
+        """
         keys = [self._group_key, self._log_key, *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails)]
         keys += [k for k in (t.partial_key for t in state.tails.values()) if k is not None]
-        state.keys = tuple(keys)
-        state.oids = frozenset(tx.oids(keys).values())
+        keys_now = tuple(keys)
+        if keys_now == state.keys:
+            unbound = [k for k in keys_now if k not in state.bound]
+            if not unbound:
+                return
+            state.bound.update(tx.oids(unbound, written_only=True))
+        else:
+            state.keys, state.bound = keys_now, tx.oids(keys_now)
+        state.oids = frozenset(state.bound.values())
 
     # -- appending -------------------------------------------------------------------
 

@@ -155,7 +155,7 @@ class NumberTail(Tail):
                 self._chunk = None  # the next append starts a new chunk
         encode = functools.partial(codec.encode, chunk) if len(chunk) == self._rows_per_chunk else \
             functools.partial(self._encode_padded, chunk)
-        return ChunkJob(self.chunk_key(index), encode, int(np.prod(meta.chunks)) * chunk.itemsize,
+        return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize,
                         codec.compressed, full)
 
     def _grown(self, old: np.ndarray | None, rows: int) -> np.ndarray:

@@ -79,6 +79,7 @@ class Transaction(LoggedView):
         self._log_checked: set[str] = set()  # groups whose log holds no rows in this transaction
         self._mutex = threading.RLock()
         self.tid: bytes | None = None
+        self._committed_oids: frozenset[bytes] | None = None  # written_oids once committed: asked by every writer
 
     # -- reading (head + own writes) -----------------------------------------
 
@@ -281,23 +282,29 @@ class Transaction(LoggedView):
         return any(seq.get(k, 0) > mark for k in keys)
 
     @_serialised
-    def oids(self, keys: Iterable[str]) -> dict[str, bytes]:
+    def oids(self, keys: Iterable[str], *, written_only: bool = False) -> dict[str, bytes]:
         """The oid of each of ``keys`` that has one (written here, or bound before); unbound keys are left out.
 
+        ``written_only``: only keys this transaction wrote (no database read).
         The oid of a key first bound by this transaction is permanent only if it commits.
         """
         keys = list(keys)
         found = {k: self._written[k][0] for k in keys if k in self._written}
         rest = [k for k in keys if k not in found]
-        if rest:
+        if rest and not written_only:
             oids = self._tx.oids_for([encode_key(k) for k in rest])
             found.update((k, oids[encode_key(k)]) for k in rest if encode_key(k) in oids)
         return found
 
     @_serialised
-    def written_oids(self) -> set[bytes]:
+    def written_oids(self) -> frozenset[bytes]:
         """The oids of every object this transaction writes: after commit, exactly what its tid changed."""
-        return {oid for oid, _ in self._written.values()}
+        if self._committed_oids is not None:
+            return self._committed_oids
+        oids = frozenset(oid for oid, _ in self._written.values())
+        if self.tid is not None:
+            self._committed_oids = oids
+        return oids
 
     # -- callbacks ---------------------------------------------------------------
 

@@ -93,7 +93,12 @@ class _Submission:
     key: bytes | None
     size: int
     record_keys: Sequence[bytes] = ()  # committed with the batches, never checked (see submit)
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    # The submitter's future, on its event loop: outcomes reach it a group at a time (see _finish).
+    waiter: asyncio.Future | None = None
+    # Set by the committer's threads once, before the waiter hears of it: the receipt or the error.
+    finished: bool = False
+    receipt: Receipt | None = None
+    error: BaseException | None = None
     queued: float = field(default_factory=time.monotonic)
     # The Undecoded items' preparation in a worker (None: none, or prepared in the commit thread) ...
     prepared: concurrent.futures.Future | None = None
@@ -131,6 +136,18 @@ class _Handoff:
 
     written: threading.Event = field(default_factory=threading.Event)  # the group is written (or never will be)
     redo: list[_Submission] | None = None  # the commit before failed as a group: these, one by one, first
+
+
+def _deliver(items: list[_Submission]) -> None:
+    """On the submitters' event loop: pass each finished submission's outcome to its waiter."""
+    for item in items:
+        waiter = item.waiter
+        if waiter is None or waiter.done():
+            continue
+        if item.error is not None:
+            waiter.set_exception(item.error)
+        else:
+            waiter.set_result(item.receipt)
 
 
 def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
@@ -242,6 +259,11 @@ class GroupCommitter:
         if self._preparer is not None:
             self._preparer.close()
 
+    #: Undecoded submissions smaller than this are prepared by the committer thread, not a worker: a
+    #: round trip to a worker process costs more than decoding a few events (many slow sensors send
+    #: one event per chunk).
+    INLINE_PREPARE_BYTES = 32 * 1024
+
     @property
     def pending_bytes(self) -> int:
         return self._pending
@@ -265,14 +287,14 @@ class GroupCommitter:
                 return Receipt(0, 0, None, duplicate=True)
             first = self._in_flight.get(key)
             if first is not None:
-                receipt = await asyncio.shield(asyncio.wrap_future(first.future))
+                receipt = await asyncio.shield(first.waiter)
                 self.metrics.record_duplicate()
                 return dataclasses.replace(receipt, duplicate=True)
         size = sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b)) for b in batches)
         await self._reserve(size, wait)
-        item = _Submission(batches, key, size, record_keys)
+        item = _Submission(batches, key, size, record_keys, waiter=asyncio.get_running_loop().create_future())
         undecoded = [b for b in batches if isinstance(b, Undecoded)]
-        if undecoded and self._preparer is not None:
+        if undecoded and self._preparer is not None and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES:
             try:
                 item.prepared = self._preparer.submit(undecoded)  # starts now: overlaps the commit running
             except (RuntimeError, BrokenProcessPool) as exc:
@@ -284,7 +306,7 @@ class GroupCommitter:
             self._queue.append(item)
             self._cond.notify()
         # shield: a client that goes away does not cancel a commit other clients share.
-        return await asyncio.shield(asyncio.wrap_future(item.future))
+        return await asyncio.shield(item.waiter)
 
     async def _reserve(self, size: int, wait: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -344,7 +366,7 @@ class GroupCommitter:
             except BaseException as exc:  # the thread must outlive anything a group does
                 log.critical("the committer failed unexpectedly: %r", exc, exc_info=True)
                 self.metrics.record_failure(f"the committer failed unexpectedly: {exc!r}")
-                self._finish([i for i in group if not i.future.done()],
+                self._finish([i for i in group if not i.finished],
                              error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
         self._settle()
 
@@ -628,7 +650,7 @@ class GroupCommitter:
         except BaseException as exc:  # this thread must outlive anything a group does
             log.critical("the commit thread failed unexpectedly: %r", exc, exc_info=True)
             self.metrics.record_failure(f"the committer failed unexpectedly: {exc!r}")
-            self._finish([i for i in group if not i.future.done()],
+            self._finish([i for i in group if not i.finished],
                          error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
         finally:
             handoff.written.set()
@@ -664,8 +686,16 @@ class GroupCommitter:
         for i, item in enumerate(group):
             if item.key is not None and self._in_flight.get(item.key) is item:
                 del self._in_flight[item.key]
-            if error is not None:
-                item.future.set_exception(error)
-            else:
-                item.future.set_result(receipts[i])
+            item.receipt, item.error = (None, error) if error is not None else (receipts[i], None)
+            item.finished = True
             self._release(item.size)
+        # One wake-up of each event loop for the whole group, not one per submission.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Submission]] = collections.defaultdict(list)
+        for item in group:
+            if item.waiter is not None:
+                by_loop[item.waiter.get_loop()].append(item)
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more

@@ -58,6 +58,8 @@ class NameIndex:
     def __init__(self, store: Store):
         self._store = store
         self._known: dict[bytes, bytes] = {}
+        # Bindings made on a write connection (SQLite) that it has not committed yet, by id(connection).
+        self._unsettled: dict[int, dict[bytes, bytes]] = {}
         self._lock = threading.Lock()
 
     def oids_for(self, names: Iterable[bytes], *, create: bool, writer: Any = None) -> dict[bytes, bytes]:
@@ -78,14 +80,22 @@ class NameIndex:
         active = writer if writer is not None else getattr(store._local, "active_writer", None)
         if active is not None and store.backend.kind == "sqlite":
             # SQLite's one writer is this thread's open transaction: bindings
-            # it made are visible only through it, and vanish if it aborts,
-            # so they are not cached.
-            found.update(self._select(active, missing))
-            missing = [n for n in wanted if n not in found]
+            # it makes are visible only through it, and vanish if it rolls
+            # back, so they are cached only once it commits (see settled);
+            # the others it reads were committed before: cached at once.
+            with self._lock:
+                unsettled = self._unsettled.setdefault(id(active), {})
+                found.update((n, unsettled[n]) for n in missing if n in unsettled)
+            missing = [n for n in missing if n not in found]
+            if missing:
+                found.update(self._remember(self._select(active, missing)))
+            missing = [n for n in missing if n not in found]
             if missing and create:
                 oids = [p64(o) for o in store.new_oids(len(missing), writer=active)]
                 self._insert(active, list(zip(missing, oids)))
                 found.update(zip(missing, oids))
+                with self._lock:
+                    unsettled.update(zip(missing, oids))
             return found
         found.update(self._remember(self._select(None, missing)))
         missing = [n for n in wanted if n not in found]
@@ -103,6 +113,13 @@ class NameIndex:
             # Another process may have bound some of them first: read back.
             found.update(self._remember(self._select(None, missing)))
         return found
+
+    def settled(self, writer: Any, *, committed: bool) -> None:
+        """``writer`` committed (or rolled back) the bindings it made: cache (or forget) them."""
+        with self._lock:
+            bindings = self._unsettled.pop(id(writer), None)
+            if bindings and committed:
+                self._known.update(bindings)
 
     def _remember(self, bindings: dict[bytes, bytes]) -> dict[bytes, bytes]:
         with self._lock:

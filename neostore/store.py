@@ -160,6 +160,7 @@ class _Rewind:
         log.warning("the database rolled a transaction back (%s); running it again", exc)
         try:
             Store._rollback_quietly(txn._conn)
+            txn.store_._names.settled(txn._conn, committed=False)
             txn.store_.backend.begin(txn._conn)
         except Exception:
             return False
@@ -1126,6 +1127,7 @@ class Transaction:
                 if self._orphans:
                     delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
                 conn.commit()
+                self.store_._names.settled(conn, committed=True)
             except BaseException as exc:
                 if again is not None and again.after(exc):
                     continue
@@ -1174,6 +1176,7 @@ class Transaction:
             self.abort()
             self._settle_lost_commit(exc)
         else:
+            self.store_._names.settled(conn, committed=True)
             self._release()
         self.state = "finished"
         return self.tid
@@ -1358,6 +1361,7 @@ class Transaction:
         if conn is None:
             return
         store = self.store_
+        store._names.settled(conn, committed=False)  # bindings it made and did not commit were rolled back
         if getattr(store._local, "active_writer", None) is conn:
             store._local.active_writer = None
         conn._holds_commit_lock = False

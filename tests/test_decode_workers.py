@@ -94,7 +94,9 @@ async def test_malformed_bytes_from_the_worker_carry_the_connector_error(committ
 
 
 async def test_a_killed_worker_fails_its_submission_and_the_pool_is_replaced(committer, store):
-    item = Undecoded("app.w", b"", _sleepy_decode, (60.0,), "test", 10)
+    # Large enough to go to a worker (smaller submissions are decoded in the committer).
+    payload = b"\0" * committer.INLINE_PREPARE_BYTES
+    item = Undecoded("app.w", payload, _sleepy_decode, (60.0,), "test", len(payload))
     pending = asyncio.ensure_future(committer.submit([item]))
     await asyncio.sleep(0.5)  # the worker is now inside the sleep
     pids = list(committer._preparer._pool._processes)

@@ -53,6 +53,28 @@ def test_concurrent_binders_of_a_new_name_get_the_same_oid(store_url):
     assert all(r == results[0] for r in results) and len(results[0]) == 50
 
 
+def test_bindings_a_write_transaction_makes_count_only_if_it_commits(store_url):
+    with neostore.open(store_url) as one, neostore.open(store_url) as two:
+        old = one.oids_for([b"old"], create=True)[b"old"]
+        txn = one.begin()
+        txn.lock()  # on SQLite, bindings are then made on the transaction's own connection
+        assert txn.oids_for([b"old"]) == {b"old": old}
+        txn.oids_for([b"gone"], create=True)
+        txn.abort()
+        # The aborted transaction's binding never happened there: whoever binds the name next decides its oid.
+        gone = two.oids_for([b"gone"], create=True)[b"gone"]
+        assert one.oids_for([b"gone"]) == {b"gone": gone}
+        txn = one.begin()
+        txn.lock()
+        kept = txn.oids_for([b"kept"], create=True)[b"kept"]
+        txn.write(kept, None, b"value")
+        txn.vote()
+        txn.finish()
+        assert one.oids_for([b"kept"]) == two.oids_for([b"kept"]) == {b"kept": kept}
+        # Known now, committed bindings are answered without asking the database.
+        assert {b"old", b"gone", b"kept"} <= set(one._names._known)
+
+
 def test_names_longer_than_the_limit_are_refused(sqlite_url):
     with neostore.open(sqlite_url) as store:
         with pytest.raises(ValueError, match="limit is 767"):

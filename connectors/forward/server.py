@@ -118,7 +118,7 @@ class ForwardServer:
         self_hostname: str = socket.gethostname(),
         chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
         decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
-        max_in_flight: int = 8,
+        max_in_flight: int = 1024,
         heartbeat_udp: bool = True,
         limits: Limits | None = None,
         budget: MemoryBudget | None = None,
@@ -653,13 +653,18 @@ class _Connection(asyncio.Protocol):
                 return False
 
     async def _ack_in_order(self) -> None:
+        acks: list[bytes] = []  # acks owed, written together: one send for the chunks one commit acknowledged
         while True:
+            if acks and not (self.inflight and self.inflight[0][0] is not None and self.inflight[0][0].done()):
+                self._write_acks(acks)
+                acks = []
             while not self.inflight:
                 self.wake.clear()
                 await self.wake.wait()
             task, ack, charge = self.inflight[0]
             if task is None:
                 self.inflight.popleft()
+                self._write_acks(acks)
                 return
             ok = await task
             self.inflight.popleft()
@@ -668,9 +673,13 @@ class _Connection(asyncio.Protocol):
             self.wake.set()  # a slot is free
             if ok is None:
                 self.acking = False  # what was submitted after a malformed message is not acknowledged
-            if ok and self.acking and ack is not None and not self.lost and self.transport is not None:
-                self.transport.write(ack)
-                self.stats["acks"] += 1
+            if ok and self.acking and ack is not None:
+                acks.append(ack)
+
+    def _write_acks(self, acks: list[bytes]) -> None:
+        if acks and not self.lost and self.transport is not None:
+            self.transport.write(b"".join(acks))
+            self.stats["acks"] += len(acks)
 
 
 def _compressed_entries(frame: bytes, json_mode: bool) -> tuple[str, str, memoryview] | None:
