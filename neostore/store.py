@@ -1112,29 +1112,7 @@ class Transaction:
         current and ``resolve`` is absent or gives up.
         """
         self._require("open")
-        again = _Rewind.taken(self)
-        while True:
-            try:
-                conn, cur, resolved = self._prepare(resolve)
-                tid = u64(self.tid)
-                cur.execute(
-                    "INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)",
-                    (tid, self.user, self.description, self.extension),
-                )
-                rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
-                for batch in _chunked(rows, 5000):
-                    cur.executemany("INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
-                if self._orphans:
-                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
-                conn.commit()
-                self.store_._names.settled(conn, committed=True)
-            except BaseException as exc:
-                if again is not None and again.after(exc):
-                    continue
-                self.abort()
-                self._raise_transient(exc)
-                raise
-            break
+        _, resolved = self._insert_rows(resolve, voted=True)
         self.state = "voted"
         return resolved
 
@@ -1148,28 +1126,7 @@ class Transaction:
         visible and the transaction is aborted.
         """
         self._require("open")
-        again = _Rewind.taken(self)
-        while True:
-            try:
-                conn, cur, _ = self._prepare(resolve)
-                tid = u64(self.tid)
-                cur.execute(
-                    "INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)",
-                    (tid, self.user, self.description, self.extension),
-                )
-                rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
-                for batch in _chunked(rows, 5000):
-                    cur.executemany("INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)", batch)
-                if self._orphans:
-                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
-                self._advance_oidgen(cur)
-            except BaseException as exc:
-                if again is not None and again.after(exc):
-                    continue
-                self.abort()
-                self._raise_transient(exc)
-                raise
-            break
+        conn, _ = self._insert_rows(resolve, voted=False)
         try:
             conn.commit()
         except BaseException as exc:
@@ -1180,6 +1137,41 @@ class Transaction:
             self._release()
         self.state = "finished"
         return self.tid
+
+    def _insert_rows(self, resolve: Resolver | None, *, voted: bool) -> tuple[Any, list[bytes]]:
+        """Upload, check, take a tid and insert the transaction's rows: into ``ttrans``/``tobj``,
+        committed (``voted``), or into ``trans``/``obj`` for the caller to commit. Runs again after a
+        rollback by the database when :class:`_Rewind` can; otherwise aborts and raises."""
+        again = _Rewind.taken(self)
+        while True:
+            try:
+                conn, cur, resolved = self._prepare(resolve)
+                tid = u64(self.tid)
+                meta = (tid, self.user, self.description, self.extension)
+                if voted:
+                    cur.execute("INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)", meta)
+                    sql = "INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)"
+                    rows = [(tid, oid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+                else:
+                    cur.execute("INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)", meta)
+                    sql = "INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)"
+                    rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
+                for batch in _chunked(rows, 5000):
+                    cur.executemany(sql, batch)
+                if self._orphans:
+                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
+                if voted:
+                    conn.commit()
+                    self.store_._names.settled(conn, committed=True)
+                else:
+                    self._advance_oidgen(cur)
+                return conn, resolved
+            except BaseException as exc:
+                if again is not None and again.after(exc):
+                    continue
+                self.abort()
+                self._raise_transient(exc)
+                raise
 
     def _raise_transient(self, exc: BaseException) -> None:
         if self.store_.backend.is_rolled_back(exc):
