@@ -92,11 +92,10 @@ class _Submission:
     batches: Sequence[Batch | Undecoded]
     key: bytes | None
     size: int
-    record_keys: Sequence[bytes] = ()  # committed with the batches, never checked (see submit)
     # The submitter's future, on its event loop: outcomes reach it a group at a time (see _finish).
-    waiter: asyncio.Future | None = None
+    waiter: asyncio.Future
+    record_keys: Sequence[bytes] = ()  # committed with the batches, never checked (see submit)
     # Set by the committer's threads once, before the waiter hears of it: the receipt or the error.
-    finished: bool = False
     receipt: Receipt | None = None
     error: BaseException | None = None
     queued: float = field(default_factory=time.monotonic)
@@ -106,6 +105,10 @@ class _Submission:
     validated: list[list[Validated]] | None = None
     # Why it could not be stored as it is (an internal error): its events then go to quarantine verbatim.
     salvage: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.receipt is not None or self.error is not None
 
     def ready(self) -> bool:
         """Whether the commit thread can take it without waiting for a worker."""
@@ -141,13 +144,12 @@ class _Handoff:
 def _deliver(items: list[_Submission]) -> None:
     """On the submitters' event loop: pass each finished submission's outcome to its waiter."""
     for item in items:
-        waiter = item.waiter
-        if waiter is None or waiter.done():
+        if item.waiter.done():
             continue
         if item.error is not None:
-            waiter.set_exception(item.error)
+            item.waiter.set_exception(item.error)
         else:
-            waiter.set_result(item.receipt)
+            item.waiter.set_result(item.receipt)
 
 
 def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
@@ -292,9 +294,10 @@ class GroupCommitter:
                 return dataclasses.replace(receipt, duplicate=True)
         size = sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b)) for b in batches)
         await self._reserve(size, wait)
-        item = _Submission(batches, key, size, record_keys, waiter=asyncio.get_running_loop().create_future())
+        item = _Submission(batches, key, size, asyncio.get_running_loop().create_future(), record_keys)
         undecoded = [b for b in batches if isinstance(b, Undecoded)]
-        if undecoded and self._preparer is not None and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES:
+        if (undecoded and self._preparer is not None
+                and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES):
             try:
                 item.prepared = self._preparer.submit(undecoded)  # starts now: overlaps the commit running
             except (RuntimeError, BrokenProcessPool) as exc:
@@ -687,13 +690,11 @@ class GroupCommitter:
             if item.key is not None and self._in_flight.get(item.key) is item:
                 del self._in_flight[item.key]
             item.receipt, item.error = (None, error) if error is not None else (receipts[i], None)
-            item.finished = True
             self._release(item.size)
         # One wake-up of each event loop for the whole group, not one per submission.
         by_loop: dict[asyncio.AbstractEventLoop, list[_Submission]] = collections.defaultdict(list)
         for item in group:
-            if item.waiter is not None:
-                by_loop[item.waiter.get_loop()].append(item)
+            by_loop[item.waiter.get_loop()].append(item)
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_deliver, items)

@@ -57,7 +57,6 @@ def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
 __all__ = [
     "CommitLockTimeout",
     "CommitOutcomeUnknown",
-    "TransientDatabaseError",
     "ConflictError",
     "CorruptDataError",
     "DatabaseError",
@@ -74,6 +73,7 @@ __all__ = [
     "Transaction",
     "TransactionError",
     "TransactionInfo",
+    "TransientDatabaseError",
     "UndoError",
     "ZERO",
     "ZODBStorage",

@@ -143,12 +143,12 @@ class _Rewind:
         self.raw = set(txn._pending_raw)
         self.ids = dict(txn._ids)
         self.refs = Counter(txn._refs)
-        self.orphans = txn._orphans
         self.checks = dict(txn._checks)
         self.left = self.ATTEMPTS
 
     @classmethod
     def taken(cls, txn: Transaction) -> _Rewind | None:
+        # An orphan is an uploaded value no write sets any more: something was uploaded early.
         return cls(txn) if not txn._inserted and not txn._orphans else None
 
     def after(self, exc: BaseException) -> bool:
@@ -166,7 +166,7 @@ class _Rewind:
             return False
         txn._writes = dict(self.writes)
         txn._pending, txn._pending_bytes, txn._pending_raw = dict(self.pending), self.pending_bytes, set(self.raw)
-        txn._ids, txn._refs, txn._orphans = dict(self.ids), Counter(self.refs), self.orphans
+        txn._ids, txn._refs, txn._orphans = dict(self.ids), Counter(self.refs), False
         txn._checks, txn._inserted, txn.tid = dict(self.checks), [], None
         return True
 

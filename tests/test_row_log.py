@@ -52,8 +52,7 @@ def _append_all(store: neostore.Store, tag: str, sizes: list[int]) -> tuple[list
 def test_readers_see_every_row_across_chunk_boundaries(store_url):
     """Appends of 1 to 40 rows into 16-row chunks: the stream, at every commit, is exactly what was appended."""
     arrays.create_stream(store_url, "mixed", COLUMNS, chunk_rows=16).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         sizes = [1, 3, 1, 12, 16, 5, 40, 1, 1, 15, 2, 32, 7]
         parts, tids = _append_all(store, "mixed", sizes)
         with arrays.open_stream(store, "mixed") as stream:
@@ -64,16 +63,13 @@ def test_readers_see_every_row_across_chunk_boundaries(store_url):
         # Only whole chunks were ever written as chunks: the log holds the rest.
         log = row_log.Revision.from_bytes(Snapshot(store).raw_get("streams/mixed/__rows"))
         assert log.base == sum(sizes) // 16 * 16 and log.rows == sum(sizes) % 16
-    finally:
-        store.close()
 
 
 def test_a_commit_stores_what_it_appends(store_url):
     """500 one-row commits: the bytes each commit adds do not grow with the commits before it."""
     arrays.create_stream(store_url, "trickle", [arrays.Column("value", "float64"), arrays.Column("msg", "str")],
                          chunk_rows=16384).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         writer = arrays.StreamWriter(store, "trickle")
         stored = []
         for i in range(500):
@@ -86,15 +82,12 @@ def test_a_commit_stores_what_it_appends(store_url):
         with arrays.open_stream(store, "trickle") as stream:
             assert stream["msg"][:].tolist() == [f"reading {i}" for i in range(500)]
             np.testing.assert_array_equal(stream["value"][:], np.arange(500) * 0.5)
-    finally:
-        store.close()
 
 
 def test_zarr_sees_the_stream_through_the_store_view(store_url):
     """zarr-python over the store view: full shape, the last chunk made from the log, no log key listed."""
     arrays.create_stream(store_url, "z", COLUMNS, chunk_rows=16).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         parts, _ = _append_all(store, "z", [5, 20, 3])
         expected = _concat(parts)
         view = arrays.ZarrStore(store_url, read_only=True)
@@ -106,15 +99,12 @@ def test_zarr_sees_the_stream_through_the_store_view(store_url):
         listed = [e.key for e in Snapshot(store).list("streams/z/")]
         assert "streams/z/value/c/1" in listed and not any("__rows" in k for k in listed)
         assert Snapshot(store).size("streams/z/value/c/1") == len(Snapshot(store).get("streams/z/value/c/1"))
-    finally:
-        store.close()
 
 
 def test_other_writers_fold_the_log_first(store_url):
     """A BigArray write to a column, and a Stream append, see and keep the log's rows."""
     arrays.create_stream(store_url, "fold", COLUMNS, chunk_rows=16).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         parts, _ = _append_all(store, "fold", [7, 3])
         with arrays.open_stream(store_url, "fold") as stream:
             stream.append(row_values(2, 0, 4))
@@ -131,15 +121,12 @@ def test_other_writers_fold_the_log_first(store_url):
         expected = {k: np.concatenate([v, _concat(more)[k]]) for k, v in expected.items()}
         with arrays.open_stream(store, "fold") as stream:
             _assert_stream(stream, expected)
-    finally:
-        store.close()
 
 
 def test_pack_keeps_the_chains_readers_need(store_url):
     """Pack at a tid inside a chain: the head and every commit from the pack tid on read as before."""
     arrays.create_stream(store_url, "packed", COLUMNS, chunk_rows=16).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         parts, tids = _append_all(store, "packed", [3, 4, 5, 2, 1])
         pack_at = tids[2]
         store.pack(pack_at, keep=row_log.pack_keep(store, pack_at))
@@ -151,8 +138,6 @@ def test_pack_keeps_the_chains_readers_need(store_url):
         with pytest.raises(row_log.RowLogError, match="packed away"):
             with arrays.open_stream(store, "packed") as stream:
                 stream["value"][:]
-    finally:
-        store.close()
 
 
 def test_deleting_a_group_deletes_its_log(store_url):
@@ -160,8 +145,7 @@ def test_deleting_a_group_deletes_its_log(store_url):
     import asyncio
 
     arrays.create_stream(store_url, "gone", COLUMNS, chunk_rows=16).close()
-    store = neostore.open(store_url)
-    try:
+    with neostore.open(store_url) as store:
         _append_all(store, "gone", [5, 4])
         view = arrays.ZarrStore(store_url)
         asyncio.run(view.delete_dir("streams/gone"))
@@ -172,5 +156,3 @@ def test_deleting_a_group_deletes_its_log(store_url):
         parts, _ = _append_all(store, "gone", [3])
         with arrays.open_stream(store, "gone") as stream:
             _assert_stream(stream, _concat(parts))
-    finally:
-        store.close()
