@@ -30,6 +30,11 @@ Contract:
   still the one they were encoded against, and encodes afresh otherwise
   (the commit failed, another process wrote the stream): staging only ever
   spends work, it never changes what is stored.
+- **Rows held or not.** Between transactions a writer whose stream keeps a
+  row log may :meth:`~StreamWriter.shed` the rows of the partial chunk it
+  holds (the log has them): appends go on without them, and the append
+  that fills the chunk reads them back. Thousands of slow streams thus
+  keep their writers for the price of their metadata.
 - One writer is used by one thread at a time (the commit of a transaction it
   joined may run in another, while that thread stages the next append);
   several writers (of different streams) may join one transaction.
@@ -82,6 +87,7 @@ class _State:
     log_after: bytes = neostore.ZERO
     log_rows: int = 0
     written: row_log.Revision | None = None  # the revision this transaction writes
+    shed: bool = False  # the tails let go of the partial chunk's rows (the row log keeps them): see shed
 
 
 #: What an append takes: a mapping of column name to values, or a list of them appended in order.
@@ -180,6 +186,9 @@ class StreamWriter:
             columns, fill_missing = staged.columns, staged.fill_missing
         parts = _parts(columns)
         state = self._current(tx)
+        if state.shed and self._needs_rows(state, parts):
+            self._drop()  # the append fills the chunk: read its rows back
+            state = self._current(tx)
         if state.foreign:
             length = len(open_stream(tx, self.tag, quarantine=self.quarantine))
             for part in parts:
@@ -210,6 +219,11 @@ class StreamWriter:
         staged = Staged(columns, fill_missing)
         state = self._state
         if state is None or state.foreign:
+            return staged
+        try:
+            if state.shed and self._needs_rows(state, _parts(columns)):
+                return staged  # append reads the rows back, under the lock, and encodes then
+        except (ColumnError, TypeError):
             return staged
         appends = state.appends
         tails = {name: tail.copy() for name, tail in state.tails.items()}
@@ -244,6 +258,26 @@ class StreamWriter:
     def reset(self) -> None:
         """Forget the state: the next append reads the stream afresh."""
         self._drop()
+
+    def shed(self) -> int:
+        """Let go of the partial chunk's rows held, if the stream's row log keeps them and no transaction
+        is under way; returns the bytes freed (0: none, or it could not)."""
+        state = self._state
+        if state is None or self._tx is not None or state.foreign or not state.logged:
+            return 0
+        freed = sum(tail.shed() for tail in state.tails.values())
+        state.shed = True
+        return freed
+
+    @staticmethod
+    def _needs_rows(state: _State, parts: list[Mapping[str, Any]]) -> bool:
+        """Whether appending ``parts`` needs the rows ``state`` shed: it fills the partial chunk."""
+        rows = 0
+        for part in parts:
+            if TIME not in part:
+                raise ColumnError("an append needs a 'time' column")
+            rows += len(part[TIME])
+        return state.tails[TIME].fills(rows)
 
     # -- keeping the state current ------------------------------------------------------
 
@@ -449,7 +483,7 @@ class StreamWriter:
         jobs: dict[str, ChunkJob] = {}
         for data in parts:
             for name, tail in tails.items():
-                for job in tail.append(data[name]):
+                for job in tail.append(data[name], encoded=not logged):
                     # A chunk two parts fill is encoded once, by the later job: it
                     # reads the chunk as the tail holds it after both.
                     jobs[job.key] = job

@@ -12,6 +12,13 @@ paid again. The chunks it produces are byte-for-byte those of
 
 A Tail is only as current as whoever keeps it checks (see
 :mod:`arrays.stream_writer`); it never reads the database itself.
+
+A Tail may :meth:`~Tail.shed` the rows it holds (when they are stored
+elsewhere, as a row log holds them): it then holds only the rows appended
+after, enough to say what an append added (:meth:`~Tail.serialised_since`)
+but not to encode the chunk. An append that would need the shed rows
+raises :class:`RowsShed`, before anything changes; whoever keeps the Tail
+then makes it afresh with every row.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .codecs import VLenCodec, shuffled
-from .errors import ColumnError
+from .errors import ArrayError, ColumnError
 from .metadata import ArrayMeta
 
 
@@ -39,6 +46,14 @@ class ChunkJob:
     weight: int
     compressed: bool
     full: bool = False  # the chunk holds all its rows (not the partial last one)
+
+
+class RowsShed(ArrayError):
+    """An append needs rows a Tail has shed (its partial chunk fills, or is rewritten whole)."""
+
+
+def _cannot_encode(name: str) -> bytes:
+    raise RowsShed(f"{name}: its partial chunk cannot be encoded, the rows before were let go")
 
 
 def row_chunked(meta: ArrayMeta) -> bool:
@@ -58,6 +73,7 @@ class Tail:
         self.meta = meta
         self._rows_per_chunk = meta.chunks[0]
         self._zeros = (0,) * (len(meta.shape) - 1)
+        self._shed = 0  # rows of the partial chunk before this one are not held (see shed)
 
     @property
     def length(self) -> int:
@@ -83,14 +99,38 @@ class Tail:
         """``rows`` rows of the fill value."""
         return np.full((rows, *self.meta.shape[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
 
-    def append(self, value: np.ndarray) -> list[ChunkJob]:
+    @property
+    def holds_partial(self) -> bool:
+        """Whether every row of the partial chunk is held (none was shed, or a new chunk began since)."""
+        return not self._shed
+
+    def fills(self, rows: int) -> bool:
+        """Whether appending ``rows`` rows fills the partial chunk."""
+        return self.length % self._rows_per_chunk + rows >= self._rows_per_chunk
+
+    def shed(self) -> int:
+        """Let go of the rows held (the caller keeps them elsewhere); returns the bytes freed."""
+        freed = self.held_bytes
+        self._shed = self.length % self._rows_per_chunk
+        self._drop_rows()
+        return freed
+
+    def _drop_rows(self) -> None:
+        raise NotImplementedError
+
+    def append(self, value: np.ndarray, *, encoded: bool = True) -> list[ChunkJob]:
         """Add ``value``'s rows (coerced by :meth:`coerce`): the chunks to store, in order.
 
         Advances the state at once; the caller drops the Tail if storing fails.
         A job encodes its chunk as the Tail holds it then: encode it before a
         later call changes that chunk, or let the later call's job for the
-        same key (which sees both calls' rows) take its place.
+        same key (which sees both calls' rows) take its place. ``encoded``
+        False: the partial chunk's job will not be encoded (a row log keeps
+        its rows), so a Tail that shed rows can take them; :class:`RowsShed`
+        (nothing changed) if it cannot.
         """
+        if self._shed and (encoded or self.fills(len(value))):
+            raise RowsShed(f"{self.name}: the rows of its partial chunk were let go; make the Tail afresh")
         jobs = []
         length, pos, total = self.length, 0, len(value)
         per_chunk = self._rows_per_chunk
@@ -141,20 +181,27 @@ class NumberTail(Tail):
         codec = meta.codec
         end = start + len(rows)
         full = end == self._rows_per_chunk
+        if start == 0:
+            self._shed = 0
+        first = self._shed  # the held rows begin there (0 unless shed)
         if start == 0 and full:
             chunk = rows  # a whole chunk: encoded straight from the caller's rows
             self._chunk = None
         else:
-            if start == 0 or self._chunk is None:
-                self._chunk = self._grown(None, end)
-            elif len(self._chunk) < end:
-                self._chunk = self._grown(self._chunk, end)
-            self._chunk[start:end] = rows
+            if start == first or self._chunk is None:
+                self._chunk = self._grown(None, end - first)
+            elif len(self._chunk) < end - first:
+                self._chunk = self._grown(self._chunk, end - first)
+            self._chunk[start - first:end - first] = rows
             chunk = self._chunk
             if full:
                 self._chunk = None  # the next append starts a new chunk
-        encode = functools.partial(codec.encode, chunk) if len(chunk) == self._rows_per_chunk else \
-            functools.partial(self._encode_padded, chunk)
+        if first:
+            encode = functools.partial(_cannot_encode, self.name)
+        elif len(chunk) == self._rows_per_chunk:
+            encode = functools.partial(codec.encode, chunk)
+        else:
+            encode = functools.partial(self._encode_padded, chunk)
         return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize,
                         codec.compressed, full)
 
@@ -177,11 +224,16 @@ class NumberTail(Tail):
         end = self.length % self._rows_per_chunk
         if first == end:
             return b""
-        return shuffled(self._chunk[first:end])
+        if first < self._shed:
+            raise RowsShed(f"{self.name}: row {row} was let go")
+        return shuffled(self._chunk[first - self._shed:end - self._shed])
 
     @property
     def held_bytes(self) -> int:
         return 0 if self._chunk is None else self._chunk.nbytes
+
+    def _drop_rows(self) -> None:
+        self._chunk = None
 
     def copy(self) -> NumberTail:
         twin = copy.copy(self)
@@ -232,14 +284,17 @@ class VLenTail(Tail):
         codec = self._codec
         records = codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
         if start == 0:
-            self._records, self._bounds = records, {0: 0}
+            self._records, self._bounds, self._shed = records, {0: 0}, 0
         else:
             self._records += records
         end = start + len(rows)
         self._bounds[end] = len(self._records)
         filler = self._fill * ((self._rows_per_chunk - end) * self._items_per_row)
         count = self._rows_per_chunk * self._items_per_row
-        encode = functools.partial(codec.encode_serialized, count, self._records, filler)
+        if self._shed:
+            encode = functools.partial(_cannot_encode, self.name)
+        else:
+            encode = functools.partial(codec.encode_serialized, count, self._records, filler)
         weight = len(self._records) + len(filler)
         full = end == self._rows_per_chunk
         if full:
@@ -256,6 +311,10 @@ class VLenTail(Tail):
     @property
     def held_bytes(self) -> int:
         return len(self._records)
+
+    def _drop_rows(self) -> None:
+        # The records held begin at the shed row (serialised_since looks bounds up by row).
+        self._records, self._bounds = b"", {self._shed: 0}
 
     def copy(self) -> VLenTail:
         twin = copy.copy(self)

@@ -8,7 +8,9 @@ process (asyncio); ``windvane serve`` is a real subprocess with its defaults.
 
 Recorded in ``extra_info``:
 - ``acked`` / ``sent``: chunks acknowledged / sent (keeping up: all of them);
-- ``latency_p50_ms`` / ``latency_p99_ms``: send to ack;
+- ``latency_p50_ms`` / ``latency_p99_ms``: send to ack; ``late_p50_ms`` /
+  ``late_p99_ms``: the same for chunks sent in the run's second half (the
+  first commits create every stream: a backlog the rest must absorb);
 - ``late_slices``: slices that started more than a second after their time
   (the load generator fell behind: the figures would then understate);
 - ``wire_bytes``: the bytes of the Forward messages sent (the data received);
@@ -81,10 +83,13 @@ class Trickle:
         self.tags, self.seconds = tags, seconds
         self.sent = self.acked = self.wire_bytes = self.late_slices = 0
         self.latencies: list[float] = []
+        self.late_latencies: list[float] = []  # of chunks sent in the second half: the steady state
+        self.half = 0.0  # perf_counter time of the run's middle, set when it starts
         self.errors: list[str] = []
 
     async def run(self, port: int) -> None:
         start = time.monotonic() + 0.5
+        self.half = time.perf_counter() + 0.5 + self.seconds / 2
         await asyncio.gather(*(self._connection(port, c, start) for c in range(CONNECTIONS)))
 
     async def _connection(self, port: int, c: int, start: float) -> None:
@@ -132,7 +137,10 @@ class Trickle:
             unpacker.feed(data)
             now = time.perf_counter()
             for reply in unpacker:
-                self.latencies.append(now - sent.pop(reply["ack"]))
+                at = sent.pop(reply["ack"])
+                self.latencies.append(now - at)
+                if at >= self.half:
+                    self.late_latencies.append(now - at)
                 self.acked += 1
 
 
@@ -173,6 +181,8 @@ def test_many_slow_sensors(benchmark, request, databases, backend):
     info.update(tags=tags, seconds=seconds, sent=load.sent, acked=load.acked, late_slices=load.late_slices,
                 latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
                 latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
+                late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
+                late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
                 wire_bytes=load.wire_bytes, store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes,
                 acked_per_second=load.acked / elapsed, errors=load.errors[:3])
     store = neostore.open(url)

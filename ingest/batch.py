@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import msgpack
 
+from .errors import IngestError
+
 #: The time a connector gives an event whose time it could not read (not an
 #: integer, a float or an EventTime; out of range). Ingest quarantines such
 #: events with the reason instead of storing a made-up time.
@@ -143,5 +145,19 @@ class Sink(Protocol):
         checked first: a connector that gathers many messages into one
         submission (MQTT) records each message's key, so that a later resend
         of one of them, submitted alone under its ``key``, is recognised.
+        """
+        ...
+
+    async def submit_many(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *,
+                          wait: bool = True) -> list[Receipt | IngestError]:
+        """Submit each ``(batches, key)`` of ``items`` as :meth:`submit` would, at once; resolve once all
+        of them are done, with each one's :class:`Receipt` or the error :meth:`submit` would have raised
+        for it (:class:`ingest.errors.CommitFailed`, :class:`ingest.errors.UndecodableBatch`), in order.
+
+        Each item stands alone (one failing fails alone), but they cost the
+        sink one call: a connection that read many small messages together
+        (many slow sensors, one chunk each) hands them over together.
+        :class:`ingest.errors.Backpressure` (``wait=False``) is raised for the
+        whole call.
         """
         ...

@@ -281,35 +281,77 @@ class GroupCommitter:
         submission (MQTT) records each message's key, so that a later resend of
         one of them, submitted alone under its ``key``, is recognised.
         """
+        outcome = (await self._submit([(batches, key)], wait, record_keys))[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def submit_many(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *,
+                          wait: bool = True) -> list[Receipt | IngestError]:
+        """See :meth:`ingest.batch.Sink.submit_many`."""
+        return await self._submit(items, wait)
+
+    async def _submit(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], wait: bool,
+                      record_keys: Sequence[bytes] = ()) -> list[Receipt | IngestError]:
+        """Queue each ``(batches, key)`` of ``items`` as a submission of its own (reserving their room
+        together, waking the committer once); their receipts or errors, in order."""
         if self._closing:
             raise CommitFailed("windvane is shutting down; send again to the restarted service")
-        if key is not None:
-            if key in self.ledger:
-                self.metrics.record_duplicate()
-                return Receipt(0, 0, None, duplicate=True)
-            first = self._in_flight.get(key)
-            if first is not None:
-                receipt = await asyncio.shield(first.waiter)
-                self.metrics.record_duplicate()
-                return dataclasses.replace(receipt, duplicate=True)
-        size = sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b)) for b in batches)
-        await self._reserve(size, wait)
-        item = _Submission(batches, key, size, asyncio.get_running_loop().create_future(), record_keys)
-        undecoded = [b for b in batches if isinstance(b, Undecoded)]
-        if (undecoded and self._preparer is not None
-                and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES):
+        outcomes: list[Any] = [None] * len(items)
+        waiting: list[tuple[int, asyncio.Future, bool]] = []  # (index, waiter, a resend of one in flight)
+        new: list[tuple[int, int]] = []  # (index, size)
+        for i, (batches, key) in enumerate(items):
+            if key is not None:
+                if key in self.ledger:
+                    self.metrics.record_duplicate()
+                    outcomes[i] = Receipt(0, 0, None, duplicate=True)
+                    continue
+                first = self._in_flight.get(key)
+                if first is not None:
+                    waiting.append((i, first.waiter, True))
+                    continue
+            new.append((i, sum(b.size or (len(b.payload) if isinstance(b, Undecoded) else 64 * len(b))
+                               for b in batches)))
+        if new:
+            await self._reserve(sum(size for _, size in new), wait)
+            loop = asyncio.get_running_loop()
+            queued = []
+            for i, size in new:
+                batches, key = items[i]
+                first = self._in_flight.get(key) if key is not None else None
+                if first is not None:  # the same key earlier in these items, or sent again while we reserved
+                    self._release(size)
+                    waiting.append((i, first.waiter, True))
+                    continue
+                item = _Submission(batches, key, size, loop.create_future(), record_keys)
+                undecoded = [b for b in batches if isinstance(b, Undecoded)]
+                if (undecoded and self._preparer is not None
+                        and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES):
+                    try:
+                        item.prepared = self._preparer.submit(undecoded)  # starts now: overlaps the commit running
+                    except (RuntimeError, BrokenProcessPool) as exc:
+                        self._release(size)
+                        outcomes[i] = CommitFailed(f"the decode workers are unavailable ({exc}); nothing was stored")
+                        continue
+                if key is not None:
+                    self._in_flight[key] = item
+                queued.append(item)
+                waiting.append((i, item.waiter, False))
+            with self._cond:
+                self._queue.extend(queued)
+                self._cond.notify()
+        for i, waiter, resent in waiting:
             try:
-                item.prepared = self._preparer.submit(undecoded)  # starts now: overlaps the commit running
-            except (RuntimeError, BrokenProcessPool) as exc:
-                self._release(size)
-                raise CommitFailed(f"the decode workers are unavailable ({exc}); nothing was stored") from exc
-        if key is not None:
-            self._in_flight[key] = item
-        with self._cond:
-            self._queue.append(item)
-            self._cond.notify()
-        # shield: a client that goes away does not cancel a commit other clients share.
-        return await asyncio.shield(item.waiter)
+                # shield: a client that goes away does not cancel a commit other clients share.
+                receipt = await asyncio.shield(waiter)
+            except IngestError as exc:
+                outcomes[i] = exc
+                continue
+            if resent:
+                self.metrics.record_duplicate()
+                receipt = dataclasses.replace(receipt, duplicate=True)
+            outcomes[i] = receipt
+        return outcomes
 
     async def _reserve(self, size: int, wait: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -434,6 +476,7 @@ class GroupCommitter:
         if not group:
             return
         started = time.perf_counter()
+        self._writers.trim()  # between commits: the writers of the group before may be committing still
         try:
             gathered = self._gather(group)
             staged = {tag: streams.stage(self._writers, tag, self._rows(tag, parts))

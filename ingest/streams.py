@@ -32,11 +32,14 @@ QUARANTINE_COLUMNS = (
     Column("source", "str", codec=TEXT_CODEC),
 )
 QUARANTINE_CHUNK_ROWS = 4096
-#: Stream writers kept by a committer, at most: each holds its stream's pending rows
-#: (up to ``chunk_rows`` rows per column), so the least recently used are let go
-#: past ``WRITERS_LIMIT`` writers or ``WRITERS_BYTES`` of rows held. A writer let go
-#: costs its stream a reload on its next append; nothing of it outlives its commit.
-WRITERS_LIMIT = 4096
+#: Stream writers kept by a committer, at most, and the bytes of pending rows they
+#: may hold between them. A writer holds its stream's metadata and the rows of
+#: its partial last chunk (up to ``chunk_rows`` rows per column); past
+#: ``WRITERS_BYTES`` the least recently used let their rows go (the streams' row
+#: logs keep them: one read when the chunk fills), so a plant's thousands of slow
+#: streams keep their writers. Past ``WRITERS_LIMIT`` writers the least recently
+#: used is let go: its stream is read afresh on its next append.
+WRITERS_LIMIT = 65536
 WRITERS_BYTES = 64 << 20
 
 
@@ -44,10 +47,9 @@ class StreamWriters:
     """One :class:`arrays.StreamWriter` per stream (and per quarantine stream), kept across commits.
 
     Sharing one :class:`arrays.ChangeLog` spares each writer a query when
-    many tags take turns. At most ``limit`` writers, holding at most
-    ``max_bytes`` of rows between them, are kept; one let go only costs its
-    stream a reload on its next append. Not thread-safe: the
-    committer thread alone uses it.
+    many tags take turns. At most ``limit`` writers are kept; :meth:`trim`,
+    called between commits, holds their rows to ``max_bytes``. Not
+    thread-safe: the committer thread alone uses it.
     """
 
     def __init__(self, store: neostore.Store, limit: int = WRITERS_LIMIT, max_bytes: int = WRITERS_BYTES):
@@ -57,27 +59,41 @@ class StreamWriters:
         self.changes = arrays.ChangeLog(store)
         self._writers: collections.OrderedDict[tuple[str, bool], arrays.StreamWriter] = collections.OrderedDict()
 
+    def __len__(self) -> int:
+        return len(self._writers)
+
     def get(self, tag: str, *, quarantine: bool = False) -> arrays.StreamWriter:
         key = (tag, quarantine)
         writer = self._writers.get(key)
         if writer is None:
             writer = arrays.StreamWriter(self.store, tag, quarantine=quarantine, changes=self.changes)
             self._writers[key] = writer
-            self._trim()
+            if len(self._writers) > self.limit:
+                self._writers.popitem(last=False)
         else:
             self._writers.move_to_end(key)
         return writer
 
+    def held_bytes(self) -> int:
+        """Bytes of rows the writers hold between them."""
+        return sum(w.held_bytes for w in self._writers.values())
 
-    def _trim(self) -> None:
-        """Let the least recently used writers go until both limits hold (the newest is kept)."""
-        writers = self._writers
-        while len(writers) > self.limit:
-            writers.popitem(last=False)
-        held = sum(w.held_bytes for w in writers.values())
-        while held > self.max_bytes and len(writers) > 1:
-            _, writer = writers.popitem(last=False)
-            held -= writer.held_bytes
+    def trim(self) -> int:
+        """Past ``max_bytes`` of rows held, bring them to half of it: the least recently used writers shed
+        their rows or, when their stream keeps no row log, are let go. Returns the bytes freed."""
+        held = self.held_bytes()
+        if held <= self.max_bytes:
+            return 0
+        freed, target = 0, self.max_bytes // 2
+        for key, writer in list(self._writers.items()):
+            if held - freed <= target:
+                break
+            shed = writer.shed()
+            if not shed and writer.held_bytes and len(self._writers) > 1:
+                shed = writer.held_bytes
+                del self._writers[key]
+            freed += shed
+        return freed
 
 
 #: A schema's ``codec = "lz4"``: blosc with lz4 after the byte shuffle. On vibration

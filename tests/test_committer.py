@@ -220,3 +220,34 @@ async def test_close_commits_what_is_queued_then_refuses(store):
     assert (await pending).accepted == 4
     with pytest.raises(CommitFailed, match="shutting down"):
         await c.submit([batch("app.c", 4, 1)])
+
+
+def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
+    """Past its byte bound, the writers shed their rows rather than being let go: each stream is read once,
+    then again only when a chunk fills (its rows come back from the row log), and every row is exact."""
+    from ingest import streams
+
+    schema = parse_schema({"kind": "sensor", "tags": ["plant.**"], "chunk_rows": 16,
+                           "fields": [{"name": "value", "dtype": "float64"}, {"name": "note", "dtype": "str"}]},
+                          name="sensor")
+    tags = [f"plant.s{k:02d}" for k in range(50)]
+    writers = streams.StreamWriters(store, max_bytes=8192)
+    rounds = 40
+    for second in range(rounds):
+        with arrays.transaction(store) as tx:
+            for k, tag in enumerate(tags):
+                streams.write(tx, writers, tag, schema, {"time": np.array([second], dtype=np.int64),
+                                                         "value": np.array([k + second / 100]),
+                                                         "note": [f"{tag} at {second}"]})
+        writers.trim()
+        assert writers.held_bytes() <= writers.max_bytes
+    assert len(writers) == len(tags)
+    # Read twice by the first write (it finds no stream, creates it, appends); a writer that shed its rows
+    # reads them back at each of the two appends that filled a chunk of 16 rows, and at no other.
+    loads = {writers.get(tag).loads for tag in tags}
+    assert loads <= set(range(2, 3 + rounds // 16)) and max(loads) == 2 + rounds // 16, loads
+    for k, tag in enumerate(tags):
+        got = read(store, tag)
+        assert got["time"].tolist() == list(range(rounds))
+        assert got["value"].tolist() == [k + s / 100 for s in range(rounds)]
+        assert got["note"].tolist() == [f"{tag} at {s}" for s in range(rounds)]

@@ -61,6 +61,10 @@ class CollectingSink:
         self.changed.set()
         return Receipt(accepted=sum(len(b) for b in batches), quarantined=0, tid=b"\x00" * 8)
 
+    async def submit_many(self, items, *, wait=True) -> list:
+        # Each item as a submit of its own, its error as its outcome (the Sink contract).
+        return await asyncio.gather(*(self.submit(b, key=k, wait=wait) for b, k in items), return_exceptions=True)
+
     @property
     def events(self) -> list:
         return [(b.tag, t, r) for batches, _ in self.submissions for b in batches for t, r in zip(b.times, b.records)]

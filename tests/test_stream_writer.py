@@ -370,3 +370,65 @@ def test_names_grow_with_the_chunks_filled(store_url):
         assert not [e.key for e in Snapshot.latest(store).list("streams/names/") if "__rows" in e.key]
     finally:
         store.close()
+
+
+def test_a_writer_that_sheds_its_rows_stores_what_fresh_opens_store(store_url):
+    """Rows shed after every commit (the row log keeps them): appends that do not fill the chunk go on
+    without them, the one that fills it reads them back once; stored bytes are those of fresh opens,
+    staged or not."""
+    store = neostore.open(store_url)
+    try:
+        for tag in ("shed", "fresh"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "shed")
+        start, freed, loads_at_fill = 0, [], []
+        with concurrent.futures.ThreadPoolExecutor(1) as committer:
+            for k, n in enumerate(SIZES):
+                data = rows(start, n)
+                fills = start % 16 + n >= 16
+                loads = writer.loads
+                if k % 2:  # staged while nothing is committing, then appended
+                    staged = writer.stage(data)
+                    tx = arrays.Transaction(store)
+                    writer.append(tx, staged)
+                    assert staged.used == (not fills), k  # a filling append is encoded after reading back
+                    committer.submit(tx.commit).result()
+                else:
+                    with arrays.transaction(store) as tx:
+                        writer.append(tx, data)
+                if k:
+                    loads_at_fill.append((fills, writer.loads - loads))
+                with arrays.transaction(store) as tx:
+                    arrays.open_stream(tx, "fresh").append(data)
+                start += n
+                held = writer.held_bytes
+                freed.append((held, writer.shed()))
+                assert writer.held_bytes == 0
+        # Read back exactly when a shed writer's append filled the chunk; never otherwise.
+        assert all(reads == (1 if fills else 0) for fills, reads in loads_at_fill), loads_at_fill
+        assert any(fills for fills, _ in loads_at_fill) and any(not fills for fills, _ in loads_at_fill)
+        assert all(got == held for held, got in freed) and any(got for _, got in freed)
+        assert_same_streams(store, "shed", "fresh")
+    finally:
+        store.close()
+
+
+def test_a_writer_in_a_transaction_or_without_a_row_log_keeps_its_rows(sqlite_url):
+    store = neostore.open(sqlite_url)
+    try:
+        arrays.create_stream(store, "s", COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "s")
+        tx = arrays.Transaction(store)
+        writer.append(tx, rows(0, 3))
+        assert writer.held_bytes and writer.shed() == 0  # its rows are not committed yet
+        tx.commit()
+        assert writer.shed() > 0
+        # Columns chunked differently keep no row log: their partial chunks are rewritten, so rows are kept.
+        columns = [Column("a", "int64", chunk_rows=8), Column("b", "float64", chunk_rows=16)]
+        arrays.create_stream(store, "mixed", columns, chunk_rows=16).close()
+        mixed = arrays.StreamWriter(store, "mixed")
+        with arrays.transaction(store) as tx:
+            mixed.append(tx, {"time": np.arange(3), "a": np.arange(3), "b": np.arange(3.0)})
+        assert mixed.held_bytes and mixed.shed() == 0
+    finally:
+        store.close()

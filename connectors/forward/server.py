@@ -4,9 +4,11 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
 
 * bytes are framed as they arrive (:class:`.decode.FrameReader`); frames are
   decoded lazily, when a submission slot is free, so memory stays bounded;
-* each message with a ``chunk`` option is submitted alone, under its chunk
-  id as the idempotency key; consecutive messages without one are
-  submitted together; at most ``max_in_flight`` submissions per connection
+* each message with a ``chunk`` option is a submission of its own, under
+  its chunk id as the idempotency key; those read together are handed to
+  the sink in one :meth:`~ingest.batch.Sink.submit_many` call (many slow
+  sensors send one small chunk each); consecutive messages without one are
+  submitted together; at most ``max_in_flight`` messages per connection
   are pending at once (pipelining);
 * ``{"ack": chunk}`` is written only after ``await sink.submit(...)``
   returned, in the order the chunks arrived;
@@ -88,6 +90,7 @@ from .handshake import MAX_PING_BYTES, Handshake
 log = logging.getLogger("windvane.connectors.forward")
 
 _MAX_MERGE = 4096  # chunkless messages joined into one submission at most
+_MAX_MANY = 1024  # chunk messages handed to the sink in one call at most
 #: Seconds a connection given the budget's pass (see :mod:`connectors.budget`) may send nothing before it is closed.
 PASS_GRACE = 2.0
 
@@ -234,8 +237,10 @@ class _Connection(asyncio.Protocol):
         self.budget = server.budget
         self.frames = FrameReader(server.chunk_size_limit)
         self.pending: deque[bytes | ForwardError] = deque()  # framed, not yet decoded
-        # Submissions in arrival order: the task, the ack to send, the bytes it holds in the budget.
-        self.inflight: deque[tuple[asyncio.Task | None, bytes | None, int]] = deque()
+        # Sink calls in arrival order: the task, the ack to send for each message (None: none), the bytes
+        # they hold in the budget; and how many messages they carry between them.
+        self.inflight: deque[tuple[asyncio.Task | None, list[bytes | None], int]] = deque()
+        self.in_flight_messages = 0
         self.acking = True  # False from a message found malformed by the sink on: nothing after it is acked
         self.handshake = (
             Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
@@ -467,20 +472,28 @@ class _Connection(asyncio.Protocol):
                 return
             decoded, charge = item
             json_mode = bool(self.frames.json)
-            batches = [decoded.batch]
-            if decoded.key is None:
-                charge += self._merge_chunkless(batches)
-                batches = merge_batches(batches)
-            while len(self.inflight) >= self.server.max_in_flight:
+            while self.in_flight_messages >= self.server.max_in_flight:
                 self._pause()
                 self.wake.clear()
                 await self.wake.wait()
-            ack = ack_bytes(decoded.chunk, json_mode) if decoded.chunk is not None else None
+            group = [decoded]
+            if decoded.key is None:  # chunkless messages already here: one submission
+                charge += self._take_ready(group, _MAX_MERGE - 1, keyed=False)
+                items: list[tuple[list[Batch | Undecoded], bytes | None]] = [
+                    (merge_batches([d.batch for d in group]), None)]
+                acks: list[bytes | None] = [None]
+            else:  # messages with a chunk option already here: one submission each, in one call
+                room = min(self.server.max_in_flight - self.in_flight_messages, _MAX_MANY)
+                charge += self._take_ready(group, room - 1, keyed=True)
+                items = [([d.batch], d.key) for d in group]
+                acks = [ack_bytes(d.chunk, json_mode) if d.chunk is not None else None for d in group]
+            del group
             self.charges.move(charge, "queued", "submitted")
             self.charges.settle()
-            task = asyncio.get_running_loop().create_task(self._submit(batches, decoded.key))
-            self.inflight.append((task, ack, charge))
-            del decoded, batches, item  # what is committed is not kept here once acknowledged
+            task = asyncio.get_running_loop().create_task(self._submit_many(items))
+            self.inflight.append((task, acks, charge))
+            self.in_flight_messages += len(items)
+            del decoded, items, item  # what is committed is not kept here once acknowledged
             self.wake.set()  # the acker
 
     async def _next(self) -> tuple[Decoded, int] | None:
@@ -492,7 +505,7 @@ class _Connection(asyncio.Protocol):
             if not self.pending:
                 if self.stopped:
                     return None
-                if len(self.inflight) < self.server.max_in_flight and not self.budget_paused:
+                if self.in_flight_messages < self.server.max_in_flight and not self.budget_paused:
                     self._resume()
                 self.wake.clear()
                 await self.wake.wait()
@@ -541,10 +554,13 @@ class _Connection(asyncio.Protocol):
         self.charges.reserved(held)
         return held
 
-    def _merge_chunkless(self, batches: list[Batch | Undecoded]) -> int:
-        """Join the chunkless messages already here to ``batches``; the budget bytes they hold."""
+    def _take_ready(self, group: list[Decoded], limit: int, *, keyed: bool) -> int:
+        """Decode up to ``limit`` frames already read, while they are messages with a chunk option
+        (``keyed``) or without one, into ``group``; the budget bytes they hold. The first message of the
+        other kind is carried to the next submission; errors and compressed messages are left for
+        :meth:`_next` (which reports the one and reserves the other's decompressed size)."""
         charge = 0
-        while self.pending and len(batches) < _MAX_MERGE:
+        while self.pending and limit > 0:
             item = self.pending[0]
             if isinstance(item, ForwardError) or _compressed_entries(item, bool(self.frames.json)) is not None:
                 break  # errors are reported, and compressed messages reserved, by _next
@@ -562,11 +578,12 @@ class _Connection(asyncio.Protocol):
                 self.charges.add("queued", -held_for(len(item)))
                 continue
             self._count(decoded)
-            if decoded.key is not None:
+            if (decoded.key is not None) != keyed:
                 self.carry = (decoded, held_for(len(item)))
                 break
-            batches.append(decoded.batch)
+            group.append(decoded)
             charge += held_for(len(item))
+            limit -= 1
         return charge
 
     def _count(self, decoded: Decoded) -> None:
@@ -620,37 +637,55 @@ class _Connection(asyncio.Protocol):
             self.charges.add("queued", -self.carry[1])
             self.carry = None
 
-    async def _submit(self, batches: Sequence[Batch | Undecoded], key: bytes | None) -> bool | None:
-        """Whether the batches are committed (None: found malformed by the sink); never raises."""
-        while True:
+    async def _submit_many(self, items: list[tuple[list[Batch | Undecoded], bytes | None]]) -> list[bool | None]:
+        """For each item, whether it is committed (None: found malformed by the sink); never raises."""
+        outcomes: list[bool | None] = [False] * len(items)
+        todo = list(range(len(items)))
+        while todo:
             try:
-                receipt = await self.server.sink.submit(batches, key=key)
-                if any(isinstance(b, Undecoded) for b in batches):
-                    self.stats["events"] += receipt.accepted + receipt.quarantined
-                return True
-            except UndecodableBatch as exc:
-                # Decoded in a worker: report it as if it had been decoded here.
-                cause = exc.cause if isinstance(exc.cause, ForwardError) else MalformedMessage(str(exc))
-                self._report(cause)
-                self.wake.set()  # the pump sees the connection stopped
-                return None
-            except Backpressure as exc:
-                # Not reading while we wait is what pushes back on the client.
-                self._pause()
-                await asyncio.sleep(exc.retry_after)
-            except CommitFailed as exc:
-                self.stats["commit_failed"] += 1
-                log.error(
-                    "commit failed for %s events from %s (chunk %r): %s; not acknowledged, the client resends",
-                    _events(batches), self.peer, key, exc,
-                )
-                return False
+                results: list[Any] = await self.server.sink.submit_many([items[i] for i in todo])
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                self.stats["commit_failed"] += 1
-                log.exception("sink failed on events from %s (chunk %r); not acknowledged", self.peer, key)
-                return False
+            except Exception as exc:  # noqa: BLE001 - the whole call failed: every item with it
+                results = [exc] * len(todo)
+            retry, delay, failed = [], 0.0, []
+            for i, result in zip(todo, results):
+                if isinstance(result, Backpressure):
+                    retry.append(i)
+                    delay = max(delay, result.retry_after)
+                elif isinstance(result, UndecodableBatch):
+                    # Decoded in a worker: report it as if it had been decoded here.
+                    cause = result.cause if isinstance(result.cause, ForwardError) else MalformedMessage(str(result))
+                    self._report(cause)
+                    self.wake.set()  # the pump sees the connection stopped
+                    outcomes[i] = None
+                elif isinstance(result, BaseException):
+                    failed.append((i, result))
+                else:
+                    if any(isinstance(b, Undecoded) for b in items[i][0]):
+                        self.stats["events"] += result.accepted + result.quarantined
+                    outcomes[i] = True
+            if failed:
+                self._log_failed([items[i] for i, _ in failed], failed[0][1])
+            todo = retry
+            if todo:
+                # Not reading while we wait is what pushes back on the client.
+                self._pause()
+                await asyncio.sleep(delay)
+        return outcomes
+
+    def _log_failed(self, items: list[tuple[list[Batch | Undecoded], bytes | None]], exc: BaseException) -> None:
+        """Log the submissions that failed (one line for those of one call), counting each."""
+        self.stats["commit_failed"] += len(items)
+        keys = [key for _, key in items]
+        chunks = repr(keys[0]) if len(keys) == 1 else f"{len(keys)} chunks, {keys[0]!r} first"
+        events = _events([b for batches, _ in items for b in batches])
+        if isinstance(exc, CommitFailed):
+            log.error("commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
+                      events, self.peer, chunks, exc)
+        else:
+            log.error("sink failed on %s events from %s (%s); not acknowledged", events, self.peer, chunks,
+                      exc_info=exc)
 
     async def _ack_in_order(self) -> None:
         acks: list[bytes] = []  # acks owed, written together: one send for the chunks one commit acknowledged
@@ -661,20 +696,22 @@ class _Connection(asyncio.Protocol):
             while not self.inflight:
                 self.wake.clear()
                 await self.wake.wait()
-            task, ack, charge = self.inflight[0]
+            task, owed, charge = self.inflight[0]
             if task is None:
                 self.inflight.popleft()
                 self._write_acks(acks)
                 return
-            ok = await task
+            outcomes = await task
             self.inflight.popleft()
+            self.in_flight_messages -= len(owed)
             del task
             self.charges.add("submitted", -charge)
             self.wake.set()  # a slot is free
-            if ok is None:
-                self.acking = False  # what was submitted after a malformed message is not acknowledged
-            if ok and self.acking and ack is not None:
-                acks.append(ack)
+            for ok, ack in zip(outcomes, owed):
+                if ok is None:
+                    self.acking = False  # what was submitted after a malformed message is not acknowledged
+                if ok and self.acking and ack is not None:
+                    acks.append(ack)
 
     def _write_acks(self, acks: list[bytes]) -> None:
         if acks and not self.lost and self.transport is not None:
