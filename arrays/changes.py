@@ -10,7 +10,6 @@ with ``Store.changes_since`` and shared.
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Collection, Iterable
 
@@ -20,22 +19,25 @@ import neostore
 _PAGE = 1000
 #: Pages a single question may read; beyond that the answer is "changed" (a reload is cheaper).
 _MAX_PAGES = 8
+_NEVER = b""  # orders before every tid: "not changed in the window"
 
 
 class ChangeLog:
-    """The oids each commit in a window ``(start, known]`` of tids changed, for one store. Thread-safe.
+    """Which objects the commits in a window ``(start, known]`` of tids changed, for one store. Thread-safe.
 
-    Complete for its window: every commit in it is listed. ``limit``: the
-    most commits kept (older ones are forgotten; questions about them
-    answer "changed").
+    Complete for its window: every commit in it is accounted for. It keeps
+    each object's newest change in the window, so its memory follows the
+    objects changed (a plant's thousands of streams), not the number of
+    commits times the objects each touched. ``limit``: the most objects
+    kept; past it the window starts afresh at the newest commit (questions
+    about the commits before answer "changed").
     """
 
-    def __init__(self, store: neostore.Store, *, limit: int = 10000):
+    def __init__(self, store: neostore.Store, *, limit: int = 1_000_000):
         self.store = store
         self.limit = limit
         self._lock = threading.Lock()
-        self._tids: list[bytes] = []
-        self._oids: list[frozenset[bytes]] = []
+        self._last: dict[bytes, bytes] = {}  # oid -> the newest commit in the window that changed it
         self._start: bytes | None = None
         self._known: bytes | None = None
 
@@ -55,9 +57,9 @@ class ChangeLog:
                 return True
             if self._known < head and not self._extend(head):
                 return True
-            first = bisect.bisect_right(self._tids, since)
-            last = bisect.bisect_right(self._tids, head)
-            return any(not changed.isdisjoint(oids) for changed in self._oids[first:last])
+            last = self._last
+            # Changes after ``head`` cannot exist yet: ``head`` is the newest commit.
+            return any(last.get(oid, _NEVER) > since for oid in oids)
 
     def record(self, tid: bytes, oids: Iterable[bytes], after: bytes) -> None:
         """Our own commit ``tid`` changed ``oids``; ``after``: the newest commit when it took the lock.
@@ -71,33 +73,31 @@ class ChangeLog:
                 return
             if self._known != after:
                 self._reset(after)
-            self._append(tid, frozenset(oids))
+            self._append(tid, oids)
 
     # -- filling the window --------------------------------------------------------
 
     def _reset(self, at: bytes) -> None:
-        self._tids, self._oids = [], []
+        self._last = {}
         self._start = self._known = at
 
-    def _append(self, tid: bytes, oids: frozenset[bytes]) -> None:
-        self._tids.append(tid)
-        self._oids.append(oids)
+    def _append(self, tid: bytes, oids: Iterable[bytes]) -> None:
+        """Commit ``tid``, newer than any in the window, changed ``oids``."""
+        self._last.update(dict.fromkeys(oids, tid))
         self._known = tid
-        if len(self._tids) > self.limit:
-            drop = len(self._tids) - self.limit // 2  # trim in halves: amortised O(1)
-            self._start = self._tids[drop - 1]
-            del self._tids[:drop], self._oids[:drop]
+        if len(self._last) > self.limit:
+            self._reset(tid)
 
-    def _read(self, since: bytes, until: bytes) -> list[tuple[bytes, frozenset[bytes]]] | None:
-        """The commits in ``(since, until]``; None if there are too many to read."""
-        found: list[tuple[bytes, frozenset[bytes]]] = []
+    def _read(self, since: bytes, until: bytes) -> list[tuple[bytes, list[bytes]]] | None:
+        """The commits in ``(since, until]``, oldest first; None if there are too many to read."""
+        found: list[tuple[bytes, list[bytes]]] = []
         cursor = since
         for _ in range(_MAX_PAGES):
             page = self.store.changes_since(cursor, limit=_PAGE)
             for tid, oids in page:
                 if tid > until:
                     return found
-                found.append((tid, frozenset(oids)))
+                found.append((tid, oids))
                 cursor = tid
             if len(page) < _PAGE or cursor >= until:
                 return found
@@ -115,9 +115,15 @@ class ChangeLog:
 
     def _extend_back(self, since: bytes) -> bool:
         found = self._read(since, self._start)
-        if found is None or len(found) + len(self._tids) > self.limit:
+        if found is None:
             return False
-        self._tids = [t for t, _ in found] + self._tids
-        self._oids = [o for _, o in found] + self._oids
+        last = self._last
+        for tid, oids in found:
+            for oid in oids:
+                if oid not in last:  # a change in the window is newer than any before it
+                    last[oid] = tid
+        if len(last) > self.limit:
+            self._reset(self._known)
+            return False
         self._start = since
         return True

@@ -32,6 +32,7 @@ scanning every chunk key.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -716,33 +717,38 @@ def _root_key(quarantine: bool) -> str:
 
 
 def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], attrs: dict, chunk_rows: int) -> None:
-    """Write the stream's group, its arrays, and the root group's registry, holding the lock."""
+    """Write the stream's group and its arrays, and add it to the root group's registry, holding the lock."""
     tx.lock()
     group_key = f"{path}/{METADATA_KEY}"
     if tx.exists(group_key) or tx.list(f"{path}/"):
         raise StreamExistsError(f"stream {tag!r} already exists at {path!r}; open it with open_stream")
     root_key = _root_key(path.startswith(QUARANTINE_ROOT + "/"))
-    parents = tx.get_many([METADATA_KEY, root_key])
     writes: dict[str, bytes] = {}
-    if METADATA_KEY not in parents:
-        writes[METADATA_KEY] = group_document()
-    elif node_type(parents[METADATA_KEY]) != "group":
-        raise StreamExistsError("the store's root is not a zarr group; streams cannot be created in it")
-    root = parents.get(root_key)
-    registry: list[str] = []
-    root_attrs: dict = {}
-    if root is not None:
-        if node_type(root) != "group":
+    if not tx.gathering(root_key):  # the first stream this transaction creates there: check the parents
+        parents = tx.get_many([METADATA_KEY, root_key])
+        if METADATA_KEY not in parents:
+            writes[METADATA_KEY] = group_document()
+        elif node_type(parents[METADATA_KEY]) != "group":
+            raise StreamExistsError("the store's root is not a zarr group; streams cannot be created in it")
+        root = parents.get(root_key)
+        if root is not None and node_type(root) != "group":
             raise StreamExistsError(f"{root_key.rsplit('/', 1)[0]!r} is not a zarr group; streams cannot live in it")
-        root_attrs = json.loads(root).get("attributes") or {}
-        registry = list(root_attrs.get(REGISTRY_ATTR) or [])
-    writes[root_key] = group_document({**root_attrs, REGISTRY_ATTR: sorted({*registry, tag})})
     names = [c.name for c in columns]
     writes[group_key] = group_document({"windvane_stream": STREAM_FORMAT, "columns": names, **attrs})
     writes[f"{path}/{TIME}/{METADATA_KEY}"] = _time_meta(chunk_rows).to_bytes()
     for column in columns:
         writes[f"{path}/{column.name}/{METADATA_KEY}"] = column.meta(chunk_rows).to_bytes()
     tx.set_many(writes)
+    # The registry is written once, at the commit: a commit creating thousands of streams rewrites it once.
+    tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).add(tag)
+
+
+def _write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
+    """Add ``tags`` to the registry of streams in the group ``root_key`` (creating the group)."""
+    root = tx.get(root_key)
+    root_attrs: dict = (json.loads(root).get("attributes") or {}) if root is not None else {}
+    registry = root_attrs.get(REGISTRY_ATTR) or []
+    tx.set(root_key, group_document({**root_attrs, REGISTRY_ATTR: sorted({*registry, *tags})}))
 
 
 def create_stream(
@@ -861,10 +867,9 @@ def list_streams(target: Target, *, quarantine: bool = False, at: At | None = No
         else:
             before = snapshot_bound(store, at) if at is not None else Snapshot.latest(store).before
             raw = Snapshot(store, before).get(key)
-        if raw is None:
-            return []
-        attrs = json.loads(raw).get("attributes") or {}
-        return sorted(attrs.get(REGISTRY_ATTR) or [])
+        pending = tx.gathering(key) if at is None and tx is not None else frozenset()
+        attrs = (json.loads(raw).get("attributes") or {}) if raw is not None else {}
+        return sorted({*(attrs.get(REGISTRY_ATTR) or []), *pending})
     finally:
         if owns:
             store.close()

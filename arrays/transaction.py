@@ -69,6 +69,10 @@ class Transaction(LoggedView):
         ext = json.dumps(self.metadata, sort_keys=True).encode() if self.metadata else b""
         self._tx = store.begin(user.encode(), message.encode(), ext)
         self._written: dict[str, tuple[bytes, int | None]] = {}  # key -> (oid, size; None = deleted)
+        # directory ("a/b/") -> the written keys under it, made when first listed: a transaction that
+        # creates thousands of streams checks each path without scanning every key written before.
+        self._by_dir: dict[str, set[str]] | None = None
+        self._gathered: dict[str, tuple[set, Callable[[set], None]]] = {}  # see gathered
         # key -> the write count when it was last written: lets a StreamWriter
         # tell whether anything but itself wrote its keys in this transaction.
         self._write_seq: dict[str, int] = {}
@@ -135,9 +139,8 @@ class Transaction(LoggedView):
     def raw_list(self, prefix: str = "") -> list[Entry]:
         """Keys under ``prefix`` as stored with this transaction's writes, sorted (serials of own writes are zero)."""
         entries = {e.key: e for e in self._head.raw_list(prefix)}
-        for key, (oid, size) in self._written.items():
-            if not key.startswith(prefix):
-                continue
+        for key in self._written_under(prefix):
+            oid, size = self._written[key]
             if size is None:
                 entries.pop(key, None)
             else:
@@ -233,8 +236,27 @@ class Transaction(LoggedView):
         if row_log.is_log_key(key):
             self._log_checked.discard(row_log.group_of(key))
         self._writes += 1
+        if self._by_dir is not None and key not in self._written:
+            self._index(key)
         self._written[key] = (oid, size)
         self._write_seq[key] = self._writes
+
+    def _written_under(self, prefix: str) -> Iterable[str]:
+        """The keys this transaction wrote (or deleted) under ``prefix``."""
+        if not prefix.endswith("/"):
+            return [key for key in self._written if key.startswith(prefix)]
+        if self._by_dir is None:
+            self._by_dir = {}
+            for key in self._written:
+                self._index(key)
+        return self._by_dir.get(prefix, ())
+
+    def _index(self, key: str) -> None:
+        assert self._by_dir is not None
+        slash = key.find("/")
+        while slash != -1:
+            self._by_dir.setdefault(key[: slash + 1], set()).add(key)
+            slash = key.find("/", slash + 1)
 
     # -- row logs ----------------------------------------------------------------
 
@@ -306,6 +328,28 @@ class Transaction(LoggedView):
             self._committed_oids = oids
         return oids
 
+    # -- changes gathered until the commit ------------------------------------------
+
+    @_serialised
+    def gathered(self, key: str, write: Callable[[set], None]) -> set:
+        """A set kept under ``key`` until the commit, when ``write(the set)`` runs first, once.
+
+        For a document that many changes of one transaction add to (the
+        stream registry, when a commit creates thousands of streams): each
+        change adds to the set, and the document is written once, not
+        rewritten whole at every change. The first call's ``write`` is kept.
+        """
+        found = self._gathered.get(key)
+        if found is None:
+            found = self._gathered[key] = (set(), write)
+        return found[0]
+
+    @_serialised
+    def gathering(self, key: str) -> frozenset:
+        """What :meth:`gathered` holds under ``key`` so far (empty if nothing)."""
+        found = self._gathered.get(key)
+        return frozenset() if found is None else frozenset(found[0])
+
     # -- callbacks ---------------------------------------------------------------
 
     @_serialised
@@ -340,6 +384,9 @@ class Transaction(LoggedView):
         :meth:`on_abort` ones (the error is raised either way).
         """
         try:
+            gathered, self._gathered = self._gathered, {}
+            for items, write in gathered.values():
+                write(items)
             self.tid = self._tx.commit()  # one phase: there is no other resource to vote
         except BaseException:
             self._run_callbacks(self._on_abort)

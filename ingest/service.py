@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import gc
 import logging
 import os
 import signal
@@ -47,6 +48,22 @@ def parse_address(text: str, default_port: int) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise IngestError(f"address {text!r}: port {number} is out of range 0-65535")
     return host, number
+
+
+#: CPython's cycle collector thresholds for a serving process (young generation, middle, old).
+#: A service keeps thousands of stream writers alive and allocates a few objects per event;
+#: with the defaults (700, 10, 10) collections scanning those writers took a third of its
+#: time at 3,000 slow streams, and commits fell seconds behind. Garbage cycles are rare
+#: here (reference counting frees the rest): collecting them less often costs little memory.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Set the cycle collector for a long-running service (:data:`GC_THRESHOLDS`); for the process that
+    serves, once its startup is done: what startup loaded is frozen, never scanned again."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @dataclass(frozen=True)

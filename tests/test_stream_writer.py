@@ -432,3 +432,38 @@ def test_a_writer_in_a_transaction_or_without_a_row_log_keeps_its_rows(sqlite_ur
         assert mixed.held_bytes and mixed.shed() == 0
     finally:
         store.close()
+
+
+def test_change_log_answers_like_the_store_and_keeps_one_entry_per_object(sqlite_url):
+    """Its answers match the store's own history (commits of another connection read back and forth), and
+    recording thousands of commits of the same objects keeps one entry per object."""
+    store, other = neostore.open(sqlite_url), neostore.open(sqlite_url)
+    try:
+        log = arrays.ChangeLog(store)
+        tids, touched, asked = [], [], 0
+        for step in range(40):
+            keys = [f"k{(step * 3 + j) % 11}" for j in range(1 + step % 3)]
+            with arrays.transaction(other if step % 4 else store) as tx:
+                for key in keys:
+                    tx.set(key, f"{step}".encode())
+                oids = tx.oids(keys)
+            tids.append(tx.tid)
+            touched.append(set(oids.values()))
+            every = set().union(*touched)
+            # Asked as writers ask: since their last commit, up to the newest (read under the commit lock).
+            for since in sorted({step - 1, step // 2, 0} - {-1}):
+                for oid in every:
+                    truth = any(oid in touched[i] for i in range(since + 1, step + 1))
+                    assert log.changed(tids[since], tids[step], [oid]) == truth, (since, step)
+                    asked += 1
+        assert asked > 500
+        assert len(log._last) <= len(every)  # noqa: SLF001 - the memory bound is the point
+        before = tids[-1]
+        for n in range(3000):  # our own commits, recorded as they finish: objects, not commits, are kept
+            tid = neostore.p64(neostore.u64(before) + 1)
+            log.record(tid, every, after=before)
+            before = tid
+        assert len(log._last) == len(every)  # noqa: SLF001
+    finally:
+        store.close()
+        other.close()

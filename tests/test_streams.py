@@ -386,3 +386,33 @@ def test_append_to_20_streams_in_one_transaction(store_url):
     with arrays.open_stream(store_url, "s19") as s:
         assert len(s) == 5 * n
         assert s["line"][-1] == block(4)["line"][-1] and s["c"][-1] == 5 * n - 1
+
+
+def test_thousands_of_streams_created_in_one_transaction(sqlite_url):
+    """A plant's first commit creates every sensor's stream: each path is checked against what the
+    transaction wrote (not a scan of it), and the registry is written once, at the commit."""
+    tags = [f"plant.s{k:04d}" for k in range(2000)]
+    store = neostore.open(sqlite_url)
+    try:
+        arrays.create_stream(store, "plant.s0000", [Column("v", "float64")]).close()
+        with pytest.raises(arrays.StreamExistsError):
+            with arrays.transaction(store) as tx:
+                arrays.create_stream(tx, "plant.s0000", [Column("v", "float64")])
+        tx = arrays.Transaction(store)
+        for tag in tags[1:]:
+            arrays.create_stream(tx, tag, [Column("v", "float64")])
+        with pytest.raises(arrays.StreamExistsError):
+            arrays.create_stream(tx, tags[7], [Column("v", "float64")])
+        assert arrays.list_streams(tx) == tags  # the registry as it will be, before it is written
+        assert [e.key for e in tx.list("streams/plant.s0042/")] == [
+            "streams/plant.s0042/time/zarr.json", "streams/plant.s0042/v/zarr.json", "streams/plant.s0042/zarr.json"]
+        tx.delete("streams/plant.s0042/v/zarr.json")
+        assert [e.key for e in tx.list("streams/plant.s0042/")] == [
+            "streams/plant.s0042/time/zarr.json", "streams/plant.s0042/zarr.json"]
+        assert arrays.list_streams(store) == ["plant.s0000"]  # nothing visible before the commit
+        tx.commit()
+        assert arrays.list_streams(store) == tags
+        registry = [h for h in arrays.history(store, "streams") if h.tid == tx.tid]
+        assert len(registry) == 1
+    finally:
+        store.close()
