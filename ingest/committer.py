@@ -219,6 +219,7 @@ class GroupCommitter:
         self.probe_interval = probe_interval
         self.ledger = KeyLedger(key_window)
         self._writers = streams.StreamWriters(store)  # kept across commits: no re-reading per commit
+        self._trimmed = 0.0  # when their rows were last trimmed (perf_counter)
         self._queue: collections.deque[_Submission] = collections.deque()
         self._cond = threading.Condition()
         self._pending = 0
@@ -476,7 +477,9 @@ class GroupCommitter:
         if not group:
             return
         started = time.perf_counter()
-        self._writers.trim()  # between commits: the writers of the group before may be committing still
+        if started - self._trimmed >= 1.0:  # a look at every writer: once a second is enough
+            self._trimmed = started
+            self._writers.trim()  # between commits: the writers of the group before may be committing still
         try:
             gathered = self._gather(group)
             staged = {tag: streams.stage(self._writers, tag, self._rows(tag, parts))

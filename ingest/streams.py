@@ -9,6 +9,7 @@ the bytes it arrived as and the connector it came from.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,6 +131,12 @@ def schema_columns(schema: Schema) -> list[Column]:
     return columns
 
 
+@functools.lru_cache(maxsize=1024)
+def _column_names(schema: Schema) -> frozenset[str]:
+    """The names of :func:`schema_columns` (asked at every append: schemas are few, appends many)."""
+    return frozenset(c.name for c in schema_columns(schema))
+
+
 def _stream_attrs(schema: Schema) -> dict[str, Any]:
     return {"schema": schema.name, "kind": schema.kind}
 
@@ -154,7 +161,7 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
         arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema),
                              chunk_rows=schema.chunk_rows)
     else:
-        new = [column for column in schema_columns(schema) if column.name not in have]
+        new = [] if _column_names(schema) <= have else [c for c in schema_columns(schema) if c.name not in have]
         if new:
             stream = arrays.open_stream(tx, tag)
             for column in new:
