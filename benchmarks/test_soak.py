@@ -8,8 +8,10 @@ with its defaults). Every ``SAMPLE_EVERY`` (30) seconds it records, in
 ``extra_info["samples"]``: seconds since the start, the bytes received so far
 (``wire_bytes``), the store's size (``store_bytes``: the SQLite file and WAL,
 or the MariaDB tablespaces), their ratio, and the server's resident memory
-(``rss_bytes``, from /proc). Storage and memory must follow the data, not the
-time or the number of commits: ``growth_over_wire`` levels off, RSS flattens.
+(``rss_bytes``, from /proc, and its parts ``rss_anon_bytes``, the process's
+own, and ``rss_file_bytes``, mapped files such as SQLite's database).
+Storage and memory must follow the data, not the time or the number of
+commits: ``growth_over_wire`` levels off, RSS flattens.
 
 Also recorded: ``acked``/``sent`` (every chunk acknowledged), the sensors'
 ack latency p50/p99, and ``rss_max_bytes``.
@@ -50,12 +52,19 @@ SAMPLE_EVERY = 30
 BULK_TAG = "bench.logs"
 
 
-def _rss(pid: int) -> int:
+def _rss(pid: int) -> dict[str, int]:
+    """Resident memory in bytes: all of it, the process's own (anonymous) and mapped files (SQLite maps its
+    database: pages read count here, and the kernel can drop them)."""
+    wanted = {"VmRSS:": "rss_bytes", "RssAnon:": "rss_anon_bytes", "RssFile:": "rss_file_bytes"}
+    found = {}
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+            name = line.split(maxsplit=1)[0]
+            if name in wanted:
+                found[wanted[name]] = int(line.split()[1]) * 1024
+    if "rss_bytes" not in found:
+        raise RuntimeError(f"no VmRSS for process {pid}")
+    return found
 
 
 class Bulk:
@@ -114,7 +123,7 @@ class Sampler:
         grown = _store_bytes(self.url, self.databases) - self.base
         self.samples.append({"seconds": round(time.monotonic() - self.start, 1), "wire_bytes": wire,
                              "store_bytes": grown, "growth_over_wire": grown / wire if wire else None,
-                             "rss_bytes": _rss(self.pid)})
+                             **_rss(self.pid)})
 
     async def run(self, until: asyncio.Event) -> None:
         while not until.is_set():
