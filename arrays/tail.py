@@ -99,11 +99,6 @@ class Tail:
         """``rows`` rows of the fill value."""
         return np.full((rows, *self.meta.shape[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
 
-    @property
-    def holds_partial(self) -> bool:
-        """Whether every row of the partial chunk is held (none was shed, or a new chunk began since)."""
-        return not self._shed
-
     def fills(self, rows: int) -> bool:
         """Whether appending ``rows`` rows fills the partial chunk."""
         return self.length % self._rows_per_chunk + rows >= self._rows_per_chunk
