@@ -201,6 +201,7 @@ class StreamWriter:
                 staged.used = True
             else:
                 data = self._coerce(state.tails, parts, fill_missing)
+                self._forget(state, state.tails)
                 self._store(tx, state, self._encode(state.tails, data, state.logged))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
@@ -231,6 +232,7 @@ class StreamWriter:
             data = self._coerce(tails, _parts(columns), fill_missing)
         except (ColumnError, StreamError, TypeError):
             return staged
+        self._forget(state, tails)
         staged.chunks = list(self._encode(tails, data, state.logged))
         staged.base, staged.appends, staged.tails = state, appends, tails
         return staged
@@ -268,6 +270,13 @@ class StreamWriter:
         freed = sum(tail.shed() for tail in state.tails.values())
         state.shed = True
         return freed
+
+    @staticmethod
+    def _forget(state: _State, tails: dict[str, Tail]) -> None:
+        """The next log revision holds the rows from the committed length on: the tails may forget before."""
+        since = max(state.committed, state.base)
+        for tail in tails.values():
+            tail.forget_before(since)
 
     @staticmethod
     def _needs_rows(state: _State, parts: list[Mapping[str, Any]]) -> bool:

@@ -113,6 +113,9 @@ class Tail:
     def _drop_rows(self) -> None:
         raise NotImplementedError
 
+    def forget_before(self, row: int) -> None:
+        """:meth:`serialised_since` will not be asked for rows before ``row``: let go of what only they need."""
+
     def append(self, value: np.ndarray, *, encoded: bool = True) -> list[ChunkJob]:
         """Add ``value``'s rows (coerced by :meth:`coerce`): the chunks to store, in order.
 
@@ -310,6 +313,12 @@ class VLenTail(Tail):
     def _drop_rows(self) -> None:
         # The records held begin at the shed row (serialised_since looks bounds up by row).
         self._records, self._bounds = b"", {self._shed: 0}
+
+    def forget_before(self, row: int) -> None:
+        # One bound per append: without this they would pile up until the chunk fills.
+        first = row - (self.length - self.length % self._rows_per_chunk)
+        if first > 0 and len(self._bounds) > 2:
+            self._bounds = {at: offset for at, offset in self._bounds.items() if at >= first}
 
     def copy(self) -> VLenTail:
         twin = copy.copy(self)

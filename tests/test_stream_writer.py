@@ -467,3 +467,24 @@ def test_change_log_answers_like_the_store_and_keeps_one_entry_per_object(sqlite
     finally:
         store.close()
         other.close()
+
+
+def test_a_kept_writer_of_text_columns_holds_no_more_per_append(sqlite_url):
+    """Hundreds of one-row commits of a text column: the writer keeps where the last appends began, not
+    every append's, and stores what fresh opens store."""
+    store = neostore.open(sqlite_url)
+    try:
+        for tag in ("kept", "fresh"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=1024).close()
+        writer = arrays.StreamWriter(store, "kept")
+        for i in range(300):
+            staged = writer.stage(rows(i, 1)) if i % 2 else None
+            with arrays.transaction(store) as tx:
+                writer.append(tx, staged if staged is not None else rows(i, 1))
+            with arrays.transaction(store) as tx:
+                arrays.open_stream(tx, "fresh").append(rows(i, 1))
+        bounds = [len(t._bounds) for t in writer._state.tails.values() if hasattr(t, "_bounds")]  # noqa: SLF001
+        assert bounds and max(bounds) <= 3, bounds
+        assert_same_streams(store, "kept", "fresh")
+    finally:
+        store.close()
