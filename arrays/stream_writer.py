@@ -89,6 +89,11 @@ class _State:
     written: row_log.Revision | None = None  # the revision this transaction writes
     shed: bool = False  # the tails let go of the partial chunk's rows (the row log keeps them): see shed
 
+    @property
+    def logged_from(self) -> int:
+        """The row this transaction's log revision starts its rows at (earlier ones are in the log already)."""
+        return max(self.committed, self.base)
+
 
 #: What an append takes: a mapping of column name to values, or a list of them appended in order.
 Columns = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -274,9 +279,8 @@ class StreamWriter:
     @staticmethod
     def _forget(state: _State, tails: dict[str, Tail]) -> None:
         """The next log revision holds the rows from the committed length on: the tails may forget before."""
-        since = max(state.committed, state.base)
         for tail in tails.values():
-            tail.forget_before(since)
+            tail.forget_before(state.logged_from)
 
     @staticmethod
     def _needs_rows(state: _State, parts: list[Mapping[str, Any]]) -> bool:
@@ -541,8 +545,8 @@ class StreamWriter:
             prev, after = None, state.log_serial or neostore.ZERO
         else:
             prev, after = state.log_serial, state.log_after
-        since = max(state.committed, state.base)
-        add = {name: tail.serialised_since(since) for name, tail in state.tails.items()} if length > state.base else {}
+        add = {} if length <= state.base else {
+            name: tail.serialised_since(state.logged_from) for name, tail in state.tails.items()}
         state.written = row_log.Revision(state.base, length - state.base, after, prev, add)
         return state.written
 
