@@ -29,7 +29,8 @@ Contract:
   commit. ``append(tx, staged)`` then stores those bytes if the state is
   still the one they were encoded against, and encodes afresh otherwise
   (the commit failed, another process wrote the stream): staging only ever
-  spends work, it never changes what is stored.
+  spends work, it never changes what is stored. An append that fills no
+  chunk of a stream keeping a row log encodes nothing: it is not staged.
 - **Rows held or not.** Between transactions a writer whose stream keeps a
   row log may :meth:`~StreamWriter.shed` the rows of the partial chunk it
   holds (the log has them): appends go on without them, and the append
@@ -73,6 +74,8 @@ class _State:
     # Arrays not chunked by whole rows (written by other tools): appends go through Stream.
     foreign: bool = False
     keys: tuple[str, ...] = ()  # whose change invalidates the state
+    meta_keys: tuple[str, ...] = ()  # those of them that do not move as rows are added (see _remember)
+    names: frozenset[str] | None = None  # the column names, once asked (see held_columns)
     bound: dict[str, bytes] = field(default_factory=dict)  # the oids of those keys that have one
     oids: frozenset[bytes] = frozenset()
     # The row log (see arrays.row_log), when every array has the same chunk rows (else
@@ -207,7 +210,13 @@ class StreamWriter:
             else:
                 data = self._coerce(state.tails, parts, fill_missing)
                 self._forget(state, state.tails)
-                self._store(tx, state, self._encode(state.tails, data, state.logged))
+                if state.logged and not state.tails[TIME].fills(sum(len(d[TIME]) for d in data)):
+                    for part in data:  # the row log takes the rows: no chunk to encode, none to store
+                        for name, tail in state.tails.items():
+                            tail.extend(part[name])
+                    self._store(tx, state, ())
+                else:
+                    self._store(tx, state, self._encode(state.tails, data, state.logged))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
                 self._drop()  # a failed write may have advanced the state past what tx holds
@@ -227,10 +236,13 @@ class StreamWriter:
         if state is None or state.foreign:
             return staged
         try:
-            if state.shed and self._needs_rows(state, _parts(columns)):
-                return staged  # append reads the rows back, under the lock, and encodes then
+            fills = self._needs_rows(state, _parts(columns))
         except (ColumnError, TypeError):
             return staged
+        if not fills and state.logged:
+            return staged  # nothing to encode: the row log takes the rows (copying the tails would cost more)
+        if state.shed:
+            return staged  # append reads the rows back, under the lock, and encodes then
         appends = state.appends
         tails = {name: tail.copy() for name, tail in state.tails.items()}
         try:
@@ -255,6 +267,18 @@ class StreamWriter:
         if name not in tails:
             raise ColumnError(f"stream {self.tag!r} has no column {name!r}; it has {list(tails)}")
         return tails[name].meta
+
+    @property
+    def held_columns(self) -> frozenset[str] | None:
+        """The column names (``time`` left out) of the stream as this writer last knew it, without a
+        look at the store (None: it knows nothing). Columns are only ever added: the stream has these at
+        least, unless it was removed since (an append then says so)."""
+        state = self._state
+        if state is None:
+            return None
+        if state.names is None:
+            state.names = frozenset(name for name in state.tails if name != TIME)
+        return state.names
 
     @property
     def held_bytes(self) -> int:
@@ -446,9 +470,10 @@ class StreamWriter:
         nothing binds it but a write that also moves the arrays' length or
         empties the log (a chunk filling, a fold), whose keys are watched.
         """
-        keys = [self._group_key, self._log_key, *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails)]
-        keys += [k for k in (t.partial_key for t in state.tails.values()) if k is not None]
-        keys_now = tuple(keys)
+        if not state.meta_keys:
+            state.meta_keys = (self._group_key, self._log_key,
+                               *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails))
+        keys_now = state.meta_keys + tuple(k for k in (t.partial_key for t in state.tails.values()) if k is not None)
         if keys_now == state.keys:
             unbound = [k for k in keys_now if k not in state.bound]
             if not unbound:
@@ -471,8 +496,9 @@ class StreamWriter:
             )
         out = []
         for columns in parts:
-            check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
-                               [n for n in columns if n not in tails], list(tails))
+            if columns.keys() != tails.keys():
+                check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
+                                   [n for n in columns if n not in tails], list(tails))
             data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
             lengths = {name: len(v) for name, v in data.items()}
             if len(set(lengths.values())) > 1:
@@ -520,7 +546,7 @@ class StreamWriter:
                 batch.clear()
         length = state.tails[TIME].length
         if state.logged:
-            rows = state.tails[TIME].meta.chunks[0]
+            rows = state.tails[TIME].rows_per_chunk
             base = max(state.base, length - length % rows)
             if base != state.base:
                 state.base = base

@@ -37,7 +37,7 @@ from .errors import ArrayError, ColumnError
 from .metadata import ArrayMeta
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is made per column per append, and frozen ones are slow to make
 class ChunkJob:
     """One chunk an append stores: its key, how to encode it, its raw size, whether the codec compresses."""
 
@@ -70,14 +70,30 @@ class Tail:
 
     def __init__(self, name: str, meta: ArrayMeta):
         self.name = name
-        self.meta = meta
+        self._meta = meta
+        # The length is kept apart from ``meta``: a trickling stream appends one row at a time to
+        # thousands of Tails, and a new ArrayMeta per append cost more than the rest of it.
+        self._length = meta.shape[0]
+        self._inner = tuple(meta.shape[1:])
         self._rows_per_chunk = meta.chunks[0]
         self._zeros = (0,) * (len(meta.shape) - 1)
         self._shed = 0  # rows of the partial chunk before this one are not held (see shed)
+        self._known_key: tuple[int, str] | None = None  # (index, key) of the chunk whose key was asked last
+
+    @property
+    def meta(self) -> ArrayMeta:
+        """The array's metadata, its shape counting every row appended."""
+        if self._meta.shape[0] != self._length:
+            self._meta = self._meta.with_shape((self._length, *self._inner))
+        return self._meta
 
     @property
     def length(self) -> int:
-        return self.meta.shape[0]
+        return self._length
+
+    @property
+    def rows_per_chunk(self) -> int:
+        return self._rows_per_chunk
 
     @property
     def partial_key(self) -> str | None:
@@ -87,17 +103,24 @@ class Tail:
         return self.chunk_key(self.length // self._rows_per_chunk)
 
     def chunk_key(self, index: int) -> str:
-        return f"{self.name}/{self.meta.chunk_key((index, *self._zeros))}"
+        known = self._known_key
+        if known is None or known[0] != index:  # appends ask for the partial chunk's key again and again
+            known = self._known_key = (index, f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}")
+        return known[1]
 
     def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
         """``values`` as rows of this array (ColumnError saying why not)."""
+        if (type(values) is np.ndarray and values.dtype == self._meta.dtype and values.shape[1:] == self._inner
+                and values.ndim == len(self._inner) + 1):
+            return values  # what ingest passes: rows as stored already (the general path would conclude so, slowly)
         from .stream import coerce_column  # stream imports this module
 
-        return coerce_column(tag, column, values, self.meta.dtype, self.meta.shape[1:])
+        return coerce_column(tag, column, values, self._meta.dtype, self._inner)
 
     def blank(self, rows: int) -> np.ndarray:
         """``rows`` rows of the fill value."""
-        return np.full((rows, *self.meta.shape[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
+        meta = self._meta
+        return np.full((rows, *self._inner), meta.fill_value, dtype=meta.codec.work_dtype)
 
     def fills(self, rows: int) -> bool:
         """Whether appending ``rows`` rows fills the partial chunk."""
@@ -138,8 +161,22 @@ class Tail:
             jobs.append(self._put(index, start, value[pos : pos + take]))
             pos += take
             length += take
-        self.meta = self.meta.with_shape((length, *self.meta.shape[1:]))
+        self._length = length
         return jobs
+
+    def extend(self, value: np.ndarray) -> None:
+        """Add ``value``'s rows (coerced), which fill no chunk, making no job: what :meth:`append` does
+        with ``encoded`` False when no chunk fills, without the jobs nobody would encode (a row log
+        stores the rows). ValueError, before anything changes, if they would fill the chunk."""
+        if self.fills(len(value)):
+            raise ValueError(f"{self.name}: {len(value)} rows fill the partial chunk; append them")
+        if len(value):
+            self._hold(self._length % self._rows_per_chunk, value)
+            self._length += len(value)
+
+    def _hold(self, start: int, rows: np.ndarray) -> None:
+        """Keep ``rows``, from row ``start`` of the partial chunk on (they do not fill it)."""
+        raise NotImplementedError
 
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
         raise NotImplementedError
@@ -175,7 +212,7 @@ class NumberTail(Tail):
         self._chunk = None if partial is None or self.partial_key is None else np.array(partial, copy=True)
 
     def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
-        meta = self.meta
+        meta = self._meta
         codec = meta.codec
         end = start + len(rows)
         full = end == self._rows_per_chunk
@@ -186,11 +223,7 @@ class NumberTail(Tail):
             chunk = rows  # a whole chunk: encoded straight from the caller's rows
             self._chunk = None
         else:
-            if start == first or self._chunk is None:
-                self._chunk = self._grown(None, end - first)
-            elif len(self._chunk) < end - first:
-                self._chunk = self._grown(self._chunk, end - first)
-            self._chunk[start - first:end - first] = rows
+            self._hold(start, rows)
             chunk = self._chunk
             if full:
                 self._chunk = None  # the next append starts a new chunk
@@ -203,19 +236,30 @@ class NumberTail(Tail):
         return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize,
                         codec.compressed, full)
 
+    def _hold(self, start: int, rows: np.ndarray) -> None:
+        if start == 0:
+            self._shed = 0
+        first, end = self._shed, start + len(rows)  # the held rows begin at ``first`` (0 unless shed)
+        if start == first or self._chunk is None:
+            self._chunk = self._grown(None, end - first)
+        elif len(self._chunk) < end - first:
+            self._chunk = self._grown(self._chunk, end - first)
+        self._chunk[start - first:end - first] = rows
+
     def _grown(self, old: np.ndarray | None, rows: int) -> np.ndarray:
         """Room for at least ``rows`` rows, the fill value past them. Grown by doubling, up to a chunk:
         a trickling stream holds what it has, not a whole chunk (thousands of streams may be kept)."""
         have = 0 if old is None else len(old)
         capacity = min(self._rows_per_chunk, max(rows, 2 * have, 64))
-        out = np.full((capacity, *self.meta.chunks[1:]), self.meta.fill_value, dtype=self.meta.codec.work_dtype)
+        meta = self._meta
+        out = np.full((capacity, *meta.chunks[1:]), meta.fill_value, dtype=meta.codec.work_dtype)
         if old is not None:
             out[:have] = old
         return out
 
     def _encode_padded(self, rows: np.ndarray) -> bytes:
         """The partial chunk ``rows`` begin, encoded at the chunk's full shape (fill value past them)."""
-        return self.meta.codec.encode(self._grown(rows, self._rows_per_chunk))
+        return self._meta.codec.encode(self._grown(rows, self._rows_per_chunk))
 
     def serialised_since(self, row: int) -> bytes:
         first = self._in_partial(row)
@@ -268,8 +312,8 @@ class VLenTail(Tail):
         # The common case, a list of str (what ingest gives): straight to an
         # object array, which is what the serialiser takes; anything else
         # goes through the general conversion (numpy's str coercion, checks).
-        dtype = self.meta.dtype
-        inner = self.meta.shape[1:]
+        dtype = self._meta.dtype
+        inner = self._inner
         if dtype.kind == "T" and isinstance(values, list) and not inner:
             if set(map(type, values)) <= {str}:
                 out = np.empty(len(values), dtype=object)
@@ -278,22 +322,26 @@ class VLenTail(Tail):
         value = super().coerce(tag, column, values)
         return value if value.dtype == object else value.astype(object)
 
-    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
-        codec = self._codec
-        records = codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
+    def _hold(self, start: int, rows: np.ndarray) -> None:
+        records = self._codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
         if start == 0:
             self._records, self._bounds, self._shed = records, {0: 0}, 0
         else:
             self._records += records
+        self._bounds[start + len(rows)] = len(self._records)
+
+    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+        codec = self._codec
+        self._hold(start, rows)
         end = start + len(rows)
-        self._bounds[end] = len(self._records)
-        filler = self._fill * ((self._rows_per_chunk - end) * self._items_per_row)
-        count = self._rows_per_chunk * self._items_per_row
+        fills = (self._rows_per_chunk - end) * self._items_per_row
         if self._shed:
             encode = functools.partial(_cannot_encode, self.name)
         else:
-            encode = functools.partial(codec.encode_serialized, count, self._records, filler)
-        weight = len(self._records) + len(filler)
+            # The filler is made when the chunk is encoded: most appends' jobs never are (a row log takes them).
+            encode = functools.partial(_encode_records, codec, self._rows_per_chunk * self._items_per_row,
+                                       self._records, self._fill, fills)
+        weight = len(self._records) + len(self._fill) * fills
         full = end == self._rows_per_chunk
         if full:
             self._records, self._bounds = b"", {0: 0}
@@ -324,6 +372,11 @@ class VLenTail(Tail):
         twin = copy.copy(self)
         twin._bounds = dict(self._bounds)
         return twin
+
+
+def _encode_records(codec: VLenCodec, count: int, records: bytes, fill: bytes, fills: int) -> bytes:
+    """The chunk of ``count`` items whose first records are ``records``, the rest ``fills`` times ``fill``."""
+    return codec.encode_serialized(count, records, fill * fills)
 
 
 def tail_for(name: str, meta: ArrayMeta, partial: np.ndarray | None) -> Tail:

@@ -186,11 +186,12 @@ class Transaction(LoggedView):
         """
         if not raw:
             self.fold_for(items)
-        oids = self._tx.oids_for([encode_key(k) for k in items], create=True)
+        names = [encode_key(k) for k in items]
+        oids = self._tx.oids_for(names, create=True)
         digests = digests or {}
-        for key, value in items.items():
+        for (key, value), name in zip(items.items(), names):
             value = bytes(value)
-            oid = oids[encode_key(key)]
+            oid = oids[name]
             self._tx.write(oid, None, value, compress=compress, check=False, digest=digests.get(key))
             self._wrote(key, oid, len(value))
 

@@ -17,7 +17,13 @@ Recorded in ``extra_info``:
 - ``store_growth_bytes`` and ``growth_over_wire``: the store's growth (the
   SQLite file and WAL, or the MariaDB tablespaces), goal <= 3;
 - ``revisions_per_second``: object revisions written per second, and
-  ``commits_per_second``.
+  ``commits_per_second``;
+- ``server_cpu_seconds`` / ``server_cpu_us_per_chunk``: the CPU time the
+  server process (and its decode workers) spent during the run.
+
+The baseline, ``test_many_slow_sensors_fluentd_baseline``: the same load
+into real fluentd (``in_forward`` acknowledging each chunk once it is in a
+file buffer, ``out_file``), the field's tool for this traffic.
 
 Run (10 minutes per backend):
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import tempfile
 import time
 import urllib.parse
@@ -39,11 +46,13 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import psutil
 import pytest
 
 import arrays
 import neostore
 from ingest_load import event_time
+from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve
 from test_ingest import store_for
 
@@ -160,6 +169,22 @@ def _store_bytes(url: str, databases) -> int:
         conn.close()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and its children so far."""
+    process = psutil.Process(pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [process, *process.children(recursive=True)])
+
+
+def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, cpu: float) -> None:
+    info.update(tags=tags, seconds=seconds, sent=load.sent, acked=load.acked, late_slices=load.late_slices,
+                latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
+                latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
+                late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
+                late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
+                wire_bytes=load.wire_bytes, acked_per_second=load.acked / elapsed, errors=load.errors[:3],
+                server_cpu_seconds=cpu, server_cpu_us_per_chunk=cpu / max(load.acked, 1) * 1e6)
+
+
 # Beyond the suite's 300 s per test: the full run is long, and a store that falls behind drains after it.
 @pytest.mark.timeout(30 * SECONDS + 900)
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
@@ -172,19 +197,16 @@ def test_many_slow_sensors(benchmark, request, databases, backend):
     load = Trickle(tags, seconds)
     with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-trickle-{backend}.log") as serve:
         before = _store_bytes(url, databases)
+        cpu = _cpu_seconds(serve.process.pid)
         started = time.monotonic()
         benchmark.pedantic(lambda: asyncio.run(load.run(serve.forward_port)), rounds=1, iterations=1)
         elapsed = time.monotonic() - started
+        cpu = _cpu_seconds(serve.process.pid) - cpu
         grown = _store_bytes(url, databases) - before
         stopped = serve.stop(timeout=600)
     info = benchmark.extra_info
-    info.update(tags=tags, seconds=seconds, sent=load.sent, acked=load.acked, late_slices=load.late_slices,
-                latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
-                latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
-                late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
-                late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
-                wire_bytes=load.wire_bytes, store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes,
-                acked_per_second=load.acked / elapsed, errors=load.errors[:3])
+    _record(info, load, tags, seconds, elapsed, cpu)
+    info.update(store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes)
     store = neostore.open(url)
     try:
         usage = store.value_usage()
@@ -201,3 +223,43 @@ def test_many_slow_sensors(benchmark, request, databases, backend):
                 assert len(stream) == seconds
     finally:
         store.close()
+
+
+FLUENTD_CONFIG = """
+<source>
+  @type forward
+  bind 127.0.0.1
+  port {port}
+</source>
+<match plant.**>
+  @type file
+  path {out}/plant
+  <buffer>
+    @type file
+    path {out}/buffer
+    flush_interval 5s
+  </buffer>
+</match>
+"""
+
+
+@pytest.mark.timeout(30 * SECONDS + 900)
+def test_many_slow_sensors_fluentd_baseline(benchmark, request, tmp_path):
+    """The same load into real fluentd 1.14.6 (``in_forward``, acknowledging each chunk once it is in a
+    file buffer, into ``out_file``): the field's own tool on this machine, for the figures beside ours.
+    It stores rows, not columns, and never fsyncs: a floor for the work per chunk, not a like for like."""
+    full = request.config.getoption("benchmark_enable", False)
+    tags, seconds = (TAGS, SECONDS) if full else (200, 5)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    load = Trickle(tags, seconds)
+    with start_fluentd(FLUENTD_CONFIG.format(port=port, out=tmp_path), tmp_path) as fluentd:
+        cpu = _cpu_seconds(fluentd.process.pid)
+        started = time.monotonic()
+        benchmark.pedantic(lambda: asyncio.run(load.run(port)), rounds=1, iterations=1)
+        elapsed = time.monotonic() - started
+        cpu = _cpu_seconds(fluentd.process.pid) - cpu
+    _record(benchmark.extra_info, load, tags, seconds, elapsed, cpu)
+    assert not load.errors, load.errors[:3]
+    assert load.acked == load.sent == tags * seconds

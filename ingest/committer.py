@@ -72,7 +72,7 @@ from .columns import Columns, Rejected
 from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
-from .prepare import INVALID_TAG, Preparer, Validated, prepare, valid_tag, validate
+from .prepare import INVALID_TAG, Prepared, Preparer, Validated, prepare, valid_tag, validate
 from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
@@ -100,7 +100,7 @@ class _Submission:
     error: BaseException | None = None
     queued: float = field(default_factory=time.monotonic)
     # The Undecoded items' preparation in a worker (None: none, or prepared in the commit thread) ...
-    prepared: concurrent.futures.Future | None = None
+    prepared: Prepared | None = None
     # ... and its result once collected: one list of validated batches per Undecoded item, in order.
     validated: list[list[Validated]] | None = None
     # Why it could not be stored as it is (an internal error): its events then go to quarantine verbatim.
@@ -165,6 +165,11 @@ def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
         else:
             columns[name] = list(itertools.chain.from_iterable(values))
     return columns, sum(p.rows for p in parts)
+
+
+def _newest(times: np.ndarray) -> int:
+    # One row is the common case (a sensor's chunk): numpy's max costs more than the rest of it.
+    return int(times[0]) if len(times) == 1 else int(times.max())
 
 
 def _store_failure(exc: BaseException) -> bool:
@@ -266,6 +271,9 @@ class GroupCommitter:
     #: round trip to a worker process costs more than decoding a few events (many slow sensors send
     #: one event per chunk).
     INLINE_PREPARE_BYTES = 32 * 1024
+    #: ... unless one call submits at least this many: they then go to a worker together, in one round
+    #: trip (sensors' tiny chunks, thousands a second: their decoding moves off the main process's GIL).
+    BATCH_PREPARE_MIN = 8
 
     @property
     def pending_bytes(self) -> int:
@@ -317,6 +325,7 @@ class GroupCommitter:
             await self._reserve(sum(size for _, size in new), wait)
             loop = asyncio.get_running_loop()
             queued = []
+            small: list[tuple[_Submission, list[Undecoded]]] = []  # prepared together, if there are enough
             for i, size in new:
                 batches, key = items[i]
                 first = self._in_flight.get(key) if key is not None else None
@@ -334,10 +343,21 @@ class GroupCommitter:
                         self._release(size)
                         outcomes[i] = CommitFailed(f"the decode workers are unavailable ({exc}); nothing was stored")
                         continue
+                elif undecoded and self._preparer is not None:
+                    small.append((item, undecoded))
                 if key is not None:
                     self._in_flight[key] = item
                 queued.append(item)
                 waiting.append((i, item.waiter, False))
+            if len(small) >= self.BATCH_PREPARE_MIN:
+                assert self._preparer is not None
+                try:
+                    shares = self._preparer.submit_each([undecoded for _, undecoded in small])
+                except (RuntimeError, BrokenProcessPool):
+                    pass  # prepared in the commit thread, as if they were few
+                else:
+                    for (item, _), prepared in zip(small, shares):
+                        item.prepared = prepared
             with self._cond:
                 self._queue.extend(queued)
                 self._cond.notify()
@@ -403,7 +423,7 @@ class GroupCommitter:
             if delay > 0 and not self._closing:
                 time.sleep(delay)
             if first.prepared is not None:
-                concurrent.futures.wait([first.prepared])
+                first.prepared.wait()
             group = self._take()
             try:
                 group = self._collect(group)
@@ -477,7 +497,7 @@ class GroupCommitter:
         if not group:
             return
         started = time.perf_counter()
-        if started - self._trimmed >= 1.0:  # a look at every writer: once a second is enough
+        if started - self._trimmed >= self._writers.trim_interval:  # a look at every writer: not at every commit
             self._trimmed = started
             self._writers.trim()  # between commits: the writers of the group before may be committing still
         try:
@@ -718,7 +738,7 @@ class GroupCommitter:
         per_tag = {}
         for tag in set(gathered.rows) | set(gathered.rejected):
             parts = gathered.rows.get(tag, [])
-            newest = max((int(p.columns["time"].max()) for p in parts if p.rows), default=0)
+            newest = max((_newest(p.columns["time"]) for p in parts if p.rows), default=0)
             per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
                             len(gathered.rejected.get(tag, ())), newest)
         if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store

@@ -18,6 +18,7 @@ next ones.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import multiprocessing
 import os
@@ -28,6 +29,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 import arrays
 
@@ -136,6 +140,117 @@ def _prepare_in_worker(items: Sequence[Undecoded]) -> list[list[Validated]] | Un
     return prepare(_schemas, items)
 
 
+def _prepare_each_in_worker(submissions: Sequence[Sequence[Undecoded]]) -> _Batch:
+    """:func:`prepare` of each submission, packed (see :class:`_Batch`); a bug while validating one is
+    that one's result (its own failure, not its neighbours'), as the exception if it pickles, else as a
+    RuntimeError naming it."""
+    assert _schemas is not None, "the worker was started without its schemas"
+    results: list = []
+    for items in submissions:
+        try:
+            results.append(prepare(_schemas, items))
+        except Exception as exc:  # noqa: BLE001 - reported to that submission alone
+            results.append(_Raised(_carried(exc) or RuntimeError(f"{type(exc).__name__}: {exc}")))
+    return _Batch.pack(results)
+
+
+@dataclass(slots=True)
+class _Raised:
+    """What preparing one submission of a batch raised (see :func:`_prepare_each_in_worker`)."""
+
+    error: BaseException
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Where a batch's table holds the rows of one Validated: ``table``'s rows ``[start, stop)``."""
+
+    table: int
+    start: int
+    stop: int
+
+
+def _layout(columns: Columns) -> tuple:
+    return tuple((name, (v.dtype.str, v.shape[1:]) if isinstance(v, np.ndarray) else type(v).__name__)
+                 for name, v in columns.columns.items())
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Many submissions prepared in one worker call, as they cross back to the main process.
+
+    Their columns are concatenated into one table per layout (names and
+    types), each Validated pointing at its rows (:class:`_Rows`): unpickling
+    a few long arrays costs far less than thousands of one-row ones, and
+    :meth:`result` gives each submission views of them.
+    """
+
+    tables: list[dict[str, Any]]
+    results: list
+
+    @classmethod
+    def pack(cls, results: list) -> _Batch:
+        parts: dict[tuple, list[Columns]] = {}
+        places: list[tuple[Validated, tuple, int]] = []
+        for result in results:
+            if not isinstance(result, list):
+                continue
+            for validated in (v for batches in result for v in batches):
+                if validated.columns is not None:
+                    layout = _layout(validated.columns)
+                    places.append((validated, layout, len(parts.setdefault(layout, []))))
+                    parts[layout].append(validated.columns)
+        tables, starts = [], {}
+        for layout, columns in parts.items():
+            table: dict[str, Any] = {}
+            for name, kind in layout:
+                values = [c.columns[name] for c in columns]
+                table[name] = (np.concatenate(values) if isinstance(kind, tuple)
+                               else list(itertools.chain.from_iterable(values)))
+            starts[layout] = list(itertools.accumulate((c.rows for c in columns), initial=0))
+            tables.append(table)
+        index = {layout: i for i, layout in enumerate(parts)}
+        for validated, layout, k in places:
+            validated.columns = _Rows(index[layout], starts[layout][k], starts[layout][k + 1])
+        return cls(tables, results)
+
+    def result(self, i: int) -> list[list[Validated]] | UndecodableBatch:
+        """What :func:`prepare` gave submission ``i`` (raising what preparing it raised)."""
+        result = self.results[i]
+        if isinstance(result, _Raised):
+            raise result.error
+        if isinstance(result, list):
+            for validated in (v for batches in result for v in batches):
+                rows = validated.columns
+                if isinstance(rows, _Rows):
+                    table = self.tables[rows.table]
+                    validated.columns = Columns(rows.stop - rows.start,
+                                                {name: values[rows.start:rows.stop] for name, values in table.items()})
+        return result
+
+
+class Prepared:
+    """One submission's preparation in a worker, alone or as its share of a batch: what the committer
+    waits for (:meth:`done`, :meth:`wait`) and takes (:meth:`result`, raising what preparing it raised,
+    or BrokenProcessPool / CancelledError if the worker died or the pool was replaced)."""
+
+    __slots__ = ("future", "index")
+
+    def __init__(self, future: concurrent.futures.Future, index: int | None = None):
+        self.future = future
+        self.index = index  # None: the future is this submission's alone
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait(self) -> None:
+        concurrent.futures.wait([self.future])
+
+    def result(self) -> list[list[Validated]] | UndecodableBatch:
+        result = self.future.result()
+        return result if self.index is None else result.result(self.index)
+
+
 def _ready() -> bool:
     return _schemas is not None
 
@@ -173,18 +288,27 @@ class Preparer:
         for future in [pool.submit(_ready) for _ in range(self.workers)]:
             future.result()
 
-    def submit(self, items: Sequence[Undecoded]) -> concurrent.futures.Future:
-        """Start preparing one submission's items; the future gives :func:`prepare`'s result."""
+    def submit(self, items: Sequence[Undecoded]) -> Prepared:
+        """Start preparing one submission's items; :meth:`Prepared.result` gives :func:`prepare`'s result."""
+        return Prepared(self._submit(_prepare_in_worker, list(items)))
+
+    def _submit(self, function, argument) -> concurrent.futures.Future:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the decode workers are shut down")
             if self._pool is None:
                 self._pool = self._new_pool()
             try:
-                return self._pool.submit(_prepare_in_worker, list(items))
+                return self._pool.submit(function, argument)
             except BrokenProcessPool:
                 self._replace(self._pool)
-                return self._pool.submit(_prepare_in_worker, list(items))
+                return self._pool.submit(function, argument)
+
+    def submit_each(self, submissions: Sequence[Sequence[Undecoded]]) -> list[Prepared]:
+        """Start preparing many submissions' items in one round trip to a worker (for small submissions,
+        whose own round trips would cost more than their decoding); each submission's share."""
+        batch = self._submit(_prepare_each_in_worker, [list(items) for items in submissions])
+        return [Prepared(batch, i) for i in range(len(submissions))]
 
     def broken(self) -> None:
         """A worker died: replace the pool (idempotent for each broken pool)."""

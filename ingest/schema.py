@@ -83,6 +83,22 @@ class Schema:
     path: str = ""
     _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
 
+    def __hash__(self) -> int:
+        # Schemas key caches that every event asks: hash the fields once, not at each question.
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash((self.name, self.kind, self.tags, self.fields, self.extra, self.chunk_rows, self.codec,
+                          self.vibration, self.description, self.path))
+            object.__setattr__(self, "_hash", known)
+        return known
+
+    def __getstate__(self) -> dict:
+        # Not the cached hash: str hashes differ between processes (schemas are sent to workers).
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
     def matches(self, tag: str) -> bool:
         return any(p.fullmatch(tag) for p in self._patterns)
 
@@ -280,18 +296,29 @@ def load_schema(path: str | Path) -> Schema:
     return parse_schema(doc, name=path.stem, path=str(path))
 
 
+#: Tags whose schema a SchemaSet remembers, at most.
+_FOUND_LIMIT = 100_000
+
+
 @dataclass(frozen=True)
 class SchemaSet:
     """The schemas of a service, in the order their tags are tried (file name order)."""
 
     schemas: tuple[Schema, ...]
+    # tag -> its schema, as found: every event asks, and a plant's tags are many but not endless.
+    _found: dict[str, Schema | None] = field(default_factory=dict, compare=False, repr=False)
 
     def for_tag(self, tag: str) -> Schema | None:
         """The first schema whose patterns match ``tag``, or None."""
-        for schema in self.schemas:
-            if schema.matches(tag):
-                return schema
-        return None
+        try:
+            return self._found[tag]
+        except KeyError:
+            pass
+        found = next((schema for schema in self.schemas if schema.matches(tag)), None)
+        if len(self._found) >= _FOUND_LIMIT:
+            self._found.clear()  # bounded: matching again is only slower
+        self._found[tag] = found
+        return found
 
     def __iter__(self):
         return iter(self.schemas)

@@ -60,6 +60,12 @@ class StreamWriters:
         self.changes = arrays.ChangeLog(store)
         self._writers: collections.OrderedDict[tuple[str, bool], arrays.StreamWriter] = collections.OrderedDict()
 
+    @property
+    def trim_interval(self) -> float:
+        """Seconds between looks at the rows held (:meth:`trim`): a look costs a few µs per writer, so
+        thousands of writers are looked at less often (their rows grow slowly: each holds one chunk at most)."""
+        return max(1.0, len(self._writers) / 2000)
+
     def __len__(self) -> int:
         return len(self._writers)
 
@@ -155,6 +161,10 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
     fill value.
     """
     writer = writers.get(tag)
+    held = writer.held_columns
+    if held is not None and _column_names(schema) <= held:
+        writer.append(tx, columns, fill_missing=True)  # has every column of the schema: no look needed
+        return
     try:
         have = set(writer.columns(tx))
     except StreamNotFoundError:

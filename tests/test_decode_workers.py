@@ -166,3 +166,68 @@ async def test_http_malformed_body_via_worker_is_a_400_naming_the_problem(commit
     finally:
         await server.close()
     assert read(store, "app.h", quarantine=True)["raw"][0] == b'["not a map"]'
+
+
+def _many_small(chunk: str) -> list[tuple[list[Undecoded], bytes]]:
+    """Small submissions of two tags, as many sensors' chunks arrive on one connection read: good ones,
+    one with a record that does not fit (quarantined), one truncated (undecodable)."""
+    items = []
+    for k in range(24):
+        tag = f"app.s{k % 2}"
+        if k == 5:
+            payload = b"".join(entries({"seq": k, "msg": "fits"}, {"seq": "not a number"}))
+        elif k == 11:
+            payload = entries({"seq": k})[0][:-2]
+        else:
+            payload = b"".join(entries({"seq": k, "msg": f"m{k}"}, {"seq": 100 + k}))
+        items.append(([undecoded(tag, payload)], f"{chunk}-{k}".encode()))
+    return items
+
+
+def _outcome(result) -> tuple:
+    if isinstance(result, UndecodableBatch):
+        return ("undecodable", type(result.cause).__name__, str(result))
+    return ("stored", result.accepted, result.quarantined, result.reasons)
+
+
+async def test_many_small_submissions_prepared_together_answer_as_prepared_alone(tmp_path, committer, store):
+    """At least BATCH_PREPARE_MIN small submissions in one call go to a worker together: each gets what
+    the committer thread would have made of it alone, and stores the same rows and quarantine."""
+    assert len(_many_small("b")) >= committer.BATCH_PREPARE_MIN
+    batches, submit_each = [], committer._preparer.submit_each
+    committer._preparer.submit_each = lambda subs: batches.append(len(subs)) or submit_each(subs)
+    together = await committer.submit_many(_many_small("b"))
+    assert batches == [24]  # one round trip to a worker for them all
+    inline_store = neostore.open(f"sqlite:///{tmp_path}/inline.db")
+    inline = GroupCommitter(inline_store, SCHEMAS, decode_workers=0)
+    inline.start()
+    try:
+        alone = await inline.submit_many(_many_small("b"))
+    finally:
+        inline.close()
+    try:
+        assert [_outcome(r) for r in together] == [_outcome(r) for r in alone]
+        assert [_outcome(r)[0] for r in together].count("undecodable") == 1
+        assert sum(r.quarantined for r in together if not isinstance(r, UndecodableBatch)) == 1
+        for tag, quarantine in (("app.s0", False), ("app.s1", False), ("app.s1", True)):  # s1 got the misfit
+            mine, theirs = read(store, tag, quarantine), read(inline_store, tag, quarantine)
+            assert mine.keys() == theirs.keys()
+            for name in mine:
+                assert mine[name].tolist() == theirs[name].tolist(), (tag, quarantine, name)
+    finally:
+        inline_store.close()
+
+
+async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepared(committer, store):
+    payload = entries({"seq": 1})[0]
+    items = [([Undecoded("app.k", payload, _sleepy_decode, (60.0,), "test", len(payload))], f"k{k}".encode())
+             for k in range(committer.BATCH_PREPARE_MIN)]
+    pending = asyncio.ensure_future(committer.submit_many(items))
+    await asyncio.sleep(0.5)  # the worker is now inside the first sleep
+    for pid in list(committer._preparer._pool._processes):
+        os.kill(pid, signal.SIGKILL)
+    results = await asyncio.wait_for(pending, 30)
+    assert all(isinstance(r, CommitFailed) and "decode worker died" in str(r) for r in results), results
+    after = await committer.submit_many(_many_small("after"))
+    # 24 submissions of 2 records: one record quarantined, one submission undecodable.
+    assert sum(r.accepted for r in after if not isinstance(r, UndecodableBatch)) == 45

@@ -194,7 +194,7 @@ def test_staged_appends_store_what_plain_appends_store(store_url):
         with concurrent.futures.ThreadPoolExecutor(1) as committer:
             committing = None
             start = 0
-            used = []
+            used, fills = [], []
             for n in SIZES:
                 staged = writer.stage(rows(start, n))  # against the rows of the commit still running
                 if committing is not None:
@@ -202,6 +202,7 @@ def test_staged_appends_store_what_plain_appends_store(store_url):
                 tx = arrays.Transaction(store)
                 assert writer.append(tx, staged) == start + n
                 used.append(staged.used)
+                fills.append(start % 16 + n >= 16)
                 committing = committer.submit(tx.commit)
                 start += n
             committing.result()
@@ -210,7 +211,9 @@ def test_staged_appends_store_what_plain_appends_store(store_url):
             with arrays.transaction(store) as tx:
                 plain.append(tx, rows(start, n))
             start += n
-        assert used[1:] == [True] * (len(SIZES) - 1)  # the first append had no state to stage on
+        # Staged and stored as staged when it fills a chunk (the first append had no state to stage on);
+        # an append filling none encodes nothing ahead: the row log takes its rows.
+        assert used[1:] == fills[1:] and any(fills[1:]) and not all(fills[1:])
         assert writer.loads == 1
         assert_same_streams(store, "staged", "plain")
     finally:
@@ -254,31 +257,34 @@ def test_staged_append_after_a_failed_commit_or_another_writer_encodes_afresh(st
         writer = arrays.StreamWriter(store, "s")
         with arrays.transaction(store) as tx:
             writer.append(tx, {"time": [0, 1, 2], "a": [0.0, 1.0, 2.0], "m": ["0", "1", "2"]})
-        # staged on rows of a transaction that then aborts: not stored
+        # An append that fills no chunk is not staged: the row log takes its rows, nothing is encoded.
+        assert not writer.stage({"time": [3], "a": [3.0], "m": ["3"]}).encoded
+        # staged (filling the chunk) on rows of a transaction that then aborts: not stored
         doomed = arrays.Transaction(store)
         writer.append(doomed, {"time": [90, 91], "a": [9.0, 9.1], "m": ["no", "no"]})
-        staged = writer.stage({"time": [3], "a": [3.0], "m": ["3"]})
+        staged = writer.stage({"time": [3, 4, 5], "a": [3.0, 4.0, 5.0], "m": ["3", "4", "5"]})
         assert staged.encoded
         doomed.abort()
         with arrays.transaction(store) as tx:
-            assert writer.append(tx, staged) == 4
+            assert writer.append(tx, staged) == 6
         assert not staged.used
         # staged, then another connection appends: encoded again after it
-        staged = writer.stage({"time": [5], "a": [5.0], "m": ["5"]})
+        staged = writer.stage({"time": [7, 8], "a": [7.0, 8.0], "m": ["7", "8"]})
+        assert staged.encoded
         with arrays.open_stream(other, "s") as s:
-            s.append({"time": [4], "a": [4.0], "m": ["4"]})
+            s.append({"time": [6], "a": [6.0], "m": ["6"]})
         with arrays.transaction(store) as tx:
-            assert writer.append(tx, staged) == 6
-        assert staged.encoded and not staged.used
+            assert writer.append(tx, staged) == 9
+        assert not staged.used
         # faulty columns: staging says nothing, append says what is wrong
-        staged = writer.stage({"time": [6], "zz": [1]})
+        staged = writer.stage({"time": [9], "zz": [1]})
         assert not staged.encoded
         with pytest.raises(arrays.ColumnError, match="unknown"):
             with arrays.transaction(store) as tx:
                 writer.append(tx, staged)
         with arrays.open_stream(store, "s") as s:
-            assert s["time"][:].tolist() == [0, 1, 2, 3, 4, 5]
-            assert s["m"][:].tolist() == ["0", "1", "2", "3", "4", "5"]
+            assert s["time"][:].tolist() == list(range(9))
+            assert s["m"][:].tolist() == [str(i) for i in range(9)]
     finally:
         store.close()
         other.close()
@@ -391,7 +397,9 @@ def test_a_writer_that_sheds_its_rows_stores_what_fresh_opens_store(store_url):
                     staged = writer.stage(data)
                     tx = arrays.Transaction(store)
                     writer.append(tx, staged)
-                    assert staged.used == (not fills), k  # a filling append is encoded after reading back
+                    # Never stored as staged: filling no chunk it encodes nothing (the row log takes
+                    # the rows), filling one it is encoded after the rows are read back.
+                    assert not staged.encoded and not staged.used, k
                     committer.submit(tx.commit).result()
                 else:
                     with arrays.transaction(store) as tx:
