@@ -392,12 +392,20 @@ def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
     return value
 
 
+def read_packed(frame: bytes, json_mode: bool = False) -> tuple[str, memoryview, dict | None] | None:
+    """``(tag, entries, option)`` of a (Compressed)PackedForward message the fast path reads, else None
+    (the general path of :func:`decode_message` reads it); raises what :func:`decode_message` would
+    for a bad tag or option. Pass it on to :func:`decode_message` (``packed``) to read the frame once."""
+    return None if json_mode else _split_packed(frame)
+
+
 def decode_message(
     frame: bytes,
     *,
     json_mode: bool = False,
     decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
     defer: bool = False,
+    packed: tuple[str, memoryview, dict | None] | None = None,
 ) -> Decoded | None:
     """Decode one framed message (from :class:`FrameReader`); None for a heartbeat (nil).
 
@@ -408,9 +416,11 @@ def decode_message(
     entries undecoded (an :class:`ingest.batch.Undecoded` calling
     :func:`decode_entries`): only the framing, tag and options are read
     here, and errors in the entries are raised where they are decoded.
+    ``packed``: what :func:`read_packed` gave for ``frame``, if it was asked.
     """
     if not json_mode:
-        packed = _split_packed(frame)
+        if packed is None:
+            packed = _split_packed(frame)
         if packed is not None:
             tag, entries, option = packed
             if defer and (_compressed(option) or _small_events(entries)):
@@ -507,6 +517,8 @@ def _compressed(option: dict | None) -> bool:
 
 def _small_events(entries: memoryview) -> bool:
     """Whether the first packed entry is under :data:`DEFER_MAX_EVENT_BYTES` (read from a prefix only)."""
+    if len(entries) <= DEFER_MAX_EVENT_BYTES:
+        return True  # so is every entry (most messages: a sensor's few events)
     up = msgpack.Unpacker(None, max_buffer_size=DEFER_MAX_EVENT_BYTES + 1, strict_map_key=False)
     up.feed(entries[: DEFER_MAX_EVENT_BYTES + 1])
     try:

@@ -81,8 +81,8 @@ from .decode import (
     ack_bytes,
     decode_message,
     merge_batches,
-    _split_packed,
     parse_frame,
+    read_packed,
 )
 from .errors import ForwardError, MalformedMessage, OversizeMessage
 from .handshake import MAX_PING_BYTES, Handshake
@@ -515,18 +515,18 @@ class _Connection(asyncio.Protocol):
                 self._report(item)
                 return None
             charge = held_for(len(item))
-            compressed = _compressed_entries(item, bool(self.frames.json))
-            if compressed is not None:
-                reserved = await self._reserve_inflated(item, *compressed)
-                if reserved is None:
-                    self.charges.add("queued", -charge)
-                    return None
-                charge += reserved
+            json_mode = bool(self.frames.json)
             try:
-                decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.inflate_limit,
-                    defer=self.server.defer,
-                )
+                packed = read_packed(item, json_mode)
+                compressed = _compressed_entries(packed)
+                if compressed is not None:
+                    reserved = await self._reserve_inflated(item, *compressed)
+                    if reserved is None:
+                        self.charges.add("queued", -charge)
+                        return None
+                    charge += reserved
+                decoded = decode_message(item, json_mode=json_mode, decompressed_size_limit=self.server.inflate_limit,
+                                         defer=self.server.defer, packed=packed)
             except ForwardError as exc:
                 self.charges.add("queued", -charge)
                 self.charges.settle()
@@ -560,15 +560,17 @@ class _Connection(asyncio.Protocol):
         other kind is carried to the next submission; errors and compressed messages are left for
         :meth:`_next` (which reports the one and reserves the other's decompressed size)."""
         charge = 0
+        json_mode = bool(self.frames.json)
         while self.pending and limit > 0:
             item = self.pending[0]
-            if isinstance(item, ForwardError) or _compressed_entries(item, bool(self.frames.json)) is not None:
-                break  # errors are reported, and compressed messages reserved, by _next
+            if isinstance(item, ForwardError):
+                break  # reported by _next
             try:
-                decoded = decode_message(
-                    item, json_mode=bool(self.frames.json), decompressed_size_limit=self.server.inflate_limit,
-                    defer=self.server.defer,
-                )
+                packed = read_packed(item, json_mode)  # read once, for both questions
+                if _compressed_entries(packed) is not None:
+                    break  # its decompressed size is reserved by _next
+                decoded = decode_message(item, json_mode=json_mode, decompressed_size_limit=self.server.inflate_limit,
+                                         defer=self.server.defer, packed=packed)
             except ForwardError as exc:
                 self.pending[0] = exc  # reported by _next, after this submission
                 self.charges.add("queued", -held_for(len(item)))
@@ -719,14 +721,8 @@ class _Connection(asyncio.Protocol):
             self.stats["acks"] += len(acks)
 
 
-def _compressed_entries(frame: bytes, json_mode: bool) -> tuple[str, str, memoryview] | None:
-    """``(tag, codec, payload)`` of a CompressedPackedForward message read by the fast path, else None."""
-    if json_mode:
-        return None
-    try:
-        packed = _split_packed(frame)
-    except ForwardError:
-        return None  # decode_message names the fault
+def _compressed_entries(packed: tuple[str, memoryview, dict | None] | None) -> tuple[str, str, memoryview] | None:
+    """``(tag, codec, payload)`` of a CompressedPackedForward message as :func:`read_packed` read it, else None."""
     if packed is None:
         return None
     tag, entries, option = packed
