@@ -210,7 +210,7 @@ class StreamWriter:
             else:
                 data = self._coerce(state.tails, parts, fill_missing)
                 self._forget(state, state.tails)
-                if state.logged and not state.tails[TIME].fills(sum(len(d[TIME]) for d in data)):
+                if state.logged and not self._needs_rows(state, data):
                     for part in data:  # the row log takes the rows: no chunk to encode, none to store
                         for name, tail in state.tails.items():
                             tail.extend(part[name])
@@ -308,7 +308,7 @@ class StreamWriter:
 
     @staticmethod
     def _needs_rows(state: _State, parts: list[Mapping[str, Any]]) -> bool:
-        """Whether appending ``parts`` needs the rows ``state`` shed: it fills the partial chunk."""
+        """Whether appending ``parts`` fills the partial chunk (so needs the rows ``state`` may have shed)."""
         rows = 0
         for part in parts:
             if TIME not in part:

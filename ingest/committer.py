@@ -224,8 +224,6 @@ class GroupCommitter:
         self.probe_interval = probe_interval
         self.ledger = KeyLedger(key_window)
         self._writers = streams.StreamWriters(store)  # kept across commits: no re-reading per commit
-        self._trimmed = 0.0  # when their rows were last trimmed (perf_counter) ...
-        self._untrimmed = 0  # ... and the bytes of the submissions committed since
         self._queue: collections.deque[_Submission] = collections.deque()
         self._cond = threading.Condition()
         self._pending = 0
@@ -498,13 +496,8 @@ class GroupCommitter:
         if not group:
             return
         started = time.perf_counter()
-        self._untrimmed += sum(item.size for item in group)
-        # A look at every writer, not at every commit: after a while (trickles), or after bytes that may
-        # be rows held (big events: their rows must not pile up between looks).
-        if (started - self._trimmed >= self._writers.trim_interval
-                or self._untrimmed >= self._writers.max_bytes // 2):
-            self._trimmed, self._untrimmed = started, 0
-            self._writers.trim()  # between commits: the writers of the group before may be committing still
+        # Between commits: the writers of the group before may be committing still.
+        self._writers.trim_if_due(sum(item.size for item in group))
         try:
             gathered = self._gather(group)
             staged = {tag: streams.stage(self._writers, tag, self._rows(tag, parts))

@@ -8,6 +8,7 @@ file and the key that is wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -87,8 +88,7 @@ class Schema:
         # Schemas key caches that every event asks: hash the fields once, not at each question.
         known = self.__dict__.get("_hash")
         if known is None:
-            known = hash((self.name, self.kind, self.tags, self.fields, self.extra, self.chunk_rows, self.codec,
-                          self.vibration, self.description, self.path))
+            known = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare))
             object.__setattr__(self, "_hash", known)
         return known
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,12 +60,8 @@ class StreamWriters:
         self.max_bytes = max_bytes
         self.changes = arrays.ChangeLog(store)
         self._writers: collections.OrderedDict[tuple[str, bool], arrays.StreamWriter] = collections.OrderedDict()
-
-    @property
-    def trim_interval(self) -> float:
-        """Seconds between looks at the rows held (:meth:`trim`): a look costs a few µs per writer, so
-        thousands of writers are looked at less often (their rows grow slowly: each holds one chunk at most)."""
-        return max(1.0, len(self._writers) / 2000)
+        self._trimmed = 0.0  # when the rows held were last looked at (perf_counter) ...
+        self._untrimmed = 0  # ... and the bytes appended since (see trim_if_due)
 
     def __len__(self) -> int:
         return len(self._writers)
@@ -84,6 +81,21 @@ class StreamWriters:
     def held_bytes(self) -> int:
         """Bytes of rows the writers hold between them."""
         return sum(w.held_bytes for w in self._writers.values())
+
+    def trim_if_due(self, appended: int) -> int:
+        """:meth:`trim`, if it is due now that ``appended`` more bytes are about to be appended; the bytes freed.
+
+        A look costs a few µs per writer: it comes after a while (a second,
+        longer with thousands of writers, whose rows grow slowly: each holds
+        a chunk at most), or sooner once the bytes appended since the last
+        reach half of ``max_bytes`` (big events must not pile up between looks).
+        """
+        self._untrimmed += appended
+        now = time.perf_counter()
+        if now - self._trimmed < max(1.0, len(self._writers) / 2000) and self._untrimmed < self.max_bytes // 2:
+            return 0
+        self._trimmed, self._untrimmed = now, 0
+        return self.trim()
 
     def trim(self) -> int:
         """Past ``max_bytes`` of rows held, bring them to half of it: the least recently used writers shed
@@ -161,21 +173,20 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
     fill value.
     """
     writer = writers.get(tag)
-    held = writer.held_columns
-    if held is not None and _column_names(schema) <= held:
-        writer.append(tx, columns, fill_missing=True)  # has every column of the schema: no look needed
-        return
-    try:
-        have = set(writer.columns(tx))
-    except StreamNotFoundError:
-        arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema),
-                             chunk_rows=schema.chunk_rows)
-    else:
-        new = [] if _column_names(schema) <= have else [c for c in schema_columns(schema) if c.name not in have]
-        if new:
-            stream = arrays.open_stream(tx, tag)
-            for column in new:
-                stream.add_column(column)  # the writer sees its group change and reloads
+    held = writer.held_columns  # has every column of the schema already: no look at the store needed
+    if held is None or not _column_names(schema) <= held:
+        try:
+            have = set(writer.columns(tx))
+        except StreamNotFoundError:
+            arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema),
+                                 chunk_rows=schema.chunk_rows)
+        else:
+            stream = None
+            for column in schema_columns(schema):
+                if column.name not in have:
+                    if stream is None:
+                        stream = arrays.open_stream(tx, tag)
+                    stream.add_column(column)  # the writer sees its group change and reloads
     writer.append(tx, columns, fill_missing=True)
 
 

@@ -222,6 +222,31 @@ async def test_close_commits_what_is_queued_then_refuses(store):
         await c.submit([batch("app.c", 4, 1)])
 
 
+def test_a_field_added_to_the_schema_becomes_a_back_filled_column_of_a_kept_writers_stream(store):
+    """A kept writer knows its stream's columns without a look at the store; a schema with a field the stream
+    lacks still gets its column, back-filled with the column's fill value, and later rows fill it."""
+    from ingest import streams
+
+    fields = [{"name": "value", "dtype": "float64"}]
+    before = parse_schema({"kind": "sensor", "tags": ["plant.**"], "fields": fields}, name="sensor")
+    after = parse_schema({"kind": "sensor", "tags": ["plant.**"],
+                          "fields": [*fields, {"name": "status", "dtype": "int32", "fill": -1}]}, name="sensor")
+    writers = streams.StreamWriters(store)
+    for second, schema in enumerate([before, before, after, after]):
+        row = {"time": np.array([second], dtype=np.int64), "value": np.array([second / 10])}
+        if schema is after:
+            row["status"] = np.array([second], dtype=np.int32)
+        with arrays.transaction(store) as tx:
+            streams.write(tx, writers, "plant.s", schema, row)
+        assert writers.get("plant.s").held_columns >= {"value"}
+    got = read(store, "plant.s")
+    assert got["time"].tolist() == [0, 1, 2, 3]
+    assert got["value"].tolist() == [0.0, 0.1, 0.2, 0.3]
+    with arrays.open_stream(store, "plant.s") as stream:
+        fill = stream["status"].fill_value
+    assert got["status"].tolist() == [fill, fill, 2, 3]
+
+
 def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
     """Past its byte bound, the writers shed their rows rather than being let go: each stream is read once,
     then again only when a chunk fills (its rows come back from the row log), and every row is exact."""
