@@ -180,8 +180,26 @@ class Column:
         )
 
 
+@functools.lru_cache(maxsize=64)
 def _time_meta(chunk_rows: int) -> ArrayMeta:
     return ArrayMeta.create((0,), "int64", chunks=(chunk_rows,), dims=(TIME,), attributes=TIME_ATTRS)
+
+
+#: The ``zarr.json`` of a column's array in a new stream, by the column's description: the same for
+#: each of the thousands of streams one schema makes, and costly to build (zarr's data type parsing).
+_EMPTY_META_LIMIT = 1024
+_empty_meta: dict[str, bytes] = {}
+
+
+def _empty_meta_bytes(column: Column, chunk_rows: int) -> bytes:
+    key = f"{chunk_rows} {column!r}"  # the repr shows every field, attributes as they are now
+    found = _empty_meta.get(key)
+    if found is None:
+        found = column.meta(chunk_rows).to_bytes()
+        if len(_empty_meta) >= _EMPTY_META_LIMIT:
+            _empty_meta.clear()
+        _empty_meta[key] = found
+    return found
 
 
 #: Parsed group documents by their bytes: a stream's group is re-read every transaction.
@@ -724,7 +742,7 @@ def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], 
         raise StreamExistsError(f"stream {tag!r} already exists at {path!r}; open it with open_stream")
     root_key = _root_key(path.startswith(QUARANTINE_ROOT + "/"))
     writes: dict[str, bytes] = {}
-    if not tx.gathering(root_key):  # the first stream this transaction creates there: check the parents
+    if not tx.gathers(root_key):  # the first stream this transaction creates there: check the parents
         parents = tx.get_many([METADATA_KEY, root_key])
         if METADATA_KEY not in parents:
             writes[METADATA_KEY] = group_document()
@@ -737,7 +755,7 @@ def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], 
     writes[group_key] = group_document({"windvane_stream": STREAM_FORMAT, "columns": names, **attrs})
     writes[f"{path}/{TIME}/{METADATA_KEY}"] = _time_meta(chunk_rows).to_bytes()
     for column in columns:
-        writes[f"{path}/{column.name}/{METADATA_KEY}"] = column.meta(chunk_rows).to_bytes()
+        writes[f"{path}/{column.name}/{METADATA_KEY}"] = _empty_meta_bytes(column, chunk_rows)
     tx.set_many(writes)
     # The registry is written once, at the commit: a commit creating thousands of streams rewrites it once.
     tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).add(tag)

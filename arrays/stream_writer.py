@@ -478,7 +478,10 @@ class StreamWriter:
             unbound = [k for k in keys_now if k not in state.bound]
             if not unbound:
                 return
-            state.bound.update(tx.oids(unbound, written_only=True))
+            found = tx.oids(unbound, written_only=True)
+            if not found:
+                return  # the usual case: only the partial chunk's key, which the row log keeps unbound
+            state.bound.update(found)
         else:
             state.keys, state.bound = keys_now, tx.oids(keys_now)
         state.oids = frozenset(state.bound.values())

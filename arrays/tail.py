@@ -247,14 +247,18 @@ class NumberTail(Tail):
         self._chunk[start - first:end - first] = rows
 
     def _grown(self, old: np.ndarray | None, rows: int) -> np.ndarray:
-        """Room for at least ``rows`` rows, the fill value past them. Grown by doubling, up to a chunk:
-        a trickling stream holds what it has, not a whole chunk (thousands of streams may be kept)."""
+        """Room for at least ``rows`` rows, ``old``'s first, the fill value past them. Grown by doubling,
+        up to a chunk: a trickling stream holds what it has, not a whole chunk (thousands of streams may
+        be kept). A quarter of a chunk or more takes the whole chunk at once: bulk appends would
+        otherwise copy what they hold again when the next one fills it."""
         have = 0 if old is None else len(old)
-        capacity = min(self._rows_per_chunk, max(rows, 2 * have, 64))
+        per_chunk = self._rows_per_chunk
+        capacity = per_chunk if 4 * rows >= per_chunk else min(per_chunk, max(rows, 2 * have, 64))
         meta = self._meta
-        out = np.full((capacity, *meta.chunks[1:]), meta.fill_value, dtype=meta.codec.work_dtype)
+        out = np.empty((capacity, *meta.chunks[1:]), dtype=meta.codec.work_dtype)
         if old is not None:
             out[:have] = old
+        out[have:] = meta.fill_value
         return out
 
     def _encode_padded(self, rows: np.ndarray) -> bytes:

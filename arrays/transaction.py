@@ -302,7 +302,10 @@ class Transaction(LoggedView):
     def written_since(self, mark: int, keys: Iterable[str]) -> bool:
         """Whether any of ``keys`` was written (set or deleted) in this transaction after ``mark`` (0: ever)."""
         seq = self._write_seq
-        return any(seq.get(k, 0) > mark for k in keys)
+        for key in keys:  # a loop, not any() over a generator: thousands of writers ask this per commit
+            if seq.get(key, 0) > mark:
+                return True
+        return False
 
     @_serialised
     def oids(self, keys: Iterable[str], *, written_only: bool = False) -> dict[str, bytes]:
@@ -350,6 +353,12 @@ class Transaction(LoggedView):
         """What :meth:`gathered` holds under ``key`` so far (empty if nothing)."""
         found = self._gathered.get(key)
         return frozenset() if found is None else frozenset(found[0])
+
+    @_serialised
+    def gathers(self, key: str) -> bool:
+        """Whether :meth:`gathered` holds anything under ``key`` (without copying it, unlike :meth:`gathering`)."""
+        found = self._gathered.get(key)
+        return found is not None and bool(found[0])
 
     # -- callbacks ---------------------------------------------------------------
 

@@ -11,8 +11,10 @@ Connectors charge what they hold, in three kinds:
 Forward frames, whole or not, HTTP bodies once whole, and decompressed
 payloads are charged :func:`held_for` their size: what they come to hold
 until their commit is done, not their size alone. A frame that becomes
-whole thus adds nothing, so readers resumed together cannot overshoot the
-budget by all finishing their frames.
+whole thus adds only :data:`MESSAGE_OVERHEAD` (:func:`held_for_message`, the
+objects a waiting message is made of), so readers resumed together cannot
+overshoot the budget by all finishing their frames, and thousands of tiny
+pipelined messages are bounded by it as well as a few large ones.
 
 Past :attr:`MemoryBudget.limit`, Forward connections stop being read (they
 wait here, :meth:`MemoryBudget.wait`) and HTTP requests are refused with 503.
@@ -46,9 +48,22 @@ READ_SIZE = 256 << 10
 EXPANSION = 4
 
 
+#: Bytes a whole message holds beyond its own while it waits for its commit: the objects made for it
+#: (frame, decoded batch, submission, waiter, ack). Measured with 10,000 tags each sending a one-event
+#: chunk a second, pipelined past what the store committed: RSS rose about 3.6 KiB per message waiting,
+#: writers' state included.
+MESSAGE_OVERHEAD = 3 << 10
+
+
 def held_for(size: int) -> int:
     """What a message (or decompressed payload) of ``size`` bytes is charged (:data:`EXPANSION`)."""
     return EXPANSION * size
+
+
+def held_for_message(size: int) -> int:
+    """What a whole message of ``size`` bytes is charged until its commit: :func:`held_for` its bytes and
+    :data:`MESSAGE_OVERHEAD`, so that many tiny messages are bounded by the budget too."""
+    return EXPANSION * size + MESSAGE_OVERHEAD
 
 
 def inflate_limit(configured: int, budget: MemoryBudget) -> int:

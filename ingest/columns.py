@@ -260,6 +260,7 @@ class Columns:
 
     rows: int
     columns: dict[str, Any]
+    newest: int | None = None  # the newest time, where it is known without scanning ``columns["time"]``
 
 
 def _typed_table(schema: Schema, batch: Batch) -> Columns:
@@ -411,11 +412,14 @@ def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
     total = sum(len(samples) for samples, _ in blocks)
     time = np.empty(total, dtype=np.int64)
     at = 0
+    newest = None
     for start, (samples, rate) in zip(starts, blocks):
         np.add(_sample_offsets(len(samples), rate), start, out=time[at : at + len(samples)])
         at += len(samples)
+        if len(samples) and (newest is None or time[at - 1] > newest):
+            newest = int(time[at - 1])  # a block's times rise: its last is its newest
     samples = blocks[0][0] if len(blocks) == 1 else np.concatenate([b for b, _ in blocks])
-    return Columns(total, {"time": time, "samples": samples}), rejected
+    return Columns(total, {"time": time, "samples": samples}, newest), rejected
 
 
 _BAD_TIME = "the event time is not an integer, a float or an EventTime within range"

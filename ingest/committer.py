@@ -122,6 +122,7 @@ class _Group:
     rows: dict[str, list[Columns]] = field(default_factory=lambda: collections.defaultdict(list))
     rejected: dict[str, list[Rejected]] = field(default_factory=lambda: collections.defaultdict(list))
     sizes: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
+    newest: dict[str, int] = field(default_factory=dict)  # per tag, its newest event time (ns) in the group
     receipts: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
     key_write: tuple[tuple[int, int], list[bytes]] | None = None  # the ledger bucket the keys went to, once written
@@ -135,8 +136,9 @@ class _Group:
 
 @dataclass(eq=False)
 class _Handoff:
-    """What the commit thread tells the committer thread about one group it was handed."""
+    """One group handed to the commit thread, and what that thread tells the committer thread of it."""
 
+    group: list[_Submission]
     written: threading.Event = field(default_factory=threading.Event)  # the group is written (or never will be)
     redo: list[_Submission] | None = None  # the commit before failed as a group: these, one by one, first
 
@@ -167,7 +169,10 @@ def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
     return columns, sum(p.rows for p in parts)
 
 
-def _newest(times: np.ndarray) -> int:
+def _newest(columns: Columns) -> int:
+    if columns.newest is not None:
+        return columns.newest
+    times = columns.columns["time"]
     # One row is the common case (a sensor's chunk): numpy's max costs more than the rest of it.
     return int(times[0]) if len(times) == 1 else int(times.max())
 
@@ -234,6 +239,7 @@ class GroupCommitter:
         # Commits run here, one at a time, while the committer thread prepares the next group.
         self._commit_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="windvane-commit")
         self._committing: concurrent.futures.Future | None = None
+        self._handed: _Handoff | None = None  # the group handed last, until the committer knows it is written
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
         self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
@@ -485,38 +491,51 @@ class GroupCommitter:
 
     def _commit(self, group: list[_Submission]) -> None:
         """Validate and encode ``group`` here, then hand it to the commit thread, which writes it into a
-        transaction as soon as the commit before ends and commits it; returns once it is written.
+        transaction as soon as the commit before ends and commits it; returns once it is handed.
 
-        Validating and encoding overlap the commit still running (the group
-        before, whose rows the encoding builds on). The commit thread goes
-        from one commit straight to writing the next group: handing that
-        over to this thread would leave the database idle while it wakes.
+        Validating overlaps the writing of the group handed before, and
+        encoding overlaps its commit (the encoding builds on its rows, so it
+        waits until they are written). The commit thread goes from one
+        commit straight to writing the next group: handing that over to this
+        thread would leave the database idle while it wakes.
         """
         group = self._drop_committed(group)
         if not group:
             return
         started = time.perf_counter()
+        try:
+            gathered = self._gather(group)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters
+            self._settle()
+            self._retry(self._failed(group, exc))
+            return
+        self._await_written()
         # Between commits: the writers of the group before may be committing still.
         self._writers.trim_if_due(sum(item.size for item in group))
         try:
-            gathered = self._gather(group)
             staged = {tag: streams.stage(self._writers, tag, self._rows(tag, parts))
                       for tag, parts in gathered.rows.items()}
         except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters
             self._settle()
             self._retry(self._failed(group, exc))
             return
-        handoff = _Handoff()
+        handoff = _Handoff(group)
         before = self._committing
         self._committing = self._commit_thread.submit(
             self._write_and_commit, group, gathered, staged, before, handoff, started)
         self._committing.add_done_callback(self._wake)
-        # The next group's encoding builds on this group's rows: wait until they are written.
-        handoff.written.wait()
-        if handoff.redo is not None:  # the commit before failed as a group: it goes first, one by one
-            self._committing = None
-            self._retry(handoff.redo)
-            self._commit(group)
+        self._handed = handoff
+
+    def _await_written(self) -> None:
+        """Wait until the group handed last is written: what is encoded next builds on its rows. If the
+        commit before it failed as a group (so it was not written), retry that one by one, then it."""
+        while self._handed is not None:
+            handoff, self._handed = self._handed, None
+            handoff.written.wait()
+            if handoff.redo is not None:
+                self._committing = None
+                self._retry(handoff.redo)
+                self._commit(handoff.group)
 
     def _rows(self, tag: str, parts: list[Columns]) -> dict[str, Any] | list[dict[str, Any]]:
         """What one append of ``parts`` to ``tag``'s stream takes: vibration blocks are large arrays, passed
@@ -537,6 +556,7 @@ class GroupCommitter:
 
     def _settle(self) -> None:
         """Wait for the commit in flight; if it failed as a group, commit its submissions one by one."""
+        self._await_written()
         future, self._committing = self._committing, None
         if future is not None:
             self._retry(future.result())
@@ -637,6 +657,10 @@ class GroupCommitter:
                         out.rows[part.tag].append(part.columns)
                         accepted += part.columns.rows
                         out.sizes[part.tag] += part.size
+                        if part.columns.rows:
+                            newest = _newest(part.columns)
+                            if newest > out.newest.get(part.tag, 0):
+                                out.newest[part.tag] = newest
                     if part.rejected:
                         tag = part.tag if valid_tag(part.tag) else INVALID_TAG
                         out.rejected[tag].extend(part.rejected)
@@ -736,9 +760,8 @@ class GroupCommitter:
         per_tag = {}
         for tag in set(gathered.rows) | set(gathered.rejected):
             parts = gathered.rows.get(tag, [])
-            newest = max((_newest(p.columns["time"]) for p in parts if p.rows), default=0)
             per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
-                            len(gathered.rejected.get(tag, ())), newest)
+                            len(gathered.rejected.get(tag, ())), gathered.newest.get(tag, 0))
         if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store
             self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned)
         for tag, rejected in gathered.rejected.items():

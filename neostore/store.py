@@ -1385,8 +1385,9 @@ class Transaction:
         def encode(h: bytes) -> EncodedValue:
             return codec.encode(pending[h], h, compress=h not in raw)
 
-        if sum(len(pending[h]) for h in missing) < self.INLINE_ENCODE_BYTES:
-            # A few small values: handing them to the pool costs more than encoding them here.
+        if sum(len(pending[h]) for h in missing if h not in raw) < self.INLINE_ENCODE_BYTES:
+            # A few small values, or values the caller compressed already (nothing to do but frame
+            # them): handing them to the pool costs more than encoding them here.
             encoded: Iterable[EncodedValue] = map(encode, missing)
         else:
             # The pool compresses ahead while the values it has finished are

@@ -132,6 +132,28 @@ def test_acknowledged_big_events_to_many_tags_are_not_kept(tmp_path):
     assert stored(tmp_path, "app.t3.9") == (1, size)
 
 
+def test_pipelined_tiny_chunks_on_many_connections(tmp_path):
+    # 16 connections each pipeline 12,000 one-event chunks (what a client
+    # with thousands of tags sends): the bytes are few (12 MB in all), but
+    # each waiting message holds ~3.5 KiB of objects. Counted by their bytes
+    # alone, the 32 MiB budget would let the 131,072 messages the pipelining
+    # limit allows wait at once: over 450 MB, past the bound of 333 MB.
+    connections, count = 16, 12_000
+    with start(tmp_path, chunk_rows=None) as server:
+        acks: list[int] = []
+        frames = [[[packed_forward(f"app.t{i}", [(time.time_ns(), {"message": "x"})], chunk_id())]
+                   for _ in range(count)] for i in range(connections)]
+        run_clients(send_and_read_acks, [(server.forward_port, frames[i], acks) for i in range(connections)])
+        peak = memory(server.process.pid)["VmHWM"]
+        counters = metrics(server)
+        assert server.stop() == 0, server.log()
+    assert acks == [count] * connections
+    bound = bound_kib(BUDGET_MIB)
+    assert peak < bound, f"peak RSS {peak >> 10} MiB over the bound {bound >> 10} MiB"
+    assert counters["windvane_memory_budget_pauses_total"] > 0  # the budget, not the clients, held reading back
+    assert {stored(tmp_path, f"app.t{i}")[0] for i in range(connections)} == {count}
+
+
 def test_unauthenticated_partial_frames_are_cut_short(tmp_path):
     # 16 strangers each start a 60 MiB frame and send 24 MiB of it without a
     # handshake: 384 MiB sent, 768 MiB held by a framer that buffers it twice.

@@ -9,7 +9,10 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
   the sink in one :meth:`~ingest.batch.Sink.submit_many` call (many slow
   sensors send one small chunk each); consecutive messages without one are
   submitted together; at most ``max_in_flight`` messages per connection
-  are pending at once (pipelining);
+  are pending at once (pipelining; the memory budget bounds them all: a
+  client with thousands of tags has one chunk of each waiting while the
+  store commits, and a commit of many chunks per stream costs less per
+  chunk than one of a chunk each);
 * ``{"ack": chunk}`` is written only after ``await sink.submit(...)``
   returned, in the order the chunks arrived;
 * while the connection waits for a free slot, or the sink pushes back, the
@@ -65,7 +68,7 @@ from typing import Any
 
 import msgpack
 
-from connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
+from connectors.budget import Charges, MemoryBudget, held_for, held_for_message, inflate_limit
 from connectors.inflate import inflated_size
 from connectors.limits import Limits
 from connectors.listener import ConnectionCounters, Listener
@@ -121,7 +124,7 @@ class ForwardServer:
         self_hostname: str = socket.gethostname(),
         chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
         decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
-        max_in_flight: int = 1024,
+        max_in_flight: int = 8192,
         heartbeat_udp: bool = True,
         limits: Limits | None = None,
         budget: MemoryBudget | None = None,
@@ -313,7 +316,7 @@ class _Connection(asyncio.Protocol):
                         break
                     continue
                 self.pending.append(frame)
-                charged += held_for(len(frame))
+                charged += held_for_message(len(frame))
         except ForwardError as exc:
             self.pending.append(exc)
             self._stop_reading()
@@ -514,7 +517,7 @@ class _Connection(asyncio.Protocol):
             if isinstance(item, ForwardError):
                 self._report(item)
                 return None
-            charge = held_for(len(item))
+            charge = held_for_message(len(item))
             json_mode = bool(self.frames.json)
             try:
                 packed = read_packed(item, json_mode)
@@ -573,18 +576,18 @@ class _Connection(asyncio.Protocol):
                                          defer=self.server.defer, packed=packed)
             except ForwardError as exc:
                 self.pending[0] = exc  # reported by _next, after this submission
-                self.charges.add("queued", -held_for(len(item)))
+                self.charges.add("queued", -held_for_message(len(item)))
                 break
             self.pending.popleft()
             if decoded is None:
-                self.charges.add("queued", -held_for(len(item)))
+                self.charges.add("queued", -held_for_message(len(item)))
                 continue
             self._count(decoded)
             if (decoded.key is not None) != keyed:
-                self.carry = (decoded, held_for(len(item)))
+                self.carry = (decoded, held_for_message(len(item)))
                 break
             group.append(decoded)
-            charge += held_for(len(item))
+            charge += held_for_message(len(item))
             limit -= 1
         return charge
 
@@ -633,7 +636,7 @@ class _Connection(asyncio.Protocol):
     def _drop_pending(self) -> None:
         for item in self.pending:
             if not isinstance(item, ForwardError):
-                self.charges.add("queued", -held_for(len(item)))
+                self.charges.add("queued", -held_for_message(len(item)))
         self.pending.clear()
         if self.carry is not None:
             self.charges.add("queued", -self.carry[1])
