@@ -54,6 +54,7 @@ from .errors import (
     StreamExistsError,
     StreamNotFoundError,
 )
+from . import row_log
 from .keys import Snapshot, encode_key, next_tid_after
 from .metadata import (
     METADATA_KEY,
@@ -767,6 +768,14 @@ def _write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
     root_attrs: dict = (json.loads(root).get("attributes") or {}) if root is not None else {}
     registry = root_attrs.get(REGISTRY_ATTR) or []
     tx.set(root_key, group_document({**root_attrs, REGISTRY_ATTR: sorted({*registry, *tags})}))
+
+
+def stream_keys(tag: str, columns: Sequence[Column], *, quarantine: bool = False) -> list[str]:
+    """The keys creating stream ``tag`` with ``columns`` writes, and its row log's (its first append's):
+    for :meth:`Transaction.bind`, ahead of creating many streams."""
+    path = stream_path(tag, quarantine=quarantine)
+    return [f"{path}/{METADATA_KEY}", f"{path}/{TIME}/{METADATA_KEY}",
+            *(f"{path}/{column.name}/{METADATA_KEY}" for column in columns), row_log.log_key(path)]
 
 
 def create_stream(

@@ -78,6 +78,7 @@ class _State:
     names: frozenset[str] | None = None  # the column names, once asked (see held_columns)
     bound: dict[str, bytes] = field(default_factory=dict)  # the oids of those keys that have one
     oids: frozenset[bytes] = frozenset()
+    meta_bound: bool = False  # every one of meta_keys is in bound (see _remember)
     # The row log (see arrays.row_log), when every array has the same chunk rows (else
     # appends rewrite partial chunks). ``base``: rows in stored chunks, this transaction's
     # writes included; ``committed``/``committed_base``: length and base as of the last
@@ -475,16 +476,16 @@ class StreamWriter:
                                *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails))
         keys_now = state.meta_keys + tuple(k for k in (t.partial_key for t in state.tails.values()) if k is not None)
         if keys_now == state.keys:
-            unbound = [k for k in keys_now if k not in state.bound]
-            if not unbound:
-                return
-            found = tx.oids(unbound, written_only=True)
+            if state.meta_bound:
+                return  # what is unbound is a partial chunk's key, left out until the keys change
+            found = tx.oids([k for k in keys_now if k not in state.bound], written_only=True)
             if not found:
-                return  # the usual case: only the partial chunk's key, which the row log keeps unbound
+                return
             state.bound.update(found)
         else:
             state.keys, state.bound = keys_now, tx.oids(keys_now)
         state.oids = frozenset(state.bound.values())
+        state.meta_bound = all(k in state.bound for k in state.meta_keys)
 
     # -- appending -------------------------------------------------------------------
 

@@ -696,8 +696,10 @@ class GroupCommitter:
                 # Also keys read by an earlier group's sync, after this group was checked in memory.
                 if any(item.key is not None and item.key in self.ledger for item in group):
                     raise _KeysCommitted()
+            schemas = {tag: self.schemas.for_tag(tag) for tag in staged}
+            streams.bind_unknown(tx, self._writers, schemas)
             for tag, append in staged.items():
-                streams.write(tx, self._writers, tag, self.schemas.for_tag(tag), append)
+                streams.write(tx, self._writers, tag, schemas[tag], append)
             for tag, rejected in gathered.rejected.items():
                 streams.quarantine(tx, self._writers, tag, rejected)
             if gathered.keys:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -162,6 +162,22 @@ def _stream_attrs(schema: Schema) -> dict[str, Any]:
 def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.Staged:
     """``columns`` for :func:`write`, encoded now if ``tag``'s writer can (see :meth:`arrays.StreamWriter.stage`)."""
     return writers.get(tag).stage(columns, fill_missing=True)
+
+
+def bind_unknown(tx: arrays.Transaction, writers: StreamWriters, schemas: Mapping[str, Schema]) -> None:
+    """Bind the names of the streams of ``schemas`` (tag -> schema) whose writers know nothing yet, in one
+    round trip: new streams (a plant's first minute creates thousands in a commit), or streams not
+    written since the start. One at a time, each would bind its names on its own (on MariaDB, a database
+    commit each: 4.7 ms a stream)."""
+    columns: dict[Schema, list[Column]] = {}
+    keys: list[str] = []
+    for tag, schema in schemas.items():
+        if writers.get(tag).held_columns is None:
+            if schema not in columns:
+                columns[schema] = schema_columns(schema)
+            keys += arrays.stream_keys(tag, columns[schema])
+    if len(keys) > 8:  # a stream or two: binding them as they are written costs the same
+        tx.bind(keys)
 
 
 def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema,

@@ -1437,11 +1437,11 @@ class Transaction:
         small = [row for row in rows if len(row[3]) < self.PER_ROW_BYTES]
         if small:
             cur.executemany(sql, small)
-            hashes = [row[0] for row in small]
-            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
-            for digest, data_id in cur.fetchall():
-                self._ids[bytes(digest)] = data_id
-                self._inserted.append(data_id)
+            for hashes in _chunked([row[0] for row in small], self.store_.backend.max_params):
+                cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
+                for digest, data_id in cur.fetchall():
+                    self._ids[bytes(digest)] = data_id
+                    self._inserted.append(data_id)
 
     def _insert_big(self, cur: Any, value: EncodedValue) -> None:
         size = self.store_.backend.split_size

@@ -276,3 +276,27 @@ def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
         assert got["time"].tolist() == list(range(rounds))
         assert got["value"].tolist() == [k + s / 100 for s in range(rounds)]
         assert got["note"].tolist() == [f"{tag} at {s}" for s in range(rounds)]
+
+
+def test_streams_new_to_their_writers_have_their_names_bound_together_then_are_created_exactly(store):
+    """``bind_unknown`` binds, in one call, the names creating the group's new streams will write; nothing
+    of them exists for a reader until the commit, and then each stream holds exactly its rows."""
+    from ingest import streams
+
+    tags = [f"app.new{k:03d}" for k in range(30)]
+    writers = streams.StreamWriters(store)
+    with arrays.transaction(store) as tx:
+        streams.bind_unknown(tx, writers, {tag: LOG for tag in tags})
+        keys = [key for tag in tags for key in arrays.stream_keys(tag, streams.schema_columns(LOG))]
+        assert set(tx.oids(keys)) == set(keys)  # bound already
+        assert arrays.list_streams(store) == []  # and no object of them exists yet
+        for k, tag in enumerate(tags):
+            streams.write(tx, writers, tag, LOG, {"time": np.array([k], dtype=np.int64),
+                                                  "seq": np.array([k]), "msg": [f"m{k}"],
+                                                  "value": np.array([k / 2])})
+    assert arrays.list_streams(store) == tags
+    for k, tag in enumerate(tags):
+        got = read(store, tag)
+        assert (got["seq"].tolist(), got["msg"].tolist(), got["value"].tolist()) == ([k], [f"m{k}"], [k / 2])
+    # Their writers know them now: the next group binds nothing for them.
+    assert all(writers.get(tag).held_columns is not None for tag in tags)

@@ -95,6 +95,21 @@ def test_new_database_gets_schema_and_round_trips(store_url):
         assert reopened.load(oid) == (b"v1", tid)
 
 
+def test_a_transaction_binding_and_uploading_tens_of_thousands_of_small_values_commits(store_url):
+    # Names and values are looked up in statements of many placeholders; MariaDB drops the connection
+    # past about 8,000 of them, so the lookups must be split below that.
+    names = [f"streams/plant.hall{i // 1000}.sensor{i:05d}/__rows".encode() for i in range(20_000)]
+    with neostore.open(store_url) as store:
+        tx = store.begin()
+        oids = tx.oids_for(names, create=True)
+        assert len(set(oids.values())) == len(names)
+        for i, name in enumerate(names):
+            tx.write(oids[name], None, b"row %d" % i)
+        tid = tx.commit()
+        assert store.oids_for(names[::997]) == {n: oids[n] for n in names[::997]}
+        assert store.load(oids[names[-1]]) == (b"row 19999", tid)
+
+
 def test_tids_increase_and_history_is_kept(store_url):
     with neostore.open(store_url) as store:
         oid = store.new_oid()
