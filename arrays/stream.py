@@ -738,7 +738,7 @@ def _root_key(quarantine: bool) -> str:
 def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], attrs: dict, chunk_rows: int) -> None:
     """Write the stream's group and its arrays, and add it to the root group's registry, holding the lock."""
     tx.lock()
-    group_key = f"{path}/{METADATA_KEY}"
+    group_key, time_key, *column_keys, _log_key = _stream_keys(path, columns)
     if tx.exists(group_key) or tx.list(f"{path}/"):
         raise StreamExistsError(f"stream {tag!r} already exists at {path!r}; open it with open_stream")
     root_key = _root_key(path.startswith(QUARANTINE_ROOT + "/"))
@@ -754,9 +754,9 @@ def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], 
             raise StreamExistsError(f"{root_key.rsplit('/', 1)[0]!r} is not a zarr group; streams cannot live in it")
     names = [c.name for c in columns]
     writes[group_key] = group_document({"windvane_stream": STREAM_FORMAT, "columns": names, **attrs})
-    writes[f"{path}/{TIME}/{METADATA_KEY}"] = _time_meta(chunk_rows).to_bytes()
-    for column in columns:
-        writes[f"{path}/{column.name}/{METADATA_KEY}"] = _empty_meta_bytes(column, chunk_rows)
+    writes[time_key] = _time_meta(chunk_rows).to_bytes()
+    for column, key in zip(columns, column_keys):
+        writes[key] = _empty_meta_bytes(column, chunk_rows)
     tx.set_many(writes)
     # The registry is written once, at the commit: a commit creating thousands of streams rewrites it once.
     tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).add(tag)
@@ -773,7 +773,11 @@ def _write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
 def stream_keys(tag: str, columns: Sequence[Column], *, quarantine: bool = False) -> list[str]:
     """The keys creating stream ``tag`` with ``columns`` writes, and its row log's (its first append's):
     for :meth:`Transaction.bind`, ahead of creating many streams."""
-    path = stream_path(tag, quarantine=quarantine)
+    return _stream_keys(stream_path(tag, quarantine=quarantine), columns)
+
+
+def _stream_keys(path: str, columns: Sequence[Column]) -> list[str]:
+    """The group's key, ``time``'s and each column's array metadata key, the row log's key."""
     return [f"{path}/{METADATA_KEY}", f"{path}/{TIME}/{METADATA_KEY}",
             *(f"{path}/{column.name}/{METADATA_KEY}" for column in columns), row_log.log_key(path)]
 

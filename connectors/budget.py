@@ -63,7 +63,7 @@ def held_for(size: int) -> int:
 def held_for_message(size: int) -> int:
     """What a whole message of ``size`` bytes is charged until its commit: :func:`held_for` its bytes and
     :data:`MESSAGE_OVERHEAD`, so that many tiny messages are bounded by the budget too."""
-    return EXPANSION * size + MESSAGE_OVERHEAD
+    return held_for(size) + MESSAGE_OVERHEAD
 
 
 def inflate_limit(configured: int, budget: MemoryBudget) -> int:
