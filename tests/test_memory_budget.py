@@ -21,6 +21,7 @@ import socket
 import struct
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgpack
@@ -94,6 +95,14 @@ def big_events(tag: str, size: int, count: int) -> list[tuple[bytes, bytes]]:
     return [(head, chunk_id()) for _ in range(count)]
 
 
+def pipelined(server: Serve, frames: list[list[Sequence[bytes]]]) -> tuple[list[int], int, dict[str, float]]:
+    """Each list of ``frames`` sent pipelined on a connection of its own, all at once, then its acks read:
+    the ack counts, the server's peak resident memory (KiB) and its metrics."""
+    acks: list[int] = []
+    run_clients(send_and_read_acks, [(server.forward_port, mine, acks) for mine in frames])
+    return acks, memory(server.process.pid)["VmHWM"], metrics(server)
+
+
 def test_pipelined_big_frames_on_many_connections(tmp_path):
     # 16 connections each pipeline 8 frames of 10 MiB: 1.25 GiB offered at
     # once, with the default budget. Read as it arrives (the framer holds an
@@ -101,11 +110,7 @@ def test_pipelined_big_frames_on_many_connections(tmp_path):
     # over 2.5 GB: far past the bound of 542 MiB.
     connections, frames, size = 16, 8, 10 * MIB
     with start(tmp_path, budget_mib=None) as server:
-        acks: list[int] = []
-        run_clients(send_and_read_acks, [(server.forward_port, big_events(f"app.p{i}", size, frames), acks)
-                                         for i in range(connections)])
-        peak = memory(server.process.pid)["VmHWM"]
-        counters = metrics(server)
+        acks, peak, counters = pipelined(server, [big_events(f"app.p{i}", size, frames) for i in range(connections)])
         assert server.stop() == 0, server.log()
     assert acks == [frames] * connections
     bound = bound_kib(DEFAULT_BUDGET_MIB)
@@ -140,12 +145,9 @@ def test_pipelined_tiny_chunks_on_many_connections(tmp_path):
     # limit allows wait at once: over 450 MB, past the bound of 333 MB.
     connections, count = 16, 12_000
     with start(tmp_path, chunk_rows=None) as server:
-        acks: list[int] = []
-        frames = [[[packed_forward(f"app.t{i}", [(time.time_ns(), {"message": "x"})], chunk_id())]
-                   for _ in range(count)] for i in range(connections)]
-        run_clients(send_and_read_acks, [(server.forward_port, frames[i], acks) for i in range(connections)])
-        peak = memory(server.process.pid)["VmHWM"]
-        counters = metrics(server)
+        acks, peak, counters = pipelined(server, [
+            [[packed_forward(f"app.t{i}", [(time.time_ns(), {"message": "x"})], chunk_id())] for _ in range(count)]
+            for i in range(connections)])
         assert server.stop() == 0, server.log()
     assert acks == [count] * connections
     bound = bound_kib(BUDGET_MIB)
