@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -261,6 +262,23 @@ class Columns:
     rows: int
     columns: dict[str, Any]
     newest: int | None = None  # the newest time, where it is known without scanning ``columns["time"]``
+
+
+def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The columns of ``parts`` end to end, by the names of the first: numpy arrays concatenated, lists of
+    str chained (cheaply: no array of objects made). ValueError if a part lacks one of them."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    columns: dict[str, Any] = {}
+    for name in parts[0]:
+        values = [p.get(name) for p in parts]
+        if any(v is None for v in values):
+            raise ValueError(f"column {name!r} is missing from some batches")
+        if isinstance(values[0], np.ndarray):
+            columns[name] = np.concatenate(values)
+        else:
+            columns[name] = list(itertools.chain.from_iterable(values))
+    return columns
 
 
 def _typed_table(schema: Schema, batch: Batch) -> Columns:

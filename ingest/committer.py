@@ -51,7 +51,6 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
-import itertools
 import json
 import logging
 import threading
@@ -61,14 +60,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 import arrays
 import neostore
 
 from . import streams
 from .batch import INVALID_TIME, Batch, Receipt, Undecoded
-from .columns import Columns, Rejected
+from .columns import Columns, Rejected, concat_columns
 from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
@@ -154,19 +151,6 @@ def _deliver(items: list[_Submission]) -> None:
             item.waiter.set_result(item.receipt)
 
 
-def _merge(parts: list[Columns]) -> tuple[dict[str, Any], int]:
-    if len(parts) == 1:
-        return parts[0].columns, parts[0].rows
-    columns: dict[str, Any] = {}
-    for name in parts[0].columns:
-        values = [p.columns.get(name) for p in parts]
-        if any(v is None for v in values):
-            raise ValueError(f"column {name!r} is missing from some batches")
-        if isinstance(values[0], np.ndarray):
-            columns[name] = np.concatenate(values)
-        else:
-            columns[name] = list(itertools.chain.from_iterable(values))
-    return columns, sum(p.rows for p in parts)
 
 
 def _newest(columns: Columns) -> int:
@@ -543,7 +527,7 @@ class GroupCommitter:
         lists of strings chain cheaply, and one part of many rows encodes each chunk once)."""
         if self.schemas.for_tag(tag).kind == "vibration":
             return [p.columns for p in parts]
-        return _merge(parts)[0]
+        return concat_columns([p.columns for p in parts])
 
     def _commit_ended(self) -> bool:
         """Whether the commit handed to the commit thread last has ended and is not settled yet."""

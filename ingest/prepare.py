@@ -36,7 +36,7 @@ import numpy as np
 import arrays
 
 from .batch import Batch, Undecoded
-from .columns import Columns, Rejected, to_columns, unrouted
+from .columns import Columns, Rejected, concat_columns, to_columns, unrouted
 from .record_types import record_type_for
 from .errors import UndecodableBatch
 from .schema import SchemaSet
@@ -202,13 +202,8 @@ class _Batch:
                     parts[layout].append(validated.columns)
         tables, starts = [], {}
         for layout, columns in parts.items():
-            table: dict[str, Any] = {}
-            for name, kind in layout:
-                values = [c.columns[name] for c in columns]
-                table[name] = (np.concatenate(values) if isinstance(kind, tuple)
-                               else list(itertools.chain.from_iterable(values)))
             starts[layout] = list(itertools.accumulate((c.rows for c in columns), initial=0))
-            tables.append(table)
+            tables.append(concat_columns([c.columns for c in columns]))
         index = {layout: i for i, layout in enumerate(parts)}
         for validated, layout, k in places:
             validated.columns = _Rows(index[layout], starts[layout][k], starts[layout][k + 1])
