@@ -31,7 +31,7 @@ from .errors import (
 )
 from .history import Commit, history
 from .keys import Entry, Snapshot
-from .stream import Column, Stream, create_stream, list_streams, open_stream, stream_keys, stream_path
+from .stream import Column, Stream, create_stream, create_streams, list_streams, open_stream, stream_keys, stream_path
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
 from .zarr_store import ZarrStore
@@ -63,6 +63,7 @@ __all__ = [
     "array_names",
     "create",
     "create_stream",
+    "create_streams",
     "stream_keys",
     "history",
     "list_streams",

@@ -57,6 +57,11 @@ class LoggedView:
         """The chain of log ``key`` whose newest revision (as this view sees it) is ``current``."""
         raise NotImplementedError
 
+    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
+        """:meth:`raw_list` of each of ``prefixes``, together, sorted."""
+        entries = {e.key: e for prefix in dict.fromkeys(prefixes) for e in self.raw_list(prefix)}
+        return [entries[k] for k in sorted(entries, key=encode_key)]
+
     def raw_get(self, key: str) -> bytes | None:
         return self.raw_get_many([key]).get(key)
 
@@ -99,6 +104,23 @@ class LoggedView:
 
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
+
+    def occupied(self, directories: Iterable[str]) -> set[str]:
+        """Those of ``directories`` (each ending with ``/``) under which a key exists, row logs aside:
+        whether paths are free, for many paths in a few reads."""
+        wanted = set(directories)
+        if any(not d.endswith("/") for d in wanted):
+            raise ValueError("occupied() takes directories, each ending with '/'")
+        found: set[str] = set()
+        for entry in self.raw_list_under(wanted):
+            if row_log.is_log_key(entry.key):
+                continue  # a log alone holds no array (list() leaves it out too)
+            slash = entry.key.find("/")
+            while slash != -1:
+                if entry.key[: slash + 1] in wanted:
+                    found.add(entry.key[: slash + 1])
+                slash = entry.key.find("/", slash + 1)
+        return found
 
     def list(self, prefix: str = "") -> list[Entry]:
         """The keys under ``prefix`` that exist, sorted, with their sizes (row logs applied, not listed)."""
@@ -197,6 +219,12 @@ class Snapshot(LoggedView):
         return [
             Entry(r.name.decode("utf-8"), r.oid, r.serial, r.size)
             for r in self.store.list_names(encode_key(prefix), before=self.before)
+        ]
+
+    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
+        return [
+            Entry(r.name.decode("utf-8"), r.oid, r.serial, r.size)
+            for r in self.store.list_names_under([encode_key(p) for p in prefixes], before=self.before)
         ]
 
     def raw_size(self, key: str) -> int | None:

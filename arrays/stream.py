@@ -35,7 +35,7 @@ import copy
 import functools
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,6 +259,15 @@ def _parse_group(raw: bytes | None, where: str) -> dict:
     if attrs["windvane_stream"] != STREAM_FORMAT:
         raise StreamError(f"stream {where!r} has format {attrs['windvane_stream']!r}; this windvane reads {STREAM_FORMAT}")
     return attrs
+
+
+def _is_stream(group: bytes | None) -> bool:
+    """Whether ``group`` (a zarr.json) is a stream's group (of any format)."""
+    try:
+        attrs = json.loads(group).get("attributes") if group is not None else None
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(attrs, dict) and "windvane_stream" in attrs
 
 
 def check_column_names(tag: str, missing: list[str], unknown: list[str], have: list[str]) -> None:
@@ -735,13 +744,27 @@ def _root_key(quarantine: bool) -> str:
     return f"{QUARANTINE_ROOT if quarantine else STREAMS_ROOT}/{METADATA_KEY}"
 
 
-def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], attrs: dict, chunk_rows: int) -> None:
-    """Write the stream's group and its arrays, and add it to the root group's registry, holding the lock."""
+def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], attrs: dict, chunk_rows: int, *,
+               quarantine: bool, exist_ok: bool = False) -> None:
+    """Write the streams' groups and arrays, and add them to the root group's registry, holding the lock.
+
+    Reads the store a few times for all ``tags`` together: what a plant's
+    first minute (thousands of new streams in one commit) needs.
+    """
     tx.lock()
-    group_key, time_key, *column_keys, _log_key = _stream_keys(path, columns)
-    if tx.exists(group_key) or tx.list(f"{path}/"):
-        raise StreamExistsError(f"stream {tag!r} already exists at {path!r}; open it with open_stream")
-    root_key = _root_key(path.startswith(QUARANTINE_ROOT + "/"))
+    paths = {tag: stream_path(tag, quarantine=quarantine) for tag in tags}
+    if exist_ok:
+        groups = tx.raw_get_many([f"{path}/{METADATA_KEY}" for path in paths.values()])
+        paths = {tag: path for tag, path in paths.items() if not _is_stream(groups.get(f"{path}/{METADATA_KEY}"))}
+    if not paths:
+        return
+    taken = tx.occupied([f"{path}/" for path in paths.values()])
+    if taken:
+        clashes = [t for t, path in paths.items() if f"{path}/" in taken]
+        more = f" (and {len(clashes) - 1} more: {clashes[1:6]})" if len(clashes) > 1 else ""
+        raise StreamExistsError(f"stream {clashes[0]!r} already exists at {paths[clashes[0]]!r}{more}; "
+                                "open it with open_stream")
+    root_key = _root_key(quarantine)
     writes: dict[str, bytes] = {}
     if not tx.gathers(root_key):  # the first stream this transaction creates there: check the parents
         parents = tx.get_many([METADATA_KEY, root_key])
@@ -752,14 +775,17 @@ def _create_in(tx: Transaction, tag: str, path: str, columns: Sequence[Column], 
         root = parents.get(root_key)
         if root is not None and node_type(root) != "group":
             raise StreamExistsError(f"{root_key.rsplit('/', 1)[0]!r} is not a zarr group; streams cannot live in it")
-    names = [c.name for c in columns]
-    writes[group_key] = group_document({"windvane_stream": STREAM_FORMAT, "columns": names, **attrs})
-    writes[time_key] = _time_meta(chunk_rows).to_bytes()
-    for column, key in zip(columns, column_keys):
-        writes[key] = _empty_meta_bytes(column, chunk_rows)
+    group = group_document({"windvane_stream": STREAM_FORMAT, "columns": [c.name for c in columns], **attrs})
+    time_meta = _time_meta(chunk_rows).to_bytes()
+    metas = [_empty_meta_bytes(column, chunk_rows) for column in columns]
+    for path in paths.values():
+        group_key, time_key, *column_keys, _log_key = _stream_keys(path, columns)
+        writes[group_key] = group
+        writes[time_key] = time_meta
+        writes.update(zip(column_keys, metas))
     tx.set_many(writes)
     # The registry is written once, at the commit: a commit creating thousands of streams rewrites it once.
-    tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).add(tag)
+    tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).update(paths)
 
 
 def _write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
@@ -770,10 +796,19 @@ def _write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
     tx.set(root_key, group_document({**root_attrs, REGISTRY_ATTR: sorted({*registry, *tags})}))
 
 
-def stream_keys(tag: str, columns: Sequence[Column], *, quarantine: bool = False) -> list[str]:
-    """The keys creating stream ``tag`` with ``columns`` writes, and its row log's (its first append's):
-    for :meth:`Transaction.bind`, ahead of creating many streams."""
-    return _stream_keys(stream_path(tag, quarantine=quarantine), columns)
+def stream_keys(tags: Iterable[str], columns: Sequence[Column], *, quarantine: bool = False) -> list[str]:
+    """The keys creating streams ``tags`` with ``columns`` writes, and those their first appends write (the
+    row log, the first chunks): for :meth:`Transaction.bind` and :meth:`Transaction.read_ahead`, ahead of
+    readying many streams."""
+    # Stream arrays use the default chunk key encoding, as time's does.
+    firsts = [f"{name}/{_time_meta(1).chunk_key((0,) * ndim)}"
+              for name, ndim in [(TIME, 1), *((c.name, 1 + len(c.inner)) for c in columns)]]
+    keys: list[str] = []
+    for tag in tags:
+        path = stream_path(tag, quarantine=quarantine)
+        keys += _stream_keys(path, columns)
+        keys += [f"{path}/{first}" for first in firsts]
+    return keys
 
 
 def _stream_keys(path: str, columns: Sequence[Column]) -> list[str]:
@@ -802,30 +837,18 @@ def create_stream(
     or reserved attribute names.
     """
     path = stream_path(tag, quarantine=quarantine)
-    columns = list(columns)
-    if not all(isinstance(c, Column) for c in columns):
-        raise TypeError("create_stream takes a sequence of arrays.Column")
-    names = [c.name for c in columns]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ColumnError(f"stream {tag!r}: column names {duplicates} appear more than once")
-    attrs = json.loads(json.dumps(dict(attrs or {})))
-    reserved = [k for k in attrs if k in _RESERVED_ATTRS]
-    if reserved:
-        raise ColumnError(f"stream attributes {reserved} are reserved by windvane; name them otherwise")
-    if int(chunk_rows) < 1:
-        raise ColumnError(f"chunk_rows must be >= 1, not {chunk_rows}")
+    columns, attrs = _checked_spec(repr(tag), columns, attrs, chunk_rows)
     store, tx, owns = _resolve(target)
     try:
         if tx is not None:
-            _create_in(tx, tag, path, columns, attrs, int(chunk_rows))
+            _create_in(tx, [tag], columns, attrs, int(chunk_rows), quarantine=quarantine)
             stream = Stream(store, tag, path, before=None, transaction=tx, cache_bytes=cache_bytes)
             stream._current = True
             stream._load(None)
             return stream
         tx = Transaction(store, message=f"create stream {tag}")
         try:
-            _create_in(tx, tag, path, columns, attrs, int(chunk_rows))
+            _create_in(tx, [tag], columns, attrs, int(chunk_rows), quarantine=quarantine)
             tid = tx.commit()
         except BaseException:
             tx.abort()
@@ -839,6 +862,48 @@ def create_stream(
         if owns:
             store.close()
         raise
+
+
+def create_streams(
+    tx: Transaction,
+    tags: Iterable[str],
+    columns: Sequence[Column],
+    *,
+    attrs: Mapping[str, Any] | None = None,
+    chunk_rows: int = 16384,
+    quarantine: bool = False,
+    exist_ok: bool = False,
+) -> None:
+    """Create streams ``tags`` in ``tx``, each as :func:`create_stream` would with the same arguments.
+
+    For thousands of streams at once: the store is read a few times for
+    all of them, and no Stream is opened (open one with :func:`open_stream`
+    in the same transaction). ``exist_ok``: tags that are streams already
+    are left as they are. StreamExistsError (nothing created) if anything
+    else is at a stream's path.
+    """
+    tags = list(dict.fromkeys(tags))
+    columns, attrs = _checked_spec(", ".join(map(repr, tags[:3])), columns, attrs, chunk_rows)
+    _create_in(tx, tags, columns, attrs, int(chunk_rows), quarantine=quarantine, exist_ok=exist_ok)
+
+
+def _checked_spec(tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int
+                  ) -> tuple[list[Column], dict]:
+    """``columns`` and ``attrs`` as streams store them; ColumnError for what they cannot take."""
+    columns = list(columns)
+    if not all(isinstance(c, Column) for c in columns):
+        raise TypeError("creating a stream takes a sequence of arrays.Column")
+    names = [c.name for c in columns]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ColumnError(f"stream {tag}: column names {duplicates} appear more than once")
+    attrs = json.loads(json.dumps(dict(attrs or {})))
+    reserved = [k for k in attrs if k in _RESERVED_ATTRS]
+    if reserved:
+        raise ColumnError(f"stream attributes {reserved} are reserved by windvane; name them otherwise")
+    if int(chunk_rows) < 1:
+        raise ColumnError(f"chunk_rows must be >= 1, not {chunk_rows}")
+    return columns, attrs
 
 
 def open_stream(

@@ -681,7 +681,7 @@ class GroupCommitter:
                 if any(item.key is not None and item.key in self.ledger for item in group):
                     raise _KeysCommitted()
             schemas = {tag: self.schemas.for_tag(tag) for tag in staged}
-            streams.bind_unknown(tx, self._writers, schemas)
+            streams.ready_unknown(tx, self._writers, schemas)
             for tag, append in staged.items():
                 streams.write(tx, self._writers, tag, schemas[tag], append)
             for tag, rejected in gathered.rejected.items():

@@ -164,20 +164,28 @@ def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.S
     return writers.get(tag).stage(columns, fill_missing=True)
 
 
-def bind_unknown(tx: arrays.Transaction, writers: StreamWriters, schemas: Mapping[str, Schema]) -> None:
-    """Bind the names of the streams of ``schemas`` (tag -> schema) whose writers know nothing yet, in one
-    round trip: new streams (a plant's first minute creates thousands in a commit), or streams not
-    written since the start. One at a time, each would bind its names on its own (on MariaDB, a database
-    commit each: 4.7 ms a stream)."""
-    columns: dict[Schema, list[Column]] = {}
-    keys: list[str] = []
+def ready_unknown(tx: arrays.Transaction, writers: StreamWriters, schemas: Mapping[str, Schema]) -> None:
+    """Ready together the streams of ``schemas`` (tag -> schema) whose writers know nothing yet: a plant's
+    first minute makes thousands of new streams in a commit, a restart finds thousands unread.
+
+    Their names are bound and their documents read in a round trip or two,
+    and the missing streams are created together, so that each writer then
+    loads from memory. One at a time, each stream would cost a few round
+    trips and, on MariaDB, a database commit to bind its names.
+    """
+    unknown: dict[Schema, list[str]] = {}
     for tag, schema in schemas.items():
         if writers.get(tag).held_columns is None:
-            if schema not in columns:
-                columns[schema] = schema_columns(schema)
-            keys += arrays.stream_keys(tag, columns[schema])
-    if len(keys) > 8:  # a stream or two: binding them as they are written costs the same
-        tx.bind(keys)
+            unknown.setdefault(schema, []).append(tag)
+    if sum(map(len, unknown.values())) <= 8:  # a stream or two: readying them as they are written costs the same
+        return
+    columns = {schema: schema_columns(schema) for schema in unknown}
+    keys = [key for schema, tags in unknown.items() for key in arrays.stream_keys(tags, columns[schema])]
+    tx.bind(keys)
+    tx.read_ahead(keys)
+    for schema, tags in unknown.items():
+        arrays.create_streams(tx, tags, columns[schema], attrs=_stream_attrs(schema), chunk_rows=schema.chunk_rows,
+                              exist_ok=True)
 
 
 def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema,

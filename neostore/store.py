@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 Resolver = Callable[..., bytes]
 
 _MAX_INT = (1 << 63) - 1
+# What load_many reads in one query once it has seen how big values are: small documents go thousands
+# at a time, chunks a few (memory stays bounded).
+_READ_BATCH_BYTES = 8 << 20
 
 
 class _Stamped:
@@ -588,16 +591,22 @@ class Store:
         """``(value, serial)`` of the latest revision of each oid, in order.
 
         With ``before``, the revision current just before that tid (a
-        snapshot read). Rows are read ``batch`` oids per query, and checked
-        and decompressed in worker threads while the next batch is read, so
-        bulk reads are not serialised behind hashing. An oid with no value
-        raises POSKeyError, or gives ``(None, None)`` with ``skip_missing``.
+        snapshot read). Rows are read ``batch`` oids per query at first, and
+        checked and decompressed in worker threads while the next batch is
+        read, so bulk reads are not serialised behind hashing. Once values
+        turn out small, batches grow to hold about ``_READ_BATCH_BYTES``:
+        thousands of small documents are read in a few queries. An oid with
+        no value raises POSKeyError, or gives ``(None, None)`` with
+        ``skip_missing``.
         """
         pool = self._encoder
         pending: list[tuple[bytes, Any]] = []
         bound = "" if before is None else " AND tid < ?"
         extra = [] if before is None else [u64(before)]
-        for group in _chunked(list(oids), batch):
+        todo, start, step = list(oids), 0, batch
+        while start < len(todo):
+            group = todo[start : start + step]
+            start += len(group)
             keys = [u64(oid) for oid in group]
             rows = self._query(
                 f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
@@ -607,6 +616,8 @@ class Store:
                 keys + extra,
             )
             by_oid = {row[0]: row[1:] for row in rows}
+            size = sum(row[5] or 0 for row in rows)  # raw sizes
+            step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
             decoded = []
             for oid, key in zip(group, keys):
                 row = by_oid.get(key)
@@ -745,6 +756,10 @@ class Store:
     ) -> list[NamedRevision]:
         """Named objects under ``prefix`` (or named exactly that) that exist before ``before``, by name."""
         return self._names.list(prefix, before=before, exact=exact)
+
+    def list_names_under(self, prefixes: Iterable[bytes], *, before: bytes | None = None) -> list[NamedRevision]:
+        """Named objects under any of ``prefixes`` that exist before ``before``, by name, in few queries."""
+        return self._names.list_under(prefixes, before=before)
 
     def names_ending(self, suffix: bytes) -> dict[bytes, bytes]:
         """Every bound name ending with ``suffix``, with its oid; scans all names."""

@@ -278,25 +278,41 @@ def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
         assert got["note"].tolist() == [f"{tag} at {s}" for s in range(rounds)]
 
 
-def test_streams_new_to_their_writers_have_their_names_bound_together_then_are_created_exactly(store):
-    """``bind_unknown`` binds, in one call, the names creating the group's new streams will write; nothing
-    of them exists for a reader until the commit, and then each stream holds exactly its rows."""
+def test_streams_new_to_their_writers_are_readied_together_then_written_from_memory(store, monkeypatch):
+    """``ready_unknown`` binds the names of the group's streams new to their writers and creates the
+    missing ones in a few reads for all of them; their writes then read nothing more from the store.
+    Nothing of them exists for a reader until the commit, and then each stream holds exactly its rows."""
     from ingest import streams
 
-    tags = [f"app.new{k:03d}" for k in range(30)]
+    tags = [f"app.new{k:03d}" for k in range(300)]
+    with arrays.transaction(store) as tx:  # one of them exists already, with a row
+        arrays.create_stream(tx, tags[7], streams.schema_columns(LOG))
+        streams.write(tx, streams.StreamWriters(store), tags[7], LOG, {
+            "time": np.array([-1], dtype=np.int64), "seq": np.array([-1]), "msg": ["old"], "value": np.array([0.5])})
     writers = streams.StreamWriters(store)
+    reads = []
+    query = store._query
+    monkeypatch.setattr(store, "_query", lambda sql, params=(): reads.append(sql) or query(sql, params))
     with arrays.transaction(store) as tx:
-        streams.bind_unknown(tx, writers, {tag: LOG for tag in tags})
-        keys = [key for tag in tags for key in arrays.stream_keys(tag, streams.schema_columns(LOG))]
-        assert set(tx.oids(keys)) == set(keys)  # bound already
-        assert arrays.list_streams(store) == []  # and no object of them exists yet
-        for k, tag in enumerate(tags):
+        streams.ready_unknown(tx, writers, {tag: LOG for tag in tags})
+        readying, readiness = len(reads), list(reads)
+        keys = arrays.stream_keys(tags, streams.schema_columns(LOG))
+        assert set(tx.oids(keys)) == set(keys)  # bound
+        assert arrays.list_streams(tx) == tags  # created in the transaction
+        assert arrays.list_streams(store) == [tags[7]]  # and no object of the new ones exists for readers yet
+        del reads[:]
+        for k, tag in [*enumerate(tags[:7]), *enumerate(tags[8:], 8), (7, tags[7])]:
             streams.write(tx, writers, tag, LOG, {"time": np.array([k], dtype=np.int64),
                                                   "seq": np.array([k]), "msg": [f"m{k}"],
                                                   "value": np.array([k / 2])})
+            if k == 299:
+                assert reads == []  # each new stream's writer loaded from what was read ahead or written
+    assert readying <= 12, readiness  # a few statements for 300 streams (binding, reading, path checks)
     assert arrays.list_streams(store) == tags
     for k, tag in enumerate(tags):
         got = read(store, tag)
-        assert (got["seq"].tolist(), got["msg"].tolist(), got["value"].tolist()) == ([k], [f"m{k}"], [k / 2])
+        old = ([-1], ["old"], [0.5]) if k == 7 else ([], [], [])
+        assert (got["seq"].tolist(), got["msg"].tolist(), got["value"].tolist()) == (
+            old[0] + [k], old[1] + [f"m{k}"], old[2] + [k / 2])
     # Their writers know them now: the next group binds nothing for them.
     assert all(writers.get(tag).held_columns is not None for tag in tags)

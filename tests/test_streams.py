@@ -416,3 +416,42 @@ def test_thousands_of_streams_created_in_one_transaction(sqlite_url):
         assert len(registry) == 1
     finally:
         store.close()
+
+
+def test_create_streams_makes_many_at_once_and_refuses_occupied_paths(store_url):
+    """``create_streams`` creates thousands of streams in a few reads of the store, each as
+    ``create_stream`` would; anything at a path (a stream, or a stray array with no group) refuses the
+    whole call, and ``exist_ok`` leaves existing streams as they are."""
+    tags = [f"plant.m{k:04d}" for k in range(1200)]
+    columns = [Column("v", "float64"), Column("w", "int32", inner=(2,))]
+    store = neostore.open(store_url)
+    try:
+        with arrays.transaction(store) as tx:
+            arrays.create_stream(tx, tags[5], columns).append({"time": [5], "v": [0.5], "w": [[1, 2]]})
+            arrays.create(tx, "streams/plant.m0900/stray", (1,), "int8")
+        for clash, other in [(tags[5], tags[900]), (tags[900], tags[5])]:
+            with pytest.raises(arrays.StreamExistsError, match=repr(clash)):
+                with arrays.transaction(store) as tx:
+                    arrays.create_streams(tx, [t for t in tags if t not in (clash, other)] + [clash], columns)
+        with pytest.raises(arrays.StreamExistsError, match=r"'plant.m0005' .*\(and 1 more: \['plant.m0900'\]\)"):
+            with arrays.transaction(store) as tx:
+                arrays.create_streams(tx, tags, columns)
+        assert arrays.list_streams(store) == [tags[5]]  # nothing of the refused calls was kept
+        with pytest.raises(arrays.StreamExistsError, match=repr(tags[900])):
+            with arrays.transaction(store) as tx:
+                arrays.create_streams(tx, tags, columns, exist_ok=True)  # a stray array is not a stream
+        fresh = [t for t in tags if t != tags[900]]
+        with arrays.transaction(store) as tx:
+            arrays.create_streams(tx, fresh, columns, attrs={"site": "north"}, chunk_rows=64, exist_ok=True)
+            arrays.open_stream(tx, tags[6]).append({"time": [6], "v": [6.5], "w": [[6, 7]]})
+        assert arrays.list_streams(store) == fresh
+        with arrays.open_stream(store, tags[5]) as s:  # left as it was
+            assert (s["time"][:].tolist(), s["v"][:].tolist(), s["w"][:].tolist()) == ([5], [0.5], [[1, 2]])
+            assert "site" not in s.attrs
+        with arrays.open_stream(store, tags[6]) as s:
+            assert (s["time"][:].tolist(), s["v"][:].tolist(), s["w"][:].tolist()) == ([6], [6.5], [[6, 7]])
+            assert s.attrs["site"] == "north" and s["v"].chunks == (64,) and s["w"].chunks == (64, 2)
+        with arrays.open_stream(store, tags[-1]) as s:
+            assert len(s) == 0 and s.columns == ["v", "w"]
+    finally:
+        store.close()
