@@ -19,7 +19,7 @@ import arrays
 import ingest
 import neostore
 from connectors.limits import Limits
-from ingest.service import ServeConfig, Service, parse_address, tune_gc
+from ingest.service import ServeConfig, Service, parse_address, tune_interpreter
 from neostore import server as dbserver
 
 
@@ -443,7 +443,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         service = Service(config)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
-    tune_gc()
+    tune_interpreter()
     try:
         asyncio.run(_serve(service, limits))
     except OSError as exc:  # typically the address is in use

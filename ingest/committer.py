@@ -20,6 +20,19 @@ joining it: it would be encoded after the commit before it ends, where
 nothing overlaps it (measured: 0.72 of the arrays write throughput for
 vibration on SQLite with late arrivals joining, 0.90 without).
 
+Many slow streams make commits whose cost is per stream, not per row:
+each stream appended to gets its own log revision. Ten thousand sensors
+sending an event a second each would have commits of a row or two per
+stream back to back, the commit thread never idle and the event loop
+starved of the interpreter lock. So after a *fan-out* commit (at least
+:attr:`GroupCommitter.FANOUT_STREAMS` streams, under
+:attr:`GroupCommitter.FANOUT_ROWS` rows each on average) the next group
+gathers for as long as that commit took (at most
+:attr:`GroupCommitter.MAX_LINGER`) before it is taken, and each commit
+that is not a fan-out halves that: each stream gets more rows per commit,
+the commit thread works about half the time, and what waits already
+longer (a backlog) is taken at once.
+
 With ``decode_workers`` > 0, submissions of :class:`~ingest.batch.Undecoded`
 bytes are decoded and validated in worker processes (:mod:`ingest.prepare`)
 as soon as they are submitted, so that work overlaps with the commit of the
@@ -69,7 +82,7 @@ from .columns import Columns, Rejected, concat_columns
 from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
-from .prepare import INVALID_TAG, Prepared, Preparer, Validated, prepare, valid_tag, validate
+from .prepare import INVALID_TAG, Prepared, Preparer, Raised, Validated, prepare_each, valid_tag, validate_many
 from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
@@ -225,6 +238,7 @@ class GroupCommitter:
         self._committing: concurrent.futures.Future | None = None
         self._handed: _Handoff | None = None  # the group handed last, until the committer knows it is written
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
+        self._linger = 0.0  # seconds the next group gathers after a fan-out commit (see the module docstring)
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
         self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
 
@@ -256,12 +270,19 @@ class GroupCommitter:
         if self._preparer is not None:
             self._preparer.close()
 
+    #: See "many slow streams" in the module docstring.
+    FANOUT_STREAMS = 1000
+    FANOUT_ROWS = 4
+    MAX_LINGER = 5.0
+
     #: Undecoded submissions smaller than this are prepared by the committer thread, not a worker: a
     #: round trip to a worker process costs more than decoding a few events (many slow sensors send
-    #: one event per chunk).
+    #: one event per chunk), and the committer validates a group's small ones together.
     INLINE_PREPARE_BYTES = 32 * 1024
-    #: ... unless one call submits at least this many: they then go to a worker together, in one round
-    #: trip (sensors' tiny chunks, thousands a second: their decoding moves off the main process's GIL).
+    #: ... unless one call submits at least this many, this many bytes between them: they then go to a
+    #: worker together, in one round trip. (Sensors' one-event chunks, thousands a second, stay here:
+    #: through the workers, their round trips and results held the main process's GIL longer than
+    #: validating them together takes.)
     BATCH_PREPARE_MIN = 8
 
     @property
@@ -338,7 +359,8 @@ class GroupCommitter:
                     self._in_flight[key] = item
                 queued.append(item)
                 waiting.append((i, item.waiter, False))
-            if len(small) >= self.BATCH_PREPARE_MIN:
+            if (len(small) >= self.BATCH_PREPARE_MIN
+                    and sum(len(b.payload) for _, undecoded in small for b in undecoded) >= self.INLINE_PREPARE_BYTES):
                 assert self._preparer is not None
                 try:
                     shares = self._preparer.submit_each([undecoded for _, undecoded in small])
@@ -408,11 +430,13 @@ class GroupCommitter:
                 if probe and self.metrics.failure is not None:
                     self._probe()
                 continue
-            delay = first.queued + self.interval - time.monotonic()
+            delay = first.queued + max(self.interval, self._linger) - time.monotonic()
             if delay > 0 and not self._closing:
                 time.sleep(delay)
             if first.prepared is not None:
                 first.prepared.wait()
+            if self._linger:
+                self._await_prepared(time.monotonic() + self._linger / 2)
             group = self._take()
             try:
                 group = self._collect(group)
@@ -424,6 +448,18 @@ class GroupCommitter:
                 self._finish([i for i in group if not i.finished],
                              error=CommitFailed(f"the committer failed unexpectedly: {exc!r}"))
         self._settle()
+
+    def _await_prepared(self, deadline: float) -> None:
+        """Wait (until ``deadline``, a monotonic time) for the workers to prepare what is queued: after a
+        fan-out commit the group was left to gather, and a submission still being prepared would end it."""
+        with self._cond:
+            futures = {id(i.prepared.future): i.prepared for i in self._queue
+                       if i.prepared is not None and not i.prepared.done()}
+        for prepared in futures.values():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            prepared.wait(remaining)
 
     def _take(self, size: int | None = None) -> list[_Submission]:
         """Queued submissions in arrival order, up to ``max_group_bytes`` (counting ``size`` taken
@@ -444,6 +480,10 @@ class GroupCommitter:
     def _collect(self, group: list[_Submission]) -> list[_Submission]:
         """The submissions of ``group`` whose Undecoded items are prepared; the others are failed here."""
         out = []
+        # Those left to this thread (small, or no workers) are prepared together (see validate_many).
+        inline = [item for item in group if item.prepared is None and any(isinstance(b, Undecoded) for b in item.batches)]
+        here = dict(zip(map(id, inline), prepare_each(
+            self.schemas, [[b for b in item.batches if isinstance(b, Undecoded)] for item in inline])))
         for item in group:
             undecoded = [b for b in item.batches if isinstance(b, Undecoded)]
             if not undecoded:
@@ -451,7 +491,9 @@ class GroupCommitter:
                 continue
             error: Exception
             try:
-                result = prepare(self.schemas, undecoded) if item.prepared is None else item.prepared.result()
+                result = here[id(item)] if item.prepared is None else item.prepared.result()
+                if isinstance(result, Raised):
+                    raise result.error
             except BrokenProcessPool as exc:
                 assert self._preparer is not None
                 self._preparer.broken()
@@ -627,6 +669,9 @@ class GroupCommitter:
 
     def _gather(self, group: list[_Submission]) -> _Group:
         out = _Group()
+        # Batches decoded already (no workers, or a connector that decodes) are validated together.
+        validated = iter(validate_many(self.schemas, [batch for item in group if item.salvage is None
+                                                      for batch in item.batches if not isinstance(batch, Undecoded)]))
         for item in group:
             accepted = quarantined = 0
             reasons: dict[str, None] = {}
@@ -635,7 +680,7 @@ class GroupCommitter:
                 if item.salvage is not None:
                     parts = [_salvaged(batch, item.salvage)]
                 else:
-                    parts = next(prepared) if isinstance(batch, Undecoded) else [validate(self.schemas, batch)]
+                    parts = next(prepared) if isinstance(batch, Undecoded) else [next(validated)]
                 for part in parts:
                     if part.columns is not None:
                         out.rows[part.tag].append(part.columns)
@@ -710,6 +755,7 @@ class GroupCommitter:
             if redo:
                 handoff.redo = redo
                 return []
+            begun = time.monotonic()
             try:
                 tx = self._write(group, gathered, staged)
             except _KeysCommitted:
@@ -723,6 +769,7 @@ class GroupCommitter:
                     tx.commit()
                 except Exception as exc:  # noqa: BLE001 - reported to the submitters
                     return self._failed(group, exc)
+            self._linger = self._linger_after(gathered, time.monotonic() - begun)
             self._done(group, gathered, None if tx is None else tx.tid, started)
         except BaseException as exc:  # this thread must outlive anything a group does
             log.critical("the commit thread failed unexpectedly: %r", exc, exc_info=True)
@@ -732,6 +779,17 @@ class GroupCommitter:
         finally:
             handoff.written.set()
         return []
+
+    def _linger_after(self, gathered: _Group, seconds: float) -> float:
+        """How long the next group gathers after ``gathered`` was written and committed in ``seconds``."""
+        streams = len(gathered.rows)
+        if streams >= self.FANOUT_STREAMS:
+            rows = sum(part.rows for parts in gathered.rows.values() for part in parts)
+            if rows < self.FANOUT_ROWS * streams:
+                return min(seconds, self.MAX_LINGER)
+        # Halved, not dropped: one small group between fan-out ones (a lull, a slow worker) must not
+        # bring back commits of a row per stream.
+        return self._linger / 2 if self._linger > 0.01 else 0.0
 
     def _done(self, group: list[_Submission], gathered: _Group, tid: bytes | None, started: float) -> None:
         """``group`` is committed (in ``tid``; None: it stored nothing): record it, answer the submitters."""

@@ -168,9 +168,10 @@ async def test_http_malformed_body_via_worker_is_a_400_naming_the_problem(commit
     assert read(store, "app.h", quarantine=True)["raw"][0] == b'["not a map"]'
 
 
-def _many_small(chunk: str) -> list[tuple[list[Undecoded], bytes]]:
+def _many_small(chunk: str, pad: int = 0) -> list[tuple[list[Undecoded], bytes]]:
     """Small submissions of two tags, as many sensors' chunks arrive on one connection read: good ones,
-    one with a record that does not fit (quarantined), one truncated (undecodable)."""
+    one with a record that does not fit (quarantined), one truncated (undecodable). ``pad``: characters
+    added to each good message."""
     items = []
     for k in range(24):
         tag = f"app.s{k % 2}"
@@ -179,7 +180,7 @@ def _many_small(chunk: str) -> list[tuple[list[Undecoded], bytes]]:
         elif k == 11:
             payload = entries({"seq": k})[0][:-2]
         else:
-            payload = b"".join(entries({"seq": k, "msg": f"m{k}"}, {"seq": 100 + k}))
+            payload = b"".join(entries({"seq": k, "msg": f"m{k}" + "x" * pad}, {"seq": 100 + k}))
         items.append(([undecoded(tag, payload)], f"{chunk}-{k}".encode()))
     return items
 
@@ -190,19 +191,25 @@ def _outcome(result) -> tuple:
     return ("stored", result.accepted, result.quarantined, result.reasons)
 
 
-async def test_many_small_submissions_prepared_together_answer_as_prepared_alone(tmp_path, committer, store):
-    """At least BATCH_PREPARE_MIN small submissions in one call go to a worker together: each gets what
-    the committer thread would have made of it alone, and stores the same rows and quarantine."""
-    assert len(_many_small("b")) >= committer.BATCH_PREPARE_MIN
+@pytest.mark.parametrize("pad, to_worker", [(1500, True), (0, False)], ids=["to-a-worker", "in-the-committer"])
+async def test_many_small_submissions_prepared_together_answer_as_prepared_alone(tmp_path, committer, store, pad,
+                                                                                  to_worker):
+    """At least BATCH_PREPARE_MIN small submissions in one call, INLINE_PREPARE_BYTES between them, go to a
+    worker together; fewer bytes (sensors' one-event chunks) are prepared in the committer thread, with
+    the rest of their group. Either way each gets what the committer thread makes of it alone, and
+    stores the same rows and quarantine."""
+    small = _many_small("b", pad)
+    assert len(small) >= committer.BATCH_PREPARE_MIN
+    assert (sum(len(b.payload) for batches, _ in small for b in batches) >= committer.INLINE_PREPARE_BYTES) is to_worker
     batches, submit_each = [], committer._preparer.submit_each
     committer._preparer.submit_each = lambda subs: batches.append(len(subs)) or submit_each(subs)
-    together = await committer.submit_many(_many_small("b"))
-    assert batches == [24]  # one round trip to a worker for them all
+    together = await committer.submit_many(small)
+    assert batches == ([24] if to_worker else [])  # one round trip to a worker for them all, or none
     inline_store = neostore.open(f"sqlite:///{tmp_path}/inline.db")
     inline = GroupCommitter(inline_store, SCHEMAS, decode_workers=0)
     inline.start()
     try:
-        alone = await inline.submit_many(_many_small("b"))
+        alone = [(await inline.submit_many([item]))[0] for item in _many_small("b", pad)]
     finally:
         inline.close()
     try:
@@ -219,7 +226,7 @@ async def test_many_small_submissions_prepared_together_answer_as_prepared_alone
 
 
 async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepared(committer, store):
-    payload = entries({"seq": 1})[0]
+    payload = entries({"seq": 1, "msg": "x" * (committer.INLINE_PREPARE_BYTES // committer.BATCH_PREPARE_MIN)})[0]
     items = [([Undecoded("app.k", payload, _sleepy_decode, (60.0,), "test", len(payload))], f"k{k}".encode())
              for k in range(committer.BATCH_PREPARE_MIN)]
     pending = asyncio.ensure_future(committer.submit_many(items))

@@ -154,7 +154,8 @@ def _time_ns(t: Any) -> int:
 def _times_ns(values: list) -> array:
     """Nanoseconds of a chunk's time values, vectorised when they are all EventTimes or all integer seconds."""
     out = array("q")
-    if not values:
+    if len(values) < 8:  # a sensor's chunk: numpy's set-up costs more than converting one by one
+        out.extend(map(_time_ns, values))
         return out
     types = set(map(type, values))
     ns = None
