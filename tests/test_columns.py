@@ -221,3 +221,47 @@ def test_undeclared_fields_nested_too_deeply_for_json_reject_their_record_only()
                                               raw=lambda i: b"raw%d" % i))
     assert columns.columns["seq"].tolist() == [2]
     assert [(r.reason, r.raw) for r in rejected] == [("undeclared fields are nested too deeply to keep as JSON", b"raw0")]
+
+
+def test_batches_validated_together_give_what_each_gives_alone():
+    """``validate_many`` validates a schema's batches in one pass (thousands of sensors' one-event chunks)
+    and gives each exactly what ``validate`` gives it alone: its own rows, and where a set holds a record
+    that does not fit, each batch its own rejections. Tags no schema takes, tags that cannot name a
+    stream, vibration and typed batches go their own ways."""
+    import msgspec
+
+    from ingest.prepare import validate, validate_many
+    from ingest.record_types import record_type
+    from ingest.schema import SchemaSet
+
+    vibration = parse_schema({"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 2, "sample_rate": 100}},
+                             name="vibration")
+    schemas = SchemaSet((LOG, vibration))
+    typed = record_type(LOG)
+    block = {"samples": np.arange(4, dtype="<f4").tobytes()}
+
+    def batches(misfit: bool) -> list[Batch]:
+        out = [Batch(f"app.s{k}", [k, k + 1], [{"seq": k, "msg": f"m{k}", "ok": True},
+                                              {"seq": -k, "blob": bytes([k]), "value": k / 4}])
+               for k in range(40)]
+        out += [Batch(f"app.t{k}", [100 + k], [msgspec.msgpack.decode(msgpack.packb({"seq": k, "msg": "typed"}), type=typed)], typed=True) for k in range(5)]
+        out += [Batch("nobody.takes", [7], [{"seq": 1}]), Batch("bad/tag", [8], [{"seq": 2}]),
+                Batch("vib.a", [9], [block]), Batch("app.empty", [], [])]
+        if misfit:
+            out[17] = Batch("app.s17", [17, 18], [{"seq": 17}, {"seq": "seventeen"}])
+        return out
+
+    def outcome(v) -> tuple:
+        columns = None if v.columns is None else {
+            k: [repr(x) for x in np.asarray(c).tolist()] for k, c in v.columns.columns.items()}  # NaN == NaN
+        return v.tag, v.size, None if v.columns is None else v.columns.rows, columns, [
+            (r.time, r.reason, r.raw) for r in v.rejected]
+
+    for misfit in (False, True):
+        together = [outcome(v) for v in validate_many(schemas, batches(misfit))]
+        alone = [outcome(validate(schemas, b)) for b in batches(misfit)]
+        assert together == alone
+        assert sum(len(o[4]) for o in together) == (3 if misfit else 2)  # no schema, bad tag (, the misfit)
+    joint = validate_many(schemas, batches(False))
+    seq = [v.columns.columns["seq"] for v in joint[:40]]
+    assert all(np.shares_memory(seq[0].base, s) for s in seq)  # one pass: views of one array

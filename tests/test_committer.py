@@ -77,6 +77,29 @@ async def test_concurrent_submissions_share_a_commit_and_are_stored_exactly(stor
     assert c.metrics.streams["app.a"].events == 1000
 
 
+async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_took(store):
+    """Many slow streams: a commit of at least FANOUT_STREAMS streams, under FANOUT_ROWS rows each, makes
+    the next group gather for as long as that commit took (what arrives meanwhile shares one commit); a
+    commit that is not a fan-out halves the wait, so a lull brings back prompt commits."""
+    c = committer(store)
+    c.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
+    try:
+        fan_out = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", k, 1)]) for k in range(60)))
+        assert len({r.tid for r in fan_out}) == 1
+        assert 0 < c._linger <= c.MAX_LINGER
+        c._linger = 2.0  # as if that commit had taken two seconds: the wait is long enough to observe
+        first = asyncio.ensure_future(c.submit([batch("app.g0", 0, 1)]))
+        await asyncio.sleep(0.3)  # well inside the wait
+        second = await c.submit([batch("app.g1", 0, 1)])
+        assert (await first).tid == second.tid  # gathered together
+        assert c._linger == 1.0  # two streams: not a fan-out, the wait halves
+        while c._linger:  # commits that are not fan-outs bring it down to nothing
+            await c.submit([batch("app.g2", 0, 1)])
+    finally:
+        c.close()
+    assert sorted(arrays.list_streams(store)) == [f"app.f{k:03d}" for k in range(60)] + ["app.g0", "app.g1", "app.g2"]
+
+
 async def test_rows_of_one_submission_stay_contiguous(store):
     c = committer(store, interval=0.02)
     try:
