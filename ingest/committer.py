@@ -38,7 +38,9 @@ bytes are decoded and validated in worker processes (:mod:`ingest.prepare`)
 as soon as they are submitted, so that work overlaps with the commit of the
 group before and leaves the main process's GIL to the event loop and this
 thread; groups are then taken in arrival order from the submissions whose
-preparation is done. Without workers such bytes are prepared in this thread.
+preparation is done. Small ones (see :attr:`GroupCommitter.INLINE_PREPARE_BYTES`),
+and all of them without workers, are prepared in this thread, a group's
+together (:func:`ingest.prepare.validate_many`).
 
 Memory is bounded: submissions wait (or, with ``wait=False``, raise
 :class:`Backpressure`) while ``max_pending_bytes`` are queued. A group that

@@ -8,7 +8,9 @@ validate them (:func:`ingest.columns.to_columns`) in a
 :class:`concurrent.futures.ProcessPoolExecutor`: what comes back is
 columns (numpy arrays and lists of str, which pickle in C) and the
 rejected records with their arrival bytes, ready for the committer to
-merge and write.
+merge and write. The committer runs the same functions itself on small
+submissions (:func:`prepare_each`), where a round trip to a worker would
+cost more than the work.
 
 A worker that dies (killed, out of memory) breaks the pool: the
 submissions it held fail, and :class:`Preparer` starts a new pool for the
