@@ -29,9 +29,9 @@ starved of the interpreter lock. So after a *fan-out* commit (at least
 :attr:`GroupCommitter.FANOUT_ROWS` rows each on average) the next group
 gathers for as long as that commit took (at most
 :attr:`GroupCommitter.MAX_LINGER`) before it is taken, and each commit
-that is not a fan-out halves that: each stream gets more rows per commit,
-the commit thread works about half the time, and what waits already
-longer (a backlog) is taken at once.
+that is not a fan-out halves that; a lull longer than the wait ends it.
+Each stream gets more rows per commit, the commit thread works about half
+the time, and what waits already longer (a backlog) is taken at once.
 
 With ``decode_workers`` > 0, submissions of :class:`~ingest.batch.Undecoded`
 bytes are decoded and validated in worker processes (:mod:`ingest.prepare`)
@@ -241,6 +241,7 @@ class GroupCommitter:
         self._handed: _Handoff | None = None  # the group handed last, until the committer knows it is written
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
         self._linger = 0.0  # seconds the next group gathers after a fan-out commit (see the module docstring)
+        self._taken = 0.0  # when the last group was taken (time.monotonic)
         self._preparer = Preparer(schemas, decode_workers) if decode_workers > 0 else None
         self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
 
@@ -432,13 +433,16 @@ class GroupCommitter:
                 if probe and self.metrics.failure is not None:
                     self._probe()
                 continue
+            if first.queued - self._taken > self._linger:
+                self._linger = 0.0  # a lull: whoever comes first after it is not kept waiting
             delay = first.queued + max(self.interval, self._linger) - time.monotonic()
             if delay > 0 and not self._closing:
                 time.sleep(delay)
             if first.prepared is not None:
                 first.prepared.wait()
-            if self._linger:
+            if self._linger and not self._closing:
                 self._await_prepared(time.monotonic() + self._linger / 2)
+            self._taken = time.monotonic()
             group = self._take()
             try:
                 group = self._collect(group)

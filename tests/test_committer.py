@@ -80,7 +80,7 @@ async def test_concurrent_submissions_share_a_commit_and_are_stored_exactly(stor
 async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_took(store):
     """Many slow streams: a commit of at least FANOUT_STREAMS streams, under FANOUT_ROWS rows each, makes
     the next group gather for as long as that commit took (what arrives meanwhile shares one commit); a
-    commit that is not a fan-out halves the wait, so a lull brings back prompt commits."""
+    commit that is not a fan-out halves the wait, and a lull longer than the wait ends it."""
     c = committer(store)
     c.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
     try:
@@ -95,6 +95,11 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
         assert c._linger == 1.0  # two streams: not a fan-out, the wait halves
         while c._linger:  # commits that are not fan-outs bring it down to nothing
             await c.submit([batch("app.g2", 0, 1)])
+        await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", 100 + k, 1)]) for k in range(60)))
+        c._linger = 0.3  # a fan-out again, then nothing for longer than its wait
+        await asyncio.sleep(1.0)
+        await c.submit([batch("app.g2", 1, 1)])
+        assert c._linger == 0.0  # ended by the lull, not halved
     finally:
         c.close()
     assert sorted(arrays.list_streams(store)) == [f"app.f{k:03d}" for k in range(60)] + ["app.g0", "app.g1", "app.g2"]
