@@ -685,11 +685,10 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
     """
     import dataclasses
     import signal
-    import threading
 
     from connectors.files.logs import LogFormatError
     from connectors.tail.follow import FilePosition, Follower
-    from connectors.tail.run import Tailer, TailSettings
+    from connectors.tail.run import StopFlag, Tailer, TailSettings
     from ingest import imports
     from ingest.schema import load_schema
     from ingest.streams import StreamWriters
@@ -710,7 +709,7 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
         committed = FilePosition.from_dict(stored.value) if stored else None
         follower = Follower(path, stored.value if stored else None, rotate_wait=rotate_wait)
         settings = dataclasses.replace(settings, types=imports.arrow_types(schema) if schema else {})
-        stop = threading.Event()
+        stop = StopFlag()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"

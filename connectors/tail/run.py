@@ -51,6 +51,32 @@ class TailSettings:
         LogOptions(timezone=self.timezone)
 
 
+class StopFlag:
+    """When the loop should stop, for a signal handler to set: setting it takes no lock.
+
+    A :class:`threading.Event` set in a handler can deadlock: the handler
+    runs in the main thread, and if the signal lands while that thread is
+    inside the event's ``wait`` holding its lock, ``set`` waits for that
+    lock for ever. Waiting here is sleeping in short steps instead.
+    """
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, ending within 10 ms once set; whether it is set."""
+        end = time.monotonic() + timeout
+        while not self._set and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.01))
+        return self._set
+
+
 @dataclass
 class TailTotals:
     """What a run of the loop committed."""
@@ -79,7 +105,7 @@ class Tailer:
         self._first_at = 0.0
         self._reported = (-float("inf"), 0, 0)  # when, rows, rejected at the last progress line
 
-    def run(self, stop: threading.Event) -> TailTotals:
+    def run(self, stop: StopFlag | threading.Event) -> TailTotals:
         """Follow until ``stop`` is set; then commit what was read and return the totals."""
         s = self.settings
         while True:
