@@ -50,20 +50,20 @@ class LoggedView:
     def raw_size(self, key: str) -> int | None:
         raise NotImplementedError
 
-    def raw_list(self, prefix: str = "") -> list[Entry]:
+    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
+        """The keys stored under any of ``prefixes``, sorted (row logs as stored)."""
         raise NotImplementedError
 
     def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
         """The chain of log ``key`` whose newest revision (as this view sees it) is ``current``."""
         raise NotImplementedError
 
-    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
-        """:meth:`raw_list` of each of ``prefixes``, together, sorted."""
-        entries = {e.key: e for prefix in dict.fromkeys(prefixes) for e in self.raw_list(prefix)}
-        return [entries[k] for k in sorted(entries, key=encode_key)]
-
     def raw_get(self, key: str) -> bytes | None:
         return self.raw_get_many([key]).get(key)
+
+    def raw_list(self, prefix: str = "") -> list[Entry]:
+        """The keys stored under ``prefix``, sorted (row logs as stored)."""
+        return self.raw_list_under([prefix])
 
     # -- what readers see ---------------------------------------------------------------
 
@@ -214,12 +214,6 @@ class Snapshot(LoggedView):
             return self.store.load_range(oid, start, stop, before=self.before)
         except POSKeyError:
             return None
-
-    def raw_list(self, prefix: str = "") -> list[Entry]:
-        return [
-            Entry(r.name.decode("utf-8"), r.oid, r.serial, r.size)
-            for r in self.store.list_names(encode_key(prefix), before=self.before)
-        ]
 
     def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
         return [

@@ -156,12 +156,10 @@ class Transaction(LoggedView):
         # Earlier revisions are committed ones (a transaction writes a key once).
         return self._head.log_chain(key, current)
 
-    def raw_list(self, prefix: str = "") -> list[Entry]:
-        """Keys under ``prefix`` as stored with this transaction's writes, sorted (serials of own writes are zero)."""
-        return self.raw_list_under([prefix])
-
     @_serialised
     def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
+        """Keys under ``prefixes`` as stored with this transaction's writes, sorted (serials of own writes
+        are zero)."""
         prefixes = list(dict.fromkeys(prefixes))
         entries = {e.key: e for e in self._head.raw_list_under(prefixes)}
         for key in {k for prefix in prefixes for k in self._written_under(prefix)}:

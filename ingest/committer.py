@@ -166,8 +166,6 @@ def _deliver(items: list[_Submission]) -> None:
             item.waiter.set_result(item.receipt)
 
 
-
-
 def _newest(columns: Columns) -> int:
     if columns.newest is not None:
         return columns.newest
@@ -486,13 +484,12 @@ class GroupCommitter:
     def _collect(self, group: list[_Submission]) -> list[_Submission]:
         """The submissions of ``group`` whose Undecoded items are prepared; the others are failed here."""
         out = []
+        undecoded = {id(item): [b for b in item.batches if isinstance(b, Undecoded)] for item in group}
         # Those left to this thread (small, or no workers) are prepared together (see validate_many).
-        inline = [item for item in group if item.prepared is None and any(isinstance(b, Undecoded) for b in item.batches)]
-        here = dict(zip(map(id, inline), prepare_each(
-            self.schemas, [[b for b in item.batches if isinstance(b, Undecoded)] for item in inline])))
+        inline = [item for item in group if item.prepared is None and undecoded[id(item)]]
+        here = dict(zip(map(id, inline), prepare_each(self.schemas, [undecoded[id(item)] for item in inline])))
         for item in group:
-            undecoded = [b for b in item.batches if isinstance(b, Undecoded)]
-            if not undecoded:
+            if not undecoded[id(item)]:
                 out.append(item)
                 continue
             error: Exception

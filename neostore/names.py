@@ -162,6 +162,8 @@ class NameIndex:
         """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`list` for many
         prefixes in a few queries (creating thousands of streams checks each path is free)."""
         ranges = [_range(p) for p in dict.fromkeys(prefixes)]
+        if len(ranges) == 1:
+            return self._existing(ranges, before)  # sorted, and no name twice
         found: dict[bytes, NamedRevision] = {}
         for start in range(0, len(ranges), _RANGES_PER_QUERY):
             found.update((r.name, r) for r in self._existing(ranges[start : start + _RANGES_PER_QUERY], before))
