@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from connectors.forward import INVALID_TIME, ForwardDecoder, MalformedMessage, OversizeMessage, ack_bytes
-from connectors.forward.decode import decode_packed
+from connectors.forward.decode import FrameReader, decode_packed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -177,6 +177,72 @@ def test_chunk_size_limit_complete_and_incomplete():
     with pytest.raises(OversizeMessage) as info:
         list(decoder.feed(msg[:2000]))  # incomplete already over the limit
     assert info.value.tag == "big.tag"
+
+
+def bulk_message(tag: str, count: int, *, option=None, items: int = 3, as_bin: bool = False) -> bytes:
+    """PackedForward of ``count`` events of 20 KiB each, entries framed str32 (as out_forward writes them) or
+    bin32 (as Fluent Bit does): the bulk messages the framer gathers in pieces."""
+    entries = b"".join(packb([event_time(1_700_000_000 + i, i), {"blob": bytes([i % 251]) * 20_000, "i": i}])
+                       for i in range(count))
+    head = (b"\x93" if items == 3 else b"\x92") + packb(tag) + (b"\xc6" if as_bin else b"\xdb")
+    message = head + struct.pack(">I", len(entries)) + entries
+    return message + packb(option) if items == 3 else message
+
+
+def events(decoded: list) -> list:
+    return [(d.batch.tag, list(d.batch.times), d.batch.records, d.chunk) for d in decoded]
+
+
+BULK_STREAM = b"".join([
+    packb(["small.first", [[1, {"a": 1}]]]),
+    bulk_message("bulk.str", 8, option={"chunk": "c1", "size": 8}),
+    bulk_message("bulk.bin", 5, option={"chunk": "c2"}, as_bin=True),
+    b"\xc0",  # a heartbeat between two bulk messages
+    bulk_message("bulk.two", 4, items=2),
+    bulk_message("bulk.nil", 4, option=None),
+    packb(["small.last", 5, {"b": 2}, {"chunk": "c3"}]),
+])
+
+
+def test_bulk_messages_cut_anywhere_decode_as_whole():
+    whole = events(decode_all(BULK_STREAM))
+    assert [w[0] for w in whole] == ["small.first", "bulk.str", "bulk.bin", "bulk.two", "bulk.nil", "small.last"]
+    assert whole[1][3] == "c1" and whole[2][3] == "c2" and whole[5][3] == "c3"
+    assert [r["i"] for r in whole[1][2]] == list(range(8)) and whole[2][2][4]["blob"] == bytes([4]) * 20_000
+    for split in (1, 7, 4096, 65_536, 100_003, 262_144, len(BULK_STREAM)):
+        decoder = ForwardDecoder()
+        got = [d for i in range(0, len(BULK_STREAM), split) for d in decoder.feed(BULK_STREAM[i : i + split])]
+        assert events(got) == whole, f"split every {split} bytes"
+
+
+def test_bulk_message_is_held_once_and_counted():
+    message = bulk_message("bulk.str", 8, option={"chunk": "c1"})
+    reader = FrameReader()
+    assert list(reader.feed(message[:100_000])) == []
+    assert reader.buffered == 100_000  # its pieces, not also msgpack's buffer and a mirror
+    (frame,) = reader.feed(message[100_000:])
+    assert frame == message and reader.buffered == 0
+
+
+def test_bulk_message_over_the_limit_is_refused_from_its_header():
+    message = bulk_message("bulk.big", 8, option={"chunk": "c1"})
+    reader = FrameReader(chunk_size_limit=100_000)
+    with pytest.raises(OversizeMessage) as info:
+        list(reader.feed(message[:64]))  # the entries announce 160 kB before any of them arrives
+    assert info.value.tag == "bulk.big" and info.value.size > 100_000
+
+
+def test_bulk_message_with_a_bad_or_endless_option():
+    entries = b"\x93" + bulk_message("bulk.bad", 4, items=2)[1:]  # three items: an option follows
+    entries_end = len(entries)
+    bad = entries + b"\xc1"
+    with pytest.raises(MalformedMessage, match=f"byte {entries_end}"):
+        list(FrameReader().feed(bad))
+    endless = entries + b"\xdb" + struct.pack(">I", 1 << 20)  # a str of 1 MiB as the option
+    reader = FrameReader(chunk_size_limit=entries_end + 50_000)
+    with pytest.raises(OversizeMessage, match="incomplete message"):
+        for i in range(0, 300_000, 8192):
+            list(reader.feed(endless[i : i + 8192] if i < len(endless) else b"x" * 8192))
 
 
 def test_times_zero_nil_float_and_invalid():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import struct
 import tracemalloc
 from pathlib import Path
 
@@ -23,8 +24,8 @@ LIMITS = {"chunk_size_limit": 64 << 10, "decompressed_size_limit": 1 << 20}
 MEMORY_BOUND = 32 << 20
 
 
-def run(data: bytes, split: int) -> None:
-    decoder = ForwardDecoder(**LIMITS)
+def run(data: bytes, split: int, limits: dict = LIMITS) -> None:
+    decoder = ForwardDecoder(**limits)
     tracemalloc.start()
     try:
         for i in range(0, len(data), split):
@@ -49,9 +50,24 @@ def test_random_bytes(data, split):
     run(data, split)
 
 
+def _bulk(head: bytes, tail: bytes) -> bytes:
+    """A PackedForward message whose str32/bin32 entries (70 kB) the framer gathers in pieces (bulk)."""
+    entries = b"".join(msgpack.packb([i, {"blob": b"x" * 7000}]) for i in range(10))
+    return head + struct.pack(">I", len(entries)) + entries + tail
+
+
+#: Bulk messages: str32 entries with an option, bin32 without, nil option; one after a small message.
+BULK_SEEDS = [
+    _bulk(b"\x93\xa1t\xdb", msgpack.packb({"chunk": "c", "size": 10})),
+    _bulk(b"\x92\xa4bulk\xc6", b""),
+    _bulk(b"\x93\xa1t\xdb", b"\xc0") + msgpack.packb(["t", 1, {"a": 1}]),
+]
+BULK_LIMITS = {"chunk_size_limit": 1 << 20, "decompressed_size_limit": 1 << 20}
+
+
 @st.composite
-def mutated(draw):
-    data = bytearray(draw(st.sampled_from(SEEDS)))
+def mutated(draw, seeds=SEEDS):
+    data = bytearray(draw(st.sampled_from(seeds)))
     for _ in range(draw(st.integers(1, 8))):
         op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "big-length"]))
         pos = draw(st.integers(0, max(len(data) - 1, 0)))
@@ -82,6 +98,22 @@ def test_valid_seeds_decode_whole_or_split(data, split):
     decoder = ForwardDecoder(**LIMITS)
     pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
     assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+
+
+@settings(max_examples=80, deadline=4000, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(BULK_SEEDS), st.integers(512, 80_000))  # finer splits: test_forward_decode's bulk tests
+def test_mutated_bulk_messages(data, split):
+    run(data, split, BULK_LIMITS)
+
+
+@FUZZ
+@given(st.sampled_from(BULK_SEEDS), st.integers(1, 80_000))
+def test_bulk_seeds_decode_whole_or_split(data, split):
+    whole = list(ForwardDecoder(**BULK_LIMITS).feed(data))
+    decoder = ForwardDecoder(**BULK_LIMITS)
+    pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
+    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+    assert len(whole) == (2 if data == BULK_SEEDS[2] else 1)
 
 
 def test_gzip_bomb_is_bounded():
