@@ -91,13 +91,19 @@ def test_mutated_valid_messages(data, split):
     run(data, split)
 
 
+def split_decodes_as_whole(data: bytes, split: int, limits: dict) -> list:
+    """What ``data`` decodes to whole, checked equal to what it decodes to fed ``split`` bytes at a time."""
+    whole = list(ForwardDecoder(**limits).feed(data))
+    decoder = ForwardDecoder(**limits)
+    pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
+    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+    return whole
+
+
 @FUZZ
 @given(st.sampled_from(SEEDS), st.integers(1, 16))
 def test_valid_seeds_decode_whole_or_split(data, split):
-    whole = list(ForwardDecoder(**LIMITS).feed(data))
-    decoder = ForwardDecoder(**LIMITS)
-    pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
-    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+    split_decodes_as_whole(data, split, LIMITS)
 
 
 @settings(max_examples=80, deadline=4000, suppress_health_check=[HealthCheck.too_slow])
@@ -109,10 +115,7 @@ def test_mutated_bulk_messages(data, split):
 @FUZZ
 @given(st.sampled_from(BULK_SEEDS), st.integers(1, 80_000))
 def test_bulk_seeds_decode_whole_or_split(data, split):
-    whole = list(ForwardDecoder(**BULK_LIMITS).feed(data))
-    decoder = ForwardDecoder(**BULK_LIMITS)
-    pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
-    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+    whole = split_decodes_as_whole(data, split, BULK_LIMITS)
     assert len(whole) == (2 if data == BULK_SEEDS[2] else 1)
 
 
