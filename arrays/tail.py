@@ -102,6 +102,10 @@ class Tail:
             return None
         return self.chunk_key(self.length // self._rows_per_chunk)
 
+    def chunk_keys(self, start: int, stop: int) -> list[str]:
+        """The keys of chunks ``start`` to ``stop`` (excluded), written or not."""
+        return [f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}" for index in range(start, stop)]
+
     def chunk_key(self, index: int) -> str:
         known = self._known_key
         if known is None or known[0] != index:  # appends ask for the partial chunk's key again and again

@@ -344,6 +344,27 @@ def test_writers_sharing_a_change_log_take_turns(sqlite_url):
         other.close()
 
 
+def test_a_growing_stream_binds_its_chunk_names_in_few_rounds(store_url):
+    """Appends filling a chunk each bind the names of later chunks together, not one round each: on MariaDB
+    each round is a database commit of its own."""
+    store = neostore.open(store_url)
+    try:
+        arrays.create_stream(store, "grows", COLUMNS, chunk_rows=16).close()
+        writer = arrays.StreamWriter(store, "grows")
+        rounds = []
+        original = store._names._insert
+        store._names._insert = lambda conn, bindings: (rounds.append(len(bindings)), original(conn, bindings))[1]
+        for k in range(300):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, rows(16 * k, 16))
+        assert sum(rounds) >= len(writer._state.tails) * 300  # every chunk written has its name
+        assert len(rounds) < 300 / 4, rounds  # a round per chunk at first, then a round per many
+        with arrays.open_stream(store, "grows") as stream:
+            assert stream["time"][:].tolist() == rows(0, 16 * 300)["time"].tolist()
+    finally:
+        store.close()
+
+
 def test_writers_in_two_processes_stay_aligned(store_url):
     """Two processes append through kept writers while this one reads snapshots: nothing lost or misaligned."""
     t, _ = race_two_appenders(store_url, "writer", 5, 100)
@@ -354,7 +375,8 @@ def test_writers_in_two_processes_stay_aligned(store_url):
 
 
 def test_names_grow_with_the_chunks_filled(store_url):
-    """A stream binds a name per chunk it fills and one for its row log, nothing ahead; it lists what it holds."""
+    """A stream binds a name per chunk it fills, one for its row log, and ahead of its appends a quarter of
+    the chunks it has filled (none while it has fewer than 8); it lists what it holds."""
     store = neostore.open(store_url)
     try:
         arrays.create_stream(store, "names", COLUMNS, chunk_rows=16).close()
@@ -367,8 +389,11 @@ def test_names_grow_with_the_chunks_filled(store_url):
         for k in range(10):
             with arrays.transaction(store) as tx:
                 writer.append(tx, rows(20 * k, 20))
+            if k == 5:  # 120 rows: 7 chunks filled, nothing bound ahead yet
+                assert bound() == created + 1 + len(writer._state.tails) * (120 // 16)
         arrays_in_stream = len(writer._state.tails)
-        assert bound() == created + 1 + arrays_in_stream * (200 // 16)  # the log, and each full chunk
+        # 12 chunks filled: chunk 12 is filling, and the 3 after it are bound ahead
+        assert bound() == created + 1 + arrays_in_stream * (200 // 16 + 1 + 200 // 16 // 4)
         with arrays.open_stream(store, "names") as stream:
             assert len(stream) == 200 and stream["time"][:].tolist() == rows(0, 200)["time"].tolist()
         listed = [e.key for e in Snapshot.latest(store).list("streams/names/time/")]
