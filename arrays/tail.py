@@ -104,13 +104,16 @@ class Tail:
 
     def chunk_keys(self, start: int, stop: int) -> list[str]:
         """The keys of chunks ``start`` to ``stop`` (excluded), written or not."""
-        return [f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}" for index in range(start, stop)]
+        return [self._key(index) for index in range(start, stop)]
 
     def chunk_key(self, index: int) -> str:
         known = self._known_key
         if known is None or known[0] != index:  # appends ask for the partial chunk's key again and again
-            known = self._known_key = (index, f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}")
+            known = self._known_key = (index, self._key(index))
         return known[1]
+
+    def _key(self, index: int) -> str:
+        return f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}"
 
     def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
         """``values`` as rows of this array (ColumnError saying why not)."""

@@ -208,7 +208,8 @@ class FrameReader:
 
     @property
     def buffered(self) -> int:
-        """Bytes of an incomplete message held (msgpack holds them twice: its buffer and the copy)."""
+        """Bytes of an incomplete message held (msgpack holds them twice, its buffer and the copy, unless the
+        message is bulk)."""
         return 0 if self._framer is None else self._framer.held
 
 
@@ -304,19 +305,23 @@ class _MsgpackFramer:
             # What the buffers hold of it moves to the bulk (it is not whole: msgpack found it short); both
             # buffers start anew after it.
             self._bulk.take(memoryview(bytes(buf)))
-            self._up = _unpacker(self._limit + _FEED_SLICE)
-            self._buf = bytearray()
-            self._done = 0
+            self._restart(b"")
             return
         if cut > _FEED_SLICE:
             # Both buffers keep the size of the largest message: after a big one, start small ones
             # holding only what follows it (at most this slice).
-            self._up = up = _unpacker(self._limit + _FEED_SLICE)
-            self._buf = buf = bytearray(buf)
-            up.feed(buf)
-            self._done = 0
-        if len(buf) > self._limit:
-            raise _oversize(_tag_from_head(bytes(buf[:_HEAD])), len(buf), self._limit, "incomplete message")
+            self._restart(buf)
+        if len(self._buf) > self._limit:
+            raise _oversize(_tag_from_head(bytes(self._buf[:_HEAD])), len(self._buf), self._limit,
+                            "incomplete message")
+
+    def _restart(self, pending: bytes | bytearray) -> None:
+        """New buffers holding only ``pending``, the start of the next message."""
+        self._up = _unpacker(self._limit + _FEED_SLICE)
+        self._buf = bytearray(pending)
+        if pending:
+            self._up.feed(self._buf)
+        self._done = 0
 
 
 #: Entries (a PackedForward message's str32 or bin32) from this size on make a message bulk: it is gathered
