@@ -126,6 +126,12 @@ class Sink(Protocol):
     #: decodes in worker processes). Connectors read it with ``getattr(sink, ..., False)``.
     accepts_undecoded: bool
 
+    def record_type(self, tag: str) -> type | None:
+        """The msgspec type of ``tag``'s records (:mod:`ingest.record_types`), or None. A connector that
+        decodes in place may decode records as it and submit them so, with :attr:`Batch.typed`. Optional:
+        connectors read it with ``getattr(sink, "record_type", None)``."""
+        ...
+
     async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True,
                      record_keys: Sequence[bytes] = ()) -> Receipt:
         """Store ``batches`` durably; resolve once they are committed.

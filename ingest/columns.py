@@ -374,7 +374,13 @@ def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
     block = record.get(v.samples_field)
     if block is None:
         return f"vibration record has no {v.samples_field!r} field"
-    rate = record.get(v.rate_field)
+    return _block(schema, block, record.get(v.rate_field))
+
+
+def _block(schema: Schema, block: Any, rate: Any) -> tuple[np.ndarray, float] | str:
+    """A block of samples and the rate its record gives (None: none) as ``(samples x channels array, sample
+    rate)``, or why they cannot be."""
+    v = schema.vibration
     if rate is None:
         if v.sample_rate is None:
             return f"vibration record has no {v.rate_field!r} and the schema sets no sample_rate"
@@ -418,8 +424,9 @@ def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
     rejected: list[Rejected] = []
     starts: list[int] = []
     blocks: list[tuple[np.ndarray, float]] = []
+    typed = batch.typed and type(batch.records[0]) is record_type(schema)
     for i, record in enumerate(batch.records):
-        got = _samples(schema, record)
+        got = _block(schema, record.samples, record.rate) if typed else _samples(schema, record)
         if isinstance(got, str):
             rejected.append(Rejected(int(batch.times[i]), got, batch.raw_bytes(i), batch.source))
             continue

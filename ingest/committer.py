@@ -85,6 +85,7 @@ from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
 from .prepare import INVALID_TAG, Prepared, Preparer, Raised, Validated, prepare_each, valid_tag, validate_many
+from .record_types import record_type_for
 from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
@@ -247,6 +248,10 @@ class GroupCommitter:
     def accepts_undecoded(self) -> bool:
         """Whether connectors should submit :class:`Undecoded` bytes: only when workers decode them."""
         return self._preparer is not None
+
+    def record_type(self, tag: str) -> type | None:
+        """The type ``tag``'s records decode as (:mod:`ingest.record_types`), or None; see :class:`Sink`."""
+        return record_type_for(self.schemas, tag) if valid_tag(tag) else None
 
     # -- life cycle ----------------------------------------------------------------
 

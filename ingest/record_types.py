@@ -1,4 +1,4 @@
-"""Record types: msgspec types mirroring table schemas, so a connector can decode and check records in one C pass.
+"""Record types: msgspec types mirroring schemas, so a connector can decode and check records in one C pass.
 
 A connector that decodes msgpack or JSON may ask for the record type of a
 tag (:attr:`ingest.batch.Undecoded.typed`). A record decodes as that type
@@ -13,6 +13,12 @@ batch as usual and ingest checks it record by record, naming the faults.
 The type is an accelerator only: the values it yields are the ones a plain
 decode would have given (an integer in a float field stays an integer, nil
 and absent both read as None), so a batch is stored the same either way.
+
+A vibration record's type takes its block of samples as a ``memoryview``
+of the bytes it arrived in (msgpack bin only) and its sample rate if it
+carries one, and ignores any other field, as the plain path does: the
+block is not copied to be decoded. Its frames and rate are still checked
+by ingest (:func:`ingest.columns.to_columns`), which names the faults.
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ def _value_type(f: Field) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def record_type(schema: Schema) -> type[msgspec.Struct] | None:
-    """The msgspec type of the records ``schema`` takes as they are, or None for a schema that is not a table."""
+    """The msgspec type of the records ``schema`` takes as they are (a vibration schema's: its blocks), or None."""
+    if schema.kind == "vibration":
+        return None if schema.vibration is None else _block_type(schema)
     if schema.kind not in TABLE_KINDS:
         return None
     # Attribute names are positional (field names need not be identifiers); ``rename`` maps them to the keys.
@@ -60,6 +68,15 @@ def record_type(schema: Schema) -> type[msgspec.Struct] | None:
         forbid_unknown_fields=schema.extra != "drop",  # "keep" and "reject" need the checked path
         gc=False,  # instances hold no containers, so they need no cycle tracking
     )
+
+
+def _block_type(schema: Schema) -> type[msgspec.Struct] | None:
+    v = schema.vibration
+    assert v is not None
+    if v.rate_field == v.samples_field:
+        return None  # the plain path tells the sender what is wrong with that
+    return msgspec.defstruct(f"Block_{schema.name}", [("samples", memoryview), ("rate", int | float | None, None)],
+                             rename={"samples": v.samples_field, "rate": v.rate_field}, gc=False)
 
 
 def record_type_for(schemas: SchemaSet, tag: str) -> type[msgspec.Struct] | None:

@@ -17,7 +17,10 @@ import pytest
 import zstandard
 
 from connectors.forward import INVALID_TIME, ForwardDecoder, MalformedMessage, OversizeMessage, ack_bytes
-from connectors.forward.decode import FrameReader, decode_packed
+from connectors.forward.decode import FrameReader, decode_message, decode_packed
+from ingest.columns import to_columns
+from ingest.record_types import record_type
+from ingest.schema import parse_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -243,6 +246,58 @@ def test_bulk_message_with_a_bad_or_endless_option():
     with pytest.raises(OversizeMessage, match="incomplete message"):
         for i in range(0, 300_000, 8192):
             list(reader.feed(endless[i : i + 8192] if i < len(endless) else b"x" * 8192))
+
+
+VIBRATION = parse_schema({"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 3, "sample_rate": 25600}},
+                         name="vibration")
+
+
+def vibration_message(count: int, option=None, *, compressed: bool = False, odd: int | None = None) -> bytes:
+    """PackedForward of ``count`` blocks of 25,600 x 3 float32 samples (307 kB), as a vibration sender's
+    chunk; block ``odd`` is a list of lists instead (the checked way takes that)."""
+    entries = b"".join(packb([event_time(1_700_000_000 + i, 0),
+                              {"samples": [[0.5, 1.5, 2.5]] if i == odd else struct.pack("<3f", i, -i, 0.25) * 25_600}])
+                       for i in range(count))
+    if compressed:
+        entries = gzip.compress(entries)
+    return b"\x93" + packb("vib.x") + b"\xdb" + struct.pack(">I", len(entries)) + entries + packb(option)
+
+
+def read_bulk(message: bytes, piece: int = 65_536) -> bytearray:
+    reader = FrameReader()
+    frames = [f for i in range(0, len(message), piece) for f in reader.feed(message[i : i + piece])]
+    assert len(frames) == 1 and frames[0] == message
+    return frames[0]
+
+
+@pytest.mark.parametrize("option", [{"size": 4, "chunk": "c1"}, {"size": 3}, {"size": "4"}, {}, None])
+def test_bulk_vibration_blocks_are_decoded_where_they_arrived(option):
+    """A bulk message's blocks decode as views of the frame they arrived in: no copy of them is made, the
+    frame is left as it came, and they store as the plain decode stores them. The event count the
+    sender announces saves counting them; a wrong or missing one changes nothing."""
+    message = vibration_message(4, option)
+    frame = read_bulk(message)
+    decoded = decode_message(frame, record_types=lambda tag: record_type(VIBRATION))
+    assert bytes(frame) == message
+    batch = decoded.batch
+    assert batch.typed and len(batch) == 4
+    assert all(type(r.samples) is memoryview and r.samples.obj is frame for r in batch.records)
+    plain = decode_message(message).batch
+    assert not plain.typed and list(plain.times) == list(batch.times)
+    (columns, rejected), (plain_columns, _) = to_columns(VIBRATION, batch), to_columns(VIBRATION, plain)
+    assert not rejected and columns.rows == 4 * 25_600
+    assert (columns.columns["samples"] == plain_columns.columns["samples"]).all()
+    assert (columns.columns["time"] == plain_columns.columns["time"]).all()
+
+
+def test_bulk_blocks_that_do_not_fit_or_arrive_compressed_decode_as_before():
+    odd = vibration_message(4, {"size": 4}, odd=2)
+    frame = read_bulk(odd)
+    batch = decode_message(frame, record_types=lambda tag: record_type(VIBRATION)).batch
+    assert not batch.typed and bytes(frame) == odd and batch.records[2]["samples"] == [[0.5, 1.5, 2.5]]
+    zipped = vibration_message(4, {"size": 4, "compressed": "gzip"}, compressed=True)
+    batch = decode_message(read_bulk(zipped), record_types=lambda tag: record_type(VIBRATION)).batch
+    assert batch.typed and len(batch) == 4 and bytes(batch.records[3].samples[:12]) == struct.pack("<3f", 3, -3, 0.25)
 
 
 def test_times_zero_nil_float_and_invalid():

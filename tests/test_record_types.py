@@ -57,7 +57,9 @@ def assert_same_storage(schema, payload: bytes) -> bool:
         assert columns.columns.keys() == plain_columns.columns.keys()
         for name in columns.columns:
             assert same(columns.columns[name], plain_columns.columns[name]), name
-    if was_typed:  # only records that fit, with nothing undeclared, take the typed way (times are checked after)
+    if was_typed and schema.kind != "vibration":
+        # Only records that fit, with nothing undeclared, take the typed way (times are checked after);
+        # a block's frames and rate are checked after too.
         assert all(r.time == INVALID_TIME for r in rejected)
         if plain_columns is not None:
             assert schema.extra == "drop" or all(not x for x in plain_columns.columns.get("extra", []))
@@ -122,10 +124,70 @@ def test_truncated_entries_are_still_refused():
         decode_packed("app.x", payload[:-2], 0, record_type(SCHEMAS["keep"]))
 
 
-def test_vibration_schemas_have_no_record_type():
-    schema = parse_schema({"kind": "vibration", "tags": ["v"], "vibration": {"channels": 3, "sample_rate": 100}},
-                          name="vib")
-    assert record_type(schema) is None
+VIBRATION = {
+    "fixed rate": parse_schema({"kind": "vibration", "tags": ["app.**"],
+                                "vibration": {"channels": 3, "sample_rate": 100}}, name="vib_fixed"),
+    "rate per block": parse_schema({"kind": "vibration", "tags": ["app.**"],
+                                    "vibration": {"channels": 2, "samples_field": "s", "rate_field": "hz"}},
+                                   name="vib_rated"),
+}
+
+
+def block(rows: int, channels: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).standard_normal((rows, channels)).astype("<f4").tobytes()
+
+
+def test_vibration_blocks_decode_without_a_copy_and_store_the_same():
+    fixed, rated = VIBRATION["fixed rate"], VIBRATION["rate per block"]
+    payload = packed([[EVENT_TIME, {"samples": block(50, 3, i), "unit": "m/s2"}] for i in range(4)])
+    assert assert_same_storage(fixed, payload)
+    batch = decode_packed("app.x", payload, len(payload), record_type(fixed), 4)
+    assert batch.typed and all(type(r.samples) is memoryview for r in batch.records)
+    payload = packed([[EVENT_TIME, {"s": block(20, 2, i), "hz": [25600, 51200.0][i % 2]}] for i in range(3)])
+    assert assert_same_storage(rated, payload)
+
+
+@pytest.mark.parametrize("events", [None, 0, 1, 3, 4, 2**32, -1, "4", True])
+def test_a_wrong_count_of_events_from_the_sender_changes_nothing(events):
+    """The option's ``size`` saves counting the entries; a wrong one is found out and they are counted."""
+    schema = VIBRATION["fixed rate"]
+    payload = packed([[EVENT_TIME, {"samples": block(10, 3, i)}] for i in range(3)])
+    batch = decode_packed("app.x", payload, len(payload), record_type(schema), events)
+    assert batch.typed and len(batch) == 3
+    columns, rejected = to_columns(schema, batch)
+    _, plain, _ = stored(schema, payload, False)
+    assert not rejected and same(columns.columns["samples"], plain.columns["samples"])
+
+
+@pytest.mark.parametrize("record", [
+    {"samples": block(10, 3)[:-1]},  # not whole frames
+    {"samples": b""},
+    {"samples": None},
+    {"samples": "str, not bin"},
+    {"samples": [[1.0, 2.0, 3.0]]},  # lists: the checked way
+    {"samples": block(10, 3), "sample_rate": 50},  # differs from the schema's
+    {"samples": block(10, 3), "sample_rate": True},
+    {"samples": block(10, 3), "sample_rate": float("nan")},
+    {b"samples": block(10, 3)},  # a bin key, as a sender in ASCII-8BIT writes it
+    {"other": 1},
+    "not a map",
+])
+def test_any_misfit_block_is_stored_or_refused_as_the_checked_way_does(record):
+    entries = [[EVENT_TIME, {"samples": block(10, 3)}], [EVENT_TIME, record]]
+    assert_same_storage(VIBRATION["fixed rate"], packed(entries))
+
+
+_blocks = st.one_of(st.integers(0, 30).map(lambda n: block(n, 2, n)), st.binary(max_size=20), st.none(),
+                    st.text(max_size=4), st.lists(st.lists(st.floats(-10, 10), min_size=2, max_size=2), max_size=3))
+_rates = st.one_of(st.none(), st.integers(-2, 2**64 - 1), st.floats(allow_nan=True), st.booleans(), st.text(max_size=2))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=st.lists(st.tuples(st.one_of(st.just(EVENT_TIME), st.integers(1, 2**40)),
+                                  st.fixed_dictionaries({"s": _blocks}, optional={"hz": _rates, "x": st.integers(-(2**63), 2**64 - 1)}))
+                        .map(list), max_size=5))
+def test_typed_and_checked_ways_store_the_same_blocks(entries):
+    assert_same_storage(VIBRATION["rate per block"], packed(entries))
 
 
 _values = st.one_of(

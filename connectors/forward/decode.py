@@ -51,7 +51,7 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -371,7 +371,7 @@ class _Bulk:
         self.pieces.append(piece)
         self.held += len(piece)
 
-    def take(self, view: memoryview) -> tuple[bytes | None, memoryview]:
+    def take(self, view: memoryview) -> tuple[bytearray | None, memoryview]:
         """Add the bytes of the message at the start of ``view``: ``(the message, the bytes after it)``
         once it is whole, else ``(None, an empty view)``."""
         missing = self.entries_end - self.held
@@ -415,8 +415,10 @@ class _Bulk:
             return self._option.tell() - start
         return None
 
-    def _joined(self) -> bytes:
-        frame = b"".join(self.pieces)
+    def _joined(self) -> bytearray:
+        # A bytearray: the decode may write an array header over the entries' own for a moment (see
+        # _entries_room), so that msgspec reads them where they are.
+        frame = bytearray().join(self.pieces)
         self.pieces.clear()
         return frame
 
@@ -560,6 +562,7 @@ def decode_message(
     decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
     defer: bool = False,
     packed: tuple[str, memoryview, dict | None] | None = None,
+    record_types: Callable[[str], type | None] | None = None,
 ) -> Decoded | None:
     """Decode one framed message (from :class:`FrameReader`); None for a heartbeat (nil).
 
@@ -571,6 +574,9 @@ def decode_message(
     :func:`decode_entries`): only the framing, tag and options are read
     here, and errors in the entries are raised where they are decoded.
     ``packed``: what :func:`read_packed` gave for ``frame``, if it was asked.
+    ``record_types`` gives a tag's record type (the sink's
+    :meth:`~ingest.committer.GroupCommitter.record_type`): PackedForward
+    entries decoded here are decoded as it where they fit.
     """
     if not json_mode:
         if packed is None:
@@ -579,12 +585,15 @@ def decode_message(
             tag, entries, option = packed
             if defer and (_compressed(option) or _small_events(entries)):
                 return _deferred(tag, entries, option, len(frame), decompressed_size_limit)
-            return _packed_message(tag, entries, option, len(frame), decompressed_size_limit)
-    return decode_value(parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit)
+            return _packed_message(tag, entries, option, len(frame), decompressed_size_limit, record_types,
+                                   _entries_room(frame, entries))
+    return decode_value(parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit,
+                        record_types=record_types)
 
 
 def decode_value(
-    value: Any, frame: bytes, *, decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT
+    value: Any, frame: bytes, *, decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+    record_types: Callable[[str], type | None] | None = None,
 ) -> Decoded | None:
     """Decode a message already parsed into ``value`` from the bytes ``frame``; see :func:`decode_message`."""
     if value is None:
@@ -614,7 +623,7 @@ def decode_value(
         if n > 3:
             raise MalformedMessage(f"PackedForward message of tag {tag!r} has {n} elements, expected 2 or 3")
         payload = entries if kind is bytes else entries.encode("utf-8", "surrogateescape")
-        return _packed_message(tag, payload, _option(value, 2, tag), size, decompressed_size_limit)
+        return _packed_message(tag, payload, _option(value, 2, tag), size, decompressed_size_limit, record_types)
     if kind is list:
         if n > 3:
             raise MalformedMessage(f"Forward message of tag {tag!r} has {n} elements, expected 2 or 3")
@@ -641,13 +650,38 @@ def _text_keys(option: dict | None) -> dict | None:
     return out
 
 
-def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int) -> Decoded:
+def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int,
+                    record_types: Callable[[str], type | None] | None = None,
+                    room: tuple[bytearray, int] | None = None) -> Decoded:
     compressed = option.get("compressed") if option else None
     mode = "packed"
     if compressed is not None and compressed != "text":
         payload = _decompress(payload, compressed, limit, tag)
         mode = "compressed"
+        room = None
+    record_type = None if record_types is None else record_types(tag)
+    events = option.get("size") if option else None
+    if record_type is not None:
+        batch = _decode_typed(tag, payload, size, record_type, events, room)
+        if batch is not None:
+            return _decoded(batch, option, mode)
     return _decoded(decode_packed(tag, payload, size), option, mode)
+
+
+def _entries_room(frame: bytes | bytearray, entries: memoryview) -> tuple[bytearray, int] | None:
+    """``(frame, where its entries start)`` if ``frame`` is a bytearray (a bulk message, see :class:`_Bulk`)
+    whose ``entries`` follow a 5-byte str32/bin32 header, where an array header fits; else None."""
+    if type(frame) is not bytearray:
+        return None
+    found = _header_len(frame, 1, True, True)
+    if found is None:
+        return None
+    n, pos = found
+    pos += n
+    start = pos + 5
+    if start > len(frame) or frame[pos] not in (0xDB, 0xC6) or int.from_bytes(frame[pos + 1 : start], "big") != len(entries):
+        return None
+    return frame, start
 
 
 def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: int,
@@ -659,9 +693,10 @@ def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: 
 
 
 #: Events up to this size go to ingest's decode workers. Larger ones carry bulk
-#: binary (vibration blocks) whose decoding is a memory copy: handing them to a
-#: worker and pickling the arrays back costs more than it saves (measured with
-#: 300 KB blocks: 142-155 MB/s decoded here, 99-110 MB/s through a worker).
+#: binary (vibration blocks), decoded here as views of the frame they arrived in
+#: (see _entries_room): handing them to a worker and pickling the arrays back
+#: costs more than it saves (measured with 300 KB blocks when they were still
+#: copied: 142-155 MB/s decoded here, 99-110 MB/s through a worker).
 DEFER_MAX_EVENT_BYTES = 16 << 10
 
 
@@ -817,17 +852,21 @@ class _ForwardRaw:
         return self._frame[self._offsets[i] : self._offsets[i + 1]]
 
 
-def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_type: type | None = None) -> Batch:
+def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_type: type | None = None,
+                  events: Any = None) -> Batch:
     """Decode concatenated msgpack ``[time, record]`` entries (PackedForward) in one Unpacker pass.
 
     The entries are listed by msgpack in C, checked and split with C-level
     ``map``s, and their times converted in one vectorised step: no Python
     code runs per event on this path. With ``record_type`` (ingest's type
     for the tag's records), entries that all decode as it come back typed
-    (:func:`_decode_typed`), the others as plain maps.
+    (:func:`_decode_typed`), the others as plain maps. ``events`` is the
+    number of entries the sender announced (the option's ``size``), if any:
+    the typed decode trusts it to skip counting them and falls back to
+    counting if it is wrong.
     """
     if record_type is not None:
-        batch = _decode_typed(tag, payload, size, record_type)
+        batch = _decode_typed(tag, payload, size, record_type, events)
         if batch is not None:
             return batch
     up = _unpacker(max(len(payload), 1))
@@ -878,21 +917,30 @@ def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder:
     return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])
 
 
-def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type: type) -> Batch | None:
+def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type: type,
+                  events: Any = None, room: tuple[bytearray, int] | None = None) -> Batch | None:
     """The entries with records of ``record_type``, decoded and checked by msgspec in C; None if any does not fit.
 
-    msgspec reads one value, so the entries get an array header in front.
+    msgspec reads one value, so the entries get an array header in front:
+    the count of ``events`` if it is one (a wrong count fails the decode,
+    and the entries are then counted), else the entries counted. With
+    ``room`` (see :func:`_entries_room`) the header is written over the
+    entries' own for the decode, so they are not copied.
     Only EventTimes and numbers are taken as times here; any other time
     form (Fluent Bit's ``[EventTime, metadata]``, nil, bin) goes the plain
     way, which knows them all.
     """
-    count = _count_entries(payload)
-    if count is None:
-        return None
-    try:
-        entries = _entries_decoder(record_type).decode(b"\xdd" + count.to_bytes(4, "big") + payload)
-    except (msgspec.MsgspecError, ValueError):  # a record that does not fit; invalid UTF-8
-        return None
+    decoder = _entries_decoder(record_type)
+    entries = None
+    if type(events) is int and 0 < events < 1 << 32:
+        entries = _decode_counted(decoder, payload, events, room)
+    if entries is None:
+        count = _count_entries(payload)
+        if count is None or count == events:
+            return None
+        entries = _decode_counted(decoder, payload, count, room)
+        if entries is None:
+            return None
     stamps = list(map(_first, entries))
     if not stamps:
         times = array("q")
@@ -905,6 +953,26 @@ def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type:
     else:
         times = _times_ns(stamps)
     return Batch(tag, times, list(map(_second, entries)), _PackedRaw(payload), SOURCE, size, typed=True)
+
+
+def _decode_counted(decoder: msgspec.msgpack.Decoder, payload: bytes | memoryview, count: int,
+                    room: tuple[bytearray, int] | None) -> list | None:
+    """``payload`` decoded by ``decoder`` as an array of ``count`` entries, or None if it is not one or an
+    entry does not fit (invalid UTF-8 included)."""
+    header = b"\xdd" + count.to_bytes(4, "big")
+    try:
+        if room is None:
+            return decoder.decode(header + payload)
+        frame, start = room
+        own = bytes(frame[start - 5 : start])
+        frame[start - 5 : start] = header
+        try:
+            # Decoded blocks (memoryview) keep views of the frame: this view is not released here.
+            return decoder.decode(memoryview(frame)[start - 5 : start + len(payload)])
+        finally:
+            frame[start - 5 : start] = own
+    except (msgspec.MsgspecError, ValueError):
+        return None
 
 
 class _PackedRaw:

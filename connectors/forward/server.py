@@ -150,6 +150,8 @@ class ForwardServer:
         self.counters = ConnectionCounters()
         # Hand packed entries over undecoded when the sink decodes them in worker processes.
         self.defer = bool(getattr(sink, "accepts_undecoded", False))
+        # Entries decoded here are decoded as the tag's record type (vibration blocks: without a copy).
+        self.record_types = getattr(sink, "record_type", None)
         self._listener: Listener | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
@@ -529,7 +531,8 @@ class _Connection(asyncio.Protocol):
                         return None
                     charge += reserved
                 decoded = decode_message(item, json_mode=json_mode, decompressed_size_limit=self.server.inflate_limit,
-                                         defer=self.server.defer, packed=packed)
+                                         defer=self.server.defer, packed=packed,
+                                         record_types=self.server.record_types)
             except ForwardError as exc:
                 self.charges.add("queued", -charge)
                 self.charges.settle()
@@ -573,7 +576,8 @@ class _Connection(asyncio.Protocol):
                 if _compressed_entries(packed) is not None:
                     break  # its decompressed size is reserved by _next
                 decoded = decode_message(item, json_mode=json_mode, decompressed_size_limit=self.server.inflate_limit,
-                                         defer=self.server.defer, packed=packed)
+                                         defer=self.server.defer, packed=packed,
+                                         record_types=self.server.record_types)
             except ForwardError as exc:
                 self.pending[0] = exc  # reported by _next, after this submission
                 self.charges.add("queued", -held_for_message(len(item)))
