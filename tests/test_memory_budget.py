@@ -297,3 +297,44 @@ def test_inflated_size_counts_without_keeping_the_output():
     assert inflated_size(bomb, ["gzip"], MIB) == MIB + 1
     assert inflated_size(zlib.compress(b"abc" * 1000), ["deflate"], 1 << 20) == 3000
     assert inflated_size(b"plain", ["identity"], 100) == 5
+
+
+CHURN = """
+import os, resource, sys
+sys.path.insert(0, os.getcwd())
+from ingest.service import tune_malloc
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+def churn():
+    # What a service does with each chunk it receives: a few blocks of a few MB, all freed after the commit.
+    before = faults()
+    for _ in range(50):
+        blocks = [bytearray(3 << 20) for _ in range(3)]
+        del blocks
+    return faults() - before
+
+print(churn(), tune_malloc(), churn())
+"""
+
+
+def test_a_serving_process_reuses_freed_blocks_instead_of_faulting_in_new_pages():
+    """glibc's own thresholds give each freed block of a few MB back to the kernel, and the next one
+    faults fresh pages in; :func:`ingest.service.tune_malloc` keeps them for reuse. A user's own
+    ``MALLOC_*`` setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.serve_process import REPO
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", CHURN], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    before, tuned, after = out.stdout.split()
+    assert tuned == "True"
+    # 50 rounds of 2,304 pages: most fault in anew untuned (76,720 measured), a few stragglers tuned (1,504).
+    assert int(before) > 25_000 and int(after) < int(before) // 20, out.stdout
+    out = subprocess.run([sys.executable, "-c", CHURN], cwd=REPO, env={**env, "MALLOC_TRIM_THRESHOLD_": str(1 << 20)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split()[1] == "False"
