@@ -111,6 +111,16 @@ class _Tracked(ProtocolProxy):
         super().connection_lost(exc)
 
 
+class _TrackedBuffered(_Tracked, asyncio.BufferedProtocol):
+    """:class:`_Tracked` for a protocol that reads into its own buffers (asyncio.BufferedProtocol)."""
+
+    def get_buffer(self, sizehint: int) -> Any:
+        return self.inner.get_buffer(sizehint)  # type: ignore[attr-defined]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.inner.buffer_updated(nbytes)  # type: ignore[attr-defined]
+
+
 class Listener:
     """Accepts TCP connections on ``host:port`` for ``protocol_factory``; see the module docstring.
 
@@ -270,7 +280,8 @@ class Listener:
             self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     async def _serve(self, conn: socket.socket) -> None:
-        tracked = _Tracked(self.protocol_factory(), self)
+        inner = self.protocol_factory()
+        tracked = (_TrackedBuffered if isinstance(inner, asyncio.BufferedProtocol) else _Tracked)(inner, self)
         loop = asyncio.get_running_loop()
         try:
             if self.ssl is None:

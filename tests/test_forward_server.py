@@ -399,6 +399,53 @@ async def test_tls(sink, certificate):
     await srv.close()
 
 
+def bulk_message(tag: str, first: int, blocks: int, chunk: str, *, as_bin: bool = False) -> bytes:
+    """PackedForward of ``blocks`` vibration blocks of 300 kB (str32 entries as out_forward frames them,
+    bin32 as Fluent Bit does): a bulk message, received in place where it is kept."""
+    entries = b"".join(packb([1700000000 + i, {"samples": bytes([i % 251]) * 300_000, "i": i}])
+                       for i in range(first, first + blocks))
+    return (b"\x93" + packb(tag) + (b"\xc6" if as_bin else b"\xdb") + len(entries).to_bytes(4, "big") + entries
+            + packb({"size": blocks, "chunk": chunk}))
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_bulk_messages_are_received_whole_in_any_pieces(sink, certificate, tls):
+    """Bulk messages (vibration blocks) are read straight into the buffer that keeps them; cut anywhere,
+    pipelined with small messages, over TCP and TLS, every event arrives as sent."""
+    cert, key = certificate
+    server_ctx = client_ctx = None
+    if tls:
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(cert, key)
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+    srv = ForwardServer(sink, "127.0.0.1", 0, ssl=server_ctx)
+    await srv.start()
+    chunks = [chunk_id() for _ in range(5)]
+    stream = b"".join([
+        bulk_message("vib.a", 0, 4, chunks[0]),
+        packed_message("small", 3, chunks[1]),
+        bulk_message("vib.b", 4, 2, chunks[2], as_bin=True),
+        bulk_message("vib.a", 6, 3, chunks[3]),
+        packed_message("small", 2, chunks[4], start=3),
+    ])
+    r, w = await asyncio.open_connection("127.0.0.1", srv.port, ssl=client_ctx)
+    at = piece = 0
+    while at < len(stream):
+        size = (1 + piece % 7) * 65_537 // 3  # pieces of odd sizes, from 21 kB to 153 kB
+        w.write(stream[at : at + size])
+        await w.drain()
+        at, piece = at + size, piece + 1
+    acks = await read_acks(r, 5)
+    assert sorted(a["ack"] for a in acks) == sorted(chunks)
+    blocks = [(tag, record["i"], record["samples"]) for tag, _, record in sink.events if tag.startswith("vib.")]
+    assert [(tag, i) for tag, i, _ in blocks] == [("vib.a", i) for i in range(4)] + [("vib.b", 4), ("vib.b", 5)] + [
+        ("vib.a", i) for i in range(6, 9)]
+    assert all(samples == bytes([i % 251]) * 300_000 for _, i, samples in blocks)
+    assert [record["i"] for tag, _, record in sink.events if tag == "small"] == [0, 1, 2, 3, 4]
+    w.close()
+    await srv.close()
+
+
 @pytest.fixture
 def server_in_thread():
     """A server on its own event loop thread, for blocking clients (fluent-logger, UDP)."""

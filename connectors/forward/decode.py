@@ -185,7 +185,9 @@ class FrameReader:
     The first byte picks the format for the connection's whole life, as in
     in_forward: ``{`` or ``[`` JSON (:attr:`json` is then True), anything
     else msgpack. :meth:`feed` yields the bytes of each message completed
-    by ``data`` (decode them with :func:`decode_message`); it then raises
+    by ``data`` (decode them with :func:`decode_message`): ``bytes``, or a
+    writable ``memoryview`` for a bulk message (see :class:`_Bulk`, and
+    :meth:`room` to receive one in place); it then raises
     :class:`OversizeMessage` if a message, complete or not, exceeds
     ``chunk_size_limit`` bytes, or :class:`MalformedMessage` if the bytes
     cannot be framed. Messages before the error are yielded first. After an
@@ -198,7 +200,7 @@ class FrameReader:
         self.json: bool | None = None
         self._framer: _MsgpackFramer | _JsonFramer | None = None
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
+    def feed(self, data: bytes) -> Iterator[bytes | memoryview | bytearray]:
         if not data:
             return
         if self._framer is None:
@@ -211,6 +213,16 @@ class FrameReader:
         """Bytes of an incomplete message held (msgpack holds them twice, its buffer and the copy, unless the
         message is bulk)."""
         return 0 if self._framer is None else self._framer.held
+
+    def room(self) -> memoryview | None:
+        """Where the next bytes go if they can be received in place: the rest of a bulk message's entries
+        (see :class:`_Bulk`); None otherwise (:meth:`feed` them). After receiving into it, call :meth:`filled`."""
+        return self._framer.room() if type(self._framer) is _MsgpackFramer else None
+
+    def filled(self, n: int) -> Iterator[memoryview]:
+        """``n`` bytes were received into :meth:`room`: yields the message they complete, if they do."""
+        assert type(self._framer) is _MsgpackFramer
+        yield from self._framer.filled(n)
 
 
 def _oversize(tag: str | None, size: int, limit: int, what: str) -> OversizeMessage:
@@ -245,8 +257,18 @@ class _MsgpackFramer:
         """Bytes of an incomplete message held (twice if it is in both buffers)."""
         return len(self._buf) + (self._bulk.held if self._bulk is not None else 0)
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        view = memoryview(data if type(data) is bytes else bytes(data))  # _Bulk keeps views of it
+    def room(self) -> memoryview | None:
+        return None if self._bulk is None else self._bulk.room()
+
+    def filled(self, n: int) -> Iterator[memoryview]:
+        assert self._bulk is not None
+        frame = self._bulk.filled(n)
+        if frame is not None:
+            self._bulk = None
+            yield frame
+
+    def feed(self, data: bytes) -> Iterator[bytes | memoryview | bytearray]:
+        view = memoryview(data)
         while view:
             if self._bulk is not None:
                 frame, view = self._bulk.take(view)
@@ -355,23 +377,47 @@ def _bulk_head(head: memoryview | bytearray | bytes) -> tuple[int, int] | bool |
 
 
 class _Bulk:
-    """A bulk message (see :func:`_bulk_head`) gathered as views of the bytes it arrives in."""
+    """A bulk message (see :func:`_bulk_head`) gathered in one buffer as it arrives.
+
+    The buffer has the announced size but is not written before bytes
+    arrive (numpy's ``empty``: no page is touched), so memory grows with
+    what was received, which the budget charges. A reader may receive the
+    entries straight into it (:meth:`room`, :meth:`filled`): they are then
+    never copied by Python. The frame it gives is a writable view of the
+    buffer (see :func:`_entries_room`).
+    """
 
     def __init__(self, entries_end: int, items: int, limit: int, head: bytes) -> None:
         self.entries_end = entries_end
         self.items = items
         self.limit = limit
         self.head = head
-        self.pieces: list[memoryview] = []
+        self._buffer = memoryview(np.empty(entries_end + (_OPTION_ROOM if items == 3 else 0), dtype=np.uint8))
+        self._past: bytearray | None = None  # an option longer than the room left for it
         self.held = 0
         self._option: msgpack.Unpacker | None = None  # reads where the option after the entries ends
         self._option_fed = 0
 
     def add(self, piece: memoryview) -> None:
-        self.pieces.append(piece)
-        self.held += len(piece)
+        end = self.held + len(piece)
+        fit = max(0, min(end, len(self._buffer)) - self.held)
+        self._buffer[self.held : self.held + fit] = piece[:fit]
+        if fit < len(piece):
+            if self._past is None:
+                self._past = bytearray()
+            self._past += piece[fit:]
+        self.held = end
 
-    def take(self, view: memoryview) -> tuple[bytearray | None, memoryview]:
+    def room(self) -> memoryview | None:
+        """Where the entries' next bytes go, to be received in place; None once they are all in."""
+        return self._buffer[self.held : self.entries_end] if self.held < self.entries_end else None
+
+    def filled(self, n: int) -> memoryview | None:
+        """``n`` bytes were received into :meth:`room`: the message if it is whole."""
+        self.held += n
+        return self._frame() if self.held == self.entries_end and self.items == 2 else None
+
+    def take(self, view: memoryview) -> tuple[memoryview | bytearray | None, memoryview]:
         """Add the bytes of the message at the start of ``view``: ``(the message, the bytes after it)``
         once it is whole, else ``(None, an empty view)``."""
         missing = self.entries_end - self.held
@@ -381,13 +427,13 @@ class _Bulk:
             if self.held < self.entries_end:
                 return None, view
         if self.items == 2:
-            return self._joined(), view
+            return self._frame(), view
         end = self._option_end(view)
         if end is None:
             self.add(view)
             return None, view[len(view):]
         self.add(view[:end])
-        return self._joined(), view[end:]
+        return self._frame(), view[end:]
 
     def _option_end(self, view: memoryview) -> int | None:
         """Where the option after the entries ends in ``view`` (None: not in it); read a slice at a time,
@@ -415,14 +461,14 @@ class _Bulk:
             return self._option.tell() - start
         return None
 
-    def _joined(self) -> bytearray:
-        # A bytearray: the decode may write an array header over the entries' own for a moment (see
-        # _entries_room), so that msgspec reads them where they are.
-        frame = bytearray().join(self.pieces)
-        self.pieces.clear()
-        return frame
+    def _frame(self) -> memoryview | bytearray:
+        if self._past is None:
+            return self._buffer[: self.held]
+        return bytearray(self._buffer) + self._past  # an option past the room: one copy (never seen from a sender)
 
 
+#: Bytes kept after a bulk message's entries for its option (a chunk id, a size, a compression: tens of bytes).
+_OPTION_ROOM = 4096
 _OPTION_SLICE = 4 << 10  # an option map (chunk id, size, compressed) is tens of bytes
 
 
@@ -652,7 +698,7 @@ def _text_keys(option: dict | None) -> dict | None:
 
 def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int,
                     record_types: Callable[[str], type | None] | None = None,
-                    room: tuple[bytearray, int] | None = None) -> Decoded:
+                    room: tuple[bytearray | memoryview, int] | None = None) -> Decoded:
     compressed = option.get("compressed") if option else None
     mode = "packed"
     if compressed is not None and compressed != "text":
@@ -668,10 +714,11 @@ def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, li
     return _decoded(decode_packed(tag, payload, size), option, mode)
 
 
-def _entries_room(frame: bytes | bytearray, entries: memoryview) -> tuple[bytearray, int] | None:
-    """``(frame, where its entries start)`` if ``frame`` is a bytearray (a bulk message, see :class:`_Bulk`)
-    whose ``entries`` follow a 5-byte str32/bin32 header, where an array header fits; else None."""
-    if type(frame) is not bytearray:
+def _entries_room(frame: bytes | bytearray | memoryview, entries: memoryview
+                  ) -> tuple[bytearray | memoryview, int] | None:
+    """``(frame, where its entries start)`` if ``frame`` is writable (a bulk message, see :class:`_Bulk`)
+    and its ``entries`` follow a 5-byte str32/bin32 header, where an array header fits; else None."""
+    if not (type(frame) is bytearray or (type(frame) is memoryview and not frame.readonly)):
         return None
     found = _header_len(frame, 1, True, True)
     if found is None:
@@ -773,7 +820,7 @@ def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
     if header is None:
         return None
     n, pos = header
-    raw_tag = frame[pos : pos + n]
+    raw_tag = bytes(frame[pos : pos + n])
     pos += n
     entries = _header_len(frame, pos, True, True)
     if entries is None or len(raw_tag) != n:
@@ -918,7 +965,7 @@ def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder:
 
 
 def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type: type,
-                  events: Any = None, room: tuple[bytearray, int] | None = None) -> Batch | None:
+                  events: Any = None, room: tuple[bytearray | memoryview, int] | None = None) -> Batch | None:
     """The entries with records of ``record_type``, decoded and checked by msgspec in C; None if any does not fit.
 
     msgspec reads one value, so the entries get an array header in front:
@@ -956,7 +1003,7 @@ def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type:
 
 
 def _decode_counted(decoder: msgspec.msgpack.Decoder, payload: bytes | memoryview, count: int,
-                    room: tuple[bytearray, int] | None) -> list | None:
+                    room: tuple[bytearray | memoryview, int] | None) -> list | None:
     """``payload`` decoded by ``decoder`` as an array of ``count`` entries, or None if it is not one or an
     entry does not fit (invalid UTF-8 included)."""
     header = b"\xdd" + count.to_bytes(4, "big")

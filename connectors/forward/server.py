@@ -63,7 +63,7 @@ import logging
 import socket
 import ssl as ssl_module
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -92,6 +92,8 @@ from .handshake import MAX_PING_BYTES, Handshake
 
 log = logging.getLogger("windvane.connectors.forward")
 
+#: Bytes read from a socket at once outside bulk messages (asyncio's own reads take at most as much).
+READ_SIZE = 256 << 10
 _MAX_MERGE = 4096  # chunkless messages joined into one submission at most
 _MAX_MANY = 1024  # chunk messages handed to the sink in one call at most
 #: Seconds a connection given the budget's pass (see :mod:`connectors.budget`) may send nothing before it is closed.
@@ -152,6 +154,9 @@ class ForwardServer:
         self.defer = bool(getattr(sink, "accepts_undecoded", False))
         # Entries decoded here are decoded as the tag's record type (vibration blocks: without a copy).
         self.record_types = getattr(sink, "record_type", None)
+        # What connections read into (see _Connection.get_buffer): one for all, since each read is
+        # copied out before the event loop reads another socket.
+        self.read_buffer = memoryview(bytearray(READ_SIZE))
         self._listener: Listener | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
@@ -235,9 +240,10 @@ class _Heartbeat(asyncio.DatagramProtocol):
         log.debug("UDP heartbeat error: %s", exc)
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     def __init__(self, server: ForwardServer) -> None:
         self.server = server
+        self.into_bulk = False  # the last buffer handed to the transport was a bulk message's own
         self.stats = server._stats
         self.budget = server.budget
         self.frames = FrameReader(server.chunk_size_limit)
@@ -284,6 +290,23 @@ class _Connection(asyncio.Protocol):
             self.timer = loop.call_later(limits.idle_timeout, self._idle_check)
         loop.create_task(self._run())
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # The rest of a bulk message's entries is received where the message is kept (never copied by
+        # Python); anything else into the server's read buffer, copied out by buffer_updated at once.
+        room = None if self.handshake is not None or self.stopped else self.frames.room()
+        self.into_bulk = room is not None
+        return room if room is not None else self.server.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self.into_bulk:
+            self.data_received(bytes(self.server.read_buffer[:nbytes]))
+            return
+        self.into_bulk = False
+        self.stats["bytes"] += nbytes
+        self.last_read = asyncio.get_running_loop().time()
+        if not self.stopped:
+            self._take(self.frames.filled(nbytes))
+
     def data_received(self, data: bytes) -> None:
         self.stats["bytes"] += len(data)
         self.last_read = asyncio.get_running_loop().time()
@@ -309,9 +332,13 @@ class _Connection(asyncio.Protocol):
             self._feed(data)
 
     def _feed(self, data: bytes) -> None:
+        self._take(self.frames.feed(data))
+
+    def _take(self, frames: Iterator[bytes | memoryview | bytearray]) -> None:
+        """Queue the ``frames`` the bytes just read complete, and charge the budget for what is held."""
         charged = 0
         try:
-            for frame in self.frames.feed(data):
+            for frame in frames:
                 if self.handshake is not None:
                     self._check_ping(frame)
                     if self.stopped:
