@@ -1438,6 +1438,10 @@ class Transaction:
     #: statement (about 460 MB/s); small rows gain from bulk statements.
     PER_ROW_BYTES = 256 * 1024
 
+    #: Small rows up to this many go in one INSERT ... RETURNING their ids (a group commit's metadata);
+    #: more (thousands of slow streams' logs) in one bulk statement, then a query for their ids.
+    RETURNING_ROWS = 64
+
     def _insert_small(self, cur: Any, rows: list[tuple]) -> None:
         sql = "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, 0, ?)"
         big = [row for row in rows if len(row[3]) >= self.PER_ROW_BYTES]
@@ -1450,7 +1454,15 @@ class Transaction:
                 self._inserted.append(blob_cur.lastrowid)
             blob_cur.close()
         small = [row for row in rows if len(row[3]) < self.PER_ROW_BYTES]
-        if small:
+        if 0 < len(small) <= self.RETURNING_ROWS and self.store_.backend.returning:
+            # One statement that returns their ids: on MariaDB each statement is a round trip.
+            cur.execute("INSERT INTO data (hash, compression, size, chunks, value) VALUES "
+                        + ", ".join(["(?, ?, ?, 0, ?)"] * len(small)) + " RETURNING hash, id",
+                        [field for row in small for field in row])
+            for digest, data_id in cur.fetchall():
+                self._ids[bytes(digest)] = data_id
+                self._inserted.append(data_id)
+        elif small:
             cur.executemany(sql, small)
             for hashes in _chunked([row[0] for row in small], self.store_.backend.max_params):
                 cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)

@@ -343,6 +343,23 @@ def test_identical_values_are_stored_once(store_url):
         assert all(store.load(oid)[0] == value for oid in oids)
 
 
+@pytest.mark.parametrize("extra", [0, 1])
+def test_small_values_each_get_their_own_row_however_many_a_commit_uploads(store_url, extra):
+    """Up to ``RETURNING_ROWS`` small values go in one INSERT returning their ids, more in a bulk INSERT
+    and a query: either way each value gets its own row, beside a dedup hit and a big value."""
+    with neostore.open(store_url) as store:
+        shared = b"already stored"
+        commit(store, {store.new_oid(): (None, shared)})
+        n = neostore.store.Transaction.RETURNING_ROWS + extra
+        values = {store.new_oid(): (None, b"small %d" % i) for i in range(n)}
+        big = os.urandom(300_000)
+        values[store.new_oid()] = (None, big)
+        values[store.new_oid()] = (None, shared)
+        tid = commit(store, values)
+        assert all(store.load(oid) == (value, tid) for oid, (_, value) in values.items())
+        assert store.counts()["data"] == n + 2  # the small ones, the big one and the shared one, once
+
+
 def test_dedup_hit_sends_no_blob(store_url):
     """A value the database holds is found by hash; its bytes are never uploaded."""
     with neostore.open(store_url) as store:

@@ -41,6 +41,8 @@ class Backend(ABC):
     #: off, each statement reading the latest commits): :meth:`begin` after
     #: taking the commit lock is then a round trip that changes nothing.
     in_transaction_after_lock: bool = False
+    #: Whether ``INSERT ... RETURNING`` works (SQLite 3.35+, MariaDB 10.5+).
+    returning: bool = False
 
     @abstractmethod
     def connect(self, *, for_writing: bool) -> Any:

@@ -119,6 +119,7 @@ class MariaDBBackend(Backend):
 
     def connect(self, *, for_writing: bool) -> Any:
         conn = self._raw_connect()
+        self.returning = tuple(conn.server_version_info) >= (10, 5)
         conn.autocommit = not for_writing
         cur = conn.cursor()
         # Each statement sees the latest committed rows: the conflict check

@@ -31,6 +31,7 @@ class SQLiteBackend(Backend):
 
     kind = "sqlite"
     greatest = "MAX"
+    returning = sqlite3.sqlite_version_info >= (3, 35)
     # SQLite 3.32+ allows 32766 host parameters per statement.
     max_params = 30000
     #: Free pages one incremental-vacuum step gives back, under the commit
