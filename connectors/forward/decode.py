@@ -707,11 +707,7 @@ def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, li
         room = None
     record_type = None if record_types is None else record_types(tag)
     events = option.get("size") if option else None
-    if record_type is not None:
-        batch = _decode_typed(tag, payload, size, record_type, events, room)
-        if batch is not None:
-            return _decoded(batch, option, mode)
-    return _decoded(decode_packed(tag, payload, size), option, mode)
+    return _decoded(decode_packed(tag, payload, size, record_type, events, room=room), option, mode)
 
 
 def _entries_room(frame: bytes | bytearray | memoryview, entries: memoryview
@@ -900,7 +896,7 @@ class _ForwardRaw:
 
 
 def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_type: type | None = None,
-                  events: Any = None) -> Batch:
+                  events: Any = None, *, room: tuple[bytearray | memoryview, int] | None = None) -> Batch:
     """Decode concatenated msgpack ``[time, record]`` entries (PackedForward) in one Unpacker pass.
 
     The entries are listed by msgpack in C, checked and split with C-level
@@ -910,10 +906,11 @@ def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_t
     (:func:`_decode_typed`), the others as plain maps. ``events`` is the
     number of entries the sender announced (the option's ``size``), if any:
     the typed decode trusts it to skip counting them and falls back to
-    counting if it is wrong.
+    counting if it is wrong. ``room``: where the typed decode may write
+    its array header (see :func:`_entries_room`).
     """
     if record_type is not None:
-        batch = _decode_typed(tag, payload, size, record_type, events)
+        batch = _decode_typed(tag, payload, size, record_type, events, room)
         if batch is not None:
             return batch
     up = _unpacker(max(len(payload), 1))
