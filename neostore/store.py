@@ -1443,32 +1443,32 @@ class Transaction:
     RETURNING_ROWS = 64
 
     def _insert_small(self, cur: Any, rows: list[tuple]) -> None:
-        sql = "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, 0, ?)"
+        insert, row_values = "INSERT INTO data (hash, compression, size, chunks, value) VALUES ", "(?, ?, ?, 0, ?)"
         big = [row for row in rows if len(row[3]) >= self.PER_ROW_BYTES]
         if big:
             blob_cur = self.store_.backend.blob_cursor(cur.connection)
             for row in big:
-                blob_cur.execute(sql, row)
+                blob_cur.execute(insert + row_values, row)
                 # One row per statement: its id comes back with it, no query needed.
-                self._ids[row[0]] = blob_cur.lastrowid
-                self._inserted.append(blob_cur.lastrowid)
+                self._took([(row[0], blob_cur.lastrowid)])
             blob_cur.close()
         small = [row for row in rows if len(row[3]) < self.PER_ROW_BYTES]
         if 0 < len(small) <= self.RETURNING_ROWS and self.store_.backend.returning:
             # One statement that returns their ids: on MariaDB each statement is a round trip.
-            cur.execute("INSERT INTO data (hash, compression, size, chunks, value) VALUES "
-                        + ", ".join(["(?, ?, ?, 0, ?)"] * len(small)) + " RETURNING hash, id",
+            cur.execute(insert + ", ".join([row_values] * len(small)) + " RETURNING hash, id",
                         [field for row in small for field in row])
-            for digest, data_id in cur.fetchall():
-                self._ids[bytes(digest)] = data_id
-                self._inserted.append(data_id)
+            self._took(cur.fetchall())
         elif small:
-            cur.executemany(sql, small)
+            cur.executemany(insert + row_values, small)
             for hashes in _chunked([row[0] for row in small], self.store_.backend.max_params):
                 cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
-                for digest, data_id in cur.fetchall():
-                    self._ids[bytes(digest)] = data_id
-                    self._inserted.append(data_id)
+                self._took(cur.fetchall())
+
+    def _took(self, inserted: Iterable[tuple[bytes, int]]) -> None:
+        """Remember the data ids of values this transaction inserted, by their hash."""
+        for digest, data_id in inserted:
+            self._ids[bytes(digest)] = data_id
+            self._inserted.append(data_id)
 
     def _insert_big(self, cur: Any, value: EncodedValue) -> None:
         size = self.store_.backend.split_size
