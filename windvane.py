@@ -3,7 +3,7 @@
 This module only wires the layers together (argument parsing, messages, exit
 codes); the work is done in the neostore package.  Exit codes: 0 success,
 1 failure (or "not running" for `db status`), 2 bad input or a missing
-prerequisite.
+prerequisite, 3 `import` quarantined rows (without --allow-rejects).
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ class BadInput(click.ClickException):
     """A usage problem the user can fix (bad path, missing program): exit code 2."""
 
     exit_code = 2
+
+
+class RowsRejected(click.ClickException):
+    """`windvane import` quarantined rows and was not told to allow it: exit code 3."""
+
+    exit_code = 3
 
 
 def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
@@ -515,9 +521,11 @@ async def _serve(service: Service, limits: Limits) -> None:
               help="Import a file that changed since it was partly imported from its beginning.")
 @click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
               help="MB of file per commit.")
+@click.option("--allow-rejects", is_flag=True,
+              help="Exit 0 even if rows were quarantined (they are still counted and reported).")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, commit_mb: int) -> None:
+                 start_time: str | None, restart: bool, commit_mb: int, allow_rejects: bool) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
@@ -525,6 +533,11 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     duplicates nor skips rows; a finished file run again imports nothing.
     Rows that do not fit go, verbatim with the reason, to the tag's
     quarantine stream.
+
+    \b
+    Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
+    quarantined (the others are stored; --allow-rejects exits 0 instead);
+    130 interrupted (run again to resume).
     """
     import os
     import sys
@@ -550,6 +563,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
     total = sum(os.path.getsize(p) for p in paths)
+    rejected = 0
     with _open_store(store_url) as st:
         writers = StreamWriters(st)
         try:
@@ -567,11 +581,28 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     schema = result.schema or schema
                     bar.update(max(0, os.path.getsize(path) - result.nbytes))
                     click.echo(_import_summary(path, result))
+                    rejected += result.rejected
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
             click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
             sys.exit(130)
+    if rejected:
+        message = _rejects_message(rejected, tag, store_url)
+        if not allow_rejects:
+            raise RowsRejected(f"{message}; --allow-rejects makes this exit 0")
+        click.echo(message, err=True)
+
+
+def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
+    """How many rows an import quarantined, the quarantine stream they are in, and how to read them."""
+    import shlex
+
+    from arrays.stream import stream_path
+
+    return (f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
+            f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
+            "--to rejects.csv --format csv`")
 
 
 def _import_summary(path: str, result) -> str:

@@ -382,8 +382,9 @@ def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_
     first = len(arrays.open_stream(store_url, "web.access"))
     assert 0 < first < 29_970
     done = run_import(*args)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # garbage lines were quarantined
     assert "resumed from position {'offset': " in done.stdout
+    assert "rows rejected into the quarantine stream 'quarantine/web.access'" in done.stderr
     with arrays.open_stream(store_url, "web.access") as s:
         table = s.to_pandas()
     good = [i for i in range(30_000) if i % 1000 != 999]
