@@ -515,8 +515,9 @@ async def _serve(service: Service, limits: Limits) -> None:
 @click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None,
               help="Unit of epoch-number times. Default: chosen by magnitude.")
 @click.option("--start", "start_time", default=None, metavar="TIME",
-              help="ISO 8601 time of a recording's first sample (WAV). Default: the BWF origination time, "
-                   "else the file's modification time minus its duration.")
+              help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
+                   "in the order given, each starting where the one before ended. Default: each file's BWF "
+                   "origination time, else its modification time minus its duration.")
 @click.option("--restart", is_flag=True,
               help="Import a file that changed since it was partly imported from its beginning.")
 @click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
@@ -573,6 +574,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
                                                           block_bytes=min(16 << 20, commit_mb << 19)))
+                    if start_ns is not None and fmt.vibration:
+                        start_ns = reader.end_ns  # one --start for several recordings: end to end
                     identity = imports.fingerprint(path)
                     result = imports.import_source(
                         st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,

@@ -63,3 +63,20 @@ def test_allow_rejects_exits_0_and_still_says_where_they_are(sqlite_url, tmp_pat
     assert f"{path}: 2 rows, 1 rejected" in result.stdout
     assert "1 rows rejected into the quarantine stream 'quarantine/m'" in result.stderr
     assert arrays.open_stream(sqlite_url, "m")["v"][:].tolist() == [1, 3]
+
+
+# -- several WAV recordings and one --start: end to end -----------------------------------------------------
+
+
+def test_several_wavs_with_one_start_are_placed_end_to_end(sqlite_url, tmp_path):
+    from tests.test_import_formats import write_wav
+
+    first, second = tmp_path / "a.wav", tmp_path / "b.wav"
+    write_wav(first, np.arange(12, dtype=np.int16).reshape(6, 2), 4)  # 6 frames at 4 Hz: 1.5 s
+    write_wav(second, np.arange(100, 108, dtype=np.int16).reshape(4, 2), 4)
+    result = run(str(first), str(second), "--store", sqlite_url, "--tag", "vib", "--start", "2025-06-01T08:00:00")
+    assert result.exit_code == 0, result.output
+    start = int(np.datetime64("2025-06-01T08:00:00", "ns").view(np.int64))
+    stream = arrays.open_stream(sqlite_url, "vib")
+    assert stream["time"][:].tolist() == [start + i * 250_000_000 for i in range(10)]  # b starts at 1.5 s
+    assert stream["samples"][:, 0].tolist() == [0, 2, 4, 6, 8, 10, 100, 102, 104, 106]

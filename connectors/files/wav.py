@@ -8,7 +8,9 @@ scaled), float32 and float64 as they are; 8-bit (unsigned in WAV) as int16
 minus 128, its signed value.
 
 The time of frame ``i`` is ``start + round(i * 1e9 / rate)`` ns, ``start``
-being, in this order: ``options.start`` (``--start``); the origination
+being, in this order: ``options.start`` (``--start``; ``windvane import``
+gives the next WAV file of its command line the :attr:`WavReader.end_ns`
+of the one before, so that they follow each other); the origination
 date and time of a BWF ``bext`` chunk (no zone in BWF: taken as UTC); the
 file's modification time minus the recording's duration (a recorder
 writes the file as it records, so it was last modified at the end).
@@ -145,6 +147,11 @@ class WavReader:
         else:
             end = os.stat(self.path).st_mtime_ns
             self.start_ns = end - (info.frames * 10**9 + info.rate // 2) // info.rate
+
+    @property
+    def end_ns(self) -> int:
+        """The time just after the last frame: where a recording that follows this one starts."""
+        return int(frame_times(self.start_ns, self.info.frames, 1, self.info.rate)[0])
 
     def __call__(self, start: int | None) -> Iterator[Part]:
         info = self.info
