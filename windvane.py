@@ -520,20 +520,24 @@ async def _serve(service: Service, limits: Limits) -> None:
                    "origination time, else its modification time minus its duration.")
 @click.option("--restart", is_flag=True,
               help="Import a file that changed since it was partly imported from its beginning.")
+@click.option("--again", is_flag=True,
+              help="Import the files from their beginning even if they, or files of the same content, "
+                   "were imported into TAG before.")
 @click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
               help="MB of file per commit.")
 @click.option("--allow-rejects", is_flag=True,
               help="Exit 0 even if rows were quarantined (they are still counted and reported).")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, commit_mb: int, allow_rejects: bool) -> None:
+                 start_time: str | None, restart: bool, again: bool, commit_mb: int, allow_rejects: bool) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
     so a run interrupted (Ctrl-C, kill -9) and started again neither
-    duplicates nor skips rows; a finished file run again imports nothing.
-    Rows that do not fit go, verbatim with the reason, to the tag's
-    quarantine stream.
+    duplicates nor skips rows; a finished file run again imports nothing,
+    nor does a file of the same content under another name (a blake3 hash
+    of the whole file) unless --again. Rows that do not fit go, verbatim
+    with the reason, to the tag's quarantine stream.
 
     \b
     Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
@@ -580,7 +584,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     result = imports.import_source(
                         st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
                         progress=bar.update, same_source=lambda stored, p=path: imports.same_file(stored, p),
-                        restart=restart, commit_bytes=commit_mb << 20, writers=writers)
+                        restart=restart, commit_bytes=commit_mb << 20, writers=writers,
+                        content=imports.content_hash(path), name=os.path.abspath(path), again=again)
                     schema = result.schema or schema
                     bar.update(max(0, os.path.getsize(path) - result.nbytes))
                     click.echo(_import_summary(path, result))
@@ -610,12 +615,17 @@ def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
 
 def _import_summary(path: str, result) -> str:
     """One line per imported file: rows, rejects, MB, MB/s, where it resumed."""
+    if result.duplicate_of is not None and not result.commits:
+        return (f"{path}: already imported: the same content as {result.duplicate_of}; nothing imported "
+                "(--again imports it again)")
     if result.resumed_from is not None and not (result.rows or result.rejected):
         return f"{path}: already imported, nothing new after position {result.resumed_from}"
     line = (f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
             f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)")
     if result.resumed_from is not None:
         line += f", resumed from position {result.resumed_from}"
+        if result.duplicate_of is not None:
+            line += f" where the import of the same content as {result.duplicate_of} stopped"
     if result.reasons:
         line += f"; first reason: {result.reasons[0]}"
     return line

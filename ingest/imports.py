@@ -20,6 +20,13 @@ for what follows it; no row is stored twice or skipped.
   parts in a thread one step ahead of the commits, and commits at least
   :data:`COMMIT_BYTES` of the file per transaction.
 
+A source is known by its path (its position record) and by its content:
+``_windvane/ingest/imports/<tag>/content/<blake3 of the whole file>``
+(msgpack: ``source``, ``name``, ``done``) is committed with each of its
+commits, ``done`` with the last. The same bytes under another path are then
+not imported again (:attr:`ImportResult.duplicate_of`), or, if their import
+was interrupted, resume where it stopped.
+
 Schemas (:func:`resolve_schema`): an explicit schema wins; else the
 existing stream's columns define it (:func:`stream_schema`); else the
 first part's types do (:func:`infer_schema`). Each column is cast to its
@@ -41,7 +48,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +129,40 @@ def read_position(store: neostore.Store | arrays.Transaction, tag: str, source_i
     if isinstance(store, arrays.Transaction):
         return _decode_position(store.get(key))
     return _decode_position(arrays.Snapshot(store).get(key))
+
+
+def content_key(tag: str, content: str) -> str:
+    """The key of the record of which source of ``tag`` has content ``content`` (a :func:`content_hash`)."""
+    return f"{PREFIX}{tag}/content/{content}"
+
+
+@dataclass(frozen=True)
+class SeenContent:
+    """A source of the same content imported before."""
+
+    source_id: str
+    name: str  # its path, for messages
+    done: bool  # imported to its end
+
+
+def read_content(store: neostore.Store, tag: str, content: str) -> SeenContent | None:
+    """The source of ``tag`` whose content was ``content`` when it was imported, or None."""
+    raw = arrays.Snapshot(store).get(content_key(tag, content))
+    if raw is None:
+        return None
+    doc = msgpack.unpackb(raw, raw=False)
+    return SeenContent(doc["source"], doc.get("name", ""), bool(doc.get("done")))
+
+
+def _content_record(source_id: str, name: str, done: bool) -> bytes:
+    return msgpack.packb({"source": source_id, "name": name, "done": done}, use_bin_type=True)
+
+
+def content_hash(path: str | Path) -> str:
+    """The blake3 of the whole file, read through a memory map by several threads (never all in memory)."""
+    digest = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    digest.update_mmap(os.fspath(path))
+    return digest.hexdigest()
 
 
 def source_id_for(path: str | Path) -> str:
@@ -481,8 +522,12 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str, schema: Schema,
                 parts: Sequence[Part], source_id: str, position: Any, identity: Any = None, *,
-                source: str = SOURCE) -> Committed:
-    """Write ``parts`` (checked, see :func:`to_columns`) and the position record into ``tx``; do not commit."""
+                source: str = SOURCE, records: Mapping[str, bytes] | None = None) -> Committed:
+    """Write ``parts`` (checked, see :func:`to_columns`), the position record and ``records`` into ``tx``.
+
+    Does not commit. ``records``: other small records (key: value) that
+    belong to the same commit.
+    """
     columns, rejected = [], []
     for part in parts:
         got, bad = to_columns(schema, part, source)
@@ -500,23 +545,27 @@ def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str
     tx.set(position_key(tag, source_id), msgpack.packb(
         {"position": position, "identity": identity, "updated": time.time(), "rows": total_rows,
          "rejected": total_rejected}, use_bin_type=True))
+    for key, value in (records or {}).items():
+        tx.set(key, value)
     return Committed(rows, len(rejected), None, tuple(dict.fromkeys(r.reason for r in rejected[:64]))[:8])
 
 
 def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts: Sequence[Part], source_id: str,
                  position: Any, identity: Any = None, *, source: str = SOURCE, message: str = "",
+                 records: Mapping[str, bytes] | None = None,
                  _before_commit: Callable[[], None] | None = None) -> Committed:
     """Commit ``parts`` of ``tag``'s source ``source_id`` and its new ``position`` in one transaction.
 
     Rows that fit ``schema`` go to the stream, the others (and the parts'
     own rejected rows) verbatim to the quarantine stream with the reason;
     ``position`` (any msgpack-able value) and ``identity`` to the position
-    record. All of it commits, or none.
+    record, and ``records`` as they are. All of it commits, or none.
     """
     tx = arrays.Transaction(writers.store, message=message or f"import {tag}", user="windvane-import",
                             metadata={"source": source_id})
     try:
-        done = write_parts(tx, writers, tag, schema, parts, source_id, position, identity, source=source)
+        done = write_parts(tx, writers, tag, schema, parts, source_id, position, identity, source=source,
+                           records=records)
         if _before_commit is not None:
             _before_commit()
         tid = tx.commit()
@@ -548,6 +597,7 @@ class ImportResult:
     commits: int = 0
     schema: Schema | None = None
     reasons: list[str] = field(default_factory=list)  # distinct rejection reasons (the first few)
+    duplicate_of: str | None = None  # the source of the same content imported (or begun) before, by name
 
     @property
     def mbps(self) -> float:
@@ -584,7 +634,8 @@ def _pause_if_asked(commit_number: int) -> None:
 def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id: str, identity: Any = None,
                   schema: Schema | None = None, progress: Callable[[int], None] | None = None,
                   same_source: Callable[[Any], bool] | None = None, restart: bool = False,
-                  commit_bytes: int = COMMIT_BYTES, writers: streams.StreamWriters | None = None) -> ImportResult:
+                  commit_bytes: int = COMMIT_BYTES, writers: streams.StreamWriters | None = None,
+                  content: str | None = None, name: str = "", again: bool = False) -> ImportResult:
     """Import ``reader``'s parts into stream ``tag``, resuming from the stored position of ``source_id``.
 
     ``schema``: the stream's schema, or None to use the existing stream's or
@@ -598,11 +649,18 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     reader thread parsing one step ahead. Interrupted (an exception,
     Ctrl-C), the commit in progress is aborted: what was committed, with its
     position, stands, and the next run resumes there.
+
+    ``content`` (:func:`content_hash`) and ``name`` (the path, for
+    messages) are recorded with the commits. A source not begun under its
+    own id whose content was imported to its end before imports nothing
+    (``duplicate_of`` names the other); one whose content's import was
+    interrupted resumes that import. ``again``: import from the beginning,
+    whatever was imported before (rows stored before stay).
     """
     started = time.perf_counter()
     writers = writers or streams.StreamWriters(store)
     schema = resolve_schema(store, tag, schema)
-    stored = read_position(store, tag, source_id)
+    stored = None if again else read_position(store, tag, source_id)
     start = None
     if stored is not None:
         if same_source is not None and not same_source(stored.identity):
@@ -614,6 +672,20 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
         else:
             start = stored.value
     result = ImportResult(resumed_from=start, schema=schema)
+    seen = read_content(store, tag, content) if content is not None and start is None and not again else None
+    if seen is not None and seen.done:
+        result.duplicate_of = seen.name
+        result.seconds = time.perf_counter() - started
+        return result
+    if seen is not None and seen.source_id != source_id:
+        # The same bytes, partly imported from another path: go on where that import stopped.
+        result.duplicate_of, source_id = seen.name, seen.source_id
+        other = read_position(store, tag, source_id)
+        start = result.resumed_from = other.value if other is not None else None
+
+    def records(done: bool) -> dict[str, bytes]:
+        return {} if content is None else {content_key(tag, content): _content_record(source_id, name, done)}
+
     ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
     stop = threading.Event()
     thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read",
@@ -622,6 +694,7 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     try:
         pending: list[Part] = []
         pending_bytes = 0
+        marked = False
         while True:
             kind, item = ready.get()
             if kind == "error":
@@ -634,12 +707,15 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
             if pending:
                 if result.schema is None:
                     result.schema = infer_schema(tag, pending[0])
-                _commit(writers, tag, pending, source_id, identity, result)
+                marked = kind == "end"  # the last commit records the content as imported
+                _commit(writers, tag, pending, source_id, identity, result, records(marked))
                 if progress is not None:
                     progress(pending_bytes)
                 result.nbytes += pending_bytes
                 pending, pending_bytes = [], 0
             if kind == "end":
+                if content is not None and not marked:
+                    _mark_done(store, tag, content, source_id, name)
                 break
     finally:
         stop.set()
@@ -647,10 +723,25 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     return result
 
 
+def _mark_done(store: neostore.Store, tag: str, content: str, source_id: str, name: str) -> None:
+    """Record that ``content`` was imported to its end (when no commit of rows said so)."""
+    seen = read_content(store, tag, content)
+    if seen is not None and seen.done and seen.source_id == source_id:
+        return
+    tx = arrays.Transaction(store, message=f"import {tag}: {name} imported", user="windvane-import")
+    try:
+        tx.set(content_key(tag, content), _content_record(source_id, name, True))
+        tx.commit()
+    except BaseException:
+        if tx.state == "open":
+            tx.abort()
+        raise
+
+
 def _commit(writers: streams.StreamWriters, tag: str, parts: list[Part], source_id: str, identity: Any,
-            result: ImportResult) -> None:
+            result: ImportResult, records: Mapping[str, bytes]) -> None:
     number = result.commits + 1
-    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity,
+    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records,
                         _before_commit=lambda: _pause_if_asked(number))
     result.commits += 1
     result.rows += done.rows

@@ -80,3 +80,63 @@ def test_several_wavs_with_one_start_are_placed_end_to_end(sqlite_url, tmp_path)
     stream = arrays.open_stream(sqlite_url, "vib")
     assert stream["time"][:].tolist() == [start + i * 250_000_000 for i in range(10)]  # b starts at 1.5 s
     assert stream["samples"][:, 0].tolist() == [0, 2, 4, 6, 8, 10, 100, 102, 104, 106]
+
+
+# -- the same content under another path -------------------------------------------------------------------
+
+
+def test_a_copy_under_another_name_is_not_imported_again_unless_again(sqlite_url, tmp_path):
+    original, copy = tmp_path / "day.csv", tmp_path / "day-copy.csv"
+    original.write_text(csv_text(1000))
+    copy.write_bytes(original.read_bytes())
+    assert run(str(original), "--store", sqlite_url, "--tag", "d").exit_code == 0
+    result = run(str(copy), "--store", sqlite_url, "--tag", "d")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (f"{copy}: already imported: the same content as {original}; nothing imported "
+                             "(--again imports it again)\n")
+    assert stream_rows(sqlite_url, "d") == 1000
+    again = run(str(copy), "--store", sqlite_url, "--tag", "d", "--again")
+    assert again.exit_code == 0 and f"{copy}: 1,000 rows, 0 rejected" in again.stdout
+    assert arrays.open_stream(sqlite_url, "d")["id"][:].tolist() == list(range(1000)) * 2
+    same_path = run(str(original), "--store", sqlite_url, "--tag", "d")
+    assert same_path.exit_code == 0 and "already imported, nothing new" in same_path.stdout
+    other_tag = run(str(copy), "--store", sqlite_url, "--tag", "d2")  # another stream: its own imports
+    assert other_tag.exit_code == 0 and stream_rows(sqlite_url, "d2") == 1000
+
+
+def test_a_copy_of_a_file_whose_import_was_killed_resumes_it(sqlite_url, tmp_path):
+    from tests.test_imports import big_csv, paused, stored_ids
+
+    original, copy = tmp_path / "big.csv", tmp_path / "moved.csv"
+    big_csv(original, 60_000)
+    process = paused(str(original), "--store", sqlite_url, "--tag", "b", "--commit-mb", "1", before_commit=2)
+    process.kill()
+    process.wait(30)
+    first = len(stored_ids(sqlite_url, "b"))
+    assert 0 < first < 60_000
+    copy.write_bytes(original.read_bytes())
+    original.unlink()
+    result = run(str(copy), "--store", sqlite_url, "--tag", "b", "--commit-mb", "1")
+    assert result.exit_code == 0, result.output
+    assert f"where the import of the same content as {original} stopped" in result.stdout
+    assert f"{copy}: {60_000 - first:,} rows" in result.stdout
+    assert stored_ids(sqlite_url, "b") == list(range(60_000))  # every row once
+
+
+def test_a_finished_import_without_its_content_recorded_records_it_when_run_again(sqlite_url, tmp_path):
+    import neostore
+    from connectors.files import ReaderOptions
+    from connectors.files.csv import csv_reader
+    from ingest import imports
+
+    original, copy = tmp_path / "old.csv", tmp_path / "old-copy.csv"
+    original.write_text(csv_text(10))
+    copy.write_bytes(original.read_bytes())
+    with neostore.open(sqlite_url) as store:  # as the engine is driven without content (windvane tail's way)
+        imports.import_source(store, "o", csv_reader(str(original), ReaderOptions()),
+                              source_id=imports.source_id_for(original), identity=imports.fingerprint(original))
+    result = run(str(original), "--store", sqlite_url, "--tag", "o")
+    assert result.exit_code == 0 and "already imported, nothing new" in result.stdout
+    result = run(str(copy), "--store", sqlite_url, "--tag", "o")
+    assert result.exit_code == 0 and f"the same content as {original}; nothing imported" in result.stdout
+    assert stream_rows(sqlite_url, "o") == 10
