@@ -548,6 +548,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     import sys
 
     from connectors.files import FileFormatError, ReaderOptions
+    from connectors.files.compression import compression_of
     from connectors.files.formats import format_for
     from connectors.files.times import time_ns
     from ingest import imports
@@ -581,13 +582,16 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     if start_ns is not None and fmt.vibration:
                         start_ns = reader.end_ns  # one --start for several recordings: end to end
                     identity = imports.fingerprint(path)
+                    compressed = compression_of(path) is not None  # its parts count the bytes it holds
                     result = imports.import_source(
                         st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
-                        progress=bar.update, same_source=lambda stored, p=path: imports.same_file(stored, p),
+                        progress=None if compressed else bar.update,
+                        same_source=lambda stored, p=path: imports.same_file(stored, p),
                         restart=restart, commit_bytes=commit_mb << 20, writers=writers,
                         content=imports.content_hash(path), name=os.path.abspath(path), again=again)
                     schema = result.schema or schema
-                    bar.update(max(0, os.path.getsize(path) - result.nbytes))
+                    size = os.path.getsize(path)
+                    bar.update(size if compressed else max(0, size - result.nbytes))
                     click.echo(_import_summary(path, result))
                     rejected += result.rejected
         except (ingest.IngestError, FileFormatError) as exc:

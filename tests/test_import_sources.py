@@ -140,3 +140,92 @@ def test_a_finished_import_without_its_content_recorded_records_it_when_run_agai
     result = run(str(copy), "--store", sqlite_url, "--tag", "o")
     assert result.exit_code == 0 and f"the same content as {original}; nothing imported" in result.stdout
     assert stream_rows(sqlite_url, "o") == 10
+
+
+# -- compressed files --------------------------------------------------------------------------------------
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data)
+
+
+def zst(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor().compress(data)
+
+
+def syslog_lines(n: int) -> bytes:
+    return b"".join(f"2026-03-01T10:00:{i % 60:02d}+00:00 host{i} app[{i}]: message {i}\n".encode() for i in range(n))
+
+
+def jsonl_lines(n: int) -> bytes:
+    return b"".join(f'{{"time": {T0 + i}, "n": {i}, "msg": "m{i}"}}\n'.encode() for i in range(n))
+
+
+@pytest.mark.parametrize("name,compress,content,column,values", [
+    ("day.csv.gz", gz, csv_text(500).encode(), "id", list(range(500))),
+    ("day.csv.zst", zst, csv_text(500).encode(), "id", list(range(500))),
+    ("frames.csv.zst", lambda d: zst(d[:3001]) + zst(d[3001:]), csv_text(500).encode(), "id", list(range(500))),
+    ("events.jsonl.gz", gz, jsonl_lines(300), "n", list(range(300))),
+    ("events.jsonl.zst", zst, jsonl_lines(300), "n", list(range(300))),
+    ("syslog.1.gz", gz, syslog_lines(200), "message", [f"message {i}" for i in range(200)]),
+    ("access.log.2.gz", gz,
+     b"".join(f'10.0.0.{i} - - [23/Nov/2026:12:00:{i:02d} +0100] "GET /p/{i} HTTP/1.1" 200 {i} "-" "a"\n'.encode()
+              for i in range(50)), "path", [f"/p/{i}" for i in range(50)]),
+], ids=["csv-gzip", "csv-zstd", "csv-zstd-two-frames", "jsonl-gzip", "jsonl-zstd", "rotated-syslog",
+        "rotated-access-log"])
+def test_compressed_files_are_read_and_their_format_told_through_the_suffix(sqlite_url, tmp_path, name, compress,
+                                                                          content, column, values):
+    path = tmp_path / name
+    path.write_bytes(compress(content))
+    result = run(str(path), "--store", sqlite_url, "--tag", "c")
+    assert result.exit_code == 0, result.output
+    assert f"{path}: {len(values):,} rows, 0 rejected" in result.stdout
+    assert arrays.open_stream(sqlite_url, "c")[column][:].tolist() == values
+
+
+def test_compression_is_told_by_the_magic_bytes_not_the_name(sqlite_url, tmp_path):
+    path = tmp_path / "export.csv"  # gzip content under a plain name: not its bytes as column names
+    path.write_bytes(gz(csv_text(20).encode()))
+    result = run(str(path), "--store", sqlite_url, "--tag", "m")
+    assert result.exit_code == 0, result.output
+    assert arrays.open_stream(sqlite_url, "m").columns == ["id", "label"]
+    assert arrays.open_stream(sqlite_url, "m")["label"][:].tolist() == [f"row {i}" for i in range(20)]
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("blob.gz", gz(b"time,v\n1,2\n"), "blob.gz: compressed file (gzip) holding 'blob'; cannot tell the format "
+                                      "from the extension '(none)'"),
+    ("table.parquet.gz", gz(b"PAR1"), "table.parquet.gz: compressed file (gzip); the parquet reader seeks in its "
+                                      "file, so decompress it first"),
+    ("cut.csv.gz", gz(csv_text(2000).encode())[:3000],
+     "cut.csv.gz: compressed file (gzip) cannot be read: Compressed file ended before the end-of-stream marker"),
+    ("cut.csv.zst", zst(csv_text(2000).encode())[:3000],
+     "cut.csv.zst: compressed file (zstd) cannot be read: the file ends inside a zstd frame (truncated)"),
+], ids=["unknown", "parquet", "cut-gzip", "cut-zstd"])
+def test_compressed_files_that_cannot_be_read_say_so(sqlite_url, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    result = run(str(path), "--store", sqlite_url, "--tag", "x")
+    assert result.exit_code == 2 and message in result.stderr, result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("compress,suffix", [(gz, ".gz"), (zst, ".zst")])
+def test_a_killed_import_of_a_compressed_file_resumes_exactly(sqlite_url, tmp_path, compress, suffix):
+    from tests.test_imports import big_csv, paused, stored_ids
+
+    plain = tmp_path / "big.csv"
+    big_csv(plain, 60_000)  # ~2.6 MB of CSV: several 1 MiB commits
+    path = tmp_path / f"big.csv{suffix}"
+    path.write_bytes(compress(plain.read_bytes()))
+    plain.unlink()
+    args = (str(path), "--store", sqlite_url, "--tag", "z", "--commit-mb", "1")
+    process = paused(*args, before_commit=2)
+    process.kill()
+    process.wait(30)
+    first = len(stored_ids(sqlite_url, "z"))
+    assert 0 < first < 60_000
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    assert f"{path}: {60_000 - first:,} rows, 0 rejected" in result.stdout and "resumed from position" in result.stdout
+    assert stored_ids(sqlite_url, "z") == list(range(60_000))  # every row once, in order

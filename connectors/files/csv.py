@@ -4,7 +4,8 @@ The file is read in blocks of ``options.block_bytes``, each cut after its last
 row boundary (a newline outside quotes: found with numpy by counting the
 quotes before each newline, so quoted fields may hold newlines). A part's
 ``end`` is the byte offset after its last row, so a resumed import starts
-exactly at the next row. The first row is the header.
+exactly at the next row. The first row is the header. A compressed file
+(:mod:`.compression`) is read decompressed; its offsets are the content's.
 
 Types: ``options.column_types`` (the stream's schema) if given, else what
 pyarrow infers from the first block, kept for the rest of the file so that
@@ -20,7 +21,6 @@ engine can quarantine exactly the rows whose values do not fit.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import pyarrow.csv as pacsv
 from ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions
+from .compression import open_data
 from .times import find_time_column, time_ns
 
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
@@ -91,7 +92,7 @@ class CsvReader:
         self._unit = options.time_unit
 
     def _header(self) -> tuple[list[str], int]:
-        with open(self.path, "rb") as f:
+        with open_data(self.path) as f:
             head = f.read(1 << 20)
         ends = record_ends(head)
         if not len(ends) and len(head) == 1 << 20:
@@ -111,8 +112,7 @@ class CsvReader:
     def __call__(self, start: int | None) -> Iterator[Part]:
         position = self.header_end if start is None else int(start)
         first = start is None
-        size = os.path.getsize(self.path)
-        with open(self.path, "rb") as f:
+        with open_data(self.path) as f:
             f.seek(position)
             carry = b""
             while True:
@@ -120,7 +120,7 @@ class CsvReader:
                 block = carry + chunk
                 if not block:
                     return
-                at_end = len(chunk) < self.block_bytes or f.tell() >= size
+                at_end = len(chunk) < self.block_bytes
                 ends = record_ends(block)
                 if not at_end:
                     if not len(ends):  # a row longer than a block: read on

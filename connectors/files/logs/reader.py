@@ -3,7 +3,8 @@
 A part is a block of whole lines parsed by its format. Its ``end`` is
 ``{"offset": bytes, "line": number}`` just after the block, so an import
 resumed from it starts at the next line and keeps numbering lines as the
-file does. The types of a JSON lines file's first block (or the stream's,
+file does. A compressed file (:mod:`connectors.files.compression`) is read
+decompressed; its offsets are the content's. The types of a JSON lines file's first block (or the stream's,
 when the import knows them) hold for the rest of the file, as the CSV
 reader does.
 """
@@ -18,6 +19,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from .. import Part, ReaderOptions
+from ..compression import open_data
 from . import LogFormat, LogOptions, ParsedLines, log_format, parse_log
 
 #: A line without a newline that grows past this is taken as it is (the log
@@ -47,6 +49,29 @@ def read_lines(f: BinaryIO, limit: int, *, final: bool) -> bytes:
     return block[:cut]
 
 
+def line_blocks(f: BinaryIO, limit: int) -> Iterator[bytes]:
+    """Blocks of whole lines of the rest of ``f``, of about ``limit`` bytes (a line longer than MAX_LINE is cut).
+
+    Reads forward only (what follows a block's last newline is kept for the
+    next), so ``f`` may be a decompressing stream. The last line needs no newline.
+    """
+    carry = b""
+    while True:
+        chunk = f.read(limit)
+        block = carry + chunk
+        if not chunk:
+            if block:
+                yield block
+            return
+        cut = block.rfind(b"\n") + 1
+        if cut == 0 and len(block) < MAX_LINE:  # one line longer than limit: read on
+            carry = block
+            continue
+        cut = cut or len(block)
+        carry = block[cut:]
+        yield block[:cut]
+
+
 def to_part(parsed: ParsedLines, end: Any, nbytes: int) -> Part:
     """``parsed`` as the part the import engine commits, ending at position ``end``."""
     rejected = [(r.time, r.raw, r.reason) for r in parsed.rejected]
@@ -71,9 +96,9 @@ class LogReader:
 
     def __call__(self, start: dict | None) -> Iterator[Part]:
         offset, line = (int(start["offset"]), int(start["line"])) if start else (0, 1)
-        with open(self.path, "rb") as f:
+        with open_data(self.path) as f:
             f.seek(offset)
-            while block := read_lines(f, self.block_bytes, final=True):
+            for block in line_blocks(f, self.block_bytes):
                 options = LogOptions(self.timezone, time.time_ns(), self.types)
                 parsed = parse_log(self.format.name, block, options, first_line=line)
                 self.types = known_types(parsed.table, self.types)
