@@ -509,7 +509,9 @@ async def _serve(service: Service, limits: Limits) -> None:
 @click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
               help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
                    "else the types of the first file.")
-@click.option("--format", "format_name", default=None, help="File format; default: by extension.")
+@click.option("--format", "format_name", default=None,
+              help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
+                   "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz).")
 @click.option("--time-column", default=None, metavar="NAME",
               help="Column holding each row's time. Default: time, timestamp, ts, datetime or date.")
 @click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None,
@@ -537,12 +539,15 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     duplicates nor skips rows; a finished file run again imports nothing,
     nor does a file of the same content under another name (a blake3 hash
     of the whole file) unless --again. Rows that do not fit go, verbatim
-    with the reason, to the tag's quarantine stream.
+    with the reason, to the tag's quarantine stream. Compressed files
+    (gzip, zstd, bzip2, xz: told by their first bytes) of CSV and the log
+    formats are read decompressed as they go.
 
     \b
     Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
-    quarantined (the others are stored; --allow-rejects exits 0 instead);
-    130 interrupted (run again to resume).
+    quarantined (the others are stored; stderr says how many, in which
+    quarantine stream and how to read it; --allow-rejects exits 0
+    instead); 130 interrupted (run again to resume).
     """
     import os
     import sys

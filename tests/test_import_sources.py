@@ -7,7 +7,9 @@ several WAV recordings placed end to end by ``--start``.
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 
 import numpy as np
 import pytest
@@ -165,13 +167,15 @@ def jsonl_lines(n: int) -> bytes:
     ("day.csv.gz", gz, csv_text(500).encode(), "id", list(range(500))),
     ("day.csv.zst", zst, csv_text(500).encode(), "id", list(range(500))),
     ("frames.csv.zst", lambda d: zst(d[:3001]) + zst(d[3001:]), csv_text(500).encode(), "id", list(range(500))),
+    ("day.csv.bz2", bz2.compress, csv_text(500).encode(), "id", list(range(500))),
+    ("day.csv.xz", lzma.compress, csv_text(500).encode(), "id", list(range(500))),
     ("events.jsonl.gz", gz, jsonl_lines(300), "n", list(range(300))),
     ("events.jsonl.zst", zst, jsonl_lines(300), "n", list(range(300))),
     ("syslog.1.gz", gz, syslog_lines(200), "message", [f"message {i}" for i in range(200)]),
     ("access.log.2.gz", gz,
      b"".join(f'10.0.0.{i} - - [23/Nov/2026:12:00:{i:02d} +0100] "GET /p/{i} HTTP/1.1" 200 {i} "-" "a"\n'.encode()
               for i in range(50)), "path", [f"/p/{i}" for i in range(50)]),
-], ids=["csv-gzip", "csv-zstd", "csv-zstd-two-frames", "jsonl-gzip", "jsonl-zstd", "rotated-syslog",
+], ids=["csv-gzip", "csv-zstd", "csv-zstd-two-frames", "csv-bzip2", "csv-xz", "jsonl-gzip", "jsonl-zstd", "rotated-syslog",
         "rotated-access-log"])
 def test_compressed_files_are_read_and_their_format_told_through_the_suffix(sqlite_url, tmp_path, name, compress,
                                                                           content, column, values):

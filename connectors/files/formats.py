@@ -47,10 +47,11 @@ def register(name: str, extensions: Sequence[str], make: Callable[[str, ReaderOp
     """Make format ``name`` known, chosen by ``--format name``, one of ``extensions`` or of the file ``names``."""
     if name in FORMATS:
         raise ValueError(f"file format {name!r} is registered twice")
-    taken = {e: f.name for f in FORMATS.values() for e in f.extensions}
-    clash = [e for e in extensions if e.lower() in taken]
+    taken = {e: f.name for f in FORMATS.values() for e in (*f.extensions, *f.names)}
+    clash = [e for e in (*extensions, *names) if e.lower() in taken]
     if clash:
-        raise ValueError(f"extension(s) {clash} of format {name!r} already select {[taken[e] for e in clash]}")
+        raise ValueError(f"extension(s) or name(s) {clash} of format {name!r} already select "
+                         f"{[taken[e.lower()] for e in clash]}")
     FORMATS[name] = Format(name, tuple(e.lower() for e in extensions), make, vibration,
                            tuple(n.lower() for n in names), compressed)
 
