@@ -4,9 +4,9 @@ A part is a block of whole lines parsed by its format. Its ``end`` is
 ``{"offset": bytes, "line": number}`` just after the block, so an import
 resumed from it starts at the next line and keeps numbering lines as the
 file does. A compressed file (:mod:`connectors.files.compression`) is read
-decompressed; its offsets are the content's. The types of a JSON lines file's first block (or the stream's,
-when the import knows them) hold for the rest of the file, as the CSV
-reader does.
+decompressed; its offsets are the content's. The types of a JSON lines
+file's first block (or the stream's, when the import knows them) hold for
+the rest of the file, as the CSV reader does.
 """
 
 from __future__ import annotations
