@@ -52,7 +52,7 @@ def apply_retention(store: neostore.Store, schemas: SchemaSet, now: float | None
 def report_lines(done: list[Trimmed]) -> Iterator[str]:
     """What retention did, one line per stream it applies to."""
     for t in done:
-        cutoff = f"{np.datetime64(t.before_ns, 'ns').astype('datetime64[s]')} UTC".replace("T", " ")
+        cutoff = str(np.datetime64(t.before_ns, "ns").astype("datetime64[s]")).replace("T", " ") + " UTC"
         what = f"trimmed {t.change.rows:,} rows" if t.change.rows else "nothing to trim"
         yield (f"retention: stream {t.change.tag}: {what} older than {cutoff} "
                f"(schema {t.schema.name} keeps {_duration(t.schema.retention)})")
