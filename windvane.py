@@ -1013,7 +1013,8 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
     try:
         schema = load_schema(schema_path) if schema_path else None
         with _open_store(store_url) as st:
-            result = replaying.replay(st, tag, schema)
+            result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
+                f"replaying {n:,} quarantined records of {tag} ...", err=True))
     except (ingest.IngestError, arrays.InvalidTagError) as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:

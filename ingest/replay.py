@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,10 +164,12 @@ def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[
     return columns, fits, reasons
 
 
-def replay(store: neostore.Store, tag: str, schema: Schema | None = None) -> ReplayResult:
+def replay(store: neostore.Store, tag: str, schema: Schema | None = None,
+           started: Callable[[int], None] | None = None) -> ReplayResult:
     """Move the records of ``tag``'s quarantine that fit ``schema`` (default: the stream's) into its stream.
 
-    One commit (none if nothing changes). NoQuarantine if ``tag`` has no
+    One commit (none if nothing changes); ``started(records)`` is called once the
+    quarantine is read, before any is validated. NoQuarantine if ``tag`` has no
     quarantine stream; ReplayError if there is neither ``schema`` nor a
     stream to take one from; :class:`ingest.imports.SchemaMismatch` if
     ``schema`` gives a column of the stream another type.
@@ -179,6 +182,8 @@ def replay(store: neostore.Store, tag: str, schema: Schema | None = None) -> Rep
         if schema is None:
             raise ReplayError(f"there is no stream {tag!r} to take the schema from: give one with --schema")
         rows = stream_edit.read_rows(tx, tag, quarantine=True)
+        if started is not None:
+            started(len(rows["time"]))
         columns, fits, reasons = _revalidate(schema, tag, rows)
         stay = ~fits
         if columns is not None:
