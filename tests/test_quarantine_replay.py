@@ -158,6 +158,18 @@ def test_replay_moves_what_fits_in_one_commit_and_again_moves_nothing(store_url,
     assert column(store_url, "raw", quarantine=True) == []
 
 
+def test_replay_into_an_existing_stream_back_fills_the_column_the_fix_adds(sqlite_url, tmp_path):
+    path = tmp_path / "fine.jsonl"
+    path.write_text("".join(json.dumps({"time": T0 - i, "speed": 9.5, "n": -i}) + "\n" for i in (2, 1)))
+    strict = schema(tmp_path, STRICT, "strict")
+    assert cli("import", str(path), "--store", sqlite_url, "--tag", "plant.a", "--schema", strict).exit_code == 0
+    quarantined(sqlite_url, tmp_path, 3)
+    result = cli("quarantine", "replay", "plant.a", "--schema", schema(tmp_path, FIXED, "fixed"), "--store", sqlite_url)
+    assert result.exit_code == 0 and "replayed 2 records" in result.output, result.output
+    assert column(sqlite_url, "n") == [-2, -1, 1, 2]
+    assert [str(v) for v in column(sqlite_url, "temp")] == ["nan", "nan", "20.25", "20.5"]
+
+
 def test_replay_errors_exit_2_naming_the_problem(sqlite_url, tmp_path):
     nothing = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert nothing.exit_code == 2
