@@ -244,3 +244,28 @@ def test_store_pack_with_a_bad_retention_exits_2_and_packs_nothing(sqlite_url, t
     assert head(sqlite_url) == before
     assert column(sqlite_url, "plant.a", "n") == [0, 1]
     assert np.array_equal(column(sqlite_url, "plant.a", "n", at=before), [0, 1])
+
+
+def test_a_running_serve_stores_a_tag_whose_stream_was_renamed_or_removed_under_it(sqlite_url, tmp_path):
+    from tests.serve_process import Serve
+    from tests.test_serve import post
+
+    schema_file(tmp_path)
+    with Serve(sqlite_url, tmp_path / "schemas", tmp_path / "serve.log", "--decode-workers", "0") as server:
+        def send(i: int) -> dict:
+            status, _, reply = post(server.http_port, "/plant.a", json.dumps(rows(1, start=i)[0]).encode() + b"\n")
+            assert status == 200, reply
+            return reply
+
+        assert send(1)["accepted"] == 1
+        assert cli("streams", "mv", "plant.a", "plant.old", "--store", sqlite_url).exit_code == 0
+        reply = send(2)  # the service's writer knew plant.a: the stream is made anew
+        assert (reply["accepted"], reply["quarantined"]) == (1, 0), reply
+        assert column(sqlite_url, "plant.a", "n") == [2]
+        assert cli("streams", "rm", "plant.a", "--store", sqlite_url).exit_code == 0
+        reply = send(3)
+        assert (reply["accepted"], reply["quarantined"]) == (1, 0), reply
+        assert server.stop() == 0
+    assert column(sqlite_url, "plant.old", "n") == [1]
+    assert column(sqlite_url, "plant.a", "n") == [3]
+    assert arrays.list_streams(sqlite_url, quarantine=True) == []
