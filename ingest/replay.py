@@ -13,11 +13,12 @@ replay reads as a record when they hold one msgpack object or one JSON
 object: a map (the record), ``[time, record]`` (a Forward entry, a
 fluent-plugin-wendelin item) or ``[tag, time, record(, options)]`` (a
 Forward message). Its time is its ``time`` field when it has one (epoch
-seconds or ISO 8601, as fluentd's in_http and ``windvane import`` read it;
-the field is dropped from the record, as the connectors drop the field they
-read the time from), else the time the quarantine stream recorded. Records quarantined because their time was
-unreadable stay: no schema fixes a time. Bytes replay cannot read (a CSV or
-log line, a whole Forward message of many entries) stay, with that reason.
+seconds or ISO 8601, as fluentd's in_http and ``windvane import`` read
+it; the field is dropped from the record, as the connectors drop the field
+they read the time from), else the time the quarantine stream recorded.
+Records quarantined because their time was unreadable stay: no schema
+fixes a time. Bytes replay cannot read (a CSV or log line, a whole Forward
+message of many entries) stay, with that reason.
 """
 
 from __future__ import annotations
