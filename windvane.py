@@ -262,7 +262,10 @@ def info(url: str) -> None:
     "incremental vacuum is rewritten once (needs free disk of twice its data; writers wait until it is "
     "done); on MariaDB every table pack deletes from is rebuilt, however little it lost.",
 )
-def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool) -> None:
+@click.option("--schemas", "schemas_dir", type=click.Path(exists=True, file_okay=False, path_type=str),
+              help="Directory of stream schemas: first trim each stream whose schema has a retention "
+                   "(retention = \"90d\") of its rows older than that, one commit per stream, and say what was trimmed.")
+def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool, schemas_dir: str | None) -> None:
     """Remove revisions no reader of the last --keep-days can see, and values nothing uses,
     then give the disk they took back to the file system.
 
@@ -273,6 +276,8 @@ def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool)
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     with _open_store(url) as st:
+        if schemas_dir is not None:
+            _apply_retention(st, schemas_dir)
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
@@ -311,6 +316,19 @@ def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool)
                        "for new data")
         for note in stats.notes:
             click.echo(note)
+
+
+def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
+    """``store pack --schemas``: trim the streams whose schema has a retention, saying what was trimmed."""
+    from ingest import retention
+    from ingest.schema import load_schemas
+
+    try:
+        done = retention.apply_retention(st, load_schemas(schemas_dir))
+    except ingest.IngestError as exc:
+        raise BadInput(str(exc)) from exc
+    for line in retention.report_lines(done):
+        click.echo(line)
 
 
 @cli.group(name="arrays")
@@ -862,6 +880,203 @@ def _export_summary(result) -> str:
         if result.redone is not None:
             line += f", after redoing rows {result.redone[0]:,} to {result.redone[1]:,} an interrupted run left"
     return line
+
+
+STORE_OPTION = click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+                            help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+
+
+@cli.group(name="streams", invoke_without_command=True)
+@click.option("--store", "store_url", envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL whose streams to list: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.pass_context
+def streams_group(ctx: click.Context, store_url: str | None) -> None:
+    """List the streams of the store at --store (rows, time range, bytes stored); remove, rename or trim one.
+
+    \b
+        windvane streams --store URL                       list them
+        windvane streams rm TAG --store URL                remove a stream
+        windvane streams mv OLD NEW --store URL            rename it
+        windvane streams trim TAG --before T --store URL   drop its rows older than T
+
+    rm, mv and trim are each one commit. History keeps what they replace:
+    a read at an earlier tid still sees the stream, its old name or its
+    dropped rows, until `windvane store pack` drops them. A tag's
+    quarantine stream and import positions go with its stream (rm removes
+    them, mv renames them; trim leaves the quarantine as it is).
+
+    Exit codes: 0 done (or nothing to trim), 2 bad input (no such stream,
+    a name taken, a TIME that is not one, no store at --store), 1 the store
+    failed.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if store_url is None:
+        raise BadInput("give the store whose streams to list: --store URL (or WINDVANE_STORE)")
+    from ingest import info as contents
+
+    try:
+        with contents.open_existing(store_url) as st:
+            found = contents.describe_streams(st)
+    except (contents.NoStoreError, neostore.InvalidURLError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for line in contents.stream_table_lines(found):
+        click.echo(line)
+
+
+def _stream_change(store_url: str, change: Callable) -> object:
+    """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
+    from ingest import stream_admin
+
+    try:
+        with _open_store(store_url) as st:
+            return change(st)
+    except (stream_admin.StreamAdminError, arrays.InvalidTagError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _change_text(change) -> str:
+    extras = [f"{change.quarantined:,} quarantined records"] if change.quarantined else []
+    extras += [f"{change.positions:,} import positions"] if change.positions else []
+    return f"{change.rows:,} rows" + "".join(f", {e}" for e in extras)
+
+
+@streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import positions).")
+@click.argument("tag")
+@STORE_OPTION
+def remove_stream(tag: str, store_url: str) -> None:
+    """Remove stream TAG, its quarantine stream and its import positions, in one commit."""
+    from ingest import stream_admin
+
+    change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
+    click.echo(f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
+               "earlier reads still see it until `windvane store pack`")
+
+
+@streams_group.command(name="mv", short_help="Rename a stream (with its quarantine and import positions).")
+@click.argument("old")
+@click.argument("new")
+@STORE_OPTION
+def rename_stream(old: str, new: str, store_url: str) -> None:
+    """Rename stream OLD to NEW (its quarantine stream and import positions too), in one commit.
+
+    NEW must not be a stream yet.
+    """
+    from ingest import stream_admin
+
+    change = _stream_change(store_url, lambda st: stream_admin.rename(st, old, new))
+    click.echo(f"renamed stream {old} to {new} ({_change_text(change)}) in commit 0x{change.tid.hex()}")
+
+
+@streams_group.command(name="trim", short_help="Drop a stream's rows older than a time.")
+@click.argument("tag")
+@click.option("--before", required=True, metavar="TIME",
+              help="Drop the rows whose time is before TIME: ISO 8601 (no zone means UTC) or epoch seconds.")
+@STORE_OPTION
+def trim_stream(tag: str, before: str, store_url: str) -> None:
+    """Drop the rows of stream TAG whose time is before --before, in one commit (none if no row is that old).
+
+    The rows stay in history (a read at an earlier tid sees them) until
+    `windvane store pack` drops them.
+    """
+    from ingest import stream_admin
+    from ingest.export.times import BadTime, parse_time
+
+    try:
+        before_ns = parse_time(before, "--before")
+    except BadTime as exc:
+        raise BadInput(str(exc)) from exc
+    change = _stream_change(store_url, lambda st: stream_admin.trim(st, tag, before_ns))
+    if change.tid is None:
+        click.echo(f"nothing to trim: no row of stream {tag} is before {before}")
+    else:
+        click.echo(f"trimmed {change.rows:,} rows of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
+                   "they stay in history until `windvane store pack`")
+
+
+@cli.group(name="quarantine")
+def quarantine_group() -> None:
+    """See what was quarantined (records that did not fit their schema), and replay it after a schema fix.
+
+    \b
+        windvane quarantine ls [TAG] --store URL
+        windvane quarantine replay TAG [--schema fixed.toml] --store URL
+
+    Exit codes: 0 done, 2 bad input (no quarantine for TAG, no schema to
+    replay with, a schema that contradicts the stream, no store at --store),
+    1 the store failed.
+    """
+
+
+def _reason_lines(summary) -> list[str]:
+    from ingest.replay import TOP_REASONS
+
+    lines = [f"  {count:>10,}  {reason}" for reason, count in summary.reasons[:TOP_REASONS]]
+    rest = summary.reasons[TOP_REASONS:]
+    if rest:
+        lines.append(f"  {sum(c for _, c in rest):>10,}  ({len(rest):,} other reasons)")
+    return lines
+
+
+@quarantine_group.command(name="ls", short_help="Quarantined records per tag, counted by reason.")
+@STORE_OPTION
+@click.argument("tag", required=False)
+def list_quarantine(store_url: str, tag: str | None) -> None:
+    """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
+    from ingest import info as contents
+    from ingest import replay as replaying
+
+    try:
+        with contents.open_existing(store_url) as st:
+            found = replaying.summarize(st, tag)
+    except (contents.NoStoreError, neostore.InvalidURLError, replaying.ReplayError, arrays.InvalidTagError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not found:
+        click.echo("nothing is quarantined")
+    for summary in found:
+        click.echo(f"quarantine/{summary.tag}: {summary.rows:,} records")
+        for line in _reason_lines(summary):
+            click.echo(line)
+
+
+@quarantine_group.command(name="replay", short_help="Move the quarantined records that now fit into their stream.")
+@STORE_OPTION
+@click.argument("tag")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML) to validate with. Default: the stream's columns as they are.")
+def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None:
+    """Validate TAG's quarantined records again and move those that fit into stream TAG, exactly once.
+
+    In one commit the records that fit are appended to the stream and
+    removed from the quarantine; the others stay, with the reason they fail
+    now. Run twice, or again after being killed, it never stores a record
+    twice nor loses one. Replay reads records that arrived as msgpack or
+    JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
+    quarantine recorded, and records whose time was unreadable stay.
+    """
+    from ingest import replay as replaying
+    from ingest.schema import load_schema
+
+    try:
+        schema = load_schema(schema_path) if schema_path else None
+        with _open_store(store_url) as st:
+            result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
+                f"replaying {n:,} quarantined records of {tag} ...", err=True))
+    except (ingest.IngestError, arrays.InvalidTagError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    where = f"in commit 0x{result.tid.hex()}" if result.tid is not None else "(nothing changed, nothing committed)"
+    click.echo(f"replayed {result.replayed:,} records of quarantine/{tag} into stream {tag} {where}; "
+               f"{result.remaining.rows:,} stay in quarantine")
+    for line in _reason_lines(result.remaining):
+        click.echo(line)
 
 
 def main() -> None:

@@ -447,7 +447,7 @@ def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
     return Columns(total, {"time": time, "samples": samples}, newest), rejected
 
 
-_BAD_TIME = "the event time is not an integer, a float or an EventTime within range"
+BAD_TIME = "the event time is not an integer, a float or an EventTime within range"
 
 
 def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
@@ -456,7 +456,7 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
         return None, []
     if min(batch.times) == INVALID_TIME:
         good = [i for i, t in enumerate(batch.times) if t != INVALID_TIME]
-        rejected = [Rejected(INVALID_TIME, _BAD_TIME, batch.raw_bytes(i), batch.source)
+        rejected = [Rejected(INVALID_TIME, BAD_TIME, batch.raw_bytes(i), batch.source)
                     for i, t in enumerate(batch.times) if t == INVALID_TIME]
         if not good:
             return None, rejected

@@ -66,6 +66,7 @@ from . import streams
 from .columns import Rejected
 from .errors import IngestError
 from .parts import Part, failing_rows
+from .pauses import pause_if_asked
 from .schema import NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
@@ -79,6 +80,8 @@ READ_AHEAD = 2
 TIME = "time"
 #: What the quarantine stream names as the source of rejected rows.
 SOURCE = "import"
+#: Why a row without a time is quarantined.
+NO_TIME = "the row has no time"
 #: Test hook (tests/test_imports.py): before commit number N, with that commit's
 #: rows written into the transaction, stop and wait to be killed.
 PAUSE_ENV = "WINDVANE_IMPORT_PAUSE_BEFORE_COMMIT"
@@ -426,7 +429,7 @@ def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[s
     raw = part.raw or (lambda i: _raw_row(table, i))
     missing_time = np.flatnonzero(table.column(TIME).is_null().to_numpy(zero_copy_only=False))
     for i in missing_time:
-        reasons[int(i)] = "the row has no time"
+        reasons[int(i)] = NO_TIME
     cast: dict[str, pa.Array] = {}
     kept: dict[str, np.ndarray] = {}  # field -> row indices its cast array holds (None: all)
     for f in schema.fields:
@@ -621,16 +624,6 @@ def _read_ahead(parts: Iterator[Part], out: queue.Queue, stop: threading.Event) 
         out.put(("error", exc))
 
 
-def _pause_if_asked(commit_number: int) -> None:
-    wanted = os.environ.get(PAUSE_ENV)
-    if wanted and int(wanted) == commit_number:
-        import sys
-
-        print(f"import: paused before commit {commit_number}", file=sys.stderr, flush=True)
-        while True:
-            time.sleep(3600)
-
-
 def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id: str, identity: Any = None,
                   schema: Schema | None = None, progress: Callable[[int], None] | None = None,
                   same_source: Callable[[Any], bool] | None = None, restart: bool = False,
@@ -742,7 +735,7 @@ def _commit(writers: streams.StreamWriters, tag: str, parts: list[Part], source_
             result: ImportResult, records: Mapping[str, bytes]) -> None:
     number = result.commits + 1
     done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records,
-                        _before_commit=lambda: _pause_if_asked(number))
+                        _before_commit=lambda: pause_if_asked(PAUSE_ENV, number, "import"))
     result.commits += 1
     result.rows += done.rows
     result.rejected += done.rejected

@@ -120,11 +120,7 @@ def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:
     counts = store.counts()
     usage = store.value_usage()
     last, packed = store.last_transaction(), store.pack_tid()
-    found = tuple(
-        _stream(store, tag, quarantine)
-        for quarantine in (False, True)
-        for tag in arrays.list_streams(store, quarantine=quarantine)
-    ) if streams else None
+    found = describe_streams(store) if streams else None
     return StoreInfo(
         backend=dict(store.backend.describe()),
         transactions=counts["trans"],
@@ -138,6 +134,15 @@ def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:
         last_commit=_commit(store, last),
         packed_up_to=_commit(store, packed),
         streams=found,
+    )
+
+
+def describe_streams(store: neostore.Store) -> tuple[StreamInfo, ...]:
+    """Every stream of ``store``, then every quarantine stream, each sorted by tag, as of its latest commit."""
+    return tuple(
+        _stream(store, tag, quarantine)
+        for quarantine in (False, True)
+        for tag in arrays.list_streams(store, quarantine=quarantine)
     )
 
 
@@ -245,3 +250,18 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
             shape = "x".join(map(str, c.shape))
             yield (f"    {c.name:<20} {c.dtype:<8} {shape:<12} {c.codec:<6} raw {c.raw_bytes:>11,}  "
                    f"stored {c.stored_bytes:>11,}")
+
+
+def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
+    """One line per stream (quarantine streams as ``quarantine/<tag>``): rows, time range, bytes stored."""
+    if not found:
+        yield "no streams"
+        return
+    names = [f"quarantine/{s.tag}" if s.quarantine else s.tag for s in found]
+    spans = [(_when(s.first_time, ns=True), _when(s.last_time, ns=True)) if s.rows else ("-", "-") for s in found]
+    width = max(len("stream"), *map(len, names))
+    at = max(len("first"), *(len(t) for span in spans for t in span))
+    yield f"{'stream':<{width}}  {'rows':>12}  {'first':<{at}}  {'last':<{at}}  {'stored':>14}  {'with history':>14}"
+    for name, (first, last), s in zip(names, spans, found):
+        yield (f"{name:<{width}}  {s.rows:>12,}  {first:<{at}}  {last:<{at}}  {s.stored_bytes:>14,}  "
+               f"{s.history_bytes:>14,}")

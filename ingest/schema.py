@@ -34,6 +34,9 @@ DEFAULT_CHUNK_ROWS = 16384
 #: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
 CODECS = ("blosc", "lz4", "zstd", "none")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+#: A ``retention``: a positive number and a unit (seconds, minutes, hours, days, weeks).
+_RETENTION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class Schema:
     description: str = ""
     path: str = ""
     _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
+    retention: float | None = None  # seconds of rows `windvane store pack --schemas` keeps; None: all
 
     def __hash__(self) -> int:
         # Schemas key caches that every event asks: hash the fields once, not at each question.
@@ -245,7 +249,8 @@ def _vibration(doc: Any, where: str) -> Vibration:
 def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     """A :class:`Schema` from a parsed TOML document; ``name`` is the file's stem."""
     where = path or name
-    _check_keys(doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration"), where)
+    _check_keys(doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration",
+                      "retention"), where)
     kind = _need(doc, "kind", str, where)
     if kind not in KINDS:
         raise SchemaError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -281,7 +286,19 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     elif "vibration" in doc:
         raise SchemaError(f"{where}: [vibration] only belongs to kind = \"vibration\"")
     return Schema(name, kind, tuple(tags), fields, extra, chunk_rows, codec, vibration,
-                  _opt(doc, "description", str, "", where), path, patterns)
+                  _opt(doc, "description", str, "", where), path, patterns,
+                  retention=_retention(_opt(doc, "retention", str, None, where), where))
+
+
+def _retention(text: str | None, where: str) -> float | None:
+    """A ``retention`` such as ``"90d"`` in seconds (None if not given)."""
+    if text is None:
+        return None
+    found = _RETENTION.match(text)
+    if not found or float(found.group(1)) <= 0:
+        raise SchemaError(f"{where}: retention {text!r} is not a duration: give a positive number and a unit, "
+                          "s, m, h, d or w (\"90d\", \"12h\", \"2w\")")
+    return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
 
 
 def load_schema(path: str | Path) -> Schema:

@@ -202,8 +202,7 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
         try:
             have = set(writer.columns(tx))
         except StreamNotFoundError:
-            arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema),
-                                 chunk_rows=schema.chunk_rows)
+            _create(tx, tag, schema)
         else:
             stream = None
             for column in schema_columns(schema):
@@ -211,7 +210,15 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
                     if stream is None:
                         stream = arrays.open_stream(tx, tag)
                     stream.add_column(column)  # the writer sees its group change and reloads
-    writer.append(tx, columns, fill_missing=True)
+    try:
+        writer.append(tx, columns, fill_missing=True)
+    except StreamNotFoundError:  # removed or renamed since the writer last wrote (windvane streams rm / mv)
+        _create(tx, tag, schema)
+        writer.append(tx, columns, fill_missing=True)
+
+
+def _create(tx: arrays.Transaction, tag: str, schema: Schema) -> None:
+    arrays.create_stream(tx, tag, schema_columns(schema), attrs=_stream_attrs(schema), chunk_rows=schema.chunk_rows)
 
 
 def quarantine(tx: arrays.Transaction, writers: StreamWriters, tag: str, rejected: Sequence[Rejected]) -> None:

@@ -1,0 +1,199 @@
+"""Quarantined records, looked at and replayed: what ``windvane quarantine ls / replay`` do.
+
+:func:`replay` validates every record of a tag's quarantine stream again,
+against a (fixed) schema, and in **one commit** appends those that fit to
+the tag's stream and rewrites the quarantine stream without them; the
+records that still do not fit stay, with the reason they fail now. The
+commit lock is held from the first read to the commit, so nothing else
+commits in between: a replay run twice, or run again after it was killed,
+never stores a record twice and never loses one.
+
+A quarantined record is replayed from the bytes it arrived as, which
+replay reads as a record when they hold one msgpack object or one JSON
+object: a map (the record), ``[time, record]`` (a Forward entry, a
+fluent-plugin-wendelin item) or ``[tag, time, record(, options)]`` (a
+Forward message). Its time is its ``time`` field when it has one (epoch
+seconds or ISO 8601, as fluentd's in_http and ``windvane import`` read
+it; the field is dropped from the record, as the connectors drop the field
+they read the time from), else the time the quarantine stream recorded.
+Records quarantined because their time was unreadable stay: no schema
+fixes a time. Bytes replay cannot read (a CSV or log line, a whole Forward
+message of many entries) stay, with that reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+import arrays
+import neostore
+from arrays import stream_edit
+
+from . import streams
+from .batch import Batch
+from .columns import BAD_TIME, to_columns
+from .errors import IngestError
+from .export.times import BadTime, parse_time
+from .imports import NO_TIME, resolve_schema
+from .pauses import pause_if_asked
+from .schema import Schema
+
+#: Test hook (tests/test_quarantine_replay.py): with the replay's writes made, stop before its commit.
+PAUSE_ENV = "WINDVANE_REPLAY_PAUSE_BEFORE_COMMIT"
+#: Reasons no schema can fix: the record's time could not be read.
+TIME_REASONS = frozenset({BAD_TIME, NO_TIME})
+#: The ``source`` replay names in validation (each record keeps its own in quarantine).
+SOURCE = "replay"
+#: The commonest reasons ``quarantine ls`` and ``replay`` report.
+TOP_REASONS = 5
+
+
+class ReplayError(IngestError):
+    """A quarantine cannot be replayed as asked; the message says why."""
+
+
+class NoQuarantine(ReplayError):
+    """The tag has no quarantine stream."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A tag's quarantine stream: its records, and how many fail for each reason (commonest first)."""
+
+    tag: str
+    rows: int
+    reasons: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay did: records moved to the stream, records left (and why), the commit (None: no change)."""
+
+    tag: str
+    replayed: int
+    remaining: Summary
+    tid: bytes | None
+
+
+def record_of(raw: bytes) -> tuple[Any, int | None, str | None]:
+    """``(record, time, None)`` for quarantined bytes that hold a record replay reads, else ``(None, None, why
+    not)``. ``time`` (ns since the epoch) is the record's ``time`` field, read as the connectors and imports read
+    it (epoch seconds or ISO 8601), or None when it has none."""
+    try:
+        obj = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None, None, "replay cannot read this record: its bytes are not one msgpack or JSON object"
+        if type(obj) is not dict:
+            return None, None, f"replay cannot read this record: the JSON holds a {type(obj).__name__}, not an object"
+    if type(obj) is list and len(obj) == 2:
+        obj = obj[1]
+    elif type(obj) is list and len(obj) in (3, 4) and type(obj[0]) is str:
+        obj = obj[2]
+    if type(obj) is not dict:
+        return obj, None, None
+    when = next((obj[k] for k in ("time", b"time") if k in obj), None)
+    try:
+        time_ns = parse_time(when) if isinstance(when, (int, float, str)) and not isinstance(when, bool) else None
+    except BadTime:
+        time_ns = None
+    return {k: v for k, v in obj.items() if k not in ("time", b"time")}, time_ns, None
+
+
+def _summary(tag: str, reasons: Any) -> Summary:
+    counts = collections.Counter(reasons)
+    return Summary(tag, sum(counts.values()), counts.most_common())
+
+
+def summarize(store: neostore.Store, tag: str | None = None) -> list[Summary]:
+    """Every quarantine stream (or ``tag``'s) with its count of records per reason; NoQuarantine if ``tag`` has none."""
+    tags = arrays.list_streams(store, quarantine=True)
+    if tag is not None:
+        if tag not in tags:
+            raise NoQuarantine(f"stream {tag!r} has no quarantine (windvane quarantine ls lists those there are)")
+        tags = [tag]
+    found = []
+    for t in tags:
+        with arrays.open_stream(store, t, quarantine=True) as q:
+            found.append(_summary(t, q["reason"][:].tolist()))
+    return found
+
+
+def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[Any, np.ndarray, np.ndarray]:
+    """``(columns that fit or None, which rows fit, each row's reason now)`` for the quarantine ``rows``."""
+    n = len(rows["time"])
+    reasons = rows["reason"].astype(object)
+    fits = np.zeros(n, dtype=bool)
+    candidates: list[int] = []
+    records: list[Any] = []
+    times: list[int] = []
+    for i, (raw, reason) in enumerate(zip(rows["raw"], reasons)):
+        if reason in TIME_REASONS:
+            continue
+        record, time_ns, why = record_of(raw)
+        if why is not None:
+            reasons[i] = why
+        else:
+            candidates.append(i)
+            records.append(record)
+            times.append(int(rows["time"][i]) if time_ns is None else time_ns)
+    if not candidates:
+        return None, fits, reasons
+    asked: list[int] = []  # batch indices, in the order to_columns asks for the bytes of the records it rejects
+
+    def raw_of(j: int) -> bytes:
+        asked.append(j)
+        return rows["raw"][candidates[j]]
+
+    batch = Batch(tag, times, records, raw=raw_of, source=SOURCE)
+    columns, rejected = to_columns(schema, batch)
+    if len(asked) != len(rejected):
+        raise ReplayError(f"replay lost track of the records it rejects ({len(asked)} asked, {len(rejected)} rejected)")
+    fits[candidates] = True
+    for j, r in zip(asked, rejected):
+        fits[candidates[j]] = False
+        reasons[candidates[j]] = r.reason
+    return columns, fits, reasons
+
+
+def replay(store: neostore.Store, tag: str, schema: Schema | None = None,
+           started: Callable[[int], None] | None = None) -> ReplayResult:
+    """Move the records of ``tag``'s quarantine that fit ``schema`` (default: the stream's) into its stream.
+
+    One commit (none if nothing changes); ``started(records)`` is called once the
+    quarantine is read, before any is validated. NoQuarantine if ``tag`` has no
+    quarantine stream; ReplayError if there is neither ``schema`` nor a
+    stream to take one from; :class:`ingest.imports.SchemaMismatch` if
+    ``schema`` gives a column of the stream another type.
+    """
+    schema = resolve_schema(store, tag, schema)
+    with arrays.transaction(store, message=f"replay quarantine {tag}") as tx:
+        tx.lock()
+        if tag not in arrays.list_streams(tx, quarantine=True):
+            raise NoQuarantine(f"stream {tag!r} has no quarantine (windvane quarantine ls lists those there are)")
+        if schema is None:
+            raise ReplayError(f"there is no stream {tag!r} to take the schema from: give one with --schema")
+        rows = stream_edit.read_rows(tx, tag, quarantine=True)
+        if started is not None:
+            started(len(rows["time"]))
+        columns, fits, reasons = _revalidate(schema, tag, rows)
+        stay = ~fits
+        if columns is not None:
+            streams.write(tx, streams.StreamWriters(store), tag, schema, columns.columns)
+        if columns is not None or np.any(reasons != rows["reason"].astype(object)):
+            stream_edit.refill(tx, tag, {"time": rows["time"][stay], "reason": reasons[stay].tolist(),
+                                         "raw": rows["raw"][stay], "source": rows["source"][stay]},
+                               quarantine=True)
+            pause_if_asked(PAUSE_ENV, 1, "replay")
+        else:
+            tx.abort()
+    return ReplayResult(tag, int(fits.sum()), _summary(tag, reasons[stay].tolist()), tx.tid)
