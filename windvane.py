@@ -902,7 +902,7 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
     rm, mv and trim are each one commit. History keeps what they replace:
     a read at an earlier tid still sees the stream, its old name or its
     dropped rows, until `windvane store pack` drops them. A tag's
-    quarantine stream and import positions go with its stream (rm removes
+    quarantine stream and import records go with its stream (rm removes
     them, mv renames them; trim leaves the quarantine as it is).
 
     Exit codes: 0 done (or nothing to trim), 2 bad input (no such stream,
@@ -941,15 +941,15 @@ def _stream_change(store_url: str, change: Callable) -> object:
 
 def _change_text(change) -> str:
     extras = [f"{change.quarantined:,} quarantined records"] if change.quarantined else []
-    extras += [f"{change.positions:,} import positions"] if change.positions else []
+    extras += [f"{change.records:,} import records"] if change.records else []
     return f"{change.rows:,} rows" + "".join(f", {e}" for e in extras)
 
 
-@streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import positions).")
+@streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import records).")
 @click.argument("tag")
 @STORE_OPTION
 def remove_stream(tag: str, store_url: str) -> None:
-    """Remove stream TAG, its quarantine stream and its import positions, in one commit."""
+    """Remove stream TAG, its quarantine stream and its import records, in one commit."""
     from ingest import stream_admin
 
     change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
@@ -957,12 +957,12 @@ def remove_stream(tag: str, store_url: str) -> None:
                "earlier reads still see it until `windvane store pack`")
 
 
-@streams_group.command(name="mv", short_help="Rename a stream (with its quarantine and import positions).")
+@streams_group.command(name="mv", short_help="Rename a stream (with its quarantine and import records).")
 @click.argument("old")
 @click.argument("new")
 @STORE_OPTION
 def rename_stream(old: str, new: str, store_url: str) -> None:
-    """Rename stream OLD to NEW (its quarantine stream and import positions too), in one commit.
+    """Rename stream OLD to NEW (its quarantine stream and import records too), in one commit.
 
     NEW must not be a stream yet.
     """

@@ -5,8 +5,9 @@ earlier tid (``arrays.open_stream(store, tag, at=tid)``) still sees the
 stream, its old name or its dropped rows, until ``windvane store pack``
 drops the revisions no reader needs.
 
-A tag's stream, its quarantine stream and its import positions (where
-``windvane import`` and ``windvane tail`` resume) go together: removing a
+A tag's stream, its quarantine stream and its import records (the
+positions where ``windvane import`` and ``windvane tail`` resume, and the
+content hashes of imported files) go together: removing a
 stream removes all three, renaming renames all three.
 """
 
@@ -41,18 +42,18 @@ class Change:
     tag: str
     rows: int  # rows removed, moved, or dropped by a trim
     quarantined: int  # rows of the quarantine stream removed or moved
-    positions: int  # import positions removed or moved
+    records: int  # import records (positions, content hashes) removed or moved
     tid: bytes | None
 
 
-def _positions(tag: str) -> str:
+def _import_records(tag: str) -> str:
     return f"{POSITIONS}{tag}/"
 
 
 def _parts(tx: arrays.Transaction, tag: str) -> tuple[bool, bool, list[str]]:
-    """Whether ``tag`` has a stream, a quarantine stream, and the keys of its import positions."""
+    """Whether ``tag`` has a stream, a quarantine stream, and the keys of its import records."""
     has = [tag in arrays.list_streams(tx, quarantine=q) for q in (False, True)]
-    return has[0], has[1], [e.key for e in tx.raw_list(_positions(tag))]
+    return has[0], has[1], [e.key for e in tx.raw_list(_import_records(tag))]
 
 
 def _rows(tx: arrays.Transaction, tag: str, present: bool, *, quarantine: bool = False) -> int:
@@ -62,26 +63,26 @@ def _rows(tx: arrays.Transaction, tag: str, present: bool, *, quarantine: bool =
 def _existing(tx: arrays.Transaction, tag: str) -> tuple[bool, bool, list[str]]:
     arrays.stream_path(tag)  # InvalidTagError for a tag that cannot be one
     tx.lock()
-    stream, quarantine, positions = _parts(tx, tag)
+    stream, quarantine, records = _parts(tx, tag)
     if not (stream or quarantine):
         raise NoSuchStream(f"no stream {tag!r} in the store (windvane streams lists them)")
-    return stream, quarantine, positions
+    return stream, quarantine, records
 
 
 def remove(store: neostore.Store, tag: str) -> Change:
-    """Remove stream ``tag``, its quarantine stream and its import positions, in one commit."""
+    """Remove stream ``tag``, its quarantine stream and its import records, in one commit."""
     with arrays.transaction(store, message=f"remove stream {tag}") as tx:
-        stream, quarantine, positions = _existing(tx, tag)
+        stream, quarantine, records = _existing(tx, tag)
         rows, quarantined = _rows(tx, tag, stream), _rows(tx, tag, quarantine, quarantine=True)
         for present, q in ((stream, False), (quarantine, True)):
             if present:
                 stream_edit.remove(tx, tag, quarantine=q)
-        tx.delete_many(positions, raw=True)
-    return Change(tag, rows, quarantined, len(positions), tx.tid)
+        tx.delete_many(records, raw=True)
+    return Change(tag, rows, quarantined, len(records), tx.tid)
 
 
 def rename(store: neostore.Store, old: str, new: str) -> Change:
-    """Rename stream ``old`` to ``new`` (its quarantine stream and import positions too), in one commit.
+    """Rename stream ``old`` to ``new`` (its quarantine stream and import records too), in one commit.
 
     StreamAdminError if ``new`` is taken (by a stream or a quarantine stream) or is ``old``.
     """
@@ -89,7 +90,7 @@ def rename(store: neostore.Store, old: str, new: str) -> Change:
     if new == old:
         raise StreamAdminError(f"stream {old!r} already has that name")
     with arrays.transaction(store, message=f"rename stream {old} to {new}") as tx:
-        stream, quarantine, positions = _existing(tx, old)
+        stream, quarantine, records = _existing(tx, old)
         taken = _parts(tx, new)
         if taken[0] or taken[1]:
             raise StreamAdminError(f"there is a stream {new!r} already; remove it first (windvane streams rm {new}) "
@@ -101,10 +102,10 @@ def rename(store: neostore.Store, old: str, new: str) -> Change:
                                                 quarantine=q, to=new))
             else:
                 moved.append(0)
-        values = tx.raw_get_many(positions)
-        tx.delete_many(positions, raw=True)
-        tx.set_many({_positions(new) + key[len(_positions(old)):]: value for key, value in values.items()})
-    return Change(old, moved[0], moved[1], len(positions), tx.tid)
+        values = tx.raw_get_many(records)
+        tx.delete_many(records, raw=True)
+        tx.set_many({_import_records(new) + key[len(_import_records(old)):]: value for key, value in values.items()})
+    return Change(old, moved[0], moved[1], len(records), tx.tid)
 
 
 def trim(store: neostore.Store, tag: str, before_ns: int) -> Change:

@@ -76,7 +76,7 @@ def quarantined(url: str, tmp_path, count: int, start: int = 0) -> None:
     """Import records ``start`` to ``start + count`` with STRICT: all quarantined, verbatim."""
     path = tmp_path / f"records-{start}.jsonl"
     path.write_text("".join(json.dumps(record(i)) + "\n" for i in range(start, start + count)))
-    result = cli("import", str(path), "--store", url, "--tag", "plant.a", "--schema", schema(tmp_path, STRICT, "strict"))
+    result = cli("import", str(path), "--store", url, "--tag", "plant.a", "--schema", schema(tmp_path, STRICT, "strict"), "--allow-rejects")
     assert result.exit_code == 0 and f"0 rows, {count:,} rejected" in result.output, result.output
 
 
@@ -218,7 +218,7 @@ def test_replay_keeps_what_it_cannot_read_with_the_reason(sqlite_url, tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text(f"time,speed,n\n{T0},1.5,1\n{T0 + 1},fast,2\n")
     result = cli("import", str(path), "--store", sqlite_url, "--tag", "plant.a", "--schema",
-                 schema(tmp_path, STRICT, "strict"))
+                 schema(tmp_path, STRICT, "strict"), "--allow-rejects")
     assert result.exit_code == 0 and "1 rejected" in result.output, result.output
     again = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert again.exit_code == 0, again.output

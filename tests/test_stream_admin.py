@@ -54,7 +54,7 @@ def schema_file(tmp_path, retention: str = "") -> str:
 def imported(url: str, tmp_path, tag: str, records: list[dict], name: str = "data.jsonl") -> str:
     """Import ``records`` (JSON lines) into stream ``tag`` with the plant schema; the file's path."""
     path = write_jsonl(tmp_path / name, records)
-    result = cli("import", path, "--store", url, "--tag", tag, "--schema", schema_file(tmp_path))
+    result = cli("import", path, "--store", url, "--tag", tag, "--schema", schema_file(tmp_path), "--allow-rejects")
     assert result.exit_code == 0, result.output
     return path
 
@@ -107,7 +107,7 @@ def test_rm_removes_stream_quarantine_and_positions_in_one_commit_history_keeps_
     before, commits = head(store_url), transactions(store_url)
     result = cli("streams", "rm", "plant.a", "--store", store_url)
     assert result.exit_code == 0, result.output
-    assert "removed stream plant.a (3 rows, 1 quarantined records, 1 import positions) in commit 0x" in result.output
+    assert "removed stream plant.a (3 rows, 1 quarantined records, 2 import records) in commit 0x" in result.output
     assert transactions(store_url) == commits + 1
     assert arrays.list_streams(store_url) == ["plant.b"]
     assert arrays.list_streams(store_url, quarantine=True) == []
@@ -120,7 +120,7 @@ def test_rm_removes_stream_quarantine_and_positions_in_one_commit_history_keeps_
     assert arrays.list_streams(store_url, at=before) == ["plant.a", "plant.b"]
     assert column(store_url, "plant.b", "n") == [0, 1]  # the other stream is untouched
     # Its import position went with it: importing the file again stores it again.
-    again = cli("import", path, "--store", store_url, "--tag", "plant.a", "--schema", schema_file(tmp_path))
+    again = cli("import", path, "--store", store_url, "--tag", "plant.a", "--schema", schema_file(tmp_path), "--allow-rejects")
     assert again.exit_code == 0 and "already imported" not in again.output, again.output
     assert column(store_url, "plant.a", "n") == [0, 1, 2]
 
@@ -139,7 +139,7 @@ def test_mv_renames_stream_quarantine_and_positions_history_keeps_the_old_name(s
     before = head(store_url)
     result = cli("streams", "mv", "plant.a", "plant.renamed", "--store", store_url)
     assert result.exit_code == 0, result.output
-    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined records, 1 import positions)" \
+    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined records, 2 import records)" \
         in result.output
     assert arrays.list_streams(store_url) == ["plant.renamed"]
     assert arrays.list_streams(store_url, quarantine=True) == ["plant.renamed"]
@@ -152,7 +152,7 @@ def test_mv_renames_stream_quarantine_and_positions_history_keeps_the_old_name(s
     with pytest.raises(arrays.StreamNotFoundError):
         arrays.open_stream(store_url, "plant.a")
     # The renamed stream appends as any other, and its import position moved with it.
-    again = cli("import", path, "--store", store_url, "--tag", "plant.renamed", "--schema", schema_file(tmp_path))
+    again = cli("import", path, "--store", store_url, "--tag", "plant.renamed", "--schema", schema_file(tmp_path), "--allow-rejects")
     assert again.exit_code == 0 and "already imported" in again.output, again.output
     more = imported(store_url, tmp_path, "plant.renamed", rows(2, start=10), "more.jsonl")
     assert more and column(store_url, "plant.renamed", "n") == [0, 1, 2, 3, 10, 11]
