@@ -529,14 +529,15 @@ class MariaDBServer:
                 raise
         return self.url()
 
-    def _stop_failed_start(self, pid: int, timeout: float = 30) -> None:
-        # A server that never became usable holds no work of the caller's;
-        # SIGKILL is safe if SIGTERM is not heeded (during InnoDB's start,
-        # crash recovery simply runs again at the next start).
+    def _stop_failed_start(self, pid: int, grace: float = 10) -> None:
+        # A server that never became usable holds no work of the caller's,
+        # so SIGKILL is safe when SIGTERM is not heeded: mariadbd ignores it
+        # until its start-up is done (crash recovery then runs again at the
+        # next start).
         self._signal(pid, signal.SIGTERM)
-        if not self._wait_exit(pid, timeout):
+        if not self._wait_exit(pid, grace):
             self._signal(pid, signal.SIGKILL)
-            self._wait_exit(pid, timeout)
+            self._wait_exit(pid, 30)
 
     def _check_datadir(self) -> None:
         if self.datadir.exists() and not self.datadir.is_dir():

@@ -381,6 +381,24 @@ def test_cli_start_on_a_port_in_use_leaves_nothing_running(password_datadir):
     _assert_no_server_left(password_datadir)
 
 
+def test_cli_start_not_ready_in_time_stops_the_server(password_datadir):
+    # An error log nobody reads (a FIFO) holds mariadbd at its first write,
+    # before it opens its socket: a server that never gets ready.
+    log = password_datadir / "error.log"
+    log.unlink()
+    os.mkfifo(log)
+    try:
+        result = _run("db", "start", "--datadir", str(password_datadir), "--timeout", "2")
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"did not accept connections on {password_datadir}/mysqld.sock in time" in result.stderr
+        assert "A server this start spawned is stopped again" in result.stderr
+        _assert_no_server_left(password_datadir)
+    finally:
+        MariaDBServer(password_datadir).kill()
+        log.unlink()
+
+
 def test_cli_help():
     result = _run("--help")
     assert result.returncode == 0
