@@ -7,6 +7,7 @@ block, one per command even where a line chains several with `&&`.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -50,11 +51,11 @@ class Command:
 
 def markdown_files(root: Path) -> list[Path]:
     """The Markdown documents under ``root``, in a stable order, leaving out hidden and installed trees."""
-    skip = {"node_modules", "__pycache__"}
-    return sorted(
-        p for p in root.rglob("*.md")
-        if not any(part.startswith(".") or part in skip for part in p.relative_to(root).parts[:-1])
-    )
+    found: list[Path] = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
+        found += [Path(directory, name) for name in files if name.endswith(".md")]
+    return sorted(found)
 
 
 def code_blocks(doc: Path) -> list[Block]:
@@ -96,7 +97,11 @@ def windvane_commands(block: Block) -> list[Command]:
             pending += raw.rstrip()[:-1] + " "
             continue
         text, pending = pending + raw, ""
-        tokens = shlex.split(text, comments=True)
+        # ';' and '&' end a command even where no space does; '|' only as a word of its own
+        # (written inside a word it is a choice of a synopsis, `parquet|csv`).
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=";&")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
         segment: list[str] = []
         for token in [*tokens, ";"]:
             if token not in _SEPARATORS:

@@ -143,6 +143,24 @@ def test_the_readme_has_blocks_to_run():
     assert README in documents()
 
 
+def test_blocks_and_commands_are_found_as_a_reader_sees_them(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# Title\n\n## Setup\n\n```sh\napt-get install -y x && .venv/bin/windvane demo  # the demo\n```\n\n"
+        "- a list item:\n\n  ```python\n  for i in range(2):\n      print(i)\n  ```\n\n"
+        "```bash\nwindvane export S --store sqlite:///a.db \\\n    --to out --format csv; windvane info --json\n```\n",
+        encoding="utf-8",
+    )
+    setup, listed, chained = code_blocks(doc)
+    assert (setup.lang, setup.line, setup.section) == ("sh", 5, "Setup")
+    assert [c.args for c in windvane_commands(setup)] == [("demo",)]
+    assert (listed.lang, listed.text) == ("python", "for i in range(2):\n    print(i)\n")
+    assert [(c.line, c.args) for c in windvane_commands(chained)] == [
+        (17, ("export", "S", "--store", "sqlite:///a.db", "--to", "out", "--format", "csv")),
+        (17, ("info", "--json")),
+    ]
+
+
 @pytest.mark.parametrize("doc", documents(), ids=lambda doc: str(doc.relative_to(REPO)))
 def test_code_blocks_run_as_written(doc, quick_start, tmp_path):
     shutil.copytree(quick_start, tmp_path, dirs_exist_ok=True)
