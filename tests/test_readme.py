@@ -4,7 +4,8 @@ Each document's blocks run in order, in a fresh directory holding what the
 README's Quick start leaves behind (its windvane commands, `windvane demo`,
 run once per session: ``var/demo.db``), as this checkout's code:
 
-* every ```python block runs as a script there and must exit 0;
+* every ```python block runs there as a script of its own (a reader may
+  copy any one of them) and must exit 0;
 * every windvane command of a shell block runs there and must exit 0,
   unless one of `EXEMPTIONS` names it.  An exempt command is still checked
   against the CLI: its subcommands and every option it names must exist.
