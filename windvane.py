@@ -138,6 +138,11 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
     The URL is printed alone on the last line of standard output.  Starting a
     running server just prints its URL again.  After a crash or kill -9,
     start it again: crash recovery runs on its own.
+
+    Exit code 2 if MariaDB or its Python connector is missing (pip install
+    'windvane[mariadb]') or DATADIR is unusable, 1 if the server fails or is
+    not ready within --timeout; a server this command started is then
+    stopped again, so a failed start leaves nothing running.
     """
     server = _server(datadir, port)
     click.echo(f"starting MariaDB in {server.datadir} ...", err=True)

@@ -51,6 +51,7 @@ __all__ = [
     "ServerStartError",
     "ServerStatus",
     "ServerTimeoutError",
+    "check_connector",
     "check_database_name",
     "database_url",
     "find_program",
@@ -116,6 +117,22 @@ class ServerStartError(ServerError):
 
 class ServerTimeoutError(ServerError):
     """The server did not become ready, or did not exit, within the time allowed."""
+
+
+def check_connector() -> None:
+    """Raise ServerNotFoundError unless the MariaDB connector (the ``mariadb`` package) imports.
+
+    `MariaDBServer.start` needs it to learn when the server is ready; checked
+    before anything is started, so a missing connector leaves nothing running.
+    """
+    try:
+        import mariadb  # noqa: F401
+    except ImportError as exc:
+        raise ServerNotFoundError(
+            f"the MariaDB connector (Python package mariadb) cannot be imported ({exc}). "
+            "Install it: pip install 'windvane[mariadb]' (it builds against libmariadb-dev: "
+            "apt-get install libmariadb-dev gcc python3-dev)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -473,12 +490,15 @@ class MariaDBServer:
         it only waits until that one accepts connections.  After kill -9 it
         simply starts again; InnoDB's crash recovery runs during startup.
 
-        Raises ServerNotFoundError if MariaDB is not installed,
-        ServerConfigError for an unusable data directory, ServerStartError if
-        the server fails, ServerTimeoutError if it is not ready in ``timeout``
-        seconds (it is then left running: crash recovery of a large redo log
-        can take a while).
+        Raises ServerNotFoundError if MariaDB or its Python connector is not
+        installed, ServerConfigError for an unusable data directory,
+        ServerStartError if the server fails, ServerTimeoutError if it is not
+        ready in ``timeout`` seconds.  A server this call spawned is stopped
+        again on any failure (killed if it does not stop), so a failed start
+        leaves nothing running; a server that was already running is left
+        alone.
         """
+        check_connector()
         self._check_datadir()
         deadline = time.monotonic() + timeout
         if not self.datadir.exists():
@@ -493,15 +513,31 @@ class MariaDBServer:
             self._check_no_foreign_files()  # before the lock file is put there
         with self._lock():
             pid = self.pid
-            if pid is None:
+            spawned = pid is None
+            if spawned:
                 mariadbd = self._mariadbd()
                 if not self.is_initialised():
                     self._initialise()
                 self._write_config(mariadbd)
                 pid = self._spawn(mariadbd)
-            self._wait_ready(pid, deadline)
-            self._create_database(DEFAULT_DATABASE)
+            try:
+                self._wait_ready(pid, deadline)
+                self._create_database(DEFAULT_DATABASE)
+            except BaseException:
+                if spawned:
+                    self._stop_failed_start(pid)
+                raise
         return self.url()
+
+    def _stop_failed_start(self, pid: int, grace: float = 10) -> None:
+        # A server that never became usable holds no work of the caller's,
+        # so SIGKILL is safe when SIGTERM is not heeded: mariadbd ignores it
+        # until its start-up is done (crash recovery then runs again at the
+        # next start).
+        self._signal(pid, signal.SIGTERM)
+        if not self._wait_exit(pid, grace):
+            self._signal(pid, signal.SIGKILL)
+            self._wait_exit(pid, 30)
 
     def _check_datadir(self) -> None:
         if self.datadir.exists() and not self.datadir.is_dir():
@@ -671,8 +707,8 @@ class MariaDBServer:
                 raise ServerTimeoutError(
                     _with_log(
                         f"mariadbd (pid {pid}) did not accept connections on {self.socket} in time "
-                        f"(last error: {last_error}). It was left running: crash recovery may still "
-                        "be in progress. Start again to keep waiting, or stop it",
+                        f"(last error: {last_error}). A server this start spawned is stopped again; "
+                        "if crash recovery of a large redo log is slow, start with a longer timeout",
                         self.error_log,
                         self._log_offset,
                     )

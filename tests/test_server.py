@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import click.testing
 import mariadb
+import psutil
 import pytest
 
 import windvane
@@ -232,16 +233,19 @@ def test_render_config_overrides():
 # -- CLI -----------------------------------------------------------------------
 
 
-def _windvane() -> str:
-    """The installed console script (from the running virtualenv if there is one)."""
-    candidate = Path(sys.executable).parent / "windvane"
-    found = str(candidate) if candidate.exists() else shutil.which("windvane")
-    assert found, "the windvane console script is not installed: pip install -e ."
-    return found
+REPO = Path(__file__).resolve().parent.parent
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_windvane(), *args], capture_output=True, text=True, timeout=120)
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run this checkout's CLI in a new process, as the console script does."""
+    return subprocess.run(
+        [sys.executable, "-c", "import windvane; windvane.main()", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_start_status_stop(tmp_path):
@@ -299,6 +303,100 @@ def test_cli_mariadbd_missing_exits_2(tmp_path, monkeypatch):
     )
     assert result.exit_code == 2
     assert "apt-get install mariadb-server" in result.output
+
+
+def _mariadbd_processes(datadir: Path) -> list[int]:
+    """Pids of live mariadbd processes started on ``datadir``'s configuration (the process list)."""
+    wanted = f"--defaults-file={datadir}/my.cnf"
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if wanted in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.pid)
+    return found
+
+
+def _assert_no_server_left(datadir: Path) -> None:
+    assert MariaDBServer(datadir).pid is None
+    assert not (datadir / "mysqld.pid").exists()
+    assert _mariadbd_processes(datadir) == []
+
+
+def test_cli_start_without_connector_exits_2_and_starts_nothing(tmp_path):
+    # The connector made unimportable the way a missing install makes it:
+    # a `mariadb` package first on the path that fails to import.
+    shadow = tmp_path / "no-connector" / "mariadb"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'mariadb'\", name='mariadb')\n"
+    )
+    datadir = tmp_path / "db"
+    env = {**os.environ, "PYTHONPATH": str(shadow.parent)}
+    try:
+        result = _run("db", "start", "--datadir", str(datadir), env=env)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "Error: the MariaDB connector (Python package mariadb) cannot be imported" in result.stderr
+        assert "pip install 'windvane[mariadb]'" in result.stderr
+        assert result.stdout == ""
+        assert not datadir.exists()  # checked before anything was made or started
+        _assert_no_server_left(datadir)
+    finally:
+        stop_test_server(MariaDBServer(datadir), remove=True)
+
+
+@pytest.fixture(scope="module")
+def password_datadir(tmp_path_factory):
+    """An initialised data directory whose root has a password: windvane can start it, not use it."""
+    srv, url = start_test_server(tmp_path_factory.mktemp("password"))
+    try:
+        conn = connect(url)
+        conn.cursor().execute("ALTER USER root@localhost IDENTIFIED BY 'not-windvane'")
+        conn.close()
+    finally:
+        stop_test_server(srv)
+    yield srv.datadir
+    stop_test_server(MariaDBServer(srv.datadir), remove=True)
+
+
+def test_cli_start_failing_after_spawn_stops_the_server(password_datadir):
+    # mariadbd comes up and accepts connections, but refuses windvane's root.
+    result = _run("db", "start", "--datadir", str(password_datadir))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"Error: the server at {password_datadir}/mysqld.sock refused root without a password" in result.stderr
+    assert result.stdout == ""
+    _assert_no_server_left(password_datadir)
+
+
+def test_cli_start_on_a_port_in_use_leaves_nothing_running(password_datadir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run("db", "start", "--datadir", str(password_datadir), "--port", str(port))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "exited during startup" in result.stderr
+    assert f"Do you already have another server running on port: {port}" in result.stderr
+    _assert_no_server_left(password_datadir)
+
+
+def test_cli_start_not_ready_in_time_stops_the_server(password_datadir):
+    # An error log nobody reads (a FIFO) holds mariadbd at its first write,
+    # before it opens its socket: a server that never gets ready.
+    log = password_datadir / "error.log"
+    log.unlink()
+    os.mkfifo(log)
+    try:
+        result = _run("db", "start", "--datadir", str(password_datadir), "--timeout", "2")
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"did not accept connections on {password_datadir}/mysqld.sock in time" in result.stderr
+        assert "A server this start spawned is stopped again" in result.stderr
+        _assert_no_server_left(password_datadir)
+    finally:
+        MariaDBServer(password_datadir).kill()
+        log.unlink()
 
 
 def test_cli_help():
