@@ -515,16 +515,22 @@ async def _serve(service: Service, limits: Limits) -> None:
               help="Import a file that changed since it was partly imported from its beginning.")
 @click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
               help="MB of file per commit.")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
+                   "A blank or repeated header cell names its column column_<n> (n: its position).")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, commit_mb: int) -> None:
+                 start_time: str | None, restart: bool, commit_mb: int, renames: tuple[str, ...]) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
     so a run interrupted (Ctrl-C, kill -9) and started again neither
     duplicates nor skips rows; a finished file run again imports nothing.
     Rows that do not fit go, verbatim with the reason, to the tag's
-    quarantine stream.
+    quarantine stream. A new stream's columns are typed from the whole
+    first file; the schema inferred is printed, to pin with --schema.
+    Column names are kept as written; one a store key cannot hold
+    ("flow [l/s]") is stored under an escaped key (see the README).
     """
     import os
     import sys
@@ -537,6 +543,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     from ingest.streams import StreamWriters
 
     try:
+        rename = _renames(renames)
         schema = load_schema(schema_path) if schema_path else None
         formats = [format_for(path, format_name) for path in paths]
         start_ns = None
@@ -558,7 +565,10 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                 for path, fmt in zip(paths, formats):
                     types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
-                                                          block_bytes=min(16 << 20, commit_mb << 19)))
+                                                          block_bytes=min(16 << 20, commit_mb << 19),
+                                                          rename=rename))
+                    for note in getattr(reader, "notes", ()):
+                        click.echo(f"note: {note}", err=True)
                     identity = imports.fingerprint(path)
                     result = imports.import_source(
                         st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
@@ -566,12 +576,36 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                         restart=restart, commit_bytes=commit_mb << 20, writers=writers)
                     schema = result.schema or schema
                     bar.update(max(0, os.path.getsize(path) - result.nbytes))
+                    if result.inferred and schema.kind != "vibration":
+                        click.echo(_inferred_schema(tag, path, schema), err=True)
                     click.echo(_import_summary(path, result))
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
             click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
             sys.exit(130)
+
+
+def _renames(renames: tuple[str, ...]) -> dict[str, str]:
+    """``--rename OLD=NEW`` options as old -> new names (the first ``=`` divides them)."""
+    out: dict[str, str] = {}
+    for item in renames:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new.strip():
+            raise BadInput(f"--rename {item!r}: write it as OLD=NEW, both names not empty")
+        if old in out:
+            raise BadInput(f"--rename names column {old!r} twice")
+        out[old] = new
+    return out
+
+
+def _inferred_schema(tag: str, path: str, schema) -> str:
+    """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
+    from ingest.schema import schema_toml
+
+    return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
+            f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
+            + schema_toml(schema).rstrip("\n"))
 
 
 def _import_summary(path: str, result) -> str:
