@@ -18,9 +18,12 @@ import xarray as xr
 from click.testing import CliRunner
 
 import arrays
+import neostore
 import windvane
+from ingest import Batch
+from ingest.committer import GroupCommitter
 from ingest.errors import SchemaError
-from ingest.schema import load_schema, parse_schema
+from ingest.schema import SchemaSet, load_schema, parse_schema
 
 T0 = 1_700_000_000
 INT64_MIN = -9223372036854775808
@@ -272,3 +275,23 @@ def test_a_name_too_long_for_a_key_is_a_clear_error(sqlite_url, tmp_path):
     result = run("import", str(path), "--store", sqlite_url, "--tag", "t")
     assert result.exit_code == 2 and "is 300 bytes of UTF-8; the limit is 255; name the column otherwise with " \
         "--rename OLD=NEW" in result.stderr, result.output
+
+
+async def test_served_records_with_such_field_names_are_stored_by_key(sqlite_url):
+    """A schema file may name fields as files do: records through the committer land under the escaped key."""
+    schema = parse_schema({"kind": "sensor", "tags": ["plant.**"], "fields": [
+        {"name": "Water flow [l/s]", "dtype": "float64"}, {"name": "n", "dtype": "int32", "fill": -1}]}, name="plant")
+    with neostore.open(sqlite_url) as store:
+        committer = GroupCommitter(store, SchemaSet((schema,)))
+        committer.start()
+        try:
+            receipt = await committer.submit([Batch("plant.a", [T0, T0 + 1], [{"Water flow [l/s]": 1.5, "n": 3},
+                                                                               {"Water flow [l/s]": 2.5}],
+                                                    source="test", size=100)])
+        finally:
+            committer.close()
+        assert (receipt.accepted, receipt.quarantined) == (2, 0)
+        with arrays.open_stream(store, "plant.a") as s:
+            assert s.columns == ["Water flow [l%2Fs]", "n", "extra"]
+            assert s["Water flow [l/s]"][:].tolist() == [1.5, 2.5] and s["n"][:].tolist() == [3, -1]
+            assert s.to_pandas()["n"].tolist() == [3, pd.NA]
