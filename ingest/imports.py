@@ -267,7 +267,7 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
             continue
         dtype = _stored_dtype(stream[column].dtype)
         fill = stream[column].attrs.get(MISSING_ATTR)
-        # An integer or bool column without a value for missing ones takes none (as streams made before it had one).
+        # An integer or bool column that names no value for missing ones cannot store a missing one: required.
         required = fill is None and dtype not in ("str", "bytes") and not dtype.startswith("float")
         fields.append(Field(stream.name_of(column), dtype, required=required, fill=fill))
     extra = "keep" if "extra" in stream.columns else "reject"

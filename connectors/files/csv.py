@@ -154,8 +154,9 @@ class CsvReader:
 
     def file_types(self) -> dict[str, pa.DataType]:
         """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
-        which the parts are then read as. A column without a value is ``null``."""
-        tallies = {name: _Tally() for name in self.names if name != self.time_column}
+        which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
+        tallies = {name: _Tally() for name in self.names if name not in self.options.column_types}
+        tallies.pop(self.time_column, None)
         text = {self.time_column: pa.string()}
         for block, _, _ in self._blocks(self.header_end):
             try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
@@ -165,7 +166,8 @@ class CsvReader:
             for name, tally in tallies.items():
                 tally.add(table.column(name))
         found = {name: tally.type() for name, tally in tallies.items()}
-        self.types = {**{n: t for n, t in found.items() if not pa.types.is_null(t)}, **text}
+        self.types.update({n: t for n, t in found.items() if not pa.types.is_null(t)})
+        found.update({n: t for n, t in self.types.items() if n != self.time_column})
         self._inferred = True
         return found
 
