@@ -552,9 +552,13 @@ async def _serve(service: Service, limits: Limits) -> None:
               help="MB of file per commit.")
 @click.option("--allow-rejects", is_flag=True,
               help="Exit 0 even if rows were quarantined (they are still counted and reported).")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
+                   "A blank or repeated header cell names its column column_<n> (n: its position).")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, again: bool, commit_mb: int, allow_rejects: bool) -> None:
+                 start_time: str | None, restart: bool, again: bool, commit_mb: int, allow_rejects: bool,
+                 renames: tuple[str, ...]) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
@@ -564,7 +568,10 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     of the whole file) unless --again. Rows that do not fit go, verbatim
     with the reason, to the tag's quarantine stream. Compressed files
     (gzip, zstd, bzip2, xz: told by their first bytes) of CSV and the log
-    formats are read decompressed as they go.
+    formats are read decompressed as they go. A new stream's columns are
+    typed from the whole first file; the schema inferred is printed, to pin
+    with --schema. Column names are kept as written; one a store key cannot
+    hold ("flow [l/s]") is stored under an escaped key (see the README).
 
     \b
     Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
@@ -584,6 +591,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     from ingest.streams import StreamWriters
 
     try:
+        rename = _renames(renames)
         schema = load_schema(schema_path) if schema_path else None
         formats = [format_for(path, format_name) for path in paths]
         start_ns = None
@@ -606,7 +614,10 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                 for path, fmt in zip(paths, formats):
                     types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
-                                                          block_bytes=min(16 << 20, commit_mb << 19)))
+                                                          block_bytes=min(16 << 20, commit_mb << 19),
+                                                          rename=rename))
+                    for note in getattr(reader, "notes", ()):
+                        click.echo(f"note: {note}", err=True)
                     if start_ns is not None and fmt.vibration:
                         start_ns = reader.end_ns  # one --start for several recordings: end to end
                     identity = imports.fingerprint(path)
@@ -620,6 +631,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     schema = result.schema or schema
                     size = os.path.getsize(path)
                     bar.update(size if compressed else max(0, size - result.nbytes))
+                    if result.inferred and schema.kind != "vibration":
+                        click.echo(_inferred_schema(tag, path, schema), err=True)
                     click.echo(_import_summary(path, result))
                     rejected += result.rejected
         except (ingest.IngestError, FileFormatError) as exc:
@@ -643,6 +656,28 @@ def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
     return (f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
             f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
             "--to rejects.csv --format csv`")
+
+
+def _renames(renames: tuple[str, ...]) -> dict[str, str]:
+    """``--rename OLD=NEW`` options as old -> new names (the first ``=`` divides them)."""
+    out: dict[str, str] = {}
+    for item in renames:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new.strip():
+            raise BadInput(f"--rename {item!r}: write it as OLD=NEW, both names not empty")
+        if old in out:
+            raise BadInput(f"--rename names column {old!r} twice")
+        out[old] = new
+    return out
+
+
+def _inferred_schema(tag: str, path: str, schema) -> str:
+    """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
+    from ingest.schema import schema_toml
+
+    return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
+            f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
+            + schema_toml(schema).rstrip("\n"))
 
 
 def _import_summary(path: str, result) -> str:

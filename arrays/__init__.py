@@ -31,7 +31,8 @@ from .errors import (
 )
 from .history import Commit, history
 from .keys import Entry, Snapshot
-from .stream import Column, Stream, create_stream, create_streams, list_streams, open_stream, stream_keys, stream_path
+from .stream import (Column, Stream, column_key, create_stream, create_streams, list_streams, open_stream, stream_keys,
+                     stream_path)
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
 from .zarr_store import ZarrStore
@@ -61,6 +62,7 @@ __all__ = [
     "UnsupportedArrayError",
     "ZarrStore",
     "array_names",
+    "column_key",
     "create",
     "create_stream",
     "create_streams",

@@ -113,6 +113,39 @@ def _check_part(what: str, name: Any, error: type[Exception] = InvalidTagError) 
     return name
 
 
+#: The column attribute holding a column's name when its key had to be escaped (:func:`column_key`).
+NAME_ATTR = "name"
+#: The column attribute naming the value a column holds where a value is missing: an integer column's
+#: exports (:meth:`Stream.to_arrow`, ``to_pandas``) give those rows back as missing (null, ``<NA>``).
+MISSING_ATTR = "missing"
+#: What :func:`column_key` escapes in a name that cannot be a key as it is (besides unprintable characters).
+_ESCAPED = frozenset("%/.")
+
+
+def column_key(name: str) -> str:
+    """The key (path segment) of a column called ``name``: ``name`` itself when it can be one, else escaped.
+
+    A name that is no valid segment (it holds ``/`` or ``..`` or an
+    unprintable character, or is ``.`` or ``zarr.json``) has each ``%``,
+    ``/``, ``.`` and unprintable character replaced by ``%XX``, the
+    uppercase hex of each of its UTF-8 bytes: ``"Water flow [l/s]"`` is
+    stored as ``"Water flow [l%2Fs]"``. The one rule for names and keys;
+    the name itself is kept in the column's ``name`` attribute. ColumnError
+    for a name that is not text, empty, or too long (:data:`MAX_PART_BYTES`).
+    """
+    try:
+        return _check_part("column name", name, ColumnError)
+    except ColumnError:
+        if not isinstance(name, str) or not name:
+            raise
+    escaped = "".join(_escape(c) if c in _ESCAPED or not c.isprintable() else c for c in name)
+    return _check_part("column name", escaped, ColumnError)
+
+
+def _escape(char: str) -> str:
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+
+
 def stream_path(tag: str, *, quarantine: bool = False) -> str:
     """``"streams/<tag>"`` (or ``"quarantine/<tag>"``); InvalidTagError for a tag that cannot be a path segment."""
     return f"{QUARANTINE_ROOT if quarantine else STREAMS_ROOT}/{_check_part('stream tag', tag)}"
@@ -285,9 +318,12 @@ class Stream(StoreOwner):
     """The arrays of one stream at one snapshot (or in one transaction). Make it with create/open_stream.
 
     ``tag``, ``path``; ``attrs``: the user's attributes (a copy); ``columns``:
-    the column names in order, without ``time``; ``stream[name]``: the
-    BigArray of a column (``"time"`` included), all sharing one chunk cache
-    of ``cache_bytes``. ``len(stream)``: its rows.
+    the column keys in order, without ``time`` (a column's name, unless
+    :func:`column_key` escaped it: :meth:`name_of` gives it back);
+    ``stream[name]``: the BigArray of a column by key or name (``"time"``
+    included), all sharing one chunk cache of ``cache_bytes``.
+    ``len(stream)``: its rows. Exports (``to_arrow``, ``to_pandas``,
+    ``to_xarray``) name the columns by their names.
     """
 
     def __init__(
@@ -341,13 +377,25 @@ class Stream(StoreOwner):
         return len(self._arrays[TIME])
 
     def __getitem__(self, name: str) -> BigArray:
+        """The array of column ``name``: its key, or the name an escaped key stands for (:func:`column_key`)."""
         try:
             return self._arrays[name]
         except KeyError:
+            pass
+        try:
+            return self._arrays[column_key(name)]
+        except (KeyError, ColumnError):
             raise ColumnError(f"stream {self.tag!r} has no column {name!r}; it has {[TIME, *self.columns]}") from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._arrays
+        try:
+            return name in self._arrays or column_key(name) in self._arrays  # type: ignore[arg-type]
+        except ColumnError:
+            return False
+
+    def name_of(self, key: str) -> str:
+        """The name of the column stored under ``key``: its ``name`` attribute if its key is escaped, else the key."""
+        return self._arrays[key].attrs.get(NAME_ATTR, key) if key != TIME else key
 
     def __repr__(self) -> str:
         where = "in a transaction" if self._before is None else f"at 0x{self.tid.hex()}"
@@ -677,6 +725,8 @@ class Stream(StoreOwner):
         bytes ``large_binary``; a column with inner shape ``(a, b)`` is a
         ``fixed_size_list<fixed_size_list<item, b>, a>``. Field metadata
         holds the column's zarr attributes as JSON (key ``b"attrs"``).
+        Columns are named by their names (:meth:`name_of`); an integer
+        column's :data:`MISSING_ATTR` value is null.
         """
         import pyarrow as pa
 
@@ -684,17 +734,18 @@ class Stream(StoreOwner):
         fields = [pa.field(TIME, pa.timestamp("ns", tz="UTC"))]
         values = [pa.array(time, type=pa.timestamp("ns", tz="UTC"))]
         for name, data in columns.items():
+            attrs = self._arrays[name].attrs
             flat = data.reshape(-1)
             if data.dtype.kind == "T":
                 arr = pa.array(flat, type=pa.large_string())
             elif data.dtype == object:
                 arr = pa.array(flat, type=pa.large_binary())
             else:
-                arr = pa.array(flat)
+                arr = pa.array(flat, mask=_missing(flat, attrs))
             for size in reversed(data.shape[1:]):
                 arr = pa.FixedSizeListArray.from_arrays(arr, size)
-            attrs = self._arrays[name].attrs
-            fields.append(pa.field(name, arr.type, metadata={b"attrs": json.dumps(attrs)} if attrs else None))
+            fields.append(pa.field(self.name_of(name), arr.type,
+                                   metadata={b"attrs": json.dumps(attrs)} if attrs else None))
             values.append(arr)
         return pa.Table.from_arrays(values, schema=pa.schema(fields, metadata={b"stream": self.tag}))
 
@@ -704,15 +755,23 @@ class Stream(StoreOwner):
         One column per column of the stream, strings and bytes as object
         columns of ``str`` / ``bytes`` values; a column with an inner shape is
         split into one pandas column per element, named ``name[i]`` (``name[i,j]``).
+        Columns are named by their names (:meth:`name_of`); an integer column
+        with a :data:`MISSING_ATTR` value is a nullable ``Int64`` (...) column,
+        ``<NA>`` where it holds that value.
         """
         import pandas as pd
 
         time, columns = self._columns_data(start, stop)
         index = pd.DatetimeIndex(time.view("datetime64[ns]"), name=TIME).tz_localize("UTC")
         frame: dict[str, Any] = {}
-        for name, data in columns.items():
+        for key, data in columns.items():
+            name = self.name_of(key)
             if data.dtype.kind == "T":
                 data = data.astype(object)
+            mask = _missing(data, self._arrays[key].attrs)
+            if mask is not None and data.ndim == 1:
+                frame[name] = pd.Series(pd.arrays.IntegerArray(data, mask), index=index)
+                continue
             if data.ndim == 1:
                 frame[name] = pd.Series(data, index=index, dtype=object if data.dtype == object else None)
                 continue
@@ -730,14 +789,22 @@ class Stream(StoreOwner):
 
         time, columns = self._columns_data(start, stop)
         variables = {
-            name: xr.Variable(self._arrays[name].dims or (TIME,), data, attrs=self._arrays[name].attrs)
-            for name, data in columns.items()
+            self.name_of(key): xr.Variable(self._arrays[key].dims or (TIME,), data, attrs=self._arrays[key].attrs)
+            for key, data in columns.items()
         }
         coords = {TIME: xr.Variable((TIME,), time.view("datetime64[ns]"))}
         return xr.Dataset(variables, coords=coords, attrs=self.attrs)
 
 
 # -- module functions ----------------------------------------------------------------
+
+
+def _missing(data: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """Where integer column values ``data`` hold the column's :data:`MISSING_ATTR` value (None: it has none)."""
+    missing = attrs.get(MISSING_ATTR)
+    if missing is None or data.dtype.kind not in "iu" or isinstance(missing, bool):
+        return None
+    return data == missing
 
 
 def _root_key(quarantine: bool) -> str:

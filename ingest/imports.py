@@ -29,7 +29,9 @@ was interrupted, resume where it stopped.
 
 Schemas (:func:`resolve_schema`): an explicit schema wins; else the
 existing stream's columns define it (:func:`stream_schema`); else the
-first part's types do (:func:`infer_schema`). Each column is cast to its
+whole file's types do, as its reader finds them, or the first part's
+(:func:`infer_schema`); every inferred field is optional, a missing integer
+or bool stored as its fill (:func:`missing_fill`). Each column is cast to its
 field's dtype value by value: numbers to any number type when the value
 fits exactly (an int64 into float64, 3.0 into an int32; 3.5 into an int
 does not, nor 300 into an int8), text parsed as the field's type ("abc" is
@@ -61,6 +63,7 @@ import pyarrow.compute as pc
 
 import arrays
 import neostore
+from arrays.stream import MISSING_ATTR
 
 from . import streams
 from .columns import Rejected
@@ -227,15 +230,27 @@ def _field_dtype(name: str, type_: pa.DataType) -> str:
                          "convert it (to numbers or text) or pass --schema")
 
 
-def infer_schema(tag: str, part: Part) -> Schema:
+def missing_fill(dtype: str) -> Any:
+    """What an inferred field of ``dtype`` stores for a missing value: the smallest signed integer (the largest
+    unsigned), False for bool, None for the others (floats store NaN, text "")."""
+    if dtype == "bool":
+        return False
+    if dtype.startswith("int"):
+        return int(np.iinfo(dtype).min)
+    if dtype.startswith("uint"):
+        return int(np.iinfo(dtype).max)
+    return None
+
+
+def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None = None) -> Schema:
     """The schema a stream gets from its first part when none is given.
 
     A vibration part (``samples``): kind ``vibration`` with its channels,
     dtype and sample rate. A table: one field per column beside ``time``,
-    in order, typed as the column (timestamps: int64 ns); kind ``log`` if
-    any column is text, else ``sensor``. Integer and bool fields are
-    required (they have no missing marker: a later row without a value is
-    quarantined), float fields store a missing value as NaN, text as "".
+    in order, typed as ``types`` says (a reader's types for the whole
+    file), else as the part's column (timestamps: int64 ns); kind ``log``
+    if any column is text, else ``sensor``. Every field is optional: a
+    missing value is stored as :func:`missing_fill` (floats NaN, text "").
     ``extra = "reject"``: a later part with other columns has its rows
     quarantined rather than a column silently dropped.
     """
@@ -248,12 +263,21 @@ def infer_schema(tag: str, part: Part) -> Schema:
         return Schema(tag, "vibration", (tag,), extra="reject",
                       vibration=Vibration(samples.shape[1], dtype, part.sample_rate))
     fields = []
+    keys: dict[str, str] = {}
     for column in part.table.schema:
         if column.name == TIME:
             continue
-        dtype = _field_dtype(column.name, column.type)
-        required = dtype not in ("str", "bytes") and not dtype.startswith("float")
-        fields.append(Field(column.name, dtype, required=required))
+        type_ = (types or {}).get(column.name, column.type)
+        dtype = _field_dtype(column.name, type_ if not pa.types.is_null(type_) else pa.float64())
+        try:
+            key = arrays.column_key(column.name)
+        except arrays.ColumnError as exc:
+            raise SchemaMismatch(f"{exc}; name the column otherwise with --rename OLD=NEW") from None
+        if key in keys:
+            raise SchemaMismatch(f"columns {keys[key]!r} and {column.name!r} would both be stored as {key!r} "
+                                 "(see the import section of the README); rename one with --rename OLD=NEW")
+        keys[key] = column.name
+        fields.append(Field(column.name, dtype, fill=missing_fill(dtype)))
     kind = "log" if any(f.dtype == "str" for f in fields) else "sensor"
     return Schema(tag, kind, (tag,), tuple(fields), extra="reject")
 
@@ -286,8 +310,10 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
         if column == "extra":
             continue
         dtype = _stored_dtype(stream[column].dtype)
-        required = dtype not in ("str", "bytes") and not dtype.startswith("float")
-        fields.append(Field(column, dtype, required=required))
+        fill = stream[column].attrs.get(MISSING_ATTR)
+        # An integer or bool column that names no value for missing ones cannot store a missing one: required.
+        required = fill is None and dtype not in ("str", "bytes") and not dtype.startswith("float")
+        fields.append(Field(stream.name_of(column), dtype, required=required, fill=fill))
     extra = "keep" if "extra" in stream.columns else "reject"
     return Schema(name, attrs.get("kind", "sensor"), (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
 
@@ -599,6 +625,7 @@ class ImportResult:
     resumed_from: Any = None  # the stored position this run started from (None: the beginning)
     commits: int = 0
     schema: Schema | None = None
+    inferred: bool = False  # whether this run inferred ``schema`` (the stream is new)
     reasons: list[str] = field(default_factory=list)  # distinct rejection reasons (the first few)
     duplicate_of: str | None = None  # the source of the same content imported (or begun) before, by name
 
@@ -632,7 +659,9 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     """Import ``reader``'s parts into stream ``tag``, resuming from the stored position of ``source_id``.
 
     ``schema``: the stream's schema, or None to use the existing stream's or
-    infer one from the first part (:func:`resolve_schema`). ``identity`` is
+    infer one (:func:`infer_schema`: from the types of the whole source if
+    the reader has a ``file_types()`` method saying them, as the readers of
+    tables do, else from the first part). ``identity`` is
     stored with every position; ``same_source(stored_identity)`` says
     whether the source is still the one a stored position was taken of
     (e.g. :func:`same_file`): if not, :class:`SourceChanged`, unless
@@ -679,6 +708,8 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     def records(done: bool) -> dict[str, bytes]:
         return {} if content is None else {content_key(tag, content): _content_record(source_id, name, done)}
 
+    file_types = getattr(reader, "file_types", None)
+    types = file_types() if schema is None and file_types is not None else None
     ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
     stop = threading.Event()
     thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read",
@@ -699,7 +730,8 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
                     continue
             if pending:
                 if result.schema is None:
-                    result.schema = infer_schema(tag, pending[0])
+                    result.schema = infer_schema(tag, pending[0], types)
+                    result.inferred = True
                 marked = kind == "end"  # the last commit records the content as imported
                 _commit(writers, tag, pending, source_id, identity, result, records(marked))
                 if progress is not None:

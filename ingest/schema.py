@@ -9,6 +9,7 @@ file and the key that is wrong.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from arrays import ColumnError, column_key
 
 from .errors import SchemaError
 
@@ -33,7 +36,6 @@ VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
 DEFAULT_CHUNK_ROWS = 16384
 #: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
 CODECS = ("blosc", "lz4", "zstd", "none")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 #: A ``retention``: a positive number and a unit (seconds, minutes, hours, days, weeks).
 _RETENTION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -181,9 +183,13 @@ def _field(doc: Any, where: str) -> Field:
     _check_keys(doc, ("name", "dtype", "unit", "required", "fill", "description"), where)
     name = _need(doc, "name", str, where)
     where = f"{where} ({name!r})"
-    if not _NAME.match(name) or name in RESERVED:
-        raise SchemaError(f"{where}: a field name is letters, digits, '_', '.', '-' (not starting with a digit), "
-                          f"and not one of {', '.join(RESERVED)}")
+    if not name.strip() or not name.isprintable() or name in RESERVED:
+        raise SchemaError(f"{where}: a field name is printable text, not blank and not one of {', '.join(RESERVED)} "
+                          "(a name a store key cannot hold is stored escaped: see arrays.column_key)")
+    try:
+        column_key(name)
+    except ColumnError as exc:
+        raise SchemaError(f"{where}: {exc}") from None
     dtype = _need(doc, "dtype", str, where)
     if dtype not in FIELD_DTYPES:
         raise SchemaError(f"{where}: dtype {dtype!r} is not one of {', '.join(FIELD_DTYPES)}")
@@ -299,6 +305,31 @@ def _retention(text: str | None, where: str) -> float | None:
         raise SchemaError(f"{where}: retention {text!r} is not a duration: give a positive number and a unit, "
                           "s, m, h, d or w (\"90d\", \"12h\", \"2w\")")
     return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, float) and value != value:
+        return "nan"
+    return repr(value)
+
+
+def schema_toml(schema: Schema) -> str:
+    """``schema`` (a sensor or log schema) as the TOML text :func:`load_schema` reads back as it."""
+    lines = [f"kind = {_toml_value(schema.kind)}", f"tags = [{', '.join(map(_toml_value, schema.tags))}]",
+             f"extra = {_toml_value(schema.extra)}"]
+    for f in schema.fields:
+        lines += ["", "[[fields]]", f"name = {_toml_value(f.name)}", f"dtype = {_toml_value(f.dtype)}"]
+        if f.required:
+            lines.append("required = true")
+        if f.fill is not None and not f.is_float and f.dtype not in ("str", "bytes"):
+            lines.append(f"fill = {_toml_value(f.fill)}")
+    return "\n".join(lines) + "\n"
 
 
 def load_schema(path: str | Path) -> Schema:

@@ -18,10 +18,11 @@ import numpy as np
 
 import arrays
 import neostore
-from arrays import Column, StreamNotFoundError
+from arrays import Column, StreamNotFoundError, column_key
+from arrays.stream import MISSING_ATTR, NAME_ATTR, TIME
 
 from .columns import Rejected
-from .schema import Schema
+from .schema import Field, Schema
 
 #: Text and bytes columns of ingested streams: zstd at level 1. A stream's
 #: partial last chunk is recompressed at every commit, and level 1 made that
@@ -139,14 +140,39 @@ def schema_columns(schema: Schema) -> list[Column]:
                        dims=("time", "channel"))]
     columns = [
         # A schema's codec is for numbers; blosc's shuffle has nothing to do on text.
-        Column(f.name, f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else number_codec(schema),
-               attrs={k: v for k, v in (("unit", f.unit), ("description", f.description)) if v})
+        Column(column_key(f.name), f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else number_codec(schema),
+               attrs=_field_attrs(f))
         for f in schema.fields
     ]
     if schema.extra == "keep":
         columns.append(Column("extra", "str", codec=TEXT_CODEC,
                               attrs={"description": "undeclared fields of the record, as JSON"}))
     return columns
+
+
+def _field_attrs(f: Field) -> dict[str, Any]:
+    """The attributes of a field's column: unit, description, its name if its key is escaped, and the value an
+    integer or bool column stores for a missing one (:data:`MISSING_ATTR`)."""
+    attrs: dict[str, Any] = {k: v for k, v in (("unit", f.unit), ("description", f.description)) if v}
+    if column_key(f.name) != f.name:
+        attrs[NAME_ATTR] = f.name
+    if (f.is_int or f.dtype == "bool") and f.fill is not None:
+        attrs[MISSING_ATTR] = f.fill
+    return attrs
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_of(name: str) -> str:
+    return column_key(name) if name != TIME else name
+
+
+def keyed(columns: Any) -> Any:
+    """``columns`` (a mapping of field name to values, or a list of them) by column key (:func:`arrays.column_key`)."""
+    if isinstance(columns, (list, tuple)):
+        return [keyed(c) for c in columns]
+    if not isinstance(columns, Mapping) or all(_key_of(name) == name for name in columns):
+        return columns
+    return {_key_of(name): values for name, values in columns.items()}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -161,7 +187,7 @@ def _stream_attrs(schema: Schema) -> dict[str, Any]:
 
 def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.Staged:
     """``columns`` for :func:`write`, encoded now if ``tag``'s writer can (see :meth:`arrays.StreamWriter.stage`)."""
-    return writers.get(tag).stage(columns, fill_missing=True)
+    return writers.get(tag).stage(keyed(columns), fill_missing=True)
 
 
 def ready_unknown(tx: arrays.Transaction, writers: StreamWriters, schemas: Mapping[str, Schema]) -> None:
@@ -210,6 +236,7 @@ def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Sche
                     if stream is None:
                         stream = arrays.open_stream(tx, tag)
                     stream.add_column(column)  # the writer sees its group change and reloads
+    columns = keyed(columns)
     try:
         writer.append(tx, columns, fill_missing=True)
     except StreamNotFoundError:  # removed or renamed since the writer last wrote (windvane streams rm / mv)

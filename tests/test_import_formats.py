@@ -134,15 +134,18 @@ def test_csv_bad_rows_quarantined_verbatim_with_reasons(sqlite_url, tmp_path):
     assert reasons[lines[7]] == "5 fields where the header has 4"
 
 
-def test_csv_types_of_the_first_block_hold_for_the_file(sqlite_url, tmp_path):
-    """Without a schema the first part defines the stream; a later value of another type is quarantined."""
+def test_csv_types_of_the_whole_file_define_the_stream(sqlite_url, tmp_path):
+    """Without a schema the whole file's types define the stream, whatever the block size: 1.5 after 50
+    integers in the last block makes the column float64; a word later makes no column text."""
     path = tmp_path / "drift.csv"
-    rows = [f"{T0 + i},{i}" for i in range(50)] + [f"{T0 + 50},1.5"]
-    path.write_text("time,n\n" + "\n".join(rows) + "\n")
+    rows = [f"{T0 + i},{i},{i}" for i in range(300)] + [f"{T0 + 300},1.5,err"]
+    path.write_text("time,n,m\n" + "\n".join(rows) + "\n")
     result = run(sqlite_url, "drift", CsvReader(path, ReaderOptions(block_bytes=128)), path)
-    assert (result.rows, result.rejected) == (50, 1)
-    assert arrays.open_stream(sqlite_url, "drift")["n"][:].tolist() == list(range(50))
-    assert quarantined(sqlite_url, "drift") == [("field 'n': '1.5' is not a int64", f"{T0 + 50},1.5".encode())]
+    assert (result.rows, result.rejected) == (300, 1)
+    s = arrays.open_stream(sqlite_url, "drift")
+    assert s["n"].dtype == np.float64 and s["n"][:].tolist() == list(range(300))
+    assert s["m"].dtype == np.int64 and s["m"][:].tolist() == list(range(300))
+    assert quarantined(sqlite_url, "drift") == [("field 'm': 'err' is not a int64", f"{T0 + 300},1.5,err".encode())]
 
 
 def test_schema_contradicting_the_stream_is_refused(sqlite_url, tmp_path):

@@ -9,13 +9,14 @@ parts from position ``start`` (None: the beginning).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from ingest.parts import Part
 
-__all__ = ["FileFormatError", "Part", "ReaderOptions"]
+__all__ = ["FileFormatError", "Part", "ReaderOptions", "column_names"]
 
 
 class FileFormatError(Exception):
@@ -32,7 +33,8 @@ class ReaderOptions:
     since the epoch of a recording's first sample (WAV). ``column_types``:
     the arrow type each column must be read as (a text format parses to
     them; from the stream's schema). ``block_bytes``: the most file bytes a
-    text or WAV reader puts in one part.
+    text or WAV reader puts in one part. ``rename``: old -> new column names
+    (``--rename``), applied after :func:`column_names`.
     """
 
     time_column: str | None = None
@@ -40,3 +42,34 @@ class ReaderOptions:
     start: int | None = None
     column_types: dict[str, pa.DataType] = field(default_factory=dict)
     block_bytes: int = 16 << 20
+    rename: dict[str, str] = field(default_factory=dict)
+
+
+def column_names(path: str, header: Sequence[str | None], rename: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The names of a file's columns from its ``header`` cells, and notes saying what was named for the user.
+
+    A blank (or missing) cell names its column ``column_<n>``, ``n`` its
+    1-based position; so does a cell repeating an earlier cell's name.
+    ``rename`` (old -> new) then renames columns: FileFormatError for an
+    old name the file does not have or a new name it has already.
+    """
+    names: list[str] = []
+    notes: list[str] = []
+    for n, cell in enumerate(header, 1):
+        name = "" if cell is None else str(cell)
+        if name.strip() and name not in names:
+            names.append(name)
+            continue
+        given = f"column_{n}"
+        while given in header or given in names:  # a header that has that name already
+            given += "_"
+        why = "has no name" if not name.strip() else f"has the name of column {names.index(name) + 1}, {name!r}"
+        notes.append(f"{path}: column {n} {why}: it is named {given!r} (--rename {given}=NAME names it otherwise)")
+        names.append(given)
+    for old, new in rename.items():
+        if old not in names:
+            raise FileFormatError(f"{path}: --rename {old}={new}: the file has no column {old!r}; it has {names}")
+        if new in names and new != old:
+            raise FileFormatError(f"{path}: --rename {old}={new}: the file has a column {new!r} already")
+        names[names.index(old)] = new
+    return names, notes

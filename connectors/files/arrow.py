@@ -1,4 +1,4 @@
-"""Parquet and Arrow IPC files through ``pyarrow.dataset``; the position is a row index.
+"""Parquet and Arrow IPC files through ``pyarrow.parquet`` and ``pyarrow.ipc``; the position is a row index.
 
 Parquet is read one row group at a time (a resumed import skips whole row
 groups by their metadata, without reading them); an Arrow IPC file (the
@@ -6,7 +6,8 @@ groups by their metadata, without reading them); an Arrow IPC file (the
 from a memory map; the IPC "stream" format, which has no footer to seek by,
 is read through ``pyarrow.ipc.open_stream`` from the start, skipping the
 rows already imported. Columns keep their types (the import engine checks
-them against the stream's); the time column is converted by
+them against the stream's) and their names, but for blank or repeated ones
+(:func:`connectors.files.column_names`); the time column is converted by
 :func:`connectors.files.times.time_ns`, and a row whose time is missing or
 not a time is rejected (its values as JSON) with the reason.
 """
@@ -20,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from ingest.batch import INVALID_TIME
 
-from . import FileFormatError, Part, ReaderOptions
+from . import FileFormatError, Part, ReaderOptions, column_names
 from .times import find_time_column, time_ns
 
 #: Rows per part when a row group or record batch is larger.
@@ -46,18 +47,30 @@ class ArrowReader:
         self.options = options
         self.size = os.path.getsize(self.path)
         self.fmt = fmt
+        # pyarrow.parquet and pyarrow.ipc rather than pyarrow.dataset: they read files whose
+        # columns' names are blank or repeated, which column_names then names.
         try:
             if fmt == "parquet":
-                self.dataset = ds.dataset(self.path, format="parquet")
+                self.parquet = pq.ParquetFile(self.path)
+                schema, self.rows = self.parquet.schema_arrow, self.parquet.metadata.num_rows
             else:
                 with open(self.path, "rb") as f:
                     self.fmt = "ipc" if f.read(6) == _IPC_MAGIC else "ipc-stream"
-                self.dataset = ds.dataset(self.path, format="ipc") if self.fmt == "ipc" else None
-            schema = self.dataset.schema if self.dataset is not None else ipc.open_stream(self.path).schema
+                if self.fmt == "ipc":
+                    reader = ipc.open_file(pa.memory_map(self.path))
+                    schema = reader.schema
+                    self.rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+                else:
+                    schema, self.rows = ipc.open_stream(self.path).schema, None
         except (pa.ArrowInvalid, OSError) as exc:
             raise FileFormatError(f"{self.path}: not a readable {fmt} file: {exc}") from None
-        self.time_column = find_time_column(schema.names, options.time_column, self.path)
-        self.rows = self.dataset.count_rows() if self.dataset is not None else None
+        self.names, self.notes = column_names(self.path, schema.names, options.rename)
+        self.schema = pa.schema([f.with_name(n) for f, n in zip(schema, self.names)])
+        self.time_column = find_time_column(self.names, options.time_column, self.path)
+
+    def file_types(self) -> dict[str, pa.DataType]:
+        """The type of each column (the file's schema says it)."""
+        return {f.name: f.type for f in self.schema if f.name != self.time_column}
 
     def __call__(self, start: int | None) -> Iterator[Part]:
         at = int(start or 0)
@@ -67,21 +80,21 @@ class ArrowReader:
                 continue
             for offset in range(skip, batch.num_rows, BATCH_ROWS):
                 piece = batch.slice(offset, BATCH_ROWS)
-                yield self._part(pa.Table.from_batches([piece]), first + offset + piece.num_rows)
+                table = pa.Table.from_batches([piece]).rename_columns(self.names)
+                yield self._part(table, first + offset + piece.num_rows)
 
     def _batches(self, at: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """``(row index of its first row, batch)`` of the file, in order, from the one holding row ``at``."""
         if self.fmt == "parquet":
             row = 0
-            for fragment in self.dataset.get_fragments():
-                for group in fragment.split_by_row_group():
-                    rows = group.row_groups[0].num_rows
-                    if row + rows > at:
-                        for batch in group.to_batches(batch_size=BATCH_ROWS, use_threads=True):
-                            yield row, batch
-                            row += batch.num_rows
-                    else:
-                        row += rows
+            for group in range(self.parquet.metadata.num_row_groups):
+                rows = self.parquet.metadata.row_group(group).num_rows
+                if row + rows > at:
+                    for batch in self.parquet.iter_batches(BATCH_ROWS, row_groups=[group], use_threads=True):
+                        yield row, batch
+                        row += batch.num_rows
+                else:
+                    row += rows
             return
         source = pa.memory_map(self.path)
         reader = ipc.open_file(source) if self.fmt == "ipc" else ipc.open_stream(source)

@@ -7,10 +7,15 @@ quotes before each newline, so quoted fields may hold newlines). A part's
 exactly at the next row. The first row is the header. A compressed file
 (:mod:`.compression`) is read decompressed; its offsets are the content's.
 
-Types: ``options.column_types`` (the stream's schema) if given, else what
-pyarrow infers from the first block, kept for the rest of the file so that
-every part has the same types. The time column (:mod:`.times`) is read as
-text and converted by :func:`connectors.files.times.time_ns`.
+Types: ``options.column_types`` (the stream's schema) if given, else those
+:meth:`CsvReader.file_types` infers from the whole file (:class:`_Tally`:
+integers among floats make a float column; a column of numbers with a few
+stray words, at most :data:`STRAY_SHARE` of its values, stays a number
+column and the rows of the words are quarantined), else what pyarrow infers
+from the first block; kept for the rest of the file so that every part has
+the same types. The time column (:mod:`.times`) is read as text and
+converted by :func:`connectors.files.times.time_ns`. Column names are the
+header's, as :func:`connectors.files.column_names` makes them.
 
 Bad rows never fail the file: a row with the wrong number of fields, or
 whose time is not a time, is rejected verbatim (its bytes, without the line
@@ -31,11 +36,52 @@ import pyarrow.csv as pacsv
 
 from ingest.batch import INVALID_TIME
 
-from . import FileFormatError, Part, ReaderOptions
+from . import FileFormatError, Part, ReaderOptions, column_names
 from .compression import open_data
 from .times import find_time_column, time_ns
 
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
+#: The largest share of a column's values that may be words (not numbers) in a column of numbers: more,
+#: and the column is text.
+STRAY_SHARE = 0.01
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"
+_NUMBER = r"^\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$|^\s*[+-]?(?i:nan|inf|infinity)\s*$"
+
+
+class _Tally:
+    """What one column's values are, block after block: the types pyarrow inferred, and how many of them are
+    integers, other numbers and words."""
+
+    def __init__(self) -> None:
+        self.types: set[pa.DataType] = set()
+        self.values = self.fractions = self.words = 0
+
+    def add(self, values: pa.ChunkedArray) -> None:
+        count = len(values) - values.null_count
+        if not count:
+            return
+        self.types.add(values.type)
+        self.values += count
+        if pa.types.is_floating(values.type):
+            self.fractions += count
+        elif pa.types.is_string(values.type):
+            numbers = pc.sum(pc.match_substring_regex(values, _NUMBER)).as_py() or 0
+            integers = pc.sum(pc.match_substring_regex(values, _INTEGER)).as_py() or 0
+            self.words += count - numbers
+            self.fractions += numbers - integers
+        elif not pa.types.is_integer(values.type):
+            self.words += count  # bool, times: no numbers
+
+    def type(self) -> pa.DataType:
+        """The column's type: the one type of its values, float64 for integers and floats, else a number type
+        if at most STRAY_SHARE of its values are words, else text."""
+        if not self.types:
+            return pa.null()
+        if len(self.types) == 1 and not pa.types.is_string(next(iter(self.types))):
+            return next(iter(self.types))
+        if self.words > STRAY_SHARE * self.values:
+            return pa.string()
+        return pa.float64() if self.fractions else pa.int64()
 
 
 def record_ends(block: bytes | memoryview) -> np.ndarray:
@@ -84,14 +130,15 @@ class CsvReader:
         self.options = options
         self.block_bytes = options.block_bytes
         self.delimiter = delimiter
-        self.names, self.header_end = self._header()
+        header, self.header_end = self._header()
+        self.names, self.notes = column_names(self.path, header, options.rename)
         self.time_column = find_time_column(self.names, options.time_column, self.path)
         self.types: dict[str, pa.DataType] = {n: t for n, t in options.column_types.items() if n in self.names}
         self.types[self.time_column] = pa.string()
         self._inferred = bool(options.column_types)
         self._unit = options.time_unit
 
-    def _header(self) -> tuple[list[str], int]:
+    def _header(self) -> tuple[list[str | None], int]:
         with open_data(self.path) as f:
             head = f.read(1 << 20)
         ends = record_ends(head)
@@ -104,14 +151,36 @@ class CsvReader:
         header = pacsv.read_csv(pa.py_buffer(line), read_options=pacsv.ReadOptions(autogenerate_column_names=True),
                                 parse_options=pacsv.ParseOptions(delimiter=self.delimiter),
                                 convert_options=pacsv.ConvertOptions(column_types={}, strings_can_be_null=False))
-        names = [str(header.column(i)[0].as_py()) for i in range(header.num_columns)]
-        if len(set(names)) != len(names):
-            raise FileFormatError(f"{self.path}: the header names a column twice: {names}")
-        return names, end
+        return [header.column(i)[0].as_py() for i in range(header.num_columns)], end
+
+    def file_types(self) -> dict[str, pa.DataType]:
+        """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
+        which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
+        tallies = {name: _Tally() for name in self.names if name not in self.options.column_types}
+        tallies.pop(self.time_column, None)
+        text = {self.time_column: pa.string()}
+        for block, _, _ in self._blocks(self.header_end):
+            try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
+                table = self._read(block, text, [], True, threads=True)
+            except pa.ArrowInvalid:  # then one thread parses the block as one, inferring over all of it
+                table = self._read(block, text, [], True, threads=False)
+            for name, tally in tallies.items():
+                tally.add(table.column(name))
+        found = {name: tally.type() for name, tally in tallies.items()}
+        self.types.update({n: t for n, t in found.items() if not pa.types.is_null(t)})
+        found.update({n: t for n, t in self.types.items() if n != self.time_column})
+        self._inferred = True
+        return found
 
     def __call__(self, start: int | None) -> Iterator[Part]:
-        position = self.header_end if start is None else int(start)
         first = start is None
+        for block, ends, end in self._blocks(self.header_end if start is None else int(start)):
+            nbytes = len(block) + (self.header_end if first else 0)
+            first = False
+            yield self._part(block, ends, end, nbytes)
+
+    def _blocks(self, position: int) -> Iterator[tuple[bytes, np.ndarray, int]]:
+        """``(block, its row ends, the offset after it)`` of whole rows from byte offset ``position`` on."""
         with open_data(self.path) as f:
             f.seek(position)
             carry = b""
@@ -131,9 +200,7 @@ class CsvReader:
                 else:
                     carry = b""
                 end = position + len(block)
-                nbytes = len(block) + (self.header_end if first else 0)
-                first = False
-                yield self._part(bytes(block), ends, end, nbytes)
+                yield bytes(block), ends, end
                 position = end
                 if at_end and not carry:
                     return

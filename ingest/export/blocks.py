@@ -45,6 +45,11 @@ class ColumnLayout:
     codecs: tuple[dict, ...] = ()  # the zarr v3 codecs its chunks are stored with: serializer, then compressors
 
     @property
+    def key(self) -> str:
+        """The name as an array format's variable name: escaped if the stream's key is (:func:`arrays.column_key`)."""
+        return arrays.column_key(self.name)
+
+    @property
     def kind(self) -> str:
         """``"str"``, ``"bytes"`` or ``"number"`` (numbers and bools)."""
         return "str" if self.dtype.kind == "T" else "bytes" if self.dtype == object else "number"
@@ -71,10 +76,10 @@ class Layout:
 def layout_of(stream: arrays.Stream) -> Layout:
     """The :class:`Layout` of ``stream`` as its snapshot sees it."""
     columns = tuple(
-        ColumnLayout(name, array.dtype, tuple(array.shape[1:]),
-                     tuple(array.dims or (TIME, *(f"{name}_dim{i}" for i in range(1, array.ndim)))),
+        ColumnLayout(stream.name_of(key), array.dtype, tuple(array.shape[1:]),
+                     tuple(array.dims or (TIME, *(f"{key}_dim{i}" for i in range(1, array.ndim)))),
                      array.attrs, tuple(array.codec))
-        for name, array in ((name, stream[name]) for name in stream.columns)
+        for key, array in ((key, stream[key]) for key in stream.columns)
     )
     quarantine = stream.path.startswith(QUARANTINE_ROOT + "/")
     return Layout(stream.tag, quarantine, stream.attrs, stream[TIME].chunks[0], columns, stream.to_arrow(0, 0).schema,

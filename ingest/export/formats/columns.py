@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrays.stream import MISSING_ATTR
+
 from ..blocks import ColumnLayout
 
 #: The CF attributes of an exported ``time`` variable: xarray decodes it to datetime64[ns].
@@ -28,6 +30,8 @@ def time_values(table: pa.Table) -> np.ndarray:
 def column_values(table: pa.Table, column: ColumnLayout) -> np.ndarray:
     """Column ``column`` of ``table`` as numpy: rows of shape ``column.inner`` in its dtype; text and bytes as objects."""
     values = table.column(column.name).combine_chunks()
+    if values.null_count:  # an integer column's missing values (arrays.stream.MISSING_ATTR): its value for them
+        values = values.fill_null(column.attrs[MISSING_ATTR])
     for _ in column.inner:
         values = values.flatten()  # fixed_size_list: the leaves, in row order
     if column.kind == "number":

@@ -60,9 +60,9 @@ class Writer(ChunkWriter):
                     dtype, attrs["dtype"] = np.int8, "bool"
                 else:
                     dtype = c.dtype
-                var = self._file.create_variable(c.name, c.dims, dtype, chunks=(chunk, *c.inner))
+                var = self._file.create_variable(c.key, c.dims, dtype, chunks=(chunk, *c.inner))
                 var.attrs.update(attrs)
-                self._vars[c.name] = var
+                self._vars[c.key] = var
         except BaseException:
             self._file.close()
             raise
@@ -72,7 +72,7 @@ class Writer(ChunkWriter):
         self._vars["time"][start:stop] = time_values(table)
         for c in self._layout.columns:
             data = column_values(table, c)
-            var = self._vars[c.name]
+            var = self._vars[c.key]
             if c.kind == "bytes":
                 leaves = np.empty(data.shape, dtype=object)
                 leaves.ravel()[:] = [np.frombuffer(v, dtype=np.uint8) for v in data.ravel()]

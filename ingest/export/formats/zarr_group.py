@@ -46,14 +46,14 @@ class Writer(ChunkWriter):
                 compressors=layout.time_codecs[1:], attributes=TIME_ATTRS)}
             for c in layout.columns:
                 dtype = "str" if c.kind == "str" else VariableLengthBytes() if c.kind == "bytes" else c.dtype
-                self._arrays[c.name] = group.create_array(
-                    c.name, shape=(rows, *c.inner), dtype=dtype, chunks=(chunk, *c.inner), dimension_names=c.dims,
+                self._arrays[c.key] = group.create_array(
+                    c.key, shape=(rows, *c.inner), dtype=dtype, chunks=(chunk, *c.inner), dimension_names=c.dims,
                     serializer=c.codecs[0], compressors=c.codecs[1:],
                     attributes={k: attribute(v) for k, v in c.attrs.items()})
 
     def _append(self, table: pa.Table, start: int, stop: int) -> None:
         values = {"time": time_values(table)}
-        values.update((c.name, column_values(table, c)) for c in self._layout.columns)
+        values.update((c.key, column_values(table, c)) for c in self._layout.columns)
 
         async def write_all() -> None:
             await asyncio.gather(*(self._arrays[name].async_array.setitem(slice(start, stop), data)
