@@ -33,9 +33,10 @@ def run(*args: str):
     return CliRunner().invoke(windvane.cli, list(args), catch_exceptions=False)
 
 
-def imported(url: str, path, *args: str, tag: str = "t"):
+def imported(url: str, path, *args: str, tag: str = "t", rejects: bool = False):
+    """Import ``path``; it exits 0, or 3 (rows quarantined) if ``rejects``."""
     result = run("import", str(path), "--store", url, "--tag", tag, *args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == (3 if rejects else 0), result.output
     return result
 
 
@@ -176,7 +177,7 @@ def test_a_word_in_a_float_column_is_quarantined_and_the_column_stays_float(sqli
     rows = [f"{T0 + i},{i * 0.5},{i}" for i in range(2000)]
     rows[3] = f"{T0 + 3},abc,3"  # in the first block, whatever --commit-mb is
     path.write_text("time,power,n\n" + "\n".join(rows) + "\n")
-    result = imported(sqlite_url, path)
+    result = imported(sqlite_url, path, rejects=True)
     assert f"{path}: 1,999 rows, 1 rejected" in result.stdout
     assert "first reason: field 'power': 'abc' is not a float64" in result.stdout
     s = arrays.open_stream(sqlite_url, "t")
@@ -198,7 +199,7 @@ def test_a_later_file_that_does_not_fit_the_stream_says_which_column(sqlite_url,
     first.write_text("time,count\n" + "".join(f"{T0 + i},{i}\n" for i in range(10)))
     later.write_text("time,count\n" + "".join(f"{T0 + 10 + i},{i + 0.5}\n" for i in range(3)))
     result = imported(sqlite_url, first)
-    again = imported(sqlite_url, later)
+    again = imported(sqlite_url, later, rejects=True)
     assert "is new" not in again.stderr
     assert f"{later}: 0 rows, 3 rejected" in again.stdout
     assert "first reason: field 'count': '0.5' is not a int64" in again.stdout
