@@ -3,7 +3,8 @@
 This module only wires the layers together (argument parsing, messages, exit
 codes); the work is done in the neostore package.  Exit codes: 0 success,
 1 failure (or "not running" for `db status`), 2 bad input or a missing
-prerequisite.
+prerequisite (among them a store that does not exist: commands that only
+read, and `store pack`, never create one).
 """
 
 from __future__ import annotations
@@ -182,8 +183,11 @@ def status(datadir: str) -> None:
 
 
 def _open_store(url: str, **options) -> neostore.Store:
+    """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
     try:
         return neostore.open(url, **options)
+    except neostore.StoreNotFoundError as exc:
+        raise BadInput(f"{exc} (only writing commands such as import, serve and tail create a store)") from exc
     except neostore.InvalidURLError as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:
@@ -212,16 +216,16 @@ def store() -> None:
     """
 
 
-@store.command(short_help="Open (creating if needed) a store and describe it.")
+@store.command(short_help="Describe a store: engine, row counts, bytes, last commit and pack.")
 @STORE_URL
 def info(url: str) -> None:
-    """Open the store at URL, creating it if it does not exist, and describe it.
+    """Describe the store at URL (read-only: exit code 2 if there is no store there, none is created).
 
     `windvane info --store URL` adds what its streams hold.
     """
     from ingest import info as contents
 
-    with _open_store(url) as st:
+    with _open_store(url, read_only=True) as st:
         for line in contents.report_lines(contents.describe(st, streams=False)):
             click.echo(line)
 
@@ -266,7 +270,7 @@ def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool)
     """
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
-    with _open_store(url) as st:
+    with _open_store(url, create=False) as st:
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
@@ -597,19 +601,18 @@ def store_contents(store_url: str, as_json: bool) -> None:
     Per stream: rows, first and last time, each column's dtype, shape and
     codec, bytes raw (uncompressed) and stored (compressed, after dedup),
     and with history (the revisions a pack would drop). For the store: the
-    dedup ratio and the last commit. Reads only; never creates a store.
+    dedup ratio and the last commit. Reads only: exit code 2 if there is no
+    store at --store (none is created).
     """
     import json
 
     from ingest import info as contents
 
-    try:
-        with contents.open_existing(store_url) as st:
+    with _open_store(store_url, read_only=True) as st:
+        try:
             found = contents.describe(st)
-    except (contents.NoStoreError, neostore.InvalidURLError) as exc:
-        raise BadInput(str(exc)) from exc
-    except neostore.NeoStoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        except neostore.NeoStoreError as exc:
+            raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(contents.to_json(found), indent=2))
         return

@@ -40,7 +40,7 @@ def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
     ArrayNotFoundError if nothing was ever written there.
     """
     owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store) if owned else url_or_store
+    store = neostore.open(url_or_store, read_only=True) if owned else url_or_store
     try:
         infos = store.name_history(f"{name.rstrip('/')}/".encode())
     finally:

@@ -19,7 +19,6 @@ returns a :class:`StoreInfo`; :func:`to_json` makes it JSON data and
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,14 +30,8 @@ import arrays
 import neostore
 from neostore.store import ValueUsage
 
-from .errors import IngestError
-
 #: Rows of a text column read at a time to measure it.
 _MEASURE_ROWS = 65_536
-
-
-class NoStoreError(IngestError):
-    """The URL names no existing store (``info`` never creates one)."""
 
 
 @dataclass(frozen=True)
@@ -98,21 +91,6 @@ class StoreInfo:
     last_commit: CommitInfo | None
     packed_up_to: CommitInfo | None
     streams: tuple[StreamInfo, ...] | None  # None: not looked at
-
-
-def open_existing(url: str) -> neostore.Store:
-    """Open the store at ``url`` read-only; :class:`NoStoreError` if there is none (nothing is created).
-
-    neostore's own errors (a bad URL, a server that does not answer) pass
-    through as they are.
-    """
-    parsed = neostore.parse_url(url)
-    if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
-        raise NoStoreError(f"no store at {url}: {parsed.path} does not exist (windvane store info {url} creates one)")
-    try:
-        return neostore.open(url, read_only=True)
-    except neostore.SchemaVersionError as exc:
-        raise NoStoreError(f"no store at {url}: {exc}") from exc
 
 
 def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import arrays
@@ -11,7 +13,8 @@ from tests.test_cli_store import windvane
 
 def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):
     result = windvane("arrays", "ls", sqlite_url)
-    assert result.returncode == 1 and "holds no neostore database" in result.stderr  # not created by a look
+    assert result.returncode == 2 and "does not exist" in result.stderr  # not created by a look
+    assert not os.path.exists(neostore.parse_url(sqlite_url).path)
     neostore.open(sqlite_url).close()
     result = windvane("arrays", "ls", sqlite_url)
     assert result.returncode == 0, result.stderr

@@ -17,11 +17,32 @@ def windvane(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([WINDVANE, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_info_creates_and_describes_the_store(store_url):
+def test_read_commands_never_create_a_store(tmp_path):
+    url = f"sqlite:///{tmp_path}/absent.db"
+    said = (f"Error: no store at {url}: {tmp_path}/absent.db does not exist "
+            "(only writing commands such as import, serve and tail create a store)\n")
+    for command in (["store", "info", url], ["info", "--store", url], ["info", "--store", url, "--json"],
+                    ["arrays", "ls", url], ["arrays", "history", url, "turbine1/vibration"],
+                    ["store", "pack", url, "--keep-days", "1"]):
+        result = windvane(*command)
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
+    assert os.listdir(tmp_path) == []  # no file, no -wal, no .lock
+
+
+def test_info_describes_a_store_that_exists(store_url):
+    result = windvane("store", "info", store_url)
+    assert result.returncode == 2
+    if store_url.startswith("sqlite:"):
+        assert "does not exist" in result.stderr
+    else:  # the test's database exists, empty
+        assert f"no store in database '{neostore.parse_url(store_url).database}'" in result.stderr
+        assert "it holds no neostore tables" in result.stderr
+    with neostore.open(store_url) as store:  # a writer creates it
+        assert store.last_transaction() == neostore.ZERO
     result = windvane("store", "info", store_url)
     assert result.returncode == 0, result.stderr
     assert "transactions:    0" in result.stdout
-    with neostore.open(store_url) as store:  # it really created one
+    with neostore.open(store_url) as store:
         txn = store.begin()
         txn.write(store.new_oid(), None, b"x" * 1000)
         txn.vote()
