@@ -235,9 +235,17 @@ def info(url: str) -> None:
 @click.option(
     "--keep-days",
     type=click.FloatRange(min=0),
-    default=0,
-    show_default=True,
-    help="Keep every revision visible during the last DAYS days (0: keep only the latest).",
+    default=None,
+    metavar="DAYS",
+    help="Keep every state of the last DAYS days readable (0: keep only the latest). This or --before is required.",
+)
+@click.option(
+    "--before",
+    "before",
+    default=None,
+    metavar="TIME",
+    help="Remove the states before TIME (ISO 8601, no zone means UTC, or epoch seconds); those from TIME on "
+    "stay readable.",
 )
 @click.option(
     "--zodb-gc/--no-zodb-gc",
@@ -260,22 +268,28 @@ def info(url: str) -> None:
     "incremental vacuum is rewritten once (needs free disk of twice its data; writers wait until it is "
     "done); on MariaDB every table pack deletes from is rebuilt, however little it lost.",
 )
-def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool) -> None:
-    """Remove revisions no reader of the last --keep-days can see, and values nothing uses,
+def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, reclaim: bool,
+         vacuum: bool) -> None:
+    """Remove the history older than --keep-days (or --before), and values nothing uses,
     then give the disk they took back to the file system.
 
-    Works in small batches: writers wait for at most one batch, readers never
-    (on MariaDB, statements on a table being rebuilt may wait as the rebuild
-    starts and ends, 10 s at most).
+    Pack removes history for good: say how much to keep, with --keep-days DAYS
+    or --before TIME (one of them, exit code 2 without). The states from that
+    point on stay readable; older commits can no longer be opened (`arrays
+    history` marks them). Works in small batches: writers wait for at most one
+    batch, readers never (on MariaDB, statements on a table being rebuilt may
+    wait as the rebuild starts and ends, 10 s at most).
     """
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
+    since = _pack_point(keep_days, before)
     with _open_store(url, create=False) as st:
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
             return
-        cutoff = neostore.p64(neostore.tids.tid_from_time(time.time() - keep_days * 86400))
+        # Tids count from 1970 and no commit is later than now: the clamp keeps the time in their range.
+        cutoff = neostore.p64(neostore.tids.tid_from_time(min(max(since, 0.0), time.time())))
         tid = min(cutoff, last)
         references = None
         if zodb_gc:
@@ -311,6 +325,22 @@ def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool)
             click.echo(note)
 
 
+def _pack_point(keep_days: float | None, before: str | None) -> float:
+    """The Unix time from which `store pack` keeps every state: exactly one of --keep-days and --before says."""
+    if (keep_days is None) == (before is None):
+        raise BadInput("say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
+                       "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
+                       "are removed): pack removes history for good")
+    if keep_days is not None:
+        return time.time() - keep_days * 86400
+    from ingest.export.times import BadTime, parse_time
+
+    try:
+        return parse_time(before, "--before") / 1e9
+    except BadTime as exc:
+        raise BadInput(str(exc)) from exc
+
+
 @cli.group(name="arrays")
 def arrays_group() -> None:
     """Look at the chunked arrays a store holds (read-only)."""
@@ -337,7 +367,11 @@ def list_arrays(url: str, prefix: str) -> None:
 @STORE_URL
 @click.argument("name")
 def history(url: str, name: str) -> None:
-    """List the commits that changed array NAME, oldest first: tid, time, message."""
+    """List the commits that changed array NAME, oldest first: tid, time, message.
+
+    A commit older than the store's last pack ends with "(packed: cannot be
+    opened)": pack removed the state it left.
+    """
     with _open_store(url, read_only=True) as st:
         try:
             commits = arrays.history(st, name)
@@ -345,7 +379,8 @@ def history(url: str, name: str) -> None:
             raise BadInput(str(exc)) from exc
         for c in commits:
             meta = f"  {c.metadata}" if c.metadata else ""
-            click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}")
+            packed = "" if c.openable else "  (packed: cannot be opened)"
+            click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}{packed}")
 
 
 def _seconds(flag: str, default: float, help_text: str) -> Callable:
