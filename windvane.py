@@ -343,7 +343,7 @@ def _pack_point(keep_days: float | None, before: str | None) -> float:
 
 @cli.group(name="arrays")
 def arrays_group() -> None:
-    """Look at the chunked arrays a store holds (read-only)."""
+    """Look at the chunked arrays a store holds (read-only: exit code 2 if there is no store at URL)."""
 
 
 @arrays_group.command(name="ls", short_help="List the arrays, with shape, type and chunks.")
