@@ -376,6 +376,9 @@ def test_reading_a_store_that_does_not_exist_creates_none(tmp_path, store_url):
 
 
 def test_list_streams(store_url):
+    with pytest.raises(neostore.StoreNotFoundError):
+        arrays.list_streams(store_url)  # no store yet, and looking makes none
+    neostore.open(store_url).close()
     assert arrays.list_streams(store_url) == []
     arrays.create_stream(store_url, "b", COLUMNS).close()
     first = arrays.history(store_url, "streams/b/time")[0].tid
