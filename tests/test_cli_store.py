@@ -29,6 +29,23 @@ def test_read_commands_never_create_a_store(tmp_path):
     assert os.listdir(tmp_path) == []  # no file, no -wal, no .lock
 
 
+def test_read_commands_never_create_a_mariadb_database(mariadb_server):
+    import mariadb
+
+    url = f"mariadb://root@/never_made_cli?unix_socket={mariadb_server.socket}"
+    said = (f"Error: no store in database 'never_made_cli' on the MariaDB server at {mariadb_server.socket}: the "
+            "database does not exist (only writing commands such as import, serve and tail create a store)\n")
+    for command in (["store", "info", url], ["info", "--store", url], ["arrays", "ls", url],
+                    ["store", "pack", url, "--keep-days", "0"]):
+        result = windvane(*command)
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
+    conn = mariadb.connect(user="root", unix_socket=mariadb_server.socket)
+    cur = conn.cursor()
+    cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'never_made_cli'")
+    assert cur.fetchone()[0] == 0
+    conn.close()
+
+
 def test_info_describes_a_store_that_exists(store_url):
     result = windvane("store", "info", store_url)
     assert result.returncode == 2
