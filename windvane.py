@@ -3,7 +3,9 @@
 This module only wires the layers together (argument parsing, messages, exit
 codes); the work is done in the neostore package.  Exit codes: 0 success,
 1 failure (or "not running" for `db status`), 2 bad input or a missing
-prerequisite, 3 `import` quarantined rows (without --allow-rejects).
+prerequisite (among them a store that does not exist: commands that only
+read, and `store pack`, never create one), 3 `import` quarantined rows
+(without --allow-rejects).
 """
 
 from __future__ import annotations
@@ -193,8 +195,11 @@ def status(datadir: str) -> None:
 
 
 def _open_store(url: str, **options) -> neostore.Store:
+    """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
     try:
         return neostore.open(url, **options)
+    except neostore.StoreNotFoundError as exc:
+        raise BadInput(f"{exc} (only writing commands such as import, serve and tail create a store)") from exc
     except neostore.InvalidURLError as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:
@@ -223,16 +228,16 @@ def store() -> None:
     """
 
 
-@store.command(short_help="Open (creating if needed) a store and describe it.")
+@store.command(short_help="Describe a store: engine, row counts, bytes, last commit and pack.")
 @STORE_URL
 def info(url: str) -> None:
-    """Open the store at URL, creating it if it does not exist, and describe it.
+    """Describe the store at URL (read-only: exit code 2 if there is no store there, none is created).
 
     `windvane info --store URL` adds what its streams hold.
     """
     from ingest import info as contents
 
-    with _open_store(url) as st:
+    with _open_store(url, read_only=True) as st:
         for line in contents.report_lines(contents.describe(st, streams=False)):
             click.echo(line)
 
@@ -242,9 +247,17 @@ def info(url: str) -> None:
 @click.option(
     "--keep-days",
     type=click.FloatRange(min=0),
-    default=0,
-    show_default=True,
-    help="Keep every revision visible during the last DAYS days (0: keep only the latest).",
+    default=None,
+    metavar="DAYS",
+    help="Keep every state of the last DAYS days readable (0: keep only the latest). This or --before is required.",
+)
+@click.option(
+    "--before",
+    "before",
+    default=None,
+    metavar="TIME",
+    help="Remove the states before TIME (ISO 8601, no zone means UTC, or epoch seconds); those from TIME on "
+    "stay readable.",
 )
 @click.option(
     "--zodb-gc/--no-zodb-gc",
@@ -270,24 +283,30 @@ def info(url: str) -> None:
 @click.option("--schemas", "schemas_dir", type=click.Path(exists=True, file_okay=False, path_type=str),
               help="Directory of stream schemas: first trim each stream whose schema has a retention "
                    "(retention = \"90d\") of its rows older than that, one commit per stream, and say what was trimmed.")
-def pack(url: str, keep_days: float, zodb_gc: bool, reclaim: bool, vacuum: bool, schemas_dir: str | None) -> None:
-    """Remove revisions no reader of the last --keep-days can see, and values nothing uses,
+def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, reclaim: bool,
+         vacuum: bool, schemas_dir: str | None) -> None:
+    """Remove the history older than --keep-days (or --before), and values nothing uses,
     then give the disk they took back to the file system.
 
-    Works in small batches: writers wait for at most one batch, readers never
-    (on MariaDB, statements on a table being rebuilt may wait as the rebuild
-    starts and ends, 10 s at most).
+    Pack removes history for good: say how much to keep, with --keep-days DAYS
+    or --before TIME (one of them, exit code 2 without). The states from that
+    point on stay readable; older commits can no longer be opened (`arrays
+    history` marks them). Works in small batches: writers wait for at most one
+    batch, readers never (on MariaDB, statements on a table being rebuilt may
+    wait as the rebuild starts and ends, 10 s at most).
     """
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
-    with _open_store(url) as st:
+    since = _pack_point(keep_days, before)
+    with _open_store(url, create=False) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
             return
-        cutoff = neostore.p64(neostore.tids.tid_from_time(time.time() - keep_days * 86400))
+        # Tids count from 1970 and no commit is later than now: the clamp keeps the time in their range.
+        cutoff = neostore.p64(neostore.tids.tid_from_time(min(max(since, 0.0), time.time())))
         tid = min(cutoff, last)
         references = None
         if zodb_gc:
@@ -336,9 +355,25 @@ def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
         click.echo(line)
 
 
+def _pack_point(keep_days: float | None, before: str | None) -> float:
+    """The Unix time from which `store pack` keeps every state: exactly one of --keep-days and --before says."""
+    if (keep_days is None) == (before is None):
+        raise BadInput("say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
+                       "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
+                       "are removed): pack removes history for good")
+    if keep_days is not None:
+        return time.time() - keep_days * 86400
+    from ingest.export.times import BadTime, parse_time
+
+    try:
+        return parse_time(before, "--before") / 1e9
+    except BadTime as exc:
+        raise BadInput(str(exc)) from exc
+
+
 @cli.group(name="arrays")
 def arrays_group() -> None:
-    """Look at the chunked arrays a store holds (read-only)."""
+    """Look at the chunked arrays a store holds (read-only: exit code 2 if there is no store at URL)."""
 
 
 @arrays_group.command(name="ls", short_help="List the arrays, with shape, type and chunks.")
@@ -362,7 +397,11 @@ def list_arrays(url: str, prefix: str) -> None:
 @STORE_URL
 @click.argument("name")
 def history(url: str, name: str) -> None:
-    """List the commits that changed array NAME, oldest first: tid, time, message."""
+    """List the commits that changed array NAME, oldest first: tid, time, message.
+
+    A commit older than the store's last pack ends with "(packed: cannot be
+    opened)": pack removed the state it left.
+    """
     with _open_store(url, read_only=True) as st:
         try:
             commits = arrays.history(st, name)
@@ -370,7 +409,8 @@ def history(url: str, name: str) -> None:
             raise BadInput(str(exc)) from exc
         for c in commits:
             meta = f"  {c.metadata}" if c.metadata else ""
-            click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}")
+            packed = "" if c.openable else "  (packed: cannot be opened)"
+            click.echo(f"0x{c.tid.hex()}  {c.time:%Y-%m-%d %H:%M:%S.%f} UTC  {c.message}{meta}{packed}")
 
 
 def _seconds(flag: str, default: float, help_text: str) -> Callable:
@@ -708,19 +748,18 @@ def store_contents(store_url: str, as_json: bool) -> None:
     Per stream: rows, first and last time, each column's dtype, shape and
     codec, bytes raw (uncompressed) and stored (compressed, after dedup),
     and with history (the revisions a pack would drop). For the store: the
-    dedup ratio and the last commit. Reads only; never creates a store.
+    dedup ratio and the last commit. Reads only: exit code 2 if there is no
+    store at --store (none is created).
     """
     import json
 
     from ingest import info as contents
 
-    try:
-        with contents.open_existing(store_url) as st:
+    with _open_store(store_url, read_only=True) as st:
+        try:
             found = contents.describe(st)
-    except (contents.NoStoreError, neostore.InvalidURLError) as exc:
-        raise BadInput(str(exc)) from exc
-    except neostore.NeoStoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        except neostore.NeoStoreError as exc:
+            raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(contents.to_json(found), indent=2))
         return
@@ -955,13 +994,8 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
         raise BadInput("give the store whose streams to list: --store URL (or WINDVANE_STORE)")
     from ingest import info as contents
 
-    try:
-        with contents.open_existing(store_url) as st:
-            found = contents.describe_streams(st)
-    except (contents.NoStoreError, neostore.InvalidURLError) as exc:
-        raise BadInput(str(exc)) from exc
-    except neostore.NeoStoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    with _open_store(store_url, read_only=True) as st:
+        found = contents.describe_streams(st)
     for line in contents.stream_table_lines(found):
         click.echo(line)
 
@@ -971,7 +1005,7 @@ def _stream_change(store_url: str, change: Callable) -> object:
     from ingest import stream_admin
 
     try:
-        with _open_store(store_url) as st:
+        with _open_store(store_url, create=False) as st:
             return change(st)
     except (stream_admin.StreamAdminError, arrays.InvalidTagError) as exc:
         raise BadInput(str(exc)) from exc
@@ -1067,16 +1101,13 @@ def _reason_lines(summary) -> list[str]:
 @click.argument("tag", required=False)
 def list_quarantine(store_url: str, tag: str | None) -> None:
     """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
-    from ingest import info as contents
     from ingest import replay as replaying
 
-    try:
-        with contents.open_existing(store_url) as st:
+    with _open_store(store_url, read_only=True) as st:
+        try:
             found = replaying.summarize(st, tag)
-    except (contents.NoStoreError, neostore.InvalidURLError, replaying.ReplayError, arrays.InvalidTagError) as exc:
-        raise BadInput(str(exc)) from exc
-    except neostore.NeoStoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        except (replaying.ReplayError, arrays.InvalidTagError) as exc:
+            raise BadInput(str(exc)) from exc
     if not found:
         click.echo("nothing is quarantined")
     for summary in found:
@@ -1105,7 +1136,7 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
 
     try:
         schema = load_schema(schema_path) if schema_path else None
-        with _open_store(store_url) as st:
+        with _open_store(store_url, create=False) as st:
             result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
                 f"replaying {n:,} quarantined records of {tag} ...", err=True))
     except (ingest.IngestError, arrays.InvalidTagError) as exc:

@@ -57,8 +57,12 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _resolve(target: Target) -> tuple[neostore.Store, Transaction | None, bool]:
-    """``(store, transaction, owns_store)`` for a URL, a Store or a Transaction."""
+def _resolve(target: Target, *, create: bool = False) -> tuple[neostore.Store, Transaction | None, bool]:
+    """``(store, transaction, owns_store)`` for a URL, a Store or a Transaction.
+
+    A URL's store is created only if ``create`` (for what makes arrays); otherwise
+    neostore.StoreNotFoundError if there is none.
+    """
     if isinstance(target, Transaction):
         if target.state != "open":
             raise ArrayError(f"the transaction is {target.state}; start a new one with arrays.transaction")
@@ -66,7 +70,7 @@ def _resolve(target: Target) -> tuple[neostore.Store, Transaction | None, bool]:
     if isinstance(target, neostore.Store):
         return target, None, False
     if isinstance(target, str):
-        return neostore.open(target), None, True
+        return neostore.open(target, create=create), None, True
     raise TypeError(f"expected a store URL, a neostore.Store or an arrays.Transaction, not {type(target).__name__}")
 
 
@@ -733,7 +737,7 @@ def create(
     meta = ArrayMeta.create(
         shape, dtype, chunks=chunks, codec=codec, fill_value=fill_value, dims=dims, attributes=attributes
     )
-    store, tx, owns = _resolve(url_or_tx)
+    store, tx, owns = _resolve(url_or_tx, create=True)
     try:
         if tx is not None:
             raw = _create_in(tx, name, meta)
@@ -765,7 +769,8 @@ def open(  # noqa: A001 - arrays.open mirrors zarr.open
     Transaction) and reads the snapshot of the newest commit until
     :meth:`BigArray.refresh`. ``at`` (a tid, a datetime, a Unix time) opens
     a read-only view of the array as it was then. ArrayNotFoundError if
-    there is no array at ``name`` (then).
+    there is no array at ``name`` (then); from a URL,
+    neostore.StoreNotFoundError if there is no store (none is created).
     """
     name = _check_name(name)
     store, tx, owns = _resolve(url_or_tx)

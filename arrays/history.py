@@ -10,17 +10,24 @@ from typing import Any
 import neostore
 
 from .errors import ArrayNotFoundError
+from .keys import next_tid_after
+from .timetravel import packed_away
 
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit that changed an array: read the array as it left it with ``arrays.open(url, name, at=tid)``."""
+    """One commit that changed an array: read the array as it left it with ``arrays.open(url, name, at=tid)``.
+
+    ``openable`` is False for a commit older than the store's last pack: the
+    state it left was removed, and opening it raises SnapshotError.
+    """
 
     tid: bytes
     time: datetime  # UTC
     message: str
     metadata: dict[str, Any] = field(hash=False)
     user: str
+    openable: bool
 
 
 def _metadata(extension: bytes) -> dict[str, Any]:
@@ -37,12 +44,17 @@ def _metadata(extension: bytes) -> dict[str, Any]:
 def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
     """The commits that wrote any key of array (or group) ``name``, oldest first.
 
+    After a pack, the commits older than its point are those whose revisions
+    it kept (each key's revision as of that point), marked ``openable=False``.
     ArrayNotFoundError if nothing was ever written there.
     """
     owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store) if owned else url_or_store
+    store = neostore.open(url_or_store, read_only=True) if owned else url_or_store
     try:
+        # Read after the history: a pack finishing in between then marks the commits it reached, where
+        # reading it first would leave them marked openable.
         infos = store.name_history(f"{name.rstrip('/')}/".encode())
+        packed = store.pack_tid()
     finally:
         if owned:
             store.close()
@@ -55,6 +67,7 @@ def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
             info.description.decode("utf-8", "replace"),
             _metadata(info.extension),
             info.user.decode("utf-8", "replace"),
+            not packed_away(next_tid_after(info.tid), packed),
         )
         for info in infos
     ]

@@ -905,7 +905,7 @@ def create_stream(
     """
     path = stream_path(tag, quarantine=quarantine)
     columns, attrs = _checked_spec(repr(tag), columns, attrs, chunk_rows)
-    store, tx, owns = _resolve(target)
+    store, tx, owns = _resolve(target, create=True)
     try:
         if tx is not None:
             _create_in(tx, [tag], columns, attrs, int(chunk_rows), quarantine=quarantine)
@@ -986,7 +986,8 @@ def open_stream(
     Without ``at`` the stream is writable (autocommit from a URL/Store; in a
     Transaction, joining it). ``at`` (a tid, a datetime, a Unix time) opens
     it read-only as it was then. StreamNotFoundError if there is no stream
-    ``tag`` (then).
+    ``tag`` (then); from a URL, neostore.StoreNotFoundError if there is no
+    store (opening never creates one: :func:`create_stream` does).
     """
     path = stream_path(tag, quarantine=quarantine)
     store, tx, owns = _resolve(target)
@@ -1021,6 +1022,7 @@ def list_streams(target: Target, *, quarantine: bool = False, at: At | None = No
     """The tags of the streams (or quarantined streams), sorted, as of the newest commit or ``at``.
 
     Reads the one registry document ``create_stream`` maintains: no scan.
+    From a URL, neostore.StoreNotFoundError if there is no store (none is created).
     """
     store, tx, owns = _resolve(target)
     try:

@@ -41,6 +41,16 @@ def parse_at(at: At) -> bytes:
     raise SnapshotError(f"at= takes a tid (8 bytes), a datetime or a Unix time, not {type(at).__name__}")
 
 
+def packed_away(before: bytes, packed: bytes) -> bool:
+    """Whether the snapshot ``before`` reads was removed by a pack up to tid ``packed`` (``Store.pack_tid()``).
+
+    A pack up to P keeps what a reader sees from P on: the snapshot bounded by
+    ``before`` is gone if ``before <= P``; the commit with tid T can be opened
+    (``at=T``, bound T + 1) only if ``T >= P``.
+    """
+    return packed != neostore.ZERO and before <= packed
+
+
 def snapshot_bound(store: neostore.Store, at: At) -> bytes:
     """The ``before`` bound that reads ``store`` as it was at ``at``.
 
@@ -53,7 +63,7 @@ def snapshot_bound(store: neostore.Store, at: At) -> bytes:
     if before > latest:
         before = latest
     packed = store.pack_tid()
-    if packed != neostore.ZERO and before <= packed:
+    if packed_away(before, packed):
         raise SnapshotError(
             f"{describe(at)} is before the last pack (tid 0x{packed.hex()}): that state was removed; "
             "read a later point"

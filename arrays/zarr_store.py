@@ -55,9 +55,9 @@ _MAX_KEY = 1024  # neostore's name limit
 class _Shared:
     """One process's neostore Store on a URL, its database threads and group committer."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, create: bool):
         self.pid = os.getpid()
-        self.store = neostore.open(url)
+        self.store = neostore.open(url, create=create)
         self.executor = ThreadPoolExecutor(_DB_THREADS, thread_name_prefix="arrays-zarr")
         self.group = GroupCommit(self.store)
         # Runs when the last ZarrStore using this lets go of it (close() or
@@ -78,11 +78,12 @@ _shared: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary
 _shared_lock = threading.Lock()
 
 
-def _acquire(url: str) -> _Shared:
+def _acquire(url: str, *, create: bool) -> _Shared:
+    """The shared Store of ``url``; a missing store is created only if ``create`` (else StoreNotFoundError)."""
     with _shared_lock:
         found = _shared.get(url)
         if found is None:
-            found = _shared[url] = _Shared(url)
+            found = _shared[url] = _Shared(url, create=create)
         return found
 
 
@@ -178,7 +179,9 @@ class ZarrStore(Store):
     whose reads see, and whose writes join, an open :class:`arrays.Transaction`.
 
     ZarrStores of one process on one URL share a neostore Store, closed when
-    the last of them is closed or collected.
+    the last of them is closed or collected. A read-only one (``at=``
+    included) never creates a store: its first use raises
+    neostore.StoreNotFoundError if there is none.
     """
 
     supports_writes: bool = True
@@ -300,7 +303,7 @@ class ZarrStore(Store):
         """This process's shared neostore Store for the URL, acquired on first use."""
         shared = self._shared
         if shared is None or shared.pid != os.getpid():
-            shared = _acquire(self.url)
+            shared = _acquire(self.url, create=not self.read_only)
             if self._before is not None and self._pinned is None:
                 # A time still in the future pins the latest commit, so the
                 # snapshot does not move; a time before the last pack fails.

@@ -43,8 +43,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import neostore
+
 from .errors import IngestError
-from .info import StoreInfo, describe, open_existing
+from .info import StoreInfo, describe
 
 SCADA_SAMPLE = "scada_la_haute_borne_2014-02-03.csv.gz"
 VIBRATION_SAMPLE = "vibration_R80736_drive_train.wav"
@@ -406,7 +408,7 @@ def run(directory: str | Path = "var", *, keep: bool = False, progress: Progress
         dataclasses.replace(vibration, bytes=int(received.get(VIBRATION_TAG, 0))),
         log,
     )
-    with open_existing(url) as store:
+    with neostore.open(url, read_only=True) as store:
         info = describe(store)
     return DemoResult(
         url=url, notebook_url=_notebook_url(path), log_path=str(log_path), sent=sent,

@@ -19,8 +19,7 @@ returns a :class:`StoreInfo`; :func:`to_json` makes it JSON data and
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -31,14 +30,10 @@ import arrays
 import neostore
 from neostore.store import ValueUsage
 
-from .errors import IngestError
+from .batch import INVALID_TIME
 
 #: Rows of a text column read at a time to measure it.
 _MEASURE_ROWS = 65_536
-
-
-class NoStoreError(IngestError):
-    """The URL names no existing store (``info`` never creates one)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +59,8 @@ class StreamInfo:
     schema: str | None
     kind: str | None
     rows: int
-    first_time: int | None
-    last_time: int | None
+    first_time: int | None  # of the first row that has a time; None if no row has one
+    last_time: int | None  # of the last row that has a time
     columns: tuple[ColumnInfo, ...]  # "time" first
     raw_bytes: int
     stored_bytes: int
@@ -98,21 +93,6 @@ class StoreInfo:
     last_commit: CommitInfo | None
     packed_up_to: CommitInfo | None
     streams: tuple[StreamInfo, ...] | None  # None: not looked at
-
-
-def open_existing(url: str) -> neostore.Store:
-    """Open the store at ``url`` read-only; :class:`NoStoreError` if there is none (nothing is created).
-
-    neostore's own errors (a bad URL, a server that does not answer) pass
-    through as they are.
-    """
-    parsed = neostore.parse_url(url)
-    if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
-        raise NoStoreError(f"no store at {url}: {parsed.path} does not exist (windvane store info {url} creates one)")
-    try:
-        return neostore.open(url, read_only=True)
-    except neostore.SchemaVersionError as exc:
-        raise NoStoreError(f"no store at {url}: {exc}") from exc
 
 
 def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:
@@ -165,8 +145,7 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> StreamInfo:
     with arrays.open_stream(store, tag, quarantine=quarantine) as stream:
         rows = len(stream)
         columns = tuple(_column(store, stream, name) for name in ["time", *stream.columns])
-        times = stream["time"]
-        first, last = (int(times[0]), int(times[-1])) if rows else (None, None)
+        first, last = _time_span(stream["time"])
         attrs = stream.attrs
         path = stream.path
     return StreamInfo(
@@ -176,6 +155,31 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> StreamInfo:
         stored_bytes=_usage(store, f"{path}/", latest=True).stored_bytes,
         history_bytes=_usage(store, f"{path}/", latest=False).stored_bytes,
     )
+
+
+def _time_span(times: arrays.BigArray) -> tuple[int | None, int | None]:
+    """The times of the first and the last row that have one; ``(None, None)`` if none has.
+
+    Rows without a time (quarantined records whose time could not be read)
+    hold INVALID_TIME. Reads a chunk at a time from each end: only rows
+    without a time make it read further.
+    """
+    step = times.chunks[0]
+    starts = range(0, len(times), step)
+    first = _timed(times, starts, step)
+    if first is None:
+        return None, None
+    return int(first[0]), int(_timed(times, reversed(starts), step)[-1])
+
+
+def _timed(times: arrays.BigArray, starts: Iterable[int], step: int) -> np.ndarray | None:
+    """The times that are not INVALID_TIME of the first chunk, taken in the order of ``starts``, that has any."""
+    for start in starts:
+        block = times[start : start + step]
+        block = block[block != INVALID_TIME]
+        if len(block):
+            return block
+    return None
 
 
 def _column(store: neostore.Store, stream: arrays.Stream, name: str) -> ColumnInfo:
@@ -241,7 +245,8 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
     for s in info.streams:
         yield ""
         yield f"{'quarantine' if s.quarantine else 'stream'} {s.tag}  ({s.path})"
-        span = f", {_when(s.first_time, ns=True)} .. {_when(s.last_time, ns=True)}" if s.rows else ""
+        span = (f", {_when(s.first_time, ns=True)} .. {_when(s.last_time, ns=True)}" if s.first_time is not None
+                else ", no time" if s.rows else "")
         yield f"  rows: {s.rows:,}{span}"
         ratio = f" ({s.raw_bytes / s.stored_bytes:.2f}x)" if s.stored_bytes else ""
         yield (f"  bytes: raw {s.raw_bytes:,}, stored {s.stored_bytes:,}{ratio}, "

@@ -25,6 +25,7 @@ from .errors import (
     POSKeyError,
     ReadOnlyError,
     SchemaVersionError,
+    StoreNotFoundError,
     TransactionError,
     TransientDatabaseError,
     UndoError,
@@ -37,9 +38,15 @@ from .values import value_hash
 
 
 def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
-    """Open (creating if needed) the store at ``url``.
+    """Open the store at ``url``; only a writable open with ``create`` (its default) makes one that is missing.
 
-    Options: ``read_only``, ``compression_level`` (zstd level, 0 = off),
+    ``read_only=True`` or ``create=False`` open an existing store only:
+    :class:`StoreNotFoundError` (nothing created: no file, no database) if
+    there is none. Writers create (``create`` defaults to ``not read_only``),
+    readers pass ``read_only=True`` or, to write to a store that must exist
+    already, ``create=False``.
+
+    Other options: ``compression_level`` (zstd level, 0 = off),
     ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold),
     ``in_doubt_timeout`` (seconds to wait for a server that went away during a
     COMMIT, to learn whether it committed).
@@ -69,6 +76,7 @@ __all__ = [
     "Revision",
     "SchemaVersionError",
     "Store",
+    "StoreNotFoundError",
     "StoreURL",
     "Transaction",
     "TransactionError",

@@ -18,6 +18,16 @@ class InvalidURLError(NeoStoreError, ValueError):
     """A store URL that does not follow neostore's URL syntax."""
 
 
+class StoreNotFoundError(NeoStoreError):
+    """No store exists where the URL points, and the open was not one that creates it.
+
+    Only ``neostore.open(url)`` with ``create`` true (the default of a
+    writable open) makes a store; ``read_only`` opens and ``create=False``
+    never do. The message names what was looked at: the absolute path of
+    the SQLite file, or the MariaDB database and its server.
+    """
+
+
 class SchemaVersionError(NeoStoreError):
     """The database holds a schema this version of neostore cannot use."""
 

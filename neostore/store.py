@@ -194,6 +194,7 @@ class Store:
         url: str | StoreURL,
         *,
         read_only: bool = False,
+        create: bool | None = None,
         compression_level: int = 1,
         commit_lock_timeout: float = 60.0,
         flush_bytes: int = 64 * 1024 * 1024,
@@ -203,12 +204,14 @@ class Store:
     ):
         self.url = url if isinstance(url, StoreURL) else parse_url(url)
         self.read_only = read_only
+        # One rule: only a writable open asked to create makes a store (see neostore.open).
+        self.create = not read_only if create is None else bool(create) and not read_only
         self.codec = ValueCodec(compression_level)
         self.commit_lock_timeout = commit_lock_timeout
         self.flush_bytes = flush_bytes
         # Long enough for a killed server to restart and finish crash recovery.
         self.in_doubt_timeout = in_doubt_timeout
-        self.backend = backend or backend_for(self.url, **backend_options)
+        self.backend = backend or backend_for(self.url, create=self.create, **backend_options)
         self._local = threading.local()
         self._readers: list[Any] = []
         self._writers: list[Any] = []
@@ -231,9 +234,9 @@ class Store:
             cur = conn.cursor()
             version = self._schema_version(cur)
             if version is None:
-                if self.read_only:
-                    raise errors.SchemaVersionError(
-                        f"{self.url} holds no neostore database; open it writable once to create it"
+                if not self.create:
+                    raise errors.StoreNotFoundError(
+                        f"no store in {self.backend.location}: it holds no neostore tables"
                     )
                 version = self._create_database(conn)
             if version > SCHEMA_VERSION:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pytest
 
 import arrays
 import neostore
@@ -11,7 +14,8 @@ from tests.test_cli_store import windvane
 
 def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):
     result = windvane("arrays", "ls", sqlite_url)
-    assert result.returncode == 1 and "holds no neostore database" in result.stderr  # not created by a look
+    assert result.returncode == 2 and "does not exist" in result.stderr  # not created by a look
+    assert not os.path.exists(neostore.parse_url(sqlite_url).path)
     neostore.open(sqlite_url).close()
     result = windvane("arrays", "ls", sqlite_url)
     assert result.returncode == 0, result.stderr
@@ -38,3 +42,27 @@ def test_history_lists_commits_and_refuses_unknown_arrays(sqlite_url):
     assert lines[1].endswith("calibrated batch  {'batch': 7}")
     missing = windvane("arrays", "history", sqlite_url, "nope")
     assert missing.returncode == 2 and "no array named 'nope'" in missing.stderr
+
+
+def test_history_after_a_pack_marks_the_commits_that_cannot_be_opened(store_url):
+    with arrays.create(store_url, "s/x", (0,), "float64", chunks=(10,)) as a:
+        for i in range(3):
+            a.append(np.full(10, float(i)))
+    tids = [c.tid for c in arrays.history(store_url, "s/x")]
+    assert len(tids) == 4  # the creation, three appends
+    halfway = (neostore.tids.tid_time(neostore.u64(tids[1])) + neostore.tids.tid_time(neostore.u64(tids[2]))) / 2
+    result = windvane("store", "pack", store_url, "--before", f"{halfway:.9f}")
+    assert result.returncode == 0, result.stderr
+    # The creation's only revision (the first metadata) is gone; the first append's chunk stays, its commit
+    # listed but packed; the later appends open.
+    commits = arrays.history(store_url, "s/x")
+    assert [(c.tid, c.openable) for c in commits] == [(tids[1], False), (tids[2], True), (tids[3], True)]
+    with pytest.raises(arrays.SnapshotError, match="before the last pack"):
+        arrays.open(store_url, "s/x", at=tids[1])
+    for c in commits[1:]:
+        with arrays.open(store_url, "s/x", at=c.tid) as a:
+            assert len(a) == 10 * tids.index(c.tid)
+    lines = windvane("arrays", "history", store_url, "s/x").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [f"0x{t.hex()}" for t in tids[1:]]
+    assert lines[0].endswith("  append 10 rows to s/x  (packed: cannot be opened)")
+    assert [line.endswith("(packed: cannot be opened)") for line in lines] == [not c.openable for c in commits]

@@ -13,6 +13,7 @@ crosses many block and chunk boundaries.
 from __future__ import annotations
 
 import base64
+import math
 import os
 import subprocess
 import sys
@@ -289,6 +290,47 @@ def test_a_range_with_no_rows_writes_an_empty_file_of_the_same_columns(sqlite_ur
     want = {name: values[:0] for name, values in stored(sqlite_url, "plant.mixed").items()}
     for got in read_back(fmt, path, want, dims_of(sqlite_url, "plant.mixed")):
         assert_same(got, want)
+
+
+def sensor_stream(url: str, tag: str, rows: int) -> int:
+    """A stream of sensor-like numbers (times 1 ms apart, a slow sine rounded to 0.01, a counter): its raw bytes."""
+    columns = [arrays.Column("speed", "float32"), arrays.Column("samples", "float64", inner=(2,), dims=("time", "axis")),
+               arrays.Column("count", "int32")]
+    with arrays.create_stream(url, tag, columns) as stream:
+        i = np.arange(rows)
+        speed = np.round(10 + 5 * np.sin(i / 5000.0), 2).astype(np.float32)
+        stream.append({"time": T0 + i * 10**6, "speed": speed, "samples": np.stack([speed * 2, -speed], axis=1),
+                       "count": (i // 1000).astype(np.int32)})
+    return rows * (8 + 4 + 16 + 4)
+
+
+@pytest.mark.parametrize("rows", [500, 400_000])
+def test_netcdf_is_compressed_and_chunked_by_size(sqlite_url, tmp_path, rows):
+    import h5py
+
+    raw = sensor_stream(sqlite_url, "plant.sensor", rows)
+    path = target(tmp_path, "netcdf")
+    result = export(sqlite_url, "plant.sensor", path, "netcdf")
+    assert result.nbytes == raw
+    size = os.path.getsize(path)
+    assert result.file_bytes == size
+    if rows == 500:  # 16 KB of data: HDF5's own metadata and one small chunk per variable
+        assert size < raw + 24_000, f"{raw:,} bytes of data took {size:,} bytes"
+    else:  # 12.8 MB of data that compresses well
+        assert size < raw / 4, f"{raw:,} bytes of data took {size:,} bytes"
+    with h5py.File(path, "r") as f:
+        for name in ("time", "speed", "samples", "count"):
+            variable = f[name]
+            assert (variable.compression, variable.compression_opts, variable.shuffle) == ("gzip", 4, True), name
+            assert variable.chunks[0] <= rows, f"{name}: chunks of {variable.chunks[0]} rows for {rows} rows"
+            chunk_bytes = math.prod(variable.chunks) * variable.dtype.itemsize
+            assert chunk_bytes <= 4 << 20, name
+            if rows > 100_000:
+                assert chunk_bytes >= 1 << 20, f"{name}: chunks of {chunk_bytes:,} bytes"
+    expected = stored(sqlite_url, "plant.sensor")
+    with xr.open_dataset(path, engine="h5netcdf") as ds:  # netCDF-4 as xarray reads it
+        assert ds.attrs["stream"] == "plant.sensor"
+        assert_same(_from_xarray(ds.load(), expected, dims_of(sqlite_url, "plant.sensor")), expected)
 
 
 def test_times_parse_iso_naive_as_utc_and_epoch_seconds_exactly():

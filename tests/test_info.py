@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import arrays
+import ingest
 import neostore
 
 WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
@@ -123,6 +124,28 @@ def test_info_text_names_streams_rows_and_shapes(sqlite_url):
     plain = windvane("store", "info", sqlite_url)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout.splitlines() == out.split("\n\nstreams:")[0].splitlines()
+
+
+def test_rows_without_a_time_are_said_to_have_none(tmp_path, sqlite_url):
+    # A row whose time cannot be read goes to the quarantine stream without one.
+    (tmp_path / "a.csv").write_text("time,speed\n2024-01-01T00:00:00,1.5\nyesterday,2.5\n")
+    result = windvane("import", str(tmp_path / "a.csv"), "--store", sqlite_url, "--tag", "t1")
+    assert result.returncode == 0 and "a.csv: 1 rows, 1 rejected" in result.stdout, result.stderr
+    # Rows without a time on both ends of a stream, over several chunks: the span is that of the rows with one.
+    no_time = ingest.INVALID_TIME
+    with arrays.create_stream(sqlite_url, "mixed", [arrays.Column("v", "int8")], chunk_rows=2) as s:
+        s.append({"time": [no_time, no_time, no_time, T0 + 5, T0 + 3, no_time, no_time], "v": list(range(7))})
+    text = windvane("info", "--store", sqlite_url)
+    assert text.returncode == 0, text.stderr
+    blocks = {block.splitlines()[0]: block.splitlines()[1] for block in text.stdout.split("\n\n")[2:]}
+    assert blocks["quarantine t1  (quarantine/t1)"] == "  rows: 1, no time"
+    assert blocks["stream t1  (streams/t1)"] == "  rows: 1, 2024-01-01 00:00:00 UTC .. 2024-01-01 00:00:00 UTC"
+    assert blocks["stream mixed  (streams/mixed)"] == (
+        "  rows: 7, 2023-11-14 22:13:20.000000005 UTC .. 2023-11-14 22:13:20.000000003 UTC")
+    found = json.loads(windvane("info", "--store", sqlite_url, "--json").stdout)
+    spans = {(s["tag"], s["quarantine"]): (s["first_time"], s["last_time"]) for s in found["streams"]}
+    assert spans == {("t1", True): (None, None), ("t1", False): (1704067200 * 10**9,) * 2,
+                     ("mixed", False): (T0 + 5, T0 + 3)}
 
 
 def test_info_refuses_what_is_not_a_store(tmp_path):

@@ -493,9 +493,54 @@ def test_read_only_store_refuses_writes(store_url):
             reader.pack(tid)
 
 
-def test_read_only_open_of_missing_database_is_refused(sqlite_url):
-    with pytest.raises(neostore.SchemaVersionError, match="open it writable once"):
-        neostore.open(sqlite_url, read_only=True)
+def test_opens_that_read_never_create_a_sqlite_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for options in ({"read_only": True}, {"create": False}, {"read_only": True, "create": True}):
+        with pytest.raises(neostore.StoreNotFoundError) as caught:
+            neostore.open("sqlite:///absent.db", **options)
+        assert str(caught.value) == f"no store at sqlite:///absent.db: {tmp_path}/absent.db does not exist"
+    with pytest.raises(neostore.StoreNotFoundError, match=f"no store at .*: {tmp_path}/no/dir.db does not exist"):
+        neostore.open(f"sqlite:///{tmp_path}/no/dir.db", create=False)
+    assert os.listdir(tmp_path) == []  # no file, no -wal, no .lock
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(neostore.StoreNotFoundError) as caught:
+        neostore.open("sqlite:///empty.db", create=False)
+    assert str(caught.value) == f"no store in {tmp_path}/empty.db: it holds no neostore tables"
+    assert sorted(os.listdir(tmp_path)) == ["empty.db"] and (tmp_path / "empty.db").stat().st_size == 0
+    # Writers create; once it exists, create=False opens it writable.
+    with neostore.open("sqlite:///absent.db") as store:
+        tid = commit(store, {store.new_oid(): (None, b"x")})
+    with neostore.open("sqlite:///absent.db", create=False) as store:
+        assert store.last_transaction() == tid and not store.read_only
+
+
+def test_opens_that_read_never_create_a_mariadb_store(mariadb_server):
+    from tests.conftest import fresh_database
+
+    url = fresh_database(mariadb_server, "never_made")
+    conn = mariadb.connect(user="root", unix_socket=mariadb_server.socket)
+    cur = conn.cursor()
+    cur.execute("DROP DATABASE never_made")
+    for options in ({"read_only": True}, {"create": False}):
+        with pytest.raises(neostore.StoreNotFoundError) as caught:
+            neostore.open(url, **options)
+        assert str(caught.value) == (f"no store in database 'never_made' on the MariaDB server at "
+                                     f"{mariadb_server.socket}: the database does not exist")
+    cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'never_made'")
+    assert cur.fetchone()[0] == 0
+    cur.execute("CREATE DATABASE never_made")
+    with pytest.raises(neostore.StoreNotFoundError) as caught:
+        neostore.open(url, read_only=True)
+    assert str(caught.value) == (f"no store in database 'never_made' on the MariaDB server at "
+                                 f"{mariadb_server.socket}: it holds no neostore tables")
+    cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'never_made'")
+    assert cur.fetchone()[0] == 0
+    cur.execute("DROP DATABASE never_made")
+    conn.close()
+    with neostore.open(url) as store:  # a writable open creates the database and the store
+        assert store.last_transaction() == ZERO
+    with neostore.open(url, read_only=True) as store:
+        assert store.last_transaction() == ZERO
 
 
 def test_mariadb_without_server_names_the_socket(tmp_path):

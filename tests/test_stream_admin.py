@@ -83,7 +83,7 @@ def test_streams_lists_rows_time_range_and_stored_bytes(sqlite_url, tmp_path):
     imported(sqlite_url, tmp_path, "plant.b", [*rows(2), {"time": T0 + 9, "n": 9}], "b.jsonl")
     result = cli("streams", "--store", sqlite_url)
     assert result.exit_code == 0, result.output
-    with info.open_existing(sqlite_url) as st:
+    with neostore.open(sqlite_url, read_only=True) as st:
         found = {("quarantine/" if s.quarantine else "") + s.tag: s for s in info.describe_streams(st)}
     lines = result.output.splitlines()
     assert lines[0].split() == ["stream", "rows", "first", "last", "stored", "with", "history"]
@@ -227,7 +227,7 @@ def test_store_pack_with_schemas_trims_by_retention_then_packs_the_rows_away(sql
     assert column(sqlite_url, "plant.a", "n") == [20, 1]
     assert column(sqlite_url, "other", "n") == [40, 31, 20, 1]
     # The pack that followed dropped the trimmed rows from history too.
-    with info.open_existing(sqlite_url) as st:
+    with neostore.open(sqlite_url, read_only=True) as st:
         trimmed = next(s for s in info.describe_streams(st) if s.tag == "plant.a")
     assert trimmed.history_bytes == trimmed.stored_bytes
     with pytest.raises(arrays.ArrayError):

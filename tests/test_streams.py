@@ -341,7 +341,44 @@ def test_errors_are_specific(sqlite_url):
         arrays.open_stream(sqlite_url, "plain")
 
 
+def test_reading_a_store_that_does_not_exist_creates_none(tmp_path, store_url):
+    """open_stream, list_streams, open and history look for a store; create_stream makes one.
+
+    On MariaDB the test's database exists, empty: no neostore table is made in it.
+    """
+    missing = f"sqlite:///{tmp_path}/absent.db" if store_url.startswith("sqlite:") else store_url
+    database = neostore.parse_url(missing).database
+    reads = [lambda: arrays.open_stream(missing, "turbine1"), lambda: arrays.list_streams(missing),
+             lambda: arrays.open(missing, "streams/turbine1/time"), lambda: arrays.history(missing, "streams/turbine1"),
+             lambda: arrays.open_stream(missing, "turbine1", at=time.time())]
+    for read in reads:
+        with pytest.raises(neostore.StoreNotFoundError) as caught:
+            read()
+        if missing.startswith("sqlite:"):
+            assert str(caught.value) == f"no store at {missing}: {tmp_path}/absent.db does not exist"
+        else:
+            assert str(caught.value) == (f"no store in database {database!r} on the MariaDB server at "
+                                         f"{neostore.parse_url(missing).unix_socket}: it holds no neostore tables")
+    if missing.startswith("sqlite:"):
+        assert os.listdir(tmp_path) == []
+    else:
+        from tests.mariadb import connect
+
+        conn = connect(missing)
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", (database,))
+        assert cur.fetchone()[0] == 0
+        conn.close()
+    with arrays.create_stream(missing, "turbine1", COLUMNS[:1]) as stream:  # the writing path creates it
+        stream.append({"time": [1], "speed": [2.5]})
+    with arrays.open_stream(missing, "turbine1") as stream:
+        assert stream["speed"][:].tolist() == [2.5]
+
+
 def test_list_streams(store_url):
+    with pytest.raises(neostore.StoreNotFoundError):
+        arrays.list_streams(store_url)  # no store yet, and looking makes none
+    neostore.open(store_url).close()
     assert arrays.list_streams(store_url) == []
     arrays.create_stream(store_url, "b", COLUMNS).close()
     first = arrays.history(store_url, "streams/b/time")[0].tid

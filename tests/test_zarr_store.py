@@ -164,6 +164,17 @@ async def test_ranged_get_is_served_by_the_database(url: str, monkeypatch) -> No
     store.close()
 
 
+def test_a_read_only_store_of_a_missing_url_creates_none(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/absent.db"
+    for options in ({"read_only": True}, {"at": time.time()}):
+        with pytest.raises(neostore.StoreNotFoundError) as caught:
+            zarr.open_group(ZarrStore(url, **options), mode="r")
+        assert str(caught.value) == f"no store at {url}: {tmp_path}/absent.db does not exist"
+    assert os.listdir(tmp_path) == []
+    zarr.open_group(ZarrStore(url), mode="a").create_array("x", shape=(3,), dtype="int8")  # a writer creates it
+    assert zarr.open_group(ZarrStore(url, read_only=True), mode="r")["x"].shape == (3,)
+
+
 def test_codec_compressed_chunks_are_stored_raw(sqlite_url: str) -> None:
     """Blosc chunks skip neostore's zstd, so ranged reads of shards stay in the database."""
     store = ZarrStore(sqlite_url)

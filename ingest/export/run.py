@@ -20,7 +20,6 @@ from pathlib import Path
 import arrays
 import neostore
 
-from ..info import NoStoreError, open_existing
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
@@ -113,12 +112,9 @@ def _store(store_or_url: str | neostore.Store, *, writable: bool) -> tuple[neost
     if not isinstance(store_or_url, str):
         return store_or_url, False
     try:
-        store = open_existing(store_or_url)  # never creates a store for a mistyped URL
-        if writable:
-            store.close()
-            store = neostore.open(store_or_url)
-        return store, True
-    except NoStoreError as exc:
+        # Never creates a store for a mistyped URL.
+        return neostore.open(store_or_url, read_only=not writable, create=False), True
+    except neostore.StoreNotFoundError as exc:
         raise StoreUnavailable(str(exc)) from None
     except neostore.NeoStoreError as exc:
         raise StoreUnavailable(f"cannot open the store at {store_or_url}: {exc}") from None

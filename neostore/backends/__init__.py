@@ -7,7 +7,7 @@ from .base import SCHEMA_VERSION, Backend
 
 
 def backend_for(url: StoreURL, **options) -> Backend:
-    """The backend for a parsed URL."""
+    """The backend for a parsed URL; ``create=False`` (an option of both) makes no file or database."""
     if url.scheme == "sqlite":
         from .sqlite import SQLiteBackend
 

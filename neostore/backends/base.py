@@ -43,6 +43,9 @@ class Backend(ABC):
     in_transaction_after_lock: bool = False
     #: Whether ``INSERT ... RETURNING`` works (SQLite 3.35+, MariaDB 10.5+).
     returning: bool = False
+    #: Where the store is, as messages name it: the SQLite file's absolute
+    #: path, or the MariaDB database and its server (never a password).
+    location: str = ""
 
     @abstractmethod
     def connect(self, *, for_writing: bool) -> Any:

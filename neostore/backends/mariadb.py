@@ -8,7 +8,7 @@ from typing import Any
 
 import mariadb
 
-from ..errors import CommitLockTimeout, DatabaseError
+from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
 from ..url import StoreURL
 from .base import Backend, schema_statements
 
@@ -59,12 +59,13 @@ class MariaDBBackend(Backend):
     #: meanwhile, so this stays short.
     rebuild_lock_wait = 10
 
-    def __init__(self, url: StoreURL, *, connect_timeout: int = 10):
+    def __init__(self, url: StoreURL, *, create: bool = True, connect_timeout: int = 10):
         self.url = url
         self.engine = url.engine
         self.connect_timeout = connect_timeout
         self.lock_name = f"windvane.commit.{url.database}"[:64]
-        self._create_database()
+        self.location = f"database {url.database!r} on the MariaDB server at {self._server()}"
+        self._prepare_database(create)
 
     def _params(self, with_database: bool = True) -> dict[str, Any]:
         params: dict[str, Any] = {"connect_timeout": self.connect_timeout}
@@ -83,21 +84,29 @@ class MariaDBBackend(Backend):
             params["database"] = url.database
         return params
 
+    def _server(self) -> str:
+        return self.url.unix_socket or f"{self.url.host}:{self.url.port or 3306}"
+
     def _raw_connect(self, with_database: bool = True) -> Any:
         try:
             return mariadb.connect(**self._params(with_database))
         except mariadb.Error as exc:
-            where = self.url.unix_socket or f"{self.url.host}:{self.url.port or 3306}"
             raise DatabaseError(
-                f"cannot connect to MariaDB at {where} as {self.url.user or 'the current user'}: {exc}; "
+                f"cannot connect to MariaDB at {self._server()} as {self.url.user or 'the current user'}: {exc}; "
                 "is the server running (windvane db start) and the URL right?"
             ) from None
 
-    def _create_database(self) -> None:
+    def _prepare_database(self, create: bool) -> None:
+        """Create the database if ``create`` (else StoreNotFoundError if it is missing), and check the server."""
         conn = self._raw_connect(with_database=False)
         try:
             cur = conn.cursor()
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.url.database}`")
+            if create:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.url.database}`")
+            else:
+                cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", (self.url.database,))
+                if cur.fetchone() is None:
+                    raise StoreNotFoundError(f"no store in {self.location}: the database does not exist")
             cur.execute("SELECT @@max_allowed_packet")
             (packet,) = cur.fetchone()
             if packet < 2 * self.split_size:

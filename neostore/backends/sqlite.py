@@ -10,8 +10,9 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
-from ..errors import CommitLockTimeout, DatabaseError
+from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
 from ..url import StoreURL
 from .base import Backend, schema_statements
 
@@ -42,27 +43,36 @@ class SQLiteBackend(Backend):
     #: write-ahead log; writers wait as long, so well below their lock timeout.
     checkpoint_wait = 5.0
 
-    def __init__(self, url: StoreURL, *, busy_timeout: float = 60.0, synchronous: str = "FULL"):
+    def __init__(self, url: StoreURL, *, create: bool = True, busy_timeout: float = 60.0, synchronous: str = "FULL"):
         self.path = url.path
+        self.location = url.path
         self.lock_path = url.path + ".lock"
+        self.create = create
         self.busy_timeout = busy_timeout
         # FULL: a commit survives power loss, not only a process crash, which
         # is what an acknowledgement promises.
         self.synchronous = synchronous.upper()
+        if not create:
+            if not os.path.isfile(self.path):
+                raise StoreNotFoundError(f"no store at {url}: {self.path} does not exist")
+            return
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             raise DatabaseError(f"cannot create {self.path}: directory {directory} does not exist")
 
     def connect(self, *, for_writing: bool) -> Any:
         try:
+            # Without ``create`` the file is opened in mode rw: SQLite never makes it, not even when it
+            # vanished since the check in __init__.
             conn = sqlite3.connect(
-                self.path,
+                f"file:{quote(self.path)}?mode={'rwc' if self.create else 'rw'}",
+                uri=True,
                 timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
                 factory=_Connection,
             )
-            if for_writing and _pragma(conn, "page_count") == 0:
+            if for_writing and self.create and _pragma(conn, "page_count") == 0:
                 # Takes effect only in a file with no table yet, and only before
                 # WAL is set: new stores can then give freed pages back to the
                 # file system without a rewrite (see reclaim). Asked of an existing
@@ -72,7 +82,9 @@ class SQLiteBackend(Backend):
                     conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 except sqlite3.OperationalError:
                     pass  # another connection is making the file, and sets it itself
-            conn.execute("PRAGMA journal_mode=WAL")
+            if self.create:
+                # Persistent: a store's file is in WAL mode for good; a file this did not make is left as it is.
+                conn.execute("PRAGMA journal_mode=WAL")
             if for_writing:
                 # Debian's SQLite overwrites every freed page with zeros: pack
                 # would write all it frees through the log and into the file,
