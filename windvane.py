@@ -297,10 +297,12 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
     """
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
-    since = _pack_point(keep_days, before)
+    before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
     with _open_store(url, create=False) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
+        # --keep-days counts back from now, after the retention's trims: a pack keeping 0 days drops them too.
+        since = before_time if before_time is not None else time.time() - keep_days * 86400
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
@@ -355,14 +357,14 @@ def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
         click.echo(line)
 
 
-def _pack_point(keep_days: float | None, before: str | None) -> float:
-    """The Unix time from which `store pack` keeps every state: exactly one of --keep-days and --before says."""
+def _pack_before(keep_days: float | None, before: str | None) -> float | None:
+    """--before as a Unix time (None with --keep-days): `store pack` takes exactly one of the two."""
     if (keep_days is None) == (before is None):
         raise BadInput("say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
                        "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
                        "are removed): pack removes history for good")
-    if keep_days is not None:
-        return time.time() - keep_days * 86400
+    if before is None:
+        return None
     from ingest.export.times import BadTime, parse_time
 
     try:

@@ -129,7 +129,7 @@ def test_info_text_names_streams_rows_and_shapes(sqlite_url):
 def test_rows_without_a_time_are_said_to_have_none(tmp_path, sqlite_url):
     # A row whose time cannot be read goes to the quarantine stream without one.
     (tmp_path / "a.csv").write_text("time,speed\n2024-01-01T00:00:00,1.5\nyesterday,2.5\n")
-    result = windvane("import", str(tmp_path / "a.csv"), "--store", sqlite_url, "--tag", "t1")
+    result = windvane("import", str(tmp_path / "a.csv"), "--store", sqlite_url, "--tag", "t1", "--allow-rejects")
     assert result.returncode == 0 and "a.csv: 1 rows, 1 rejected" in result.stdout, result.stderr
     # Rows without a time on both ends of a stream, over several chunks: the span is that of the rows with one.
     no_time = ingest.INVALID_TIME

@@ -171,6 +171,10 @@ def test_replay_into_an_existing_stream_back_fills_the_column_the_fix_adds(sqlit
 
 
 def test_replay_errors_exit_2_naming_the_problem(sqlite_url, tmp_path):
+    missing = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
+    assert missing.exit_code == 2
+    assert "does not exist (only writing commands such as import, serve and tail create a store)" in missing.output
+    neostore.open(sqlite_url).close()  # an empty store
     nothing = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert nothing.exit_code == 2
     assert "stream 'plant.a' has no quarantine" in nothing.output

@@ -218,7 +218,7 @@ def test_store_pack_with_schemas_trims_by_retention_then_packs_the_rows_away(sql
     assert cli("import", path, "--store", sqlite_url, "--tag", "other", "--schema", str(other)).exit_code == 0
     before = head(sqlite_url)
     schema_file(tmp_path, 'retention = "30d"')
-    result = cli("store", "pack", sqlite_url, "--schemas", str(tmp_path / "schemas"))
+    result = cli("store", "pack", sqlite_url, "--keep-days", "0", "--schemas", str(tmp_path / "schemas"))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("retention: stream plant.a: trimmed 2 rows older than ")
@@ -238,7 +238,7 @@ def test_store_pack_with_a_bad_retention_exits_2_and_packs_nothing(sqlite_url, t
     imported(sqlite_url, tmp_path, "plant.a", rows(2))
     schema_file(tmp_path, 'retention = "soon"')
     before = head(sqlite_url)
-    result = cli("store", "pack", sqlite_url, "--schemas", str(tmp_path / "schemas"))
+    result = cli("store", "pack", sqlite_url, "--keep-days", "0", "--schemas", str(tmp_path / "schemas"))
     assert result.exit_code == 2
     assert "retention 'soon' is not a duration" in result.output
     assert head(sqlite_url) == before
