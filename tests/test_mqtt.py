@@ -33,11 +33,11 @@ from connectors.mqtt import (
     default_client_id,
     message_key,
     parse_broker_url,
-    time_ns,
     topic_to_tag,
 )
 from ingest import Batch
 from ingest.batch import INVALID_TIME
+from ingest.times import not_a_time
 from ingest.committer import GroupCommitter
 from ingest.schema import load_schemas
 from tests.mosquitto import Mosquitto
@@ -135,7 +135,7 @@ def seqs(url: str, tags) -> np.ndarray:
     (b'{"value": 1, "time": 1700000000000}', [T0], [{"value": 1}]),  # milliseconds by magnitude
     (b'{"value": 1, "time": 1700000000000000}', [T0], [{"value": 1}]),  # microseconds
     (b'{"value": 1, "time": 1700000000000000000}', [T0], [{"value": 1}]),  # nanoseconds
-    (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, arrival time
+    (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, a fault
     (b'{"value": 2}', [42], [{"value": 2}]),
     (b' [{"value": 1}, {"value": 2, "time": 1700000000}] ', [42, T0], [{"value": 1}, {"value": 2}]),
     (b'[1700000000.5, {"value": 3}]', [T0 + 500_000_000], [{"value": 3}]),
@@ -151,6 +151,12 @@ def test_payloads_decode_to_events_with_their_times(payload, times, records):
     events = decode_payload(payload, 42)
     assert events.times == times
     assert events.records == records
+
+
+def test_times_that_are_not_times_are_faults_naming_the_value():
+    events = decode_payload(b'[{"value": 1, "time": "yesterday"}, ["soon", {"value": 2}], {"value": 3}]', 42)
+    assert events.faults == {0: not_a_time("yesterday"), 1: not_a_time("soon")}
+    assert not_a_time("yesterday").startswith("the event time 'yesterday' is not a time")
 
 
 def test_array_elements_keep_the_bytes_they_arrived_as():
@@ -173,13 +179,6 @@ def test_undecodable_payloads_become_one_record_that_says_why(payload, why):
     events = decode_payload(payload, 42)
     assert events.times == [42] and events.raws == [payload]
     assert repr(events.records[0]) == f"({why})"
-
-
-def test_time_values():
-    assert time_ns(1.5) == 1_500_000_000
-    assert time_ns("2023-11-14T22:13:20,5-02:00") == T0 + 2 * 3600 * 10**9 + 500_000_000
-    for bad in (True, None, float("nan"), "2023-11-14", "12", 10**30, [1]):
-        assert time_ns(bad) is None, bad
 
 
 def test_topics_urls_and_client_ids():
