@@ -360,9 +360,15 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
 @click.option("--http", "http_address", default="127.0.0.1:9880", show_default=True, metavar="HOST:PORT",
               help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.")
 @click.option("--shared-key", envvar="WINDVANE_SHARED_KEY", show_envvar=True,
-              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake.")
+              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake. It protects "
+                   "Forward only: with HTTP on, give --users too (or --http-auth none, or --http off).")
 @click.option("--users", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="TOML file of users (password, bearer tokens): required for HTTP, and for Forward with --shared-key.")
+              help="TOML file of users ([users.NAME] with password = \"...\" and/or tokens = [\"...\"]): HTTP asks "
+                   "for Basic or Bearer credentials; Forward checks user passwords in its handshake, which needs "
+                   "--shared-key (or --forward off).")
+@click.option("--http-auth", type=click.Choice(["users", "none"]), default=None,
+              help="How HTTP authenticates: 'users' (--users, the default when given) or 'none' (open: needed to "
+                   "serve HTTP unauthenticated beside a Forward protected by --shared-key).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=str),
               help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=str), help="PEM private key.")
@@ -401,7 +407,7 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
-          tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
+          http_auth: str | None, tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
           mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, memory_budget: int,
           max_connections: int, handshake_timeout: float, idle_timeout: float, header_timeout: float,
           body_timeout: float, log_level: str) -> None:
@@ -412,6 +418,8 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     Records that do not fit their schema are kept, with the reason, in the
     tag's quarantine stream. When ready it prints the bound addresses and
     "ready"; SIGTERM or Ctrl-C stops it after committing what it received.
+    Each listener's line says how it authenticates ("auth: ..."); it refuses
+    to start with Forward protected and HTTP open unless told so.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
@@ -422,7 +430,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         store=store_url, schemas=schemas,
         forward=None if forward.lower() in off else forward,
         http=None if http_address.lower() in off else http_address,
-        shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
+        shared_key=shared_key, users=users, http_auth=http_auth, tls_cert=tls_cert, tls_key=tls_key,
         commit_interval=commit_interval / 1000, decode_workers=decode_workers,
         mqtt=mqtt_url, mqtt_topics=mqtt_topics or ("#",), mqtt_client_id=mqtt_client_id,
         # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
@@ -461,6 +469,7 @@ async def _serve(service: Service, limits: Limits) -> None:
     budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together
     endpoints = []
     lines: list[tuple[str, object, str]] = []
+    auth = {**service.auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
         host, port = parse_address(config.forward, 24224)
         forward = ForwardServer(service.committer, host, port, shared_key=config.shared_key, users=service.users,
@@ -470,7 +479,7 @@ async def _serve(service: Service, limits: Limits) -> None:
         lines.append(("forward", forward, host))
     if config.http:
         host, port = parse_address(config.http, 9880)
-        app = make_app(service.committer, users=service.users, body_size_limit=config.body_size_limit,
+        app = make_app(service.committer, users=service.http_users, body_size_limit=config.body_size_limit,
                        decompressed_size_limit=config.decompressed_size_limit, health=service.health,
                        metrics=service.metric_samples, streams=service.streams, limits=limits, budget=budget)
         http = HttpServer(app, host, port, ssl=service.ssl)
@@ -485,7 +494,7 @@ async def _serve(service: Service, limits: Limits) -> None:
 
     def ready() -> None:
         for name, endpoint, host in lines:
-            click.echo(f"{name}: {host}:{endpoint.port}")
+            click.echo(f"{name}: {host}:{endpoint.port}  auth: {auth[name]}")
         click.echo("ready")
 
     try:
