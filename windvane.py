@@ -520,28 +520,33 @@ async def _serve(service: Service, limits: Limits) -> None:
 @click.option("--start", "start_time", default=None, metavar="TIME",
               help="ISO 8601 time of a recording's first sample (WAV). Default: the BWF origination time, "
                    "else the file's modification time minus its duration.")
+@click.option("--timezone", default=None, metavar="ZONE",
+              help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
+                   "Default: UTC, and this machine's zone for RFC 3164 syslog.")
 @click.option("--restart", is_flag=True,
               help="Import a file that changed since it was partly imported from its beginning.")
 @click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
               help="MB of file per commit.")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, commit_mb: int) -> None:
+                 start_time: str | None, timezone: str | None, restart: bool, commit_mb: int) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
     so a run interrupted (Ctrl-C, kill -9) and started again neither
     duplicates nor skips rows; a finished file run again imports nothing.
     Rows that do not fit go, verbatim with the reason, to the tag's
-    quarantine stream.
+    quarantine stream. RFC 3164 syslog lines carry no year: they are taken in
+    the year of the file's modification time (the year before for dates
+    after it), and the summary says which.
     """
     import os
     import sys
 
     from connectors.files import FileFormatError, ReaderOptions
     from connectors.files.formats import format_for
-    from connectors.files.times import time_ns
     from ingest import imports
+    from ingest.times import check_zone, time_ns
     from ingest.schema import load_schema
     from ingest.streams import StreamWriters
 
@@ -549,13 +554,12 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
         schema = load_schema(schema_path) if schema_path else None
         formats = [format_for(path, format_name) for path in paths]
         start_ns = None
+        if timezone is not None:
+            check_zone(timezone)
         if start_time is not None:
-            import pyarrow as pa
-
-            values, bad = time_ns(pa.array([start_time]))
-            if len(bad):
+            start_ns = time_ns(start_time)
+            if start_ns is None:
                 raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
-            start_ns = int(values[0])
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
     total = sum(os.path.getsize(p) for p in paths)
@@ -567,7 +571,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                 for path, fmt in zip(paths, formats):
                     types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
-                                                          block_bytes=min(16 << 20, commit_mb << 19)))
+                                                          block_bytes=min(16 << 20, commit_mb << 19),
+                                                          timezone=timezone))
                     identity = imports.fingerprint(path)
                     result = imports.import_source(
                         st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
@@ -576,11 +581,23 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     schema = result.schema or schema
                     bar.update(max(0, os.path.getsize(path) - result.nbytes))
                     click.echo(_import_summary(path, result))
+                    if fmt.name == "syslog":
+                        click.echo(_syslog_years(path))
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
             click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
             sys.exit(130)
+
+
+def _syslog_years(path: str) -> str:
+    """What year an RFC 3164 file's lines were given: its modification time's."""
+    import datetime
+    import os
+
+    written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+    return (f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
+            f"time ({written:%Y-%m-%d}); lines dated after that, in {written.year - 1}")
 
 
 def _import_summary(path: str, result) -> str:

@@ -47,7 +47,8 @@ _INT64_MAX = (1 << 63) - 1
 _UNITS = ((1e11, 9), (1e14, 6), (1e17, 3))
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d)(?:[T ](\d\d:\d\d(?::\d\d)?)(?:[.,](\d{1,9}))?)?\s*(Z|z|[+-]\d\d(?::?\d\d)?)?")
 _DECIMAL = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?")
-_ZONED = r"(?i)(z|[+-]\d\d(:?\d\d)?)$"
+# A zone after a time of day (a date's own "-01" is no zone).
+_ZONED = r"\d\d:\d\d(:\d\d([.,]\d+)?)?\s*(Z|z|[+-]\d\d(:?\d\d)?)$"
 NS = 1_000_000_000
 
 
@@ -179,7 +180,7 @@ def iso_column_ns(text: pa.Array, zone: str = "UTC") -> tuple[np.ndarray, np.nda
         return out, bad
     text = pc.utf8_trim_whitespace(text)
     # Zones written +0200 need the +02:00 form Arrow parses.
-    text = pc.replace_substring_regex(text, r"([+-]\d\d)(\d\d)$", r"\1:\2")
+    text = pc.replace_substring_regex(text, r"(\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\s*[+-]\d\d)(\d\d)$", r"\1:\2")
     zoned = pc.fill_null(pc.match_substring_regex(text, _ZONED), False).to_numpy(zero_copy_only=False)
     for has_zone in (True, False):
         where = np.flatnonzero(zoned == has_zone)

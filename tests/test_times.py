@@ -44,11 +44,13 @@ def test_the_reason_names_the_value():
 
 
 def test_iso_columns_read_times_without_a_zone_in_the_zone_given():
-    text = pa.array(["2024-07-01T12:00:00", "2024-07-01T12:00:00Z", "2024-07-01T14:00:00+0200", "nope", None])
+    text = pa.array(["2024-07-01T12:00:00", "2024-07-01T12:00:00Z", "2024-07-01T14:00:00+0200", "nope", None,
+                     "2024-07-01", " 2024-07-01T06:00:00-06:00 "])
     ns, bad = iso_column_ns(text, "Europe/Paris")
     noon = int(np.datetime64("2024-07-01T12:00:00", "ns").astype(np.int64))
-    assert list(bad) == [False, False, False, True, True]
+    assert list(bad) == [False, False, False, True, True, False, False]
     assert list(ns[:3]) == [noon - 2 * 3600 * NS, noon, noon]
+    assert list(ns[5:]) == [noon - 14 * 3600 * NS, noon]  # a date alone: its midnight in the zone
     assert list(iso_column_ns(text[:1], "UTC")[0]) == [noon]
 
 

@@ -32,7 +32,9 @@ class ReaderOptions:
     since the epoch of a recording's first sample (WAV). ``column_types``:
     the arrow type each column must be read as (a text format parses to
     them; from the stream's schema). ``block_bytes``: the most file bytes a
-    text or WAV reader puts in one part.
+    text or WAV reader puts in one part. ``timezone``: the IANA zone of
+    times written without one (``--timezone``; None: UTC, and this
+    machine's zone for RFC 3164 syslog, :class:`.logs.LogOptions`).
     """
 
     time_column: str | None = None
@@ -40,3 +42,4 @@ class ReaderOptions:
     start: int | None = None
     column_types: dict[str, pa.DataType] = field(default_factory=dict)
     block_bytes: int = 16 << 20
+    timezone: str | None = None
