@@ -1,4 +1,4 @@
-"""``windvane serve`` over HTTP: one bad NDJSON line and one bad time cost their own record only.
+"""``windvane serve`` over HTTP and Forward: one bad NDJSON line and one bad time cost their own record only.
 
 Real server, real requests, then the store read back: what was accepted,
 what was quarantined, verbatim and with which reason.
@@ -6,10 +6,12 @@ what was quarantined, verbatim and with which reason.
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
+from tests.forward_sender import chunk_id
 from tests.serve_process import Serve
-from tests.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
 
 _ = schemas
 
@@ -60,3 +62,18 @@ def test_iso_8601_time_over_http_is_the_event_time_and_a_bad_time_is_quarantined
               "ISO 8601 text (2024-05-01T12:00:00Z) or a fluentd EventTime")
     assert reply["reasons"] == [reason]
     assert column(sqlite_url, "app.times", "reason", quarantine=True) == [reason]
+
+
+def test_forward_reads_times_by_the_same_rule_and_names_a_bad_one(server, sqlite_url):
+    """A Forward message (Forward mode) whose times are ISO 8601 text, epoch ms and a word."""
+    cid = chunk_id().decode()
+    entries = [["2024-05-01T12:00:00Z", {"seq": 1}], [1714564800250, {"seq": 2}], ["soon", {"seq": 3}]]
+    message = msgpack.packb(["app.fwd", entries, {"chunk": cid}])
+    assert forward_send(server.forward_port, message, expect_ack=True) == cid.encode()
+    noon = 1714564800 * 10**9
+    assert column(sqlite_url, "app.fwd", "time") == [noon, noon + 250_000_000]
+    assert column(sqlite_url, "app.fwd", "seq") == [1, 2]
+    assert column(sqlite_url, "app.fwd", "reason", quarantine=True) == [
+        "the event time 'soon' is not a time: give epoch seconds, ms, us or ns, ISO 8601 text "
+        "(2024-05-01T12:00:00Z) or a fluentd EventTime"]
+    assert column(sqlite_url, "app.fwd", "raw", quarantine=True) == [msgpack.packb(entries[2])]  # the entry as sent
