@@ -10,8 +10,7 @@ import base64
 
 import pytest
 
-from tests.serve_process import Serve
-from tests.test_serve import column, post, schemas, windvane  # noqa: F401 - schemas is a fixture
+from tests.test_serve import column, post, schemas, serve, windvane  # noqa: F401 - schemas, serve: fixtures
 
 USERS = '[users.sender]\npassword = "right password"\ntokens = ["a-long-token"]\n'
 
@@ -21,21 +20,6 @@ def users(tmp_path):
     path = tmp_path / "users.toml"
     path.write_text(USERS)
     return str(path)
-
-
-@pytest.fixture
-def serve(sqlite_url, schemas, tmp_path):  # noqa: F811 - the fixture imported above
-    started = []
-
-    def start(*args: str, **kwargs) -> Serve:
-        s = Serve(sqlite_url, schemas, tmp_path / "serve.log", *args, **kwargs)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        if s.process.poll() is None:
-            assert s.stop() == 0, s.log()
 
 
 def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(tmp_path, schemas, users):  # noqa: F811
@@ -48,8 +32,8 @@ def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(
             "--shared-key too, or --forward off to serve HTTP alone") in result.stderr
 
 
-def test_users_alone_protect_http(serve, sqlite_url, users):
-    s = serve("--users", users, forward=None)
+def test_users_alone_protect_http(serve, store_url, users):  # noqa: F811 - the fixture imported above
+    s = serve("--users", users, "--forward", "off")
     assert s.lines == [f"http: 127.0.0.1:{s.http_port}  auth: users (Basic or Bearer)", "ready"]
     status, headers, reply = post(s.http_port, "/app/auth", b'{"seq": 1}\n')
     assert status == 401 and reply["error"] == "unauthorized" and "WWW-Authenticate" in headers
@@ -57,7 +41,7 @@ def test_users_alone_protect_http(serve, sqlite_url, users):
     assert post(s.http_port, "/app/auth", b'{"seq": 2}\n', {"Authorization": f"Basic {right}"})[:3:2] == (
         200, {"accepted": 1, "quarantined": 0})
     assert post(s.http_port, "/app/auth", b'{"seq": 3}\n', {"Authorization": "Bearer a-long-token"})[0] == 200
-    assert column(sqlite_url, "app.auth", "seq") == [2, 3]
+    assert column(store_url, "app.auth", "seq") == [2, 3]
 
 
 def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):  # noqa: F811
@@ -72,7 +56,7 @@ def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):  # noqa: F
     assert result.returncode == 2 and "--http-auth users needs --users FILE" in result.stderr
 
 
-def test_each_listener_says_what_protects_it(serve, sqlite_url, users):
+def test_each_listener_says_what_protects_it(serve, users):  # noqa: F811 - the fixture imported above
     s = serve("--shared-key", "the key", "--http-auth", "none")
     assert s.lines == [f"forward: 127.0.0.1:{s.forward_port}  auth: shared key (handshake)",
                        f"http: 127.0.0.1:{s.http_port}  auth: none: open to anyone who can connect", "ready"]
