@@ -29,7 +29,7 @@ msgpack item's bytes. Text that is not UTF-8 (in a JSON string or a
 msgpack str) is likewise kept, as a surrogate-escaped str, for ingest to
 quarantine its record alone.
 
-Event time (in_http): ``?time=<seconds>`` wins for every record; else the
+Event time (in_http): ``?time=`` (``0``: now) wins for every record; else the
 time a msgpack event ``[time, record]`` gives its record (Fluent Bit's
 ``Format msgpack``); else the record's ``time`` field (``?time_key=<field>``
 names another; a request from Fluent Bit, ``User-Agent: Fluent-Bit``,
@@ -53,7 +53,6 @@ import re
 import time as _time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -112,19 +111,15 @@ class _Decoded(NamedTuple):
 
 
 def _query_time(query: Mapping[str, str], now_ns: int) -> int | None:
-    """The ``?time=`` of the query in ns (exact decimal), ``now_ns`` for ``time=0`` like in_http, or None."""
+    """The ``?time=`` of the query in ns by :func:`ingest.times.time_ns`, ``now_ns`` for ``time=0`` like in_http, or None."""
     text = query.get("time")
     if text is None:
         return None
-    try:
-        seconds = Decimal(text.strip())
-    except (InvalidOperation, ValueError):
-        seconds = Decimal("NaN")
-    if not seconds.is_finite() or abs(seconds) > Decimal("9.2e9"):
-        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5, not {text[:40]!r}")
-    if seconds == 0:
-        return now_ns
-    return int(seconds.scaleb(9).to_integral_value())
+    ns = time_ns(text)
+    if ns is None:
+        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5 or "
+                                     f"ISO 8601, not {text[:40]!r}")
+    return now_ns if ns == 0 else ns
 
 
 def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded
