@@ -292,6 +292,28 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
     assert "field 'value': expected float64, got str 'high'" in reasons[2]
 
 
+def test_a_time_that_is_not_a_time_is_quarantined_naming_it(sqlite_url, schemas, broker, request):
+    """Over a real broker: ISO 8601 and epoch ms are times; a word is quarantined verbatim, its reason naming it."""
+    messages = [("plant/times/power", b'{"value": 1.0, "seq": 1, "time": "2024-05-01T12:00:00Z"}'),
+                ("plant/times/power", b'{"value": 2.0, "seq": 2, "time": 1714564800250}'),
+                ("plant/times/power", b'{"value": 3.0, "seq": 3, "time": "soon"}')]
+    publisher = Publisher(broker.port, f"pub-{request.node.name}")
+
+    def work(subscriber: MqttSubscriber) -> None:
+        publisher.send(messages)
+        wait_for(lambda: subscriber.stored >= len(messages), what="every message committed")
+
+    try:
+        asyncio.run(_subscribe(sqlite_url, schemas, broker.port, work, client_id=f"sub-{request.node.name}"))
+    finally:
+        publisher.close()
+    assert stream_times(sqlite_url, "plant.times.power") == [1714564800 * 10**9, 1714564800250 * 10**6]
+    with arrays.open_stream(sqlite_url, "plant.times.power", quarantine=True) as q:
+        quarantined = q.to_pandas()
+    assert quarantined["raw"].tolist() == [messages[2][1]]
+    assert quarantined["reason"].tolist() == [not_a_time("soon")]
+
+
 def stream_times(url: str, tag: str) -> list[int]:
     with arrays.open_stream(url, tag) as stream:
         return stream["time"][:].tolist()
