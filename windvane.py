@@ -431,9 +431,15 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
 @click.option("--http", "http_address", default="127.0.0.1:9880", show_default=True, metavar="HOST:PORT",
               help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.")
 @click.option("--shared-key", envvar="WINDVANE_SHARED_KEY", show_envvar=True,
-              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake.")
+              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake. It protects "
+                   "Forward only: with HTTP on, give --users too (or --http-auth none, or --http off).")
 @click.option("--users", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="TOML file of users (password, bearer tokens): required for HTTP, and for Forward with --shared-key.")
+              help="TOML file of users ([users.NAME] with password = \"...\" and/or tokens = [\"...\"]): HTTP asks "
+                   "for Basic or Bearer credentials; Forward checks user passwords in its handshake, which needs "
+                   "--shared-key (or --forward off).")
+@click.option("--http-auth", type=click.Choice(["users", "none"]), default=None,
+              help="How HTTP authenticates: 'users' (--users, the default when given) or 'none' (open: needed to "
+                   "serve HTTP unauthenticated beside a Forward protected by --shared-key).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=str),
               help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=str), help="PEM private key.")
@@ -472,7 +478,7 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
-          tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
+          http_auth: str | None, tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
           mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, memory_budget: int,
           max_connections: int, handshake_timeout: float, idle_timeout: float, header_timeout: float,
           body_timeout: float, log_level: str) -> None:
@@ -483,6 +489,8 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     Records that do not fit their schema are kept, with the reason, in the
     tag's quarantine stream. When ready it prints the bound addresses and
     "ready"; SIGTERM or Ctrl-C stops it after committing what it received.
+    Each listener's line says how it authenticates ("auth: ..."); it refuses
+    to start with Forward protected and HTTP open unless told so.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
@@ -493,7 +501,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         store=store_url, schemas=schemas,
         forward=None if forward.lower() in off else forward,
         http=None if http_address.lower() in off else http_address,
-        shared_key=shared_key, users=users, tls_cert=tls_cert, tls_key=tls_key,
+        shared_key=shared_key, users=users, http_auth=http_auth, tls_cert=tls_cert, tls_key=tls_key,
         commit_interval=commit_interval / 1000, decode_workers=decode_workers,
         mqtt=mqtt_url, mqtt_topics=mqtt_topics or ("#",), mqtt_client_id=mqtt_client_id,
         # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
@@ -532,6 +540,7 @@ async def _serve(service: Service, limits: Limits) -> None:
     budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together
     endpoints = []
     lines: list[tuple[str, object, str]] = []
+    auth = {**service.auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
         host, port = parse_address(config.forward, 24224)
         forward = ForwardServer(service.committer, host, port, shared_key=config.shared_key, users=service.users,
@@ -541,7 +550,7 @@ async def _serve(service: Service, limits: Limits) -> None:
         lines.append(("forward", forward, host))
     if config.http:
         host, port = parse_address(config.http, 9880)
-        app = make_app(service.committer, users=service.users, body_size_limit=config.body_size_limit,
+        app = make_app(service.committer, users=service.http_users, body_size_limit=config.body_size_limit,
                        decompressed_size_limit=config.decompressed_size_limit, health=service.health,
                        metrics=service.metric_samples, streams=service.streams, limits=limits, budget=budget)
         http = HttpServer(app, host, port, ssl=service.ssl)
@@ -556,7 +565,7 @@ async def _serve(service: Service, limits: Limits) -> None:
 
     def ready() -> None:
         for name, endpoint, host in lines:
-            click.echo(f"{name}: {host}:{endpoint.port}")
+            click.echo(f"{name}: {host}:{endpoint.port}  auth: {auth[name]}")
         click.echo("ready")
 
     try:
@@ -585,6 +594,9 @@ async def _serve(service: Service, limits: Limits) -> None:
               help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
                    "in the order given, each starting where the one before ended. Default: each file's BWF "
                    "origination time, else its modification time minus its duration.")
+@click.option("--timezone", default=None, metavar="ZONE",
+              help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
+                   "Default: UTC, and this machine's zone for RFC 3164 syslog.")
 @click.option("--restart", is_flag=True,
               help="Import a file that changed since it was partly imported from its beginning.")
 @click.option("--again", is_flag=True,
@@ -599,8 +611,8 @@ async def _serve(service: Service, limits: Limits) -> None:
                    "A blank or repeated header cell names its column column_<n> (n: its position).")
 def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
                  format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, restart: bool, again: bool, commit_mb: int, allow_rejects: bool,
-                 renames: tuple[str, ...]) -> None:
+                 start_time: str | None, timezone: str | None, restart: bool, again: bool, commit_mb: int,
+                 allow_rejects: bool, renames: tuple[str, ...]) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
@@ -614,6 +626,9 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     typed from the whole first file; the schema inferred is printed, to pin
     with --schema. Column names are kept as written; one a store key cannot
     hold ("flow [l/s]") is stored under an escaped key (see the README).
+    RFC 3164 syslog lines carry no year: they are taken in the year of the
+    file's modification time (the year before for dates after it), and the
+    summary says which.
 
     \b
     Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
@@ -627,8 +642,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     from connectors.files import FileFormatError, ReaderOptions
     from connectors.files.compression import compression_of
     from connectors.files.formats import format_for
-    from connectors.files.times import time_ns
     from ingest import imports
+    from ingest.times import check_zone, time_ns
     from ingest.schema import load_schema
     from ingest.streams import StreamWriters
 
@@ -637,13 +652,12 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
         schema = load_schema(schema_path) if schema_path else None
         formats = [format_for(path, format_name) for path in paths]
         start_ns = None
+        if timezone is not None:
+            check_zone(timezone)
         if start_time is not None:
-            import pyarrow as pa
-
-            values, bad = time_ns(pa.array([start_time]))
-            if len(bad):
+            start_ns = time_ns(start_time)
+            if start_ns is None:
                 raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
-            start_ns = int(values[0])
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
     total = sum(os.path.getsize(p) for p in paths)
@@ -657,7 +671,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
                                                           block_bytes=min(16 << 20, commit_mb << 19),
-                                                          rename=rename))
+                                                          rename=rename, timezone=timezone))
                     for note in getattr(reader, "notes", ()):
                         click.echo(f"note: {note}", err=True)
                     if start_ns is not None and fmt.vibration:
@@ -677,6 +691,8 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                         click.echo(_inferred_schema(tag, path, schema), err=True)
                     click.echo(_import_summary(path, result))
                     rejected += result.rejected
+                    if fmt.name == "syslog":
+                        click.echo(_syslog_years(path))
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
@@ -720,6 +736,16 @@ def _inferred_schema(tag: str, path: str, schema) -> str:
     return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
             f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
             + schema_toml(schema).rstrip("\n"))
+
+
+def _syslog_years(path: str) -> str:
+    """What year an RFC 3164 file's lines were given: its modification time's."""
+    import datetime
+    import os
+
+    written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+    return (f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
+            f"time ({written:%Y-%m-%d}); lines dated after that, in {written.year - 1}")
 
 
 def _import_summary(path: str, result) -> str:

@@ -9,7 +9,7 @@ reason it was rejected); only then may the connector acknowledge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,7 +54,9 @@ class Batch:
     metrics (``"forward"``, ``"http"``, ...), ``size`` the bytes it arrived
     as (for backpressure and metrics). ``typed`` says the records are
     instances of the tag's record type (:mod:`ingest.record_types`): they
-    fit its schema as they are.
+    fit its schema as they are. ``faults`` maps the index of a record the
+    connector could not read (a line that is not JSON, a time that is not
+    a time) to why: ingest quarantines it verbatim with that reason.
     """
 
     tag: str
@@ -64,6 +66,7 @@ class Batch:
     source: str = ""
     size: int = 0
     typed: bool = False
+    faults: Mapping[int, str] | None = None
 
     def __post_init__(self) -> None:
         if len(self.times) != len(self.records):

@@ -454,14 +454,16 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
     """Split ``batch`` into the columns of the rows that fit ``schema`` and the records it rejects."""
     if not len(batch):
         return None, []
-    if min(batch.times) == INVALID_TIME:
-        good = [i for i, t in enumerate(batch.times) if t != INVALID_TIME]
-        rejected = [Rejected(INVALID_TIME, BAD_TIME, batch.raw_bytes(i), batch.source)
-                    for i, t in enumerate(batch.times) if t == INVALID_TIME]
+    faults = batch.faults or {}
+    if faults or min(batch.times) == INVALID_TIME:
+        good = [i for i, t in enumerate(batch.times) if t != INVALID_TIME and i not in faults]
+        rejected = [Rejected(INVALID_TIME if t == INVALID_TIME else int(t), faults.get(i, BAD_TIME),
+                             batch.raw_bytes(i), batch.source)
+                    for i, t in enumerate(batch.times) if t == INVALID_TIME or i in faults]
         if not good:
             return None, rejected
         rest = Batch(batch.tag, [batch.times[i] for i in good], [batch.records[i] for i in good],
-                     raw=None if batch.raw is None else (lambda j: batch.raw(good[j])), source=batch.source,
+                     raw=(lambda j: batch.raw_bytes(good[j])), source=batch.source,
                      size=batch.size, typed=batch.typed)
         columns, more = to_columns(schema, rest)
         return columns, rejected + more
@@ -472,4 +474,5 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
 
 def unrouted(batch: Batch, reason: str) -> list[Rejected]:
     """Every record of a batch no schema takes, rejected with ``reason``."""
-    return [Rejected(int(t), reason, batch.raw_bytes(i), batch.source) for i, t in enumerate(batch.times)]
+    faults = batch.faults or {}
+    return [Rejected(int(t), faults.get(i, reason), batch.raw_bytes(i), batch.source) for i, t in enumerate(batch.times)]

@@ -194,7 +194,7 @@ class _Service:
                                     f"{self.log_tail()}")
                 name, _, address = line.partition(": ")
                 if address:
-                    ports[name] = int(address.rpartition(":")[2])
+                    ports[name] = int(address.split()[0].rpartition(":")[2])  # then "auth: ..."
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]

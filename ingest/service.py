@@ -29,7 +29,7 @@ from neostore.tids import tid_time
 
 from .auth import Users
 from .committer import GroupCommitter
-from .errors import IngestError
+from .errors import AuthError, IngestError
 from .metrics import Metrics
 from .schema import SchemaSet, load_schemas
 
@@ -114,6 +114,7 @@ class ServeConfig:
     http: str | None = "127.0.0.1:9880"
     shared_key: str | None = None
     users: str | None = None
+    http_auth: str | None = None  # "users" or "none"; None: "users" if users is given, else "none"
     tls_cert: str | None = None
     tls_key: str | None = None
     commit_interval: float = 0.0
@@ -126,6 +127,38 @@ class ServeConfig:
     mqtt: str | None = None  # broker URL, mqtt://[user:pw@]host[:port] or mqtts://...; None: no MQTT
     mqtt_topics: tuple[str, ...] = ("#",)  # topic filters subscribed to (QoS 1)
     mqtt_client_id: str | None = None  # the persistent session's name; None: derived from the store URL
+
+
+def listener_auth(config: ServeConfig) -> dict[str, str]:
+    """What authenticates each listener of ``config`` (``forward``, ``http``), in words for the start-up lines.
+
+    Raises :class:`AuthError` for a configuration that would protect one
+    listener and leave another open without being told to: Forward with a
+    shared key and HTTP without users (unless ``http_auth`` is "none"), or
+    users with Forward on and no shared key (the Forward protocol checks
+    users only inside its shared-key handshake, as fluentd's ``in_forward``
+    does: its users need a ``<security>`` shared key).
+    """
+    if config.http_auth not in (None, "users", "none"):
+        raise AuthError(f"--http-auth {config.http_auth!r} is not one of: users, none")
+    if config.http_auth == "users" and not config.users:
+        raise AuthError("--http-auth users needs --users FILE (the users file of HTTP Basic passwords and tokens)")
+    if config.users and config.forward and not config.shared_key:
+        raise AuthError("--users without --shared-key: the Forward protocol checks users only inside its shared-key "
+                        "handshake (as fluentd's in_forward), so Forward would be open to anyone while HTTP asks for "
+                        "credentials; give --shared-key too, or --forward off to serve HTTP alone")
+    http_users = bool(config.users) and config.http_auth != "none"
+    if config.http and config.forward and config.shared_key and not http_users and config.http_auth != "none":
+        raise AuthError("--shared-key protects Forward only: HTTP would be open to anyone who can connect to "
+                        f"{config.http}; give --users FILE for HTTP Basic/Bearer credentials, --http off, or "
+                        "--http-auth none to serve HTTP unauthenticated on purpose")
+    out = {}
+    if config.forward:
+        out["forward"] = (("shared key and user passwords" if config.users else "shared key") + " (handshake)"
+                          if config.shared_key else "none: open to anyone who can connect")
+    if config.http:
+        out["http"] = "users (Basic or Bearer)" if http_users else "none: open to anyone who can connect"
+    return out
 
 
 def default_decode_workers() -> int:
@@ -194,7 +227,10 @@ class Service:
             raise IngestError("TLS needs both --tls-cert and --tls-key")
         self.config = config
         self.schemas: SchemaSet = load_schemas(config.schemas)
+        self.auth = listener_auth(config)
         self.users = Users.load(config.users) if config.users else None
+        #: The users HTTP asks for credentials (None: HTTP is open, by ``http_auth`` "none" or no users).
+        self.http_users = self.users if config.http_auth != "none" else None
         self.ssl = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
         self.store = neostore.open(config.store)
         self.metrics = Metrics()

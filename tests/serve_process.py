@@ -39,16 +39,19 @@ class Serve:
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.addresses: dict[str, tuple[str, int]] = {}
+        self.lines: list[str] = []  # what it printed up to "ready"
         deadline = time.monotonic() + timeout
         while True:
             line = self.process.stdout.readline().decode().strip()
+            if line:
+                self.lines.append(line)
             if line == "ready":
                 break
             if not line and self.process.poll() is not None:
                 raise RuntimeError(f"windvane serve exited with {self.process.returncode}:\n{self.log()}")
             if ": " in line:
                 name, _, address = line.partition(": ")
-                host, _, port = address.rpartition(":")
+                host, _, port = address.split()[0].rpartition(":")  # then "auth: ..."
                 self.addresses[name] = (host, int(port))
             if time.monotonic() > deadline:
                 self.kill()

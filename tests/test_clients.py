@@ -127,9 +127,9 @@ def _start(tmp_path: Path, url: str, extra: list[str], ready_timeout: float = 90
                 + "\n".join(lines) + "\n--- stderr ---\n" + log.read_text(errors="replace")[-6000:]
             )  # fmt: skip
         if line.startswith("forward:"):
-            forward = line.split(":", 1)[1].strip()
+            forward = line.split(":", 1)[1].split()[0]  # then "auth: ..."
         elif line.startswith("http:"):
-            http = line.split(":", 1)[1].strip()
+            http = line.split(":", 1)[1].split()[0]
         elif line.strip() == "ready":
             break
     assert forward and http, f"no forward/http address before ready: {lines}"
@@ -146,6 +146,8 @@ def serve(tmp_path, sqlite_url):
         extra = []
         if shared_key is not None:
             extra += ["--shared-key", shared_key]
+            if not users:
+                extra += ["--http-auth", "none"]  # these tests send over Forward; HTTP is open on purpose
         if users:
             users_file = tmp_path / "users.toml"
             users_file.write_text("".join(f'[users.{n}]\npassword = "{p}"\n\n' for n, p in users.items()))

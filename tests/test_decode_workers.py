@@ -159,13 +159,17 @@ async def test_http_malformed_body_via_worker_is_a_400_naming_the_problem(commit
     server = HttpServer(make_app(committer), port=0)
     await server.start()
     try:
-        status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": 1}\n{"seq": \n')
-        assert status == 400 and reply["error"] == "bad_json" and "line 2" in reply["message"]
+        status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": \n{"seq": 1\n')
+        assert status == 400 and reply["error"] == "bad_json" and "line 1" in reply["message"]
         status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": 1, "msg": "m"}\n["not a map"]\n')
         assert status == 200 and (reply["accepted"], reply["quarantined"]) == (1, 1)
+        # A line that is not JSON is quarantined by the worker with its line number; the others are stored.
+        status, reply = await asyncio.to_thread(_post, server.port, b'{"seq": 2, "msg": "m"}\n{"seq": \n')
+        assert status == 200 and (reply["accepted"], reply["quarantined"]) == (1, 1)
+        assert reply["reasons"] == ["line 2 of the NDJSON body is not valid JSON: column 9: Expecting value"]
     finally:
         await server.close()
-    assert read(store, "app.h", quarantine=True)["raw"][0] == b'["not a map"]'
+    assert read(store, "app.h", quarantine=True)["raw"][:2].tolist() == [b'["not a map"]', b'{"seq": ']
 
 
 def _many_small(chunk: str, pad: int = 0) -> list[tuple[list[Undecoded], bytes]]:

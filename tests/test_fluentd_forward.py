@@ -168,7 +168,7 @@ def deliver(tmp_path: Path, count: int, start: Callable[[Path, int], Program], *
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args,
-               forward=f"127.0.0.1:{port}") as serve:
+               forward=f"127.0.0.1:{port}", http=None) as serve:
         program = start(source, port)
         try:
             wait_rows(url, count, 120, tag=tag, what=f"\n{program.log()}\n{serve.log()}")
@@ -217,7 +217,7 @@ def test_wrong_user_password_is_refused_and_nothing_stored(tmp_path):
     port = free_port()
     security = f"<security>\n self_hostname fluentd-test\n shared_key {SHARED_KEY}\n</security>"
     with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", "--shared-key", SHARED_KEY,
-               "--users", str(users), forward=f"127.0.0.1:{port}") as serve:
+               "--users", str(users), forward=f"127.0.0.1:{port}", http=None) as serve:
         fluentd = start_fluentd(fluentd_config(source, port, security=security,
                                                server="username alice\n    password wrong"), tmp_path)
         try:

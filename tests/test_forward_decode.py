@@ -22,6 +22,7 @@ from connectors.forward.decode import FrameReader, decode_message, decode_packed
 from ingest.columns import to_columns
 from ingest.record_types import record_type
 from ingest.schema import parse_schema
+from ingest.times import not_a_time
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -334,12 +335,15 @@ def test_bulk_blocks_that_do_not_fit_or_arrive_compressed_decode_as_before():
 
 def test_times_zero_nil_float_and_invalid():
     before = time.time_ns()
-    entries = [[0, {}], [None, {}], [1.5, {}], ["yesterday", {}], [event_time(0, 0), {}], [2**62, {}]]
+    entries = [[0, {}], [None, {}], [1.5, {}], ["yesterday", {}], [event_time(0, 0), {}], [2**63, {}],
+               ["2024-05-01T12:00:00Z", {}], [1714564800250, {}]]
     batch = one(packb(["t", entries])).batch
     t = list(batch.times)
     assert t[0] >= before and t[1] >= before and t[4] >= before
     assert t[2] == 1_500_000_000
     assert t[3] == INVALID_TIME and t[5] == INVALID_TIME
+    assert t[6:] == [1714564800 * 10**9, 1714564800250 * 10**6]  # windvane's one time rule: ISO 8601, ms
+    assert batch.faults == {3: not_a_time("yesterday"), 5: not_a_time(2**63)}
 
 
 def test_invalid_records_reach_ingest():

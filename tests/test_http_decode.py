@@ -22,7 +22,7 @@ import msgpack
 import pytest
 import zstandard
 
-from connectors.http.decode import decode_in_http, decode_wendelin, decompress, seconds_to_ns, tag_for_path
+from connectors.http.decode import decode_in_http, decode_wendelin, decompress, tag_for_path
 from connectors.http.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 NOW = 1_800_000_000_123_456_789
@@ -132,7 +132,7 @@ def test_fluent_bit_date_only_for_fluent_bit_or_when_named():
     body = b'{"ts":"2023-11-14T22:13:20.25+01:00"}\n{"ts":1700000000250}\n{"ts":"soon"}\n'
     b = one(decode_in_http(body, "application/x-ndjson", tag="t", query={"time_key": "ts"}, now_ns=NOW))
     assert b.times == [1_699_996_400_250_000_000, 1_700_000_000_250_000_000, NOW]
-    assert b.records == [{}, {}, {"ts": "soon"}]
+    assert b.records == [{}, {}, {"ts": "soon"}] and list(b.faults) == [2]
 
 
 def test_json_stream_errors_name_the_place():
@@ -246,12 +246,16 @@ def test_ndjson_utf8_and_bom():
 
 
 def test_bad_json_reports_line_and_column():
+    """A bad NDJSON line is a fault of its own naming its line; a body with no JSON line at all is a 400."""
+    b = ndjson(b'{"a":1}\n\n{"b":}\n{"c":3}\n')
+    assert b.records[0] == {"a": 1} and b.records[2] == {"c": 3} and list(b.faults) == [1]
+    assert b.faults[1] == "line 3 of the NDJSON body is not valid JSON: column 6: Expecting value"
+    assert b.raw(1) == b'{"b":}'
     with pytest.raises(BadRequest) as err:
-        ndjson(b'{"a":1}\n\n{"b":}\n')
-    assert err.value.code == "bad_json" and "line 3, column 6" in err.value.message
-    with pytest.raises(BadRequest) as err:
-        ndjson(b'{"a":1} x\n')
-    assert "line 1, column 9" in err.value.message
+        ndjson(b'{"a":1} x\nnot json\n')
+    assert err.value.code == "bad_json"
+    assert err.value.message == ("the NDJSON body has no valid JSON line: line 1 of the NDJSON body is not valid "
+                                 "JSON: column 9: Extra data")
     with pytest.raises(BadRequest) as err:
         decode_in_http(b'[{"a":1},\n {"b" 2}]', "application/json", tag="t")
     assert err.value.code == "bad_json" and "line 2, column 7" in err.value.message
@@ -379,10 +383,16 @@ def test_time_field_removed_and_used():
     assert b.raw(0) == b'{"time":1700000000,"a":1}'  # the arrival bytes keep it
 
 
-def test_non_numeric_time_field_stays():
-    b = ndjson(b'{"time":"2024-01-01T00:00:00Z"}\n{"time":true}\n{"time":null}\n{"time":1e300}\n')
-    assert list(b.times) == [NOW] * 4
-    assert [r["time"] for r in b.records] == ["2024-01-01T00:00:00Z", True, None, 1e300]
+def test_time_field_read_by_the_one_time_rule():
+    """ISO 8601 text is a time as over MQTT; a value that is not a time is a fault naming it; null is no time."""
+    b = ndjson(b'{"time":"2024-01-01T00:00:00Z","a":1}\n{"time":true}\n{"time":null,"a":3}\n{"time":1e300}\n'
+               b'{"time":"yesterday"}\n{"time":1700000000000}\n')
+    assert list(b.times) == [1704067200 * NS, NOW, NOW, NOW, NOW, 1700000000 * NS]
+    assert b.records[0] == {"a": 1} and b.records[2] == {"a": 3} and b.records[5] == {}
+    assert sorted(b.faults) == [1, 3, 4]
+    assert b.faults[4].startswith("the event time 'yesterday' is not a time")
+    assert b.faults[1].startswith("the event time True is not a time")
+    assert b.raw(4) == b'{"time":"yesterday"}'  # quarantined as it arrived
 
 
 def test_query_time_wins_and_keeps_field():
@@ -400,14 +410,6 @@ def test_msgpack_event_time_field():
     rec = {"time": msgpack.ExtType(0, struct.pack(">II", 1700000000, 5)), "a": 1}
     b = one(decode_in_http(msgpack.packb(rec), "application/msgpack", tag="t"))
     assert list(b.times) == [1700000000 * NS + 5] and list(b.records) == [{"a": 1}]
-
-
-def test_seconds_to_ns():
-    assert seconds_to_ns(1) == NS
-    assert seconds_to_ns(-1.5) == -1_500_000_000
-    assert seconds_to_ns(1700000000.1234567) == 1700000000_123456700
-    assert seconds_to_ns(float("nan")) is None and seconds_to_ns(True) is None and seconds_to_ns("1") is None
-    assert seconds_to_ns(10**10) is None  # beyond int64 nanoseconds
 
 
 # ---------------------------------------------------------------- content encodings

@@ -235,7 +235,9 @@ async def test_client_errors(served, client, path, body, headers, status, code):
 
 async def test_bad_json_message_has_line_and_column(served, client):
     url, _ = await served()
-    _, _, reply = await post(client, url + "/t", b'{"a":1}\n{"a" 1}\n', {"Content-Type": "application/x-ndjson"})
+    status, _, reply = await post(client, url + "/t", b'{"a" 1}\n', {"Content-Type": "application/x-ndjson"})
+    assert status == 400 and "line 1 of the NDJSON body is not valid JSON: column 6" in reply["message"]
+    _, _, reply = await post(client, url + "/t", b'[{"a":1},\n{"a" 1}]', {"Content-Type": "application/json"})
     assert "line 2, column 6" in reply["message"]
 
 

@@ -172,7 +172,7 @@ def test_unauthenticated_partial_frames_are_cut_short(tmp_path):
                 return
             cut.append(closed_by_server(sock))
 
-    with start(tmp_path, "--shared-key", "secret") as server:
+    with start(tmp_path, "--shared-key", "secret", "--http-auth", "none") as server:
         run_clients(stranger, [()] * connections)
         peak = memory(server.process.pid)["VmHWM"]
         assert server.stop() == 0, server.log()

@@ -33,11 +33,11 @@ from connectors.mqtt import (
     default_client_id,
     message_key,
     parse_broker_url,
-    time_ns,
     topic_to_tag,
 )
 from ingest import Batch
 from ingest.batch import INVALID_TIME
+from ingest.times import not_a_time
 from ingest.committer import GroupCommitter
 from ingest.schema import load_schemas
 from tests.mosquitto import Mosquitto
@@ -135,7 +135,7 @@ def seqs(url: str, tags) -> np.ndarray:
     (b'{"value": 1, "time": 1700000000000}', [T0], [{"value": 1}]),  # milliseconds by magnitude
     (b'{"value": 1, "time": 1700000000000000}', [T0], [{"value": 1}]),  # microseconds
     (b'{"value": 1, "time": 1700000000000000000}', [T0], [{"value": 1}]),  # nanoseconds
-    (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, arrival time
+    (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, a fault
     (b'{"value": 2}', [42], [{"value": 2}]),
     (b' [{"value": 1}, {"value": 2, "time": 1700000000}] ', [42, T0], [{"value": 1}, {"value": 2}]),
     (b'[1700000000.5, {"value": 3}]', [T0 + 500_000_000], [{"value": 3}]),
@@ -151,6 +151,12 @@ def test_payloads_decode_to_events_with_their_times(payload, times, records):
     events = decode_payload(payload, 42)
     assert events.times == times
     assert events.records == records
+
+
+def test_times_that_are_not_times_are_faults_naming_the_value():
+    events = decode_payload(b'[{"value": 1, "time": "yesterday"}, ["soon", {"value": 2}], {"value": 3}]', 42)
+    assert events.faults == {0: not_a_time("yesterday"), 1: not_a_time("soon")}
+    assert not_a_time("yesterday").startswith("the event time 'yesterday' is not a time")
 
 
 def test_array_elements_keep_the_bytes_they_arrived_as():
@@ -173,13 +179,6 @@ def test_undecodable_payloads_become_one_record_that_says_why(payload, why):
     events = decode_payload(payload, 42)
     assert events.times == [42] and events.raws == [payload]
     assert repr(events.records[0]) == f"({why})"
-
-
-def test_time_values():
-    assert time_ns(1.5) == 1_500_000_000
-    assert time_ns("2023-11-14T22:13:20,5-02:00") == T0 + 2 * 3600 * 10**9 + 500_000_000
-    for bad in (True, None, float("nan"), "2023-11-14", "12", 10**30, [1]):
-        assert time_ns(bad) is None, bad
 
 
 def test_topics_urls_and_client_ids():
@@ -291,6 +290,28 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
     assert "not UnreadablePayload (invalid JSON: line 1 column 11)" in reasons[0]
     assert "not JSON nor msgpack" in reasons[1]
     assert "field 'value': expected float64, got str 'high'" in reasons[2]
+
+
+def test_a_time_that_is_not_a_time_is_quarantined_naming_it(sqlite_url, schemas, broker, request):
+    """Over a real broker: ISO 8601 and epoch ms are times; a word is quarantined verbatim, its reason naming it."""
+    messages = [("plant/times/power", b'{"value": 1.0, "seq": 1, "time": "2024-05-01T12:00:00Z"}'),
+                ("plant/times/power", b'{"value": 2.0, "seq": 2, "time": 1714564800250}'),
+                ("plant/times/power", b'{"value": 3.0, "seq": 3, "time": "soon"}')]
+    publisher = Publisher(broker.port, f"pub-{request.node.name}")
+
+    def work(subscriber: MqttSubscriber) -> None:
+        publisher.send(messages)
+        wait_for(lambda: subscriber.stored >= len(messages), what="every message committed")
+
+    try:
+        asyncio.run(_subscribe(sqlite_url, schemas, broker.port, work, client_id=f"sub-{request.node.name}"))
+    finally:
+        publisher.close()
+    assert stream_times(sqlite_url, "plant.times.power") == [1714564800 * 10**9, 1714564800250 * 10**6]
+    with arrays.open_stream(sqlite_url, "plant.times.power", quarantine=True) as q:
+        quarantined = q.to_pandas()
+    assert quarantined["raw"].tolist() == [messages[2][1]]
+    assert quarantined["reason"].tolist() == [not_a_time("soon")]
 
 
 def stream_times(url: str, tag: str) -> list[int]:

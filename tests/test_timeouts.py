@@ -65,7 +65,7 @@ def refused(counters: dict[str, float], endpoint: str) -> float:
 
 
 def test_forward_handshake_and_idle_timeouts(tmp_path):
-    with start(tmp_path, "--shared-key", "k3y", "--handshake-timeout", "1", "--idle-timeout", "2") as server:
+    with start(tmp_path, "--shared-key", "k3y", "--http-auth", "none", "--handshake-timeout", "1", "--idle-timeout", "2") as server:
         with connect(server.forward_port) as silent:
             # Never answers the HELO: closed after the handshake timeout.
             assert msgpack.unpackb(silent.recv(4096), raw=False)[0] == "HELO"

@@ -34,7 +34,9 @@ class ReaderOptions:
     the arrow type each column must be read as (a text format parses to
     them; from the stream's schema). ``block_bytes``: the most file bytes a
     text or WAV reader puts in one part. ``rename``: old -> new column names
-    (``--rename``), applied after :func:`column_names`.
+    (``--rename``), applied after :func:`column_names`. ``timezone``: the IANA
+    zone of times written without one (``--timezone``; None: UTC, and this
+    machine's zone for RFC 3164 syslog, :class:`.logs.LogOptions`).
     """
 
     time_column: str | None = None
@@ -43,6 +45,7 @@ class ReaderOptions:
     column_types: dict[str, pa.DataType] = field(default_factory=dict)
     block_bytes: int = 16 << 20
     rename: dict[str, str] = field(default_factory=dict)
+    timezone: str | None = None
 
 
 def column_names(path: str, header: Sequence[str | None], rename: Mapping[str, str]) -> tuple[list[str], list[str]]:

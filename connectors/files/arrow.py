@@ -110,7 +110,8 @@ class ArrowReader:
                 row += batch.num_rows
 
     def _part(self, table: pa.Table, end: int) -> Part:
-        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit)
+        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit,
+                                   self.options.timezone or "UTC")
         rejected = []
         if len(wrong):
             values = table.column(self.time_column)

@@ -250,7 +250,7 @@ class CsvReader:
         if len(index if index is not None else rows) != table.num_rows:
             raise FileFormatError(f"{self.path}: {table.num_rows} rows parsed where {len(rows)} were found "
                                   f"before byte {end}; the file's quoting is not CSV")
-        times, wrong = time_ns(table.column(self.time_column), self._unit)
+        times, wrong = time_ns(table.column(self.time_column), self._unit, self.options.timezone or "UTC")
         if len(wrong):
             values = table.column(self.time_column)
             for i in wrong:

@@ -1,18 +1,18 @@
-"""Time columns of files: ISO 8601 text or epoch numbers to int64 nanoseconds since the epoch, UTC.
+"""Time columns of files to int64 nanoseconds since the epoch, UTC, by windvane's one time rule.
 
-- ISO 8601 with a zone (``Z``, ``+01:00``, ``+0100``) is converted to UTC;
-  without a zone it is taken as UTC (files rarely say which local time
-  they mean, and guessing the machine's zone would make the same file
-  import differently on two machines). A date alone is its midnight UTC.
-  Fractions down to nanoseconds are kept.
+The rule is :mod:`ingest.times`'s, applied a whole column at a time:
+
+- ISO 8601 text with a zone (``Z``, ``+01:00``, ``+0100``) is an instant;
+  without one it is a wall-clock time in ``zone`` (``windvane import
+  --timezone``; default UTC: guessing the machine's zone would make the
+  same file import differently on two machines). A date alone is its
+  midnight. Fractions down to nanoseconds are kept.
 - Numbers are epoch times; the unit is ``time_unit`` if given, else chosen
-  by the magnitude of the first value: below 1e11 seconds, below 1e14
-  milliseconds, below 1e17 microseconds, else nanoseconds (so any date from
-  1973 to 5138 is read right in each unit). Integers are exact; fractional
-  numbers are rounded to the microsecond (a float64 holds no more of an
-  epoch time).
+  by the magnitude of the first value (:func:`ingest.times.unit_for`).
+  Integers are exact; fractional numbers are rounded to the microsecond (a
+  float64 holds no more of an epoch time).
 - Timestamp and date columns (Parquet, Arrow) are converted as they are;
-  timestamps without a zone are UTC.
+  timestamps without a zone are wall-clock times in ``zone`` too.
 
 A value that is none of these (or missing) makes its row rejected, with a
 reason naming the value, by the reader.
@@ -27,13 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.parts import failing_rows
+from ingest.times import iso_column_ns, wall_to_utc
+from ingest.times import unit_for as magnitude_unit
 
 from . import FileFormatError
 
 #: Column names taken as the time column, in this order, when none is named.
 TIME_NAMES = ("time", "timestamp", "ts", "datetime", "date")
 UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
-_ZONE = r"\d\d:\d\d(:\d\d(\.\d+)?)?\s*(Z|z|[+-]\d\d(:?\d\d)?)$"
 _NUMBER = r"^\s*-?\d+(\.\d*)?([eE][+-]?\d+)?\s*$"
 
 
@@ -58,8 +59,7 @@ def unit_for(values: pa.Array, unit: str | None) -> str:
             raise FileFormatError(f"time unit {unit!r} is not one of {', '.join(UNITS)}")
         return unit
     valid = values.drop_null()
-    first = abs(float(valid[0].as_py())) if len(valid) else 0.0
-    return "s" if first < 1e11 else "ms" if first < 1e14 else "us" if first < 1e17 else "ns"
+    return magnitude_unit(float(valid[0].as_py()) if len(valid) else 0.0)
 
 
 def _epoch(values: pa.Array, unit: str) -> pa.Array:
@@ -70,29 +70,16 @@ def _epoch(values: pa.Array, unit: str) -> pa.Array:
     return pc.multiply_checked(pc.cast(micros, pa.int64()), 1000)
 
 
-def _iso(values: pa.Array) -> pa.Array:
-    """ISO 8601 text as int64 ns (ArrowInvalid if a value is not ISO 8601)."""
-    zoned = pc.match_substring_regex(values, _ZONE)
-    out = np.zeros(len(values), dtype=np.int64)
-    for mask, type_ in ((zoned, pa.timestamp("ns", tz="UTC")), (pc.invert(zoned), pa.timestamp("ns"))):
-        mask = pc.fill_null(mask, False)
-        picked = values.filter(mask)
-        if len(picked):
-            # Strings with a zone other than "Z" need the "+HH:MM" form pyarrow parses.
-            fixed = pc.replace_substring_regex(picked, r"([+-]\d\d)(\d\d)$", r"\1:\2")
-            ns = pc.cast(pc.cast(fixed, type_), pa.int64())
-            out[np.flatnonzero(mask.to_numpy(zero_copy_only=False))] = ns.fill_null(0).to_numpy()
-    return pa.array(out, mask=values.is_null().to_numpy(zero_copy_only=False))
-
-
-def _convert(values: pa.Array, unit: str | None) -> pa.Array:
+def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
     type_ = values.type
     if pa.types.is_dictionary(type_):
         values, type_ = values.dictionary_decode(), type_.value_type
-    if pa.types.is_timestamp(type_):
-        return pc.cast(pc.cast(values, pa.timestamp("ns", tz=type_.tz)), pa.int64())
-    if pa.types.is_date(type_):
-        return pc.cast(pc.cast(values, pa.timestamp("ns")), pa.int64())
+    if pa.types.is_timestamp(type_) or pa.types.is_date(type_):
+        zoned = pa.types.is_timestamp(type_) and type_.tz is not None
+        ns = pc.cast(pc.cast(values, pa.timestamp("ns", tz=type_.tz if zoned else None)), pa.int64())
+        if zoned or zone == "UTC":
+            return ns
+        return pa.array(wall_to_utc(ns.fill_null(0).to_numpy(), zone), mask=ns.is_null().to_numpy(zero_copy_only=False))
     if pa.types.is_integer(type_) or pa.types.is_floating(type_):
         return _epoch(values, unit_for(values, unit))
     if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
@@ -102,20 +89,23 @@ def _convert(values: pa.Array, unit: str | None) -> pa.Array:
             if pc.all(pc.fill_null(pc.match_substring_regex(values, r"^\s*-?\d+\s*$"), True)).as_py():
                 numbers = pc.cast(pc.utf8_trim_whitespace(values), pa.int64())
             return _epoch(numbers, unit_for(numbers, unit))
-        return _iso(pc.utf8_trim_whitespace(values))
+        times, bad = iso_column_ns(values, zone)
+        return pa.array(times, mask=bad)
     raise FileFormatError(f"a time column of type {type_} is neither text, a number nor a timestamp")
 
 
-def time_ns(values: pa.Array | pa.ChunkedArray, unit: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def time_ns(values: pa.Array | pa.ChunkedArray, unit: str | None = None,
+            zone: str = "UTC") -> tuple[np.ndarray, np.ndarray]:
     """``(times, bad)``: int64 ns since the epoch per value, and the indices of values that are not times.
 
-    ``unit``: the epoch unit of numbers (None: by magnitude). Rows at
+    ``unit``: the epoch unit of numbers (None: by magnitude); ``zone``: the
+    zone of ISO 8601 text written without one. Rows at
     ``bad`` (unparseable or missing) hold 0 in ``times``.
     """
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     try:
-        converted = _convert(values, unit)
+        converted = _convert(values, unit, zone)
         bad = np.flatnonzero(converted.is_null().to_numpy(zero_copy_only=False))
         return converted.fill_null(0).to_numpy(), bad
     except (pa.ArrowInvalid, OverflowError):
@@ -128,5 +118,5 @@ def time_ns(values: pa.Array | pa.ChunkedArray, unit: str | None = None) -> tupl
         times[start:start + len(got)] = got.fill_null(0).to_numpy()
         nulls.append(start + np.flatnonzero(got.is_null().to_numpy(zero_copy_only=False)))
 
-    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit), converted), *nulls])
+    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone), converted), *nulls])
     return times, np.sort(bad).astype(np.int64)

@@ -38,14 +38,16 @@ packed entries, so a quarantined entry keeps what the client sent.
 metadata map is dropped from the Batch; ``raw(i)`` still holds it); a
 float of seconds is accepted (fluent-logger-python sends one from
 ``emit_with_time`` with a float); 0, an EventTime of second 0, and nil
-mean "now", as in in_forward.
+mean "now", as in in_forward. Any other time is read by windvane's one
+time rule (:mod:`ingest.times`: epoch numbers by magnitude, ISO 8601
+text); one that is not a time is :data:`INVALID_TIME`, and the Batch's
+``faults`` name its value for the quarantine.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import struct
 import time
@@ -62,6 +64,7 @@ import numpy as np
 import zstandard
 
 from ingest.batch import INVALID_TIME, Batch, Undecoded
+from ingest.times import not_a_time, time_ns
 
 from .errors import MalformedMessage, OversizeMessage
 
@@ -74,7 +77,7 @@ MAX_CONTAINER_LEN = 1 << 20
 it reads its header, so this bounds what a few hostile bytes can allocate."""
 
 _NS = 1_000_000_000
-_MAX_SECONDS = (1 << 63) // _NS  # integer seconds that still fit int64 nanoseconds
+_SECONDS_BELOW = 10**11  # integers below this are seconds by ingest.times' rule (above: ms, us, ns)
 _FEED_SLICE = 1 << 20  # at most this much is fed to an Unpacker between limit checks
 _HEAD = 512  # bytes kept of a pending message to name its tag if it is too big
 _unpack_event_time = struct.Struct(">II").unpack
@@ -124,7 +127,8 @@ def _kind(value: Any) -> str:
 
 
 def _time_ns(t: Any) -> int:
-    """Nanoseconds of one time value (the slow path; see :func:`_times_ns`)."""
+    """Nanoseconds of one time value (the slow path; see :func:`_times_ns`): EventTime, in_forward's
+    "now" (0, nil, an EventTime of second 0), else windvane's one time rule (:func:`ingest.times.time_ns`)."""
     tt = type(t)
     if tt is list and t:
         # Fluent Bit 5: [EventTime, {metadata}]
@@ -135,20 +139,18 @@ def _time_ns(t: Any) -> int:
             return INVALID_TIME
         seconds, nanos = _unpack_event_time(t)
         return seconds * _NS + nanos if seconds else time.time_ns()
-    if tt is int:
-        if t == 0:
-            return time.time_ns()
-        return t * _NS if -_MAX_SECONDS <= t <= _MAX_SECONDS else INVALID_TIME
-    if t is None:
+    if t is None or ((tt is int or tt is float) and t == 0):
         return time.time_ns()
-    if tt is float:
-        if t == 0:
-            return time.time_ns()
-        if math.isfinite(t) and -_MAX_SECONDS < t < _MAX_SECONDS:
-            seconds = math.floor(t)  # split first: t * 1e9 as a float would lose the nanoseconds
-            return seconds * _NS + round((t - seconds) * _NS)
-        return INVALID_TIME
-    return INVALID_TIME
+    ns = time_ns(t)
+    return INVALID_TIME if ns is None else ns
+
+
+def _time_faults(times: array, values: list) -> dict[int, str] | None:
+    """Why each time of ``times`` that is :data:`INVALID_TIME` is not a time, naming its value; None if none is."""
+    if not len(times) or min(times) != INVALID_TIME:
+        return None
+    return {i: not_a_time(bytes(v) if type(v) is _EventTime else v)
+            for i, (ns, v) in enumerate(zip(times, values)) if ns == INVALID_TIME}
 
 
 def _times_ns(values: list) -> array:
@@ -166,7 +168,7 @@ def _times_ns(values: list) -> array:
         zero = seconds == 0
         if zero.any():  # EventTime of second 0 means "now", as in in_forward (time.to_i == 0)
             ns[zero] = time.time_ns()
-    elif types == {int} and min(values) > 0 and max(values) <= _MAX_SECONDS:
+    elif types == {int} and min(values) > 0 and max(values) < _SECONDS_BELOW:
         ns = np.array(values, dtype=np.int64) * _NS
     if ns is None:
         out.extend(map(_time_ns, values))
@@ -678,7 +680,8 @@ def decode_value(
     if n < 3:
         raise MalformedMessage(f"Message-mode message of tag {tag!r} has no record: expected [tag, time, record]")
     option = _option(value, 3, tag)
-    batch = Batch(tag, array("q", (_time_ns(entries),)), [value[2]], _FramesRaw([frame]), SOURCE, size)
+    times = array("q", (_time_ns(entries),))
+    batch = Batch(tag, times, [value[2]], _FramesRaw([frame]), SOURCE, size, faults=_time_faults(times, [entries]))
     return _decoded(batch, option, "message")
 
 
@@ -848,8 +851,10 @@ def _decode_forward(tag: str, entries: list, frame: bytes) -> Batch:
     for i, entry in enumerate(entries):
         if type(entry) is not list or len(entry) != 2:
             raise MalformedMessage(f"Forward entry {i} of tag {tag!r} is {_kind(entry)}, expected [time, record]")
-    times = _times_ns(list(map(_first, entries)))
-    return Batch(tag, times, list(map(_second, entries)), _ForwardRaw(frame), SOURCE, len(frame))
+    stamps = list(map(_first, entries))
+    times = _times_ns(stamps)
+    return Batch(tag, times, list(map(_second, entries)), _ForwardRaw(frame), SOURCE, len(frame),
+                 faults=_time_faults(times, stamps))
 
 
 class _FramesRaw:
@@ -929,9 +934,10 @@ def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_t
                     f"PackedForward entry {i} of tag {tag!r} is {_kind(entry)}"
                     f"{f' of {len(entry)} elements' if type(entry) is list else ''}, expected [time, record]"
                 )
-    times = _times_ns(list(map(_first, entries)))
+    stamps = list(map(_first, entries))
+    times = _times_ns(stamps)
     records = list(map(_second, entries))
-    return Batch(tag, times, records, _PackedRaw(payload), SOURCE, size)
+    return Batch(tag, times, records, _PackedRaw(payload), SOURCE, size, faults=_time_faults(times, stamps))
 
 
 def _count_entries(payload: bytes | memoryview) -> int | None:
@@ -991,7 +997,8 @@ def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type:
         return None  # EventTimes mixed with numbers: rare, the plain way converts them one by one
     else:
         times = _times_ns(stamps)
-    return Batch(tag, times, list(map(_second, entries)), _PackedRaw(payload), SOURCE, size, typed=True)
+    return Batch(tag, times, list(map(_second, entries)), _PackedRaw(payload), SOURCE, size, typed=True,
+                 faults=_time_faults(times, stamps))
 
 
 def _decode_counted(decoder: msgspec.msgpack.Decoder, payload: bytes | memoryview, count: int,
@@ -1250,10 +1257,12 @@ def merge_batches(batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
             if not owned[-1]:
                 last = Batch(
                     last.tag, array("q", last.times), list(last.records), _FramesRaw(list(last.raw.frames)),
-                    last.source, last.size,
+                    last.source, last.size, faults=last.faults,
                 )
                 out[-1] = last
                 owned[-1] = True
+            if batch.faults:
+                last.faults = {**(last.faults or {}), **{len(last.times) + i: why for i, why in batch.faults.items()}}
             last.times.extend(batch.times)
             last.records.extend(batch.records)
             last.raw.frames.extend(batch.raw.frames)

@@ -29,31 +29,30 @@ msgpack item's bytes. Text that is not UTF-8 (in a JSON string or a
 msgpack str) is likewise kept, as a surrogate-escaped str, for ingest to
 quarantine its record alone.
 
-Event time (in_http): ``?time=<seconds>`` wins for every record; else the
+Event time (in_http): ``?time=`` (``0``: now) wins for every record; else the
 time a msgpack event ``[time, record]`` gives its record (Fluent Bit's
-``Format msgpack``); else a numeric ``time`` field (int or float seconds,
-a msgpack EventTime, or decimal text in LTSV) is removed from the record
-and used; else the arrival time. ``?time_key=<field>`` names another field
-(read as ISO 8601 text or a number whose magnitude says its unit); a
-request from Fluent Bit (``User-Agent: Fluent-Bit``) defaults to ``date``,
-the key its JSON formats add (``json_date_key``), in any of its
-``json_date_format`` forms. A ``time`` field
-that is not a number stays in the record and the event gets the arrival
-time (fluentd answers 400 for the whole request instead): ingest's schema
-decides about it.
+``Format msgpack``); else the record's ``time`` field (``?time_key=<field>``
+names another; a request from Fluent Bit, ``User-Agent: Fluent-Bit``,
+defaults to ``date``, the key its JSON formats add), which is removed from
+the record; else the arrival time. Each is read by windvane's one time rule,
+:mod:`ingest.times` (epoch numbers by magnitude, ISO 8601 text, EventTime);
+a time field that is not a time makes its record quarantined, verbatim, with
+a reason naming the value (fluentd answers 400 for the whole request
+instead). A null time field is no time: the record arrives now.
+
+NDJSON: a line that is not JSON is quarantined verbatim with its line
+number and the parser's message, and the other lines are stored; a body of
+which no line is JSON is a 400.
 """
 
 from __future__ import annotations
 
 import json
 import json.scanner
-import math
 import re
-import struct
 import time as _time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -61,7 +60,8 @@ import msgpack
 
 from ingest.batch import Batch
 
-from ..event_time import time_ns
+from ingest.times import not_a_time, time_ns
+
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 __all__ = [
@@ -70,7 +70,6 @@ __all__ = [
     "decode_in_http",
     "decode_wendelin",
     "decompress",
-    "seconds_to_ns",
     "tag_for_path",
 ]
 
@@ -78,7 +77,6 @@ SOURCE = "http"
 # in_http's precedence when several fields are present.
 FORM_FIELDS = ("json", "ndjson", "msgpack")
 _NS = 1_000_000_000
-_INT64_MAX = (1 << 63) - 1
 _ZEROS = "000000000"
 _JSON_TYPES = ("application/json", "application/csp-report")
 _NDJSON_TYPES = ("application/x-ndjson", "application/ndjson")
@@ -89,7 +87,6 @@ _SUPPORTED = "application/json, application/x-ndjson, application/msgpack, appli
 _SUPPORTED += f"text/tab-separated-values (LTSV), {_FORM} or {_MULTIPART} with a json=, ndjson= or msgpack= field"
 
 _TSV_TYPES = ("text/tab-separated-values",)
-_DECIMAL_TEXT = re.compile(r"\s*-?\d+(\.\d+)?\s*")
 #: User-Agent prefix of Fluent Bit, whose JSON formats carry the event time in a ``date`` key (json_date_key).
 FLUENT_BIT_AGENT = "Fluent-Bit"
 
@@ -106,81 +103,38 @@ class _Decoded(NamedTuple):
     raw: Callable[[int], bytes]
     #: Per record, the time the body gave it outside the record (None: none), or None for no such times.
     times: list[int | None] | None = None
-    #: Whether every value arrived as text (LTSV): a ``time`` field then is text too.
-    text: bool = False
+    #: Records the body holds but that are not records (an NDJSON line that is not JSON): index -> why.
+    faults: dict[int, str] | None = None
 
 
 # ---------------------------------------------------------------- times
 
 
-def seconds_to_ns(value: Any) -> int | None:
-    """Nanoseconds since the epoch for a time in seconds, or None if ``value`` is not a usable time.
-
-    Accepts ints, finite floats, Decimals and msgpack EventTime; not
-    strings (a string ``time`` field is data, not a time) nor bools. EventTime is
-    (``ExtType(0, >II seconds, nanoseconds)``). A float is converted through
-    its shortest decimal form, so ``1700000000.123456`` gives
-    ``...123456000`` ns rather than the binary float's ``...123456001``.
-    Times beyond the int64 nanosecond range are not usable.
-    """
-    kind = type(value)
-    if kind is int:
-        ns = value * _NS
-    elif kind is float:
-        if not math.isfinite(value) or abs(value) > 9.2e9:
-            return None
-        ns = int(Decimal(repr(value)).scaleb(9).to_integral_value())
-    elif kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:
-        sec, nsec = struct.unpack(">II", value.data)
-        ns = sec * _NS + nsec
-    elif kind is Decimal:
-        if not value.is_finite() or abs(value) > 9_200_000_000:
-            return None
-        ns = int(value.scaleb(9).to_integral_value())
-    else:
-        return None
-    if -_INT64_MAX <= ns <= _INT64_MAX:
-        return ns
-    return None
-
-
 def _query_time(query: Mapping[str, str], now_ns: int) -> int | None:
-    """The ``?time=`` of the query in ns (exact decimal), ``now_ns`` for ``time=0`` like in_http, or None."""
+    """The ``?time=`` of the query in ns by :func:`ingest.times.time_ns`, ``now_ns`` for ``time=0`` like in_http, or None."""
     text = query.get("time")
     if text is None:
         return None
-    try:
-        seconds = Decimal(text.strip())
-    except (InvalidOperation, ValueError):
-        seconds = Decimal("NaN")
-    if not seconds.is_finite() or abs(seconds) > Decimal("9.2e9"):
-        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5, not {text[:40]!r}")
-    if seconds == 0:
-        return now_ns
-    return int(seconds.scaleb(9).to_integral_value())
+    ns = time_ns(text)
+    if ns is None:
+        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5 or "
+                                     f"ISO 8601, not {text[:40]!r}")
+    return now_ns if ns == 0 else ns
 
 
-def _text_time_ns(text: str) -> int | None:
-    """A time written as text (LTSV carries nothing else): decimal seconds, or ISO 8601."""
-    if _DECIMAL_TEXT.fullmatch(text):
-        return seconds_to_ns(Decimal(text))
-    return time_ns(text)
-
-
-def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded) -> list[int]:
-    """One time per record, removing the ``key`` field (str or bin) it was read from.
+def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded
+                ) -> tuple[list[int], dict[int, str]]:
+    """One time per record, removing the ``key`` field (str or bin) it was read from, and the faults.
 
     ``?time=`` fixes them all; else the time the body gave the record
     (Fluent Bit's ``[[time, metadata], record]``); else the record's
-    ``key`` field: for ``time``, seconds as in_http reads it, for any other
-    key (Fluent Bit's ``date``, a ``?time_key=``) whatever
-    :func:`connectors.event_time.time_ns` reads; else ``now_ns``.
+    ``key`` field, read by :func:`ingest.times.time_ns`; else ``now_ns``.
+    The faults are the body's own (:attr:`_Decoded.faults`) and, index ->
+    :func:`ingest.times.not_a_time`, the records whose ``key`` is not a time.
     """
+    faults = dict(decoded.faults or {})
     if fixed_ns is not None:
-        return [fixed_ns] * len(records)
-    convert = seconds_to_ns if key == "time" else time_ns
-    if decoded.text:
-        convert = _text_time_ns
+        return [fixed_ns] * len(records), faults
     bkey = key.encode("utf-8", "surrogateescape")
     given = decoded.times
     times = []
@@ -192,21 +146,22 @@ def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str,
         if type(rec) is dict:
             name = key if key in rec else bkey if bkey in rec else None
             if name is not None:
-                t = rec[name]
+                t = rec.pop(name)
                 # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
-                if type(t) is float and 0.0 <= t < 9.2e9:
+                if type(t) is float and 0.0 <= t < 1e11:
                     ip, _, fp = repr(t).partition(".")
                     if len(fp) <= 9 and "e" not in fp and "e" not in ip:
-                        del rec[name]
                         append(int(ip) * _NS + int(fp + _ZEROS[len(fp) :]))
                         continue
-                ns = convert(t)
-                if ns is not None:
-                    del rec[name]
-                    append(ns)
-                    continue
+                ns = now_ns if t is None else time_ns(t)
+                if ns is None:
+                    rec[name] = t  # kept: the record is quarantined as it came
+                    faults[i] = not_a_time(t)
+                    ns = now_ns
+                append(ns)
+                continue
         append(now_ns)
-    return times
+    return times, faults
 
 
 # ---------------------------------------------------------------- content encoding
@@ -424,9 +379,8 @@ def _parse_multipart(body: bytes, params: Mapping[str, str]) -> dict[str, bytes]
 # ---------------------------------------------------------------- JSON / NDJSON / msgpack
 
 
-def _json_error(exc: _JSONDecodeError, what: str, line_offset: int = 0) -> BadRequest:
-    line = exc.lineno + line_offset
-    return BadRequest("bad_json", f"{what} is not valid JSON: line {line}, column {exc.colno}: {exc.msg}")
+def _json_error(exc: _JSONDecodeError, what: str) -> BadRequest:
+    return BadRequest("bad_json", f"{what} is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}")
 
 
 def _decode_json(body: bytes) -> _Decoded:
@@ -503,10 +457,16 @@ def _lines(text: str):
 
 
 def _decode_ndjson(body: bytes) -> _Decoded:
-    """One JSON value per line, split on ``\\r?\\n``; blank lines are skipped."""
+    """One JSON value per line, split on ``\\r?\\n``; blank lines are skipped.
+
+    A line that is not JSON is kept as its text, with a fault naming its line
+    number and the parser's message (ingest quarantines it verbatim); a body
+    none of whose lines is JSON is a :class:`BadRequest` naming the first.
+    """
     text = _text(body)
     records: list[Any] = []
     lines: list[str] = []
+    faults: dict[int, str] = {}
     append, keep = records.append, lines.append
     loads, scan = _loads, _scan_once
     for lineno, line in _lines(text):
@@ -521,17 +481,22 @@ def _decode_ndjson(body: bytes) -> _Decoded:
                 continue
             try:
                 obj = loads(line)
-            except _JSONDecodeError as exc:
-                raise _json_error(exc, "the NDJSON body", lineno - 1) from None
-            except RecursionError:
-                raise BadRequest("bad_json", f"line {lineno} of the NDJSON body nests too deeply") from None
-        except _JSONDecodeError as exc:
-            raise _json_error(exc, "the NDJSON body", lineno - 1) from None
-        except RecursionError:
-            raise BadRequest("bad_json", f"line {lineno} of the NDJSON body nests too deeply") from None
+            except (_JSONDecodeError, RecursionError) as exc:
+                obj = faults[len(records)] = _line_fault(exc, lineno)
+        except (_JSONDecodeError, RecursionError) as exc:
+            obj = faults[len(records)] = _line_fault(exc, lineno)
         append(obj)
         keep(line)
-    return _Decoded(records, lambda i: _bytes(lines[i]))
+    if faults and len(faults) == len(records):
+        raise BadRequest("bad_json", f"the NDJSON body has no valid JSON line: {faults[0]}")
+    return _Decoded(records, lambda i: _bytes(lines[i]), faults=faults or None)
+
+
+def _line_fault(exc: Exception, lineno: int) -> str:
+    """Why line ``lineno`` of an NDJSON body is not a record."""
+    if isinstance(exc, RecursionError):
+        return f"line {lineno} of the NDJSON body nests too deeply"
+    return f"line {lineno} of the NDJSON body is not valid JSON: column {exc.colno}: {exc.msg}"
 
 
 def _decode_ltsv(body: bytes) -> _Decoded:
@@ -554,7 +519,7 @@ def _decode_ltsv(body: bytes) -> _Decoded:
             record[label] = value
         records.append(record)
         lines.append(line)
-    return _Decoded(records, lambda i: _bytes(lines[i]), text=True)
+    return _Decoded(records, lambda i: _bytes(lines[i]))
 
 
 def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
@@ -587,7 +552,7 @@ def _event_pair(obj: Any) -> tuple[int, Any] | None:
     head = obj[0]
     if type(head) is list and len(head) == 2 and type(head[1]) is dict:
         head = head[0]
-    ns = seconds_to_ns(head)
+    ns = time_ns(head)
     return None if ns is None else (ns, obj[1])
 
 
@@ -701,8 +666,9 @@ def decode_in_http(
     if not decoded.records:
         return []
     key = query.get("time_key") or "time"
-    times = _take_times(decoded.records, fixed, now, key, decoded)
-    return [Batch(tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size)]
+    times, faults = _take_times(decoded.records, fixed, now, key, decoded)
+    return [Batch(tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size,
+                  faults=faults or None)]
 
 
 _FORM_START = re.compile(rb"[A-Za-z_][A-Za-z0-9_.%+-]*=")
@@ -744,9 +710,9 @@ def decode_wendelin(
     for obj in objs:
         if type(obj) is list and len(obj) == 2:
             head = obj[0]
-            ns = seconds_to_ns(head)
+            ns = time_ns(head)
             if ns is None and type(head) is list and head:
-                ns = seconds_to_ns(head[0])
+                ns = time_ns(head[0])
             if ns is not None:
                 times.append(ns)
                 records.append(obj[1])

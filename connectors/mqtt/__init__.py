@@ -6,7 +6,7 @@ and acknowledges only what the sink committed.
 """
 
 from .address import BrokerAddress, check_topic_filter, default_client_id, parse_broker_url
-from .decode import UnreadablePayload, decode_payload, time_ns, topic_to_tag
+from .decode import UnreadablePayload, decode_payload, topic_to_tag
 from .errors import BrokerUnavailable, BrokerUrlError, MqttError, TopicFilterError
 from .subscriber import MqttSubscriber, message_key
 
@@ -23,6 +23,5 @@ __all__ = [
     "default_client_id",
     "message_key",
     "parse_broker_url",
-    "time_ns",
     "topic_to_tag",
 ]

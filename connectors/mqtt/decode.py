@@ -14,15 +14,11 @@ records, for ingest to quarantine with the reason and their own bytes.
 
 Event time: the ``time`` of ``[time, map]``; else the record's ``time``
 field, else its ``timestamp`` field, which is then removed from the record;
-else the arrival time. A time is an ISO 8601 string (no zone: UTC;
-fractions to the nanosecond) or a number since the Unix epoch whose
-magnitude says the unit: below 1e11 seconds, below 1e14 milliseconds, below
-1e17 microseconds, else nanoseconds (so seconds up to the year 5138, and
-what JavaScript's ``Date.now()`` sends); msgpack's Timestamp and fluentd's
-EventTime are read too. A ``time``/``timestamp`` field that is not a time
-stays in the record, which gets the arrival time (as fluentd's in_http
-does); an unreadable time in ``[time, map]`` makes the event
-:data:`ingest.batch.INVALID_TIME`, which ingest quarantines.
+else the arrival time. Each is read by windvane's one time rule,
+:mod:`ingest.times` (epoch numbers by magnitude, ISO 8601 text, msgpack
+Timestamp, fluentd EventTime). A time that is not a time makes its record
+quarantined, verbatim, with a reason naming the value
+(:attr:`Events.faults`).
 
 A payload that is neither JSON nor msgpack (or is empty) becomes one
 :class:`UnreadablePayload` record with the payload as its bytes: ingest
@@ -34,16 +30,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from ingest.batch import INVALID_TIME
+from ingest.times import not_a_time, time_ns
 
-from ..event_time import time_ns
-
-__all__ = ["Events", "UnreadablePayload", "decode_payload", "time_ns", "topic_to_tag"]
+__all__ = ["Events", "UnreadablePayload", "decode_payload", "topic_to_tag"]
 
 _TIME_FIELDS = ("time", "timestamp")
 _SPACE = b" \t\r\n"
@@ -71,32 +66,39 @@ class UnreadablePayload:
 
 @dataclass(slots=True)
 class Events:
-    """The events one payload holds: a time, a record and the bytes it arrived as, for each."""
+    """The events one payload holds: a time, a record and the bytes it arrived as, for each.
+
+    ``faults``: index -> why, for the records whose time is not a time.
+    """
 
     times: list[int]
     records: list[Any]
     raws: list[bytes]
+    faults: dict[int, str] = field(default_factory=dict)
 
 
-def _pair(item: Any) -> tuple[int, Any] | None:
-    """(time, record) of a ``[time, map]`` item; None for other shapes."""
+def _pair(item: Any) -> tuple[int, Any, str | None] | None:
+    """(time, record, fault) of a ``[time, map]`` item; None for other shapes."""
     if type(item) is list and len(item) == 2 and type(item[1]) is dict and type(item[0]) is not dict:
         ns = time_ns(item[0])
-        return (INVALID_TIME if ns is None else ns), item[1]
+        return (INVALID_TIME, item[1], not_a_time(item[0])) if ns is None else (ns, item[1], None)
     return None
 
 
-def _record_time(record: Any, arrival_ns: int) -> int:
-    """The time of a record from its ``time`` or ``timestamp`` field (removed when used), else ``arrival_ns``."""
-    if type(record) is dict:
+def _timed(item: Any, arrival_ns: int) -> tuple[int, Any, str | None]:
+    """(time, record, fault) of a payload item: a ``[time, map]`` pair or a record timed by its fields."""
+    pair = _pair(item)
+    if pair is not None:
+        return pair
+    if type(item) is dict:
         for name in _TIME_FIELDS:
-            if name in record:
-                ns = time_ns(record[name])
-                if ns is not None:
-                    del record[name]
-                    return ns
-                break
-    return arrival_ns
+            if name in item:
+                ns = time_ns(item[name])
+                if ns is None:
+                    return arrival_ns, item, not_a_time(item[name])
+                del item[name]
+                return ns, item, None
+    return arrival_ns, item, None
 
 
 def _skip_space(text: str, at: int) -> int:
@@ -169,14 +171,11 @@ def decode_payload(payload: bytes, arrival_ns: int) -> Events:
             doc, items = _msgpack_items(payload)
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:  # JSON errors are ValueErrors
         return Events([arrival_ns], [UnreadablePayload(_why(exc))], [payload])
-    pair = _pair(doc)
-    if items is None or pair is not None:
-        time, record = pair if pair is not None else (_record_time(doc, arrival_ns), doc)
-        return Events([time], [record], [payload])
     out = Events([], [], [])
-    for value, raw in items:
-        pair = _pair(value)
-        time, record = pair if pair is not None else (_record_time(value, arrival_ns), value)
+    for value, raw in ([(doc, payload)] if items is None or _pair(doc) is not None else items):
+        time, record, fault = _timed(value, arrival_ns)
+        if fault is not None:
+            out.faults[len(out.records)] = fault
         out.times.append(time)
         out.records.append(record)
         out.raws.append(raw)

@@ -107,16 +107,17 @@ class _Delivery:
 
 def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
     """One batch per tag of the events of ``deliveries``, in arrival order."""
-    by_tag: dict[str, tuple[list[int], list[Any], list[bytes], list[int]]] = {}
+    by_tag: dict[str, tuple[list[int], list[Any], list[bytes], list[int], dict[int, str]]] = {}
     for d in deliveries:
         if d.events.records:
-            times, records, raws, size = by_tag.setdefault(d.tag, ([], [], [], [0]))
+            times, records, raws, size, faults = by_tag.setdefault(d.tag, ([], [], [], [0], {}))
+            faults.update((len(records) + i, why) for i, why in d.events.faults.items())
             times += d.events.times
             records += d.events.records
             raws += d.events.raws
             size[0] += d.size
-    return [Batch(tag, times, records, raws.__getitem__, SOURCE, size[0])
-            for tag, (times, records, raws, size) in by_tag.items()]
+    return [Batch(tag, times, records, raws.__getitem__, SOURCE, size[0], faults=faults or None)
+            for tag, (times, records, raws, size, faults) in by_tag.items()]
 
 
 class MqttSubscriber:

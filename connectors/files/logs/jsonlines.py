@@ -3,11 +3,10 @@
 - **Time**: the first of ``time``, ``timestamp``, ``@timestamp``, ``ts``
   the object holds (not null) becomes the ``time`` column and leaves the
   fields (so does a null ``time``). An ISO 8601 / RFC 3339 string is read
-  with its zone (without one, in the log's zone: see :mod:`.times`); a
-  number is epoch time: a fraction is seconds (read as decimal text, so
-  exact to the nanosecond), an integer is seconds below 1e11, milliseconds
-  below 1e14, microseconds below 1e17, nanoseconds above (each value
-  by its own magnitude). An object with
+  with its zone (without one, in the log's zone, ``--timezone``); a
+  number is epoch time whose magnitude says its unit, read as decimal text
+  (exact to the nanosecond): windvane's one time rule, :mod:`ingest.times`.
+  An object with
   none of these keys gets the time it was read. Anything else under the
   chosen key rejects the line.
 - **Fields** become columns in the order first seen: booleans ``bool``,
@@ -32,16 +31,17 @@ one change of type fails its whole block.
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
+from ingest.times import iso_column_ns, time_ns
+
 from .lines import Lines, Rows
 from .options import LogOptions
-from .times import NS, iso_to_ns
 
 TIME_KEYS = ("time", "timestamp", "@timestamp", "ts")
 COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -75,13 +75,6 @@ def _accepted(t: pa.DataType) -> frozenset[str]:
     return frozenset()
 
 
-def _epoch_ns(value: int | Decimal) -> int:
-    if type(value) is int:
-        size = abs(value)
-        return value * (NS if size < 10**11 else 10**6 if size < 10**14 else 10**3 if size < 10**17 else 1)
-    return int((value * NS).to_integral_value(ROUND_HALF_EVEN))
-
-
 def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str, str]]) -> str | None:
     """Move ``record``'s time key into ``time[i]`` (or ``iso``); the fault, if its value is no time."""
     key = next((k for k in TIME_KEYS if record.get(k) is not None), None)
@@ -94,11 +87,8 @@ def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str,
         iso.append((i, key, value))
         return None
     if kind is int or kind is Decimal:
-        try:
-            ns = _epoch_ns(value)
-        except (InvalidOperation, OverflowError, ValueError):
-            ns = None
-        if ns is not None and INT64[0] <= ns <= INT64[1]:
+        ns = time_ns(value)
+        if ns is not None:
             time[i] = ns
             return None
         return f"field {key!r}: {value} is out of the range of times"
@@ -128,7 +118,7 @@ def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
         else:
             records[i] = record
     if iso:
-        values, bad = iso_to_ns(pa.array([t for _, _, t in iso], pa.large_string()), options.json_zone)
+        values, bad = iso_column_ns(pa.array([t for _, _, t in iso], pa.large_string()), options.json_zone)
         for (i, key, text), ns, wrong in zip(iso, values.tolist(), bad.tolist()):
             if wrong:
                 faults[i] = f"field {key!r}: {text!r} is not an ISO 8601 time"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .times import check_zone, local_zone
+from ingest.times import check_zone, local_zone
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,10 @@ class LogOptions:
     ``timezone``: the IANA zone of times written without one (None: the
     format's default, :attr:`syslog_zone` or :attr:`json_zone`). ``now``: the read time in ns (None: the clock when the
     options are made); lines without a time of their own, and rejected
-    lines, get it, and RFC 3164's missing year is chosen against it.
+    lines, get it.
+    ``written``: when the log was last written, ns (a file's mtime; None:
+    ``now``): RFC 3164's missing year is chosen against it, so an old file
+    gets its own year, not today's.
     ``types``: Arrow types of columns the destination stream already has,
     so that a JSON field keeps its type from one block to the next (a value
     that does not fit is rejected rather than the column changed).
@@ -27,12 +30,15 @@ class LogOptions:
     timezone: str | None = None
     now: int | None = None
     types: Mapping[str, pa.DataType] = field(default_factory=dict)
+    written: int | None = None
 
     def __post_init__(self) -> None:
         if self.timezone:
             check_zone(self.timezone)
         if self.now is None:
             object.__setattr__(self, "now", time.time_ns())
+        if self.written is None:
+            object.__setattr__(self, "written", self.now)
 
     @property
     def syslog_zone(self) -> str:

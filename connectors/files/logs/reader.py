@@ -11,6 +11,7 @@ the rest of the file, as the CSV reader does.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,20 +87,21 @@ def known_types(table: pa.Table, types: dict[str, pa.DataType]) -> dict[str, pa.
 class LogReader:
     """``reader(start)`` yields the parts of a log file from position ``start`` (None: its beginning)."""
 
-    def __init__(self, path: str | Path, fmt: LogFormat, options: ReaderOptions, timezone: str | None = None):
+    def __init__(self, path: str | Path, fmt: LogFormat, options: ReaderOptions):
         self.path = str(path)
         self.format = fmt
         self.block_bytes = options.block_bytes
-        self.timezone = timezone
+        self.timezone = options.timezone
         self.types = dict(options.column_types)
-        LogOptions(timezone=timezone)  # a bad zone fails now, not at the first block
+        LogOptions(timezone=self.timezone)  # a bad zone fails now, not at the first block
 
     def __call__(self, start: dict | None) -> Iterator[Part]:
         offset, line = (int(start["offset"]), int(start["line"])) if start else (0, 1)
+        written = os.stat(self.path).st_mtime_ns  # RFC 3164 years: the file's, not today's
         with open_data(self.path) as f:
             f.seek(offset)
             for block in line_blocks(f, self.block_bytes):
-                options = LogOptions(self.timezone, time.time_ns(), self.types)
+                options = LogOptions(self.timezone, time.time_ns(), self.types, written)
                 parsed = parse_log(self.format.name, block, options, first_line=line)
                 self.types = known_types(parsed.table, self.types)
                 offset += len(block)
@@ -107,7 +109,7 @@ class LogReader:
                 yield to_part(parsed, {"offset": offset, "line": line}, len(block))
 
 
-def log_reader(name: str, timezone: str | None = None) -> Callable[[str, ReaderOptions], LogReader]:
+def log_reader(name: str) -> Callable[[str, ReaderOptions], LogReader]:
     """``make(path, options)`` for ``connectors.files.formats.register``: a reader of log format ``name``."""
     fmt = log_format(name)
-    return lambda path, options: LogReader(path, fmt, options, timezone)
+    return lambda path, options: LogReader(path, fmt, options)

@@ -25,9 +25,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.times import iso_column_ns
+
 from .lines import Lines, Rows, add_faults
 from .options import LogOptions
-from .times import bsd_to_ns, iso_to_ns
+from .times import bsd_to_ns
 
 COLUMNS_3164 = {"time": pa.int64(), "facility": pa.int8(), "severity": pa.int8(), "hostname": pa.large_string(),
                 "app_name": pa.large_string(), "pid": pa.large_string(), "message": pa.large_string()}
@@ -91,7 +93,7 @@ def parse_3164(lines: Lines, options: LogOptions) -> Rows:
     bsd = np.flatnonzero(~iso & ~np.isin(np.arange(len(lines)), list(faults)))
     if len(bsd):
         picked = [f[k].take(pa.array(bsd)) for k in ("mon", "day", "clock")]
-        values, bad = bsd_to_ns(*picked, options.syslog_zone, options.now)
+        values, bad = bsd_to_ns(*picked, options.syslog_zone, options.written)
         time[bsd] = values
         stamp = {int(i): " ".join(c[k].as_py() for c in picked) for k, i in enumerate(bsd) if bad[k]}
         add_faults(faults, np.isin(np.arange(len(lines)), bsd[bad]), lambda i: f"no such date or time: {stamp[i]!r}")
@@ -108,7 +110,7 @@ def _iso_times(lines: Lines, text: pa.Array, where: np.ndarray, time: np.ndarray
     if not len(rows):
         return
     picked = text.take(pa.array(rows))
-    values, bad = iso_to_ns(picked, options.syslog_zone)
+    values, bad = iso_column_ns(picked, options.syslog_zone)
     time[rows] = values
     for k in np.flatnonzero(bad).tolist():
         faults.setdefault(int(rows[k]), f"{picked[k].as_py()!r} is not an RFC 3339 time")
