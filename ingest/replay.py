@@ -40,10 +40,10 @@ from . import streams
 from .batch import Batch
 from .columns import BAD_TIME, to_columns
 from .errors import IngestError
-from .export.times import BadTime, parse_time
 from .imports import NO_TIME, resolve_schema
 from .pauses import pause_if_asked
 from .schema import Schema
+from .times import time_ns as read_time
 
 #: Test hook (tests/test_quarantine_replay.py): with the replay's writes made, stop before its commit.
 PAUSE_ENV = "WINDVANE_REPLAY_PAUSE_BEFORE_COMMIT"
@@ -102,11 +102,7 @@ def record_of(raw: bytes) -> tuple[Any, int | None, str | None]:
     if type(obj) is not dict:
         return obj, None, None
     when = next((obj[k] for k in ("time", b"time") if k in obj), None)
-    try:
-        time_ns = parse_time(when) if isinstance(when, (int, float, str)) and not isinstance(when, bool) else None
-    except BadTime:
-        time_ns = None
-    return {k: v for k, v in obj.items() if k not in ("time", b"time")}, time_ns, None
+    return {k: v for k, v in obj.items() if k not in ("time", b"time")}, read_time(when), None
 
 
 def _summary(tag: str, reasons: Any) -> Summary:
