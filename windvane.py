@@ -10,19 +10,20 @@ read, and `store pack`, never create one), 3 `import` quarantined rows
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-import arrays
 import ingest
-import neostore
 from connectors.limits import Limits
-from ingest.service import ServeConfig, Service, parse_address, tune_interpreter
-from neostore import server as dbserver
+
+if TYPE_CHECKING:
+    import neostore
+    from ingest.service import Service
+    from neostore import server as dbserver
 
 
 class BadInput(click.ClickException):
@@ -38,6 +39,8 @@ class RowsRejected(click.ClickException):
 
 
 def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
+    from neostore import server as dbserver
+
     try:
         return dbserver.MariaDBServer(datadir, port=port)
     except dbserver.ServerConfigError as exc:
@@ -46,6 +49,8 @@ def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
 
 def _fail(exc: dbserver.ServerError) -> click.ClickException:
     """Map a server error to the CLI's exit codes."""
+    from neostore import server as dbserver
+
     if isinstance(exc, (dbserver.ServerConfigError, dbserver.ServerNotFoundError)):
         return BadInput(str(exc))
     return click.ClickException(str(exc))
@@ -146,6 +151,8 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
     not ready within --timeout; a server this command started is then
     stopped again, so a failed start leaves nothing running.
     """
+    from neostore import server as dbserver
+
     server = _server(datadir, port)
     click.echo(f"starting MariaDB in {server.datadir} ...", err=True)
     try:
@@ -168,6 +175,8 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
 )
 def stop(datadir: str, timeout: float) -> None:
     """Shut the server down cleanly (does nothing if it is not running)."""
+    from neostore import server as dbserver
+
     server = _server(datadir)
     try:
         stopped = server.stop(timeout=timeout)
@@ -196,6 +205,8 @@ def status(datadir: str) -> None:
 
 def _open_store(url: str, **options) -> neostore.Store:
     """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
+    import neostore
+
     try:
         return neostore.open(url, **options)
     except neostore.StoreNotFoundError as exc:
@@ -207,6 +218,8 @@ def _open_store(url: str, **options) -> neostore.Store:
 
 
 def _tid_text(tid: bytes) -> str:
+    import neostore
+
     if tid == neostore.ZERO:
         return "none"
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(neostore.tids.tid_time(neostore.u64(tid))))
@@ -295,6 +308,8 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
     batch, readers never (on MariaDB, statements on a table being rebuilt may
     wait as the rebuild starts and ends, 10 s at most).
     """
+    import neostore
+
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
@@ -383,6 +398,8 @@ def arrays_group() -> None:
 @click.argument("prefix", default="")
 def list_arrays(url: str, prefix: str) -> None:
     """List the arrays whose names start with PREFIX (all by default)."""
+    import arrays
+
     with _open_store(url, read_only=True) as st:
         names = arrays.array_names(st, prefix)
         if not names:
@@ -404,6 +421,8 @@ def history(url: str, name: str) -> None:
     A commit older than the store's last pack ends with "(packed: cannot be
     opened)": pack removed the state it left.
     """
+    import arrays
+
     with _open_store(url, read_only=True) as st:
         try:
             commits = arrays.history(st, name)
@@ -492,6 +511,10 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     Each listener's line says how it authenticates ("auth: ..."); it refuses
     to start with Forward protected and HTTP open unless told so.
     """
+    import asyncio
+    import neostore
+    from ingest.service import ServeConfig, Service, parse_address, tune_interpreter
+
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
     limits = Limits(memory_budget=memory_budget << 20, max_connections=max_connections,
@@ -531,6 +554,8 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
 
 async def _serve(service: Service, limits: Limits) -> None:
     # The one place that imports connectors: the layers meet here.
+    from ingest.service import parse_address
+
     from connectors.budget import MemoryBudget
     from connectors.forward.server import ForwardServer
     from connectors.http.app import HttpServer, make_app
@@ -779,6 +804,8 @@ def store_contents(store_url: str, as_json: bool) -> None:
     dedup ratio and the last commit. Reads only: exit code 2 if there is no
     store at --store (none is created).
     """
+    import neostore
+
     import json
 
     from ingest import info as contents
@@ -811,6 +838,8 @@ def demo(directory: str, keep: bool) -> None:
     rows, shapes, bytes raw and stored, dedup ratio), the throughput of each
     stage, and how to open the data in a notebook.
     """
+    import neostore
+
     from ingest import demo as walkthrough
     from ingest import info as contents
 
@@ -945,6 +974,8 @@ def export_stream(stream: str, store_url: str, target: str, format_name: str, st
     is killed (the next run rewrites the part it left unfinished); the job's
     state is kept in the store.
     """
+    import neostore
+
     import sys
 
     from ingest import export as exporting
@@ -1030,6 +1061,9 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
 
 def _stream_change(store_url: str, change: Callable) -> object:
     """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
+    import arrays
+    import neostore
+
     from ingest import stream_admin
 
     try:
@@ -1129,6 +1163,8 @@ def _reason_lines(summary) -> list[str]:
 @click.argument("tag", required=False)
 def list_quarantine(store_url: str, tag: str | None) -> None:
     """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
+    import arrays
+
     from ingest import replay as replaying
 
     with _open_store(store_url, read_only=True) as st:
@@ -1159,6 +1195,9 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
     JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
     quarantine recorded, and records whose time was unreadable stay.
     """
+    import arrays
+    import neostore
+
     from ingest import replay as replaying
     from ingest.schema import load_schema
 
