@@ -18,32 +18,16 @@ import sys
 
 import msgpack
 import pytest
-from click.testing import CliRunner
 
 import arrays
 import neostore
-import windvane
 from ingest import replay
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
 from tests.test_serve import forward_send, post
+from tests.test_stream_admin import SCHEMA, T0, S, cli
 
-S = 1_000_000_000
-T0 = 1_714_564_800  # 2024-05-01 12:00:00 UTC, epoch seconds
-
-STRICT = """
-kind = "sensor"
-tags = ["plant.*"]
-extra = "reject"
-[[fields]]
-name = "speed"
-dtype = "float32"
-required = true
-[[fields]]
-name = "n"
-dtype = "int64"
-required = true
-"""
+STRICT = SCHEMA.format(retention="")
 #: The fix: the field the records carry is declared (a new column, back-filled for the rows stored before).
 FIXED = STRICT + """
 [[fields]]
@@ -52,10 +36,6 @@ dtype = "float32"
 """
 #: A "fix" that contradicts the stream: n as text.
 CONTRADICTING = STRICT.replace('name = "n"\ndtype = "int64"', 'name = "n"\ndtype = "str"')
-
-
-def cli(*args: str):
-    return CliRunner().invoke(windvane.cli, list(args), catch_exceptions=False)
 
 
 def schema(tmp_path, text: str, name: str) -> str:
