@@ -105,8 +105,11 @@ def read_wav(path: str) -> int:
 def _imported(path: str, url: str, fmt: str) -> imports.ImportResult:
     with neostore.open(url) as store:
         reader = format_for(path).make(path, ReaderOptions(start=T0))
+        # As `windvane import` does: the content hash (a copy is not imported twice) and, for a new
+        # stream, the types of the whole file (CSV: a pass before the import) are part of the import.
         return imports.import_source(store, "bench", reader, source_id=imports.source_id_for(path),
-                                     identity=imports.fingerprint(path))
+                                     identity=imports.fingerprint(path), content=imports.content_hash(path),
+                                     name=path)
 
 
 

@@ -70,6 +70,21 @@ def _epoch(values: pa.Array, unit: str) -> pa.Array:
     return pc.multiply_checked(pc.cast(micros, pa.int64()), 1000)
 
 
+def _mixed(values: pa.Array, numeric: np.ndarray, unit: str | None, zone: str) -> pa.Array:
+    """Text holding epoch numbers (where ``numeric``) and other text: the numbers by :func:`_convert`,
+    the rest as ISO 8601; values that are neither are null."""
+    times = np.zeros(len(values), dtype=np.int64)
+    bad = np.zeros(len(values), dtype=bool)
+    at = np.flatnonzero(numeric)
+    numbers = _convert(values.take(pa.array(at)), unit, zone)
+    times[at] = numbers.fill_null(0).to_numpy()
+    bad[at] = numbers.is_null().to_numpy(zero_copy_only=False)
+    at = np.flatnonzero(~numeric)
+    text_times, text_bad = iso_column_ns(values.take(pa.array(at)), zone)
+    times[at], bad[at] = text_times, text_bad
+    return pa.array(times, mask=bad)
+
+
 def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
     type_ = values.type
     if pa.types.is_dictionary(type_):
@@ -89,6 +104,9 @@ def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
             if pc.all(pc.fill_null(pc.match_substring_regex(values, r"^\s*-?\d+\s*$"), True)).as_py():
                 numbers = pc.cast(pc.utf8_trim_whitespace(values), pa.int64())
             return _epoch(numbers, unit_for(numbers, unit))
+        if len(values) and pc.any(numeric).as_py():
+            # Epoch numbers among text (a log's "noon", a spreadsheet's "n/a"): each value read as what it is.
+            return _mixed(values, numeric.to_numpy(zero_copy_only=False), unit, zone)
         times, bad = iso_column_ns(values, zone)
         return pa.array(times, mask=bad)
     raise FileFormatError(f"a time column of type {type_} is neither text, a number nor a timestamp")
