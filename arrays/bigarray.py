@@ -214,8 +214,6 @@ class BigArray(StoreOwner):
         mode = ", read-only" if self._read_only else ""
         return f"<BigArray {self.name!r} shape={self.shape} dtype={self.dtype} chunks={self.chunks} {where}{mode}>"
 
-    # -- lifetime ------------------------------------------------------------------
-
     # -- reading -------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> np.ndarray:

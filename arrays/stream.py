@@ -401,8 +401,6 @@ class Stream(StoreOwner):
         where = "in a transaction" if self._before is None else f"at 0x{self.tid.hex()}"
         return f"<Stream {self.tag!r} rows={len(self)} columns={self.columns} {where}>"
 
-    # -- lifetime ------------------------------------------------------------------
-
     # -- loading metadata --------------------------------------------------------------
 
     def _key(self, name: str) -> str:
