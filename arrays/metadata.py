@@ -367,7 +367,3 @@ class ArrayMeta:
         if self._prefix:
             parts.insert(0, self._prefix)
         return self._separator.join(parts)
-
-    def chunk_grid(self) -> tuple[int, ...]:
-        """How many chunks span each axis."""
-        return tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))

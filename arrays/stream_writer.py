@@ -268,13 +268,6 @@ class StreamWriter:
         """
         return [name for name in self._current(tx).tails if name != TIME]
 
-    def column_meta(self, tx: Transaction, name: str) -> ArrayMeta:
-        """The metadata of column ``name`` as of ``tx`` (ColumnError if there is none); takes the commit lock."""
-        tails = self._current(tx).tails
-        if name not in tails:
-            raise ColumnError(f"stream {self.tag!r} has no column {name!r}; it has {list(tails)}")
-        return tails[name].meta
-
     @property
     def held_columns(self) -> frozenset[str] | None:
         """The column names (``time`` left out) of the stream as this writer last knew it, without a
@@ -292,10 +285,6 @@ class StreamWriter:
         """Bytes of the stream's pending rows this writer holds in memory (0 when it holds no state)."""
         state = self._state
         return 0 if state is None else sum(tail.held_bytes for tail in state.tails.values())
-
-    def reset(self) -> None:
-        """Forget the state: the next append reads the stream afresh."""
-        self._drop()
 
     def shed(self) -> int:
         """Let go of the partial chunk's rows held, if the stream's row log keeps them and no transaction

@@ -18,8 +18,6 @@ import zstandard
 RAW = 0
 ZSTD = 1
 
-HASH_SIZE = 32
-
 # Leading bytes of formats that are already compressed: recompressing them
 # costs CPU and gains nothing.
 _COMPRESSED_MAGIC = (

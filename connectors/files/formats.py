@@ -102,8 +102,3 @@ def _by_file_name(path: str | Path, compression: str | None) -> Format:
     what = f"compressed file ({compression}) holding {plain!r}; " if compression else ""
     raise FileFormatError(f"{path}: {what}cannot tell the format from the extension {suffix or '(none)'!r}; "
                           f"pass --format ({', '.join(sorted(FORMATS))}). Known extensions and names: {known}")
-
-
-def open_reader(path: str | Path, name: str | None, options: ReaderOptions) -> Callable[[Any], Any]:
-    """The reader of ``path`` in format ``name`` (or by its extension)."""
-    return format_for(path, name).make(str(path), options)
