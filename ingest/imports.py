@@ -65,11 +65,10 @@ import arrays
 import neostore
 from arrays.stream import MISSING_ATTR
 
-from . import streams
+from . import checkpoints, streams
 from .columns import Rejected
 from .errors import IngestError
 from .parts import Part, failing_rows
-from .pauses import pause_if_asked
 from .schema import NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
@@ -85,9 +84,6 @@ TIME = "time"
 SOURCE = "import"
 #: Why a row without a time is quarantined.
 NO_TIME = "the row has no time"
-#: Test hook (tests/test_imports.py): before commit number N, with that commit's
-#: rows written into the transaction, stop and wait to be killed.
-PAUSE_ENV = "WINDVANE_IMPORT_PAUSE_BEFORE_COMMIT"
 
 
 class SchemaMismatch(IngestError):
@@ -581,8 +577,7 @@ def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str
 
 def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts: Sequence[Part], source_id: str,
                  position: Any, identity: Any = None, *, source: str = SOURCE, message: str = "",
-                 records: Mapping[str, bytes] | None = None,
-                 _before_commit: Callable[[], None] | None = None) -> Committed:
+                 records: Mapping[str, bytes] | None = None) -> Committed:
     """Commit ``parts`` of ``tag``'s source ``source_id`` and its new ``position`` in one transaction.
 
     Rows that fit ``schema`` go to the stream, the others (and the parts'
@@ -595,8 +590,7 @@ def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts
     try:
         done = write_parts(tx, writers, tag, schema, parts, source_id, position, identity, source=source,
                            records=records)
-        if _before_commit is not None:
-            _before_commit()
+        checkpoints.reached("import.before_commit", tag=tag, source_id=source_id, position=position)
         tid = tx.commit()
     except BaseException:
         if tx.state == "open":
@@ -765,9 +759,7 @@ def _mark_done(store: neostore.Store, tag: str, content: str, source_id: str, na
 
 def _commit(writers: streams.StreamWriters, tag: str, parts: list[Part], source_id: str, identity: Any,
             result: ImportResult, records: Mapping[str, bytes]) -> None:
-    number = result.commits + 1
-    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records,
-                        _before_commit=lambda: pause_if_asked(PAUSE_ENV, number, "import"))
+    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records)
     result.commits += 1
     result.rows += done.rows
     result.rejected += done.rejected

@@ -36,17 +36,14 @@ import arrays
 import neostore
 from arrays import stream_edit
 
-from . import streams
+from . import checkpoints, streams
 from .batch import Batch
 from .columns import BAD_TIME, to_columns
 from .errors import IngestError
 from .imports import NO_TIME, resolve_schema
-from .pauses import pause_if_asked
 from .schema import Schema
 from .times import time_ns as read_time
 
-#: Test hook (tests/test_quarantine_replay.py): with the replay's writes made, stop before its commit.
-PAUSE_ENV = "WINDVANE_REPLAY_PAUSE_BEFORE_COMMIT"
 #: Reasons no schema can fix: the record's time could not be read.
 TIME_REASONS = frozenset({BAD_TIME, NO_TIME})
 #: The ``source`` replay names in validation (each record keeps its own in quarantine).
@@ -189,7 +186,7 @@ def replay(store: neostore.Store, tag: str, schema: Schema | None = None,
             stream_edit.refill(tx, tag, {"time": rows["time"][stay], "reason": reasons[stay].tolist(),
                                          "raw": rows["raw"][stay], "source": rows["source"][stay]},
                                quarantine=True)
-            pause_if_asked(PAUSE_ENV, 1, "replay")
+            checkpoints.reached("replay.before_commit", tag=tag)
         else:
             tx.abort()
     return ReplayResult(tag, int(fits.sum()), _summary(tag, reasons[stay].tolist()), tx.tid)

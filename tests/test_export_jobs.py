@@ -1,11 +1,10 @@
 """Incremental export jobs: each row exported exactly once, across rounds of ingestion and across kill -9.
 
-The kill tests run `windvane export --job` as a real process with the test
-hook ``WINDVANE_EXPORT_PAUSE`` (:data:`ingest.export.PAUSE_ENV`):
-``before-rename`` stops it with its part written under a temporary name,
-``before-done`` with the part in place but not yet recorded as done. The
-test kills it there with SIGKILL, ingests more rows, runs the job again and
-reads every part file back.
+The kill tests run `windvane export --job` as a real process stopped at a
+checkpoint (tests/paused_process.py): ``export.before_rename`` with its part
+written under a temporary name, ``export.before_done`` with the part in
+place but not yet recorded as done. The test kills it there with SIGKILL,
+ingests more rows, runs the job again and reads every part file back.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import arrays
 import neostore
 from ingest import export as exporting
 from ingest.export import export, jobs, read_job
+from tests import paused_process
 from tests.serve_process import REPO
 from tests.test_export import (
     MIXED_COLUMNS,
@@ -98,16 +98,9 @@ def three_rounds(url: str, tmp_path, fmt: str) -> None:
 
 
 def paused(url: str, out, stage: str) -> subprocess.Popen:
-    """`windvane export --job` stopped by the test hook at ``stage``."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import windvane; windvane.main()", "export", TAG, "--store", url, "--to", str(out),
-         "--format", "parquet", "--job", "hourly"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, exporting.PAUSE_ENV: stage})
-    for line in process.stderr:  # ends if the process does
-        if b"export: paused" in line:
-            return process
-    process.wait(30)
-    raise AssertionError(f"export ended ({process.returncode}) before pausing: {process.stdout.read()!r}")
+    """`windvane export --job` stopped at its checkpoint ``export.<stage>``."""
+    return paused_process.paused(f"export.{stage}", "export", TAG, "--store", url, "--to", str(out),
+                                 "--format", "parquet", "--job", "hourly")
 
 
 def run_job(url: str, out) -> subprocess.CompletedProcess:
@@ -116,8 +109,8 @@ def run_job(url: str, out) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("stage,backend", [("before-done", "sqlite"), ("before-done", "mariadb"),
-                                           ("before-rename", "sqlite")])
+@pytest.mark.parametrize("stage,backend", [("before_done", "sqlite"), ("before_done", "mariadb"),
+                                           ("before_rename", "sqlite")])
 def test_kill_9_between_writing_and_recording_then_rerun_exports_each_row_once(request, tmp_path, stage, backend):
     url = request.getfixturevalue(f"{backend}_url")
     make_mixed(url, TAG, rows=120)
@@ -135,7 +128,7 @@ def test_kill_9_between_writing_and_recording_then_rerun_exports_each_row_once(r
         job = read_job(store, "hourly")
     assert job.exported == 120 and job.pending == jobs.Pending(120, 320, name)  # the intent, not the completion
     left = sorted(os.listdir(out))
-    if stage == "before-done":
+    if stage == "before_done":
         assert left == [exporting.part_name(exporting.format_named("parquet"), 0, 120), name]
     else:  # the part was never renamed into place: only its temporary is there
         assert name not in left and any(n.startswith(f".{name}.tmp-") for n in left)

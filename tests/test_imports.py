@@ -1,15 +1,13 @@
 """`windvane import` as a real process: resume after kill -9 and Ctrl-C, finished files, changed files, CLI errors.
 
-The kill tests use the engine's test hook ``WINDVANE_IMPORT_PAUSE_BEFORE_COMMIT=N``
-(:data:`ingest.imports.PAUSE_ENV`): before its N-th commit, with that
-commit's rows already written into the open transaction, the importer says
-so on stderr and waits. The test kills it there, so the kill always lands
+The kill tests stop the importer at its N-th checkpoint ``import.before_commit``
+(tests/paused_process.py), with that commit's rows already written into the
+open transaction. The test kills it there, so the kill always lands
 mid-file with uncommitted rows in flight.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,15 +18,10 @@ import pytest
 import arrays
 import neostore
 from ingest import imports
+from tests import paused_process
 from tests.serve_process import REPO
 
 T0 = 1_700_000_000_000_000_000
-
-
-def windvane(*args: str, env: dict | None = None, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import windvane; windvane.main()", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
-                            **popen)
 
 
 def run_import(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -38,13 +31,7 @@ def run_import(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def paused(*args: str, before_commit: int) -> subprocess.Popen:
     """A `windvane import` stopped before commit ``before_commit`` (its rows written, not committed)."""
-    process = windvane("import", *args, env={imports.PAUSE_ENV: str(before_commit)})
-    line = b""
-    while b"paused before commit" not in line:
-        line = process.stderr.readline()
-        if not line and process.poll() is not None:
-            raise AssertionError(f"import ended ({process.returncode}) before pausing: {process.stderr.read()!r}")
-    return process
+    return paused_process.paused("import.before_commit", "import", *args, times=before_commit)
 
 
 def big_csv(path, rows: int) -> None:

@@ -2,9 +2,9 @@
 is fixed, into their stream, exactly once, through the real CLI on real stores.
 
 The kill tests run `windvane quarantine replay` as a real process on a large
-quarantine and kill it with SIGKILL: once at the engine's test hook
-``WINDVANE_REPLAY_PAUSE_BEFORE_COMMIT=1`` (:data:`ingest.replay.PAUSE_ENV`),
-where every write of the replay is made and the commit is not, and once as
+quarantine and kill it with SIGKILL: once stopped at its checkpoint
+``replay.before_commit`` (tests/paused_process.py), where every write of
+the replay is made and the commit is not, and once as
 it starts validating the records it read (it says so on stderr). The next run moves every record
 exactly once.
 """
@@ -12,7 +12,6 @@ exactly once.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -21,7 +20,7 @@ import pytest
 
 import arrays
 import neostore
-from ingest import replay
+from tests import paused_process
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
 from tests.test_serve import forward_send, post
@@ -212,11 +211,13 @@ def test_replay_keeps_what_it_cannot_read_with_the_reason(sqlite_url, tmp_path):
     assert column(sqlite_url, "n") == [1]
 
 
-def replay_process(url: str, tmp_path, env: dict | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-c", "import windvane; windvane.main()", "quarantine", "replay", "plant.a",
-               "--schema", schema(tmp_path, FIXED, "fixed"), "--store", url]
-    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})})
+def replay_args(url: str, tmp_path) -> tuple[str, ...]:
+    return "quarantine", "replay", "plant.a", "--schema", schema(tmp_path, FIXED, "fixed"), "--store", url
+
+
+def replay_process(url: str, tmp_path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import windvane; windvane.main()", *replay_args(url, tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def replay_done(url: str, tmp_path) -> str:
@@ -234,11 +235,7 @@ def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(bac
     url = request.getfixturevalue(f"{backend}_url")
     quarantined(url, tmp_path, BIG)
     before = head(url)
-    process = replay_process(url, tmp_path, {replay.PAUSE_ENV: "1"})
-    line = b""
-    while b"replay: paused before commit 1" not in line:
-        line = process.stderr.readline()
-        assert line or process.poll() is None, process.stderr.read()
+    process = paused_process.paused("replay.before_commit", *replay_args(url, tmp_path))
     process.kill()  # SIGKILL with every write of the replay made and none committed
     process.wait(30)
     assert head(url) == before

@@ -29,11 +29,10 @@ from .errors import (
 )
 from .formats import FORMATS, format_named
 from .jobs import Job, read_job
-from .run import PAUSE_ENV, ExportResult, export, part_name
+from .run import ExportResult, export, part_name
 
 __all__ = [
     "FORMATS",
-    "PAUSE_ENV",
     "BadTime",
     "ExportError",
     "ExportResult",

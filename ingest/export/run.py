@@ -10,7 +10,6 @@ first the part a killed run left pending.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,15 +19,13 @@ from pathlib import Path
 import arrays
 import neostore
 
+from .. import checkpoints
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
 from .formats import Format, format_named
 from .times import TimeRange, time_range
 
-#: Test hook (tests/test_export_jobs.py): ``before-rename`` stops a run with its file written under the
-#: temporary name, ``before-done`` with the file in place but not yet recorded as done; it waits to be killed.
-PAUSE_ENV = "WINDVANE_EXPORT_PAUSE"
 #: A stream's chunk cache while exporting: every chunk is read once, so caching would only hold memory.
 _CACHE_BYTES = 0
 
@@ -173,7 +170,7 @@ class _PartWriter:
                 if not rows and not keep_empty:
                     files.remove(temp)
                     return 0
-                _pause_if_asked("before-rename", final)
+                checkpoints.reached("export.before_rename", file=str(final))
                 files.publish(temp, final)
             except OSError as exc:  # no permission, disk full, a read-only file system
                 raise TargetUnwritable(f"cannot write {final}: {exc.strerror or exc}") from None
@@ -198,13 +195,6 @@ def _size(path: Path) -> int:
     if not path.is_dir():
         return path.stat().st_size
     return sum((Path(root) / name).stat().st_size for root, _, names in os.walk(path) for name in names)
-
-
-def _pause_if_asked(stage: str, final: Path) -> None:
-    if os.environ.get(PAUSE_ENV) == stage:
-        print(f"export: paused {stage} {final.name}", file=sys.stderr, flush=True)
-        while True:
-            time.sleep(3600)
 
 
 def _export_once(writer: _PartWriter, final: Path, rows: int, overwrite: bool) -> None:
@@ -238,7 +228,7 @@ def _export_job(writer: _PartWriter, store: neostore.Store, name: str, job: jobs
     if pending is not None:  # a run was killed between its intent and its completion: redo it, same file
         result.redone = (pending.start, pending.stop)
         written = writer.write(directory / pending.file, pending.start, pending.stop, keep_empty=False)
-        _pause_if_asked("before-done", directory / pending.file)
+        checkpoints.reached("export.before_done", job=name, file=pending.file)
         job = jobs.finish(store, name, pending, rows=written, files=int(written > 0))
     result.first_row = result.stop_row = job.exported
     if rows == job.exported:
@@ -246,6 +236,6 @@ def _export_job(writer: _PartWriter, store: neostore.Store, name: str, job: jobs
     pending = jobs.Pending(job.exported, rows, part_name(fmt, job.exported, rows))
     job = jobs.begin(store, job, pending)
     written = writer.write(directory / pending.file, pending.start, pending.stop, keep_empty=False)
-    _pause_if_asked("before-done", directory / pending.file)
+    checkpoints.reached("export.before_done", job=name, file=pending.file)
     jobs.finish(store, name, pending, rows=written, files=int(written > 0))
     result.stop_row = rows
