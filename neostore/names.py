@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidNameError
 from .tids import p64, u64
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class NameIndex:
         wanted = list(dict.fromkeys(names))
         for name in wanted:
             if len(name) > MAX_NAME:
-                raise ValueError(f"name {name[:40]!r}... is {len(name)} bytes; the limit is {MAX_NAME}")
+                raise InvalidNameError(f"name {name[:40]!r}... is {len(name)} bytes; the limit is {MAX_NAME}")
         with self._lock:
             found = {n: self._known[n] for n in wanted if n in self._known}
         missing = [n for n in wanted if n not in found]
@@ -186,7 +187,7 @@ class NameIndex:
     def ending(self, suffix: bytes) -> dict[bytes, bytes]:
         """Every bound name ending with ``suffix``, with its oid (a scan of all names: for maintenance)."""
         if not suffix:
-            raise ValueError("ending() needs a non-empty suffix")
+            raise InvalidNameError("ending() needs a non-empty suffix")
         rows = self._store._query("SELECT name, oid FROM name WHERE SUBSTR(name, ?) = ?", (-len(suffix), suffix))
         return {bytes(r[0]): p64(r[1]) for r in rows}
 

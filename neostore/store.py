@@ -33,8 +33,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ZODB.POSException import ReadConflictError
-
 from . import errors
 from .backends import SCHEMA_VERSION, Backend, backend_for
 from .names import NamedRevision, NameIndex
@@ -939,7 +937,7 @@ class Transaction:
         self._require("open")
         ioid = u64(oid)
         if ioid > _MAX_INT:
-            raise ValueError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
+            raise errors.InvalidOidError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
         expected = 0 if serial is None else u64(serial)
         write = _Write(expected)
         previous = self._writes.get(ioid)
@@ -1507,7 +1505,7 @@ class Transaction:
         for oid in reads:
             committed, expected = current.get(oid, 0), self._checks[oid]
             if committed != expected:
-                raise ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
+                raise errors.ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
         resolved = []
         for oid in checked:
             write = self._writes[oid]
