@@ -44,7 +44,8 @@ class ConnectionPool:
     write and given back after it; a connection that failed is closed
     instead. A thread whose transaction holds the commit lock registers its
     connection (:meth:`hold`), for the writes it makes meanwhile on a
-    :attr:`Backend.single_writer` engine.
+    :attr:`Backend.single_writer` engine. Once ``closed`` is set no reader
+    is made and writers given back are closed.
     """
 
     def __init__(self, backend: Backend):

@@ -302,7 +302,7 @@ class Store:
         """``count`` fresh oids as integers (allocated in blocks, safe across processes).
 
         ``writer``: the write connection of a transaction of the caller's,
-        which on SQLite must do the allocation (it holds the one write lock).
+        which must do the allocation on a :attr:`~neostore.backends.Backend.single_writer` engine.
         """
         if self.read_only:
             raise errors.ReadOnlyError()
@@ -833,8 +833,9 @@ class Transaction:
     def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
         """:meth:`Store.oids_for` on behalf of this transaction, from any thread.
 
-        On SQLite a transaction holding the commit lock also holds the one
-        write lock, so its own connection must bind the names.
+        On a single-writer engine (SQLite) a transaction holding the commit
+        lock also holds the one write lock, so its own connection must bind
+        the names.
         """
         return self.store_._names.oids_for(names, create=create, writer=self._conn)
 

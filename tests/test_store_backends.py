@@ -63,7 +63,7 @@ def test_a_name_bound_under_the_commit_lock_lives_or_dies_with_the_transaction_a
 
 def test_gc_pack_makes_and_drops_its_mark_table_in_the_engines_spelling(store_url):
     with neostore.open(store_url) as store:
-        root, kept, lost = p(0), store.new_oid(), store.new_oid()
+        root, kept, lost = neostore.p64(0), store.new_oid(), store.new_oid()
         txn = store.begin()
         txn.write(root, None, kept)
         txn.write(kept, None, b"kept")
@@ -76,10 +76,6 @@ def test_gc_pack_makes_and_drops_its_mark_table_in_the_engines_spelling(store_ur
             store.load(lost)
         # Dropped again: a second pack makes it anew.
         assert store.pack(tid, references=lambda value: [value] if len(value) == 8 else []).objects_collected == 0
-
-
-def p(n: int) -> bytes:
-    return neostore.p64(n)
 
 
 def test_no_neostore_module_branches_on_the_engines_name():
