@@ -1,7 +1,9 @@
 """Exceptions raised by neostore.
 
-They subclass ZODB's exceptions where one exists, so code written against
-ZODB (conflict retries, POSKeyError handling) works unchanged on a Store.
+Every one of them is a :class:`NeoStoreError`. Those with a ZODB meaning
+also subclass ZODB's exception (and ``ValueError`` those for bad arguments),
+so code written against ZODB (conflict retries, POSKeyError handling) works
+unchanged on a Store and on its ZODB storage.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from ZODB import POSException
 
 
 class NeoStoreError(Exception):
-    """Base class of errors that are neostore's own."""
+    """The root of every error neostore raises: ``except neostore.NeoStoreError`` catches them all."""
 
 
 class InvalidURLError(NeoStoreError, ValueError):
@@ -26,6 +28,18 @@ class StoreNotFoundError(NeoStoreError):
     never do. The message names what was looked at: the absolute path of
     the SQLite file, or the MariaDB database and its server.
     """
+
+
+class InvalidNameError(NeoStoreError, ValueError):
+    """A name (or name suffix) neostore cannot store or look up: too long, or empty where one is needed."""
+
+
+class InvalidOidError(NeoStoreError, ValueError):
+    """An oid outside the range neostore stores (63 bits)."""
+
+
+class InvalidOptionError(NeoStoreError, ValueError):
+    """An option of a Store that is out of its range (the compression level)."""
 
 
 class SchemaVersionError(NeoStoreError):
@@ -69,7 +83,7 @@ class CorruptDataError(NeoStoreError, POSException.StorageError):
         )
 
 
-class ConflictError(POSException.ConflictError):
+class ConflictError(NeoStoreError, POSException.ConflictError):
     """The serial a store was based on is no longer the current one.
 
     Carries ``oid``, ``serials`` = (committed serial, expected serial) and
@@ -80,7 +94,8 @@ class ConflictError(POSException.ConflictError):
         # ZODB reads a class name out of ``data`` as if it were a pickle; a
         # Store holds any bytes, so a value that is not one must not make
         # the error itself fail.
-        super().__init__(message, object, oid, serials)
+        # Keywords: ReadConflictError's ZODB base takes ``serials`` third.
+        super().__init__(message=message, object=object, oid=oid, serials=serials)
         self.data = data
         if data is not None:
             from ZODB.utils import get_pickle_metadata
@@ -91,16 +106,24 @@ class ConflictError(POSException.ConflictError):
                 self.class_name = "bytes"
 
 
-class ReadOnlyError(POSException.ReadOnlyError):
+class ReadConflictError(ConflictError, POSException.ReadConflictError):
+    """An object the transaction required to stay current (``check_current``) changed before vote."""
+
+
+class ReadOnlyError(NeoStoreError, POSException.ReadOnlyError):
     """A write was attempted on a store opened read-only."""
 
 
-class POSKeyError(POSException.POSKeyError):
+class POSKeyError(NeoStoreError, POSException.POSKeyError):
     """The object does not exist (at the requested point in time)."""
 
 
-class UndoError(POSException.UndoError):
+class UndoError(NeoStoreError, POSException.UndoError):
     """A transaction cannot be undone."""
+
+
+class Unsupported(NeoStoreError, POSException.Unsupported):
+    """A ZODB feature neostore does not have (versions)."""
 
 
 class TransactionError(NeoStoreError, POSException.StorageTransactionError):

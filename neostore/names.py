@@ -14,14 +14,18 @@ and a prefix is a contiguous range.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .errors import InvalidNameError
+from .pool import ConnectionPool
+from .records import TransactionInfo
+from .sql import chunked, placeholders
 from .tids import p64, u64
 
-if TYPE_CHECKING:
-    from .store import Store, TransactionInfo
+#: ``read(sql, params) -> rows``: a read-only statement on the store's latest committed state.
+Read = Callable[[str, Iterable], list[tuple]]
 
 # MyRocks keys are limited to 767 bytes; one limit for every backend.
 MAX_NAME = 767
@@ -55,10 +59,20 @@ def _range(prefix: bytes) -> tuple[str, list[bytes]]:
 
 
 class NameIndex:
-    """The bindings of one Store, with a cache of those known committed."""
+    """The bindings of one Store, with a cache of those known committed.
 
-    def __init__(self, store: Store):
-        self._store = store
+    What it needs of its Store: ``pool``, its connections (writers to bind
+    names on, and the commit-lock holder of a
+    :attr:`~neostore.backends.Backend.single_writer` engine, which must
+    bind them itself); ``read``, the Store's read path; ``new_oids(count,
+    writer=conn)``, fresh oids as integers, allocated on ``writer`` if given.
+    """
+
+    def __init__(self, pool: ConnectionPool, *, read: Read, new_oids: Callable[..., list[int]]):
+        self._pool = pool
+        self._backend = pool.backend
+        self._read = read
+        self._new_oids = new_oids
         self._known: dict[bytes, bytes] = {}
         # Bindings made on a write connection (SQLite) that it has not committed yet, by id(connection).
         self._unsettled: dict[int, dict[bytes, bytes]] = {}
@@ -72,16 +86,15 @@ class NameIndex:
         wanted = list(dict.fromkeys(names))
         for name in wanted:
             if len(name) > MAX_NAME:
-                raise ValueError(f"name {name[:40]!r}... is {len(name)} bytes; the limit is {MAX_NAME}")
+                raise InvalidNameError(f"name {name[:40]!r}... is {len(name)} bytes; the limit is {MAX_NAME}")
         with self._lock:
             found = {n: self._known[n] for n in wanted if n in self._known}
         missing = [n for n in wanted if n not in found]
         if not missing:
             return found
-        store = self._store
-        active = writer if writer is not None else getattr(store._local, "active_writer", None)
-        if active is not None and store.backend.kind == "sqlite":
-            # SQLite's one writer is this thread's open transaction: bindings
+        active = writer if writer is not None else self._pool.lock_holder()
+        if active is not None and self._backend.single_writer:
+            # The one writer (SQLite's) is this thread's open transaction: bindings
             # it makes are visible only through it, and vanish if it rolls
             # back, so they are cached only once it commits (see settled);
             # the others it reads were committed before: cached at once.
@@ -93,7 +106,7 @@ class NameIndex:
                 found.update(self._remember(self._select(active, missing)))
             missing = [n for n in missing if n not in found]
             if missing and create:
-                oids = [p64(o) for o in store.new_oids(len(missing), writer=active)]
+                oids = [p64(o) for o in self._new_oids(len(missing), writer=active)]
                 self._insert(active, list(zip(missing, oids)))
                 found.update(zip(missing, oids))
                 with self._lock:
@@ -102,16 +115,9 @@ class NameIndex:
         found.update(self._remember(self._select(None, missing)))
         missing = [n for n in wanted if n not in found]
         if missing and create:
-            oids = [p64(o) for o in store.new_oids(len(missing))]
-            conn = store._take_writer(first_step=store.backend.begin)
-            try:
+            oids = [p64(o) for o in self._new_oids(len(missing))]
+            with self._pool.writer() as conn:
                 self._insert(conn, list(zip(missing, oids)))
-                conn.commit()
-            except BaseException:
-                store._rollback_quietly(conn)
-                store._give_writer(conn, broken=True)
-                raise
-            store._give_writer(conn)
             # Another process may have bound some of them first: read back.
             found.update(self._remember(self._select(None, missing)))
         return found
@@ -130,14 +136,11 @@ class NameIndex:
 
     def _select(self, conn: Any, names: list[bytes]) -> dict[bytes, bytes]:
         """Bindings of ``names``, read on ``conn`` (None: the store's reader)."""
-        store = self._store
         out: dict[bytes, bytes] = {}
-        step = store.backend.max_params
-        for start in range(0, len(names), step):
-            batch = names[start : start + step]
-            sql = f"SELECT name, oid FROM name WHERE name IN ({','.join('?' * len(batch))})"
+        for batch in chunked(names, self._backend.max_params):
+            sql = f"SELECT name, oid FROM name WHERE name IN {placeholders(len(batch))}"
             if conn is None:
-                rows = store._query(sql, batch)
+                rows = self._read(sql, batch)
             else:
                 cur = conn.cursor()
                 cur.execute(sql, batch)
@@ -149,7 +152,7 @@ class NameIndex:
     def _insert(self, conn: Any, bindings: list[tuple[bytes, bytes]]) -> None:
         cur = conn.cursor()
         cur.executemany(
-            f"{self._store.backend.insert_ignore} INTO name (name, oid) VALUES (?, ?)",
+            f"{self._backend.insert_ignore} INTO name (name, oid) VALUES (?, ?)",
             [(name, u64(oid)) for name, oid in bindings],
         )
         cur.close()
@@ -180,23 +183,22 @@ class NameIndex:
         params: list = []
         for _, ps in ranges:
             params += [u64(before), *ps] if before is not None else ps
-        rows = self._store._query(" UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params)
+        rows = self._read(" UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params)
         return [NamedRevision(bytes(r[0]), p64(r[1]), p64(r[2]), int(r[3])) for r in rows]
 
     def ending(self, suffix: bytes) -> dict[bytes, bytes]:
         """Every bound name ending with ``suffix``, with its oid (a scan of all names: for maintenance)."""
         if not suffix:
-            raise ValueError("ending() needs a non-empty suffix")
-        rows = self._store._query("SELECT name, oid FROM name WHERE SUBSTR(name, ?) = ?", (-len(suffix), suffix))
+            raise InvalidNameError("ending() needs a non-empty suffix")
+        rows = self._read("SELECT name, oid FROM name WHERE SUBSTR(name, ?) = ?", (-len(suffix), suffix))
         return {bytes(r[0]): p64(r[1]) for r in rows}
 
     def history(self, prefix: bytes) -> list[TransactionInfo]:
         """Committed transactions that wrote an object named under ``prefix``, oldest first."""
         where, params = _range(prefix)
-        store = self._store
-        rows = store._query(
+        rows = self._read(
             "SELECT t.tid, t.user, t.description, t.ext, t.packed FROM trans t WHERE t.tid IN "
             f"(SELECT o.tid FROM name n JOIN obj o ON o.oid = n.oid WHERE {where}) ORDER BY t.tid",
             params,
         )
-        return [store._info(row) for row in rows]
+        return [TransactionInfo.from_row(row) for row in rows]

@@ -23,7 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .store import Store, _placeholders, delete_unreferenced_data
+from .errors import ReadOnlyError
+from .pool import rollback_quietly, write_transaction
+from .sql import delete_unreferenced_data, placeholders
+from .store import Store
 from .tids import p64, u64
 
 
@@ -80,17 +83,17 @@ def pack(
     on MariaDB, every table pack deletes from, however little it lost).
     ``progress(phase, count)`` is called after each batch, and with phase
     ``"reclaim"`` as that step begins.
+
+    Of ``store`` pack uses its public side only: ``pool`` (one writer for
+    the whole pack, reads), ``backend``, ``commit_lock_timeout``,
+    ``read_only`` and ``load_serial``.
     """
     if store.read_only:
-        from .errors import ReadOnlyError
-
         raise ReadOnlyError()
     started = time.monotonic()
     pack_tid = u64(tid)
     stats = PackStats(pack_tid=tid)
-    conn = store._take_writer(first_step=store.backend.ping)
-    broken = True
-    try:
+    with store.pool.writer(transaction=False) as conn:
         stats.disk_before = store.backend.disk_size()
         job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress)
         job.keep = {u64(oid): u64(after) for oid, after in (keep or {}).items()}
@@ -105,9 +108,6 @@ def pack(
             removed = {**job.removed, "obj": stats.revisions_deleted}
             stats.notes = store.backend.reclaim(conn, removed, vacuum=vacuum, lock_timeout=store.commit_lock_timeout)
         stats.disk_after = store.backend.disk_size()
-        broken = False
-    finally:
-        store._give_writer(conn, broken=broken)
     stats.seconds = time.monotonic() - started
     return stats
 
@@ -127,14 +127,8 @@ class _Pack:
         backend, conn = self.backend, self.conn
         backend.acquire_commit_lock(conn, self.store.commit_lock_timeout)
         try:
-            backend.begin(conn)
-            cur = conn.cursor()
-            try:
-                yield cur
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
+            with write_transaction(backend, conn):
+                yield conn.cursor()
         finally:
             backend.release_commit_lock(conn)
         self.stats.batches += 1
@@ -160,7 +154,7 @@ class _Pack:
                 deleted = max(cur.rowcount, 0)
                 oids = [oid for oid, _ in newest]
                 cur.execute(
-                    f"SELECT oid, tid FROM obj WHERE oid IN {_placeholders(len(oids))} "
+                    f"SELECT oid, tid FROM obj WHERE oid IN {placeholders(len(oids))} "
                     "AND tid <= ? AND data_id IS NULL",
                     (*oids, self.pack_tid),
                 )
@@ -224,10 +218,10 @@ class _Pack:
         concurrent transaction made reachable again is kept.
         """
         cur = self.conn.cursor()
-        cur.execute("DROP TABLE IF EXISTS temp_packmark" if self.backend.kind == "sqlite" else "DROP TEMPORARY TABLE IF EXISTS temp_packmark")
+        cur.execute(f"{self.backend.drop_temporary_table} IF EXISTS temp_packmark")
         cur.execute(
-            f"CREATE TEMPORARY TABLE temp_packmark (oid BIGINT{' UNSIGNED' if self.backend.kind == 'mariadb' else ''} "
-            "NOT NULL PRIMARY KEY, done SMALLINT NOT NULL)"
+            f"CREATE TEMPORARY TABLE temp_packmark (oid {self.backend.uint_type} NOT NULL PRIMARY KEY, "
+            "done SMALLINT NOT NULL)"
         )
         self.conn.commit()
         try:
@@ -235,9 +229,9 @@ class _Pack:
             self._mark_reachable(cur, references)
             self._sweep(cur, references)
         finally:
-            self.store._rollback_quietly(self.conn)
+            rollback_quietly(self.conn)
             cur = self.conn.cursor()
-            cur.execute("DROP TABLE temp_packmark" if self.backend.kind == "sqlite" else "DROP TEMPORARY TABLE temp_packmark")
+            cur.execute(f"{self.backend.drop_temporary_table} temp_packmark")
             self.conn.commit()
 
     def _mark_roots(self, cur: Any, since: int) -> int:
@@ -274,7 +268,7 @@ class _Pack:
 
     def _live_values(self, oid: int) -> Iterator[bytes]:
         """Values of ``oid`` a reader at or after the pack tid can still see."""
-        rows = self.store._query(
+        rows = self.store.pool.query(
             "SELECT tid FROM obj WHERE oid = ? AND data_id IS NOT NULL AND "
             "(tid > ? OR tid = (SELECT MAX(tid) FROM obj WHERE oid = ? AND tid <= ?))",
             (oid, self.pack_tid, oid, self.pack_tid),
@@ -299,7 +293,7 @@ class _Pack:
                 if not dead:
                     return
                 position = dead[-1]
-                bcur.execute(f"DELETE FROM obj WHERE oid IN {_placeholders(len(dead))}", dead)
+                bcur.execute(f"DELETE FROM obj WHERE oid IN {placeholders(len(dead))}", dead)
                 self.stats.revisions_deleted += max(bcur.rowcount, 0)
                 self.stats.objects_collected += len(dead)
             batcher.record(time.monotonic() - began, len(dead))

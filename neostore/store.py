@@ -33,13 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ZODB.POSException import ReadConflictError
-
 from . import errors
 from .backends import SCHEMA_VERSION, Backend, backend_for
 from .names import NamedRevision, NameIndex
 from .names import _range as _name_range  # the name-prefix WHERE clause list_names uses
-from .tids import ZERO, next_tid, p64, tid_time, u64
+from .pool import ConnectionPool, rollback_quietly, write_transaction
+from .records import Record, Revision, TransactionInfo, ValueUsage
+from .sql import chunked, delete_unreferenced_data, placeholders
+from .tids import ZERO, next_tid, p64, u64
 from .url import StoreURL, parse_url
 from .values import RAW, EncodedValue, ValueCodec, value_hash
 
@@ -55,65 +56,6 @@ _MAX_INT = (1 << 63) - 1
 # What load_many reads in one query once it has seen how big values are: small documents go thousands
 # at a time, chunks a few (memory stays bounded).
 _READ_BATCH_BYTES = 8 << 20
-
-
-class _Stamped:
-    """Something named by a tid, which also says when it was committed."""
-
-    tid: bytes
-
-    @property
-    def time(self) -> float:
-        """The Unix time of the commit."""
-        return tid_time(u64(self.tid))
-
-
-@dataclass(frozen=True)
-class TransactionInfo(_Stamped):
-    """A committed transaction's metadata."""
-
-    tid: bytes
-    user: bytes
-    description: bytes
-    extension: bytes
-    packed: bool
-
-
-@dataclass(frozen=True)
-class Record:
-    """One object revision of a transaction. ``data`` is None for a deletion."""
-
-    oid: bytes
-    tid: bytes
-    data: bytes | None
-    data_tid: bytes | None
-
-
-@dataclass(frozen=True)
-class Revision(_Stamped):
-    """One entry of an object's history."""
-
-    tid: bytes
-    size: int
-    user: bytes
-    description: bytes
-    extension: bytes
-
-
-@dataclass(frozen=True)
-class ValueUsage:
-    """What committed revisions refer to, and what their distinct values take: see :meth:`Store.value_usage`."""
-
-    references: int  # revisions that refer to a value (deletions refer to none)
-    referenced_bytes: int  # the sizes of their values, once per revision: what keeping every copy would take
-    values: int  # distinct values among them
-    value_bytes: int  # the sizes of those values, each once, before compression
-    stored_bytes: int  # the bytes of those values as stored (compressed where that paid)
-
-    @property
-    def dedup_ratio(self) -> float:
-        """``referenced_bytes / value_bytes``: what storing each value once saves (1.0 for nothing)."""
-        return self.referenced_bytes / self.value_bytes if self.value_bytes else 1.0
 
 
 @dataclass
@@ -162,7 +104,7 @@ class _Rewind:
         self.left -= 1
         log.warning("the database rolled a transaction back (%s); running it again", exc)
         try:
-            Store._rollback_quietly(txn._conn)
+            rollback_quietly(txn._conn)
             txn.store_._names.settled(txn._conn, committed=False)
             txn.store_.backend.begin(txn._conn)
         except Exception:
@@ -174,19 +116,12 @@ class _Rewind:
         return True
 
 
-def _placeholders(n: int) -> str:
-    return "(" + ",".join("?" * n) + ")"
-
-
-def _chunked(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 class Store:
     """A history-preserving object store on one database. Thread-safe.
 
-    Use :func:`neostore.open` to make one.
+    Use :func:`neostore.open` to make one. ``backend`` (its database
+    engine) and ``pool`` (its connections, a
+    :class:`~neostore.pool.ConnectionPool`) are for neostore's own modules.
     """
 
     def __init__(
@@ -212,18 +147,16 @@ class Store:
         # Long enough for a killed server to restart and finish crash recovery.
         self.in_doubt_timeout = in_doubt_timeout
         self.backend = backend or backend_for(self.url, create=self.create, **backend_options)
-        self._local = threading.local()
-        self._readers: list[Any] = []
-        self._writers: list[Any] = []
-        self._pool_lock = threading.Lock()
+        self.pool = ConnectionPool(self.backend)
         self._oid_lock = threading.Lock()
         self._oid_block: list[int] = []
         # Oids below this were handed out by a committed oidgen bump: a commit writing
         # only such oids need not advance oidgen (see Transaction._advance_oidgen).
         self._oid_horizon = 0
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
-        self._closed = False
-        self._names = NameIndex(self)
+        # Names read through _query, looked up at each call: the one read path of a store.
+        self._names = NameIndex(self.pool, read=lambda sql, params=(): self._query(sql, params),
+                                new_oids=self.new_oids)
         self._prepare_database()
 
     # -- setup ---------------------------------------------------------------
@@ -276,10 +209,9 @@ class Store:
             if self._schema_version(conn.cursor()) < SCHEMA_VERSION:
                 log.info("upgrading %s from schema version %d to %d", self.url, version, SCHEMA_VERSION)
                 self.backend.create_schema(conn)
-                self.backend.begin(conn)
-                cur = conn.cursor()
-                cur.execute("UPDATE config SET value = ? WHERE name = 'version'", (str(SCHEMA_VERSION),))
-                conn.commit()
+                with write_transaction(self.backend, conn):
+                    cur = conn.cursor()
+                    cur.execute("UPDATE config SET value = ? WHERE name = 'version'", (str(SCHEMA_VERSION),))
         finally:
             self.backend.release_commit_lock(conn)
 
@@ -288,110 +220,27 @@ class Store:
         # the MariaDB connector keeps a failed statement's exception, and with
         # it the connection, alive.
         if not self.backend.has_table(cur, "config"):
-            self._rollback_quietly(cur.connection)
+            rollback_quietly(cur.connection)
             return None
         cur.execute("SELECT value FROM config WHERE name='version'")
         row = cur.fetchone()
-        self._rollback_quietly(cur.connection)
+        rollback_quietly(cur.connection)
         return int(row[0]) if row else None
 
     def _init_rows(self, conn: Any) -> None:
-        self.backend.begin(conn)
-        cur = conn.cursor()
-        cur.execute("SELECT COUNT(*) FROM config WHERE name='version'")
-        if cur.fetchone()[0] == 0:
-            cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
-            cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
-            cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
-        conn.commit()
-
-    @staticmethod
-    def _rollback_quietly(conn: Any) -> None:
-        try:
-            conn.rollback()
-        except Exception:
-            pass
+        with write_transaction(self.backend, conn):
+            cur = conn.cursor()
+            cur.execute("SELECT COUNT(*) FROM config WHERE name='version'")
+            if cur.fetchone()[0] == 0:
+                cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
+                cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
+                cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
 
     # -- connections -----------------------------------------------------------
 
-    def _reader(self) -> Any:
-        conn = getattr(self._local, "reader", None)
-        if conn is None:
-            if self._closed:
-                raise errors.NeoStoreError("the store is closed")
-            conn = self.backend.connect(for_writing=False)
-            self._local.reader = conn
-            with self._pool_lock:
-                self._readers.append(conn)
-        return conn
-
     def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        """Run a read-only statement on this thread's reader connection.
-
-        A connection the server dropped (it restarted) is replaced and the
-        statement run once more on the new one: a read changes nothing, so
-        repeating it is safe, and callers never see a restart that is over.
-        """
-        params = tuple(params)
-        for attempt in (1, 2):
-            conn = self._reader()
-            cur = conn.cursor()
-            try:
-                cur.execute(sql, params)
-                return cur.fetchall()
-            except Exception as exc:
-                if not self.backend.is_connection_lost(exc):
-                    raise
-                self._drop_reader(conn)
-                if attempt == 2:
-                    raise
-            finally:
-                try:
-                    cur.close()
-                except Exception:
-                    pass  # a dead connection's cursor; the real error is the one raised
-        raise AssertionError("unreachable")
-
-    def _drop_reader(self, conn: Any) -> None:
-        self._local.reader = None
-        with self._pool_lock:
-            if conn in self._readers:
-                self._readers.remove(conn)
-        self.backend.close_connection(conn)
-
-    def _take_writer(self, first_step: Callable[[Any], object] | None = None) -> Any:
-        """A writer connection from the pool (or a new one), after ``first_step(conn)`` succeeded on it.
-
-        Pooled connections die when the server restarts. When ``first_step``
-        finds a pooled connection dead, the pool is emptied (its other
-        connections died too) and ``first_step`` runs again on a new
-        connection: it did nothing on the dead one, so that is safe.
-        """
-        while True:
-            with self._pool_lock:
-                pooled = self._writers.pop() if self._writers else None
-            conn = pooled if pooled is not None else self.backend.connect(for_writing=True)
-            if first_step is None:
-                return conn
-            try:
-                first_step(conn)
-                return conn
-            except BaseException as exc:
-                lost = self.backend.is_connection_lost(exc)
-                self._give_writer(conn, broken=lost)
-                if not lost or pooled is None:
-                    raise
-            with self._pool_lock:
-                dead, self._writers = self._writers, []
-            for conn in dead:
-                self.backend.close_connection(conn)
-
-    def _give_writer(self, conn: Any, *, broken: bool = False) -> None:
-        if broken or self._closed:
-            self.backend.close_connection(conn)
-            return
-        with self._pool_lock:
-            self._writers.append(conn)
+        """Rows of a read-only statement, on this thread's reader: :meth:`ConnectionPool.query`."""
+        return self.pool.query(sql, params)
 
     def transaction_committed(self, tid: bytes, *, timeout: float | None = None) -> bool:
         """Whether transaction ``tid`` committed, once no commit of it can still be under way.
@@ -432,12 +281,9 @@ class Store:
 
     def close(self) -> None:
         """Close every connection. Transactions still open are abandoned."""
-        self._closed = True
+        self.pool.closed = True  # no new reader, while the encoder's last reads finish
         self._encoder.shutdown(wait=True)
-        with self._pool_lock:
-            conns, self._readers, self._writers = self._readers + self._writers, [], []
-        for conn in conns:
-            self.backend.close_connection(conn)
+        self.pool.close()
         self.backend.close()
 
     def __enter__(self) -> Store:
@@ -456,15 +302,15 @@ class Store:
         """``count`` fresh oids as integers (allocated in blocks, safe across processes).
 
         ``writer``: the write connection of a transaction of the caller's,
-        which on SQLite must do the allocation (it holds the one write lock).
+        which must do the allocation on a :attr:`~neostore.backends.Backend.single_writer` engine.
         """
         if self.read_only:
             raise errors.ReadOnlyError()
         with self._oid_lock:
             if len(self._oid_block) < count:
-                active = writer if writer is not None else getattr(self._local, "active_writer", None)
-                if active is not None and self.backend.kind == "sqlite":
-                    # SQLite has one writer: this thread's open write transaction
+                active = writer if writer is not None else self.pool.lock_holder()
+                if active is not None and self.backend.single_writer:
+                    # One writer (SQLite): this thread's open write transaction
                     # would block a second connection, so allocate inside it. If it
                     # aborts, the bump is undone and oidgen hands the same oids out
                     # again: so take exactly what is needed, and keep no block.
@@ -480,15 +326,8 @@ class Store:
 
     def _allocate_oids(self, count: int) -> int:
         """``count`` oids in a commit of their own."""
-        conn = self._take_writer(first_step=self.backend.begin)
-        try:
+        with self.pool.writer() as conn:
             first = self._bump_oidgen(conn, count)
-            conn.commit()
-        except BaseException:
-            self._rollback_quietly(conn)
-            self._give_writer(conn, broken=True)
-            raise
-        self._give_writer(conn)
         # Committed on its own: oidgen stays at least here (it never goes back).
         self._oid_horizon = max(self._oid_horizon, first + count)
         return first
@@ -533,19 +372,18 @@ class Store:
             cur = conn.cursor()
             cur.execute("SELECT tid FROM ttrans")
             stale = [row[0] for row in cur.fetchall()]
-            self._rollback_quietly(conn)
+            rollback_quietly(conn)
             if not stale:
                 return
-            self.backend.begin(conn)
-            cur = conn.cursor()
-            for tid in stale:
-                log.warning("discarding transaction 0x%016x: voted but never finished (its writer died)", tid)
-                cur.execute("SELECT DISTINCT data_id FROM tobj WHERE tid = ? AND data_id IS NOT NULL", (tid,))
-                data_ids = [row[0] for row in cur.fetchall()]
-                cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
-                cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-                delete_unreferenced_data(cur, data_ids, self.backend.max_params)
-            conn.commit()
+            with write_transaction(self.backend, conn):
+                cur = conn.cursor()
+                for tid in stale:
+                    log.warning("discarding transaction 0x%016x: voted but never finished (its writer died)", tid)
+                    cur.execute("SELECT DISTINCT data_id FROM tobj WHERE tid = ? AND data_id IS NOT NULL", (tid,))
+                    data_ids = [row[0] for row in cur.fetchall()]
+                    cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+                    cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+                    delete_unreferenced_data(cur, data_ids, self.backend.max_params)
         finally:
             if owns_lock:
                 self.backend.release_commit_lock(conn)
@@ -614,7 +452,7 @@ class Store:
             rows = self._query(
                 f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
                 "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
-                f"WHERE oid IN {_placeholders(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
+                f"WHERE oid IN {placeholders(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
                 "LEFT JOIN data d ON d.id = o.data_id",
                 keys + extra,
             )
@@ -795,11 +633,7 @@ class Store:
         rows = self._query("SELECT tid, user, description, ext, packed FROM trans WHERE tid = ?", (u64(tid),))
         if not rows:
             raise errors.NeoStoreError(f"no transaction 0x{tid.hex()}")
-        return self._info(rows[0])
-
-    @staticmethod
-    def _info(row: tuple) -> TransactionInfo:
-        return TransactionInfo(p64(row[0]), bytes(row[1]), bytes(row[2]), bytes(row[3]), bool(row[4]))
+        return TransactionInfo.from_row(rows[0])
 
     def iter_transactions(
         self, start: bytes | None = None, stop: bytes | None = None, *, newest_first: bool = False, page: int = 100
@@ -815,7 +649,7 @@ class Store:
                 (low, high, page),
             )
             for row in rows:
-                yield self._info(row)
+                yield TransactionInfo.from_row(row)
             if len(rows) < page:
                 return
             if newest_first:
@@ -939,7 +773,7 @@ class Transaction:
         self._require("open")
         ioid = u64(oid)
         if ioid > _MAX_INT:
-            raise ValueError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
+            raise errors.InvalidOidError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
         expected = 0 if serial is None else u64(serial)
         write = _Write(expected)
         previous = self._writes.get(ioid)
@@ -999,8 +833,9 @@ class Transaction:
     def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
         """:meth:`Store.oids_for` on behalf of this transaction, from any thread.
 
-        On SQLite a transaction holding the commit lock also holds the one
-        write lock, so its own connection must bind the names.
+        On a single-writer engine (SQLite) a transaction holding the commit
+        lock also holds the one write lock, so its own connection must bind
+        the names.
         """
         return self.store_._names.oids_for(names, create=create, writer=self._conn)
 
@@ -1174,7 +1009,7 @@ class Transaction:
                     cur.execute("INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)", meta)
                     sql = "INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)"
                     rows = [(oid, tid, self._data_id(w), w.value_tid) for oid, w in self._writes.items()]
-                for batch in _chunked(rows, 5000):
+                for batch in chunked(rows, 5000):
                     cur.executemany(sql, batch)
                 if self._orphans:
                     delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
@@ -1281,15 +1116,14 @@ class Transaction:
             return
         broken = False
         try:
-            Store._rollback_quietly(conn)
+            rollback_quietly(conn)
             if voted:
-                self.store_.backend.begin(conn)
-                cur = self._cursor()
-                tid = u64(self.tid)
-                cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
-                cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-                delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
-                conn.commit()
+                with write_transaction(self.store_.backend, conn):
+                    cur = self._cursor()
+                    tid = u64(self.tid)
+                    cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+                    cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+                    delete_unreferenced_data(cur, self._inserted, self.store_.backend.max_params)
         except Exception:
             # The connection is gone (the server died): the next lock holder
             # discards what was voted.
@@ -1309,12 +1143,12 @@ class Transaction:
         if self._conn is not None:
             return self._conn
         store = self.store_
-        conn = store._take_writer(
+        conn = store.pool.take_writer(
             first_step=lambda conn: store.backend.acquire_commit_lock(conn, store.commit_lock_timeout)
         )
         conn._holds_commit_lock = True
         self._conn = conn
-        store._local.active_writer = conn
+        store.pool.hold(conn)
         try:
             if not store.backend.in_transaction_after_lock:
                 store.backend.begin(conn)
@@ -1372,14 +1206,13 @@ class Transaction:
             return
         store = self.store_
         store._names.settled(conn, committed=False)  # bindings it made and did not commit were rolled back
-        if getattr(store._local, "active_writer", None) is conn:
-            store._local.active_writer = None
+        store.pool.let_go(conn)
         conn._holds_commit_lock = False
         try:
             store.backend.release_commit_lock(conn)
         except Exception:
             broken = True
-        store._give_writer(conn, broken=broken)
+        store.pool.give_writer(conn, broken=broken)
 
     def _flush(self) -> None:
         """Upload pending values, sending none the database already holds."""
@@ -1391,8 +1224,8 @@ class Transaction:
         pending, raw = self._pending, self._pending_raw
         self._pending, self._pending_bytes, self._pending_raw = {}, 0, set()
         hashes = list(pending)
-        for batch in _chunked(hashes, backend.max_params):
-            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(batch))}", batch)
+        for batch in chunked(hashes, backend.max_params):
+            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {placeholders(len(batch))}", batch)
             for digest, data_id in cur.fetchall():
                 self._ids[bytes(digest)] = data_id
         missing = [h for h in hashes if h not in self._ids]
@@ -1463,8 +1296,8 @@ class Transaction:
             self._took(cur.fetchall())
         elif small:
             cur.executemany(insert + row_values, small)
-            for hashes in _chunked([row[0] for row in small], self.store_.backend.max_params):
-                cur.execute(f"SELECT hash, id FROM data WHERE hash IN {_placeholders(len(hashes))}", hashes)
+            for hashes in chunked([row[0] for row in small], self.store_.backend.max_params):
+                cur.execute(f"SELECT hash, id FROM data WHERE hash IN {placeholders(len(hashes))}", hashes)
                 self._took(cur.fetchall())
 
     def _took(self, inserted: Iterable[tuple[bytes, int]]) -> None:
@@ -1499,15 +1332,15 @@ class Transaction:
         checked = [oid for oid, w in self._writes.items() if w.check]
         reads = [oid for oid in self._checks if oid not in self._writes]
         current: dict[int, int] = {}
-        for batch in _chunked(checked + reads, self.store_.backend.max_params):
+        for batch in chunked(checked + reads, self.store_.backend.max_params):
             cur.execute(
-                f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {_placeholders(len(batch))} GROUP BY oid", batch
+                f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {placeholders(len(batch))} GROUP BY oid", batch
             )
             current.update(cur.fetchall())
         for oid in reads:
             committed, expected = current.get(oid, 0), self._checks[oid]
             if committed != expected:
-                raise ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
+                raise errors.ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
         resolved = []
         for oid in checked:
             write = self._writes[oid]
@@ -1554,30 +1387,3 @@ class Transaction:
         else:
             tid = next_tid(last)
         self.tid = p64(tid)
-
-
-def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int,
-                             removed: Counter[str] | None = None) -> int:
-    """Delete the given data rows that no revision (finished or voted) references; return how many.
-
-    ``removed``, if given, counts the rows deleted per table (split values' chunks too).
-    """
-    deleted = 0
-    for batch in _chunked(sorted(set(data_ids)), max_params // 2):
-        marks = _placeholders(len(batch))
-        cur.execute(
-            f"SELECT id FROM data WHERE id IN {marks} "
-            "AND NOT EXISTS (SELECT 1 FROM obj WHERE obj.data_id = data.id) "
-            "AND NOT EXISTS (SELECT 1 FROM tobj WHERE tobj.data_id = data.id)",
-            batch,
-        )
-        dead = [row[0] for row in cur.fetchall()]
-        if dead:
-            marks = _placeholders(len(dead))
-            cur.execute(f"DELETE FROM bigdata WHERE data_id IN {marks}", dead)
-            if removed is not None:
-                removed["bigdata"] += max(cur.rowcount, 0)
-                removed["data"] += len(dead)
-            cur.execute(f"DELETE FROM data WHERE id IN {marks}", dead)
-            deleted += len(dead)
-    return deleted

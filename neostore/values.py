@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import blake3
 import zstandard
 
+from .errors import InvalidOptionError
+
 #: ``data.compression`` flags. Rows keep their flag, so changing settings
 #: never makes old rows unreadable.
 RAW = 0
@@ -75,7 +77,7 @@ class ValueCodec:
 
     def __init__(self, level: int = 1):
         if not -7 <= level <= 22:
-            raise ValueError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
+            raise InvalidOptionError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
         self.level = level
         # zstd contexts must not be shared between threads: one set per thread.
         self._contexts = threading.local()

@@ -33,6 +33,7 @@ from ZODB.interfaces import (
     ReadVerifyingStorage,
 )
 
+from . import errors
 from .store import Store, TransactionInfo
 from .tids import ZERO, p64, tid_from_time, u64
 from .url import StoreURL
@@ -278,9 +279,9 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
         ``status`` (FileStorage's packed/undo marker) is accepted and ignored.
         """
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         if self._transaction is transaction:
-            raise POSException.StorageTransactionError("Duplicate tpc_begin calls for same transaction")
+            raise errors.TransactionError("Duplicate tpc_begin calls for same transaction")
         self._commit_lock.acquire()
         try:
             self._txn = self._store.begin(
@@ -294,31 +295,31 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
 
     def _check_transaction(self, transaction: Any) -> None:
         if transaction is not self._transaction or self._txn is None:
-            raise POSException.StorageTransactionError(self, transaction)
+            raise errors.TransactionError(self, transaction)
 
     def store(self, oid: bytes, serial: bytes | None, data: bytes, version: str, transaction: Any) -> None:
         """Buffer a new revision; the serial is checked (and conflicts resolved) at vote."""
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         self._check_transaction(transaction)
         if version:
-            raise POSException.Unsupported("versions are not supported")
+            raise errors.Unsupported("versions are not supported")
         self._txn.write(oid, serial, data)
 
     def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
                 prev_txn: bytes | None, transaction: Any) -> None:
         """Write a revision copied from another storage, without conflict check."""
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         self._check_transaction(transaction)
         if version:
-            raise POSException.Unsupported("versions are not supported")
+            raise errors.Unsupported("versions are not supported")
         self._txn.restore(oid, data, prev_txn)
 
     def deleteObject(self, oid: bytes, serial: bytes, transaction: Any) -> None:
         """Delete ``oid`` in this transaction; ConflictError at vote if ``serial`` is not current."""
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         self._check_transaction(transaction)
         self._txn.write(oid, serial, None)
 
@@ -330,7 +331,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
     def undo(self, transaction_id: bytes, transaction: Any) -> tuple[None, list[bytes]]:
         """Revert the changes of ``transaction_id`` in this transaction; returns (None, oids)."""
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         self._check_transaction(transaction)
         return None, self._txn.undo(transaction_id, self._resolve_undo)
 
@@ -383,7 +384,13 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
 
     def _resolve(self, oid: bytes, committed: bytes, expected: bytes, data: bytes) -> bytes:
         """Vote-time resolver: ZODB's _p_resolveConflict; ConflictError if it gives up."""
-        return self.tryToResolveConflict(oid, committed, expected, data)
+        try:
+            return self.tryToResolveConflict(oid, committed, expected, data)
+        except POSException.ConflictError as exc:
+            if isinstance(exc, errors.ConflictError):
+                raise
+            # ZODB gives up with its own ConflictError: the same facts, as neostore's.
+            raise errors.ConflictError(exc.message, oid=exc.oid, serials=exc.serials, data=data) from None
 
     def _resolve_undo(self, oid: bytes, current: bytes, undone: bytes, data_before: bytes,
                       committed_data: bytes = b"") -> bytes:
@@ -391,7 +398,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
         try:
             return self.tryToResolveConflict(oid, current, undone, data_before, committed_data)
         except POSException.ConflictError:
-            raise POSException.UndoError("Some data were modified by a later transaction", oid) from None
+            raise errors.UndoError("Some data were modified by a later transaction", oid) from None
 
     # -- pack --------------------------------------------------------------------
 
@@ -402,7 +409,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
         already gone); one past the last transaction packs at that transaction.
         """
         if self._is_read_only:
-            raise POSException.ReadOnlyError()
+            raise errors.ReadOnlyError()
         last = self._store.last_transaction()
         if last == ZERO:
             return

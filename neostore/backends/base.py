@@ -2,8 +2,9 @@
 
 A backend owns connections, the schema, the cross-process commit lock and
 the few SQL spellings that differ between engines. Everything else (the
-commit protocol, reads, pack) is plain SQL in :mod:`neostore.store` and
-:mod:`neostore.pack` that both engines accept.
+commit protocol, reads, names, pack) is plain SQL in :mod:`neostore.store`,
+:mod:`neostore.names` and :mod:`neostore.pack` that every engine accepts,
+written with the spellings and capabilities a :class:`Backend` names.
 
 The commit lock serialises writers across processes: a transaction takes it
 at its first write and keeps it until finish or abort, and pack takes it for
@@ -22,9 +23,16 @@ SCHEMA_VERSION = 2
 
 
 class Backend(ABC):
-    """One database engine."""
+    """One database engine.
 
-    #: ``"sqlite"`` or ``"mariadb"``.
+    What an engine can do, and how it spells what differs, is said by named
+    capabilities (the abstract properties below, which a backend sets as
+    class attributes): the Store, names and pack ask those, never which
+    engine it is, so a new backend that leaves one out cannot be made
+    (``TypeError``, naming it) instead of behaving like another engine.
+    """
+
+    #: The engine's name, for messages and :meth:`describe` only (``"sqlite"``, ``"mariadb"``).
     kind: str
     #: The largest stored value kept in one row; larger ones are split into
     #: ``bigdata`` chunks of this size.
@@ -33,10 +41,6 @@ class Backend(ABC):
     max_params: int = 30000
     #: Index hint to force ``obj``'s primary key, where the optimizer needs it.
     obj_pk_hint: str = ""
-    #: ``GREATEST`` (MariaDB) or ``MAX`` (SQLite) for two scalars.
-    greatest: str = "MAX"
-    #: ``INSERT`` that skips rows whose key exists.
-    insert_ignore: str = "INSERT OR IGNORE"
     #: Whether a writer connection is always inside a transaction (autocommit
     #: off, each statement reading the latest commits): :meth:`begin` after
     #: taking the commit lock is then a round trip that changes nothing.
@@ -46,6 +50,38 @@ class Backend(ABC):
     #: Where the store is, as messages name it: the SQLite file's absolute
     #: path, or the MariaDB database and its server (never a password).
     location: str = ""
+
+    @property
+    @abstractmethod
+    def single_writer(self) -> bool:
+        """Whether the database has one writer at a time, whoever holds the commit lock (SQLite's write lock).
+
+        Then the connection of a transaction holding the commit lock is the
+        only one that can write until that transaction ends: a write the
+        same thread needs meanwhile (allocating oids, binding names) runs on
+        that connection, inside that transaction, and is undone with it if
+        it rolls back. Otherwise such writes commit on a connection of their own.
+        """
+
+    @property
+    @abstractmethod
+    def greatest(self) -> str:
+        """The function that gives the greater of two scalars (``GREATEST`` on MariaDB, ``MAX`` on SQLite)."""
+
+    @property
+    @abstractmethod
+    def insert_ignore(self) -> str:
+        """The ``INSERT`` that skips rows whose key exists (``INSERT IGNORE``, ``INSERT OR IGNORE``)."""
+
+    @property
+    @abstractmethod
+    def uint_type(self) -> str:
+        """The column type of an unsigned 64-bit integer (an oid, a tid) in a temporary table."""
+
+    @property
+    @abstractmethod
+    def drop_temporary_table(self) -> str:
+        """The statement that drops a temporary table, up to the table's name (``IF EXISTS`` may follow)."""
 
     @abstractmethod
     def connect(self, *, for_writing: bool) -> Any:

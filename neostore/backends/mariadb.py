@@ -39,6 +39,10 @@ class MariaDBBackend(Backend):
     """
 
     kind = "mariadb"
+    single_writer = False  # InnoDB and MyRocks lock rows: other sessions write beside the commit lock holder
+    uint_type = "BIGINT UNSIGNED"
+    # The TEMPORARY keyword keeps a DROP from ever reaching a real table of that name.
+    drop_temporary_table = "DROP TEMPORARY TABLE"
     greatest = "GREATEST"
     insert_ignore = "INSERT IGNORE"
     # Writers run with autocommit off and READ COMMITTED (see connect).
@@ -153,7 +157,7 @@ class MariaDBBackend(Backend):
     def create_schema(self, conn: Any) -> None:
         engine = f" ENGINE={self.engine}"
         statements = schema_statements(
-            uint="BIGINT UNSIGNED",
+            uint=self.uint_type,
             blob="MEDIUMBLOB",
             hash_type="BINARY(32)",
             name_type="VARBINARY(767)",

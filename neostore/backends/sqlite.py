@@ -31,7 +31,11 @@ class SQLiteBackend(Backend):
     """
 
     kind = "sqlite"
+    single_writer = True  # one write transaction at a time per file: the commit lock holder's
+    uint_type = "BIGINT"
+    drop_temporary_table = "DROP TABLE"  # temporary tables live in the "temp" schema, dropped like any other
     greatest = "MAX"
+    insert_ignore = "INSERT OR IGNORE"
     returning = sqlite3.sqlite_version_info >= (3, 35)
     # SQLite 3.32+ allows 32766 host parameters per statement.
     max_params = 30000

@@ -1,0 +1,45 @@
+"""SQL pieces the Store, its transactions and pack share."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+def placeholders(n: int) -> str:
+    """``(?,?,...)`` with ``n`` placeholders, for ``IN`` lists."""
+    return "(" + ",".join("?" * n) + ")"
+
+
+def chunked(items: list, size: int) -> Iterator[list]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int,
+                             removed: Counter[str] | None = None) -> int:
+    """Delete the given data rows that no revision (finished or voted) references; return how many.
+
+    ``removed``, if given, counts the rows deleted per table (split values' chunks too).
+    """
+    deleted = 0
+    for batch in chunked(sorted(set(data_ids)), max_params // 2):
+        marks = placeholders(len(batch))
+        cur.execute(
+            f"SELECT id FROM data WHERE id IN {marks} "
+            "AND NOT EXISTS (SELECT 1 FROM obj WHERE obj.data_id = data.id) "
+            "AND NOT EXISTS (SELECT 1 FROM tobj WHERE tobj.data_id = data.id)",
+            batch,
+        )
+        dead = [row[0] for row in cur.fetchall()]
+        if dead:
+            marks = placeholders(len(dead))
+            cur.execute(f"DELETE FROM bigdata WHERE data_id IN {marks}", dead)
+            if removed is not None:
+                removed["bigdata"] += max(cur.rowcount, 0)
+                removed["data"] += len(dead)
+            cur.execute(f"DELETE FROM data WHERE id IN {marks}", dead)
+            deleted += len(dead)
+    return deleted
