@@ -23,9 +23,10 @@ checked for DUP messages only: a new message with the packet id, topic and
 payload of an earlier one is stored. The one case left: a DUP message
 whose first delivery was *not* committed is taken for a duplicate, and not
 stored, if an earlier message with the same packet id, topic and
-byte-identical payload was committed within the key window (``key_window``,
-24 h by default); that takes a crash or lost connection while such a
-repeated message was in flight. Payloads that carry a time or a counter
+byte-identical payload was committed within the key window (the
+committer's ``key_window``, :class:`ingest.config.CommitterConfig`); that
+takes a crash or lost connection while such a repeated message was in
+flight. Payloads that carry a time or a counter
 never meet it. (A 64-bit digest that matches by chance a key among the
 ledger's at most 2,000,000 is as rare: below 1e-13 per redelivered message.)
 
@@ -69,6 +70,7 @@ from ingest.batch import Batch, Sink
 from ingest.errors import CommitFailed
 
 from .address import BrokerAddress, check_topic_filter
+from .config import MqttConfig
 from .decode import Events, decode_payload, topic_to_tag
 from .errors import BrokerUnavailable
 
@@ -127,7 +129,7 @@ class MqttSubscriber:
         self,
         sink: Sink,
         broker: BrokerAddress,
-        topics: Sequence[str] = ("#",),
+        topics: Sequence[str] = MqttConfig.topics,
         *,
         client_id: str,
         receive_maximum: int = 1000,
