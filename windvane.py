@@ -23,7 +23,7 @@ from connectors.forward.config import ForwardConfig
 from connectors.http.config import HttpConfig
 from connectors.limits import Limits
 from connectors.mqtt.config import MqttConfig
-from ingest.config import CommitterConfig, ServiceConfig
+from ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceConfig
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -486,7 +486,8 @@ class ServeConfig:
                    "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.")
 @click.option("--decode-workers", type=click.IntRange(0, 64), default=None, metavar="N",
               help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
-                   "works; 0 decodes in the serving process. Default: one per core (at most 4), 0 on one core.")
+                   f"works; 0 decodes in the serving process. Default: one per core (at most {MAX_DECODE_WORKERS}), "
+                   "0 on one core.")
 @click.option("--mqtt", "mqtt_url", default=None, metavar="URL",
               help="MQTT broker to subscribe to: mqtt://[user:password@]host[:port] or mqtts://...[?ca=ca.pem]. "
                    "QoS 1 messages are acknowledged once committed; topic a/b/c is tag a.b.c.")

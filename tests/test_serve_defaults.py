@@ -17,7 +17,7 @@ from connectors.forward import ForwardConfig
 from connectors.http import HttpConfig
 from connectors.limits import Limits
 from connectors.mqtt import MqttConfig
-from ingest.config import CommitterConfig
+from ingest.config import MAX_DECODE_WORKERS, CommitterConfig
 from ingest.ledger import KeyLedger
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -46,6 +46,7 @@ def test_the_readme_states_the_defaults_the_config_classes_hold():
         f"within {Limits.header_timeout:g} s (`--header-timeout`)",
         f"within {Limits.body_timeout:g} s (`--body-timeout`",
         f"At most {Limits.max_connections:,} connections per listener",
+        f"(`--decode-workers N`, by default one per core, at most {MAX_DECODE_WORKERS};",
     ]
     missing = [phrase for phrase in stated if phrase not in section]
     assert not missing, f"README.md's `windvane serve` section does not say: {missing}"
@@ -64,6 +65,7 @@ def test_serve_help_shows_the_defaults_of_the_config_classes():
     ]:
         assert re.search(re.escape(option) + r" [^\[]*\[default: " + re.escape(default) + r"[;\]]", text), option
     assert "Default: '#', every topic." in text
+    assert f"Default: one per core (at most {MAX_DECODE_WORKERS}), 0 on one core." in text
 
 
 def test_the_committer_and_the_memory_budget_default_to_one_budget():
