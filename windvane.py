@@ -566,9 +566,10 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
             parse_broker_url(config.mqtt.url)
             for topic in config.mqtt.topics:
                 check_topic_filter(topic)
-        auth = listener_auth(service_config, forward=config.forward is not None, shared_key=bool(shared_key),
+        auth = listener_auth(service_config, forward=config.forward is not None,
+                             shared_key=bool(config.forward and config.forward.shared_key),
                              http=config.http.address if config.http else None)
-        ssl = tls.server_context() if tls else None
+        ssl = tls.server_context() if tls else None  # one context for Forward and HTTP
         service = Service(service_config)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
