@@ -608,9 +608,10 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
         endpoints.append(http)
         lines.append(("http", http, h.host))
     if config.mqtt:
-        broker = parse_broker_url(config.mqtt.url)
-        mqtt = MqttSubscriber(service.committer, broker, config.mqtt.topics,
-                              client_id=config.mqtt.client_id or default_client_id(config.service.store))
+        m = config.mqtt
+        broker = parse_broker_url(m.url)
+        mqtt = MqttSubscriber(service.committer, broker, m.topics,
+                              client_id=m.client_id or default_client_id(config.service.store), **m.session())
         endpoints.append(mqtt)
         lines.append(("mqtt", mqtt, broker.host))
 

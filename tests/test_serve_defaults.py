@@ -7,6 +7,7 @@ against the class that holds it.
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def test_the_readme_states_the_defaults_the_config_classes_hold():
         f"within {Limits.body_timeout:g} s (`--body-timeout`",
         f"At most {Limits.max_connections:,} connections per listener",
         f"(`--decode-workers N`, by default one per core, at most {MAX_DECODE_WORKERS};",
+        f"Reconnects with backoff ({MqttConfig.min_retry:g}-{MqttConfig.max_retry:g} s); "
+        f"past {MqttConfig.max_pending_bytes >> 20} MiB waiting for commits it stops reading",
     ]
     missing = [phrase for phrase in stated if phrase not in section]
     assert not missing, f"README.md's `windvane serve` section does not say: {missing}"
@@ -71,3 +74,13 @@ def test_serve_help_shows_the_defaults_of_the_config_classes():
 def test_the_committer_and_the_memory_budget_default_to_one_budget():
     assert CommitterConfig().max_pending_bytes == Limits().memory_budget == 256 << 20
     assert KeyLedger().window == CommitterConfig.key_window == 24 * 3600
+
+
+def test_the_mqtt_session_settings_are_the_subscribers_keyword_arguments():
+    from connectors.mqtt import MqttSubscriber
+
+    parameters = inspect.signature(MqttSubscriber).parameters
+    config = MqttConfig("mqtt://localhost")
+    assert {name: parameters[name].default for name in config.session()} == config.session()
+    keywords = {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY and name != "client_id"}
+    assert keywords == set(config.session())

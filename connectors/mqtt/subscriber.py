@@ -1,7 +1,7 @@
 """MqttSubscriber: a persistent MQTT session whose QoS 1 messages are acknowledged only once committed.
 
-The network runs in paho-mqtt's thread (MQTT v5, ``clean_start`` off, a
-session expiry of a week, manual acknowledgement). Each message is decoded
+The network runs in paho-mqtt's thread (MQTT v5, ``clean_start`` off, the
+broker keeping the session ``session_expiry`` seconds, manual acknowledgement). Each message is decoded
 there (:mod:`.decode`) and handed to the event loop of ``windvane serve``,
 which submits what arrived while the submissions before it were committed
 as one submission (one batch per tag) and sends the PUBACKs of its
@@ -123,7 +123,8 @@ def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
 
 
 class MqttSubscriber:
-    """Subscribes to ``topics`` on ``broker`` as ``client_id`` and hands what arrives to ``sink``; see the module docstring."""
+    """Subscribes to ``topics`` on ``broker`` as ``client_id`` and hands what arrives to ``sink``; see the module
+    docstring, and :class:`connectors.mqtt.config.MqttConfig` for the settings and their defaults."""
 
     def __init__(
         self,
@@ -132,14 +133,14 @@ class MqttSubscriber:
         topics: Sequence[str] = MqttConfig.topics,
         *,
         client_id: str,
-        receive_maximum: int = 1000,
-        session_expiry: int = 7 * 86400,
-        max_pending_bytes: int = 64 << 20,
-        max_in_flight: int = 2,
-        keepalive: int = 30,
-        min_retry: float = 0.5,
-        max_retry: float = 30.0,
-        connect_timeout: float = 10.0,
+        receive_maximum: int = MqttConfig.receive_maximum,
+        session_expiry: int = MqttConfig.session_expiry,
+        max_pending_bytes: int = MqttConfig.max_pending_bytes,
+        max_in_flight: int = MqttConfig.max_in_flight,
+        keepalive: int = MqttConfig.keepalive,
+        min_retry: float = MqttConfig.min_retry,
+        max_retry: float = MqttConfig.max_retry,
+        connect_timeout: float = MqttConfig.connect_timeout,
     ):
         self.sink = sink
         self.broker = broker
