@@ -13,14 +13,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import click
 
 import ingest
+from connectors.forward.config import ForwardConfig
+from connectors.http.config import HttpConfig
 from connectors.limits import Limits
+from connectors.mqtt.config import MqttConfig
+from ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceConfig
 
 if TYPE_CHECKING:
+    from ssl import SSLContext
+
     import neostore
     from ingest.service import Service
     from neostore import server as dbserver
@@ -440,14 +447,25 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
                         type=click.FloatRange(0, min_open=True), help=help_text)
 
 
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``windvane serve`` is told: one configuration per component (None: that listener is off)."""
+
+    service: ServiceConfig
+    forward: ForwardConfig | None = field(default_factory=ForwardConfig)
+    http: HttpConfig | None = field(default_factory=HttpConfig)
+    mqtt: MqttConfig | None = None
+    limits: Limits = field(default_factory=Limits)
+
+
 @cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
 @click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
               help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
 @click.option("--schemas", required=True, type=click.Path(exists=True, file_okay=False, path_type=str),
               help="Directory of stream schemas (*.toml): which tags go to which stream, with which fields.")
-@click.option("--forward", default="127.0.0.1:24224", show_default=True, metavar="HOST:PORT",
+@click.option("--forward", default=ForwardConfig().address, show_default=True, metavar="HOST:PORT",
               help="Where to accept the fluentd Forward protocol (TCP, and UDP heartbeats); 'off' to disable.")
-@click.option("--http", "http_address", default="127.0.0.1:9880", show_default=True, metavar="HOST:PORT",
+@click.option("--http", "http_address", default=HttpConfig().address, show_default=True, metavar="HOST:PORT",
               help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.")
 @click.option("--shared-key", envvar="WINDVANE_SHARED_KEY", show_envvar=True,
               help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake. It protects "
@@ -462,17 +480,20 @@ def _seconds(flag: str, default: float, help_text: str) -> Callable:
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=str),
               help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=str), help="PEM private key.")
-@click.option("--commit-interval", default=0.0, show_default=True, metavar="MS", type=click.FloatRange(0, 10_000),
+@click.option("--commit-interval", default=CommitterConfig.interval * 1000, show_default=True, metavar="MS",
+              type=click.FloatRange(0, 10_000),
               help="Milliseconds to wait after a group's first arrival for more before committing. Groups form "
                    "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.")
 @click.option("--decode-workers", type=click.IntRange(0, 64), default=None, metavar="N",
               help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
-                   "works; 0 decodes in the serving process. Default: one per core (at most 4), 0 on one core.")
+                   f"works; 0 decodes in the serving process. Default: one per core (at most {MAX_DECODE_WORKERS}), "
+                   "0 on one core.")
 @click.option("--mqtt", "mqtt_url", default=None, metavar="URL",
               help="MQTT broker to subscribe to: mqtt://[user:password@]host[:port] or mqtts://...[?ca=ca.pem]. "
                    "QoS 1 messages are acknowledged once committed; topic a/b/c is tag a.b.c.")
 @click.option("--mqtt-topic", "mqtt_topics", multiple=True, metavar="PATTERN",
-              help="MQTT topic filter to subscribe to (repeatable). Default: '#', every topic.")
+              help=f"MQTT topic filter to subscribe to (repeatable). Default: {' '.join(MqttConfig.topics)!r}, "
+                   "every topic.")
 @click.option("--mqtt-client-id", default=None, metavar="ID",
               help="Client id of the persistent MQTT session (what the broker keeps for windvane while it is "
                    "down). Default: derived from the store URL, so a restart resumes the same session.")
@@ -513,78 +534,84 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     """
     import asyncio
     import neostore
-    from ingest.service import ServeConfig, Service, parse_address, tune_interpreter
+    from ingest.service import Service, listener_auth, tune_interpreter
+
+    from connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
+    from connectors.tls import TlsConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
     limits = Limits(memory_budget=memory_budget << 20, max_connections=max_connections,
                     handshake_timeout=handshake_timeout, idle_timeout=idle_timeout, header_timeout=header_timeout,
                     body_timeout=body_timeout)
-    config = ServeConfig(
-        store=store_url, schemas=schemas,
-        forward=None if forward.lower() in off else forward,
-        http=None if http_address.lower() in off else http_address,
-        shared_key=shared_key, users=users, http_auth=http_auth, tls_cert=tls_cert, tls_key=tls_key,
-        commit_interval=commit_interval / 1000, decode_workers=decode_workers,
-        mqtt=mqtt_url, mqtt_topics=mqtt_topics or ("#",), mqtt_client_id=mqtt_client_id,
-        # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
-        max_pending_bytes=limits.memory_budget,
-    )
-    if not (config.forward or config.http or config.mqtt):
+    # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
+    committer = CommitterConfig(interval=commit_interval / 1000, max_pending_bytes=limits.memory_budget,
+                                decode_workers=decode_workers)
+    service_config = ServiceConfig(store=store_url, schemas=schemas, users=users, http_auth=http_auth,
+                                   committer=committer)
+    if forward.lower() in off and http_address.lower() in off and not mqtt_url:
         raise BadInput("--forward and --http are off and no --mqtt broker is given: nothing to serve")
-    from connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
-
+    if bool(tls_cert) != bool(tls_key):
+        raise BadInput("TLS needs both --tls-cert and --tls-key")
+    tls = TlsConfig(tls_cert, tls_key) if tls_cert and tls_key else None
     try:
-        for address, port in ((config.forward, 24224), (config.http, 9880)):
-            if address:
-                parse_address(address, port)  # refuse a bad address before opening anything
+        # Refuse a bad address, broker URL, topic or authentication before opening anything.
+        config = ServeConfig(
+            service=service_config, limits=limits,
+            forward=None if forward.lower() in off else ForwardConfig.at(forward, shared_key=shared_key, tls=tls),
+            http=None if http_address.lower() in off else HttpConfig.at(http_address, tls=tls),
+            mqtt=MqttConfig(mqtt_url, mqtt_topics or MqttConfig.topics, mqtt_client_id) if mqtt_url else None,
+        )
         if config.mqtt:
-            parse_broker_url(config.mqtt)
-            for topic in config.mqtt_topics:
+            parse_broker_url(config.mqtt.url)
+            for topic in config.mqtt.topics:
                 check_topic_filter(topic)
-        service = Service(config)
+        auth = listener_auth(service_config, forward=config.forward is not None,
+                             shared_key=bool(config.forward and config.forward.shared_key),
+                             http=config.http.address if config.http else None)
+        ssl = tls.server_context() if tls else None  # one context for Forward and HTTP
+        service = Service(service_config)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     tune_interpreter()
     try:
-        asyncio.run(_serve(service, limits))
+        asyncio.run(_serve(service, config, auth, ssl))
     except OSError as exc:  # typically the address is in use
         raise BadInput(f"cannot listen: {exc}") from exc
 
 
-async def _serve(service: Service, limits: Limits) -> None:
+async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:
     # The one place that imports connectors: the layers meet here.
-    from ingest.service import parse_address
-
     from connectors.budget import MemoryBudget
     from connectors.forward.server import ForwardServer
     from connectors.http.app import HttpServer, make_app
     from connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
 
-    config = service.config
+    limits = config.limits
     budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together
     endpoints = []
     lines: list[tuple[str, object, str]] = []
-    auth = {**service.auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
+    auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
-        host, port = parse_address(config.forward, 24224)
-        forward = ForwardServer(service.committer, host, port, shared_key=config.shared_key, users=service.users,
-                                ssl=service.ssl, chunk_size_limit=config.chunk_size_limit,
-                                decompressed_size_limit=config.decompressed_size_limit, limits=limits, budget=budget)
+        f = config.forward
+        forward = ForwardServer(service.committer, f.host, f.port, shared_key=f.shared_key, users=service.users,
+                                ssl=ssl, chunk_size_limit=f.chunk_size_limit,
+                                decompressed_size_limit=f.decompressed_size_limit, limits=limits, budget=budget)
         endpoints.append(forward)
-        lines.append(("forward", forward, host))
+        lines.append(("forward", forward, f.host))
     if config.http:
-        host, port = parse_address(config.http, 9880)
-        app = make_app(service.committer, users=service.http_users, body_size_limit=config.body_size_limit,
-                       decompressed_size_limit=config.decompressed_size_limit, health=service.health,
+        h = config.http
+        app = make_app(service.committer, users=service.http_users, body_size_limit=h.body_size_limit,
+                       decompressed_size_limit=h.decompressed_size_limit, health=service.health,
                        metrics=service.metric_samples, streams=service.streams, limits=limits, budget=budget)
-        http = HttpServer(app, host, port, ssl=service.ssl)
+        http = HttpServer(app, h.host, h.port, ssl=ssl)
         endpoints.append(http)
-        lines.append(("http", http, host))
+        lines.append(("http", http, h.host))
     if config.mqtt:
-        broker = parse_broker_url(config.mqtt)
-        mqtt = MqttSubscriber(service.committer, broker, config.mqtt_topics,
-                              client_id=config.mqtt_client_id or default_client_id(config.store))
+        m = config.mqtt
+        broker = parse_broker_url(m.url)
+        mqtt = MqttSubscriber(service.committer, broker, m.topics,
+                              client_id=m.client_id or default_client_id(config.service.store), **m.session())
         endpoints.append(mqtt)
         lines.append(("mqtt", mqtt, broker.host))
 

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ingest.batch import PENDING_BYTES
+
 
 @dataclass(frozen=True)
 class Limits:
     """Limits of the Forward and HTTP servers; see the module docstring."""
 
-    memory_budget: int = 256 << 20
+    memory_budget: int = PENDING_BYTES
     max_connections: int = 1000
     handshake_timeout: float = 10.0
     idle_timeout: float = 300.0

@@ -22,6 +22,10 @@ from .errors import IngestError
 #: events with the reason instead of storing a made-up time.
 INVALID_TIME = -(1 << 63)
 
+#: Bytes of received data a service holds by default while they wait for their commit: the committer's
+#: ``max_pending_bytes`` and the connectors' memory budget (:class:`connectors.limits.Limits`), one budget.
+PENDING_BYTES = 256 << 20
+
 
 def packed_event(time_ns: int, record: Any) -> bytes:
     """The msgpack ``[time, record]`` of an event, for a record whose arrival bytes are not at hand.

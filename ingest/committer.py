@@ -81,6 +81,7 @@ import neostore
 from . import streams
 from .batch import INVALID_TIME, Batch, Receipt, Undecoded
 from .columns import Columns, Rejected, concat_columns
+from .config import CommitterConfig
 from .errors import Backpressure, CommitFailed, IngestError, UndecodableBatch
 from .ledger import KeyLedger
 from .metrics import Metrics
@@ -210,10 +211,10 @@ class GroupCommitter:
         store: neostore.Store,
         schemas: SchemaSet,
         *,
-        interval: float = 0.0,
-        max_pending_bytes: int = 256 << 20,
-        max_group_bytes: int = 64 << 20,
-        key_window: float = 86400.0,
+        interval: float = CommitterConfig.interval,
+        max_pending_bytes: int = CommitterConfig.max_pending_bytes,
+        max_group_bytes: int = CommitterConfig.max_group_bytes,
+        key_window: float = CommitterConfig.key_window,
         metrics: Metrics | None = None,
         decode_workers: int = 0,
         probe_interval: float = 5.0,

@@ -37,6 +37,8 @@ import msgpack
 import neostore
 from neostore.tids import p64, tid_time, u64
 
+from .config import CommitterConfig
+
 PREFIX = "_windvane/ingest/keys/"
 #: Seconds per listing prefix at load: the names of one block share all but their last 5 digits.
 _BLOCK = 100_000
@@ -82,7 +84,7 @@ def _after(tid: bytes) -> bytes:
 class KeyLedger:
     """The keys committed in the last ``window`` seconds (at most ``max_keys`` of them)."""
 
-    def __init__(self, window: float = 86400.0, max_keys: int = 2_000_000):
+    def __init__(self, window: float = CommitterConfig.key_window, max_keys: int = 2_000_000):
         self.window = window
         self.max_keys = max_keys
         #: Every bucket committed up to this tid is read (or written by us).

@@ -1,10 +1,11 @@
 """The ``windvane serve`` process: a store, its schemas, the group committer and the endpoints.
 
-:class:`ServeConfig` is the one configuration object. :class:`Service`
-owns the store and the committer and answers the health, metrics and
+:class:`Service` is configured by a :class:`ingest.config.ServiceConfig`;
+it owns the store and the committer and answers the health, metrics and
 stream questions endpoints ask; the endpoints themselves (the Forward and
-HTTP servers of ``connectors``) are built by the command line, which alone
-wires the layers, and handed to :meth:`Service.run`.
+HTTP servers of ``connectors``, configured by their own config classes) are
+built by the command line, which alone wires the layers, and handed to
+:meth:`Service.run`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import gc
 import logging
 import os
 import signal
-import ssl
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import arrays
@@ -29,27 +28,12 @@ from neostore.tids import tid_time
 
 from .auth import Users
 from .committer import GroupCommitter
-from .errors import AuthError, IngestError
+from .config import ServiceConfig, default_decode_workers
+from .errors import AuthError
 from .metrics import Metrics
 from .schema import SchemaSet, load_schemas
 
 log = logging.getLogger("windvane.ingest")
-
-
-def parse_address(text: str, default_port: int) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT``, ``HOST`` or ``[v6]:PORT`` as ``(host, port)``."""
-    text = text.strip()
-    host, sep, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
-    if not sep:
-        host, port = text, str(default_port)
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        number = int(port)
-    except ValueError:
-        raise IngestError(f"address {text!r}: the port {port!r} is not a number (expected HOST:PORT)") from None
-    if not 0 <= number <= 65535:
-        raise IngestError(f"address {text!r}: port {number} is out of range 0-65535")
-    return host, number
 
 
 #: CPython's cycle collector thresholds for a serving process (young generation, middle, old).
@@ -104,33 +88,11 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """Everything ``windvane serve`` is told. Addresses are ``HOST:PORT`` (port 0: any free port)."""
+def listener_auth(config: ServiceConfig, *, forward: bool, shared_key: bool, http: str | None) -> dict[str, str]:
+    """What authenticates each listener (``forward``, ``http``), in words for the start-up lines.
 
-    store: str
-    schemas: str
-    forward: str | None = "127.0.0.1:24224"
-    http: str | None = "127.0.0.1:9880"
-    shared_key: str | None = None
-    users: str | None = None
-    http_auth: str | None = None  # "users" or "none"; None: "users" if users is given, else "none"
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    commit_interval: float = 0.0
-    max_pending_bytes: int = 256 << 20
-    chunk_size_limit: int = 64 << 20
-    body_size_limit: int = 32 << 20
-    decompressed_size_limit: int = 256 << 20
-    key_window: float = 86400.0
-    decode_workers: int | None = None  # processes decoding and validating; None: one per core, at most 4
-    mqtt: str | None = None  # broker URL, mqtt://[user:pw@]host[:port] or mqtts://...; None: no MQTT
-    mqtt_topics: tuple[str, ...] = ("#",)  # topic filters subscribed to (QoS 1)
-    mqtt_client_id: str | None = None  # the persistent session's name; None: derived from the store URL
-
-
-def listener_auth(config: ServeConfig) -> dict[str, str]:
-    """What authenticates each listener of ``config`` (``forward``, ``http``), in words for the start-up lines.
+    ``forward``: whether Forward listens, ``shared_key``: whether it has one;
+    ``http``: the address HTTP listens at (None: HTTP is off).
 
     Raises :class:`AuthError` for a configuration that would protect one
     listener and leave another open without being told to: Forward with a
@@ -143,35 +105,22 @@ def listener_auth(config: ServeConfig) -> dict[str, str]:
         raise AuthError(f"--http-auth {config.http_auth!r} is not one of: users, none")
     if config.http_auth == "users" and not config.users:
         raise AuthError("--http-auth users needs --users FILE (the users file of HTTP Basic passwords and tokens)")
-    if config.users and config.forward and not config.shared_key:
+    if config.users and forward and not shared_key:
         raise AuthError("--users without --shared-key: the Forward protocol checks users only inside its shared-key "
                         "handshake (as fluentd's in_forward), so Forward would be open to anyone while HTTP asks for "
                         "credentials; give --shared-key too, or --forward off to serve HTTP alone")
     http_users = bool(config.users) and config.http_auth != "none"
-    if config.http and config.forward and config.shared_key and not http_users and config.http_auth != "none":
+    if http and forward and shared_key and not http_users and config.http_auth != "none":
         raise AuthError("--shared-key protects Forward only: HTTP would be open to anyone who can connect to "
-                        f"{config.http}; give --users FILE for HTTP Basic/Bearer credentials, --http off, or "
+                        f"{http}; give --users FILE for HTTP Basic/Bearer credentials, --http off, or "
                         "--http-auth none to serve HTTP unauthenticated on purpose")
     out = {}
-    if config.forward:
+    if forward:
         out["forward"] = (("shared key and user passwords" if config.users else "shared key") + " (handshake)"
-                          if config.shared_key else "none: open to anyone who can connect")
-    if config.http:
+                          if shared_key else "none: open to anyone who can connect")
+    if http:
         out["http"] = "users (Basic or Bearer)" if http_users else "none: open to anyone who can connect"
     return out
-
-
-def default_decode_workers() -> int:
-    """Worker processes for decoding: one per core (at most 4), none on one core.
-
-    One per core, not one per core but the main process's: decoding and
-    validating in a worker costs more per event than the main process's
-    share (event loop, stream append), so on 2 cores 2 workers and the main
-    process keep both cores busy where 1 worker alone is the bottleneck
-    (PackedForward: ~290,000 events/s against ~210,000 on the benchmark).
-    """
-    cores = os.cpu_count() or 1
-    return 0 if cores < 2 else min(4, cores)
 
 
 class Endpoint(Protocol):
@@ -180,16 +129,6 @@ class Endpoint(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
-
-
-def tls_context(cert: str, key: str) -> ssl.SSLContext:
-    """A server TLS context from a PEM certificate chain and key."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise IngestError(f"cannot load the TLS certificate {cert} with key {key}: {exc}") from exc
-    return context
 
 
 def _iso(when: float) -> str:
@@ -222,23 +161,20 @@ def endpoint_samples(endpoints: Sequence[object]) -> list[tuple[str, str, str, d
 class Service:
     """A store, its schemas and the committer, for the endpoints to share."""
 
-    def __init__(self, config: ServeConfig):
-        if bool(config.tls_cert) != bool(config.tls_key):
-            raise IngestError("TLS needs both --tls-cert and --tls-key")
+    def __init__(self, config: ServiceConfig):
         self.config = config
         self.schemas: SchemaSet = load_schemas(config.schemas)
-        self.auth = listener_auth(config)
         self.users = Users.load(config.users) if config.users else None
         #: The users HTTP asks for credentials (None: HTTP is open, by ``http_auth`` "none" or no users).
         self.http_users = self.users if config.http_auth != "none" else None
-        self.ssl = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
         self.store = neostore.open(config.store)
         self.metrics = Metrics()
         self.endpoints: list[Endpoint] = []  # those started by run(); /metrics reads their connection counters
+        settings = config.committer
         self.committer = GroupCommitter(
-            self.store, self.schemas, interval=config.commit_interval,
-            max_pending_bytes=config.max_pending_bytes, key_window=config.key_window, metrics=self.metrics,
-            decode_workers=default_decode_workers() if config.decode_workers is None else config.decode_workers,
+            self.store, self.schemas, interval=settings.interval, max_pending_bytes=settings.max_pending_bytes,
+            max_group_bytes=settings.max_group_bytes, key_window=settings.key_window, metrics=self.metrics,
+            decode_workers=default_decode_workers() if settings.decode_workers is None else settings.decode_workers,
         )
 
     # -- what endpoints ask (these read the database: call them off the event loop) --------

@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from connectors.address import ListenerConfig
+
 REPO = Path(__file__).resolve().parent.parent
+#: Where its listeners listen unless told: the default host, any free port.
+ANY_PORT = ListenerConfig(port=0).address
 
 
 def free_port() -> int:
@@ -31,7 +35,7 @@ class Serve:
     """One ``windvane serve`` process; its log goes to ``log_path``."""
 
     def __init__(self, store: str, schemas: str | Path, log_path: str | Path, *args: str,
-                 forward: str | None = "127.0.0.1:0", http: str | None = "127.0.0.1:0", timeout: float = 60):
+                 forward: str | None = ANY_PORT, http: str | None = ANY_PORT, timeout: float = 60):
         self.log_path = Path(log_path)
         command = [sys.executable, "-c", "import windvane; windvane.main()", "serve", "--store", store,
                    "--schemas", str(schemas), "--forward", forward or "off", "--http", http or "off", *args]

@@ -1,18 +1,27 @@
 """A fluentd-compatible Forward protocol v1 server (fluentd's in_forward, for windvane).
 
+* :mod:`.config`: :class:`ForwardConfig`, the server's settings and their defaults.
 * :mod:`.decode`: sans-IO decoding, bytes in, :class:`ingest.batch.Batch` out.
 * :mod:`.handshake`: the shared-key/user HELO, PING, PONG exchange.
 * :mod:`.server`: :class:`ForwardServer`, asyncio TCP (+TLS) and the UDP heartbeat.
+
+The decoder (numpy, msgspec, zstandard) and the server (asyncio, ssl) are
+imported when first asked for: the command line reads :class:`ForwardConfig`
+without them.
 """
 
-from .decode import INVALID_TIME, Decoded, ForwardDecoder, FrameReader, ack_bytes, decode_message
+from connectors.lazy import lazy_attributes
+
+from .config import ForwardConfig
 from .errors import ForwardError, MalformedMessage, OversizeMessage
 
 __all__ = [
     "INVALID_TIME",
     "Decoded",
+    "ForwardConfig",
     "ForwardDecoder",
     "ForwardError",
+    "ForwardServer",
     "FrameReader",
     "MalformedMessage",
     "OversizeMessage",
@@ -20,11 +29,8 @@ __all__ = [
     "decode_message",
 ]
 
-
-def __getattr__(name: str):
-    # The server pulls in asyncio and ssl; import it only when asked for.
-    if name == "ForwardServer":
-        from .server import ForwardServer
-
-        return ForwardServer
-    raise AttributeError(name)
+__getattr__ = lazy_attributes(__name__, {
+    **dict.fromkeys(("INVALID_TIME", "Decoded", "ForwardDecoder", "FrameReader", "ack_bytes", "decode_message"),
+                    "decode"),
+    "ForwardServer": "server",
+})

@@ -66,11 +66,10 @@ import zstandard
 from ingest.batch import INVALID_TIME, Batch, Undecoded
 from ingest.times import not_a_time, time_ns
 
+from .config import ForwardConfig
 from .errors import MalformedMessage, OversizeMessage
 
 SOURCE = "forward"
-DEFAULT_CHUNK_SIZE_LIMIT = 64 << 20
-DEFAULT_DECOMPRESSED_SIZE_LIMIT = 256 << 20
 """``times[i]`` of an event whose time could not be read (ingest quarantines it)."""
 MAX_CONTAINER_LEN = 1 << 20
 """Longest msgpack array or map accepted. msgpack allocates a container when
@@ -197,7 +196,7 @@ class FrameReader:
     buffer and the copy messages are cut from).
     """
 
-    def __init__(self, chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT) -> None:
+    def __init__(self, chunk_size_limit: int = ForwardConfig.chunk_size_limit) -> None:
         self.chunk_size_limit = chunk_size_limit
         self.json: bool | None = None
         self._framer: _MsgpackFramer | _JsonFramer | None = None
@@ -607,7 +606,7 @@ def decode_message(
     frame: bytes,
     *,
     json_mode: bool = False,
-    decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+    decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     defer: bool = False,
     packed: tuple[str, memoryview, dict | None] | None = None,
     record_types: Callable[[str], type | None] | None = None,
@@ -640,7 +639,7 @@ def decode_message(
 
 
 def decode_value(
-    value: Any, frame: bytes, *, decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+    value: Any, frame: bytes, *, decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     record_types: Callable[[str], type | None] | None = None,
 ) -> Decoded | None:
     """Decode a message already parsed into ``value`` from the bytes ``frame``; see :func:`decode_message`."""
@@ -1201,8 +1200,8 @@ class ForwardDecoder:
     def __init__(
         self,
         *,
-        chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
-        decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+        chunk_size_limit: int = ForwardConfig.chunk_size_limit,
+        decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     ) -> None:
         self.frames = FrameReader(chunk_size_limit)
         self.decompressed_size_limit = decompressed_size_limit
@@ -1221,8 +1220,6 @@ class ForwardDecoder:
 
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE_LIMIT",
-    "DEFAULT_DECOMPRESSED_SIZE_LIMIT",
     "INVALID_TIME",
     "MAX_CONTAINER_LEN",
     "Decoded",

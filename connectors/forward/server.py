@@ -76,9 +76,8 @@ from ingest.auth import Users
 from ingest.batch import Batch, Sink, Undecoded
 from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
+from .config import ForwardConfig
 from .decode import (
-    DEFAULT_CHUNK_SIZE_LIMIT,
-    DEFAULT_DECOMPRESSED_SIZE_LIMIT,
     Decoded,
     FrameReader,
     ack_bytes,
@@ -117,15 +116,15 @@ class ForwardServer:
     def __init__(
         self,
         sink: Sink,
-        host: str = "127.0.0.1",
-        port: int = 24224,
+        host: str = ForwardConfig.host,
+        port: int = ForwardConfig.port,
         *,
         shared_key: str | None = None,
         users: Users | None = None,
         ssl: ssl_module.SSLContext | None = None,
         self_hostname: str = socket.gethostname(),
-        chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
-        decompressed_size_limit: int = DEFAULT_DECOMPRESSED_SIZE_LIMIT,
+        chunk_size_limit: int = ForwardConfig.chunk_size_limit,
+        decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
         max_in_flight: int = 8192,
         heartbeat_udp: bool = True,
         limits: Limits | None = None,

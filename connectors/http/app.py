@@ -80,6 +80,7 @@ from ingest.auth import Users
 from ingest.batch import Batch, Sink, Undecoded
 from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
+from .config import HttpConfig
 from .decode import FLUENT_BIT_AGENT, count_events, decode_in_http, decode_wendelin, decompress, tag_for_path
 from .errors import (
     BadRequest,
@@ -138,8 +139,8 @@ def make_app(
     sink: Sink,
     *,
     users: Users | None = None,
-    body_size_limit: int = 32 << 20,
-    decompressed_size_limit: int = 256 << 20,
+    body_size_limit: int = HttpConfig.body_size_limit,
+    decompressed_size_limit: int = HttpConfig.decompressed_size_limit,
     health: Callable[[], dict] | None = None,
     metrics: Callable[[], list[Sample]] | None = None,
     streams: Callable[[], list[dict]] | None = None,
@@ -609,7 +610,7 @@ class HttpServer:
     the TLS handshake timeout) and timed by a :class:`_HeaderGuard`.
     """
 
-    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 9880, *, ssl: _ssl.SSLContext | None = None) -> None:
+    def __init__(self, app: web.Application, host: str = HttpConfig.host, port: int = HttpConfig.port, *, ssl: _ssl.SSLContext | None = None) -> None:
         self._app = app
         self._state = app[STATE]
         self._host = host

@@ -1,7 +1,7 @@
 """MqttSubscriber: a persistent MQTT session whose QoS 1 messages are acknowledged only once committed.
 
-The network runs in paho-mqtt's thread (MQTT v5, ``clean_start`` off, a
-session expiry of a week, manual acknowledgement). Each message is decoded
+The network runs in paho-mqtt's thread (MQTT v5, ``clean_start`` off, the
+broker keeping the session ``session_expiry`` seconds, manual acknowledgement). Each message is decoded
 there (:mod:`.decode`) and handed to the event loop of ``windvane serve``,
 which submits what arrived while the submissions before it were committed
 as one submission (one batch per tag) and sends the PUBACKs of its
@@ -23,9 +23,10 @@ checked for DUP messages only: a new message with the packet id, topic and
 payload of an earlier one is stored. The one case left: a DUP message
 whose first delivery was *not* committed is taken for a duplicate, and not
 stored, if an earlier message with the same packet id, topic and
-byte-identical payload was committed within the key window (``key_window``,
-24 h by default); that takes a crash or lost connection while such a
-repeated message was in flight. Payloads that carry a time or a counter
+byte-identical payload was committed within the key window (the
+committer's ``key_window``, :class:`ingest.config.CommitterConfig`); that
+takes a crash or lost connection while such a repeated message was in
+flight. Payloads that carry a time or a counter
 never meet it. (A 64-bit digest that matches by chance a key among the
 ledger's at most 2,000,000 is as rare: below 1e-13 per redelivered message.)
 
@@ -69,6 +70,7 @@ from ingest.batch import Batch, Sink
 from ingest.errors import CommitFailed
 
 from .address import BrokerAddress, check_topic_filter
+from .config import MqttConfig
 from .decode import Events, decode_payload, topic_to_tag
 from .errors import BrokerUnavailable
 
@@ -121,23 +123,24 @@ def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
 
 
 class MqttSubscriber:
-    """Subscribes to ``topics`` on ``broker`` as ``client_id`` and hands what arrives to ``sink``; see the module docstring."""
+    """Subscribes to ``topics`` on ``broker`` as ``client_id`` and hands what arrives to ``sink``; see the module
+    docstring, and :class:`connectors.mqtt.config.MqttConfig` for the settings and their defaults."""
 
     def __init__(
         self,
         sink: Sink,
         broker: BrokerAddress,
-        topics: Sequence[str] = ("#",),
+        topics: Sequence[str] = MqttConfig.topics,
         *,
         client_id: str,
-        receive_maximum: int = 1000,
-        session_expiry: int = 7 * 86400,
-        max_pending_bytes: int = 64 << 20,
-        max_in_flight: int = 2,
-        keepalive: int = 30,
-        min_retry: float = 0.5,
-        max_retry: float = 30.0,
-        connect_timeout: float = 10.0,
+        receive_maximum: int = MqttConfig.receive_maximum,
+        session_expiry: int = MqttConfig.session_expiry,
+        max_pending_bytes: int = MqttConfig.max_pending_bytes,
+        max_in_flight: int = MqttConfig.max_in_flight,
+        keepalive: int = MqttConfig.keepalive,
+        min_retry: float = MqttConfig.min_retry,
+        max_retry: float = MqttConfig.max_retry,
+        connect_timeout: float = MqttConfig.connect_timeout,
     ):
         self.sink = sink
         self.broker = broker
