@@ -179,7 +179,7 @@ def _newest(columns: Columns) -> int:
 def _store_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says the store could not commit (retrying later may work), rather than that
     something in the submission could not be stored (a bug: retrying the same bytes fails the same way)."""
-    if isinstance(exc, (neostore.NeoStoreError, neostore.ConflictError, CommitFailed, OSError, MemoryError)):
+    if isinstance(exc, (neostore.NeoStoreError, CommitFailed, OSError, MemoryError)):
         return True
     # The database drivers' own errors (sqlite3.Error, mariadb.Error): what they raise is about the
     # database (locked, full, gone), never about the bytes, which neostore binds as opaque values.

@@ -1350,10 +1350,7 @@ class Transaction:
             boid, bcommitted, bexpected = p64(oid), p64(committed), p64(write.expected)
             value = self._value_of(cur, write)
             if resolve is not None and value is not None and committed and write.expected:
-                try:
-                    new_value = resolve(boid, bcommitted, bexpected, value)
-                except errors.ConflictError:
-                    raise
+                new_value = resolve(boid, bcommitted, bexpected, value)
                 self._writes[oid] = _Write(committed)
                 self._unref(write.hash)
                 self.write(boid, bcommitted, new_value)
