@@ -1,0 +1,5 @@
+"""`python -m windvane`: the same as the `windvane` command."""
+
+from windvane import main
+
+main()

@@ -1,0 +1,294 @@
+"""`windvane import` and `windvane tail`: files and growing logs into streams."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+import ingest
+from windvane.commands.root import BadInput, RowsRejected, _open_store, cli
+
+
+@cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                type=click.Path(exists=True, dir_okay=False, path_type=str))
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--tag", required=True, help="The stream to import into (created on first use).")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+                   "else the types of the first file.")
+@click.option("--format", "format_name", default=None,
+              help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
+                   "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz).")
+@click.option("--time-column", default=None, metavar="NAME",
+              help="Column holding each row's time. Default: time, timestamp, ts, datetime or date.")
+@click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None,
+              help="Unit of epoch-number times. Default: chosen by magnitude.")
+@click.option("--start", "start_time", default=None, metavar="TIME",
+              help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
+                   "in the order given, each starting where the one before ended. Default: each file's BWF "
+                   "origination time, else its modification time minus its duration.")
+@click.option("--timezone", default=None, metavar="ZONE",
+              help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
+                   "Default: UTC, and this machine's zone for RFC 3164 syslog.")
+@click.option("--restart", is_flag=True,
+              help="Import a file that changed since it was partly imported from its beginning.")
+@click.option("--again", is_flag=True,
+              help="Import the files from their beginning even if they, or files of the same content, "
+                   "were imported into TAG before.")
+@click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
+              help="MB of file per commit.")
+@click.option("--allow-rejects", is_flag=True,
+              help="Exit 0 even if rows were quarantined (they are still counted and reported).")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
+                   "A blank or repeated header cell names its column column_<n> (n: its position).")
+def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
+                 format_name: str | None, time_column: str | None, time_unit: str | None,
+                 start_time: str | None, timezone: str | None, restart: bool, again: bool, commit_mb: int,
+                 allow_rejects: bool, renames: tuple[str, ...]) -> None:
+    """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
+
+    Each commit stores rows and the position reached in the file together,
+    so a run interrupted (Ctrl-C, kill -9) and started again neither
+    duplicates nor skips rows; a finished file run again imports nothing,
+    nor does a file of the same content under another name (a blake3 hash
+    of the whole file) unless --again. Rows that do not fit go, verbatim
+    with the reason, to the tag's quarantine stream. Compressed files
+    (gzip, zstd, bzip2, xz: told by their first bytes) of CSV and the log
+    formats are read decompressed as they go. A new stream's columns are
+    typed from the whole first file; the schema inferred is printed, to pin
+    with --schema. Column names are kept as written; one a store key cannot
+    hold ("flow [l/s]") is stored under an escaped key (see the README).
+    RFC 3164 syslog lines carry no year: they are taken in the year of the
+    file's modification time (the year before for dates after it), and the
+    summary says which.
+
+    \b
+    Exit codes: 0 every row read was stored; 2 bad input; 3 rows were
+    quarantined (the others are stored; stderr says how many, in which
+    quarantine stream and how to read it; --allow-rejects exits 0
+    instead); 130 interrupted (run again to resume).
+    """
+    import os
+    import sys
+
+    from connectors.files import FileFormatError, ReaderOptions
+    from connectors.files.compression import compression_of
+    from connectors.files.formats import format_for
+    from ingest import imports
+    from ingest.times import check_zone, time_ns
+    from ingest.schema import load_schema
+    from ingest.streams import StreamWriters
+
+    try:
+        rename = _renames(renames)
+        schema = load_schema(schema_path) if schema_path else None
+        formats = [format_for(path, format_name) for path in paths]
+        start_ns = None
+        if timezone is not None:
+            check_zone(timezone)
+        if start_time is not None:
+            start_ns = time_ns(start_time)
+            if start_ns is None:
+                raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
+    except (ingest.IngestError, FileFormatError) as exc:
+        raise BadInput(str(exc)) from exc
+    total = sum(os.path.getsize(p) for p in paths)
+    rejected = 0
+    with _open_store(store_url) as st:
+        writers = StreamWriters(st)
+        try:
+            schema = imports.resolve_schema(st, tag, schema)
+            with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
+                for path, fmt in zip(paths, formats):
+                    types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
+                    reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
+                                                          block_bytes=min(16 << 20, commit_mb << 19),
+                                                          rename=rename, timezone=timezone))
+                    for note in getattr(reader, "notes", ()):
+                        click.echo(f"note: {note}", err=True)
+                    if start_ns is not None and fmt.vibration:
+                        start_ns = reader.end_ns  # one --start for several recordings: end to end
+                    identity = imports.fingerprint(path)
+                    compressed = compression_of(path) is not None  # its parts count the bytes it holds
+                    result = imports.import_source(
+                        st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
+                        progress=None if compressed else bar.update,
+                        same_source=lambda stored, p=path: imports.same_file(stored, p),
+                        restart=restart, commit_bytes=commit_mb << 20, writers=writers,
+                        content=imports.content_hash(path), name=os.path.abspath(path), again=again)
+                    schema = result.schema or schema
+                    size = os.path.getsize(path)
+                    bar.update(size if compressed else max(0, size - result.nbytes))
+                    if result.inferred and schema.kind != "vibration":
+                        click.echo(_inferred_schema(tag, path, schema), err=True)
+                    click.echo(_import_summary(path, result))
+                    rejected += result.rejected
+                    if fmt.name == "syslog":
+                        click.echo(_syslog_years(path))
+        except (ingest.IngestError, FileFormatError) as exc:
+            raise BadInput(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
+            sys.exit(130)
+    if rejected:
+        message = _rejects_message(rejected, tag, store_url)
+        if not allow_rejects:
+            raise RowsRejected(f"{message}; --allow-rejects makes this exit 0")
+        click.echo(message, err=True)
+
+
+def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
+    """How many rows an import quarantined, the quarantine stream they are in, and how to read them."""
+    import shlex
+
+    from arrays.stream import stream_path
+
+    return (f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
+            f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
+            "--to rejects.csv --format csv`")
+
+
+def _renames(renames: tuple[str, ...]) -> dict[str, str]:
+    """``--rename OLD=NEW`` options as old -> new names (the first ``=`` divides them)."""
+    out: dict[str, str] = {}
+    for item in renames:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new.strip():
+            raise BadInput(f"--rename {item!r}: write it as OLD=NEW, both names not empty")
+        if old in out:
+            raise BadInput(f"--rename names column {old!r} twice")
+        out[old] = new
+    return out
+
+
+def _inferred_schema(tag: str, path: str, schema) -> str:
+    """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
+    from ingest.schema import schema_toml
+
+    return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
+            f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
+            + schema_toml(schema).rstrip("\n"))
+
+
+def _syslog_years(path: str) -> str:
+    """What year an RFC 3164 file's lines were given: its modification time's."""
+    import datetime
+    import os
+
+    written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+    return (f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
+            f"time ({written:%Y-%m-%d}); lines dated after that, in {written.year - 1}")
+
+
+def _import_summary(path: str, result) -> str:
+    """One line per imported file: rows, rejects, MB, MB/s, where it resumed."""
+    if result.duplicate_of is not None and not result.commits:
+        return (f"{path}: already imported: the same content as {result.duplicate_of}; nothing imported "
+                "(--again imports it again)")
+    if result.resumed_from is not None and not (result.rows or result.rejected):
+        return f"{path}: already imported, nothing new after position {result.resumed_from}"
+    line = (f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
+            f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)")
+    if result.resumed_from is not None:
+        line += f", resumed from position {result.resumed_from}"
+        if result.duplicate_of is not None:
+            line += f" where the import of the same content as {result.duplicate_of} stopped"
+    if result.reasons:
+        line += f"; first reason: {result.reasons[0]}"
+    return line
+
+
+@cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option("--tag", required=True, help="The stream to append to (created on first use).")
+@click.option("--format", "format_name", default="jsonl", show_default=True,
+              help="Log format: jsonl, syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs).")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+                   "else the types of the first lines.")
+@click.option("--timezone", default=None, metavar="ZONE",
+              help="IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.")
+@click.option("--commit-lines", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Commit after this many lines ...")
+@click.option("--commit-ms", type=click.FloatRange(min=1), default=1000, show_default=True,
+              help="... or this many ms after the first line of a batch was read, whichever comes first.")
+@click.option("--poll-ms", type=click.FloatRange(10, 10_000), default=200, show_default=True,
+              help="How often to look for new lines when there are none.")
+@click.option("--rotate-wait", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.")
+def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str | None, timezone: str | None,
+         commit_lines: int, commit_ms: float, poll_ms: float, rotate_wait: float) -> None:
+    """Follow the log file PATH as it grows and commit its lines into stream TAG.
+
+    Rows and the position reached (file identity, byte offset) are committed
+    together, so a restart (after Ctrl-C or kill -9) resumes after the last
+    committed line: no line twice, none skipped. Rotation by rename (the old
+    file is read to its end first) and by copytruncate (the copy beside PATH
+    is finished first) is followed. Lines that are not the format go,
+    verbatim with the reason, to the tag's quarantine stream. SIGTERM or
+    Ctrl-C commits what was read and exits 0.
+    """
+    import dataclasses
+    import signal
+
+    from connectors.files.logs import LogFormatError
+    from connectors.tail.follow import FilePosition, Follower
+    from connectors.tail.run import StopFlag, Tailer, TailSettings
+    from ingest import imports
+    from ingest.schema import load_schema
+    from ingest.streams import StreamWriters
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        schema = load_schema(schema_path) if schema_path else None
+        settings = TailSettings(format_name, timezone, commit_lines, commit_ms, poll_ms)
+    except (ingest.IngestError, LogFormatError) as exc:
+        raise BadInput(str(exc)) from exc
+    with _open_store(store_url) as st:
+        try:
+            schema = imports.resolve_schema(st, tag, schema)
+        except ingest.IngestError as exc:
+            raise BadInput(str(exc)) from exc
+        source_id = "tail-" + imports.source_id_for(path)
+        stored = imports.read_position(st, tag, source_id)
+        committed = FilePosition.from_dict(stored.value) if stored else None
+        follower = Follower(path, stored.value if stored else None, rotate_wait=rotate_wait)
+        settings = dataclasses.replace(settings, types=imports.arrow_types(schema) if schema else {})
+        stop = StopFlag()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
+        click.echo(f"following {path} into {tag} ({format_name}) from {where}")
+        try:
+            Tailer(follower, settings, _tail_commit(StreamWriters(st), tag, schema, source_id, path),
+                   lambda line: click.echo(line), committed).run(stop)
+        except imports.SchemaMismatch as exc:
+            raise click.ClickException(f"{exc}; nothing of the last batch was committed, the position stays") from exc
+        finally:
+            follower.close()
+    click.echo("stopped")
+
+
+def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
+    """``commit(parts, position)`` for `windvane tail`: rows and position in one transaction (ingest.imports)."""
+    from ingest import imports
+    from ingest.schema import Schema
+
+    chosen = [schema]
+
+    def commit(parts, position) -> tuple[int, int]:
+        if chosen[0] is None:  # no stream and no --schema: the first lines that parsed decide
+            first = next((p for p in parts if p.table.num_rows), None)
+            chosen[0] = imports.infer_schema(tag, first) if first is not None else None
+        # Until some line parsed there are only rejects, which need no schema: any will do.
+        done = imports.commit_parts(writers, tag, chosen[0] or Schema(tag, "log", (tag,), extra="reject"), parts,
+                                    source_id, position, source="tail", message=f"tail {path}")
+        return done.rows, done.rejected
+
+    return commit

@@ -1,0 +1,90 @@
+"""The root `windvane` group, its exit-code errors, and the helpers several command groups share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    import neostore
+
+
+class BadInput(click.ClickException):
+    """A usage problem the user can fix (bad path, missing program): exit code 2."""
+
+    exit_code = 2
+
+
+class RowsRejected(click.ClickException):
+    """`windvane import` quarantined rows and was not told to allow it: exit code 3."""
+
+    exit_code = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="windvane")
+def cli() -> None:
+    """windvane: big-data ingestion into a deduplicating, history-preserving object store.
+
+    Data lands in neostore, an object store kept in MariaDB (or, for small
+    setups, SQLite).  To use MariaDB, start a private server and use the
+    store URL it prints:
+
+    \b
+        windvane db start --datadir ./db
+        windvane db status --datadir ./db
+        windvane db stop --datadir ./db
+
+    Inspect or pack a store (SQLite or MariaDB):
+
+    \b
+        windvane store info sqlite:///windvane.db
+        windvane store pack sqlite:///windvane.db --keep-days 30
+
+    Receive fluentd Forward and HTTP data into streams (schemas/ says which tags go where):
+
+    \b
+        windvane serve --store sqlite:///windvane.db --schemas schemas/
+
+    Or subscribe to an MQTT broker (--mqtt mqtt://host:1883), import files,
+    follow a log file, and describe what a store holds:
+
+    \b
+        windvane import data/*.csv rec.wav --store sqlite:///windvane.db --tag plant1
+        windvane tail /var/log/syslog --format syslog --store sqlite:///windvane.db --tag host.syslog
+        windvane info --store sqlite:///windvane.db
+
+    See it all work on sample data (a fresh SQLite store under ./var/):
+
+    \b
+        windvane demo
+
+    List the arrays a store holds, and an array's commits:
+
+    \b
+        windvane arrays ls sqlite:///windvane.db
+        windvane arrays history sqlite:///windvane.db turbine1/vibration
+    """
+
+
+def _open_store(url: str, **options) -> neostore.Store:
+    """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
+    import neostore
+
+    try:
+        return neostore.open(url, **options)
+    except neostore.StoreNotFoundError as exc:
+        raise BadInput(f"{exc} (only writing commands such as import, serve and tail create a store)") from exc
+    except neostore.InvalidURLError as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+STORE_URL = click.argument("url", metavar="URL")
+
+
+def main() -> None:
+    """Entry point of the `windvane` console script."""
+    cli(prog_name="windvane")

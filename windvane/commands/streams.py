@@ -1,0 +1,207 @@
+"""`windvane streams` and `windvane quarantine`: list, remove, rename and trim streams; replay quarantine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+import ingest
+from windvane.commands.root import BadInput, _open_store, cli
+
+
+STORE_OPTION = click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
+                            help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+
+
+@cli.group(name="streams", invoke_without_command=True)
+@click.option("--store", "store_url", envvar="WINDVANE_STORE", show_envvar=True,
+              help="Store URL whose streams to list: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.pass_context
+def streams_group(ctx: click.Context, store_url: str | None) -> None:
+    """List the streams of the store at --store (rows, time range, bytes stored); remove, rename or trim one.
+
+    \b
+        windvane streams --store URL                       list them
+        windvane streams rm TAG --store URL                remove a stream
+        windvane streams mv OLD NEW --store URL            rename it
+        windvane streams trim TAG --before T --store URL   drop its rows older than T
+
+    rm, mv and trim are each one commit. History keeps what they replace:
+    a read at an earlier tid still sees the stream, its old name or its
+    dropped rows, until `windvane store pack` drops them. A tag's
+    quarantine stream and import records go with its stream (rm removes
+    them, mv renames them; trim leaves the quarantine as it is).
+
+    Exit codes: 0 done (or nothing to trim), 2 bad input (no such stream,
+    a name taken, a TIME that is not one, no store at --store), 1 the store
+    failed.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if store_url is None:
+        raise BadInput("give the store whose streams to list: --store URL (or WINDVANE_STORE)")
+    from ingest import info as contents
+
+    with _open_store(store_url, read_only=True) as st:
+        found = contents.describe_streams(st)
+    for line in contents.stream_table_lines(found):
+        click.echo(line)
+
+
+def _stream_change(store_url: str, change: Callable) -> object:
+    """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
+    import arrays
+    import neostore
+
+    from ingest import stream_admin
+
+    try:
+        with _open_store(store_url, create=False) as st:
+            return change(st)
+    except (stream_admin.StreamAdminError, arrays.InvalidTagError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _change_text(change) -> str:
+    extras = [f"{change.quarantined:,} quarantined records"] if change.quarantined else []
+    extras += [f"{change.records:,} import records"] if change.records else []
+    return f"{change.rows:,} rows" + "".join(f", {e}" for e in extras)
+
+
+@streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import records).")
+@click.argument("tag")
+@STORE_OPTION
+def remove_stream(tag: str, store_url: str) -> None:
+    """Remove stream TAG, its quarantine stream and its import records, in one commit."""
+    from ingest import stream_admin
+
+    change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
+    click.echo(f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
+               "earlier reads still see it until `windvane store pack`")
+
+
+@streams_group.command(name="mv", short_help="Rename a stream (with its quarantine and import records).")
+@click.argument("old")
+@click.argument("new")
+@STORE_OPTION
+def rename_stream(old: str, new: str, store_url: str) -> None:
+    """Rename stream OLD to NEW (its quarantine stream and import records too), in one commit.
+
+    NEW must not be a stream yet.
+    """
+    from ingest import stream_admin
+
+    change = _stream_change(store_url, lambda st: stream_admin.rename(st, old, new))
+    click.echo(f"renamed stream {old} to {new} ({_change_text(change)}) in commit 0x{change.tid.hex()}")
+
+
+@streams_group.command(name="trim", short_help="Drop a stream's rows older than a time.")
+@click.argument("tag")
+@click.option("--before", required=True, metavar="TIME",
+              help="Drop the rows whose time is before TIME: ISO 8601 (no zone means UTC) or epoch seconds.")
+@STORE_OPTION
+def trim_stream(tag: str, before: str, store_url: str) -> None:
+    """Drop the rows of stream TAG whose time is before --before, in one commit (none if no row is that old).
+
+    The rows stay in history (a read at an earlier tid sees them) until
+    `windvane store pack` drops them.
+    """
+    from ingest import stream_admin
+    from ingest.export.times import BadTime, parse_time
+
+    try:
+        before_ns = parse_time(before, "--before")
+    except BadTime as exc:
+        raise BadInput(str(exc)) from exc
+    change = _stream_change(store_url, lambda st: stream_admin.trim(st, tag, before_ns))
+    if change.tid is None:
+        click.echo(f"nothing to trim: no row of stream {tag} is before {before}")
+    else:
+        click.echo(f"trimmed {change.rows:,} rows of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
+                   "they stay in history until `windvane store pack`")
+
+
+@cli.group(name="quarantine")
+def quarantine_group() -> None:
+    """See what was quarantined (records that did not fit their schema), and replay it after a schema fix.
+
+    \b
+        windvane quarantine ls [TAG] --store URL
+        windvane quarantine replay TAG [--schema fixed.toml] --store URL
+
+    Exit codes: 0 done, 2 bad input (no quarantine for TAG, no schema to
+    replay with, a schema that contradicts the stream, no store at --store),
+    1 the store failed.
+    """
+
+
+def _reason_lines(summary) -> list[str]:
+    from ingest.replay import TOP_REASONS
+
+    lines = [f"  {count:>10,}  {reason}" for reason, count in summary.reasons[:TOP_REASONS]]
+    rest = summary.reasons[TOP_REASONS:]
+    if rest:
+        lines.append(f"  {sum(c for _, c in rest):>10,}  ({len(rest):,} other reasons)")
+    return lines
+
+
+@quarantine_group.command(name="ls", short_help="Quarantined records per tag, counted by reason.")
+@STORE_OPTION
+@click.argument("tag", required=False)
+def list_quarantine(store_url: str, tag: str | None) -> None:
+    """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
+    import arrays
+
+    from ingest import replay as replaying
+
+    with _open_store(store_url, read_only=True) as st:
+        try:
+            found = replaying.summarize(st, tag)
+        except (replaying.ReplayError, arrays.InvalidTagError) as exc:
+            raise BadInput(str(exc)) from exc
+    if not found:
+        click.echo("nothing is quarantined")
+    for summary in found:
+        click.echo(f"quarantine/{summary.tag}: {summary.rows:,} records")
+        for line in _reason_lines(summary):
+            click.echo(line)
+
+
+@quarantine_group.command(name="replay", short_help="Move the quarantined records that now fit into their stream.")
+@STORE_OPTION
+@click.argument("tag")
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Schema file (TOML) to validate with. Default: the stream's columns as they are.")
+def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None:
+    """Validate TAG's quarantined records again and move those that fit into stream TAG, exactly once.
+
+    In one commit the records that fit are appended to the stream and
+    removed from the quarantine; the others stay, with the reason they fail
+    now. Run twice, or again after being killed, it never stores a record
+    twice nor loses one. Replay reads records that arrived as msgpack or
+    JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
+    quarantine recorded, and records whose time was unreadable stay.
+    """
+    import arrays
+    import neostore
+
+    from ingest import replay as replaying
+    from ingest.schema import load_schema
+
+    try:
+        schema = load_schema(schema_path) if schema_path else None
+        with _open_store(store_url, create=False) as st:
+            result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
+                f"replaying {n:,} quarantined records of {tag} ...", err=True))
+    except (ingest.IngestError, arrays.InvalidTagError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    where = f"in commit 0x{result.tid.hex()}" if result.tid is not None else "(nothing changed, nothing committed)"
+    click.echo(f"replayed {result.replayed:,} records of quarantine/{tag} into stream {tag} {where}; "
+               f"{result.remaining.rows:,} stay in quarantine")
+    for line in _reason_lines(result.remaining):
+        click.echo(line)
