@@ -40,6 +40,11 @@ DATADIR = click.option(
 )
 
 
+def _timeout(help_text: str):
+    """The --timeout option of a command waiting for the server: seconds, 60 by default."""
+    return click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True, help=help_text)
+
+
 @cli.group()
 def db() -> None:
     """Run the private MariaDB server that holds the store.
@@ -60,13 +65,7 @@ def db() -> None:
     help="Also listen on 127.0.0.1:PORT (root has no password: single-user machines only). "
     "Default: unix socket only.",
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=60,
-    show_default=True,
-    help="Seconds to wait for the server to accept connections.",
-)
+@_timeout("Seconds to wait for the server to accept connections.")
 def start(datadir: str, port: int | None, timeout: float) -> None:
     """Start the server (initialising DATADIR on first use) and print the store URL.
 
@@ -94,13 +93,7 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
 
 @db.command(short_help="Shut the server down cleanly.")
 @DATADIR
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=60,
-    show_default=True,
-    help="Seconds to wait for a clean shutdown.",
-)
+@_timeout("Seconds to wait for a clean shutdown.")
 def stop(datadir: str, timeout: float) -> None:
     """Shut the server down cleanly (does nothing if it is not running)."""
     from neostore import server as dbserver
