@@ -84,7 +84,11 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
     c = committer(store)
     c.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
     try:
+        # The committer thread may take the first submissions before the event loop has queued the others:
+        # a wait after the first arrival makes the 60 one group whatever the threads' timing.
+        c.interval = 0.5
         fan_out = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", k, 1)]) for k in range(60)))
+        c.interval = 0.0
         assert len({r.tid for r in fan_out}) == 1
         assert 0 < c._linger <= c.MAX_LINGER
         c._linger = 2.0  # as if that commit had taken two seconds: the wait is long enough to observe
