@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-import neostore
+from windvane import neostore
 
 from .cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .errors import ArrayError, ArrayExistsError, ArrayNotFoundError, ReadOnlyArrayError

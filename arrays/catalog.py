@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import neostore
+from windvane import neostore
 
 from .keys import Snapshot
 from .metadata import METADATA_KEY, node_type

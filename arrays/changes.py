@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable
 
-import neostore
+from windvane import neostore
 
 #: Transactions per ``changes_since`` query.
 _PAGE = 1000

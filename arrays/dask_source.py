@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-import neostore
+from windvane import neostore
 
 from .bigarray import BigArray
 from .metadata import ArrayMeta

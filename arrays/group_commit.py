@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import neostore
+from windvane import neostore
 
 from .keys import encode_key
 from .transaction import Transaction

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import neostore
+from windvane import neostore
 
 from .errors import ArrayNotFoundError
 from .keys import next_tid_after

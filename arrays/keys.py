@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import neostore
-from neostore import POSKeyError
+from windvane import neostore
+from windvane.neostore import POSKeyError
 
 from . import row_log
 from .metadata import METADATA_KEY, ArrayMeta

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
-import neostore
+from windvane import neostore
 
 from .codecs import VLenCodec, shuffled, unshuffled
 from .errors import ArrayError

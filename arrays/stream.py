@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-import neostore
+from windvane import neostore
 
 from .bigarray import BigArray, StoreOwner, Target, _resolve, _View
 from .cache import DEFAULT_CACHE_BYTES, ChunkCache

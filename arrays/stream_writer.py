@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-import neostore
+from windvane import neostore
 
 from . import row_log
 from .changes import ChangeLog

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from datetime import datetime, timezone
 
-import neostore
+from windvane import neostore
 
 from .errors import SnapshotError
 from .keys import next_tid_after

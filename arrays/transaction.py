@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import neostore
+from windvane import neostore
 
 from . import row_log
 from .keys import LoggedView, Entry, Snapshot, encode_key

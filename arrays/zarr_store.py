@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-import neostore
+from windvane import neostore
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,

@@ -1,8 +1,8 @@
 """Fixtures of the neostore benchmarks.
 
 - ``mariadb_server``: one private mariadbd for the session, started by
-  :class:`neostore.server.MariaDBServer` with the SHIPPED configuration
-  (neostore/mariadb.cnf, no test overrides: 1G buffer pool, 1G redo log,
+  :class:`windvane.ops.mariadb_server.MariaDBServer` with the SHIPPED configuration
+  (windvane/ops/mariadb.cnf, no test overrides: 1G buffer pool, 1G redo log,
   O_DIRECT, flush at every commit), in a short temporary directory under /tmp.
 - ``databases``: makes fresh MariaDB databases and SQLite files, and removes
   them (and their disk space) at the end of the test, or earlier on request.
@@ -43,7 +43,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import sensor_data  # noqa: E402
-from neostore.server import MariaDBServer, database_url  # noqa: E402
+from windvane.ops.mariadb_server import MariaDBServer, database_url  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -265,7 +265,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     """Record what was measured: the code (commit + uncommitted diff), engines and machine."""
     import sqlite3
 
-    import neostore.values
+    import windvane.neostore.values
 
     commit, diff = getattr(config, "_windvane_code", None) or code_version()
     machine_info["windvane"] = {

@@ -184,7 +184,7 @@ def icechunk_storage(path: str):
 
 def bigarray_create(url_or_tx, name: str, shape, clevel: int):
     """A BigArray with the benchmarks' chunks and its "blosc" codec, which must be at ``clevel`` (the baselines')."""
-    import arrays
+    from windvane import arrays
 
     array = arrays.create(url_or_tx, name, shape, DTYPE, chunks=CHUNKS, codec="blosc")
     blosc_config = next(c["configuration"] for c in array.codec if c["name"] == "blosc")
@@ -200,7 +200,7 @@ def bigarray_close(array) -> None:
 
 def bigarray_default_clevel() -> int:
     """The level BigArray's "blosc" codec writes into an array's zarr.json (the issue's codec: zstd, byte shuffle)."""
-    import arrays
+    from windvane import arrays
 
     root = tempfile.mkdtemp(prefix="wvb-lvl-", dir="/tmp")
     try:
@@ -242,7 +242,7 @@ def quiesce(databases) -> None:
 
 def database_bytes(url: str) -> int:
     """The bytes the store's values occupy (neostore's own account), for dedup and size reports."""
-    import neostore
+    from windvane import neostore
 
     with neostore.open(url) as store:
         return store.value_size()
@@ -274,7 +274,7 @@ def run_rounds(benchmark, target, *, setup, teardown=None, rounds: int, warmup_r
 
 
 def need_bigarray() -> None:
-    import arrays
+    from windvane import arrays
 
     if not hasattr(arrays, "create"):
         pytest.fail("arrays.create does not exist yet: the BigArray benchmarks cannot run")
@@ -391,7 +391,7 @@ def test_write_bigarray_mariadb(benchmark, databases, array_values, clevel, data
 @pytest.mark.benchmark(group="arrays-1-write")
 def test_write_bigarray_sqlite_one_transaction(benchmark, databases, array_values, clevel, data_ratios, bench_results):
     """BigArray on neostore SQLite, created and written inside one ``arrays.transaction`` (one commit)."""
-    import arrays
+    from windvane import arrays
 
     need_bigarray()
     name = "arr_write_tx"
@@ -486,7 +486,7 @@ def test_read_icechunk(benchmark, databases, scratch, array_values, array_digest
 
 
 def _read_bigarray(benchmark, databases, array_values, array_digest, clevel, data_ratios, bench_results, kind):
-    import arrays
+    from windvane import arrays
 
     need_bigarray()
     name = f"arr_read_{kind}"
@@ -602,7 +602,7 @@ def test_append_localstore(benchmark, databases, scratch, array_values, clevel, 
 
 
 def _append_bigarray(benchmark, databases, array_values, clevel, data_ratios, bench_results, kind):
-    import arrays
+    from windvane import arrays
 
     need_bigarray()
     name = f"arr_append_{kind}"
@@ -671,7 +671,7 @@ def test_dedup_bigarray_sqlite(benchmark, databases, array_values, clevel, data_
 
     try:
         run_rounds(benchmark, target, setup=setup, rounds=1)
-        import arrays
+        from windvane import arrays
 
         check = arrays.open(url, copies[-1])
         assert array_data.digest(check[-BLOCK_ROWS:]) == array_data.digest(array_values[-BLOCK_ROWS:])

@@ -14,7 +14,7 @@ Two streams are written once per module (untimed) into a SQLite store (WAL,
 The baseline copies each stream's zarr keys, byte for byte, into a zarr v3
 group on a ``LocalStore`` directory (untimed); its timed rounds open the
 group and read every array fully with zarr. Each export round is
-:func:`ingest.export.export` of the whole stream to a fresh file (or zarr
+:func:`export.export` of the whole stream to a fresh file (or zarr
 directory) in a temporary directory, written atomically (fsync + rename)
 as ``windvane export`` does. MB/s = 10^6 raw bytes per second (numbers
 their itemsize, text its UTF-8 length), median of ``WINDVANE_BENCH_ROUNDS``
@@ -39,11 +39,11 @@ import pytest
 import zarr
 from zarr.storage import LocalStore
 
-import arrays
-import neostore
-from ingest.export import FORMATS, export
-from ingest.schema import load_schema
-from ingest.streams import TEXT_CODEC, schema_columns
+from windvane import arrays
+from windvane import neostore
+from windvane.export import FORMATS, export
+from windvane.ingest.schema import load_schema
+from windvane.ingest.streams import TEXT_CODEC, schema_columns
 from sensor_data import parse_size
 from test_import import sensor_table
 from test_neostore import record, sqlite_url

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrays
+from windvane import arrays
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, log_record
 from tests.fluent_programs import fluentd_dir, start_fluentd
 from tests.serve_process import Serve, free_port

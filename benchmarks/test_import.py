@@ -36,11 +36,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-import arrays
-import neostore
-from connectors.files import ReaderOptions
-from connectors.files.formats import format_for
-from ingest import imports, streams
+from windvane import arrays
+from windvane import neostore
+from windvane.connectors.files import ReaderOptions
+from windvane.connectors.files.formats import format_for
+from windvane.ingest import imports, streams
 from sensor_data import parse_size
 from test_neostore import record, sqlite_url
 

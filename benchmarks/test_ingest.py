@@ -41,10 +41,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrays
+from windvane import arrays
 import ingest_load
-from ingest.schema import parse_schema
-from ingest.streams import schema_columns
+from windvane.ingest.schema import parse_schema
+from windvane.ingest.streams import schema_columns
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, http_load, ndjson_body, vibration_record
 from sensor_data import parse_size
 from tests.serve_process import Serve

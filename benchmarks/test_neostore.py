@@ -40,9 +40,9 @@ import MySQLdb
 import psutil
 import pytest
 
-import neostore
+from windvane import neostore
 import sensor_data
-from neostore import p64
+from windvane.neostore import p64
 
 #: Bytes moved by each benchmark (1 GiB); WINDVANE_BENCH_BYTES=64M for a quick run.
 TOTAL_BYTES = sensor_data.TOTAL_BYTES
@@ -571,7 +571,7 @@ def test_read_sqlite_neostore_load_many(benchmark, databases, sensor_values, ben
 # not the benchmark's (which holds the 1 GiB of generated data).
 PACK_CHILD = r"""
 import json, resource, sys, time
-import neostore
+from windvane import neostore
 
 def status(field):
     with open("/proc/self/status") as f:

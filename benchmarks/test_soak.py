@@ -37,8 +37,8 @@ import msgpack
 import numpy as np
 import pytest
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from ingest_load import LOG_SCHEMA, forward_chunk
 from tests.serve_process import Serve
 from test_ingest import store_for

@@ -36,9 +36,9 @@ import time
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from arrays import Column
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import Column
 
 BACKENDS = ["sqlite"] + (["mariadb"] if os.environ.get("WINDVANE_BENCH_GROWTH_MARIADB") == "1" else [])
 COLUMNS = [Column("seq", "int64"), Column("value", "float64"), Column("msg", "str")]

@@ -29,9 +29,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from arrays import Column
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import Column
 
 BACKENDS = ["sqlite"] + (["mariadb"] if os.environ.get("WINDVANE_BENCH_STREAM_MARIADB") == "1" else [])
 PATHS = ["open_stream", "writer"]  # baseline first: the writer's speedup refers to it

@@ -49,8 +49,8 @@ import numpy as np
 import psutil
 import pytest
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from ingest_load import event_time
 from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Self
 
-from connectors.tls import TlsConfig
+from windvane.connectors.tls import TlsConfig
 
 
 class AddressError(ValueError):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.batch import PENDING_BYTES
+from windvane.ingest.batch import PENDING_BYTES
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 
 from . import streams
 from .batch import INVALID_TIME, Batch, Receipt, Undecoded

@@ -61,9 +61,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import arrays
-import neostore
-from arrays.stream import MISSING_ATTR
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays.stream import MISSING_ATTR
 
 from . import checkpoints, streams
 from .columns import Rejected

@@ -34,8 +34,8 @@ import time
 
 import msgpack
 
-import neostore
-from neostore.tids import p64, tid_time, u64
+from windvane import neostore
+from windvane.neostore.tids import p64, tid_time, u64
 
 from .config import CommitterConfig
 

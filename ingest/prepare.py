@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-import arrays
+from windvane import arrays
 
 from .batch import Batch, Undecoded
 from .columns import Columns, Rejected, concat_columns, to_columns, unrouted

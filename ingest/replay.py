@@ -32,9 +32,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-import arrays
-import neostore
-from arrays import stream_edit
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import stream_edit
 
 from . import checkpoints, streams
 from .batch import Batch

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 
 from . import stream_admin
 from .schema import Schema, SchemaSet

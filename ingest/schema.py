@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from arrays import ColumnError, column_key
+from windvane.arrays import ColumnError, column_key
 
 from .errors import SchemaError
 

@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import arrays
-import neostore
-from neostore.tids import tid_time
+from windvane import arrays
+from windvane import neostore
+from windvane.neostore.tids import tid_time
 
 from .auth import Users
 from .committer import GroupCommitter

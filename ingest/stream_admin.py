@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import arrays
-import neostore
-from arrays import stream_edit
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import stream_edit
 
 from .errors import IngestError
 from .imports import PREFIX as POSITIONS

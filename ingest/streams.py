@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-import arrays
-import neostore
-from arrays import Column, StreamNotFoundError, column_key
-from arrays.stream import MISSING_ATTR, NAME_ATTR, TIME
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import Column, StreamNotFoundError, column_key
+from windvane.arrays.stream import MISSING_ATTR, NAME_ATTR, TIME
 
 from .columns import Rejected
 from .schema import Field, Schema

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-import arrays
+from windvane import arrays
 
 
 def peak_rss() -> int:

@@ -1,7 +1,7 @@
 """Shared fixtures: a real private MariaDB server for the session, real SQLite files.
 
 The MariaDB server is started with the same code as ``windvane db start``
-(:mod:`neostore.server`), scaled down so the suite starts quickly
+(:mod:`windvane.ops.mariadb_server`), scaled down so the suite starts quickly
 (:mod:`tests.mariadb`); each test that asks for a MariaDB store gets a
 database of its own.
 """
@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from neostore.server import MariaDBServer
+from windvane.ops.mariadb_server import MariaDBServer
 from tests import mariadb as test_servers
 
 

@@ -1,6 +1,6 @@
 """Private MariaDB servers for the test suite.
 
-The suite runs the same `neostore.server` code that `windvane db start`
+The suite runs the same `windvane.ops.mariadb_server` code that `windvane db start`
 uses, with the buffer pool and redo log scaled down so a server starts in
 about a second and takes ~300 MB of disk instead of over 1 GB.  Everything
 else (O_DIRECT, flush at every commit, max_allowed_packet, MyRocks if
@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import mariadb
 
-from neostore.server import MariaDBServer, check_database_name
+from windvane.ops.mariadb_server import MariaDBServer, check_database_name
 
 # Small enough to start fast and fit several servers on a CI machine; large
 # enough that multi-MiB BLOB transactions do not stall on checkpoints.

@@ -53,7 +53,7 @@ def paused(checkpoint: str, *args: str, times: int = 1) -> subprocess.Popen:
 
 
 def main() -> None:
-    from ingest import checkpoints
+    from windvane.ingest import checkpoints
 
     checkpoint, times, *args = sys.argv[1:]
     checkpoints.reached = pausing_at(checkpoint, int(times))

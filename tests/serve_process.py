@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from connectors.address import ListenerConfig
+from windvane.connectors.address import ListenerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 #: Where its listeners listen unless told: the default host, any free port.

@@ -54,8 +54,8 @@ if __name__ == "__main__":
     # checkout's root, which holds neostore.
     sys.path[:] = [os.path.dirname(HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
-import neostore  # noqa: E402
-from neostore import p64, u64  # noqa: E402
+from windvane import neostore  # noqa: E402
+from windvane.neostore import p64, u64  # noqa: E402
 
 # -- numbered values ----------------------------------------------------------
 

@@ -28,8 +28,8 @@ import argparse
 
 import numpy as np
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from tests.arrays_worker import append_until
 
 COLUMNS = [

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-import arrays
+from windvane import arrays
 
 # Unpickle a dask array from stdin, show whether the store file is open before and after computing it.
 CHILD = r"""

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-import arrays
+from windvane import arrays
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

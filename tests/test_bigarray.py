@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import zarr
 
-import arrays
-import neostore
-from arrays.keys import Snapshot
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays.keys import Snapshot
 
 RNG = np.random.default_rng(20260212)
 

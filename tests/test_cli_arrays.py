@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from tests.test_cli_store import windvane
 
 

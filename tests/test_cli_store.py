@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-import neostore
+from windvane import neostore
 
 WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
 

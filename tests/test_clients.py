@@ -264,7 +264,7 @@ def send(name: str, client: str, server: Served, tag: str, count: int, mode: str
 
 
 def read_stream(url: str, tag: str) -> dict:
-    import arrays
+    from windvane import arrays
 
     with arrays.open_stream(url, tag) as s:
         n = len(s)
@@ -276,7 +276,7 @@ def read_stream(url: str, tag: str) -> dict:
 
 def stream_length(url: str, tag: str) -> int:
     """How many events stream ``tag`` holds; 0 if it does not exist (yet)."""
-    import arrays
+    from windvane import arrays
 
     try:
         with arrays.open_stream(url, tag) as s:

@@ -8,9 +8,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from ingest import Batch
-from ingest.columns import to_columns
-from ingest.schema import parse_schema
+from windvane.ingest import Batch
+from windvane.ingest.columns import to_columns
+from windvane.ingest.schema import parse_schema
 
 LOG = parse_schema(
     {
@@ -147,7 +147,7 @@ def test_bad_vibration_blocks_are_rejected(record, reason):
 
 
 def test_events_with_unreadable_times_are_quarantined():
-    from ingest import INVALID_TIME
+    from windvane.ingest import INVALID_TIME
 
     raws = [b"a", b"b", b"c"]
     batch = Batch("app", [5, INVALID_TIME, 7], [{"seq": 1}, {"seq": 2}, {"seq": 3}], raw=raws.__getitem__)
@@ -230,9 +230,9 @@ def test_batches_validated_together_give_what_each_gives_alone():
     stream, vibration and typed batches go their own ways."""
     import msgspec
 
-    from ingest.prepare import validate, validate_many
-    from ingest.record_types import record_type
-    from ingest.schema import SchemaSet
+    from windvane.ingest.prepare import validate, validate_many
+    from windvane.ingest.record_types import record_type
+    from windvane.ingest.schema import SchemaSet
 
     vibration = parse_schema({"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 2, "sample_rate": 100}},
                              name="vibration")

@@ -19,11 +19,11 @@ import pytest
 import transaction
 import ZODB
 
-import arrays
-import neostore
-from ingest import Batch, CommitFailed
-from ingest.committer import GroupCommitter
-from ingest.schema import SchemaSet, parse_schema
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest import Batch, CommitFailed
+from windvane.ingest.committer import GroupCommitter
+from windvane.ingest.schema import SchemaSet, parse_schema
 from tests.mariadb import socket_of
 from tests.socket_proxy import CommitCutter
 

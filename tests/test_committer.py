@@ -11,11 +11,11 @@ import msgpack
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from ingest import Backpressure, Batch, CommitFailed
-from ingest.committer import INVALID_TAG, GroupCommitter
-from ingest.schema import SchemaSet, parse_schema
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest import Backpressure, Batch, CommitFailed
+from windvane.ingest.committer import INVALID_TAG, GroupCommitter
+from windvane.ingest.schema import SchemaSet, parse_schema
 
 LOG = parse_schema(
     {
@@ -257,7 +257,7 @@ async def test_close_commits_what_is_queued_then_refuses(store):
 def test_a_field_added_to_the_schema_becomes_a_back_filled_column_of_a_kept_writers_stream(store):
     """A kept writer knows its stream's columns without a look at the store; a schema with a field the stream
     lacks still gets its column, back-filled with the column's fill value, and later rows fill it."""
-    from ingest import streams
+    from windvane.ingest import streams
 
     fields = [{"name": "value", "dtype": "float64"}]
     before = parse_schema({"kind": "sensor", "tags": ["plant.**"], "fields": fields}, name="sensor")
@@ -282,7 +282,7 @@ def test_a_field_added_to_the_schema_becomes_a_back_filled_column_of_a_kept_writ
 def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
     """Past its byte bound, the writers shed their rows rather than being let go: each stream is read once,
     then again only when a chunk fills (its rows come back from the row log), and every row is exact."""
-    from ingest import streams
+    from windvane.ingest import streams
 
     schema = parse_schema({"kind": "sensor", "tags": ["plant.**"], "chunk_rows": 16,
                            "fields": [{"name": "value", "dtype": "float64"}, {"name": "note", "dtype": "str"}]},
@@ -314,7 +314,7 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
     """``ready_unknown`` binds the names of the group's streams new to their writers and creates the
     missing ones in a few reads for all of them; their writes then read nothing more from the store.
     Nothing of them exists for a reader until the commit, and then each stream holds exactly its rows."""
-    from ingest import streams
+    from windvane.ingest import streams
 
     tags = [f"app.new{k:03d}" for k in range(300)]
     with arrays.transaction(store) as tx:  # one of them exists already, with a row

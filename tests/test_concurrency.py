@@ -13,8 +13,8 @@ import contextlib
 
 import pytest
 
-import neostore
-from neostore import u64
+from windvane import neostore
+from windvane.neostore import u64
 from tests.store_worker import Worker, hex_list
 
 MARIADB_SECONDS = 30  # how long the writers run on MariaDB

@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-import neostore
-from neostore.backends import backend_for
-from neostore.tids import tid_time
+from windvane import neostore
+from windvane.neostore.backends import backend_for
+from windvane.neostore.tids import tid_time
 from tests.store_worker import (
     Worker,
     commit_numbered,

@@ -19,15 +19,15 @@ import time
 import msgpack
 import pytest
 
-import arrays
-import neostore
-from connectors.forward.decode import decode_entries
-from connectors.forward.errors import MalformedMessage
-from connectors.forward.server import ForwardServer
-from connectors.http.app import HttpServer, make_app
-from ingest import CommitFailed, UndecodableBatch, Undecoded
-from ingest.committer import GroupCommitter
-from ingest.schema import SchemaSet, parse_schema
+from windvane import arrays
+from windvane import neostore
+from windvane.connectors.forward.decode import decode_entries
+from windvane.connectors.forward.errors import MalformedMessage
+from windvane.connectors.forward.server import ForwardServer
+from windvane.connectors.http.app import HttpServer, make_app
+from windvane.ingest import CommitFailed, UndecodableBatch, Undecoded
+from windvane.ingest.committer import GroupCommitter
+from windvane.ingest.schema import SchemaSet, parse_schema
 
 LOG = parse_schema({"kind": "log", "tags": ["app.**"],
                     "fields": [{"name": "seq", "dtype": "int64", "required": True}, {"name": "msg", "dtype": "str"}]},

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrays
-from ingest import demo
+from windvane import arrays
+from windvane.ops import demo
 from tests.test_info import sqlite_stored, windvane
 
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"

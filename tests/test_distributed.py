@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-import arrays
-from ingest import demo
+from windvane import arrays
+from windvane.ops import demo
 from tests.test_notebooks import make_demo_store, results_of, run_notebook
 
 #: Float agreement: float64 results of the same computation, rounded differently at most.

@@ -27,10 +27,10 @@ import pytest
 import xarray as xr
 import zarr
 
-import arrays
-from ingest import export as exporting
-from ingest.export import export
-from ingest.streams import QUARANTINE_COLUMNS
+from windvane import arrays
+from windvane import export as exporting
+from windvane.export import export
+from windvane.ingest.streams import QUARANTINE_COLUMNS
 from tests.serve_process import REPO
 
 # zarr warns that its variable_length_bytes (the bytes columns) has no v3 spec yet, on every read.
@@ -334,7 +334,7 @@ def test_netcdf_is_compressed_and_chunked_by_size(sqlite_url, tmp_path, rows):
 
 
 def test_times_parse_iso_naive_as_utc_and_epoch_seconds_exactly():
-    from ingest.export.times import parse_time, time_range
+    from windvane.export.times import parse_time, time_range
 
     assert parse_time("2024-05-01") == parse_time("2024-05-01T00:00:00Z") == parse_time(1714521600) == 1714521600 * 10**9
     assert parse_time("2024-05-01T02:00:00.000000001+02:00") == 1714521600 * 10**9 + 1
@@ -393,8 +393,8 @@ def test_a_quarantine_stream_exports_with_its_raw_bytes(sqlite_url, tmp_path):
 
 MEMORY_SCRIPT = textwrap.dedent("""
     import resource, sys
-    import arrays
-    from ingest.export import export
+    from windvane import arrays
+    from windvane.export import export
     url, fmt, out, control = sys.argv[1:5]
     export(url, "small", out + ".warm-up", fmt)  # imports the writer, starts the reading threads
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -408,7 +408,7 @@ MEMORY_SCRIPT = textwrap.dedent("""
 MEMORY_ROWS = 4_000_000  # 190 MB raw
 MAKE_SCRIPT = textwrap.dedent("""
     import sys
-    import arrays
+    from windvane import arrays
     from tests.test_export import MEMORY_ROWS, sensor_block
     columns = [arrays.Column(f"v{c}", "float64") for c in range(4)]
     columns += [arrays.Column("state", "int32"), arrays.Column("label", "str")]

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import arrays
+from windvane import arrays
 import windvane
 from tests.test_export import MIXED_COLUMNS, make_mixed, mixed_rows
 
@@ -53,7 +53,7 @@ def test_a_job_says_which_rows_it_covered_and_when_there_is_nothing_new(store, t
 
 
 def test_time_range_and_quarantine_options(store, tmp_path):
-    from ingest.streams import QUARANTINE_COLUMNS
+    from windvane.ingest.streams import QUARANTINE_COLUMNS
 
     path = tmp_path / "range.arrow"
     result = run(TAG, "--store", store, "--to", str(path), "--format", "arrow", "--start", "2030-01-01T00:00:00+01:00",

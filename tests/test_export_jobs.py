@@ -18,10 +18,10 @@ import sys
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from ingest import export as exporting
-from ingest.export import export, jobs, read_job
+from windvane import arrays
+from windvane import neostore
+from windvane import export as exporting
+from windvane.export import export, jobs, read_job
 from tests import paused_process
 from tests.serve_process import REPO
 from tests.test_export import (

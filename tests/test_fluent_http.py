@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from tests.fluent_programs import Program, start_fluent_bit, start_fluentd
 from tests.serve_process import Serve, free_port
 

@@ -16,10 +16,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from connectors.forward.decode import ForwardDecoder, decode_message
-from ingest.prepare import prepare, validate
-from ingest.record_types import record_type
-from ingest.schema import SchemaSet, parse_schema
+from windvane.connectors.forward.decode import ForwardDecoder, decode_message
+from windvane.ingest.prepare import prepare, validate
+from windvane.ingest.record_types import record_type
+from windvane.ingest.schema import SchemaSet, parse_schema
 
 SCHEMA = parse_schema({
     "kind": "log",
@@ -98,7 +98,7 @@ def test_bin_text_stores_as_str_text(mode, defer, tag_as_bin):
 
 def test_str_records_keep_the_typed_fast_path_and_bin_records_the_checked_one():
     # The msgspec record type reads str only; bin records are checked one by one and store the same.
-    from connectors.forward.decode import decode_packed
+    from windvane.connectors.forward.decode import decode_packed
 
     def entries(binary: bool) -> bytes:  # declared fields only: "keep" schemas type no undeclared field
         return b"".join(msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True)

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import zstandard
 
-from connectors.forward import INVALID_TIME, ForwardDecoder, MalformedMessage, OversizeMessage, ack_bytes
-from connectors.forward.decode import FrameReader, decode_message, decode_packed
-from ingest.columns import to_columns
-from ingest.record_types import record_type
-from ingest.schema import parse_schema
-from ingest.times import not_a_time
+from windvane.connectors.forward import INVALID_TIME, ForwardDecoder, MalformedMessage, OversizeMessage, ack_bytes
+from windvane.connectors.forward.decode import FrameReader, decode_message, decode_packed
+from windvane.ingest.columns import to_columns
+from windvane.ingest.record_types import record_type
+from windvane.ingest.schema import parse_schema
+from windvane.ingest.times import not_a_time
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -442,8 +442,8 @@ def test_decode_packed_directly():
 
 def test_only_small_events_are_left_for_the_decode_workers():
     """Bulk binary events decode here (a copy); many small events go to ingest's workers undecoded."""
-    from connectors.forward.decode import DEFER_MAX_EVENT_BYTES, decode_message
-    from ingest.batch import Batch, Undecoded
+    from windvane.connectors.forward.decode import DEFER_MAX_EVENT_BYTES, decode_message
+    from windvane.ingest.batch import Batch, Undecoded
     from tests.forward_sender import chunk_id, packed_forward
 
     small = packed_forward("logs", [(1, {"msg": "x" * 100})] * 50, chunk_id())

@@ -12,7 +12,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.forward import ForwardDecoder, ForwardError
+from windvane.connectors.forward import ForwardDecoder, ForwardError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 SEEDS = [p.read_bytes() for p in sorted(FIXTURES.glob("*.bin"))] + [

@@ -22,11 +22,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from connectors.forward.handshake import ping
-from connectors.forward.server import ForwardServer
-from ingest.auth import Users
-from ingest.batch import Receipt
-from ingest.errors import Backpressure, CommitFailed
+from windvane.connectors.forward.handshake import ping
+from windvane.connectors.forward.server import ForwardServer
+from windvane.ingest.auth import Users
+from windvane.ingest.batch import Receipt
+from windvane.ingest.errors import Backpressure, CommitFailed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "forward"
 pytestmark = pytest.mark.timeout(120)

@@ -21,10 +21,10 @@ import urllib.request
 import msgpack
 import numpy as np
 
-import arrays
-import neostore
-from ingest import Batch
-from ingest.committer import GroupCommitter
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest import Batch
+from windvane.ingest.committer import GroupCommitter
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
 from tests.test_committer import SCHEMAS, batch, read

@@ -22,8 +22,8 @@ import msgpack
 import pytest
 import zstandard
 
-from connectors.http.decode import decode_in_http, decode_wendelin, decompress, tag_for_path
-from connectors.http.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
+from windvane.connectors.http.decode import decode_in_http, decode_wendelin, decompress, tag_for_path
+from windvane.connectors.http.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 NOW = 1_800_000_000_123_456_789
 NS = 1_000_000_000
@@ -79,7 +79,7 @@ CAPTURED = json.loads((FIXTURES / "requests.json").read_text())
 
 def captured(name: str) -> list:
     """The batch windvane makes of a captured request, decoded as the server decodes it (User-Agent included)."""
-    from connectors.http.app import decode_body
+    from windvane.connectors.http.app import decode_body
 
     request = CAPTURED[name]
     headers = request["headers"]

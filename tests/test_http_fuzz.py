@@ -17,8 +17,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.http.decode import decode_in_http, decode_wendelin, decompress
-from connectors.http.errors import HttpError
+from windvane.connectors.http.decode import decode_in_http, decode_wendelin, decompress
+from windvane.connectors.http.errors import HttpError
 
 # WINDVANE_FUZZ_EXAMPLES=5000 fuzzes longer.
 SETTINGS = settings(max_examples=int(os.environ.get("WINDVANE_FUZZ_EXAMPLES", "300")), database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])

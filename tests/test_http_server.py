@@ -17,11 +17,11 @@ import aiohttp
 import msgpack
 import pytest
 
-from connectors.http import HttpServer, make_app, render_metrics
-from connectors.http.metrics import Sample
-from ingest.auth import Users
-from ingest.batch import Batch, Receipt
-from ingest.errors import Backpressure, CommitFailed
+from windvane.connectors.http import HttpServer, make_app, render_metrics
+from windvane.connectors.http.metrics import Sample
+from windvane.ingest.auth import Users
+from windvane.ingest.batch import Batch, Receipt
+from windvane.ingest.errors import Backpressure, CommitFailed
 
 NDJSON = b'{"message":"hello","level":"info"}\n{"message":"world","level":"warn","code":42}\n'
 

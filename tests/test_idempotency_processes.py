@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 
-import neostore
-from ingest import Batch
-from ingest.committer import GroupCommitter
-from ingest.ledger import KeyLedger
-from ingest.schema import SchemaSet, parse_schema
+from windvane import neostore
+from windvane.ingest import Batch
+from windvane.ingest.committer import GroupCommitter
+from windvane.ingest.ledger import KeyLedger
+from windvane.ingest.schema import SchemaSet, parse_schema
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
 from tests.test_health import metric, metrics

@@ -17,13 +17,13 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 import windvane
-from ingest import Batch
-from ingest.committer import GroupCommitter
-from ingest.errors import SchemaError
-from ingest.schema import SchemaSet, load_schema, parse_schema
+from windvane.ingest import Batch
+from windvane.ingest.committer import GroupCommitter
+from windvane.ingest.errors import SchemaError
+from windvane.ingest.schema import SchemaSet, load_schema, parse_schema
 
 T0 = 1_700_000_000
 INT64_MIN = -9223372036854775808

@@ -11,15 +11,15 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-import arrays
-import neostore
-from connectors.files import FileFormatError, ReaderOptions
-from connectors.files.arrow import parquet_reader
-from connectors.files.csv import CsvReader
-from connectors.files.formats import format_for
-from connectors.files.wav import wav_reader
-from ingest import imports
-from ingest.schema import parse_schema
+from windvane import arrays
+from windvane import neostore
+from windvane.connectors.files import FileFormatError, ReaderOptions
+from windvane.connectors.files.arrow import parquet_reader
+from windvane.connectors.files.csv import CsvReader
+from windvane.connectors.files.formats import format_for
+from windvane.connectors.files.wav import wav_reader
+from windvane.ingest import imports
+from windvane.ingest.schema import parse_schema
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z in ns
 

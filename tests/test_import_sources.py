@@ -16,7 +16,7 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
-import arrays
+from windvane import arrays
 import windvane
 
 T0 = 1_700_000_000_000_000_000
@@ -126,10 +126,10 @@ def test_a_copy_of_a_file_whose_import_was_killed_resumes_it(sqlite_url, tmp_pat
 
 
 def test_a_finished_import_without_its_content_recorded_records_it_when_run_again(sqlite_url, tmp_path):
-    import neostore
-    from connectors.files import ReaderOptions
-    from connectors.files.csv import csv_reader
-    from ingest import imports
+    from windvane import neostore
+    from windvane.connectors.files import ReaderOptions
+    from windvane.connectors.files.csv import csv_reader
+    from windvane.ingest import imports
 
     original, copy = tmp_path / "old.csv", tmp_path / "old-copy.csv"
     original.write_text(csv_text(10))

@@ -9,7 +9,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import arrays
+from windvane import arrays
 from tests.test_imports import run_import
 
 NS = 10**9

@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from ingest import imports
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest import imports
 from tests import paused_process
 from tests.serve_process import REPO
 
@@ -123,7 +123,7 @@ def test_commit_part_keeps_any_position_value(sqlite_url):
     """What `windvane tail` relies on: a dict position, committed with the rows, read back."""
     import pyarrow as pa
 
-    from connectors.files import Part
+    from windvane.connectors.files import Part
 
     schema = imports.infer_schema("tail.x", Part(pa.table({"time": [T0], "msg": ["a"]}), 0, 0))
     position = {"inode": 1234, "offset": 99, "fingerprint": "abc"}

@@ -17,9 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-import arrays
-import ingest
-import neostore
+from windvane import arrays
+from windvane import ingest
+from windvane import neostore
 
 WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
 T0 = 1_700_000_000 * 10**9

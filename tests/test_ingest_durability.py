@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrays
+from windvane import arrays
 from tests.forward_sender import ResendingSender, chunk_id, packed_forward
 from tests.serve_process import Serve, free_port
 

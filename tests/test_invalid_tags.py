@@ -11,8 +11,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-import arrays
-from ingest.prepare import INVALID_TAG, tag_problem
+from windvane import arrays
+from windvane.ingest.prepare import INVALID_TAG, tag_problem
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
 from tests.test_serve import column, forward_send, post

@@ -6,9 +6,9 @@ import time
 
 import msgpack
 
-import arrays
-import neostore
-from ingest.ledger import BUCKET_KEYS, PREFIX, KeyLedger
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest.ledger import BUCKET_KEYS, PREFIX, KeyLedger
 
 
 def commit_keys(store: neostore.Store, ledger: KeyLedger, keys: list[bytes]) -> int:

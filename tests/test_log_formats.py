@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pytest
 
-from connectors.files.logs import LogFormatError, LogOptions, log_format, parse_log
-from connectors.files.logs.access import unescape
-from ingest.times import BadZone
+from windvane.connectors.files.logs import LogFormatError, LogOptions, log_format, parse_log
+from windvane.connectors.files.logs.access import unescape
+from windvane.ingest.times import BadZone
 
 NS = 10**9
 # 2026-11-23 12:00:00 UTC: "now" for every parse, so RFC 3164's missing year is fixed.
@@ -362,9 +362,9 @@ def test_unknown_format_and_zone_are_named():
 
 
 def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_path):
-    import arrays
-    import neostore
-    from ingest import imports
+    from windvane import arrays
+    from windvane import neostore
+    from windvane.ingest import imports
     from tests.test_imports import paused, run_import
 
     path = tmp_path / "access.log"

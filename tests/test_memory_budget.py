@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgpack
 
-import arrays
+from windvane import arrays
 from tests.forward_sender import chunk_id, event_time, packed_forward
 from tests.hostile import closed_by_server, metrics, run_clients, send_and_read_acks
 from tests.serve_process import Serve
@@ -290,7 +290,7 @@ def test_http_is_refused_with_503_while_the_budget_is_full(tmp_path):
 
 def test_inflated_size_counts_without_keeping_the_output():
     """The count behind every reservation: exact, across gzip members, and stopped just past the cap."""
-    from connectors.inflate import inflated_size
+    from windvane.connectors.inflate import inflated_size
 
     bomb = gzip_bomb(b"head", 100 * MIB)
     assert inflated_size(bomb, ["gzip"], 1 << 40) == 100 * MIB + 4
@@ -302,7 +302,7 @@ def test_inflated_size_counts_without_keeping_the_output():
 CHURN = """
 import os, resource, sys
 sys.path.insert(0, os.getcwd())
-from ingest.service import tune_malloc
+from windvane.ingest.service import tune_malloc
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -21,10 +21,10 @@ import paho.mqtt.client as paho
 import pytest
 from click.testing import CliRunner
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 import windvane
-from connectors.mqtt import (
+from windvane.connectors.mqtt import (
     BrokerUrlError,
     MqttSubscriber,
     TopicFilterError,
@@ -35,11 +35,11 @@ from connectors.mqtt import (
     parse_broker_url,
     topic_to_tag,
 )
-from ingest import Batch
-from ingest.batch import INVALID_TIME
-from ingest.times import not_a_time
-from ingest.committer import GroupCommitter
-from ingest.schema import load_schemas
+from windvane.ingest import Batch
+from windvane.ingest.batch import INVALID_TIME
+from windvane.ingest.times import not_a_time
+from windvane.ingest.committer import GroupCommitter
+from windvane.ingest.schema import load_schemas
 from tests.mosquitto import Mosquitto
 from tests.serve_process import Serve, free_port
 

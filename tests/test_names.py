@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-import neostore
-from neostore import p64, u64
-from neostore.values import RAW
+from windvane import neostore
+from windvane.neostore import p64, u64
+from windvane.neostore.values import RAW
 
 
 def commit(store, writes, **meta):

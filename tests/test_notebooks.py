@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-import arrays
-from ingest import demo
+from windvane import arrays
+from windvane.ops import demo
 from tests.test_info import windvane
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"
 NAMES = ("vibration", "sensors", "logs")
-#: The synthetic recording's defect (ingest/samples/make_samples.py): outer race, 3.57 orders of a 25 Hz shaft.
+#: The synthetic recording's defect (windvane/ops/samples/make_samples.py): outer race, 3.57 orders of a 25 Hz shaft.
 BPFO_HZ = 3.57 * 25.0
 
 

@@ -20,8 +20,8 @@ import mariadb
 import pytest
 import transaction.interfaces
 
-import neostore
-from neostore import p64
+from windvane import neostore
+from windvane.neostore import p64
 from tests.store_worker import Worker, hex_list
 from tests.test_concurrency import create_counters
 

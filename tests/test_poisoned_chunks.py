@@ -24,9 +24,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import arrays
-import neostore
-from ingest.prepare import INVALID_TAG
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest.prepare import INVALID_TAG
 from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve, free_port
 

@@ -18,8 +18,8 @@ import sys
 import msgpack
 import pytest
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 from tests import paused_process
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve

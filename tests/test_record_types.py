@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.forward.decode import decode_packed
-from ingest.batch import INVALID_TIME
-from ingest.columns import to_columns
-from ingest.record_types import record_type
-from ingest.schema import parse_schema
+from windvane.connectors.forward.decode import decode_packed
+from windvane.ingest.batch import INVALID_TIME
+from windvane.ingest.columns import to_columns
+from windvane.ingest.record_types import record_type
+from windvane.ingest.schema import parse_schema
 
 FIELDS = [
     {"name": "seq", "dtype": "int64", "required": True},
@@ -118,7 +118,7 @@ def test_invalid_utf8_goes_the_checked_way():
 
 
 def test_truncated_entries_are_still_refused():
-    from connectors.forward.errors import MalformedMessage
+    from windvane.connectors.forward.errors import MalformedMessage
     payload = packed([[EVENT_TIME, {"seq": 1}]])
     with pytest.raises(MalformedMessage, match="truncated"):
         decode_packed("app.x", payload[:-2], 0, record_type(SCHEMAS["keep"]))

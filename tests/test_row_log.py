@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import zarr
 
-import arrays
-import neostore
-from arrays import row_log
-from arrays.keys import Snapshot
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import row_log
+from windvane.arrays.keys import Snapshot
 from tests.stream_worker import COLUMNS, row_values
 
 

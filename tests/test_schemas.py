@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest import SchemaError
-from ingest.schema import load_schema, load_schemas, parse_schema, tag_pattern
+from windvane.ingest import SchemaError
+from windvane.ingest.schema import load_schema, load_schemas, parse_schema, tag_pattern
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -105,10 +105,10 @@ def test_first_matching_file_wins(tmp_path):
 def test_number_codecs_follow_the_schema_with_lz4_for_vibration(sqlite_url):
     import json
 
-    import arrays
-    import neostore
-    from arrays.keys import Snapshot
-    from ingest.streams import LZ4_CODEC, schema_columns
+    from windvane import arrays
+    from windvane import neostore
+    from windvane.arrays.keys import Snapshot
+    from windvane.ingest.streams import LZ4_CODEC, schema_columns
 
     vibration = {"kind": "vibration", "tags": ["v"], "vibration": {"channels": 3, "sample_rate": 100}}
     sensor = {"kind": "sensor", "tags": ["s"], "fields": [{"name": "p", "dtype": "float32"},

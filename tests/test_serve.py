@@ -18,7 +18,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import arrays
+from windvane import arrays
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
 

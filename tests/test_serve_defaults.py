@@ -14,12 +14,12 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import windvane
-from connectors.forward import ForwardConfig
-from connectors.http import HttpConfig
-from connectors.limits import Limits
-from connectors.mqtt import MqttConfig
-from ingest.config import MAX_DECODE_WORKERS, CommitterConfig
-from ingest.ledger import KeyLedger
+from windvane.connectors.forward import ForwardConfig
+from windvane.connectors.http import HttpConfig
+from windvane.connectors.limits import Limits
+from windvane.connectors.mqtt import MqttConfig
+from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig
+from windvane.ingest.ledger import KeyLedger
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -77,7 +77,7 @@ def test_the_committer_and_the_memory_budget_default_to_one_budget():
 
 
 def test_the_mqtt_session_settings_are_the_subscribers_keyword_arguments():
-    from connectors.mqtt import MqttSubscriber
+    from windvane.connectors.mqtt import MqttSubscriber
 
     parameters = inspect.signature(MqttSubscriber).parameters
     config = MqttConfig("mqtt://localhost")

@@ -1,4 +1,4 @@
-"""The private MariaDB server (neostore.server) and the `windvane db` CLI.
+"""The private MariaDB server (windvane.ops.mariadb_server) and the `windvane db` CLI.
 
 Real servers, no mocks: each test starts mariadbd in its own temporary
 directory with the suite's small settings (tests.mariadb).
@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 import windvane
-from neostore import server as dbserver
-from neostore.server import MariaDBServer, ServerConfigError, ServerStartError, render_config
+from windvane.ops import mariadb_server as dbserver
+from windvane.ops.mariadb_server import MariaDBServer, ServerConfigError, ServerStartError, render_config
 from tests.mariadb import TEST_OVERRIDES, connect, fresh_database, start_test_server, stop_test_server
 
 ROCKSDB_INSTALLED = dbserver.rocksdb_installed()

@@ -11,9 +11,9 @@ import textwrap
 import mariadb
 import pytest
 
-import neostore
-from neostore import ZERO, p64
-from neostore.values import RAW, ZSTD, value_hash
+from windvane import neostore
+from windvane.neostore import ZERO, p64
+from windvane.neostore.values import RAW, ZSTD, value_hash
 
 SENSOR_LIKE = b"".join(b"%08.3f," % (i * 0.001) for i in range(20000))  # compresses well
 

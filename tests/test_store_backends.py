@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import neostore
-from neostore.backends import Backend
+from windvane import neostore
+from windvane.neostore.backends import Backend
 
 CAPABILITIES = {"single_writer", "greatest", "insert_ignore", "uint_type", "drop_temporary_table"}
 

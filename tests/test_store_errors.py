@@ -12,10 +12,10 @@ from ZODB import POSException
 from ZODB.Connection import TransactionMetaData
 from ZODB.tests.MinPO import MinPO
 
-import neostore
-import neostore.errors
-import neostore.server
-from neostore import p64
+from windvane import neostore
+import windvane.neostore.errors
+import windvane.ops.mariadb_server
+from windvane.neostore import p64
 
 #: neostore's exceptions that ZODB (or ``transaction``) catches by its own class, and that class.
 ZODB_MEANINGS = {
@@ -35,7 +35,7 @@ ZODB_MEANINGS = {
 def exported_exceptions() -> dict[str, type]:
     """Every exception class neostore, its errors module and its server module export."""
     found = {}
-    for module in (neostore, neostore.errors, neostore.server):
+    for module in (neostore, neostore.errors, windvane.ops.mariadb_server):
         names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
         for name in names:
             value = getattr(module, name)
@@ -49,7 +49,7 @@ def test_every_exported_exception_is_a_neostore_error():
     classes = exported_exceptions()
     # The list is not empty by accident: the ZODB ones and the server's are in it.
     assert set(ZODB_MEANINGS) <= set(classes.values())
-    assert neostore.server.ServerError in classes.values()
+    assert windvane.ops.mariadb_server.ServerError in classes.values()
     assert [name for name, cls in classes.items() if not issubclass(cls, neostore.NeoStoreError)] == []
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import neostore
-from neostore.pool import ConnectionPool
+from windvane import neostore
+from windvane.neostore.pool import ConnectionPool
 
 
 def rows(store: neostore.Store, sql: str) -> list[tuple]:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 import windvane
-from ingest import info, schema
+from windvane.ingest import schema
+from windvane.ops import info
 
 S = 1_000_000_000
 T0 = 1_714_564_800  # 2024-05-01 12:00:00 UTC, epoch seconds

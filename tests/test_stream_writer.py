@@ -12,10 +12,10 @@ import json
 import numpy as np
 import pytest
 
-import arrays
-import neostore
-from arrays import Column
-from arrays.keys import Snapshot
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import Column
+from windvane.arrays.keys import Snapshot
 from tests.stream_worker import COLUMNS as WORKER_COLUMNS
 from tests.stream_worker import row_values
 from tests.test_streams import COLUMNS, check_aligned, race_two_appenders, read_line, rows, start_worker

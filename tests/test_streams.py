@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import zarr
 
-import arrays
-import neostore
-from arrays import Column
-from arrays.keys import Snapshot
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays import Column
+from windvane.arrays.keys import Snapshot
 from tests.stream_worker import COLUMNS as WORKER_COLUMNS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

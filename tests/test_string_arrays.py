@@ -15,9 +15,9 @@ import pytest
 import zarr
 from zarr.core.dtype import VariableLengthBytes
 
-import arrays
-import neostore
-from arrays.keys import Snapshot
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays.keys import Snapshot
 
 STRINGS = ["", "a", "héllo wörld", "日本語のログ", "emoji 🚀", "x" * 100_000, "tab\tnew\nline", "nul\x00inside", ""]
 BLOBS = [b"", b"\x00", b"\x00\x01\x02\x00", b"plain", bytes(range(256)) * 300, b"trailing nul\x00\x00"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import arrays
+from windvane import arrays
 from tests.serve_process import REPO, Serve
 
 TAG = "logs.app"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgpack
 
-from connectors.forward.handshake import ping
+from windvane.connectors.forward.handshake import ping
 from tests.hostile import acked, closed_by_server, metrics
 from tests.serve_process import Serve
 

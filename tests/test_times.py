@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest.times import BadZone, check_zone, iso_column_ns, not_a_time, time_ns
+from windvane.ingest.times import BadZone, check_zone, iso_column_ns, not_a_time, time_ns
 
 NS = 10**9
 T0 = 1_700_000_000 * NS  # 2023-11-14T22:13:20Z

@@ -19,12 +19,12 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.core.buffer import cpu, default_buffer_prototype
 from zarr.testing.store import StoreTests
 
-import arrays
-import neostore
-from arrays.errors import SnapshotError
-from arrays.group_commit import Change, GroupCommit
-from arrays.keys import Snapshot
-from arrays.zarr_store import ZarrStore
+from windvane import arrays
+from windvane import neostore
+from windvane.arrays.errors import SnapshotError
+from windvane.arrays.group_commit import Change, GroupCommit
+from windvane.arrays.keys import Snapshot
+from windvane.arrays.zarr_store import ZarrStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO = default_buffer_prototype()

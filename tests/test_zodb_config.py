@@ -9,7 +9,7 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 from ZODB import POSException
 
-from neostore.zodb import NeoStorage
+from windvane.neostore.zodb import NeoStorage
 
 
 def _config(url: str, extra: str = "") -> str:

@@ -50,7 +50,7 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import load_current
 
-from neostore.zodb import NeoStorage
+from windvane.neostore.zodb import NeoStorage
 from tests import mariadb as test_servers
 from tests.conftest import fresh_database
 

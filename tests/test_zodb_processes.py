@@ -33,7 +33,7 @@ def worker_main(url: str) -> None:
     from persistent.mapping import PersistentMapping
     from ZODB.POSException import ConflictError
 
-    import neostore
+    from windvane import neostore
 
     db = ZODB.DB(neostore.ZODBStorage(url))
     conn = db.open()

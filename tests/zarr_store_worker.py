@@ -14,7 +14,7 @@ import sys
 from zarr.core.buffer import cpu
 from zarr.core.sync import sync
 
-from arrays.zarr_store import ZarrStore
+from windvane.arrays.zarr_store import ZarrStore
 
 
 def main(url: str, name: str, keys: int) -> None:

@@ -10,6 +10,6 @@ read, and `store pack`, never create one), 3 `import` quarantined rows
 
 from __future__ import annotations
 
-from windvane.commands import cli, main
+from windvane.cli import cli, main
 
 __all__ = ["cli", "main"]

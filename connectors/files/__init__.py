@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ingest.parts import Part
+from windvane.ingest.parts import Part
 
 __all__ = ["FileFormatError", "Part", "ReaderOptions", "column_names"]
 

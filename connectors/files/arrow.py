@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ingest.batch import INVALID_TIME
+from windvane.ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions, column_names
 from .times import find_time_column, time_ns

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ingest.batch import INVALID_TIME
+from windvane.ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions, column_names
 from .compression import open_data

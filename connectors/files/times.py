@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.parts import failing_rows
-from ingest.times import iso_column_ns, wall_to_utc
-from ingest.times import unit_for as magnitude_unit
+from windvane.ingest.parts import failing_rows
+from windvane.ingest.times import iso_column_ns, wall_to_utc
+from windvane.ingest.times import unit_for as magnitude_unit
 
 from . import FileFormatError
 

@@ -10,7 +10,7 @@ imported when first asked for: the command line reads :class:`ForwardConfig`
 without them.
 """
 
-from connectors.lazy import lazy_attributes
+from windvane.connectors.lazy import lazy_attributes
 
 from .config import ForwardConfig
 from .errors import ForwardError, MalformedMessage, OversizeMessage

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from connectors.address import ListenerConfig
-from connectors.limits import Limits
+from windvane.connectors.address import ListenerConfig
+from windvane.connectors.limits import Limits
 
 
 @dataclass(frozen=True)

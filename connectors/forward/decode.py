@@ -63,8 +63,8 @@ import msgspec
 import numpy as np
 import zstandard
 
-from ingest.batch import INVALID_TIME, Batch, Undecoded
-from ingest.times import not_a_time, time_ns
+from windvane.ingest.batch import INVALID_TIME, Batch, Undecoded
+from windvane.ingest.times import not_a_time, time_ns
 
 from .config import ForwardConfig
 from .errors import MalformedMessage, OversizeMessage

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.auth import Users
+from windvane.ingest.auth import Users
 
 #: Bytes a client may send before its PING is whole (see the module docstring).
 MAX_PING_BYTES = 64 << 10

@@ -68,13 +68,13 @@ from typing import Any
 
 import msgpack
 
-from connectors.budget import Charges, MemoryBudget, held_for, held_for_message, inflate_limit
-from connectors.inflate import inflated_size
-from connectors.limits import Limits
-from connectors.listener import ConnectionCounters, Listener
-from ingest.auth import Users
-from ingest.batch import Batch, Sink, Undecoded
-from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
+from windvane.connectors.budget import Charges, MemoryBudget, held_for, held_for_message, inflate_limit
+from windvane.connectors.inflate import inflated_size
+from windvane.connectors.limits import Limits
+from windvane.connectors.listener import ConnectionCounters, Listener
+from windvane.ingest.auth import Users
+from windvane.ingest.batch import Batch, Sink, Undecoded
+from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .config import ForwardConfig
 from .decode import (

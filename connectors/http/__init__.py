@@ -8,7 +8,7 @@ status codes. The server (aiohttp) is imported when first asked for: the
 command line reads :class:`HttpConfig` without it.
 """
 
-from connectors.lazy import lazy_attributes
+from windvane.connectors.lazy import lazy_attributes
 
 from .config import HttpConfig
 from .errors import BadRequest, HttpError, PayloadTooLarge, Unauthorized, UnsupportedEncoding

@@ -72,13 +72,13 @@ from typing import Any
 
 from aiohttp import ClientPayloadError, web
 
-from connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
-from connectors.inflate import inflated_size
-from connectors.limits import Limits
-from connectors.listener import ConnectionCounters, Listener, ProtocolProxy
-from ingest.auth import Users
-from ingest.batch import Batch, Sink, Undecoded
-from ingest.errors import Backpressure, CommitFailed, UndecodableBatch
+from windvane.connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
+from windvane.connectors.inflate import inflated_size
+from windvane.connectors.limits import Limits
+from windvane.connectors.listener import ConnectionCounters, Listener, ProtocolProxy
+from windvane.ingest.auth import Users
+from windvane.ingest.batch import Batch, Sink, Undecoded
+from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .config import HttpConfig
 from .decode import FLUENT_BIT_AGENT, count_events, decode_in_http, decode_wendelin, decompress, tag_for_path

@@ -58,9 +58,9 @@ from urllib.parse import parse_qsl
 
 import msgpack
 
-from ingest.batch import Batch
+from windvane.ingest.batch import Batch
 
-from ingest.times import not_a_time, time_ns
+from windvane.ingest.times import not_a_time, time_ns
 
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 

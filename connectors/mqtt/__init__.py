@@ -8,7 +8,7 @@ decoder and the subscriber (paho-mqtt, asyncio) are imported when first
 asked for: the command line reads :class:`MqttConfig` without them.
 """
 
-from connectors.lazy import lazy_attributes
+from windvane.connectors.lazy import lazy_attributes
 
 from .address import BrokerAddress, check_topic_filter, default_client_id, parse_broker_url
 from .config import MqttConfig

@@ -35,8 +35,8 @@ from typing import Any
 
 import msgpack
 
-from ingest.batch import INVALID_TIME
-from ingest.times import not_a_time, time_ns
+from windvane.ingest.batch import INVALID_TIME
+from windvane.ingest.times import not_a_time, time_ns
 
 __all__ = ["Events", "UnreadablePayload", "decode_payload", "topic_to_tag"]
 

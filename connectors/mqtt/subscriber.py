@@ -66,8 +66,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ingest.batch import Batch, Sink
-from ingest.errors import CommitFailed
+from windvane.ingest.batch import Batch, Sink
+from windvane.ingest.errors import CommitFailed
 
 from .address import BrokerAddress, check_topic_filter
 from .config import MqttConfig

@@ -44,7 +44,7 @@ from typing import Any, BinaryIO
 
 import blake3
 
-from connectors.files.logs.reader import read_lines
+from windvane.connectors.files.logs.reader import read_lines
 
 log = logging.getLogger("windvane.tail")
 

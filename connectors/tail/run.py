@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.files import Part
-from connectors.files.logs import LogOptions, log_format, parse_log
-from connectors.files.logs.reader import known_types, to_part
+from windvane.connectors.files import Part
+from windvane.connectors.files.logs import LogOptions, log_format, parse_log
+from windvane.connectors.files.logs.reader import known_types, to_part
 
 from .follow import FilePosition, Follower
 

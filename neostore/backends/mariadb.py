@@ -117,7 +117,7 @@ class MariaDBBackend(Backend):
                 raise DatabaseError(
                     f"the server's max_allowed_packet is {packet} bytes; neostore needs at least "
                     f"{2 * self.split_size}: set max_allowed_packet=1G in the server configuration "
-                    "(see neostore/mariadb.cnf)"
+                    "(see windvane/ops/mariadb.cnf)"
                 )
             if self.engine != "InnoDB":
                 cur.execute("SELECT SUPPORT FROM information_schema.ENGINES WHERE ENGINE=?", (self.engine,))
@@ -248,7 +248,7 @@ class MariaDBBackend(Backend):
 
         InnoDB: ``ALTER TABLE ... FORCE, ALGORITHM=INPLACE, LOCK=NONE`` copies
         the rows left into a new file while others read and write, then drops
-        the old one: with innodb_file_per_table (neostore/mariadb.cnf) that
+        the old one: with innodb_file_per_table (windvane/ops/mariadb.cnf) that
         gives the space back. MyRocks: ``OPTIMIZE TABLE`` compacts the
         table's key range. Needs no commit lock: MariaDB orders the rebuild
         with the commits itself.

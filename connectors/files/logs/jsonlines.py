@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ingest.times import iso_column_ns, time_ns
+from windvane.ingest.times import iso_column_ns, time_ns
 
 from .lines import Lines, Rows
 from .options import LogOptions

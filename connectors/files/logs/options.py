@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ingest.times import check_zone, local_zone
+from windvane.ingest.times import check_zone, local_zone
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.times import iso_column_ns
+from windvane.ingest.times import iso_column_ns
 
 from .lines import Lines, Rows, add_faults
 from .options import LogOptions

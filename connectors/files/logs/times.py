@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.times import wall_to_utc
+from windvane.ingest.times import wall_to_utc
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python ingest/samples/make_samples.py --openoa-wheel openoa-3.2-py3-none-any.whl
+    python windvane/ops/samples/make_samples.py --openoa-wheel openoa-3.2-py3-none-any.whl
 
 The SCADA file is cut, line for line, from the La Haute Borne data set in
 openoa's wheel (``pip download --no-deps openoa==3.2``); the vibration

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrays.stream import MISSING_ATTR
+from windvane.arrays.stream import MISSING_ATTR
 
 from ..blocks import ColumnLayout
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windvane.commands.root import STORE_URL, BadInput, _open_store, cli
+from windvane.cli.root import STORE_URL, BadInput, open_store, cli
 
 
 @cli.group(name="arrays")
@@ -17,9 +17,9 @@ def arrays_group() -> None:
 @click.argument("prefix", default="")
 def list_arrays(url: str, prefix: str) -> None:
     """List the arrays whose names start with PREFIX (all by default)."""
-    import arrays
+    from windvane import arrays
 
-    with _open_store(url, read_only=True) as st:
+    with open_store(url, read_only=True) as st:
         names = arrays.array_names(st, prefix)
         if not names:
             click.echo(f"no arrays{' under ' + repr(prefix) if prefix else ''}")
@@ -40,9 +40,9 @@ def history(url: str, name: str) -> None:
     A commit older than the store's last pack ends with "(packed: cannot be
     opened)": pack removed the state it left.
     """
-    import arrays
+    from windvane import arrays
 
-    with _open_store(url, read_only=True) as st:
+    with open_store(url, read_only=True) as st:
         try:
             commits = arrays.history(st, name)
         except arrays.ArrayNotFoundError as exc:

@@ -1,12 +1,12 @@
 """The export formats: one writer module per format, looked up by name.
 
 A writer is made with ``open(path, layout, rows)`` (``layout``: the stream's
-:class:`~ingest.export.blocks.Layout`; ``rows``: at most that many rows
+:class:`~export.blocks.Layout`; ``rows``: at most that many rows
 will be written, which array formats size their arrays by), takes the stream's rows as Arrow
 tables with :meth:`Writer.write`, in order, and finishes the file with
 :meth:`Writer.close`. It writes ``path`` only (a file, or a directory for
 zarr); making that file appear atomically is the caller's job
-(:mod:`ingest.export.files`). Writer modules are imported on first use, so
+(:mod:`export.files`). Writer modules are imported on first use, so
 that exporting Parquet never imports zarr or h5py.
 """
 
@@ -39,7 +39,7 @@ class Format:
     name: str
     extension: str
     directory: bool
-    module: str  # ingest.export.formats.<module> defines ``Writer(path, layout, rows)``
+    module: str  # export.formats.<module> defines ``Writer(path, layout, rows)``
     description: str
 
     def open(self, path: str, layout: Layout, rows: int) -> Writer:

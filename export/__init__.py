@@ -1,6 +1,6 @@
 """Batch exports of streams to files: Parquet, Arrow IPC, CSV, zarr and netCDF; incremental, exactly-once jobs.
 
->>> from ingest.export import export
+>>> from export import export
 >>> export("sqlite:///windvane.db", "turbine1.scada", "scada.parquet", "parquet", start="2024-05-01")
 >>> export(url, "turbine1.scada", "out/", "parquet", job="nightly")   # the rows committed since the last run
 

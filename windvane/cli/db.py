@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from windvane.commands.root import BadInput, cli
+from windvane.cli.root import BadInput, cli
 
 if TYPE_CHECKING:
-    from neostore import server as dbserver
+    from windvane.ops import mariadb_server as dbserver
 
 
 def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
-    from neostore import server as dbserver
+    from windvane.ops import mariadb_server as dbserver
 
     try:
         return dbserver.MariaDBServer(datadir, port=port)
@@ -23,7 +23,7 @@ def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
 
 def _fail(exc: dbserver.ServerError) -> click.ClickException:
     """Map a server error to the CLI's exit codes."""
-    from neostore import server as dbserver
+    from windvane.ops import mariadb_server as dbserver
 
     if isinstance(exc, (dbserver.ServerConfigError, dbserver.ServerNotFoundError)):
         return BadInput(str(exc))
@@ -78,7 +78,7 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
     not ready within --timeout; a server this command started is then
     stopped again, so a failed start leaves nothing running.
     """
-    from neostore import server as dbserver
+    from windvane.ops import mariadb_server as dbserver
 
     server = _server(datadir, port)
     click.echo(f"starting MariaDB in {server.datadir} ...", err=True)
@@ -96,7 +96,7 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
 @_timeout("Seconds to wait for a clean shutdown.")
 def stop(datadir: str, timeout: float) -> None:
     """Shut the server down cleanly (does nothing if it is not running)."""
-    from neostore import server as dbserver
+    from windvane.ops import mariadb_server as dbserver
 
     server = _server(datadir)
     try:

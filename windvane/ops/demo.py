@@ -1,13 +1,13 @@
 """``windvane demo``: run the service on a fresh embedded store, send it the shipped samples, report what it stored.
 
-The samples (``ingest/samples/``, sources in its README) go in as they
+The samples (``windvane/ops/samples/``, sources in its README) go in as they
 would from the field, through real clients: the SCADA week and the
 vibration recording over the Forward protocol with the Fluentd project's
 Python client (fluent-logger), the access log over HTTP as gzipped NDJSON
 (what fluentd's in_http takes) with the standard library's client. The
 service is a ``windvane serve`` process of its own (ingest never imports
 the connectors); it is stopped cleanly (SIGTERM: it commits what it
-received) before :func:`ingest.info.describe` reads the store, so every
+received) before :func:`windvane.ops.info.describe` reads the store, so every
 figure about what is stored comes from the store, not from what was sent.
 
 fluent-logger has no acknowledgements: the demo knows that everything it
@@ -43,9 +43,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-import neostore
+from windvane import neostore
 
-from .errors import IngestError
+from windvane.ingest.errors import IngestError
 from .info import StoreInfo, describe
 
 SCADA_SAMPLE = "scada_la_haute_borne_2014-02-03.csv.gz"
@@ -130,8 +130,8 @@ class DemoResult:
 
 
 def sample_path(name: str) -> contextlib.AbstractContextManager[Path]:
-    """A file (or the ``schemas`` folder) of ``ingest/samples/`` as a path: package data, installed with windvane."""
-    return resources.as_file(resources.files("ingest") / "samples" / name)
+    """A file (or the ``schemas`` folder) of ``windvane/ops/samples/`` as a path: package data, installed with windvane."""
+    return resources.as_file(resources.files("windvane.ops") / "samples" / name)
 
 
 def scada_events() -> list[tuple[str, int, dict[str, float | None]]]:

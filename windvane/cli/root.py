@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    import neostore
+    from windvane import neostore
 
 
 class BadInput(click.ClickException):
@@ -68,9 +68,9 @@ def cli() -> None:
     """
 
 
-def _open_store(url: str, **options) -> neostore.Store:
+def open_store(url: str, **options) -> neostore.Store:
     """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
-    import neostore
+    from windvane import neostore
 
     try:
         return neostore.open(url, **options)

@@ -27,8 +27,8 @@ from typing import Any
 
 import msgpack
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 
 from .errors import JobBusy, JobMismatch
 

@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-import ingest
-from connectors.forward.config import ForwardConfig
-from connectors.http.config import HttpConfig
-from connectors.limits import Limits
-from connectors.mqtt.config import MqttConfig
-from ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceConfig
-from windvane.commands.root import BadInput, cli
+from windvane import ingest
+from windvane.connectors.forward.config import ForwardConfig
+from windvane.connectors.http.config import HttpConfig
+from windvane.connectors.limits import Limits
+from windvane.connectors.mqtt.config import MqttConfig
+from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceConfig
+from windvane.cli.root import BadInput, cli
 
 if TYPE_CHECKING:
     from ssl import SSLContext
 
-    from ingest.service import Service
+    from windvane.ingest.service import Service
 
 
 def _seconds(flag: str, default: float, help_text: str) -> Callable:
@@ -115,11 +115,11 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     to start with Forward protected and HTTP open unless told so.
     """
     import asyncio
-    import neostore
-    from ingest.service import Service, listener_auth, tune_interpreter
+    from windvane import neostore
+    from windvane.ingest.service import Service, listener_auth, tune_interpreter
 
-    from connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
-    from connectors.tls import TlsConfig
+    from windvane.connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
+    from windvane.connectors.tls import TlsConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
@@ -164,10 +164,10 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
 
 async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:
     # The one place that imports connectors: the layers meet here.
-    from connectors.budget import MemoryBudget
-    from connectors.forward.server import ForwardServer
-    from connectors.http.app import HttpServer, make_app
-    from connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
+    from windvane.connectors.budget import MemoryBudget
+    from windvane.connectors.forward.server import ForwardServer
+    from windvane.connectors.http.app import HttpServer, make_app
+    from windvane.connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
 
     limits = config.limits
     budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together

@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-import ingest
-from windvane.commands.root import STORE_URL, BadInput, _open_store, cli
+from windvane import ingest
+from windvane.cli.root import STORE_URL, BadInput, open_store, cli
 
 if TYPE_CHECKING:
-    import neostore
+    from windvane import neostore
 
 
 def _tid_text(tid: bytes) -> str:
-    import neostore
+    from windvane import neostore
 
     if tid == neostore.ZERO:
         return "none"
@@ -42,9 +42,9 @@ def info(url: str) -> None:
 
     `windvane info --store URL` adds what its streams hold.
     """
-    from ingest import info as contents
+    from windvane.ops import info as contents
 
-    with _open_store(url, read_only=True) as st:
+    with open_store(url, read_only=True) as st:
         for line in contents.report_lines(contents.describe(st, streams=False)):
             click.echo(line)
 
@@ -102,12 +102,12 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
     batch, readers never (on MariaDB, statements on a table being rebuilt may
     wait as the rebuild starts and ends, 10 s at most).
     """
-    import neostore
+    from windvane import neostore
 
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
-    with _open_store(url, create=False) as st:
+    with open_store(url, create=False) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
         # --keep-days counts back from now, after the retention's trims: a pack keeping 0 days drops them too.
@@ -128,7 +128,7 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
         with click.progressbar(
             length=counts["obj"] + counts["data"], label=f"packing up to {_tid_text(tid)}", file=None
         ) as bar:
-            from arrays.row_log import pack_keep  # streams' row logs keep the revisions readers still need
+            from windvane.arrays.row_log import pack_keep  # streams' row logs keep the revisions readers still need
 
             def progress(phase: str, n: int) -> None:
                 if phase == "reclaim":
@@ -155,8 +155,8 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
 
 def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
     """``store pack --schemas``: trim the streams whose schema has a retention, saying what was trimmed."""
-    from ingest import retention
-    from ingest.schema import load_schemas
+    from windvane.ingest import retention
+    from windvane.ingest.schema import load_schemas
 
     try:
         done = retention.apply_retention(st, load_schemas(schemas_dir))
@@ -174,7 +174,7 @@ def _pack_before(keep_days: float | None, before: str | None) -> float | None:
                        "are removed): pack removes history for good")
     if before is None:
         return None
-    from ingest.export.times import BadTime, parse_time
+    from windvane.export.times import BadTime, parse_time
 
     try:
         return parse_time(before, "--before") / 1e9

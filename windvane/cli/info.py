@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windvane.commands.root import BadInput, _open_store, cli
+from windvane.cli.root import BadInput, open_store, cli
 
 
 @cli.command(name="info", short_help="What a store's streams hold: rows, shapes, bytes raw and stored, dedup.")
@@ -20,13 +20,13 @@ def store_contents(store_url: str, as_json: bool) -> None:
     dedup ratio and the last commit. Reads only: exit code 2 if there is no
     store at --store (none is created).
     """
-    import neostore
+    from windvane import neostore
 
     import json
 
-    from ingest import info as contents
+    from windvane.ops import info as contents
 
-    with _open_store(store_url, read_only=True) as st:
+    with open_store(store_url, read_only=True) as st:
         try:
             found = contents.describe(st)
         except neostore.NeoStoreError as exc:
@@ -49,15 +49,15 @@ def demo(directory: str, keep: bool) -> None:
     A week of real wind-turbine SCADA data (ENGIE's La Haute Borne) and a
     synthetic drive-train vibration recording go over the Forward protocol
     with fluent-logger, a synthetic nginx access log over HTTP as NDJSON
-    (sources: ingest/samples/README.md). Once the service
+    (sources: windvane/ops/samples/README.md). Once the service
     has committed them and stopped, this prints what the store holds (streams,
     rows, shapes, bytes raw and stored, dedup ratio), the throughput of each
     stage, and how to open the data in a notebook.
     """
-    import neostore
+    from windvane import neostore
 
-    from ingest import demo as walkthrough
-    from ingest import info as contents
+    from windvane.ops import demo as walkthrough
+    from windvane.ops import info as contents
 
     err = click.get_text_stream("stderr")
     try:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import click
 
-import ingest
-from windvane.commands.root import BadInput, _open_store, cli
+from windvane import ingest
+from windvane.cli.root import BadInput, open_store, cli
 
 
 STORE_OPTION = click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
@@ -41,9 +41,9 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
         return
     if store_url is None:
         raise BadInput("give the store whose streams to list: --store URL (or WINDVANE_STORE)")
-    from ingest import info as contents
+    from windvane.ops import info as contents
 
-    with _open_store(store_url, read_only=True) as st:
+    with open_store(store_url, read_only=True) as st:
         found = contents.describe_streams(st)
     for line in contents.stream_table_lines(found):
         click.echo(line)
@@ -51,13 +51,13 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
 
 def _stream_change(store_url: str, change: Callable) -> object:
     """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
-    import arrays
-    import neostore
+    from windvane import arrays
+    from windvane import neostore
 
-    from ingest import stream_admin
+    from windvane.ingest import stream_admin
 
     try:
-        with _open_store(store_url, create=False) as st:
+        with open_store(store_url, create=False) as st:
             return change(st)
     except (stream_admin.StreamAdminError, arrays.InvalidTagError) as exc:
         raise BadInput(str(exc)) from exc
@@ -76,7 +76,7 @@ def _change_text(change) -> str:
 @STORE_OPTION
 def remove_stream(tag: str, store_url: str) -> None:
     """Remove stream TAG, its quarantine stream and its import records, in one commit."""
-    from ingest import stream_admin
+    from windvane.ingest import stream_admin
 
     change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
     click.echo(f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
@@ -92,7 +92,7 @@ def rename_stream(old: str, new: str, store_url: str) -> None:
 
     NEW must not be a stream yet.
     """
-    from ingest import stream_admin
+    from windvane.ingest import stream_admin
 
     change = _stream_change(store_url, lambda st: stream_admin.rename(st, old, new))
     click.echo(f"renamed stream {old} to {new} ({_change_text(change)}) in commit 0x{change.tid.hex()}")
@@ -109,8 +109,8 @@ def trim_stream(tag: str, before: str, store_url: str) -> None:
     The rows stay in history (a read at an earlier tid sees them) until
     `windvane store pack` drops them.
     """
-    from ingest import stream_admin
-    from ingest.export.times import BadTime, parse_time
+    from windvane.ingest import stream_admin
+    from windvane.export.times import BadTime, parse_time
 
     try:
         before_ns = parse_time(before, "--before")
@@ -139,7 +139,7 @@ def quarantine_group() -> None:
 
 
 def _reason_lines(summary) -> list[str]:
-    from ingest.replay import TOP_REASONS
+    from windvane.ingest.replay import TOP_REASONS
 
     lines = [f"  {count:>10,}  {reason}" for reason, count in summary.reasons[:TOP_REASONS]]
     rest = summary.reasons[TOP_REASONS:]
@@ -153,11 +153,11 @@ def _reason_lines(summary) -> list[str]:
 @click.argument("tag", required=False)
 def list_quarantine(store_url: str, tag: str | None) -> None:
     """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
-    import arrays
+    from windvane import arrays
 
-    from ingest import replay as replaying
+    from windvane.ingest import replay as replaying
 
-    with _open_store(store_url, read_only=True) as st:
+    with open_store(store_url, read_only=True) as st:
         try:
             found = replaying.summarize(st, tag)
         except (replaying.ReplayError, arrays.InvalidTagError) as exc:
@@ -185,15 +185,15 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
     JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
     quarantine recorded, and records whose time was unreadable stay.
     """
-    import arrays
-    import neostore
+    from windvane import arrays
+    from windvane import neostore
 
-    from ingest import replay as replaying
-    from ingest.schema import load_schema
+    from windvane.ingest import replay as replaying
+    from windvane.ingest.schema import load_schema
 
     try:
         schema = load_schema(schema_path) if schema_path else None
-        with _open_store(store_url, create=False) as st:
+        with open_store(store_url, create=False) as st:
             result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
                 f"replaying {n:,} quarantined records of {tag} ...", err=True))
     except (ingest.IngestError, arrays.InvalidTagError) as exc:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import arrays
-import neostore
+from windvane import arrays
+from windvane import neostore
 
-from .. import checkpoints
+from windvane.ingest import checkpoints
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-import arrays
-import neostore
-from neostore.store import ValueUsage
+from windvane import arrays
+from windvane import neostore
+from windvane.neostore.store import ValueUsage
 
-from .batch import INVALID_TIME
+from windvane.ingest.batch import INVALID_TIME
 
 #: Rows of a text column read at a time to measure it.
 _MEASURE_ROWS = 65_536

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windvane.commands.root import BadInput, cli
+from windvane.cli.root import BadInput, cli
 
 
 @cli.command(name="export", short_help="Export a stream to Parquet, Arrow, CSV, zarr or netCDF; incremental with --job.")
@@ -31,11 +31,11 @@ def export_stream(stream: str, store_url: str, target: str, format_name: str, st
     is killed (the next run rewrites the part it left unfinished); the job's
     state is kept in the store.
     """
-    import neostore
+    from windvane import neostore
 
     import sys
 
-    from ingest import export as exporting
+    from windvane import export as exporting
 
     bar = None
 

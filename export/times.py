@@ -14,7 +14,7 @@ from datetime import datetime
 
 import numpy as np
 
-from ingest.times import time_ns
+from windvane.ingest.times import time_ns
 
 from .errors import BadTime
 

@@ -6,8 +6,8 @@ import logging
 
 import click
 
-import ingest
-from windvane.commands.root import BadInput, RowsRejected, _open_store, cli
+from windvane import ingest
+from windvane.cli.root import BadInput, RowsRejected, open_store, cli
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -75,13 +75,13 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     import os
     import sys
 
-    from connectors.files import FileFormatError, ReaderOptions
-    from connectors.files.compression import compression_of
-    from connectors.files.formats import format_for
-    from ingest import imports
-    from ingest.times import check_zone, time_ns
-    from ingest.schema import load_schema
-    from ingest.streams import StreamWriters
+    from windvane.connectors.files import FileFormatError, ReaderOptions
+    from windvane.connectors.files.compression import compression_of
+    from windvane.connectors.files.formats import format_for
+    from windvane.ingest import imports
+    from windvane.ingest.times import check_zone, time_ns
+    from windvane.ingest.schema import load_schema
+    from windvane.ingest.streams import StreamWriters
 
     try:
         rename = _renames(renames)
@@ -98,7 +98,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
         raise BadInput(str(exc)) from exc
     total = sum(os.path.getsize(p) for p in paths)
     rejected = 0
-    with _open_store(store_url) as st:
+    with open_store(store_url) as st:
         writers = StreamWriters(st)
         try:
             schema = imports.resolve_schema(st, tag, schema)
@@ -145,7 +145,7 @@ def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
     """How many rows an import quarantined, the quarantine stream they are in, and how to read them."""
     import shlex
 
-    from arrays.stream import stream_path
+    from windvane.arrays.stream import stream_path
 
     return (f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
             f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
@@ -167,7 +167,7 @@ def _renames(renames: tuple[str, ...]) -> dict[str, str]:
 
 def _inferred_schema(tag: str, path: str, schema) -> str:
     """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
-    from ingest.schema import schema_toml
+    from windvane.ingest.schema import schema_toml
 
     return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
             f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
@@ -237,12 +237,12 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
     import dataclasses
     import signal
 
-    from connectors.files.logs import LogFormatError
-    from connectors.tail.follow import FilePosition, Follower
-    from connectors.tail.run import StopFlag, Tailer, TailSettings
-    from ingest import imports
-    from ingest.schema import load_schema
-    from ingest.streams import StreamWriters
+    from windvane.connectors.files.logs import LogFormatError
+    from windvane.connectors.tail.follow import FilePosition, Follower
+    from windvane.connectors.tail.run import StopFlag, Tailer, TailSettings
+    from windvane.ingest import imports
+    from windvane.ingest.schema import load_schema
+    from windvane.ingest.streams import StreamWriters
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -250,7 +250,7 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
         settings = TailSettings(format_name, timezone, commit_lines, commit_ms, poll_ms)
     except (ingest.IngestError, LogFormatError) as exc:
         raise BadInput(str(exc)) from exc
-    with _open_store(store_url) as st:
+    with open_store(store_url) as st:
         try:
             schema = imports.resolve_schema(st, tag, schema)
         except ingest.IngestError as exc:
@@ -277,8 +277,8 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
 
 def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
     """``commit(parts, position)`` for `windvane tail`: rows and position in one transaction (ingest.imports)."""
-    from ingest import imports
-    from ingest.schema import Schema
+    from windvane.ingest import imports
+    from windvane.ingest.schema import Schema
 
     chosen = [schema]
 

@@ -1,15 +1,12 @@
 """Exceptions of ``windvane export``, each naming the problem and what to do about it.
 
-Every one is an :class:`ExportError` (an :class:`~ingest.errors.IngestError`);
+Every one is an :class:`ExportError`, the root of this package's errors;
 the CLI prints the message and exits with code 2.
 """
 
 from __future__ import annotations
 
-from ..errors import IngestError
-
-
-class ExportError(IngestError):
+class ExportError(Exception):
     """Base class of export errors."""
 
 

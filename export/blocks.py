@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import arrays
-from arrays.stream import QUARANTINE_ROOT
-from arrays.metadata import item_bytes
-from arrays.workers import io_pool
+from windvane import arrays
+from windvane.arrays.stream import QUARANTINE_ROOT
+from windvane.arrays.metadata import item_bytes
+from windvane.arrays.workers import io_pool
 
 from .times import TimeRange
 
