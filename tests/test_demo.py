@@ -221,7 +221,7 @@ def test_what_metrics_count_as_committed_survives_kill_9(tmp_path):
 def test_the_demo_schemas_are_the_repositorys():
     """The demo ships copies of schemas/ (package data must live in a package): they must not drift."""
     shipped = Path(__file__).resolve().parent.parent / "schemas"
-    copies = Path(__file__).resolve().parent.parent / "ingest" / "samples" / "schemas"
+    copies = Path(__file__).resolve().parent.parent / "windvane" / "ops" / "samples" / "schemas"
     assert sorted(p.name for p in copies.glob("*.toml")) == sorted(p.name for p in shipped.glob("*.toml"))
     for copy in copies.glob("*.toml"):
         def body(path):

@@ -441,7 +441,7 @@ def notebook_lines(result: DemoResult) -> Iterator[str]:
     url = result.notebook_url
     yield "open it in a notebook (from this directory):"
     yield ""
-    yield "    import arrays"
+    yield "    from windvane import arrays"
     yield f'    scada = arrays.open_stream("{url}", "turbine.R80736.scada").to_pandas()'
     yield f'    vibration = arrays.open_stream("{url}", "{VIBRATION_TAG}")["samples"][:25600]   # 1 s x 3 axes'
     yield f'    log = arrays.open_stream("{url}", "{LOG_TAG}").to_pandas()'
