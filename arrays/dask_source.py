@@ -89,7 +89,7 @@ class DaskSource:
     @classmethod
     def of(cls, array: BigArray) -> DaskSource:
         """The source of ``array`` as it is now (its snapshot)."""
-        view = array._view  # noqa: SLF001 - one consistent (meta, raw, before)
+        view = array.view  # one consistent (meta, raw, before)
         state = None
         if view.before is not None:
             state = (portable_url(array.store), array.name, view.raw, view.before, array.cache.budget)

@@ -51,17 +51,17 @@ import numpy as np
 
 from windvane import neostore
 
-from . import row_log
+from . import appending, row_log
+from .appending import ChunkJob, Encoded
 from .changes import ChangeLog
 from .errors import ColumnError, StreamError, StreamNotFoundError
 from .metadata import METADATA_KEY, ArrayMeta
-from .stream import TIME, Stream, _group_attrs, check_column_names, open_stream, stream_path
-from .tail import ChunkJob, Tail, row_chunked, tail_for
+from .stream import Stream
+from .stream_registry import open_stream
+from .stream_schema import TIME, check_column_names, group_attrs, stream_path
+from .tail import Tail, row_chunked, tail_for
 from .transaction import Transaction
 from .workers import weighted_map
-
-#: Chunks per ``set_many`` call (binding their names in one round trip).
-_WRITE_BATCH = 64
 
 #: Chunk names bound ahead of a stream that fills chunks, at most: binding is a database commit of its own
 #: on MariaDB, which a stream filling chunks in every commit would otherwise pay in each. A quarter of the
@@ -129,17 +129,12 @@ class Staged:
         self.base: _State | None = None
         self.appends = -1
         self.tails: dict[str, Tail] = {}
-        self.chunks: list[tuple[str, bytes, bool]] = []
+        self.chunks: list[Encoded] = []
         self.used = False  # set by append: whether it stored these bytes (False: it encoded afresh)
 
     @property
     def encoded(self) -> bool:
         return self.base is not None
-
-
-def _encode_and_hash(job: ChunkJob) -> tuple[bytes, bytes]:
-    value = job.encode()
-    return value, neostore.value_hash(value)
 
 
 class StreamWriter:
@@ -384,7 +379,7 @@ class StreamWriter:
         group_raw = docs.get(self._group_key)
         if group_raw is None:
             raise StreamNotFoundError(f"no stream {self.tag!r} at {self.path!r}; create it with create_stream")
-        attrs = _group_attrs(group_raw, self.path)
+        attrs = group_attrs(group_raw, self.path)
         names = [TIME, *attrs.get("columns", [])]
         meta_keys = {name: f"{self.path}/{name}/{METADATA_KEY}" for name in names}
         metas_raw = tx.raw_get_many(list(meta_keys.values()))
@@ -512,7 +507,7 @@ class StreamWriter:
 
     @staticmethod
     def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True
-                ) -> Iterator[tuple[str, bytes, bool, bytes]]:
+                ) -> Iterator[Encoded]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
         hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
 
@@ -526,41 +521,30 @@ class StreamWriter:
                     # reads the chunk as the tail holds it after both.
                     jobs[job.key] = job
         todo = [j for j in jobs.values() if j.full or not logged]
-        weight = sum(j.weight for j in todo) if len(todo) > 1 else 0
-        values = weighted_map(_encode_and_hash, todo, weight)
-        return ((job.key, value, job.compressed, digest) for job, (value, digest) in zip(todo, values))
+        return appending.encode(todo, sum(j.weight for j in todo) if len(todo) > 1 else 0)
 
-    def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool, bytes]]) -> None:
+    def _store(self, tx: Transaction, state: _State, chunks: Iterable[Encoded]) -> None:
         """Write ``chunks`` (those that filled; every one touched when the stream keeps no row log), the
         row log and, when chunks filled, the arrays' metadata, in ``tx``; the state now includes them."""
-        batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
-        digests: dict[str, bytes] = {}
-        for key, value, compressed, digest in chunks:
-            # A codec's output is compressed already: neostore need not try.
-            batch = batches[not compressed]
-            batch[key] = value
-            digests[key] = digest
-            if len(batch) >= _WRITE_BATCH:
-                tx.set_many(batch, compress=not compressed, digests=digests, raw=True)
-                batch.clear()
+        batches = appending.Batches(tx, raw=True)
+        batches.add(chunks)
         length = state.tails[TIME].length
-        if digests:
+        if batches.chunks:
             self._bind_ahead(tx, state, length // state.tails[TIME].rows_per_chunk)
+        documents: dict[str, bytes] = {}
         if state.logged:
             rows = state.tails[TIME].rows_per_chunk
             base = max(state.base, length - length % rows)
             if base != state.base:
                 state.base = base
                 for name, tail in state.tails.items():
-                    batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
+                    documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
                         (base, *tail.meta.shape[1:])).to_bytes()
-            batches[True][self._log_key] = self._revision(state, length).to_bytes()
+            documents[self._log_key] = self._revision(state, length).to_bytes()
         else:
             for name, tail in state.tails.items():
-                batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
-        for compress, batch in batches.items():
-            if batch:
-                tx.set_many(batch, compress=compress, digests=digests, raw=True)
+                documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()
+        batches.flush(documents)
         state.appends += 1
         self._remember(tx, state)
         self._mark = tx.write_mark()
@@ -598,5 +582,5 @@ class StreamWriter:
                 if name not in columns:
                     array = stream[name]
                     columns[name] = np.full((len(columns[TIME]), *array.shape[1:]), array.fill_value,
-                                            dtype=array._meta.codec.work_dtype)  # noqa: SLF001
+                                            dtype=array.meta.codec.work_dtype)
         return stream.append(columns)

@@ -172,6 +172,11 @@ class Transaction(LoggedView):
 
     # -- writing ---------------------------------------------------------------
 
+    @property
+    def locked(self) -> bool:
+        """Whether this transaction holds the commit lock (from :meth:`lock` to its end)."""
+        return self._locked
+
     @_serialised
     def lock(self) -> None:
         """Hold the commit lock from now to commit/abort: reads stay current."""
