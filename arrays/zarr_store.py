@@ -168,6 +168,32 @@ def _dir_prefix(prefix: str) -> str:
 # -- the store -------------------------------------------------------------------
 
 
+def _change(kind: Kind, key: str, value: Buffer | None) -> Change:
+    """The change a write of ``value`` (None: a deletion) to ``key`` makes."""
+    _check_key(key)
+    view = None
+    if value is not None:
+        if not isinstance(value, Buffer):
+            raise TypeError(f"ZarrStore.set takes a zarr Buffer, not {type(value).__name__}")
+        view = memoryview(value.as_buffer_like()).cast("B")
+    # Chunks a codec compressed are stored as they are: neostore's zstd
+    # would only spend time, and raw values are what ranged reads slice.
+    compress = view is None or not _codec_compressed(view)
+    return Change(kind, key, view, compress)
+
+
+def _fetch(reader: Any, key: str, byte_range: ByteRequest | None) -> bytes | None:
+    """The bytes of ``key`` ``byte_range`` asks for, read with ``reader`` (a Snapshot or Transaction)."""
+    bounds = _slice_of(byte_range)
+    if bounds is None:
+        value: bytes | None = reader.get(key)
+    elif bounds == (0, 0):
+        value = b"" if reader.exists(key) else None
+    else:
+        value = reader.get_range(key, *bounds)
+    return value
+
+
 class ZarrStore(Store):
     """A zarr v3 store whose keys are neostore named objects.
 
@@ -350,16 +376,8 @@ class ZarrStore(Store):
     # -- reading -------------------------------------------------------------------
 
     def _get(self, key: str, prototype: BufferPrototype | None, byte_range: ByteRequest | None) -> Buffer | None:
-        bounds = _slice_of(byte_range)
-        if bounds is None:
-            value = self._read(lambda r: r.get(key))
-        elif bounds == (0, 0):
-            value = self._read(lambda r: b"" if r.exists(key) else None)
-        else:
-            value = self._read(lambda r: r.get_range(key, *bounds))
-        if value is None:
-            return None
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(value)
+        value = self._read(lambda r: _fetch(r, key, byte_range))
+        return None if value is None else (prototype or default_buffer_prototype()).buffer.from_bytes(value)
 
     async def get(
         self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
@@ -427,16 +445,7 @@ class ZarrStore(Store):
 
     def _prepare(self, kind: Kind, key: str, value: Buffer | None) -> Change:
         self._check_writable()
-        _check_key(key)
-        view = None
-        if value is not None:
-            if not isinstance(value, Buffer):
-                raise TypeError(f"ZarrStore.set takes a zarr Buffer, not {type(value).__name__}")
-            view = memoryview(value.as_buffer_like()).cast("B")
-        # Chunks a codec compressed are stored as they are: neostore's zstd
-        # would only spend time, and raw values are what ranged reads slice.
-        compress = view is None or not _codec_compressed(view)
-        return Change(kind, key, view, compress)
+        return _change(kind, key, value)
 
     def _apply_in_tx(self, change: Change) -> Any:
         return apply_change(self._tx, change)
