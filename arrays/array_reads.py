@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -47,9 +48,10 @@ class ArrayReads(ArrayView):
         def read(start: int) -> np.ndarray:
             return self[start : min(start + rows, total)]
 
-        ahead = executor.submit(read, starts[0])
+        ahead: Future[np.ndarray] | None = executor.submit(read, starts[0])
         try:
             for i, start in enumerate(starts):
+                assert ahead is not None  # one is submitted for every start
                 block = ahead.result()
                 ahead = executor.submit(read, starts[i + 1]) if i + 1 < len(starts) else None
                 yield start, block
@@ -72,7 +74,7 @@ class ArrayReads(ArrayView):
             token = uuid.uuid4().hex  # a transaction's view changes with its writes: never reuse results
         else:
             token = f"{self._before.hex()}-{id(self._store):x}"
-        return da.from_array(
+        return da.from_array(  # type: ignore[no-untyped-call]  # dask.array ships no annotations
             DaskSource.of(self),
             chunks=self.chunks,
             name=f"bigarray-{self.name}-{token}",
@@ -147,7 +149,7 @@ class ArrayReads(ArrayView):
                     raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
             else:
                 chunk = self.decode_chunk(meta, value, key)
-                if not bulk:
+                if not bulk and serial is not None:  # a value always comes with its serial
                     self.cache.put(oid, serial, chunk)
                 target[...] = chunk[piece.in_chunk]
 

@@ -130,7 +130,7 @@ class ArrayView(StoreOwner):
         return self.meta.fill_value
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> dict[str, Any]:
         """The array's zarr attributes (a copy)."""
         return self.meta.attributes
 
@@ -140,7 +140,7 @@ class ArrayView(StoreOwner):
         return self.meta.dims
 
     @property
-    def codec(self) -> list[dict]:
+    def codec(self) -> list[dict[str, Any]]:
         """The zarr v3 ``codecs`` the chunks are stored with."""
         return self.meta.codec.to_json()
 
@@ -161,7 +161,7 @@ class ArrayView(StoreOwner):
         return self.shape[0]
 
     def __repr__(self) -> str:
-        where = "in a transaction" if self._before is None else f"at 0x{self.tid.hex()}"
+        where = "in a transaction" if self._before is None else f"at 0x{previous(self._before).hex()}"
         mode = ", read-only" if self._read_only else ""
         return f"<BigArray {self.name!r} shape={self.shape} dtype={self.dtype} chunks={self.chunks} {where}{mode}>"
 
@@ -207,9 +207,10 @@ class ArrayView(StoreOwner):
             self._view = View(meta, raw, before)
         return self.tid
 
-    def forget_changes(self, since: bytes, until: bytes) -> None:
-        """Drop cached chunks of objects changed by commits in ``(since, until]``."""
-        if not len(self.cache) or until <= since:
+    def forget_changes(self, since: bytes | None, until: bytes) -> None:
+        """Drop cached chunks of objects changed by commits in ``(since, until]`` (``since`` None: a
+        transaction's view, which caches nothing it could not see)."""
+        if since is None or not len(self.cache) or until <= since:
             return
         cursor = since
         while True:

@@ -137,8 +137,7 @@ class BigArray(ArrayReads):
             # Holding the lock, the head cannot move: drop what others changed
             # since this view, so that after the commit the cache matches it.
             head = self._store.last_transaction()
-            if self.tid is not None:
-                self.forget_changes(self.tid, head)
+            self.forget_changes(self.tid, head)
             meta, raw, built, written = self._write_locked(tx, plan, cached=True)
             tid = tx.commit()
         except BaseException:

@@ -59,7 +59,7 @@ def refill(tx: Transaction, tag: str, rows: Mapping[str, Any], *, quarantine: bo
         writes[f"{new_path}/{name}/{METADATA_KEY}"] = meta.with_shape((0, *meta.shape[1:])).to_bytes()
     tx.delete_prefix(f"{old_path}/")
     tx.set_many(writes)
-    if new_path != old_path:
+    if to is not None and new_path != old_path:
         _unregister(tx, tag, quarantine=quarantine)
         root_key = registry_key(quarantine)
         tx.gathered(root_key, functools.partial(write_registry, tx, root_key)).add(to)
@@ -85,6 +85,6 @@ def _unregister(tx: Transaction, tag: str, *, quarantine: bool) -> None:
     """Take ``tag`` out of the registry of streams (or quarantine streams)."""
     key = registry_key(quarantine)
     raw = tx.get(key)
-    attrs: dict = (json.loads(raw).get("attributes") or {}) if raw is not None else {}
+    attrs: dict[str, Any] = (json.loads(raw).get("attributes") or {}) if raw is not None else {}
     registry = [t for t in attrs.get(REGISTRY_ATTR) or [] if t != tag]
     tx.set(key, group_document({**attrs, REGISTRY_ATTR: registry}))

@@ -102,4 +102,5 @@ def _missing(data: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     missing = attrs.get(MISSING_ATTR)
     if missing is None or data.dtype.kind not in "iu" or isinstance(missing, bool):
         return None
-    return data == missing
+    where: np.ndarray = data == missing
+    return where

@@ -36,7 +36,7 @@ def registry_key(quarantine: bool) -> str:
     return f"{QUARANTINE_ROOT if quarantine else STREAMS_ROOT}/{METADATA_KEY}"
 
 
-def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], attrs: dict, chunk_rows: int, *,
+def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], attrs: dict[str, Any], chunk_rows: int, *,
                quarantine: bool, exist_ok: bool = False) -> None:
     """Write the streams' groups and arrays, and add them to the root group's registry, holding the lock.
 
@@ -83,7 +83,7 @@ def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], 
 def write_registry(tx: Transaction, root_key: str, tags: set[str]) -> None:
     """Add ``tags`` to the registry of streams in the group ``root_key`` (creating the group)."""
     root = tx.get(root_key)
-    root_attrs: dict = (json.loads(root).get("attributes") or {}) if root is not None else {}
+    root_attrs: dict[str, Any] = (json.loads(root).get("attributes") or {}) if root is not None else {}
     registry = root_attrs.get(REGISTRY_ATTR) or []
     tx.set(root_key, group_document({**root_attrs, REGISTRY_ATTR: sorted({*registry, *tags})}))
 
@@ -175,7 +175,7 @@ def create_streams(
 
 
 def _checked_spec(tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int
-                  ) -> tuple[list[Column], dict]:
+                  ) -> tuple[list[Column], dict[str, Any]]:
     """``columns`` and ``attrs`` as streams store them; ColumnError for what they cannot take."""
     columns = list(columns)
     if not all(isinstance(c, Column) for c in columns):
@@ -184,13 +184,13 @@ def _checked_spec(tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] 
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ColumnError(f"stream {tag}: column names {duplicates} appear more than once")
-    attrs = json.loads(json.dumps(dict(attrs or {})))
-    reserved = [k for k in attrs if k in RESERVED_ATTRS]
+    plain: dict[str, Any] = json.loads(json.dumps(dict(attrs or {})))
+    reserved = [k for k in plain if k in RESERVED_ATTRS]
     if reserved:
         raise ColumnError(f"stream attributes {reserved} are reserved by windvane; name them otherwise")
     if int(chunk_rows) < 1:
         raise ColumnError(f"chunk_rows must be >= 1, not {chunk_rows}")
-    return columns, attrs
+    return columns, plain
 
 
 def open_stream(
@@ -212,14 +212,15 @@ def open_stream(
     path = stream_path(tag, quarantine=quarantine)
     store, tx, owns = resolve(target)
     try:
-        try:
-            if at is not None:
+        if at is not None:
+            try:
                 return Stream(
                     store, tag, path, before=snapshot_bound(store, at), transaction=None, read_only=True,
                     owns_store=owns, cache_bytes=cache_bytes,
                 )
-        except StreamNotFoundError:
-            raise StreamNotFoundError(f"no stream {tag!r} at {path!r} {describe(at)}: it did not exist then") from None
+            except StreamNotFoundError:
+                raise StreamNotFoundError(
+                    f"no stream {tag!r} at {path!r} {describe(at)}: it did not exist then") from None
         if tx is not None:
             # Read under the lock, the metadata needs no re-read at append.
             return Stream(store, tag, path, before=None, transaction=tx, cache_bytes=cache_bytes, current=tx.locked)

@@ -103,7 +103,7 @@ class Column:
     dtype: str
     inner: tuple[int, ...] = ()
     chunk_rows: int | None = None
-    codec: str | dict | None = None
+    codec: str | dict[str, Any] | None = None
     attrs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     dims: tuple[str, ...] | None = None
 
@@ -174,7 +174,7 @@ def empty_meta_bytes(column: Column, chunk_rows: int) -> bytes:
 
 #: Parsed group documents by their bytes: a stream's group is re-read every transaction.
 _GROUPS_LIMIT = 1024
-_groups: dict[bytes, dict] = {}
+_groups: dict[bytes, dict[str, Any]] = {}
 
 
 def coerce_column(tag: str, name: str, values: Any, dtype: np.dtype, inner: tuple[int, ...]) -> np.ndarray:
@@ -205,9 +205,9 @@ def coerce_column(tag: str, name: str, values: Any, dtype: np.dtype, inner: tupl
     return value
 
 
-def group_attrs(raw: bytes | None, where: str) -> dict:
+def group_attrs(raw: bytes, where: str) -> dict[str, Any]:
     """The attributes of a stream's group document (do not modify them); StreamError if it is not a stream."""
-    found = _groups.get(raw) if raw is not None else None
+    found = _groups.get(raw)
     if found is not None:
         return found
     attrs = _parse_group(raw, where)
@@ -217,7 +217,7 @@ def group_attrs(raw: bytes | None, where: str) -> dict:
     return attrs
 
 
-def _parse_group(raw: bytes | None, where: str) -> dict:
+def _parse_group(raw: bytes, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(raw)
     except ValueError:

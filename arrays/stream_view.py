@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from typing import Any
 
 from windvane import neostore
 
@@ -13,7 +14,7 @@ from .errors import ColumnError, StreamError, StreamNotFoundError
 from .keys import Snapshot, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta
 from .stream_schema import NAME_ATTR, RESERVED_ATTRS, TIME, column_key, group_attrs
-from .target import StoreOwner
+from .target import StoreOwner, previous
 from .transaction import Transaction
 
 
@@ -46,7 +47,7 @@ class StreamView(StoreOwner):
         self._read_only = read_only
         self._owns_store = owns_store
         self._group_raw = b""
-        self._attrs: dict = {}
+        self._attrs: dict[str, Any] = {}
         self._arrays: dict[str, BigArray] = {}
         # Inside a transaction: whether the metadata held was read (or written)
         # while the transaction held the commit lock, so is still the latest.
@@ -56,7 +57,7 @@ class StreamView(StoreOwner):
     # -- what it is ----------------------------------------------------------------
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> dict[str, Any]:
         # A deep copy: the parsed group document is shared by every view of these bytes.
         return copy.deepcopy({k: v for k, v in self._attrs.items() if k not in RESERVED_ATTRS})
 
@@ -67,7 +68,7 @@ class StreamView(StoreOwner):
     @property
     def tid(self) -> bytes | None:
         """The last commit this view sees (None inside a transaction: it sees the latest)."""
-        return None if self._before is None else neostore.p64(neostore.u64(self._before) - 1)
+        return None if self._before is None else previous(self._before)
 
     @property
     def read_only(self) -> bool:
@@ -98,7 +99,7 @@ class StreamView(StoreOwner):
         return self._arrays[key].attrs.get(NAME_ATTR, key) if key != TIME else key
 
     def __repr__(self) -> str:
-        where = "in a transaction" if self._before is None else f"at 0x{self.tid.hex()}"
+        where = "in a transaction" if self._before is None else f"at 0x{previous(self._before).hex()}"
         return f"<Stream {self.tag!r} rows={len(self)} columns={self.columns} {where}>"
 
     # -- loading metadata --------------------------------------------------------------

@@ -127,10 +127,12 @@ class StreamWriter(StateKeeper):
         ColumnError for unknown, missing or misshapen columns (nothing
         written); StreamNotFoundError if there is no such stream.
         """
-        staged = columns if isinstance(columns, Staged) else None
-        if staged is not None:
-            columns, fill_missing = staged.columns, staged.fill_missing
-        parts = _parts(columns)
+        staged: Staged | None = None
+        if isinstance(columns, Staged):
+            staged, fill_missing = columns, columns.fill_missing
+            parts = _parts(columns.columns)
+        else:
+            parts = _parts(columns)
         state = self._current(tx)
         if state.shed and self._needs_rows(state, parts):
             self._drop()  # the append fills the chunk: read its rows back
@@ -234,7 +236,7 @@ class StreamWriter(StateKeeper):
             tail.forget_before(state.logged_from)
 
     @staticmethod
-    def _needs_rows(state: WriterState, parts: list[Mapping[str, Any]]) -> bool:
+    def _needs_rows(state: WriterState, parts: Sequence[Mapping[str, Any]]) -> bool:
         """Whether appending ``parts`` fills the partial chunk (so needs the rows ``state`` may have shed)."""
         rows = 0
         for part in parts:

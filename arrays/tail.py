@@ -219,7 +219,9 @@ class NumberTail(Tail):
             self._chunk = None
         else:
             self._hold(start, rows)
-            chunk = self._chunk
+            held = self._chunk
+            assert held is not None  # _hold made it
+            chunk = held
             if full:
                 self._chunk = None  # the next append starts a new chunk
         if first:
@@ -267,6 +269,7 @@ class NumberTail(Tail):
             return b""
         if first < self._shed:
             raise RowsShed(f"{self.name}: row {row} was let go")
+        assert self._chunk is not None  # rows past the shed ones are held
         return shuffled(self._chunk[first - self._shed:end - self._shed])
 
     @property

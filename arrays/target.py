@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from windvane import neostore
 
 from .errors import ArrayError
@@ -45,7 +47,7 @@ class StoreOwner:
             self._owns_store = False
             self._store.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

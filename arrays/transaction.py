@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from windvane import neostore
 
@@ -23,7 +23,13 @@ from . import row_log
 from .keys import encode_key
 from .transaction_reads import TransactionReads, serialised
 
+if TYPE_CHECKING:
+    from .zarr_store import ZarrStore
+
 log = logging.getLogger("windvane.arrays")
+
+#: A set of keys (spelled apart: inside the class, ``set`` is Transaction.set).
+_Keys = set[str]
 
 
 class Transaction(TransactionReads):
@@ -37,6 +43,13 @@ class Transaction(TransactionReads):
     ``message`` and ``metadata`` (plain JSON data) are recorded with the
     commit and shown by :func:`arrays.history`.
     """
+
+    @property
+    def zarr_store(self) -> ZarrStore:
+        """A zarr store whose reads see this transaction's writes and whose writes join it."""
+        from .zarr_store import ZarrStore  # zarr_store imports this module
+
+        return ZarrStore.for_transaction(self)
 
     # -- writing ---------------------------------------------------------------
 
@@ -203,7 +216,7 @@ class Transaction(TransactionReads):
     # -- changes gathered until the commit ------------------------------------------
 
     @serialised
-    def gathered(self, key: str, write: Callable[[set], None]) -> set:
+    def gathered(self, key: str, write: Callable[[_Keys], None]) -> _Keys:
         """A set kept under ``key`` until the commit, when ``write(the set)`` runs first, once.
 
         For a document that many changes of one transaction add to (the
@@ -217,7 +230,7 @@ class Transaction(TransactionReads):
         return found[0]
 
     @serialised
-    def gathering(self, key: str) -> frozenset:
+    def gathering(self, key: str) -> frozenset[str]:
         """What :meth:`gathered` holds under ``key`` so far (empty if nothing)."""
         found = self._gathered.get(key)
         return frozenset() if found is None else frozenset(found[0])
@@ -244,7 +257,7 @@ class Transaction(TransactionReads):
         """Call ``callback()`` once if this transaction aborts, or its commit fails."""
         self._on_abort.append(callback)
 
-    def _run_callbacks(self, callbacks: list, *args: Any) -> None:
+    def _run_callbacks(self, callbacks: list[Callable[..., None]], *args: Any) -> None:
         self._on_commit, self._on_abort = [], []  # each runs at most once, and only one kind does
         for callback in callbacks:
             try:
@@ -294,8 +307,8 @@ def transaction(
     A reader opened before the commit sees none of the changes; one opened
     after sees all of them.
     """
-    owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store) if owned else url_or_store
+    store = neostore.open(url_or_store) if isinstance(url_or_store, str) else url_or_store
+    owned = store is not url_or_store
     try:
         tx = Transaction(store, message=message, metadata=metadata, user=user)
         try:

@@ -6,15 +6,12 @@ import functools
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from windvane import neostore
 
 from . import row_log
 from .keys import Entry, LoggedView, Snapshot, encode_key
-
-if TYPE_CHECKING:
-    from .zarr_store import ZarrStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,11 +21,11 @@ S = TypeVar("S", bound="TransactionReads")
 def serialised(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
     """Run ``method`` holding the transaction's lock: zarr and dask call from many threads."""
 
-    @functools.wraps(method)
-    def locked(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+    def locked(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._mutex:
             return method(self, *args, **kwargs)
 
+    functools.update_wrapper(locked, method)
     return locked
 
 
@@ -56,7 +53,7 @@ class TransactionReads(LoggedView):
         # directory ("a/b/") -> the written keys under it, made when first listed: a transaction that
         # creates thousands of streams checks each path without scanning every key written before.
         self._by_dir: dict[str, set[str]] | None = None
-        self._gathered: dict[str, tuple[set, Callable[[set], None]]] = {}  # see gathered
+        self._gathered: dict[str, tuple[set[str], Callable[[set[str]], None]]] = {}  # see gathered
         # key -> the write count when it was last written: lets a StreamWriter
         # tell whether anything but itself wrote its keys in this transaction.
         self._write_seq: dict[str, int] = {}
@@ -76,13 +73,6 @@ class TransactionReads(LoggedView):
     def state(self) -> str:
         """``open``, ``finished`` (committed) or ``aborted``."""
         return self._tx.state
-
-    @property
-    def zarr_store(self) -> ZarrStore:
-        """A zarr store whose reads see this transaction's writes and whose writes join it."""
-        from .zarr_store import ZarrStore  # zarr_store imports this module
-
-        return ZarrStore.for_transaction(self)
 
     @serialised
     def raw_get(self, key: str) -> bytes | None:

@@ -232,8 +232,8 @@ class StateKeeper:
         weight = sum(metas[n].chunk_nbytes for n in partial)
         chunks = dict(weighted_map(decode, list(metas), weight))
         tails = {name: tail_for(f"{self.path}/{name}", meta, chunks[name]) for name, meta in metas.items()}
-        for name, rows in pending.items():
-            if any(job.full for job in tails[name].append(rows)):
+        for name, logged in pending.items():
+            if any(job.full for job in tails[name].append(logged)):
                 raise StreamError(f"stream {self.tag!r}: its row log holds more rows than its last chunk takes")
         return tails
 

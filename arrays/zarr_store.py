@@ -289,7 +289,7 @@ class ZarrStore(Store):
         return {"url": self.url, "read_only": self._read_only and self._before is None, "at": self.at}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], read_only=state["read_only"], at=state["at"])
+        ZarrStore.__init__(self, state["url"], read_only=state["read_only"], at=state["at"])
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         """The same location with another ``read_only`` setting (not opened)."""
@@ -330,7 +330,7 @@ class ZarrStore(Store):
         shared = self._shared
         if shared is None or shared.pid != os.getpid():
             shared = _acquire(self.url, create=not self.read_only)
-            if self._before is not None and self._pinned is None:
+            if self._before is not None and self._pinned is None and self.at is not None:
                 # A time still in the future pins the latest commit, so the
                 # snapshot does not move; a time before the last pack fails.
                 self._pinned = snapshot_bound(shared.store, self.at)
@@ -411,7 +411,7 @@ class ZarrStore(Store):
         size = await self._run(lambda: self._read(lambda r: r.size(key)))
         if size is None:
             raise FileNotFoundError(key)
-        return size
+        return int(size)
 
     async def getsize_prefix(self, prefix: str) -> int:
         """The total size of the values under ``prefix``, from one index scan."""
@@ -447,24 +447,21 @@ class ZarrStore(Store):
         self._check_writable()
         return _change(kind, key, value)
 
-    def _apply_in_tx(self, change: Change) -> Any:
-        return apply_change(self._tx, change)
-
-    def _submit(self, change: Change) -> Future:
+    def _submit(self, change: Change) -> Future[Any]:
         return self._here().group.submit(change)
 
     async def _write(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         await self._ensure_open()
         if self._tx is not None:
-            return await asyncio.to_thread(self._apply_in_tx, change)
+            return await asyncio.to_thread(apply_change, self._tx, change)
         return await asyncio.wrap_future(self._submit(change))
 
     def _write_sync(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         self._ensure_open_sync()
         if self._tx is not None:
-            return self._apply_in_tx(change)
+            return apply_change(self._tx, change)
         return self._submit(change).result()
 
     async def set(self, key: str, value: Buffer) -> None:
