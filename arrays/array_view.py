@@ -102,10 +102,12 @@ class ArrayView(StoreOwner):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's shape as this view sees it."""
         return self.meta.shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The numpy dtype reads return (``StringDType`` for strings, object for bytes)."""
         return self.meta.dtype
 
     @property
@@ -115,18 +117,22 @@ class ArrayView(StoreOwner):
 
     @property
     def ndim(self) -> int:
+        """The number of axes."""
         return len(self.meta.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return math.prod(self.meta.shape)
 
     @property
     def nbytes(self) -> int:
+        """The bytes the whole array takes decoded (``size * itemsize``)."""
         return self.size * self.dtype.itemsize
 
     @property
     def fill_value(self) -> Any:
+        """What unwritten elements read as."""
         return self.meta.fill_value
 
     @property
@@ -146,6 +152,7 @@ class ArrayView(StoreOwner):
 
     @property
     def read_only(self) -> bool:
+        """Whether writes are refused (a snapshot opened with ``at=``)."""
         return self._read_only
 
     @property
@@ -155,6 +162,7 @@ class ArrayView(StoreOwner):
 
     @property
     def store(self) -> neostore.Store:
+        """The neostore Store the array lives in."""
         return self._store
 
     def __len__(self) -> int:

@@ -58,11 +58,13 @@ class StreamView(StoreOwner):
 
     @property
     def attrs(self) -> dict[str, Any]:
+        """The user's attributes of the stream (a deep copy: changing it changes nothing stored)."""
         # A deep copy: the parsed group document is shared by every view of these bytes.
         return copy.deepcopy({k: v for k, v in self._attrs.items() if k not in RESERVED_ATTRS})
 
     @property
     def columns(self) -> list[str]:
+        """The column keys in order, ``time`` left out."""
         return [name for name in self._arrays if name != TIME]
 
     @property
@@ -72,6 +74,7 @@ class StreamView(StoreOwner):
 
     @property
     def read_only(self) -> bool:
+        """Whether appends are refused (a snapshot opened with ``at=``)."""
         return self._read_only
 
     def __len__(self) -> int:

@@ -43,6 +43,7 @@ class StoreOwner:
     _store: neostore.Store
 
     def close(self) -> None:
+        """Close the store if this object opened it from a URL; safe to call more than once."""
         if self._owns_store:
             self._owns_store = False
             self._store.close()

@@ -76,6 +76,7 @@ class TransactionReads(LoggedView):
 
     @serialised
     def raw_get(self, key: str) -> bytes | None:
+        """The stored value of ``key`` (row logs not applied): this transaction's write, else the head's; None if absent."""
         if key in self._written:
             oid, size = self._written[key]
             return None if size is None else self._tx.pending_value(oid)[1]
@@ -85,6 +86,7 @@ class TransactionReads(LoggedView):
 
     @serialised
     def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """Like :meth:`raw_get` for many keys, in one round trip for those not written here; absent keys left out."""
         keys = list(keys)
         own = [k for k in keys if k in self._written or k in self._ahead]
         found = self._head.raw_get_many([k for k in keys if k not in self._written and k not in self._ahead])
@@ -111,6 +113,7 @@ class TransactionReads(LoggedView):
 
     @serialised
     def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        """Bytes ``[start:stop]`` of ``key``'s stored value (None if absent); the database slices uncompressed values."""
         if key in self._written:
             value = self.raw_get(key)
             return None if value is None else value[start:stop]
@@ -118,6 +121,7 @@ class TransactionReads(LoggedView):
 
     @serialised
     def raw_size(self, key: str) -> int | None:
+        """The size of ``key``'s stored value, None if absent; values are not loaded."""
         if key in self._written:
             return self._written[key][1]
         if key in self._ahead:
@@ -127,6 +131,7 @@ class TransactionReads(LoggedView):
 
     @serialised
     def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
+        """The committed revisions of row log ``key`` whose rows are pending in ``current``, oldest first."""
         # Earlier revisions are committed ones (a transaction writes a key once).
         return self._head.log_chain(key, current)
 

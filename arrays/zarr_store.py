@@ -404,6 +404,7 @@ class ZarrStore(Store):
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value (as this store sees the keys)."""
         return await self._run(lambda: self._read(lambda r: r.exists(key)))
 
     async def getsize(self, key: str) -> int:
@@ -425,6 +426,7 @@ class ZarrStore(Store):
         return [e.key for e in entries]
 
     async def list(self) -> AsyncIterator[str]:
+        """Every key, sorted."""
         for key in await self._keys(""):
             yield key
 
@@ -469,6 +471,7 @@ class ZarrStore(Store):
         await self._write("set", key, value)
 
     def set_sync(self, key: str, value: Buffer) -> None:
+        """:meth:`set` for synchronous callers (runs in the calling thread)."""
         self._write_sync("set", key, value)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
@@ -480,6 +483,7 @@ class ZarrStore(Store):
         await self._write("delete", key)
 
     def delete_sync(self, key: str) -> None:
+        """:meth:`delete` for synchronous callers (runs in the calling thread)."""
         self._write_sync("delete", key)
 
     async def delete_dir(self, prefix: str) -> None:
