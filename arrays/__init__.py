@@ -31,8 +31,9 @@ from .errors import (
 )
 from .history import Commit, history
 from .keys import Entry, Snapshot
-from .stream import (Column, Stream, column_key, create_stream, create_streams, list_streams, open_stream, stream_keys,
-                     stream_path)
+from .stream import Stream
+from .stream_registry import create_stream, create_streams, list_streams, open_stream, stream_keys
+from .stream_schema import Column, column_key, stream_path
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
 from .zarr_store import ZarrStore

@@ -88,6 +88,7 @@ class ChunkCache:
         return dropped
 
     def clear(self) -> None:
+        """Drop every cached chunk (the statistics stay)."""
         with self._lock:
             self._entries.clear()
             self.nbytes = 0

@@ -10,8 +10,8 @@ from .metadata import METADATA_KEY, node_type
 
 def array_names(url_or_store: str | neostore.Store, prefix: str = "") -> list[str]:
     """The names of the arrays whose names start with ``prefix``, sorted, as of the latest commit."""
-    owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store, read_only=True) if owned else url_or_store
+    store = neostore.open(url_or_store, read_only=True) if isinstance(url_or_store, str) else url_or_store
+    owned = store is not url_or_store
     try:
         snapshot = Snapshot.latest(store)
         suffix = "/" + METADATA_KEY

@@ -38,8 +38,9 @@ class ChangeLog:
         self.limit = limit
         self._lock = threading.Lock()
         self._last: dict[bytes, bytes] = {}  # oid -> the newest commit in the window that changed it
-        self._start: bytes | None = None
-        self._known: bytes | None = None
+        # The window (start, known]; b"" sorts before every tid: nothing is known yet.
+        self._start = b""
+        self._known = b""
 
     def changed(self, since: bytes, head: bytes, oids: Collection[bytes]) -> bool:
         """Whether any commit in ``(since, head]`` changed one of ``oids``.
@@ -51,7 +52,7 @@ class ChangeLog:
         if since >= head:
             return False
         with self._lock:
-            if self._known is None or since > self._known:
+            if since > self._known:
                 self._reset(since)
             if since < self._start and not self._extend_back(since):
                 return True
@@ -69,7 +70,7 @@ class ChangeLog:
         Recording the same commit again is harmless.
         """
         with self._lock:
-            if self._known is not None and self._known >= tid:
+            if self._known >= tid:
                 return
             if self._known != after:
                 self._reset(after)

@@ -71,7 +71,7 @@ def is_vlen(dtype: np.dtype) -> bool:
     return np.dtype(dtype).kind in _VLEN_SERIALIZERS
 
 
-def _blosc(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict, Any]:
+def _blosc(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict[str, Any], Any]:
     config = {**BLOSC_DEFAULTS, **config}
     cname, shuffle = config["cname"], config["shuffle"]
     if cname not in _CNAMES:
@@ -89,12 +89,12 @@ def _blosc(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict, Any]:
     return {"name": "blosc", "configuration": conf}, codec
 
 
-def _zstd(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict, Any]:
+def _zstd(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict[str, Any], Any]:
     conf = {"level": int(config.get("level", 0)), "checksum": bool(config.get("checksum", False))}
     return {"name": "zstd", "configuration": conf}, Zstd(level=conf["level"], checksum=conf["checksum"])
 
 
-def _gzip(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict, Any]:
+def _gzip(config: Mapping[str, Any], dtype: np.dtype) -> tuple[dict[str, Any], Any]:
     conf = {"level": int(config.get("level", 5))}
     return {"name": "gzip", "configuration": conf}, GZip(conf["level"])
 
@@ -108,7 +108,7 @@ class ChunkCodec:
     Thread-safe: numcodecs codecs keep no state between calls.
     """
 
-    def __init__(self, dtype: np.dtype, endian: str | None, compressors: Sequence[tuple[dict, Any]]):
+    def __init__(self, dtype: np.dtype, endian: str | None, compressors: Sequence[tuple[dict[str, Any], Any]]):
         self.dtype = np.dtype(dtype)
         self.endian = endian
         # The dtype of the serialised bytes; arrays handed out are little-endian.
@@ -129,9 +129,9 @@ class ChunkCodec:
     def names(self) -> list[str]:
         return [spec["name"] for spec, _ in self._steps]
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         """The ``codecs`` list of the array's ``zarr.json``."""
-        first: dict = {"name": "bytes"}
+        first: dict[str, Any] = {"name": "bytes"}
         if self.endian is not None:
             first["configuration"] = {"endian": self.endian}
         return [first] + [spec for spec, _ in self._steps]
@@ -203,7 +203,7 @@ class VLenCodec(ChunkCodec):
     result, as zarr does.
     """
 
-    def __init__(self, dtype: np.dtype, compressors: Sequence[tuple[dict, Any]]):
+    def __init__(self, dtype: np.dtype, compressors: Sequence[tuple[dict[str, Any], Any]]):
         self.dtype = np.dtype(dtype)
         self.endian = None
         self._wire = self.dtype
@@ -211,7 +211,7 @@ class VLenCodec(ChunkCodec):
         self._serializer_name = _VLEN_SERIALIZERS[self.dtype.kind]
         self._serializer = VLenUTF8() if self.dtype.kind == "T" else VLenBytes()
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         return [{"name": self._serializer_name, "configuration": {}}] + [spec for spec, _ in self._steps]
 
     def encode(self, chunk: np.ndarray) -> bytes:
@@ -239,7 +239,8 @@ class VLenCodec(ChunkCodec):
 
     def deserialize_items(self, records: bytes, count: int) -> np.ndarray:
         """The ``count`` items :meth:`serialize_items` made ``records`` of, as an object array."""
-        return self._serializer.decode(b"".join((count.to_bytes(4, "little"), records)))
+        decoded: np.ndarray = self._serializer.decode(b"".join((count.to_bytes(4, "little"), records)))
+        return decoded
 
     def decode_into(self, data: bytes, out: np.ndarray) -> None:
         out[...] = self.decode(data, out.shape)
@@ -252,7 +253,8 @@ class VLenCodec(ChunkCodec):
         expected = int(np.prod(shape, dtype=np.int64))
         if items.size != expected:
             raise ValueError(f"a chunk decoded to {items.size} items; its shape {shape} holds {expected}")
-        return items.reshape(shape)
+        reshaped: np.ndarray = items.reshape(shape)
+        return reshaped
 
     @property
     def work_dtype(self) -> np.dtype:
@@ -301,7 +303,7 @@ def codec_for(spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
     endian = "little" if dtype.itemsize > 1 else None
     item = np.dtype("u1") if is_vlen(dtype) else dtype  # serialised strings are a byte stream
 
-    def make(steps: list[tuple[dict, Any]]) -> ChunkCodec:
+    def make(steps: list[tuple[dict[str, Any], Any]]) -> ChunkCodec:
         return VLenCodec(dtype, steps) if is_vlen(dtype) else ChunkCodec(dtype, endian, steps)
 
     if name == "none":
@@ -341,12 +343,12 @@ def codec_from_json(codecs: list[Mapping[str, Any]], dtype: np.dtype) -> ChunkCo
     return ChunkCodec(dtype, endian, _compressors(rest, np.dtype(dtype)))
 
 
-def _compressors(rest: list[Mapping[str, Any]], dtype: np.dtype) -> list[tuple[dict, Any]]:
+def _compressors(rest: list[Mapping[str, Any]], dtype: np.dtype) -> list[tuple[dict[str, Any], Any]]:
     """The bytes-to-bytes steps of a ``codecs`` list (everything after the array-to-bytes codec)."""
     steps = []
     for spec in rest:
         name = spec.get("name")
-        make = _COMPRESSORS.get(name)
+        make = _COMPRESSORS.get(name) if isinstance(name, str) else None
         if make is None:
             raise UnsupportedArrayError(
                 f"codec {name!r} is not supported by BigArray (it reads blosc, zstd and gzip); "

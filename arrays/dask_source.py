@@ -29,7 +29,9 @@ import numpy as np
 
 from windvane import neostore
 
+from .array_reads import ArrayReads
 from .bigarray import BigArray
+from .errors import ArrayError
 from .metadata import ArrayMeta
 
 _stores: dict[tuple[int, str], neostore.Store] = {}
@@ -74,7 +76,7 @@ class DaskSource:
 
     def __init__(
         self,
-        array: BigArray | None,
+        array: ArrayReads | None,
         state: tuple[str, str, bytes, bytes, int] | None,
         shape: tuple[int, ...],
         dtype: Any,
@@ -87,17 +89,19 @@ class DaskSource:
         self.ndim = len(self.shape)
 
     @classmethod
-    def of(cls, array: BigArray) -> DaskSource:
+    def of(cls, array: ArrayReads) -> DaskSource:
         """The source of ``array`` as it is now (its snapshot)."""
-        view = array._view  # noqa: SLF001 - one consistent (meta, raw, before)
+        view = array.view  # one consistent (meta, raw, before)
         state = None
         if view.before is not None:
             state = (portable_url(array.store), array.name, view.raw, view.before, array.cache.budget)
         return cls(array, state, view.meta.shape, view.meta.dtype)
 
-    def _opened(self) -> BigArray:
+    def _opened(self) -> ArrayReads:
         with self._lock:
             if self._array is None:
+                if self._state is None:
+                    raise ArrayError("a DaskSource holds its array or the snapshot to open it by")
                 url, name, raw, before, budget = self._state
                 self._array = BigArray(
                     shared_store(url), name, ArrayMeta.from_bytes(raw, name), raw,
@@ -109,10 +113,11 @@ class DaskSource:
         array = self._array if self._array is not None else self._opened()
         return array[key]
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         if self._state is None:
+            name = self._array.name if self._array is not None else "?"
             raise TypeError(
-                f"the dask array of {self._array.name!r} reads a transaction, which lives in this process: "
+                f"the dask array of {name!r} reads a transaction, which lives in this process: "
                 "commit it and open the array again (arrays.open(url, name)) to compute elsewhere"
             )
         return (DaskSource, (None, self._state, self.shape, self.dtype))

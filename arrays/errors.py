@@ -15,7 +15,7 @@ class ArrayNotFoundError(ArrayError, KeyError):
         super().__init__(f"no array named {name!r}{' ' + where if where else ''}; create it with arrays.create")
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 class ArrayExistsError(ArrayError):
@@ -42,7 +42,7 @@ class StreamNotFoundError(StreamError, KeyError):
     """No stream of that tag exists (in that snapshot)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 class StreamExistsError(StreamError, ArrayExistsError):

@@ -39,7 +39,7 @@ class Change:
     key: str
     value: bytes | memoryview | None = None
     compress: bool = True
-    future: Future = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Future)
 
     @property
     def nbytes(self) -> int:
@@ -73,7 +73,7 @@ class GroupCommit:
         self._committer: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, change: Change) -> Future:
+    def submit(self, change: Change) -> Future[Any]:
         """Queue ``change``; its future resolves when it is committed (or fails)."""
         with self._lock:
             if self._closed:
@@ -166,10 +166,12 @@ class GroupCommit:
 
 def apply_change(tx: Transaction, change: Change) -> Any:
     """Apply one change to ``tx``; a ``set_if_not_exists`` tells whether it set."""
-    if change.kind == "set":
-        tx.set(change.key, bytes(change.value), compress=change.compress)
-        return None
-    if change.kind == "set_if_not_exists":
+    if change.kind in ("set", "set_if_not_exists"):
+        if change.value is None:
+            raise ValueError(f"a {change.kind} change of {change.key!r} carries no value")
+        if change.kind == "set":
+            tx.set(change.key, bytes(change.value), compress=change.compress)
+            return None
         return tx.set_if_not_exists(change.key, bytes(change.value), compress=change.compress)
     if change.kind == "delete":
         tx.delete(change.key)

@@ -48,8 +48,8 @@ def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
     it kept (each key's revision as of that point), marked ``openable=False``.
     ArrayNotFoundError if nothing was ever written there.
     """
-    owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store, read_only=True) if owned else url_or_store
+    store = neostore.open(url_or_store, read_only=True) if isinstance(url_or_store, str) else url_or_store
+    owned = store is not url_or_store
     try:
         # Read after the history: a pack finishing in between then marks the commits it reached, where
         # reading it first would leave them marked openable.

@@ -96,7 +96,8 @@ def storage_dtype(dtype: Any) -> np.dtype:
             f"dtype {dtype} is not supported: use booleans, integers, floats, complex numbers, datetime64, "
             "str (variable-length strings) or bytes (variable-length bytes)"
         )
-    return dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+    little: np.dtype = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+    return little
 
 
 def item_bytes(dtype: np.dtype) -> int:
@@ -187,7 +188,7 @@ def _key_encoder(encoding: Mapping[str, Any]) -> tuple[str, str]:
 class ArrayMeta:
     """A parsed array ``zarr.json``; ``doc`` is the whole document."""
 
-    doc: dict
+    doc: dict[str, Any]
     shape: tuple[int, ...]
     dtype: np.dtype
     chunks: tuple[int, ...]
@@ -292,7 +293,7 @@ class ArrayMeta:
         return cls.from_doc(doc, name)
 
     @classmethod
-    def from_doc(cls, doc: dict, name: str = "") -> ArrayMeta:
+    def from_doc(cls, doc: dict[str, Any], name: str = "") -> ArrayMeta:
         where = f" (array {name!r})" if name else ""
         grid = doc.get("chunk_grid") or {}
         if grid.get("name") != "regular":
@@ -320,7 +321,7 @@ class ArrayMeta:
         if len(chunks) != len(shape):
             raise ArrayError(f"chunk shape {chunks} does not match shape {shape}{where}")
         prefix, separator = _key_encoder(doc.get("chunk_key_encoding") or {"name": "default"})
-        fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
+        fill: Any = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
         if not is_vlen(dtype):  # a vlen fill stays a str / bytes (numpy would strip NULs off bytes)
             fill = np.asarray(fill).astype(dtype)[()]
         codec = codec_from_json(doc.get("codecs") or [], dtype)
@@ -348,7 +349,7 @@ class ArrayMeta:
     # -- facts ---------------------------------------------------------------------
 
     @property
-    def attributes(self) -> dict:
+    def attributes(self) -> dict[str, Any]:
         return dict(self.doc.get("attributes") or {})
 
     @property

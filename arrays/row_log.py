@@ -90,10 +90,11 @@ class Revision:
     add: Mapping[str, bytes] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb(
+        packed: bytes = msgpack.packb(
             {"base": self.base, "rows": self.rows, "after": self.after, "prev": self.prev, "add": dict(self.add)},
             use_bin_type=True,
         )
+        return packed
 
     @classmethod
     def from_bytes(cls, raw: bytes, key: str = "") -> Revision:
@@ -160,7 +161,7 @@ def chain(current: Revision, earlier: Iterable[tuple[bytes, bytes]], key: str) -
     if current.prev is None:
         return path
     by_serial = dict(earlier)
-    wanted = current.prev
+    wanted: bytes | None = current.prev
     while wanted is not None:
         raw = by_serial.get(wanted)
         if raw is None:
@@ -178,8 +179,8 @@ def chain(current: Revision, earlier: Iterable[tuple[bytes, bytes]], key: str) -
 def pending_rows(meta: ArrayMeta, name: str, revisions: list[Revision], key: str) -> np.ndarray:
     """The rows of array ``name`` that ``revisions`` (a chain, oldest first) hold past the base."""
     current = revisions[-1]
-    parts = [r.add.get(name) for r in revisions]
-    if any(p is None for p in parts):
+    parts = [r.add[name] for r in revisions if name in r.add]
+    if len(parts) != len(revisions):
         raise RowLogError(f"row log {key!r} has no rows for array {name!r} in every revision")
     return deserialise(meta, parts, current.rows)
 

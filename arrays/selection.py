@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class AxisSelection:
@@ -132,13 +134,14 @@ def covers_chunk(piece: Piece, chunks: tuple[int, ...], shape: tuple[int, ...]) 
     return True
 
 
-def orient(full: Any, selection: tuple[AxisSelection, ...]) -> Any:
+def orient(full: np.ndarray, selection: tuple[AxisSelection, ...]) -> np.ndarray:
     """View ``full`` (the selection in ascending order, every axis kept) as the user asked for it."""
     flips = tuple(slice(None, None, -1) if s.reverse else slice(None) for s in selection)
     if any(s.reverse for s in selection):
         full = full[flips]
     drops = tuple(0 if s.drop else slice(None) for s in selection)
-    return full[drops]
+    oriented: np.ndarray = full[drops]
+    return oriented
 
 
 def unorient(value: Any, selection: tuple[AxisSelection, ...]) -> Any:

@@ -23,7 +23,8 @@ import numpy as np
 
 from .errors import StreamExistsError
 from .metadata import METADATA_KEY, ArrayMeta, group_document
-from .stream import REGISTRY_ATTR, TIME, _root_key, _write_registry, open_stream, stream_path
+from .stream_registry import open_stream, registry_key, write_registry
+from .stream_schema import REGISTRY_ATTR, TIME, stream_path
 from .transaction import Transaction
 
 
@@ -58,10 +59,10 @@ def refill(tx: Transaction, tag: str, rows: Mapping[str, Any], *, quarantine: bo
         writes[f"{new_path}/{name}/{METADATA_KEY}"] = meta.with_shape((0, *meta.shape[1:])).to_bytes()
     tx.delete_prefix(f"{old_path}/")
     tx.set_many(writes)
-    if new_path != old_path:
+    if to is not None and new_path != old_path:
         _unregister(tx, tag, quarantine=quarantine)
-        root_key = _root_key(quarantine)
-        tx.gathered(root_key, functools.partial(_write_registry, tx, root_key)).add(to)
+        root_key = registry_key(quarantine)
+        tx.gathered(root_key, functools.partial(write_registry, tx, root_key)).add(to)
     target = open_stream(tx, to if to is not None else tag, quarantine=quarantine)
     count = len(rows[TIME])
     if count:
@@ -82,8 +83,8 @@ def remove(tx: Transaction, tag: str, *, quarantine: bool = False) -> None:
 
 def _unregister(tx: Transaction, tag: str, *, quarantine: bool) -> None:
     """Take ``tag`` out of the registry of streams (or quarantine streams)."""
-    key = _root_key(quarantine)
+    key = registry_key(quarantine)
     raw = tx.get(key)
-    attrs: dict = (json.loads(raw).get("attributes") or {}) if raw is not None else {}
+    attrs: dict[str, Any] = (json.loads(raw).get("attributes") or {}) if raw is not None else {}
     registry = [t for t in attrs.get(REGISTRY_ATTR) or [] if t != tag]
     tx.set(key, group_document({**attrs, REGISTRY_ATTR: registry}))

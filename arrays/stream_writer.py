@@ -44,24 +44,22 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from windvane import neostore
 
-from . import row_log
-from .changes import ChangeLog
-from .errors import ColumnError, StreamError, StreamNotFoundError
-from .metadata import METADATA_KEY, ArrayMeta
-from .stream import TIME, Stream, _group_attrs, check_column_names, open_stream, stream_path
-from .tail import ChunkJob, Tail, row_chunked, tail_for
+from . import appending, row_log
+from .appending import ChunkJob, Encoded
+from .errors import ColumnError, StreamError
+from .metadata import METADATA_KEY
+from .stream import Stream
+from .stream_registry import open_stream
+from .stream_schema import TIME, check_column_names
+from .tail import Tail
 from .transaction import Transaction
-from .workers import weighted_map
-
-#: Chunks per ``set_many`` call (binding their names in one round trip).
-_WRITE_BATCH = 64
+from .writer_state import StateKeeper, WriterState
 
 #: Chunk names bound ahead of a stream that fills chunks, at most: binding is a database commit of its own
 #: on MariaDB, which a stream filling chunks in every commit would otherwise pay in each. A quarter of the
@@ -69,43 +67,6 @@ _WRITE_BATCH = 64
 _BIND_AHEAD = 64
 
 
-@dataclass
-class _State:
-    """The stream as the writer knows it: its group, and one Tail per array (``time`` first)."""
-
-    group_raw: bytes
-    tails: dict[str, Tail]
-    appends: int = 0  # appends written on top of this state: what a staged append checks
-    # Arrays not chunked by whole rows (written by other tools): appends go through Stream.
-    foreign: bool = False
-    keys: tuple[str, ...] = ()  # whose change invalidates the state
-    meta_keys: tuple[str, ...] = ()  # those of them that do not move as rows are added (see _remember)
-    names: frozenset[str] | None = None  # the column names, once asked (see held_columns)
-    bound: dict[str, bytes] = field(default_factory=dict)  # the oids of those keys that have one
-    oids: frozenset[bytes] = frozenset()
-    meta_bound: bool = False  # every one of meta_keys is in bound (see _remember)
-    # The row log (see arrays.row_log), when every array has the same chunk rows (else
-    # appends rewrite partial chunks). ``base``: rows in stored chunks, this transaction's
-    # writes included; ``committed``/``committed_base``: length and base as of the last
-    # commit; ``log_*``: that commit's log revision (serial None: there is none).
-    logged: bool = True
-    base: int = 0
-    committed: int = 0
-    committed_base: int = 0
-    log_serial: bytes | None = None
-    log_after: bytes = neostore.ZERO
-    log_rows: int = 0
-    written: row_log.Revision | None = None  # the revision this transaction writes
-    bound_until: int = 0  # the chunks before this one have their names bound (see _bind_ahead)
-    shed: bool = False  # the tails let go of the partial chunk's rows (the row log keeps them): see shed
-
-    @property
-    def logged_from(self) -> int:
-        """The row this transaction's log revision starts its rows at (earlier ones are in the log already)."""
-        return max(self.committed, self.base)
-
-
-#: What an append takes: a mapping of column name to values, or a list of them appended in order.
 Columns = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 
@@ -126,10 +87,10 @@ class Staged:
         self.fill_missing = fill_missing
         # Set when the encoding could be done: the state and append count it
         # builds on, the tails after it, and the chunks as (key, bytes, compressed, hash).
-        self.base: _State | None = None
+        self.base: WriterState | None = None
         self.appends = -1
         self.tails: dict[str, Tail] = {}
-        self.chunks: list[tuple[str, bytes, bool]] = []
+        self.chunks: list[Encoded] = []
         self.used = False  # set by append: whether it stored these bytes (False: it encoded afresh)
 
     @property
@@ -137,12 +98,7 @@ class Staged:
         return self.base is not None
 
 
-def _encode_and_hash(job: ChunkJob) -> tuple[bytes, bytes]:
-    value = job.encode()
-    return value, neostore.value_hash(value)
-
-
-class StreamWriter:
+class StreamWriter(StateKeeper):
     """Appends to stream ``tag`` (in ``quarantine/`` if ``quarantine``) of ``store``; see the module docstring.
 
     ``changes``: a ChangeLog shared by the writers of ``store`` in this
@@ -151,31 +107,6 @@ class StreamWriter:
     times the state was read from the database (a statistic).
     """
 
-    def __init__(
-        self,
-        store: neostore.Store,
-        tag: str,
-        *,
-        quarantine: bool = False,
-        changes: ChangeLog | None = None,
-    ):
-        self.store = store
-        self.tag = tag
-        self.quarantine = quarantine
-        self.path = stream_path(tag, quarantine=quarantine)
-        self.changes = changes if changes is not None else ChangeLog(store)
-        self._group_key = f"{self.path}/{METADATA_KEY}"
-        self._log_key = row_log.log_key(self.path)
-        self._state: _State | None = None
-        # The transaction whose writes the state includes (None: the state is
-        # the committed stream as of tid ``_seen``), and its write mark after
-        # our last write to it; ``_head``: the newest commit when it locked.
-        self._tx: Transaction | None = None
-        self._mark = 0
-        self._head = neostore.ZERO
-        self._seen = neostore.ZERO
-        self._hooked: Transaction | None = None  # the transaction our callbacks are registered with
-        self.loads = 0
 
     def __repr__(self) -> str:
         held = "no state" if self._state is None else f"{len(self._state.tails)} arrays held"
@@ -196,10 +127,12 @@ class StreamWriter:
         ColumnError for unknown, missing or misshapen columns (nothing
         written); StreamNotFoundError if there is no such stream.
         """
-        staged = columns if isinstance(columns, Staged) else None
-        if staged is not None:
-            columns, fill_missing = staged.columns, staged.fill_missing
-        parts = _parts(columns)
+        staged: Staged | None = None
+        if isinstance(columns, Staged):
+            staged, fill_missing = columns, columns.fill_missing
+            parts = _parts(columns.columns)
+        else:
+            parts = _parts(columns)
         state = self._current(tx)
         if state.shed and self._needs_rows(state, parts):
             self._drop()  # the append fills the chunk: read its rows back
@@ -297,13 +230,13 @@ class StreamWriter:
         return freed
 
     @staticmethod
-    def _forget(state: _State, tails: dict[str, Tail]) -> None:
+    def _forget(state: WriterState, tails: dict[str, Tail]) -> None:
         """The next log revision holds the rows from the committed length on: the tails may forget before."""
         for tail in tails.values():
             tail.forget_before(state.logged_from)
 
     @staticmethod
-    def _needs_rows(state: _State, parts: list[Mapping[str, Any]]) -> bool:
+    def _needs_rows(state: WriterState, parts: Sequence[Mapping[str, Any]]) -> bool:
         """Whether appending ``parts`` fills the partial chunk (so needs the rows ``state`` may have shed)."""
         rows = 0
         for part in parts:
@@ -311,176 +244,6 @@ class StreamWriter:
                 raise ColumnError("an append needs a 'time' column")
             rows += len(part[TIME])
         return state.tails[TIME].fills(rows)
-
-    # -- keeping the state current ------------------------------------------------------
-
-    def _drop(self) -> None:
-        self._state = None
-        self._tx = None
-
-    def _current(self, tx: Transaction) -> _State:
-        """The state, valid in ``tx`` under the commit lock: kept if nothing changed it, else reloaded."""
-        if tx.state != "open":
-            raise StreamError(f"the transaction is {tx.state}; append to stream {self.tag!r} in an open one")
-        tx.lock()
-        state = self._state
-        if state is not None and not self._still_valid(tx, state):
-            state = self._state = None
-            self._tx = None
-        if state is None:
-            state = self._load(tx)
-        return state
-
-    def _still_valid(self, tx: Transaction, state: _State) -> bool:
-        if self._tx is not None:
-            # Joined a transaction already: valid if it is this one and only we wrote our keys since.
-            return self._tx is tx and not tx.written_since(self._mark, state.keys)
-        if tx.written_since(0, state.keys):
-            return False  # something else in this transaction wrote the stream
-        head = tx.head()
-        if head != self._seen and self.changes.changed(self._seen, head, state.oids):
-            return False
-        self._join(tx, head)
-        return True
-
-    def _join(self, tx: Transaction, head: bytes) -> None:
-        """From now the state includes ``tx``'s writes: follow its end."""
-        self._tx = tx
-        self._head = head
-        self._mark = tx.write_mark()
-        if self._hooked is not tx:
-            self._hooked = tx
-            tx.on_commit(lambda tid: self._committed(tx, tid))
-            tx.on_abort(lambda: self._aborted(tx))
-
-    def _committed(self, tx: Transaction, tid: bytes) -> None:
-        self._hooked = None
-        if self._tx is not tx:
-            return
-        self._tx = None
-        self.changes.record(tid, tx.written_oids(), after=self._head)
-        state = self._state
-        if state is None or tx.written_since(self._mark, state.keys):
-            self._state = None  # written behind our back after our last append: reload next time
-            return
-        self._seen = tid
-        if state.written is not None:
-            state.log_serial, state.log_after, state.log_rows = tid, state.written.after, state.written.rows
-            state.written = None
-        state.committed, state.committed_base = state.base + state.log_rows, state.base
-
-    def _aborted(self, tx: Transaction) -> None:
-        self._hooked = None
-        if self._tx is tx:
-            self._drop()
-
-    def _load(self, tx: Transaction) -> _State:
-        """Read the group, every array's metadata, partial chunk and row log, in ``tx`` (holding the lock)."""
-        self.loads += 1
-        head = tx.head()
-        if tx.written_since(0, [self._log_key]):
-            tx.fold(self.path)  # another writer's log rows in this transaction: into the chunks first
-        docs = tx.raw_get_many([self._group_key, self._log_key])
-        group_raw = docs.get(self._group_key)
-        if group_raw is None:
-            raise StreamNotFoundError(f"no stream {self.tag!r} at {self.path!r}; create it with create_stream")
-        attrs = _group_attrs(group_raw, self.path)
-        names = [TIME, *attrs.get("columns", [])]
-        meta_keys = {name: f"{self.path}/{name}/{METADATA_KEY}" for name in names}
-        metas_raw = tx.raw_get_many(list(meta_keys.values()))
-        metas: dict[str, ArrayMeta] = {}
-        for name, key in meta_keys.items():
-            raw = metas_raw.get(key)
-            if raw is None:
-                raise StreamError(f"stream {self.tag!r} lists column {name!r} but has no array for it; it is damaged")
-            metas[name] = ArrayMeta.from_bytes(raw, f"{self.path}/{name}")
-        state = _State(group_raw, {})
-        if not all(row_chunked(m) for m in metas.values()):
-            state.foreign = True
-        else:
-            state.logged = len({m.chunks[0] for m in metas.values()}) == 1
-            log_raw = docs.get(self._log_key)
-            revision = None if log_raw is None else row_log.Revision.from_bytes(log_raw, self._log_key)
-            pending: dict[str, np.ndarray] = {}
-            if revision is not None and revision.rows:
-                if any(m.shape[0] != revision.base for m in metas.values()):
-                    raise StreamError(
-                        f"stream {self.tag!r}: its arrays' lengths {[m.shape[0] for m in metas.values()]} do not "
-                        f"match its row log (base {revision.base}); something wrote them outside windvane"
-                    )
-                revisions = tx.log_chain(self._log_key, revision)
-                pending = {n: row_log.pending_rows(m, n, revisions, self._log_key) for n, m in metas.items()}
-            state.tails = self._tails(tx, metas, pending)
-            state.base = metas[TIME].shape[0]
-            state.committed_base = state.base
-            state.committed = state.tails[TIME].length
-            if revision is not None:
-                state.log_serial = self._committed_serial(tx)
-                state.log_after, state.log_rows = revision.after, revision.rows
-        self._state = state
-        self._remember(tx, state)
-        self._join(tx, head)
-        return state
-
-    def _committed_serial(self, tx: Transaction) -> bytes | None:
-        """The serial of the log's latest committed revision (None: it has none)."""
-        oid = tx.oids([self._log_key]).get(self._log_key)
-        if oid is None:
-            return None
-        try:
-            return self.store.load(oid)[1]
-        except neostore.POSKeyError:
-            return None  # first written by this transaction
-
-    def _tails(self, tx: Transaction, metas: dict[str, ArrayMeta], pending: dict[str, np.ndarray]) -> dict[str, Tail]:
-        partial: dict[str, str] = {}
-        for name, meta in metas.items():
-            rows = meta.chunks[0]
-            if meta.shape[0] % rows:
-                partial[name] = row_log.last_chunk_key(f"{self.path}/{name}", meta, meta.shape[0])
-        values = tx.raw_get_many(list(partial.values()))
-
-        def decode(name: str) -> tuple[str, np.ndarray | None]:
-            meta, value = metas[name], values.get(partial.get(name, ""))
-            if value is None:
-                return name, None
-            try:
-                return name, meta.codec.decode(value, meta.chunks)
-            except Exception as exc:  # noqa: BLE001 - numcodecs raises many kinds; name the chunk
-                raise StreamError(f"chunk {partial[name]!r} does not decode with {meta.codec.names}: {exc}") from None
-
-        weight = sum(metas[n].chunk_nbytes for n in partial)
-        chunks = dict(weighted_map(decode, list(metas), weight))
-        tails = {name: tail_for(f"{self.path}/{name}", meta, chunks[name]) for name, meta in metas.items()}
-        for name, rows in pending.items():
-            if any(job.full for job in tails[name].append(rows)):
-                raise StreamError(f"stream {self.tag!r}: its row log holds more rows than its last chunk takes")
-        return tails
-
-    def _remember(self, tx: Transaction, state: _State) -> None:
-        """Note the keys (and their oids) whose change by anyone else makes ``state`` stale.
-
-        Keys are looked up when they change (a chunk filled); between, only
-        this transaction's new writes are added. A key still unbound then
-        (a partial chunk the log holds) is left out until the keys change:
-        nothing binds it but a write that also moves the arrays' length or
-        empties the log (a chunk filling, a fold), whose keys are watched.
-        """
-        if not state.meta_keys:
-            state.meta_keys = (self._group_key, self._log_key,
-                               *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails))
-        keys_now = state.meta_keys + tuple(k for k in (t.partial_key for t in state.tails.values()) if k is not None)
-        if keys_now == state.keys:
-            if state.meta_bound:
-                return  # what is unbound is a partial chunk's key, left out until the keys change
-            found = tx.oids([k for k in keys_now if k not in state.bound], written_only=True)
-            if not found:
-                return
-            state.bound.update(found)
-        else:
-            state.keys, state.bound = keys_now, tx.oids(keys_now)
-        state.oids = frozenset(state.bound.values())
-        state.meta_bound = all(k in state.bound for k in state.meta_keys)
 
     # -- appending -------------------------------------------------------------------
 
@@ -512,7 +275,7 @@ class StreamWriter:
 
     @staticmethod
     def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True
-                ) -> Iterator[tuple[str, bytes, bool, bytes]]:
+                ) -> Iterator[Encoded]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
         hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
 
@@ -526,47 +289,36 @@ class StreamWriter:
                     # reads the chunk as the tail holds it after both.
                     jobs[job.key] = job
         todo = [j for j in jobs.values() if j.full or not logged]
-        weight = sum(j.weight for j in todo) if len(todo) > 1 else 0
-        values = weighted_map(_encode_and_hash, todo, weight)
-        return ((job.key, value, job.compressed, digest) for job, (value, digest) in zip(todo, values))
+        return appending.encode(todo, sum(j.weight for j in todo) if len(todo) > 1 else 0)
 
-    def _store(self, tx: Transaction, state: _State, chunks: Iterable[tuple[str, bytes, bool, bytes]]) -> None:
+    def _store(self, tx: Transaction, state: WriterState, chunks: Iterable[Encoded]) -> None:
         """Write ``chunks`` (those that filled; every one touched when the stream keeps no row log), the
         row log and, when chunks filled, the arrays' metadata, in ``tx``; the state now includes them."""
-        batches: dict[bool, dict[str, bytes]] = {True: {}, False: {}}
-        digests: dict[str, bytes] = {}
-        for key, value, compressed, digest in chunks:
-            # A codec's output is compressed already: neostore need not try.
-            batch = batches[not compressed]
-            batch[key] = value
-            digests[key] = digest
-            if len(batch) >= _WRITE_BATCH:
-                tx.set_many(batch, compress=not compressed, digests=digests, raw=True)
-                batch.clear()
+        batches = appending.Batches(tx, raw=True)
+        batches.add(chunks)
         length = state.tails[TIME].length
-        if digests:
+        if batches.chunks:
             self._bind_ahead(tx, state, length // state.tails[TIME].rows_per_chunk)
+        documents: dict[str, bytes] = {}
         if state.logged:
             rows = state.tails[TIME].rows_per_chunk
             base = max(state.base, length - length % rows)
             if base != state.base:
                 state.base = base
                 for name, tail in state.tails.items():
-                    batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
+                    documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
                         (base, *tail.meta.shape[1:])).to_bytes()
-            batches[True][self._log_key] = self._revision(state, length).to_bytes()
+            documents[self._log_key] = self._revision(state, length).to_bytes()
         else:
             for name, tail in state.tails.items():
-                batches[True][f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()  # small JSON: compressible
-        for compress, batch in batches.items():
-            if batch:
-                tx.set_many(batch, compress=compress, digests=digests, raw=True)
+                documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()
+        batches.flush(documents)
         state.appends += 1
         self._remember(tx, state)
         self._mark = tx.write_mark()
 
     @staticmethod
-    def _bind_ahead(tx: Transaction, state: _State, current: int) -> None:
+    def _bind_ahead(tx: Transaction, state: WriterState, current: int) -> None:
         """Bind the names of the chunks after chunk ``current`` (the one filling now) that the stream is
         likely to fill soon, when fewer than half of those are bound: see :data:`_BIND_AHEAD`."""
         ahead = min(_BIND_AHEAD, current // 4)
@@ -576,7 +328,7 @@ class StreamWriter:
         tx.bind([key for tail in state.tails.values() for key in tail.chunk_keys(start, stop)])
         state.bound_until = stop
 
-    def _revision(self, state: _State, length: int) -> row_log.Revision:
+    def _revision(self, state: WriterState, length: int) -> row_log.Revision:
         """The log revision after this transaction's appends so far: the rows it added past the base."""
         if state.base > state.committed_base or not state.log_rows:
             # A chunk filled in this transaction, or the committed log holds no rows: a new chain.
@@ -598,5 +350,5 @@ class StreamWriter:
                 if name not in columns:
                     array = stream[name]
                     columns[name] = np.full((len(columns[TIME]), *array.shape[1:]), array.fill_value,
-                                            dtype=array._meta.codec.work_dtype)  # noqa: SLF001
+                                            dtype=array.meta.codec.work_dtype)
         return stream.append(columns)

@@ -26,26 +26,14 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .appending import ChunkJob
 from .codecs import VLenCodec, shuffled
 from .errors import ArrayError, ColumnError
 from .metadata import ArrayMeta
-
-
-@dataclass(slots=True)  # not frozen: one is made per column per append, and frozen ones are slow to make
-class ChunkJob:
-    """One chunk an append stores: its key, how to encode it, its raw size, whether the codec compresses."""
-
-    key: str
-    encode: Callable[[], bytes]
-    weight: int
-    compressed: bool
-    full: bool = False  # the chunk holds all its rows (not the partial last one)
 
 
 class RowsShed(ArrayError):
@@ -231,7 +219,9 @@ class NumberTail(Tail):
             self._chunk = None
         else:
             self._hold(start, rows)
-            chunk = self._chunk
+            held = self._chunk
+            assert held is not None  # _hold made it
+            chunk = held
             if full:
                 self._chunk = None  # the next append starts a new chunk
         if first:
@@ -279,6 +269,7 @@ class NumberTail(Tail):
             return b""
         if first < self._shed:
             raise RowsShed(f"{self.name}: row {row} was let go")
+        assert self._chunk is not None  # rows past the shed ones are held
         return shuffled(self._chunk[first - self._shed:end - self._shed])
 
     @property

@@ -11,10 +11,7 @@ not fit in memory.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import threading
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,26 +20,19 @@ from typing import TYPE_CHECKING, Any
 from windvane import neostore
 
 from . import row_log
-from .keys import LoggedView, Entry, Snapshot, encode_key
+from .keys import encode_key
+from .transaction_reads import TransactionReads, serialised
 
 if TYPE_CHECKING:
     from .zarr_store import ZarrStore
 
 log = logging.getLogger("windvane.arrays")
 
-
-def _serialised(method):
-    """Run ``method`` holding the transaction's lock: zarr and dask call from many threads."""
-
-    @functools.wraps(method)
-    def locked(self, *args, **kwargs):
-        with self._mutex:
-            return method(self, *args, **kwargs)
-
-    return locked
+#: A set of keys (spelled apart: inside the class, ``set`` is Transaction.set).
+_Keys = set[str]
 
 
-class Transaction(LoggedView):
+class Transaction(TransactionReads):
     """One atomic set of key changes on a neostore Store. Thread-safe.
 
     Reads see the head and this transaction's own writes, row logs applied
@@ -54,45 +44,6 @@ class Transaction(LoggedView):
     commit and shown by :func:`arrays.history`.
     """
 
-    def __init__(
-        self,
-        store: neostore.Store,
-        *,
-        message: str = "",
-        metadata: Mapping[str, Any] | None = None,
-        user: str = "",
-    ):
-        self.store = store
-        self.message = message
-        self.metadata = dict(metadata or {})
-        self._head = Snapshot(store, None)
-        ext = json.dumps(self.metadata, sort_keys=True).encode() if self.metadata else b""
-        self._tx = store.begin(user.encode(), message.encode(), ext)
-        self._written: dict[str, tuple[bytes, int | None]] = {}  # key -> (oid, size; None = deleted)
-        # directory ("a/b/") -> the written keys under it, made when first listed: a transaction that
-        # creates thousands of streams checks each path without scanning every key written before.
-        self._by_dir: dict[str, set[str]] | None = None
-        self._gathered: dict[str, tuple[set, Callable[[set], None]]] = {}  # see gathered
-        # key -> the write count when it was last written: lets a StreamWriter
-        # tell whether anything but itself wrote its keys in this transaction.
-        self._write_seq: dict[str, int] = {}
-        self._writes = 0
-        self._on_commit: list[Callable[[bytes], None]] = []
-        self._on_abort: list[Callable[[], None]] = []
-        self._locked = False
-        self._log_checked: set[str] = set()  # groups whose log holds no rows in this transaction
-        self._mutex = threading.RLock()
-        self.tid: bytes | None = None
-        self._committed_oids: frozenset[bytes] | None = None  # written_oids once committed: asked by every writer
-        self._ahead: dict[str, bytes | None] = {}  # key -> its head value (None: absent), see read_ahead
-
-    # -- reading (head + own writes) -----------------------------------------
-
-    @property
-    def state(self) -> str:
-        """``open``, ``finished`` (committed) or ``aborted``."""
-        return self._tx.state
-
     @property
     def zarr_store(self) -> ZarrStore:
         """A zarr store whose reads see this transaction's writes and whose writes join it."""
@@ -100,96 +51,9 @@ class Transaction(LoggedView):
 
         return ZarrStore.for_transaction(self)
 
-    @_serialised
-    def raw_get(self, key: str) -> bytes | None:
-        if key in self._written:
-            oid, size = self._written[key]
-            return None if size is None else self._tx.pending_value(oid)[1]
-        if key in self._ahead:
-            return self._ahead[key]
-        return self._head.raw_get(key)
-
-    @_serialised
-    def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
-        keys = list(keys)
-        own = [k for k in keys if k in self._written or k in self._ahead]
-        found = self._head.raw_get_many([k for k in keys if k not in self._written and k not in self._ahead])
-        for key in own:
-            value = self.raw_get(key)
-            if value is not None:
-                found[key] = value
-        return found
-
-    @_serialised
-    def read_ahead(self, keys: Iterable[str]) -> None:
-        """Take the commit lock and read ``keys`` now, in one round trip: later reads of them in this
-        transaction (values, sizes, absence) are answered from memory.
-
-        Under the lock the head cannot change, so what was read stays what
-        the head holds; this transaction's own writes still win. What
-        readying thousands of streams at once needs instead of a few reads
-        per stream.
-        """
-        self.lock()
-        wanted = [k for k in dict.fromkeys(keys) if k not in self._written and k not in self._ahead]
-        found = self._head.raw_get_many(wanted)
-        self._ahead.update((key, found.get(key)) for key in wanted)
-
-    @_serialised
-    def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
-        if key in self._written:
-            value = self.raw_get(key)
-            return None if value is None else value[start:stop]
-        return self._head.raw_get_range(key, start, stop)
-
-    @_serialised
-    def raw_size(self, key: str) -> int | None:
-        if key in self._written:
-            return self._written[key][1]
-        if key in self._ahead:
-            value = self._ahead[key]
-            return None if value is None else len(value)
-        return self._head.raw_size(key)
-
-    @_serialised
-    def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
-        # Earlier revisions are committed ones (a transaction writes a key once).
-        return self._head.log_chain(key, current)
-
-    @_serialised
-    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
-        """Keys under ``prefixes`` as stored with this transaction's writes, sorted (serials of own writes
-        are zero)."""
-        prefixes = list(dict.fromkeys(prefixes))
-        entries = {e.key: e for e in self._head.raw_list_under(prefixes)}
-        for key in {k for prefix in prefixes for k in self._written_under(prefix)}:
-            oid, size = self._written[key]
-            if size is None:
-                entries.pop(key, None)
-            else:
-                entries[key] = Entry(key, oid, neostore.ZERO, size)
-        return [entries[k] for k in sorted(entries, key=encode_key)]
-
     # -- writing ---------------------------------------------------------------
 
-    @_serialised
-    def lock(self) -> None:
-        """Hold the commit lock from now to commit/abort: reads stay current."""
-        if not self._locked:
-            self._tx.lock()
-            self._locked = True
-
-    @_serialised
-    def head(self) -> bytes:
-        """The newest commit when this transaction took the commit lock (taking it now if not yet).
-
-        Under the lock nothing else commits, so this is the latest state
-        without asking the database again.
-        """
-        self.lock()
-        return self._tx.head
-
-    @_serialised
+    @serialised
     def set(self, key: str, value: bytes, *, compress: bool = True, raw: bool = False) -> None:
         """Give ``key`` the value ``value``. ``compress=False`` for bytes a codec already compressed."""
         if not raw:
@@ -199,7 +63,7 @@ class Transaction(LoggedView):
         self._tx.write(oid, None, value, compress=compress, check=False)
         self._wrote(key, oid, len(value))
 
-    @_serialised
+    @serialised
     def set_many(self, items: Mapping[str, bytes], *, compress: bool = True,
                  digests: Mapping[str, bytes] | None = None, raw: bool = False) -> None:
         """Like :meth:`set` for many keys, binding their names in one round trip.
@@ -218,7 +82,7 @@ class Transaction(LoggedView):
             self._tx.write(oid, None, value, compress=compress, check=False, digest=digests.get(key))
             self._wrote(key, oid, len(value))
 
-    @_serialised
+    @serialised
     def bind(self, keys: Iterable[str]) -> None:
         """Bind the names of ``keys`` now, in one round trip, for writes to come.
 
@@ -229,7 +93,7 @@ class Transaction(LoggedView):
         """
         self._tx.oids_for([encode_key(k) for k in keys], create=True)
 
-    @_serialised
+    @serialised
     def set_if_not_exists(self, key: str, value: bytes, *, compress: bool = True) -> bool:
         """Set ``key`` only if it does not exist; whether it was set. Atomic across processes."""
         self.lock()
@@ -238,12 +102,12 @@ class Transaction(LoggedView):
         self.set(key, value, compress=compress)
         return True
 
-    @_serialised
+    @serialised
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is no error."""
         self.delete_many([key])
 
-    @_serialised
+    @serialised
     def delete_many(self, keys: Iterable[str], *, raw: bool = False) -> None:
         """Remove every key of ``keys`` that exists, with one listing per common prefix."""
         keys = list(dict.fromkeys(keys))
@@ -261,7 +125,7 @@ class Transaction(LoggedView):
             self._tx.write(oid, None, None, check=False)
             self._wrote(key, oid, None)
 
-    @_serialised
+    @serialised
     def delete_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``, row logs with them (a log left behind would apply to a
         new array later created at the same path)."""
@@ -275,23 +139,6 @@ class Transaction(LoggedView):
             self._index(key)
         self._written[key] = (oid, size)
         self._write_seq[key] = self._writes
-
-    def _written_under(self, prefix: str) -> Iterable[str]:
-        """The keys this transaction wrote (or deleted) under ``prefix``."""
-        if not prefix.endswith("/"):
-            return [key for key in self._written if key.startswith(prefix)]
-        if self._by_dir is None:
-            self._by_dir = {}
-            for key in self._written:
-                self._index(key)
-        return self._by_dir.get(prefix, ())
-
-    def _index(self, key: str) -> None:
-        assert self._by_dir is not None
-        slash = key.find("/")
-        while slash != -1:
-            self._by_dir.setdefault(key[: slash + 1], set()).add(key)
-            slash = key.find("/", slash + 1)
 
     # -- row logs ----------------------------------------------------------------
 
@@ -308,7 +155,7 @@ class Transaction(LoggedView):
             if raw is not None and row_log.Revision.from_bytes(raw, row_log.log_key(group)).rows:
                 self.fold(group)
 
-    @_serialised
+    @serialised
     def fold(self, group: str) -> bool:
         """Move the pending rows of ``group``'s row log into its arrays' chunks; whether it held any."""
         self.lock()
@@ -327,12 +174,12 @@ class Transaction(LoggedView):
 
     # -- what this transaction wrote (for writers that keep state across transactions) --
 
-    @_serialised
+    @serialised
     def write_mark(self) -> int:
         """A mark of the writes so far; :meth:`written_since` tells which keys were written after it."""
         return self._writes
 
-    @_serialised
+    @serialised
     def written_since(self, mark: int, keys: Iterable[str]) -> bool:
         """Whether any of ``keys`` was written (set or deleted) in this transaction after ``mark`` (0: ever)."""
         seq = self._write_seq
@@ -341,7 +188,7 @@ class Transaction(LoggedView):
                 return True
         return False
 
-    @_serialised
+    @serialised
     def oids(self, keys: Iterable[str], *, written_only: bool = False) -> dict[str, bytes]:
         """The oid of each of ``keys`` that has one (written here, or bound before); unbound keys are left out.
 
@@ -356,7 +203,7 @@ class Transaction(LoggedView):
             found.update((k, oids[encode_key(k)]) for k in rest if encode_key(k) in oids)
         return found
 
-    @_serialised
+    @serialised
     def written_oids(self) -> frozenset[bytes]:
         """The oids of every object this transaction writes: after commit, exactly what its tid changed."""
         if self._committed_oids is not None:
@@ -368,8 +215,8 @@ class Transaction(LoggedView):
 
     # -- changes gathered until the commit ------------------------------------------
 
-    @_serialised
-    def gathered(self, key: str, write: Callable[[set], None]) -> set:
+    @serialised
+    def gathered(self, key: str, write: Callable[[_Keys], None]) -> _Keys:
         """A set kept under ``key`` until the commit, when ``write(the set)`` runs first, once.
 
         For a document that many changes of one transaction add to (the
@@ -382,13 +229,13 @@ class Transaction(LoggedView):
             found = self._gathered[key] = (set(), write)
         return found[0]
 
-    @_serialised
-    def gathering(self, key: str) -> frozenset:
+    @serialised
+    def gathering(self, key: str) -> frozenset[str]:
         """What :meth:`gathered` holds under ``key`` so far (empty if nothing)."""
         found = self._gathered.get(key)
         return frozenset() if found is None else frozenset(found[0])
 
-    @_serialised
+    @serialised
     def gathers(self, key: str) -> bool:
         """Whether :meth:`gathered` holds anything under ``key`` (without copying it, unlike :meth:`gathering`)."""
         found = self._gathered.get(key)
@@ -396,7 +243,7 @@ class Transaction(LoggedView):
 
     # -- callbacks ---------------------------------------------------------------
 
-    @_serialised
+    @serialised
     def on_commit(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(tid)`` once this transaction has committed (never if it aborts).
 
@@ -405,12 +252,12 @@ class Transaction(LoggedView):
         """
         self._on_commit.append(callback)
 
-    @_serialised
+    @serialised
     def on_abort(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once if this transaction aborts, or its commit fails."""
         self._on_abort.append(callback)
 
-    def _run_callbacks(self, callbacks: list, *args: Any) -> None:
+    def _run_callbacks(self, callbacks: list[Callable[..., None]], *args: Any) -> None:
         self._on_commit, self._on_abort = [], []  # each runs at most once, and only one kind does
         for callback in callbacks:
             try:
@@ -420,7 +267,7 @@ class Transaction(LoggedView):
 
     # -- ending ----------------------------------------------------------------
 
-    @_serialised
+    @serialised
     def commit(self) -> bytes:
         """Make every change visible at once; returns the commit's tid.
 
@@ -438,7 +285,7 @@ class Transaction(LoggedView):
         self._run_callbacks(self._on_commit, self.tid)
         return self.tid
 
-    @_serialised
+    @serialised
     def abort(self) -> None:
         """Forget every change and run the :meth:`on_abort` callbacks. Safe to call more than once."""
         try:
@@ -460,8 +307,8 @@ def transaction(
     A reader opened before the commit sees none of the changes; one opened
     after sees all of them.
     """
-    owned = isinstance(url_or_store, str)
-    store = neostore.open(url_or_store) if owned else url_or_store
+    store = neostore.open(url_or_store) if isinstance(url_or_store, str) else url_or_store
+    owned = store is not url_or_store
     try:
         tx = Transaction(store, message=message, metadata=metadata, user=user)
         try:

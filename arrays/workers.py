@@ -51,7 +51,7 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], window: int | None = N
     """
     window = window or 2 * workers() + 2
     executor = pool()
-    futures: deque[Future] = deque()
+    futures: deque[Future[R]] = deque()
     try:
         for item in items:
             futures.append(executor.submit(fn, item))

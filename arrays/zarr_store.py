@@ -168,6 +168,32 @@ def _dir_prefix(prefix: str) -> str:
 # -- the store -------------------------------------------------------------------
 
 
+def _change(kind: Kind, key: str, value: Buffer | None) -> Change:
+    """The change a write of ``value`` (None: a deletion) to ``key`` makes."""
+    _check_key(key)
+    view = None
+    if value is not None:
+        if not isinstance(value, Buffer):
+            raise TypeError(f"ZarrStore.set takes a zarr Buffer, not {type(value).__name__}")
+        view = memoryview(value.as_buffer_like()).cast("B")
+    # Chunks a codec compressed are stored as they are: neostore's zstd
+    # would only spend time, and raw values are what ranged reads slice.
+    compress = view is None or not _codec_compressed(view)
+    return Change(kind, key, view, compress)
+
+
+def _fetch(reader: Any, key: str, byte_range: ByteRequest | None) -> bytes | None:
+    """The bytes of ``key`` ``byte_range`` asks for, read with ``reader`` (a Snapshot or Transaction)."""
+    bounds = _slice_of(byte_range)
+    if bounds is None:
+        value: bytes | None = reader.get(key)
+    elif bounds == (0, 0):
+        value = b"" if reader.exists(key) else None
+    else:
+        value = reader.get_range(key, *bounds)
+    return value
+
+
 class ZarrStore(Store):
     """A zarr v3 store whose keys are neostore named objects.
 
@@ -263,7 +289,7 @@ class ZarrStore(Store):
         return {"url": self.url, "read_only": self._read_only and self._before is None, "at": self.at}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], read_only=state["read_only"], at=state["at"])
+        ZarrStore.__init__(self, state["url"], read_only=state["read_only"], at=state["at"])
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         """The same location with another ``read_only`` setting (not opened)."""
@@ -304,7 +330,7 @@ class ZarrStore(Store):
         shared = self._shared
         if shared is None or shared.pid != os.getpid():
             shared = _acquire(self.url, create=not self.read_only)
-            if self._before is not None and self._pinned is None:
+            if self._before is not None and self._pinned is None and self.at is not None:
                 # A time still in the future pins the latest commit, so the
                 # snapshot does not move; a time before the last pack fails.
                 self._pinned = snapshot_bound(shared.store, self.at)
@@ -350,16 +376,8 @@ class ZarrStore(Store):
     # -- reading -------------------------------------------------------------------
 
     def _get(self, key: str, prototype: BufferPrototype | None, byte_range: ByteRequest | None) -> Buffer | None:
-        bounds = _slice_of(byte_range)
-        if bounds is None:
-            value = self._read(lambda r: r.get(key))
-        elif bounds == (0, 0):
-            value = self._read(lambda r: b"" if r.exists(key) else None)
-        else:
-            value = self._read(lambda r: r.get_range(key, *bounds))
-        if value is None:
-            return None
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(value)
+        value = self._read(lambda r: _fetch(r, key, byte_range))
+        return None if value is None else (prototype or default_buffer_prototype()).buffer.from_bytes(value)
 
     async def get(
         self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
@@ -386,6 +404,7 @@ class ZarrStore(Store):
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value (as this store sees the keys)."""
         return await self._run(lambda: self._read(lambda r: r.exists(key)))
 
     async def getsize(self, key: str) -> int:
@@ -393,7 +412,7 @@ class ZarrStore(Store):
         size = await self._run(lambda: self._read(lambda r: r.size(key)))
         if size is None:
             raise FileNotFoundError(key)
-        return size
+        return int(size)
 
     async def getsize_prefix(self, prefix: str) -> int:
         """The total size of the values under ``prefix``, from one index scan."""
@@ -407,6 +426,7 @@ class ZarrStore(Store):
         return [e.key for e in entries]
 
     async def list(self) -> AsyncIterator[str]:
+        """Every key, sorted."""
         for key in await self._keys(""):
             yield key
 
@@ -427,35 +447,23 @@ class ZarrStore(Store):
 
     def _prepare(self, kind: Kind, key: str, value: Buffer | None) -> Change:
         self._check_writable()
-        _check_key(key)
-        view = None
-        if value is not None:
-            if not isinstance(value, Buffer):
-                raise TypeError(f"ZarrStore.set takes a zarr Buffer, not {type(value).__name__}")
-            view = memoryview(value.as_buffer_like()).cast("B")
-        # Chunks a codec compressed are stored as they are: neostore's zstd
-        # would only spend time, and raw values are what ranged reads slice.
-        compress = view is None or not _codec_compressed(view)
-        return Change(kind, key, view, compress)
+        return _change(kind, key, value)
 
-    def _apply_in_tx(self, change: Change) -> Any:
-        return apply_change(self._tx, change)
-
-    def _submit(self, change: Change) -> Future:
+    def _submit(self, change: Change) -> Future[Any]:
         return self._here().group.submit(change)
 
     async def _write(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         await self._ensure_open()
         if self._tx is not None:
-            return await asyncio.to_thread(self._apply_in_tx, change)
+            return await asyncio.to_thread(apply_change, self._tx, change)
         return await asyncio.wrap_future(self._submit(change))
 
     def _write_sync(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         self._ensure_open_sync()
         if self._tx is not None:
-            return self._apply_in_tx(change)
+            return apply_change(self._tx, change)
         return self._submit(change).result()
 
     async def set(self, key: str, value: Buffer) -> None:
@@ -463,6 +471,7 @@ class ZarrStore(Store):
         await self._write("set", key, value)
 
     def set_sync(self, key: str, value: Buffer) -> None:
+        """:meth:`set` for synchronous callers (runs in the calling thread)."""
         self._write_sync("set", key, value)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
@@ -474,6 +483,7 @@ class ZarrStore(Store):
         await self._write("delete", key)
 
     def delete_sync(self, key: str) -> None:
+        """:meth:`delete` for synchronous callers (runs in the calling thread)."""
         self._write_sync("delete", key)
 
     async def delete_dir(self, prefix: str) -> None:

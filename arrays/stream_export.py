@@ -1,0 +1,106 @@
+"""A stream's rows as pyarrow, pandas and xarray tables (:meth:`arrays.Stream.to_arrow` and the others)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .stream_schema import MISSING_ATTR, TIME
+from .stream_view import StreamView
+
+
+def _columns_data(stream: StreamView, start: int, stop: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    time = stream[TIME][start:stop]
+    return time, {name: stream[name][start:stop] for name in stream.columns}
+
+
+def to_arrow(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+    """A pyarrow Table of rows ``[start:stop]``.
+
+    ``time`` is ``timestamp[ns, tz=UTC]``; strings ``large_string``,
+    bytes ``large_binary``; a column with inner shape ``(a, b)`` is a
+    ``fixed_size_list<fixed_size_list<item, b>, a>``. Field metadata
+    holds the column's zarr attributes as JSON (key ``b"attrs"``).
+    Columns are named by their names (:meth:`~arrays.Stream.name_of`); an integer
+    column's :data:`MISSING_ATTR` value is null.
+    """
+    import pyarrow as pa
+
+    time, columns = _columns_data(stream, start, stop)
+    fields = [pa.field(TIME, pa.timestamp("ns", tz="UTC"))]
+    values = [pa.array(time, type=pa.timestamp("ns", tz="UTC"))]
+    for name, data in columns.items():
+        attrs = stream[name].attrs
+        flat = data.reshape(-1)
+        if data.dtype.kind == "T":
+            arr = pa.array(flat, type=pa.large_string())
+        elif data.dtype == object:
+            arr = pa.array(flat, type=pa.large_binary())
+        else:
+            arr = pa.array(flat, mask=_missing(flat, attrs))
+        for size in reversed(data.shape[1:]):
+            arr = pa.FixedSizeListArray.from_arrays(arr, size)
+        fields.append(pa.field(stream.name_of(name), arr.type,
+                               metadata={b"attrs": json.dumps(attrs)} if attrs else None))
+        values.append(arr)
+    return pa.Table.from_arrays(values, schema=pa.schema(fields, metadata={b"stream": stream.tag}))
+
+
+def to_pandas(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+    """A pandas DataFrame of rows ``[start:stop]``, indexed by ``time`` (``datetime64[ns, UTC]``).
+
+    One column per column of the stream, strings and bytes as object
+    columns of ``str`` / ``bytes`` values; a column with an inner shape is
+    split into one pandas column per element, named ``name[i]`` (``name[i,j]``).
+    Columns are named by their names (:meth:`~arrays.Stream.name_of`); an integer column
+    with a :data:`MISSING_ATTR` value is a nullable ``Int64`` (...) column,
+    ``<NA>`` where it holds that value.
+    """
+    import pandas as pd
+
+    time, columns = _columns_data(stream, start, stop)
+    index = pd.DatetimeIndex(time.view("datetime64[ns]"), name=TIME).tz_localize("UTC")
+    frame: dict[str, Any] = {}
+    for key, data in columns.items():
+        name = stream.name_of(key)
+        if data.dtype.kind == "T":
+            data = data.astype(object)
+        mask = _missing(data, stream[key].attrs)
+        if mask is not None and data.ndim == 1:
+            frame[name] = pd.Series(pd.arrays.IntegerArray(data, mask), index=index)
+            continue
+        if data.ndim == 1:
+            frame[name] = pd.Series(data, index=index, dtype=object if data.dtype == object else None)
+            continue
+        for pos in np.ndindex(*data.shape[1:]):
+            frame[f"{name}[{','.join(map(str, pos))}]"] = data[(slice(None), *pos)]
+    return pd.DataFrame(frame, index=index)
+
+
+def to_xarray(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+    """An xarray Dataset of rows ``[start:stop]``: coordinate ``time`` (datetime64[ns]), one variable per column.
+
+    Variables keep their arrays' dims and attributes; the Dataset's
+    attributes are the stream's user attributes.
+    """
+    import xarray as xr
+
+    time, columns = _columns_data(stream, start, stop)
+    variables = {
+        stream.name_of(key): xr.Variable(stream[key].dims or (TIME,), data, attrs=stream[key].attrs)
+        for key, data in columns.items()
+    }
+    coords = {TIME: xr.Variable((TIME,), time.view("datetime64[ns]"))}
+    return xr.Dataset(variables, coords=coords, attrs=stream.attrs)
+
+
+def _missing(data: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """Where integer column values ``data`` hold the column's :data:`MISSING_ATTR` value (None: it has none)."""
+    missing = attrs.get(MISSING_ATTR)
+    if missing is None or data.dtype.kind not in "iu" or isinstance(missing, bool):
+        return None
+    where: np.ndarray = data == missing
+    return where
