@@ -467,7 +467,7 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
                      size=batch.size, typed=batch.typed)
         columns, more = to_columns(schema, rest)
         return columns, rejected + more
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         return _vibration(schema, batch)
     return _table(schema, batch)
 

@@ -69,7 +69,7 @@ from . import checkpoints, streams
 from .columns import Rejected
 from .errors import IngestError
 from .parts import Part, failing_rows
-from .schema import NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Schema, Vibration
+from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
 #: File bytes per commit. Each commit rewrites the stream's partial last chunks and
@@ -256,7 +256,7 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
         if samples.ndim != 2 or dtype not in VIBRATION_DTYPES:
             raise SchemaMismatch(f"samples of shape {samples.shape} and dtype {dtype} cannot be a vibration stream "
                                  f"(2-D, one of {', '.join(VIBRATION_DTYPES)})")
-        return Schema(tag, "vibration", (tag,), extra="reject",
+        return Schema(tag, Kind.VIBRATION, (tag,), extra="reject",
                       vibration=Vibration(samples.shape[1], dtype, part.sample_rate))
     fields = []
     keys: dict[str, str] = {}
@@ -274,8 +274,7 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
                                  "(see the import section of the README); rename one with --rename OLD=NEW")
         keys[key] = column.name
         fields.append(Field(column.name, dtype, fill=missing_fill(dtype)))
-    kind = "log" if any(f.dtype == "str" for f in fields) else "sensor"
-    return Schema(tag, kind, (tag,), tuple(fields), extra="reject")
+    return Schema(tag, Kind.of_table(any(f.dtype == "str" for f in fields)), (tag,), tuple(fields), extra="reject")
 
 
 def _stored_dtype(dtype: np.dtype) -> str:
@@ -295,12 +294,12 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
     attrs = stream.attrs
     name = attrs.get("schema", tag)
     chunk_rows = stream["time"].chunks[0]
-    if attrs.get("kind") == "vibration" or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
+    if attrs.get("kind") == Kind.VIBRATION or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
         samples = stream["samples"]
         rate = samples.attrs.get("sample_rate")
         vibration = Vibration(samples.shape[1], samples.dtype.name, None if rate is None else float(rate),
                               samples.attrs.get("unit", ""))
-        return Schema(name, "vibration", (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
+        return Schema(name, Kind.VIBRATION, (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
     fields = []
     for column in stream.columns:
         if column == "extra":
@@ -311,15 +310,17 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
         required = fill is None and dtype not in ("str", "bytes") and not dtype.startswith("float")
         fields.append(Field(stream.name_of(column), dtype, required=required, fill=fill))
     extra = "keep" if "extra" in stream.columns else "reject"
-    return Schema(name, attrs.get("kind", "sensor"), (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
+    stored = attrs.get("kind", Kind.SENSOR)  # a table stream's kind (one of another name reads as a sensor's)
+    kind = Kind(stored) if stored in KINDS else Kind.SENSOR
+    return Schema(name, kind, (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
 
 
 def check_against_stream(schema: Schema, existing: Schema) -> None:
     """SchemaMismatch if ``schema`` gives a column of the existing stream another type (or kind)."""
-    if (schema.kind == "vibration") != (existing.kind == "vibration"):
+    if schema.holds_blocks != existing.holds_blocks:
         raise SchemaMismatch(f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} "
                              f"is a {existing.kind} stream")
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         a, b = schema.vibration, existing.vibration
         if (a.channels, a.dtype) != (b.channels, b.dtype):
             raise SchemaMismatch(f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
@@ -442,7 +443,7 @@ def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[s
     if TIME not in table.column_names:
         raise SchemaMismatch(f"a part has no {TIME!r} column; it has {table.column_names}")
     time = _time_ns(table)
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         return _vibration_columns(schema, part, time), rejected
     if part.samples is not None:
         raise SchemaMismatch(f"a block of samples cannot go into the {schema.kind} stream of schema {schema.name!r}")

@@ -102,7 +102,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
     sets: dict[tuple[Any, bool], list[int]] = {}
     for i, batch in enumerate(batches):
         schema = schemas.for_tag(batch.tag)
-        if (schema is None or schema.kind == "vibration" or not len(batch) or batch.faults
+        if (schema is None or schema.holds_blocks or not len(batch) or batch.faults
                 or tag_problem(batch.tag) is not None):
             out[i] = validate(schemas, batch)
         else:
