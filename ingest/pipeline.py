@@ -31,6 +31,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from windvane import arrays
+
 from .admission import Admission
 from .batch import Receipt
 from .decoding import DecodePool
@@ -254,7 +256,7 @@ class Pipeline:
 
     # -- the commit thread -------------------------------------------------------------
 
-    def _write_and_commit(self, group: list[Submission], gathered: Group, staged: dict,
+    def _write_and_commit(self, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged],
                           before: concurrent.futures.Future | None, handoff: Handoff,
                           started: float) -> list[Submission]:
         """In the commit thread: write ``group`` (then set ``handoff.written``), commit it, answer its
@@ -276,8 +278,8 @@ class Pipeline:
             handoff.written.set()
         return []
 
-    def _write_then_commit(self, group: list[Submission], gathered: Group, staged: dict, handoff: Handoff,
-                           started: float) -> list[Submission]:
+    def _write_then_commit(self, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged],
+                           handoff: Handoff, started: float) -> list[Submission]:
         begun = time.monotonic()
         try:
             tx = self.parts.writer.write(group, gathered, staged)

@@ -18,7 +18,7 @@ A vibration record's type takes its block of samples as a ``memoryview``
 of the bytes it arrived in (msgpack bin only) and its sample rate if it
 carries one, and ignores any other field, as the plain path does: the
 block is not copied to be decoded. Its frames and rate are still checked
-by ingest (:func:`ingest.columns.to_columns`), which names the faults.
+by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
 """
 
 from __future__ import annotations
