@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +45,7 @@ from .dedup import Dedup
 from .errors import CommitFailed, IngestError
 from .ledger import KeyLedger
 from .metrics import Metrics
-from .observer import CommitObserver, log
+from .observer import CommitObserver
 from .pipeline import Parts, Pipeline
 from .prepare import INVALID_TAG, valid_tag
 from .record_types import record_type_for
@@ -52,6 +53,8 @@ from .retries import Retries
 from .schema import SchemaSet
 from .staging import PROBE_KEY, GroupWriter
 from .submission import Outcomes, Submission
+
+log = logging.getLogger("windvane.ingest")
 
 __all__ = ["INVALID_TAG", "PROBE_KEY", "GroupCommitter"]
 
