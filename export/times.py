@@ -14,7 +14,7 @@ from datetime import datetime
 
 import numpy as np
 
-from windvane.ingest.times import time_ns
+from windvane.ingest.times import iso_text, time_ns
 
 from .errors import BadTime
 
@@ -39,7 +39,7 @@ class TimeRange:
 
     def __post_init__(self) -> None:
         if self.start is not None and self.stop is not None and self.start >= self.stop:
-            raise BadTime(f"--start ({_text(self.start)}) must be before --stop ({_text(self.stop)}): "
+            raise BadTime(f"--start ({iso_text(self.start)}) must be before --stop ({iso_text(self.stop)}): "
                           "the range [start, stop) selects nothing")
 
     @property
@@ -62,7 +62,3 @@ def time_range(start: str | float | int | datetime | None, stop: str | float | i
     """The :class:`TimeRange` of ``--start``/``--stop`` values (each optional); :class:`BadTime` if malformed."""
     return TimeRange(None if start is None else parse_time(start, "--start"),
                      None if stop is None else parse_time(stop, "--stop"))
-
-
-def _text(ns: int) -> str:
-    return str(np.datetime64(ns, "ns")) + "Z"

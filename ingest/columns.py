@@ -296,50 +296,12 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
     if batch.typed and type(records[0]) is record_type(schema):
         return _typed_table(schema, batch), []
     reasons: dict[int, str] = {}  # index in the batch -> why the record is rejected
-    if not all(type(r) is dict for r in records):
-        for i, r in enumerate(records):
-            if type(r) is not dict:
-                reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
-    key = _str_key  # how a field's name is looked up in the records
-    if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
-        # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field. Where every
-        # name is bin and UTF-8, fields are looked up by their encoded names, records left as they are.
-        names = set().union(*(r for r in records if type(r) is dict))
-        if _bin_names_only(names):
-            key = _bin_key
-        else:
-            records = _text_keyed(records, reasons)
+    records, key = _maps(records, reasons)
     # ``origin[j]``: the batch index of the j-th map (identity in the common case).
     origin = range(len(records)) if not reasons else [i for i in range(len(records)) if i not in reasons]
     maps = records if not reasons else [records[i] for i in origin]
-
-    values_of: dict[str, list] = {}
-    for f in schema.fields:
-        name = key(f.name)
-        values = [r.get(name) for r in maps]
-        if f.dtype == "str" and bytes in set(map(type, values)):
-            values = text_values(values)
-        if not _column_ok(f, values):
-            for j, v in enumerate(values):
-                why = _cell_error(f, v)
-                if why:
-                    reasons.setdefault(origin[j], why)
-        values_of[f.name] = values
-
-    found = _extras(schema, maps, key) if schema.extra != "drop" else None
-    extras = None
-    if found is not None:
-        extras, faults = found
-        for j, why in faults.items():
-            reasons.setdefault(origin[j], why)
-    if extras is not None and schema.extra == "reject":
-        declared = ", ".join(f.name for f in schema.fields) or "none"
-        for j, text in enumerate(extras):
-            if text:
-                names = ", ".join(json.loads(text))
-                reasons.setdefault(origin[j], f"undeclared field(s) {names} (schema {schema.name} declares: {declared})")
-        extras = None
-
+    values_of = _field_values(schema, maps, key, origin, reasons)
+    extras = _checked_extras(schema, maps, key, origin, reasons)
     rejected = [Rejected(int(batch.times[i]), reasons[i], batch.raw_bytes(i), batch.source) for i in sorted(reasons)]
     if len(rejected) == len(records):
         return None, rejected
@@ -359,6 +321,62 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
     if schema.extra == "keep":
         columns["extra"] = pick(extras) if extras is not None else [""] * len(time)
     return Columns(len(time), columns), rejected
+
+
+def _maps(records: Sequence[Any], reasons: dict[int, str]) -> tuple[Sequence[Any], Any]:
+    """``records`` (those that are not maps rejected into ``reasons``) and how a field's name is looked up
+    in them."""
+    if not all(type(r) is dict for r in records):
+        for i, r in enumerate(records):
+            if type(r) is not dict:
+                reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
+    key = _str_key
+    if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
+        # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field. Where every
+        # name is bin and UTF-8, fields are looked up by their encoded names, records left as they are.
+        names = set().union(*(r for r in records if type(r) is dict))
+        if _bin_names_only(names):
+            key = _bin_key
+        else:
+            records = _text_keyed(records, reasons)
+    return records, key
+
+
+def _field_values(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int],
+                  reasons: dict[int, str]) -> dict[str, list]:
+    """Each field's values in ``maps``; a value that does not fit its field rejects its record."""
+    values_of: dict[str, list] = {}
+    for f in schema.fields:
+        name = key(f.name)
+        values = [r.get(name) for r in maps]
+        if f.dtype == "str" and bytes in set(map(type, values)):
+            values = text_values(values)
+        if not _column_ok(f, values):
+            for j, v in enumerate(values):
+                why = _cell_error(f, v)
+                if why:
+                    reasons.setdefault(origin[j], why)
+        values_of[f.name] = values
+    return values_of
+
+
+def _checked_extras(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int],
+                    reasons: dict[int, str]) -> list[str] | None:
+    """The undeclared fields of each of ``maps`` as JSON text (None: dropped, or rejected by the schema)."""
+    found = _extras(schema, maps, key) if schema.extra != "drop" else None
+    if found is None:
+        return None
+    extras, faults = found
+    for j, why in faults.items():
+        reasons.setdefault(origin[j], why)
+    if extras is not None and schema.extra == "reject":
+        declared = ", ".join(f.name for f in schema.fields) or "none"
+        for j, text in enumerate(extras):
+            if text:
+                names = ", ".join(json.loads(text))
+                reasons.setdefault(origin[j], f"undeclared field(s) {names} (schema {schema.name} declares: {declared})")
+        return None
+    return extras
 
 
 def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
@@ -450,7 +468,7 @@ def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
 BAD_TIME = "the event time is not an integer, a float or an EventTime within range"
 
 
-def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
+def batch_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:
     """Split ``batch`` into the columns of the rows that fit ``schema`` and the records it rejects."""
     if not len(batch):
         return None, []
@@ -465,9 +483,9 @@ def to_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
         rest = Batch(batch.tag, [batch.times[i] for i in good], [batch.records[i] for i in good],
                      raw=(lambda j: batch.raw_bytes(good[j])), source=batch.source,
                      size=batch.size, typed=batch.typed)
-        columns, more = to_columns(schema, rest)
+        columns, more = batch_columns(schema, rest)
         return columns, rejected + more
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         return _vibration(schema, batch)
     return _table(schema, batch)
 

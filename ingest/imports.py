@@ -69,7 +69,7 @@ from . import checkpoints, streams
 from .columns import Rejected
 from .errors import IngestError
 from .parts import Part, failing_rows
-from .schema import NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Schema, Vibration
+from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
 #: File bytes per commit. Each commit rewrites the stream's partial last chunks and
@@ -256,7 +256,7 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
         if samples.ndim != 2 or dtype not in VIBRATION_DTYPES:
             raise SchemaMismatch(f"samples of shape {samples.shape} and dtype {dtype} cannot be a vibration stream "
                                  f"(2-D, one of {', '.join(VIBRATION_DTYPES)})")
-        return Schema(tag, "vibration", (tag,), extra="reject",
+        return Schema(tag, Kind.VIBRATION, (tag,), extra="reject",
                       vibration=Vibration(samples.shape[1], dtype, part.sample_rate))
     fields = []
     keys: dict[str, str] = {}
@@ -274,8 +274,7 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
                                  "(see the import section of the README); rename one with --rename OLD=NEW")
         keys[key] = column.name
         fields.append(Field(column.name, dtype, fill=missing_fill(dtype)))
-    kind = "log" if any(f.dtype == "str" for f in fields) else "sensor"
-    return Schema(tag, kind, (tag,), tuple(fields), extra="reject")
+    return Schema(tag, Kind.of_table(any(f.dtype == "str" for f in fields)), (tag,), tuple(fields), extra="reject")
 
 
 def _stored_dtype(dtype: np.dtype) -> str:
@@ -295,12 +294,12 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
     attrs = stream.attrs
     name = attrs.get("schema", tag)
     chunk_rows = stream["time"].chunks[0]
-    if attrs.get("kind") == "vibration" or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
+    if attrs.get("kind") == Kind.VIBRATION or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
         samples = stream["samples"]
         rate = samples.attrs.get("sample_rate")
         vibration = Vibration(samples.shape[1], samples.dtype.name, None if rate is None else float(rate),
                               samples.attrs.get("unit", ""))
-        return Schema(name, "vibration", (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
+        return Schema(name, Kind.VIBRATION, (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
     fields = []
     for column in stream.columns:
         if column == "extra":
@@ -311,15 +310,17 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
         required = fill is None and dtype not in ("str", "bytes") and not dtype.startswith("float")
         fields.append(Field(stream.name_of(column), dtype, required=required, fill=fill))
     extra = "keep" if "extra" in stream.columns else "reject"
-    return Schema(name, attrs.get("kind", "sensor"), (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
+    stored = attrs.get("kind", Kind.SENSOR)  # a table stream's kind (one of another name reads as a sensor's)
+    kind = Kind(stored) if stored in KINDS else Kind.SENSOR
+    return Schema(name, kind, (tag,), tuple(fields), extra=extra, chunk_rows=chunk_rows)
 
 
 def check_against_stream(schema: Schema, existing: Schema) -> None:
     """SchemaMismatch if ``schema`` gives a column of the existing stream another type (or kind)."""
-    if (schema.kind == "vibration") != (existing.kind == "vibration"):
+    if schema.holds_blocks != existing.holds_blocks:
         raise SchemaMismatch(f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} "
                              f"is a {existing.kind} stream")
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         a, b = schema.vibration, existing.vibration
         if (a.channels, a.dtype) != (b.channels, b.dtype):
             raise SchemaMismatch(f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
@@ -431,7 +432,7 @@ def _raw_row(table: pa.Table, i: int) -> bytes:
     return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")).encode()
 
 
-def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[str, Any] | None, list[Rejected]]:
+def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[str, Any] | None, list[Rejected]]:
     """``part`` as the columns :func:`ingest.streams.write` takes, and the rows it rejects (reader's included).
 
     Raises :class:`SchemaMismatch` for a column that cannot be the field's
@@ -442,7 +443,7 @@ def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[s
     if TIME not in table.column_names:
         raise SchemaMismatch(f"a part has no {TIME!r} column; it has {table.column_names}")
     time = _time_ns(table)
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         return _vibration_columns(schema, part, time), rejected
     if part.samples is not None:
         raise SchemaMismatch(f"a block of samples cannot go into the {schema.kind} stream of schema {schema.name!r}")
@@ -452,8 +453,33 @@ def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[s
     missing_time = np.flatnonzero(table.column(TIME).is_null().to_numpy(zero_copy_only=False))
     for i in missing_time:
         reasons[int(i)] = NO_TIME
+    cast, kept = _cast_fields(schema, table, reasons)
+    undeclared = [c for c in table.column_names if c != TIME and schema.field(c) is None]
+    if undeclared and schema.extra == "reject":
+        declared = ", ".join(f.name for f in schema.fields) or "none"
+        why = f"undeclared field(s) {', '.join(undeclared)} (schema {schema.name} declares: {declared})"
+        for i in range(n):
+            reasons.setdefault(i, why)
+    rejected += [Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source)
+                 for i in sorted(reasons)]
+    if len(reasons) == n:
+        return None, rejected
+    good = np.delete(np.arange(n), np.fromiter(reasons, dtype=np.int64, count=len(reasons)))
+    columns: dict[str, Any] = {TIME: time if not reasons else time[good]}
+    for f in schema.fields:
+        columns[f.name] = _good_values(f, cast, kept, good, bool(reasons))
+    if schema.extra == "keep":
+        columns["extra"] = _extra_json(table, undeclared, good)
+    return columns, rejected
+
+
+def _cast_fields(schema: Schema, table: pa.Table, reasons: dict[int, str]
+                 ) -> tuple[dict[str, pa.Array], dict[str, np.ndarray]]:
+    """Each of ``schema``'s fields in ``table`` cast to its type, the rows that cannot be added to
+    ``reasons`` (row -> why); and, per field that lost rows, the row indices its cast array holds."""
+    n = table.num_rows
     cast: dict[str, pa.Array] = {}
-    kept: dict[str, np.ndarray] = {}  # field -> row indices its cast array holds (None: all)
+    kept: dict[str, np.ndarray] = {}  # field -> row indices its cast array holds (absent: all)
     for f in schema.fields:
         if f.name not in table.column_names:
             if f.required:
@@ -473,31 +499,20 @@ def to_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[s
         cast[f.name] = values
         if holds is not None:
             kept[f.name] = holds
-    undeclared = [c for c in table.column_names if c != TIME and schema.field(c) is None]
-    if undeclared and schema.extra == "reject":
-        declared = ", ".join(f.name for f in schema.fields) or "none"
-        why = f"undeclared field(s) {', '.join(undeclared)} (schema {schema.name} declares: {declared})"
-        for i in range(n):
-            reasons.setdefault(i, why)
-    rejected += [Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source)
-                 for i in sorted(reasons)]
-    if len(reasons) == n:
-        return None, rejected
-    good = np.delete(np.arange(n), np.fromiter(reasons, dtype=np.int64, count=len(reasons)))
-    columns: dict[str, Any] = {TIME: time if not reasons else time[good]}
-    for f in schema.fields:
-        if f.name not in cast:
-            columns[f.name] = _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
-            continue
-        values = cast[f.name]
-        # Positions in ``values`` of the good rows (it lacks this field's own bad rows).
-        if reasons:
-            at = good if f.name not in kept else np.searchsorted(kept[f.name], good)
-            values = values.take(pa.array(at))
-        columns[f.name] = _numpy_column(f, values)
-    if schema.extra == "keep":
-        columns["extra"] = _extra_json(table, undeclared, good)
-    return columns, rejected
+    return cast, kept
+
+
+def _good_values(f: Field, cast: dict[str, pa.Array], kept: dict[str, np.ndarray], good: np.ndarray,
+                 some_rejected: bool) -> np.ndarray:
+    """Field ``f``'s column of the ``good`` rows (all missing if the part has no such column)."""
+    if f.name not in cast:
+        return _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
+    values = cast[f.name]
+    # Positions in ``values`` of the good rows (it lacks this field's own bad rows).
+    if some_rejected:
+        at = good if f.name not in kept else np.searchsorted(kept[f.name], good)
+        values = values.take(pa.array(at))
+    return _numpy_column(f, values)
 
 
 def _extra_json(table: pa.Table, names: list[str], rows: np.ndarray) -> np.ndarray:
@@ -548,14 +563,14 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str, schema: Schema,
                 parts: Sequence[Part], source_id: str, position: Any, identity: Any = None, *,
                 source: str = SOURCE, records: Mapping[str, bytes] | None = None) -> Committed:
-    """Write ``parts`` (checked, see :func:`to_columns`), the position record and ``records`` into ``tx``.
+    """Write ``parts`` (checked, see :func:`part_columns`), the position record and ``records`` into ``tx``.
 
     Does not commit. ``records``: other small records (key: value) that
     belong to the same commit.
     """
     columns, rejected = [], []
     for part in parts:
-        got, bad = to_columns(schema, part, source)
+        got, bad = part_columns(schema, part, source)
         if got is not None and len(got[TIME]):
             columns.append(got)
         rejected += bad
@@ -677,16 +692,7 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     writers = writers or streams.StreamWriters(store)
     schema = resolve_schema(store, tag, schema)
     stored = None if again else read_position(store, tag, source_id)
-    start = None
-    if stored is not None:
-        if same_source is not None and not same_source(stored.identity):
-            if not restart:
-                raise SourceChanged(
-                    f"the source was partly imported into {tag!r} before (up to {stored.value}), but it has changed "
-                    "since (its first bytes or size differ); run with --restart to import it from the beginning "
-                    "(rows imported before stay in the stream)")
-        else:
-            start = stored.value
+    start = _resume_from(tag, stored, same_source, restart)
     result = ImportResult(resumed_from=start, schema=schema)
     seen = read_content(store, tag, content) if content is not None and start is None and not again else None
     if seen is not None and seen.done:
@@ -698,18 +704,66 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
         result.duplicate_of, source_id = seen.name, seen.source_id
         other = read_position(store, tag, source_id)
         start = result.resumed_from = other.value if other is not None else None
-
-    def records(done: bool) -> dict[str, bytes]:
-        return {} if content is None else {content_key(tag, content): _content_record(source_id, name, done)}
-
-    file_types = getattr(reader, "file_types", None)
-    types = file_types() if schema is None and file_types is not None else None
-    ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
-    stop = threading.Event()
-    thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read",
-                              daemon=True)
-    thread.start()
+    run = _Run(store, writers, tag, source_id, identity, content, name, result)
     try:
+        run.commit_all(reader, start, progress, commit_bytes)
+    finally:
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def _resume_from(tag: str, stored: Position | None, same_source: Callable[[Any], bool] | None,
+                 restart: bool) -> Any:
+    """Where an import resumes given the ``stored`` position (None: from the beginning)."""
+    if stored is None:
+        return None
+    if same_source is not None and not same_source(stored.identity):
+        if not restart:
+            raise SourceChanged(
+                f"the source was partly imported into {tag!r} before (up to {stored.value}), but it has changed "
+                "since (its first bytes or size differ); run with --restart to import it from the beginning "
+                "(rows imported before stay in the stream)")
+        return None
+    return stored.value
+
+
+@dataclass
+class _Run:
+    """One import's commits: parts read ahead by a thread, committed ``commit_bytes`` at a time."""
+
+    store: neostore.Store
+    writers: streams.StreamWriters
+    tag: str
+    source_id: str
+    identity: Any
+    content: str | None
+    name: str
+    result: ImportResult
+
+    def records(self, done: bool) -> dict[str, bytes]:
+        """The content record to commit with the parts (``done``: the source is imported to its end)."""
+        if self.content is None:
+            return {}
+        return {content_key(self.tag, self.content): _content_record(self.source_id, self.name, done)}
+
+    def commit_all(self, reader: Reader, start: Any, progress: Callable[[int], None] | None,
+                   commit_bytes: int) -> None:
+        """Read ``reader`` from ``start`` in a thread and commit its parts here."""
+        file_types = getattr(reader, "file_types", None)
+        types = file_types() if self.result.schema is None and file_types is not None else None
+        ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
+        stop = threading.Event()
+        thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop),
+                                  name="windvane-import-read", daemon=True)
+        thread.start()
+        try:
+            self._commit_ready(ready, types, progress, commit_bytes)
+        finally:
+            stop.set()
+
+    def _commit_ready(self, ready: queue.Queue, types: Any, progress: Callable[[int], None] | None,
+                      commit_bytes: int) -> None:
+        result = self.result
         pending: list[Part] = []
         pending_bytes = 0
         marked = False
@@ -724,22 +778,18 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
                     continue
             if pending:
                 if result.schema is None:
-                    result.schema = infer_schema(tag, pending[0], types)
+                    result.schema = infer_schema(self.tag, pending[0], types)
                     result.inferred = True
                 marked = kind == "end"  # the last commit records the content as imported
-                _commit(writers, tag, pending, source_id, identity, result, records(marked))
+                _commit(self.writers, self.tag, pending, self.source_id, self.identity, result, self.records(marked))
                 if progress is not None:
                     progress(pending_bytes)
                 result.nbytes += pending_bytes
                 pending, pending_bytes = [], 0
             if kind == "end":
-                if content is not None and not marked:
-                    _mark_done(store, tag, content, source_id, name)
-                break
-    finally:
-        stop.set()
-        result.seconds = time.perf_counter() - started
-    return result
+                if self.content is not None and not marked:
+                    _mark_done(self.store, self.tag, self.content, self.source_id, self.name)
+                return
 
 
 def _mark_done(store: neostore.Store, tag: str, content: str, source_id: str, name: str) -> None:

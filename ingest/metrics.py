@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class StreamCounters:
+    """What was committed to one stream since the service started; written under :class:`Metrics`' lock."""
+
     events: int = 0  # events committed to the stream
     bytes: int = 0  # bytes the committed batches arrived as
     commits: int = 0  # commits that touched the stream

@@ -4,7 +4,7 @@ The main process of ``windvane serve`` runs the event loop (the
 connectors) and the commit thread; both are Python, so they share one
 core. A connector that submits :class:`~ingest.batch.Undecoded` bytes lets
 this module decode them (the connector's own function, by reference) and
-validate them (:func:`ingest.columns.to_columns`) in a
+validate them (:func:`ingest.columns.batch_columns`) in a
 :class:`concurrent.futures.ProcessPoolExecutor`: what comes back is
 columns (numpy arrays and lists of str, which pickle in C) and the
 rejected records with their arrival bytes, ready for the committer to
@@ -38,7 +38,7 @@ import numpy as np
 from windvane import arrays
 
 from .batch import Batch, Undecoded
-from .columns import Columns, Rejected, concat_columns, to_columns, unrouted
+from .columns import Columns, Rejected, concat_columns, batch_columns, unrouted
 from .record_types import record_type_for
 from .errors import UndecodableBatch
 from .schema import SchemaSet
@@ -86,7 +86,7 @@ def validate(schemas: SchemaSet, batch: Batch) -> Validated:
     if schema is None:
         rejected = unrouted(batch, f"no schema matches tag {batch.tag!r}; add its pattern to a schema's 'tags'")
         return Validated(batch.tag, batch.size, None, rejected)
-    columns, rejected = to_columns(schema, batch)
+    columns, rejected = batch_columns(schema, batch)
     return Validated(batch.tag, batch.size, columns, rejected)
 
 
@@ -102,7 +102,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
     sets: dict[tuple[Any, bool], list[int]] = {}
     for i, batch in enumerate(batches):
         schema = schemas.for_tag(batch.tag)
-        if (schema is None or schema.kind == "vibration" or not len(batch) or batch.faults
+        if (schema is None or schema.holds_blocks or not len(batch) or batch.faults
                 or tag_problem(batch.tag) is not None):
             out[i] = validate(schemas, batch)
         else:
@@ -111,7 +111,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
         if len(members) > 1:
             joined = Batch("", list(itertools.chain.from_iterable(batches[i].times for i in members)),
                            list(itertools.chain.from_iterable(batches[i].records for i in members)), typed=typed)
-            columns, rejected = to_columns(schema, joined)
+            columns, rejected = batch_columns(schema, joined)
             if columns is not None and not rejected:
                 start = 0
                 for i in members:

@@ -18,7 +18,7 @@ A vibration record's type takes its block of samples as a ``memoryview``
 of the bytes it arrived in (msgpack bin only) and its sample rate if it
 carries one, and ignores any other field, as the plain path does: the
 block is not copied to be decoded. Its frames and rate are still checked
-by ingest (:func:`ingest.columns.to_columns`), which names the faults.
+by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ import numpy as np
 
 from .schema import Field, Schema, SchemaSet
 
-#: Schema kinds whose records are flat maps of fields (vibration records carry blocks, decoded on their own path).
-TABLE_KINDS = ("sensor", "log")
 
 
 def _value_type(f: Field) -> Any:
@@ -54,10 +52,8 @@ def _value_type(f: Field) -> Any:
 @functools.lru_cache(maxsize=256)
 def record_type(schema: Schema) -> type[msgspec.Struct] | None:
     """The msgspec type of the records ``schema`` takes as they are (a vibration schema's: its blocks), or None."""
-    if schema.kind == "vibration":
+    if schema.holds_blocks:  # blocks, decoded on their own path; the other kinds' records are maps of fields
         return None if schema.vibration is None else _block_type(schema)
-    if schema.kind not in TABLE_KINDS:
-        return None
     # Attribute names are positional (field names need not be identifiers); ``rename`` maps them to the keys.
     fields = [(f"f{i}", _value_type(f)) if f.required else (f"f{i}", _value_type(f), None)
               for i, f in enumerate(schema.fields)]

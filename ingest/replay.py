@@ -38,7 +38,7 @@ from windvane.arrays import stream_edit
 
 from . import checkpoints, streams
 from .batch import Batch
-from .columns import BAD_TIME, to_columns
+from .columns import BAD_TIME, batch_columns
 from .errors import IngestError
 from .imports import NO_TIME, resolve_schema
 from .schema import Schema
@@ -141,14 +141,14 @@ def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[
             times.append(int(rows["time"][i]) if time_ns is None else time_ns)
     if not candidates:
         return None, fits, reasons
-    asked: list[int] = []  # batch indices, in the order to_columns asks for the bytes of the records it rejects
+    asked: list[int] = []  # batch indices, in the order batch_columns asks for the bytes of the records it rejects
 
     def raw_of(j: int) -> bytes:
         asked.append(j)
         return rows["raw"][candidates[j]]
 
     batch = Batch(tag, times, records, raw=raw_of, source=SOURCE)
-    columns, rejected = to_columns(schema, batch)
+    columns, rejected = batch_columns(schema, batch)
     if len(asked) != len(rejected):
         raise ReplayError(f"replay lost track of the records it rejects ({len(asked)} asked, {len(rejected)} rejected)")
     fits[candidates] = True

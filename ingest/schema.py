@@ -14,6 +14,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,36 @@ from windvane.arrays import ColumnError, column_key
 
 from .errors import SchemaError
 
-KINDS = ("sensor", "vibration", "log")
+
+
+class Kind(StrEnum):
+    """What the streams of a schema hold; a schema file names it (``kind = "vibration"``).
+
+    Code asks the kind (or the schema) what it needs rather than comparing
+    names, so that a kind's behaviour is stated here once.
+    """
+
+    SENSOR = "sensor"
+    VIBRATION = "vibration"
+    LOG = "log"
+
+    @property
+    def holds_blocks(self) -> bool:
+        """Whether a record is a block of samples (many rows), not a row of fields."""
+        return self is Kind.VIBRATION
+
+    @property
+    def default_codec(self) -> str | None:
+        """The codec of the number columns when the schema names none: lz4 for blocks (see ingest.streams)."""
+        return "lz4" if self.holds_blocks else None
+
+    @classmethod
+    def of_table(cls, has_text: bool) -> Kind:
+        """The kind of a table of fields: a log if some field holds text, else a sensor."""
+        return cls.LOG if has_text else cls.SENSOR
+
+
+KINDS = tuple(k.value for k in Kind)
 EXTRA_POLICIES = ("keep", "drop", "reject")
 #: Column names the stream layout itself uses.
 RESERVED = ("time", "extra")
@@ -78,7 +108,7 @@ class Schema:
     """What the streams of matching tags hold."""
 
     name: str
-    kind: str
+    kind: Kind  # a kind's name is taken too, and made a Kind
     tags: tuple[str, ...]
     fields: tuple[Field, ...] = ()
     extra: str = "keep"
@@ -89,6 +119,14 @@ class Schema:
     path: str = ""
     _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
     retention: float | None = None  # seconds of rows `windvane store pack --schemas` keeps; None: all
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
+
+    @property
+    def holds_blocks(self) -> bool:
+        """Whether its records are blocks of samples (see :attr:`Kind.holds_blocks`)."""
+        return self.kind.holds_blocks
 
     def __hash__(self) -> int:
         # Schemas key caches that every event asks: hash the fields once, not at each question.
@@ -282,7 +320,7 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     if codec is not None and codec not in CODECS:
         raise SchemaError(f"{where}: codec {codec!r} is not one of {', '.join(CODECS)}")
     vibration = None
-    if kind == "vibration":
+    if Kind(kind).holds_blocks:
         if "vibration" not in doc:
             raise SchemaError(f"{where}: a vibration schema needs a [vibration] table (channels, dtype, sample_rate)")
         vibration = _vibration(doc["vibration"], where)

@@ -125,13 +125,13 @@ LZ4_CODEC = {"name": "blosc", "cname": "lz4", "clevel": 5}
 
 def number_codec(schema: Schema) -> str | dict | None:
     """The arrays codec of ``schema``'s number columns: its ``codec``, or lz4 for vibration by default."""
-    codec = schema.codec if schema.codec is not None else ("lz4" if schema.kind == "vibration" else None)
+    codec = schema.codec if schema.codec is not None else schema.kind.default_codec
     return LZ4_CODEC if codec == "lz4" else codec
 
 
 def schema_columns(schema: Schema) -> list[Column]:
     """The columns (beside ``time``) of a stream that follows ``schema``."""
-    if schema.kind == "vibration":
+    if schema.holds_blocks:
         v = schema.vibration
         attrs: dict[str, Any] = {"unit": v.unit} if v.unit else {}
         if v.sample_rate is not None:
@@ -182,7 +182,7 @@ def _column_names(schema: Schema) -> frozenset[str]:
 
 
 def _stream_attrs(schema: Schema) -> dict[str, Any]:
-    return {"schema": schema.name, "kind": schema.kind}
+    return {"schema": schema.name, "kind": schema.kind.value}
 
 
 def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.Staged:

@@ -39,12 +39,14 @@ import pyarrow.compute as pc
 
 from .errors import IngestError
 
-__all__ = ["BadZone", "check_zone", "iso_column_ns", "local_zone", "not_a_time", "time_ns", "unit_for",
-           "wall_to_utc"]
+__all__ = ["NS", "NS_PER_UNIT", "BadZone", "check_zone", "epoch_column_ns", "iso_column_ns", "iso_text",
+           "local_zone", "not_a_time", "time_ns", "unit_for", "wall_to_utc"]
 
 _INT64_MAX = (1 << 63) - 1
 # (magnitude below which, power of ten to nanoseconds): seconds, milliseconds, microseconds; else nanoseconds.
 _UNITS = ((1e11, 9), (1e14, 6), (1e17, 3))
+#: Nanoseconds per epoch unit, by the unit's name.
+NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d)(?:[T ](\d\d:\d\d(?::\d\d)?)(?:[.,](\d{1,9}))?)?\s*(Z|z|[+-]\d\d(?::?\d\d)?)?")
 _DECIMAL = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?")
 # A zone after a time of day (a date's own "-01" is no zone).
@@ -163,8 +165,24 @@ def wall_to_utc(wall_ns: np.ndarray, zone: str) -> np.ndarray:
 
 def unit_for(first: float) -> str:
     """The epoch unit (``s``, ``ms``, ``us``, ``ns``) the magnitude of a number says, as :func:`time_ns` reads it."""
-    first = abs(first)
-    return "s" if first < 1e11 else "ms" if first < 1e14 else "us" if first < 1e17 else "ns"
+    power = next((power for limit, power in _UNITS if abs(first) < limit), 0)
+    return next(name for name, ns in NS_PER_UNIT.items() if ns == 10**power)
+
+
+def epoch_column_ns(values: pa.Array, unit: str) -> pa.Array:
+    """Epoch numbers in ``unit`` (a name of :data:`NS_PER_UNIT`) to int64 ns; integers are exact, fractional
+    numbers rounded to the microsecond (a float64 holds no more of an epoch time). Raises
+    ``pa.ArrowInvalid`` on overflow."""
+    scale = NS_PER_UNIT[unit]
+    if pa.types.is_integer(values.type):
+        return pc.multiply_checked(pc.cast(values, pa.int64()), scale)
+    micros = pc.round(pc.multiply(pc.cast(values, pa.float64()), scale / 1000))
+    return pc.multiply_checked(pc.cast(micros, pa.int64()), 1000)
+
+
+def iso_text(ns: int) -> str:
+    """``ns`` since the epoch as ISO 8601 text in UTC, to the nanosecond, with ``Z``."""
+    return str(np.datetime64(ns, "ns")) + "Z"
 
 
 def iso_column_ns(text: pa.Array, zone: str = "UTC") -> tuple[np.ndarray, np.ndarray]:

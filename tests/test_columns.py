@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from windvane.ingest import Batch
-from windvane.ingest.columns import to_columns
+from windvane.ingest.columns import batch_columns
 from windvane.ingest.schema import parse_schema
 
 LOG = parse_schema(
@@ -32,7 +32,7 @@ LOG = parse_schema(
 def test_clean_batch_is_columns_in_order():
     records = [{"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0, "blob": bytes([i])}
                for i in range(5)]
-    columns, rejected = to_columns(LOG, Batch("app", [10, 11, 12, 13, 14], records))
+    columns, rejected = batch_columns(LOG, Batch("app", [10, 11, 12, 13, 14], records))
     assert rejected == []
     c = columns.columns
     assert columns.rows == 5
@@ -46,7 +46,7 @@ def test_clean_batch_is_columns_in_order():
 
 
 def test_missing_optional_fields_get_their_fill():
-    columns, rejected = to_columns(LOG, Batch("app", [1], [{"seq": 1}]))
+    columns, rejected = batch_columns(LOG, Batch("app", [1], [{"seq": 1}]))
     assert rejected == []
     c = columns.columns
     assert c["msg"] == [""] and math.isnan(c["value"][0]) and c["code"].tolist() == [-1]
@@ -72,7 +72,7 @@ def test_bad_records_are_rejected_with_the_reason_and_the_rest_kept(record, reas
     good = [{"seq": 1, "msg": "a"}, {"seq": 3, "msg": "c"}]
     raws = [b"r0", b"r1", b"r2"]
     batch = Batch("app", [100, 200, 300], [good[0], record, good[1]], raw=raws.__getitem__, source="test")
-    columns, rejected = to_columns(LOG, batch)
+    columns, rejected = batch_columns(LOG, batch)
     assert len(rejected) == 1
     r = rejected[0]
     assert reason in r.reason
@@ -84,27 +84,27 @@ def test_bad_records_are_rejected_with_the_reason_and_the_rest_kept(record, reas
 
 
 def test_rejected_record_without_raw_bytes_is_kept_as_msgpack():
-    _, rejected = to_columns(LOG, Batch("app", [5], [{"seq": "x", "nested": {"a": [1, 2]}}]))
+    _, rejected = batch_columns(LOG, Batch("app", [5], [{"seq": "x", "nested": {"a": [1, 2]}}]))
     assert msgpack.unpackb(rejected[0].raw) == [5, {"seq": "x", "nested": {"a": [1, 2]}}]
 
 
 def test_extra_fields_policies():
     batch = Batch("app", [1, 2], [{"seq": 1, "host": "h1", "n": 2}, {"seq": 2}])
-    keep, _ = to_columns(LOG, batch)
+    keep, _ = batch_columns(LOG, batch)
     assert keep.columns["extra"] == ['{"host":"h1","n":2}', ""]
     drop = parse_schema({"kind": "log", "tags": ["x"], "extra": "drop",
                          "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="d")
-    columns, rejected = to_columns(drop, batch)
+    columns, rejected = batch_columns(drop, batch)
     assert rejected == [] and set(columns.columns) == {"time", "seq"}
     strict = parse_schema({"kind": "log", "tags": ["x"], "extra": "reject",
                            "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="strict")
-    columns, rejected = to_columns(strict, batch)
+    columns, rejected = batch_columns(strict, batch)
     assert columns.columns["seq"].tolist() == [2]
     assert "undeclared field(s) host, n (schema strict declares: seq)" in rejected[0].reason
 
 
 def test_every_record_bad_gives_no_columns():
-    columns, rejected = to_columns(LOG, Batch("app", [1, 2], [{}, {"seq": None}]))
+    columns, rejected = batch_columns(LOG, Batch("app", [1, 2], [{}, {"seq": None}]))
     assert columns is None and len(rejected) == 2
 
 
@@ -118,7 +118,7 @@ def test_vibration_blocks_become_sample_rows_with_times():
         {"samples": block.tobytes(), "sample_rate": 1000},
         {"samples": [[9.0, 10.0], [11.0, 12.0]]},
     ])
-    columns, rejected = to_columns(VIB, batch)
+    columns, rejected = batch_columns(VIB, batch)
     assert rejected == []
     assert columns.rows == 6
     np.testing.assert_array_equal(columns.columns["samples"][:4], block)
@@ -141,7 +141,7 @@ def test_vibration_blocks_become_sample_rows_with_times():
 )
 def test_bad_vibration_blocks_are_rejected(record, reason):
     good = {"samples": b"\0" * 8}
-    columns, rejected = to_columns(VIB, Batch("v", [1, 2], [good, record]))
+    columns, rejected = batch_columns(VIB, Batch("v", [1, 2], [good, record]))
     assert columns.rows == 1
     assert len(rejected) == 1 and reason in rejected[0].reason
 
@@ -151,7 +151,7 @@ def test_events_with_unreadable_times_are_quarantined():
 
     raws = [b"a", b"b", b"c"]
     batch = Batch("app", [5, INVALID_TIME, 7], [{"seq": 1}, {"seq": 2}, {"seq": 3}], raw=raws.__getitem__)
-    columns, rejected = to_columns(LOG, batch)
+    columns, rejected = batch_columns(LOG, batch)
     assert columns.columns["seq"].tolist() == [1, 3] and columns.columns["time"].tolist() == [5, 7]
     assert [(r.raw, r.reason) for r in rejected] == [
         (b"b", "the event time is not an integer, a float or an EventTime within range")]
@@ -183,8 +183,8 @@ def test_bin_names_and_text_store_as_their_str_twins(mixed):
     records = [_as_bin(r) for r in BIN_RECORDS]
     if mixed:  # one record from a sender that packs str: the batch mixes both kinds of names
         records[2] = BIN_RECORDS[2]
-    expected, _ = to_columns(LOG, Batch("app", [1, 2, 3], BIN_RECORDS))
-    got, rejected = to_columns(LOG, Batch("app", [1, 2, 3], records))
+    expected, _ = batch_columns(LOG, Batch("app", [1, 2, 3], BIN_RECORDS))
+    got, rejected = batch_columns(LOG, Batch("app", [1, 2, 3], records))
     assert rejected == []
     for name, column in expected.columns.items():
         if isinstance(column, np.ndarray):
@@ -205,7 +205,7 @@ def test_bin_names_and_text_store_as_their_str_twins(mixed):
 def test_text_that_is_not_utf8_rejects_its_record_only(record, reason):
     good = _as_bin({"seq": 9, "msg": "fine"})
     raw = msgpack.packb([5, record], use_bin_type=True, unicode_errors="surrogateescape")
-    columns, rejected = to_columns(LOG, Batch("app", [4, 5], [good, record], raw=lambda i: [b"good", raw][i]))
+    columns, rejected = batch_columns(LOG, Batch("app", [4, 5], [good, record], raw=lambda i: [b"good", raw][i]))
     assert columns.columns["seq"].tolist() == [9] and columns.columns["msg"] == ["fine"]
     assert [(r.time, r.raw) for r in rejected] == [(5, raw)]
     assert rejected[0].reason.startswith(reason), rejected[0].reason
@@ -217,7 +217,7 @@ def test_undeclared_fields_nested_too_deeply_for_json_reject_their_record_only()
     for _ in range(5000):
         inner[b"n"] = {}
         inner = inner[b"n"]
-    columns, rejected = to_columns(LOG, Batch("app", [1, 2], [{b"seq": 1, b"deep": deep}, {b"seq": 2}],
+    columns, rejected = batch_columns(LOG, Batch("app", [1, 2], [{b"seq": 1, b"deep": deep}, {b"seq": 2}],
                                               raw=lambda i: b"raw%d" % i))
     assert columns.columns["seq"].tolist() == [2]
     assert [(r.reason, r.raw) for r in rejected] == [("undeclared fields are nested too deeply to keep as JSON", b"raw0")]

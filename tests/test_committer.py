@@ -82,7 +82,7 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
     the next group gather for as long as that commit took (what arrives meanwhile shares one commit); a
     commit that is not a fan-out halves the wait, and a lull longer than the wait ends it."""
     c = committer(store)
-    c.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
+    c.pipeline.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
     try:
         # The committer thread may take the first submissions before the event loop has queued the others:
         # a wait after the first arrival makes the 60 one group whatever the threads' timing.
@@ -90,20 +90,20 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
         fan_out = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", k, 1)]) for k in range(60)))
         c.interval = 0.0
         assert len({r.tid for r in fan_out}) == 1
-        assert 0 < c._linger <= c.MAX_LINGER
-        c._linger = 2.0  # as if that commit had taken two seconds: the wait is long enough to observe
+        assert 0 < c.pipeline.linger <= c.pipeline.MAX_LINGER
+        c.pipeline.linger = 2.0  # as if that commit had taken two seconds: the wait is long enough to observe
         first = asyncio.ensure_future(c.submit([batch("app.g0", 0, 1)]))
         await asyncio.sleep(0.3)  # well inside the wait
         second = await c.submit([batch("app.g1", 0, 1)])
         assert (await first).tid == second.tid  # gathered together
-        assert c._linger == 1.0  # two streams: not a fan-out, the wait halves
-        while c._linger:  # commits that are not fan-outs bring it down to nothing
+        assert c.pipeline.linger == 1.0  # two streams: not a fan-out, the wait halves
+        while c.pipeline.linger:  # commits that are not fan-outs bring it down to nothing
             await c.submit([batch("app.g2", 0, 1)])
         await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", 100 + k, 1)]) for k in range(60)))
-        c._linger = 0.3  # a fan-out again, then nothing for longer than its wait
+        c.pipeline.linger = 0.3  # a fan-out again, then nothing for longer than its wait
         await asyncio.sleep(1.0)
         await c.submit([batch("app.g2", 1, 1)])
-        assert c._linger == 0.0  # ended by the lull, not halved
+        assert c.pipeline.linger == 0.0  # ended by the lull, not halved
     finally:
         c.close()
     assert sorted(arrays.list_streams(store)) == [f"app.f{k:03d}" for k in range(60)] + ["app.g0", "app.g1", "app.g2"]

@@ -99,7 +99,7 @@ async def test_a_killed_worker_fails_its_submission_and_the_pool_is_replaced(com
     item = Undecoded("app.w", payload, _sleepy_decode, (60.0,), "test", len(payload))
     pending = asyncio.ensure_future(committer.submit([item]))
     await asyncio.sleep(0.5)  # the worker is now inside the sleep
-    pids = list(committer._preparer._pool._processes)
+    pids = list(committer.decoding.preparer._pool._processes)
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -205,8 +205,8 @@ async def test_many_small_submissions_prepared_together_answer_as_prepared_alone
     small = _many_small("b", pad)
     assert len(small) >= committer.BATCH_PREPARE_MIN
     assert (sum(len(b.payload) for batches, _ in small for b in batches) >= committer.INLINE_PREPARE_BYTES) is to_worker
-    batches, submit_each = [], committer._preparer.submit_each
-    committer._preparer.submit_each = lambda subs: batches.append(len(subs)) or submit_each(subs)
+    batches, submit_each = [], committer.decoding.preparer.submit_each
+    committer.decoding.preparer.submit_each = lambda subs: batches.append(len(subs)) or submit_each(subs)
     together = await committer.submit_many(small)
     assert batches == ([24] if to_worker else [])  # one round trip to a worker for them all, or none
     inline_store = neostore.open(f"sqlite:///{tmp_path}/inline.db")
@@ -235,7 +235,7 @@ async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepa
              for k in range(committer.BATCH_PREPARE_MIN)]
     pending = asyncio.ensure_future(committer.submit_many(items))
     await asyncio.sleep(0.5)  # the worker is now inside the first sleep
-    for pid in list(committer._preparer._pool._processes):
+    for pid in list(committer.decoding.preparer._pool._processes):
         os.kill(pid, signal.SIGKILL)
     results = await asyncio.wait_for(pending, 30)
     assert all(isinstance(r, CommitFailed) and "decode worker died" in str(r) for r in results), results

@@ -19,7 +19,7 @@ import zstandard
 
 from windvane.connectors.forward import INVALID_TIME, ForwardDecoder, MalformedMessage, OversizeMessage, ack_bytes
 from windvane.connectors.forward.decode import FrameReader, decode_message, decode_packed
-from windvane.ingest.columns import to_columns
+from windvane.ingest.columns import batch_columns
 from windvane.ingest.record_types import record_type
 from windvane.ingest.schema import parse_schema
 from windvane.ingest.times import not_a_time
@@ -317,7 +317,7 @@ def test_bulk_vibration_blocks_are_decoded_where_they_arrived(option):
                for r in batch.records)
     plain = decode_message(message).batch
     assert not plain.typed and list(plain.times) == list(batch.times)
-    (columns, rejected), (plain_columns, _) = to_columns(VIBRATION, batch), to_columns(VIBRATION, plain)
+    (columns, rejected), (plain_columns, _) = batch_columns(VIBRATION, batch), batch_columns(VIBRATION, plain)
     assert not rejected and columns.rows == 4 * 25_600
     assert (columns.columns["samples"] == plain_columns.columns["samples"]).all()
     assert (columns.columns["time"] == plain_columns.columns["time"]).all()

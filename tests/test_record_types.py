@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from windvane.connectors.forward.decode import decode_packed
 from windvane.ingest.batch import INVALID_TIME
-from windvane.ingest.columns import to_columns
+from windvane.ingest.columns import batch_columns
 from windvane.ingest.record_types import record_type
 from windvane.ingest.schema import parse_schema
 
@@ -42,7 +42,7 @@ def same(a, b) -> bool:
 
 def stored(schema, payload: bytes, typed: bool):
     batch = decode_packed("app.x", payload, len(payload), record_type(schema) if typed else None)
-    columns, rejected = to_columns(schema, batch)
+    columns, rejected = batch_columns(schema, batch)
     return batch.typed, columns, rejected
 
 
@@ -154,7 +154,7 @@ def test_a_wrong_count_of_events_from_the_sender_changes_nothing(events):
     payload = packed([[EVENT_TIME, {"samples": block(10, 3, i)}] for i in range(3)])
     batch = decode_packed("app.x", payload, len(payload), record_type(schema), events)
     assert batch.typed and len(batch) == 3
-    columns, rejected = to_columns(schema, batch)
+    columns, rejected = batch_columns(schema, batch)
     _, plain, _ = stored(schema, payload, False)
     assert not rejected and same(columns.columns["samples"], plain.columns["samples"])
 

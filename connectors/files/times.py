@@ -27,14 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windvane.ingest.parts import failing_rows
-from windvane.ingest.times import iso_column_ns, wall_to_utc
+from windvane.ingest.times import NS_PER_UNIT as UNITS
+from windvane.ingest.times import epoch_column_ns, iso_column_ns, wall_to_utc
 from windvane.ingest.times import unit_for as magnitude_unit
 
 from . import FileFormatError
 
 #: Column names taken as the time column, in this order, when none is named.
 TIME_NAMES = ("time", "timestamp", "ts", "datetime", "date")
-UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _NUMBER = r"^\s*-?\d+(\.\d*)?([eE][+-]?\d+)?\s*$"
 
 
@@ -60,14 +60,6 @@ def unit_for(values: pa.Array, unit: str | None) -> str:
         return unit
     valid = values.drop_null()
     return magnitude_unit(float(valid[0].as_py()) if len(valid) else 0.0)
-
-
-def _epoch(values: pa.Array, unit: str) -> pa.Array:
-    scale = UNITS[unit]  # ns per unit
-    if pa.types.is_integer(values.type):
-        return pc.multiply_checked(pc.cast(values, pa.int64()), scale)
-    micros = pc.round(pc.multiply(pc.cast(values, pa.float64()), scale / 1000))
-    return pc.multiply_checked(pc.cast(micros, pa.int64()), 1000)
 
 
 def _mixed(values: pa.Array, numeric: np.ndarray, unit: str | None, zone: str) -> pa.Array:
@@ -96,14 +88,14 @@ def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
             return ns
         return pa.array(wall_to_utc(ns.fill_null(0).to_numpy(), zone), mask=ns.is_null().to_numpy(zero_copy_only=False))
     if pa.types.is_integer(type_) or pa.types.is_floating(type_):
-        return _epoch(values, unit_for(values, unit))
+        return epoch_column_ns(values, unit_for(values, unit))
     if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
         numeric = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
         if len(values) and pc.all(numeric).as_py():
             numbers = pc.cast(pc.utf8_trim_whitespace(values), pa.float64())
             if pc.all(pc.fill_null(pc.match_substring_regex(values, r"^\s*-?\d+\s*$"), True)).as_py():
                 numbers = pc.cast(pc.utf8_trim_whitespace(values), pa.int64())
-            return _epoch(numbers, unit_for(numbers, unit))
+            return epoch_column_ns(numbers, unit_for(numbers, unit))
         if len(values) and pc.any(numeric).as_py():
             # Epoch numbers among text (a log's "noon", a spreadsheet's "n/a"): each value read as what it is.
             return _mixed(values, numeric.to_numpy(zero_copy_only=False), unit, zone)

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from windvane.ingest.times import time_ns
+
 from . import FileFormatError, Part, ReaderOptions
 
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
@@ -68,8 +70,7 @@ def _bext_time(chunk: bytes) -> int | None:
         hh, mm, ss = (int(x) for x in text[10:18].replace("-", ":").replace(".", ":").split(":"))
     except ValueError:
         return None
-    when = dt.datetime(date.year, date.month, date.day, hh, mm, ss, tzinfo=dt.timezone.utc)
-    return int(when.timestamp()) * 10**9
+    return time_ns(dt.datetime(date.year, date.month, date.day, hh, mm, ss, tzinfo=dt.UTC))
 
 
 def read_info(path: str | Path) -> WavInfo:

@@ -60,6 +60,7 @@ import msgpack
 
 from windvane.ingest.batch import Batch
 
+from windvane.ingest.times import NS as _NS
 from windvane.ingest.times import not_a_time, time_ns
 
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
@@ -76,7 +77,6 @@ __all__ = [
 SOURCE = "http"
 # in_http's precedence when several fields are present.
 FORM_FIELDS = ("json", "ndjson", "msgpack")
-_NS = 1_000_000_000
 _ZEROS = "000000000"
 _JSON_TYPES = ("application/json", "application/csp-report")
 _NDJSON_TYPES = ("application/x-ndjson", "application/ndjson")

@@ -12,6 +12,9 @@ from ..blocks import Layout
 
 
 class Writer:
+    """Writes an Arrow IPC file at ``path``: each table :meth:`write` takes is one record batch; :meth:`close`
+    ends the file (see :class:`export.formats.Writer`)."""
+
     def __init__(self, path: str, layout: Layout, rows: int):
         self._sink = pa.OSFile(path, "wb")
         try:

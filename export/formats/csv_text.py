@@ -55,6 +55,9 @@ def _base64(values: pa.ChunkedArray) -> pa.Array:
 
 
 class Writer:
+    """Writes a CSV file at ``path``: the header at once, each table :meth:`write` takes as lines;
+    :meth:`close` ends the file (see :class:`export.formats.Writer`)."""
+
     def __init__(self, path: str, layout: Layout, rows: int):
         self._layout = layout
         first = self._text_table(layout.schema.empty_table())

@@ -87,6 +87,9 @@ def _dimensions(layout: Layout) -> dict[str, int | None]:
 
 
 class Writer(ChunkWriter):
+    """Writes a netCDF-4 file at ``path``: tables :meth:`write` takes are gathered into chunks of each
+    variable; :meth:`close` writes the last and ends the file (see :class:`export.formats.Writer`)."""
+
     def __init__(self, path: str, layout: Layout, rows: int):
         chunks, gather = chunk_rows(layout, rows)
         super().__init__(gather)

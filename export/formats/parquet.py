@@ -18,6 +18,9 @@ from ..blocks import Layout
 
 
 class Writer:
+    """Writes a Parquet file at ``path``: each non-empty table :meth:`write` takes is one row group;
+    :meth:`close` ends the file (see :class:`export.formats.Writer`)."""
+
     def __init__(self, path: str, layout: Layout, rows: int):
         text = [c.name for c in layout.columns if c.kind == "str"]
         self._writer = pq.ParquetWriter(path, layout.schema, version="2.6", store_schema=True, use_dictionary=text)

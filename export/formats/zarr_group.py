@@ -31,6 +31,9 @@ from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, time_val
 
 
 class Writer(ChunkWriter):
+    """Writes a zarr v3 group at ``path``: tables :meth:`write` takes are gathered into the stream's chunks;
+    :meth:`close` writes the last (see :class:`export.formats.Writer`)."""
+
     def __init__(self, path: str, layout: Layout, rows: int):
         super().__init__(layout.chunk_rows)
         self._layout = layout

@@ -104,7 +104,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
             schema = imports.resolve_schema(st, tag, schema)
             with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
                 for path, fmt in zip(paths, formats):
-                    types = imports.arrow_types(schema) if schema is not None and schema.kind != "vibration" else {}
+                    types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
                     reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
                                                           block_bytes=min(16 << 20, commit_mb << 19),
                                                           rename=rename, timezone=timezone))
@@ -123,7 +123,7 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                     schema = result.schema or schema
                     size = os.path.getsize(path)
                     bar.update(size if compressed else max(0, size - result.nbytes))
-                    if result.inferred and schema.kind != "vibration":
+                    if result.inferred and not schema.holds_blocks:
                         click.echo(_inferred_schema(tag, path, schema), err=True)
                     click.echo(_import_summary(path, result))
                     rejected += result.rejected
@@ -278,7 +278,7 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
 def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
     """``commit(parts, position)`` for `windvane tail`: rows and position in one transaction (ingest.imports)."""
     from windvane.ingest import imports
-    from windvane.ingest.schema import Schema
+    from windvane.ingest.schema import Kind, Schema
 
     chosen = [schema]
 
@@ -287,7 +287,7 @@ def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
             first = next((p for p in parts if p.table.num_rows), None)
             chosen[0] = imports.infer_schema(tag, first) if first is not None else None
         # Until some line parsed there are only rejects, which need no schema: any will do.
-        done = imports.commit_parts(writers, tag, chosen[0] or Schema(tag, "log", (tag,), extra="reject"), parts,
+        done = imports.commit_parts(writers, tag, chosen[0] or Schema(tag, Kind.LOG, (tag,), extra="reject"), parts,
                                     source_id, position, source="tail", message=f"tail {path}")
         return done.rows, done.rejected
 

@@ -13,9 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windvane.ingest.times import wall_to_utc
+from windvane.ingest.times import NS, wall_to_utc
 
-NS = 1_000_000_000
 DAY_NS = 86_400 * NS
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
