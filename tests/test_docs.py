@@ -97,7 +97,8 @@ def test_the_pages_are_found():
 def test_examples_import_only_public_windvane_names(page):
     problems = [
         f"{block.where(REPO)} (+{line - 1}): {problem}"
-        for block in code_blocks(page) if block.lang in PYTHON
+        for block in code_blocks(page)
+        if block.lang in PYTHON
         for line, module, names in imports_of(block.text)
         for problem in import_problems(module, names)
     ]
