@@ -144,6 +144,16 @@ def test_the_readme_has_blocks_to_run():
     assert README in documents()
 
 
+def test_the_docs_pages_blocks_run_too():
+    """Every page under docs/ with a python block or a windvane command is one of the documents run below."""
+    pages = [
+        page for page in sorted((REPO / "docs").glob("*.md"))
+        if any(block.lang in PYTHON or (block.lang in SHELL and windvane_commands(block)) for block in code_blocks(page))
+    ]
+    assert {"neostore.md", "arrays.md", "serve.md", "exports.md", "operations.md"} <= {page.name for page in pages}
+    assert set(pages) <= set(documents())
+
+
 def test_blocks_and_commands_are_found_as_a_reader_sees_them(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text(

@@ -1,7 +1,7 @@
-"""`windvane serve`'s defaults are held once, by each component's config class; the README states them as those hold them.
+"""`windvane serve`'s defaults are held once, by each component's config class; docs/serve.md states them as those hold them.
 
 The command line takes its option defaults from the classes (so `--help`
-shows them); the README is prose, so this checks each default it states
+shows them); docs/serve.md is prose, so this checks each default it states
 against the class that holds it.
 """
 
@@ -21,17 +21,15 @@ from windvane.connectors.mqtt import MqttConfig
 from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig
 from windvane.ingest.ledger import KeyLedger
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SERVE_DOC = Path(__file__).resolve().parent.parent / "docs" / "serve.md"
 
 
 def _serve_section() -> str:
-    """The README's section on `windvane serve`, its whitespace (line breaks, indents) as single spaces."""
-    text = README.read_text()
-    start = text.index("### ingest and connectors: `windvane serve`")
-    return re.sub(r"\s+", " ", text[start:text.index("\n### ", start + 1)])
+    """The page on `windvane serve`, its whitespace (line breaks, indents) as single spaces."""
+    return re.sub(r"\s+", " ", SERVE_DOC.read_text())
 
 
-def test_the_readme_states_the_defaults_the_config_classes_hold():
+def test_the_serve_page_states_the_defaults_the_config_classes_hold():
     section = _serve_section()
     stated = [
         f"--forward 0.0.0.0:{ForwardConfig.port} --http 0.0.0.0:{HttpConfig.port}",
@@ -52,7 +50,7 @@ def test_the_readme_states_the_defaults_the_config_classes_hold():
         f"past {MqttConfig.max_pending_bytes >> 20} MiB waiting for commits it stops reading",
     ]
     missing = [phrase for phrase in stated if phrase not in section]
-    assert not missing, f"README.md's `windvane serve` section does not say: {missing}"
+    assert not missing, f"docs/serve.md does not say: {missing}"
 
 
 def test_serve_help_shows_the_defaults_of_the_config_classes():
