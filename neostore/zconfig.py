@@ -1,6 +1,6 @@
 """ZConfig support: the ``<neostore>`` storage section (see component.xml).
 
-A ZODB configuration file imports it with ``%import neostore``; ZConfig
+A ZODB configuration file imports it with ``%import windvane.neostore``; ZConfig
 then builds a :class:`NeoStorageFactory`, and ZODB calls its ``open()``.
 """
 

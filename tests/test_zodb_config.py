@@ -14,7 +14,7 @@ from windvane.neostore.zodb import NeoStorage
 
 def _config(url: str, extra: str = "") -> str:
     return f"""
-%import neostore
+%import windvane.neostore
 <zodb>
   <neostore>
     url {url}
@@ -52,7 +52,7 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
 
     extra = "read-only true\n    pack-gc false\n    name configured\n    compression-level 0\n    commit-lock-timeout 5"
     storage = ZODB.config.storageFromString(
-        f"%import neostore\n<neostore>\n  url {url}\n  {extra}\n</neostore>\n"
+        f"%import windvane.neostore\n<neostore>\n  url {url}\n  {extra}\n</neostore>\n"
     )
     try:
         assert storage.isReadOnly()
@@ -67,7 +67,7 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
 
 
 def test_defaults_and_name_without_password(mariadb_url: str) -> None:
-    storage = ZODB.config.storageFromString(f"%import neostore\n<neostore>\n  url {mariadb_url}\n</neostore>\n")
+    storage = ZODB.config.storageFromString(f"%import windvane.neostore\n<neostore>\n  url {mariadb_url}\n</neostore>\n")
     try:
         assert not storage.isReadOnly() and storage._pack_gc is True
         assert storage.getName().startswith("mariadb:") and "@" not in storage.getName()
@@ -77,12 +77,12 @@ def test_defaults_and_name_without_password(mariadb_url: str) -> None:
 
 def test_url_is_required() -> None:
     with pytest.raises(ZConfig.ConfigurationError, match="url"):
-        ZODB.config.storageFromString("%import neostore\n<neostore>\n</neostore>\n")
+        ZODB.config.storageFromString("%import windvane.neostore\n<neostore>\n</neostore>\n")
 
 
 def test_bad_url_is_reported() -> None:
     with pytest.raises(ValueError, match="unsupported store URL"):
-        ZODB.config.storageFromString("%import neostore\n<neostore>\n  url postgres://x/y\n</neostore>\n")
+        ZODB.config.storageFromString("%import windvane.neostore\n<neostore>\n  url postgres://x/y\n</neostore>\n")
 
 
 def test_transaction_through_configured_database(sqlite_url: str) -> None:
