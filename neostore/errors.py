@@ -50,6 +50,15 @@ class DatabaseError(NeoStoreError):
     """The backend database failed in a way neostore cannot recover from."""
 
 
+class StorageUnavailableError(DatabaseError):
+    """The database could not be reached or opened: its server went away, its file or directory vanished.
+
+    Raised from a Store's or a Transaction's method in place of the
+    driver's error (which is its ``__cause__``); the message names the
+    operation and where the store is (never a password).
+    """
+
+
 class TransientDatabaseError(DatabaseError, TransientError):
     """The database rolled the transaction back on its own (InnoDB chose it as a deadlock's victim,
     as it may while pack rebuilds a table online); nothing of it was written. Running the same

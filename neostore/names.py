@@ -21,11 +21,11 @@ from typing import Any
 from .errors import InvalidNameError
 from .pool import ConnectionPool
 from .records import TransactionInfo
-from .sql import chunked, placeholders
+from .sql import Query, chunked, placeholders
 from .tids import p64, u64
 
 #: ``read(sql, params) -> rows``: a read-only statement on the store's latest committed state.
-Read = Callable[[str, Iterable], list[tuple]]
+Read = Query
 
 # MyRocks keys are limited to 767 bytes; one limit for every backend.
 MAX_NAME = 767
@@ -51,7 +51,7 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-def _range(prefix: bytes) -> tuple[str, list[bytes]]:
+def name_range(prefix: bytes) -> tuple[str, list[bytes]]:
     end = prefix_end(prefix)
     if end is None:
         return "n.name >= ?", [prefix]
@@ -159,12 +159,12 @@ class NameIndex:
 
     def list(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
         """Named objects under ``prefix`` (named ``prefix`` if ``exact``) that exist in the snapshot."""
-        return self._existing([("n.name = ?", [prefix]) if exact else _range(prefix)], before)
+        return self._existing([("n.name = ?", [prefix]) if exact else name_range(prefix)], before)
 
     def list_under(self, prefixes: Iterable[bytes], *, before: bytes | None) -> list[NamedRevision]:
         """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`list` for many
         prefixes in a few queries (creating thousands of streams checks each path is free)."""
-        ranges = [_range(p) for p in dict.fromkeys(prefixes)]
+        ranges = [name_range(p) for p in dict.fromkeys(prefixes)]
         if len(ranges) == 1:
             return self._existing(ranges, before)  # sorted, and no name twice
         found: dict[bytes, NamedRevision] = {}
@@ -195,7 +195,7 @@ class NameIndex:
 
     def history(self, prefix: bytes) -> list[TransactionInfo]:
         """Committed transactions that wrote an object named under ``prefix``, oldest first."""
-        where, params = _range(prefix)
+        where, params = name_range(prefix)
         rows = self._read(
             "SELECT t.tid, t.user, t.description, t.ext, t.packed FROM trans t WHERE t.tid IN "
             f"(SELECT o.tid FROM name n JOIN obj o ON o.oid = n.oid WHERE {where}) ORDER BY t.tid",

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: One row a statement returned.
+Row = tuple[Any, ...]
+#: ``query(sql, params) -> rows``: a read-only statement on the store's latest committed state.
+Query = Callable[[str, Iterable[Any]], list[Row]]
 
 
 def placeholders(n: int) -> str:
@@ -12,7 +19,7 @@ def placeholders(n: int) -> str:
     return "(" + ",".join("?" * n) + ")"
 
 
-def chunked(items: list, size: int) -> Iterator[list]:
+def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """``items`` in consecutive slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]

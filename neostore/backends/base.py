@@ -47,6 +47,9 @@ class Backend(ABC):
     in_transaction_after_lock: bool = False
     #: Whether ``INSERT ... RETURNING`` works (SQLite 3.35+, MariaDB 10.5+).
     returning: bool = False
+    #: The exceptions the engine's driver raises (its ``Error`` root): what
+    #: a Store's public methods turn into neostore's DatabaseError.
+    driver_errors: tuple[type[BaseException], ...] = ()
     #: Where the store is, as messages name it: the SQLite file's absolute
     #: path, or the MariaDB database and its server (never a password).
     location: str = ""
@@ -145,6 +148,14 @@ class Backend(ABC):
     def is_connection_lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` means the server went away (so reconnecting may help)."""
         return False
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the database is out of reach (server gone, file or directory missing)."""
+        return self.is_connection_lost(exc)
+
+    def last_insert_id(self, cur: Any) -> int:
+        """The id the row ``cur``'s last single-row INSERT made got from its auto-increment column."""
+        return int(cur.lastrowid)
 
     def is_rolled_back(self, exc: BaseException) -> bool:
         """Whether ``exc`` says the database rolled the whole transaction back (running it again may work)."""

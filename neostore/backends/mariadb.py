@@ -39,6 +39,7 @@ class MariaDBBackend(Backend):
     """
 
     kind = "mariadb"
+    driver_errors = (mariadb.Error,)
     single_writer = False  # InnoDB and MyRocks lock rows: other sessions write beside the commit lock holder
     uint_type = "BIGINT UNSIGNED"
     # The TEMPORARY keyword keeps a DROP from ever reaching a real table of that name.

@@ -35,6 +35,8 @@ class SQLiteBackend(Backend):
     uint_type = "BIGINT"
     drop_temporary_table = "DROP TABLE"  # temporary tables live in the "temp" schema, dropped like any other
     greatest = "MAX"
+    # OSError: the commit lock's file, beside the database's.
+    driver_errors = (sqlite3.Error, OSError)
     insert_ignore = "INSERT OR IGNORE"
     returning = sqlite3.sqlite_version_info >= (3, 35)
     # SQLite 3.32+ allows 32766 host parameters per statement.
@@ -155,6 +157,14 @@ class SQLiteBackend(Backend):
     def release_commit_lock(self, conn: Any) -> None:
         if conn.lock_fd is not None:
             fcntl.flock(conn.lock_fd, fcntl.LOCK_UN)
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        # No server to lose: the file, its directory or its lock file vanished or cannot be opened.
+        if isinstance(exc, OSError):
+            return True
+        return isinstance(exc, sqlite3.OperationalError) and any(
+            text in str(exc) for text in ("unable to open", "disk I/O error", "no such table")
+        )
 
     def close_connection(self, conn: Any) -> None:
         if conn.lock_fd is not None:
