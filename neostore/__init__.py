@@ -12,7 +12,7 @@ readable until packed, identical values are stored once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CommitLockTimeout,
@@ -42,6 +42,9 @@ from .tids import ZERO, p64, tid_at, u64
 from .url import StoreURL, parse_url
 from .values import value_hash
 
+if TYPE_CHECKING:
+    from .zodb import NeoStorage
+
 
 def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
     """Open the store at ``url``; only a writable open with ``create`` (its default) makes one that is missing.
@@ -60,7 +63,7 @@ def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name fo
     return Store(url, **options)
 
 
-def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
+def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # noqa: N802 - it stands for a class
     """A ZODB storage over the store at ``url``: ``ZODB.DB(neostore.ZODBStorage(url))``."""
     from .zodb import NeoStorage
 

@@ -38,7 +38,8 @@ def check_serials(txn: Transaction, cur: Any, resolve: Resolver | None) -> list[
         if resolve is not None and value is not None and committed and write.expected:
             new_value = resolve(boid, bcommitted, bexpected, value)
             txn._writes[oid] = Write(committed)
-            unref(txn, write.hash)
+            if write.hash is not None:
+                unref(txn, write.hash)
             txn.write(boid, bcommitted, new_value)
             resolved.append(boid)
             continue

@@ -157,12 +157,12 @@ class NameIndex:
         )
         cur.close()
 
-    def list(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
+    def named(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
         """Named objects under ``prefix`` (named ``prefix`` if ``exact``) that exist in the snapshot."""
         return self._existing([("n.name = ?", [prefix]) if exact else name_range(prefix)], before)
 
     def list_under(self, prefixes: Iterable[bytes], *, before: bytes | None) -> list[NamedRevision]:
-        """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`list` for many
+        """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`named` for many
         prefixes in a few queries (creating thousands of streams checks each path is free)."""
         ranges = [name_range(p) for p in dict.fromkeys(prefixes)]
         if len(ranges) == 1:
@@ -172,7 +172,7 @@ class NameIndex:
             found.update((r.name, r) for r in self._existing(ranges[start : start + _RANGES_PER_QUERY], before))
         return [found[n] for n in sorted(found)]
 
-    def _existing(self, ranges: list[tuple[str, list]], before: bytes | None) -> list[NamedRevision]:
+    def _existing(self, ranges: list[tuple[str, list[bytes]]], before: bytes | None) -> list[NamedRevision]:
         """Named objects existing in the snapshot whose name matches one of ``ranges`` (WHERE clauses)."""
         bound = "" if before is None else " AND m.tid < ?"
         # One SELECT a range, UNION ALL: each is a seek on the name key (an OR of ranges makes SQLite
@@ -180,7 +180,7 @@ class NameIndex:
         select = ("SELECT n.name, n.oid, o.tid, d.size FROM name n "
                   f"JOIN obj o ON o.oid = n.oid AND o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = n.oid{bound}) "
                   "JOIN data d ON d.id = o.data_id WHERE ")
-        params: list = []
+        params: list[Any] = []
         for _, ps in ranges:
             params += [u64(before), *ps] if before is not None else ps
         rows = self._read(" UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params)

@@ -113,7 +113,8 @@ def pack(
 
 
 class _Pack:
-    def __init__(self, store: Store, conn: Any, pack_tid: int, stats: PackStats, target: float, progress):
+    def __init__(self, store: Store, conn: Any, pack_tid: int, stats: PackStats, target: float,
+                 progress: Callable[[str, int], None] | None):
         self.store, self.conn, self.pack_tid, self.stats = store, conn, pack_tid, stats
         self.backend = store.backend
         self.target = target
@@ -243,7 +244,7 @@ class _Pack:
             (since,),
         )
         self.conn.commit()
-        return cur.rowcount
+        return int(cur.rowcount)
 
     def _mark_reachable(self, cur: Any, references: Callable[[bytes], Iterable[bytes]]) -> None:
         while True:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from . import errors
 from .backends import Backend
 from .records import Revision
-from .sql import Query, placeholders
+from .sql import Query, Row, placeholders
 from .tids import p64, u64
 from .values import RAW, ValueCodec, value_hash
 
@@ -81,7 +81,7 @@ class ValueReader:
         ``skip_missing``.
         """
         pool = self._encoder
-        pending: list[tuple[bytes, Any]] = []
+        pending: list[tuple[bytes | None, Future[bytes] | None]] = []
         bound = "" if before is None else " AND tid < ?"
         extra = [] if before is None else [u64(before)]
         todo, start, step = list(oids), 0, batch
@@ -99,7 +99,7 @@ class ValueReader:
             by_oid = {row[0]: row[1:] for row in rows}
             size = sum(row[5] or 0 for row in rows)  # raw sizes
             step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
-            decoded = []
+            decoded: list[tuple[bytes | None, Future[bytes] | None]] = []
             for oid, key in zip(group, keys):
                 row = by_oid.get(key)
                 if row is None or row[1] is None:
@@ -182,7 +182,7 @@ class ValueReader:
         )
         return [(p64(row[0]), self._value(oid, row)) for row in rows if row[1] is not None]
 
-    def _value(self, oid: bytes, row: tuple) -> bytes:
+    def _value(self, oid: bytes, row: Row) -> bytes:
         tid, data_id, digest, compression, size, chunks, stored = row[:7]
         if digest is None:
             raise errors.CorruptDataError(oid, p64(tid), f"data row {data_id} is missing")

@@ -88,10 +88,8 @@ class Store:
         self.pool = ConnectionPool(self.backend)
         self.oids = OidAllocator(self.pool, self.backend)
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
-        self.reader = ValueReader(self._query, self.backend, self.codec, self._encoder)
-        # Names read through _query, looked up at each call: the one read path of a store.
-        self._names = NameIndex(self.pool, read=lambda sql, params=(): self._query(sql, params),
-                                new_oids=self.new_oids)
+        self.reader = ValueReader(self._read, self.backend, self.codec, self._encoder)
+        self._names = NameIndex(self.pool, read=self._read, new_oids=self.new_oids)
         prepare_database(self)
 
     @property
@@ -102,6 +100,10 @@ class Store:
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         """Rows of a read-only statement, on this thread's reader: :meth:`ConnectionPool.query`."""
         return self.pool.query(sql, params)
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+        """:meth:`_query`, looked up at each call: the one read path of a store, which tools may wrap."""
+        return self._query(sql, params)
 
     @guarded
     def transaction_committed(self, tid: bytes, *, timeout: float | None = None) -> bool:
@@ -221,7 +223,7 @@ class Store:
         self, prefix: bytes = b"", *, before: bytes | None = None, exact: bool = False
     ) -> list[NamedRevision]:
         """Named objects under ``prefix`` (or named exactly that) that exist before ``before``, by name."""
-        return self._names.list(prefix, before=before, exact=exact)
+        return self._names.named(prefix, before=before, exact=exact)
 
     @guarded
     def list_names_under(self, prefixes: Iterable[bytes], *, before: bytes | None = None) -> list[NamedRevision]:

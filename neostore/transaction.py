@@ -154,7 +154,7 @@ class Transaction:
         if write is None:
             return False, None
         if write.hash is None:
-            if write.data_id is None:
+            if write.data_id is None or write.value_tid is None:
                 return True, None
             return True, self.store_.load_serial(oid, p64(write.value_tid))
         if write.hash in self._pending:

@@ -67,7 +67,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
         if same:
             # Dedup makes "undo-identical" a comparison of data ids.
             txn._writes[ioid] = Write(current_tid, data_id=before_data, value_tid=before_tid)
-        elif resolve is not None and before_data is not None:
+        elif resolve is not None and before_data is not None and before_tid is not None:
             value_before = txn.store_.load_serial(p64(ioid), p64(before_tid))
             if pending is None:
                 resolved = resolve(p64(ioid), p64(current_tid), tid, value_before)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .session import writer
-from .sql import chunked, placeholders
+from .sql import Row, chunked, placeholders
 from .values import EncodedValue
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def flush(txn: Transaction) -> None:
 
 def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) -> None:
     split_size = txn.store_.backend.split_size
-    batch: list[tuple] = []
+    batch: list[Row] = []
     batch_bytes = 0
     for v in values:
         if len(v.stored) > split_size:
@@ -103,7 +103,7 @@ def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) ->
         _insert_small(txn, cur, batch)
 
 
-def _insert_small(txn: Transaction, cur: Any, rows: list[tuple]) -> None:
+def _insert_small(txn: Transaction, cur: Any, rows: list[Row]) -> None:
     insert, row_values = "INSERT INTO data (hash, compression, size, chunks, value) VALUES ", "(?, ?, ?, 0, ?)"
     big = [row for row in rows if len(row[3]) >= PER_ROW_BYTES]
     if big:

@@ -11,7 +11,7 @@ from typing import Any
 from ZODB.config import BaseConfig
 
 
-class NeoStorageFactory(BaseConfig):
+class NeoStorageFactory(BaseConfig):  # type: ignore[misc]  # ZODB is untyped
     """The ``<neostore>`` section: ``open()`` returns a :class:`neostore.zodb.NeoStorage`."""
 
     # Optional keys passed on to NeoStorage only when the section sets them,

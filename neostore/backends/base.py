@@ -167,6 +167,7 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what the backend itself holds (not the connections)."""
+        return None  # most engines hold nothing but their connections
 
 
 def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, autoinc: str,

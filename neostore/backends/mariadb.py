@@ -270,7 +270,7 @@ class MariaDBBackend(Backend):
                 except mariadb.Error as exc:
                     if self.is_connection_lost(exc):
                         raise
-                    advice = _REBUILD_ADVICE.get(getattr(exc, "errno", None))
+                    advice = _REBUILD_ADVICE.get(getattr(exc, "errno", 0))
                     notes.append(f"table {table} was not rebuilt: {exc}" + (f" ({advice})" if advice else ""))
         return notes
 

@@ -231,7 +231,7 @@ class SQLiteBackend(Backend):
         live = (_pragma(conn, "page_count") - _pragma(conn, "freelist_count")) * _pragma(conn, "page_size")
         # A copy goes to SQLite's temporary directory, then through the
         # write-ahead log back into the file: the live pages twice.
-        needed: dict[int, list] = {}  # device -> [a directory on it, bytes needed there]
+        needed: dict[int, list[Any]] = {}  # device -> [a directory on it, bytes needed there]
         for directory in (os.path.dirname(self.path), _temp_directory()):
             needed.setdefault(os.stat(directory).st_dev, [directory, 0])[1] += live + live // 10
         for directory, size in needed.values():
