@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
+from ..errors import CommitLockTimeout, DatabaseError, StorageUnavailableError, StoreNotFoundError
 from ..url import StoreURL
 from .base import Backend, schema_statements
 
@@ -108,7 +108,9 @@ class SQLiteBackend(Backend):
                 # here. SQLite clamps this to its compile-time maximum.
                 conn.execute(f"PRAGMA mmap_size={1 << 36}")
         except sqlite3.DatabaseError as exc:
-            raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from None
+            unavailable = self.is_unavailable(exc)
+            cls = StorageUnavailableError if unavailable else DatabaseError
+            raise cls(f"cannot open SQLite database {self.path}: {exc}") from None
         return conn
 
     def has_table(self, cur: Any, table: str) -> bool:
