@@ -42,7 +42,7 @@ def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> t
             for batch in chunked(rows, 5000):
                 cur.executemany(sql, batch)
             if txn._orphans:
-                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend.max_params)
+                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
             if voted:
                 conn.commit()
                 txn.store_._names.settled(conn, committed=True)
@@ -171,7 +171,7 @@ def abort(txn: Transaction) -> None:
                 tid = u64(voted_tid(txn))
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend.max_params)
+                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
     except Exception:
         # The connection is gone (the server died): the next lock holder
         # discards what was voted.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .sql import chunked, placeholders
+from .sql import chunked
 from .tids import p64
 from .upload import unref
 from .writes import Write
@@ -15,12 +15,17 @@ if TYPE_CHECKING:
 
 
 def check_serials(txn: Transaction, cur: Any, resolve: Resolver | None) -> list[bytes]:
+    """Check every expected and required serial against ``obj``; the oids ``resolve`` gave new values.
+
+    Raises ReadConflictError for a required read that changed, ConflictError
+    for a write whose serial is stale and that ``resolve`` (if any) gave up on.
+    """
     checked = [oid for oid, w in txn._writes.items() if w.check]
     reads = [oid for oid in txn._checks if oid not in txn._writes]
     current: dict[int, int] = {}
     for batch in chunked(checked + reads, txn.store_.backend.max_params):
         cur.execute(
-            f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {placeholders(len(batch))} GROUP BY oid", batch
+            f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {txn.store_.backend.in_list(len(batch))} GROUP BY oid", batch
         )
         current.update(cur.fetchall())
     for oid in reads:

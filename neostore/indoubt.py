@@ -77,7 +77,7 @@ def discard_unfinished(backend: Backend, conn: Any, timeout: float | None) -> No
                 data_ids = [row[0] for row in cur.fetchall()]
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-                delete_unreferenced_data(cur, data_ids, backend.max_params)
+                delete_unreferenced_data(cur, data_ids, backend)
     finally:
         if owns_lock:
             backend.release_commit_lock(conn)

@@ -21,7 +21,7 @@ from typing import Any
 from .errors import InvalidNameError
 from .pool import ConnectionPool
 from .records import TransactionInfo
-from .sql import Query, chunked, placeholders
+from .sql import Query, chunked
 from .tids import p64, u64
 
 #: ``read(sql, params) -> rows``: a read-only statement on the store's latest committed state.
@@ -52,6 +52,7 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 
 def name_range(prefix: bytes) -> tuple[str, list[bytes]]:
+    """The WHERE clause on ``name n`` matching every name under ``prefix``, and its parameters."""
     end = prefix_end(prefix)
     if end is None:
         return "n.name >= ?", [prefix]
@@ -138,7 +139,7 @@ class NameIndex:
         """Bindings of ``names``, read on ``conn`` (None: the store's reader)."""
         out: dict[bytes, bytes] = {}
         for batch in chunked(names, self._backend.max_params):
-            sql = f"SELECT name, oid FROM name WHERE name IN {placeholders(len(batch))}"
+            sql = f"SELECT name, oid FROM name WHERE name IN {self._backend.in_list(len(batch))}"
             if conn is None:
                 rows = self._read(sql, batch)
             else:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .errors import ReadOnlyError
 from .pool import rollback_quietly, write_transaction
-from .sql import delete_unreferenced_data, placeholders
+from .sql import delete_unreferenced_data
 from .store import Store
 from .tids import p64, u64
 
@@ -155,7 +155,7 @@ class _Pack:
                 deleted = max(cur.rowcount, 0)
                 oids = [oid for oid, _ in newest]
                 cur.execute(
-                    f"SELECT oid, tid FROM obj WHERE oid IN {placeholders(len(oids))} "
+                    f"SELECT oid, tid FROM obj WHERE oid IN {self.backend.in_list(len(oids))} "
                     "AND tid <= ? AND data_id IS NULL",
                     (*oids, self.pack_tid),
                 )
@@ -197,7 +197,7 @@ class _Pack:
                     return
                 position = ids[-1]
                 self.stats.data_deleted += delete_unreferenced_data(
-                    cur, ids, self.backend.max_params, self.removed
+                    cur, ids, self.backend, self.removed
                 )
             batcher.record(time.monotonic() - began, len(ids))
             self.progress("data", len(ids))
@@ -294,7 +294,7 @@ class _Pack:
                 if not dead:
                     return
                 position = dead[-1]
-                bcur.execute(f"DELETE FROM obj WHERE oid IN {placeholders(len(dead))}", dead)
+                bcur.execute(f"DELETE FROM obj WHERE oid IN {self.backend.in_list(len(dead))}", dead)
                 self.stats.revisions_deleted += max(bcur.rowcount, 0)
                 self.stats.objects_collected += len(dead)
             batcher.record(time.monotonic() - began, len(dead))

@@ -9,7 +9,7 @@ from typing import Any
 from . import errors
 from .backends import Backend
 from .records import Revision
-from .sql import Query, Row, placeholders
+from .sql import Query, Row
 from .tids import p64, u64
 from .values import RAW, ValueCodec, value_hash
 
@@ -92,7 +92,7 @@ class ValueReader:
             rows = self._query(
                 f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
                 "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
-                f"WHERE oid IN {placeholders(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
+                f"WHERE oid IN {self.backend.in_list(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
                 "LEFT JOIN data d ON d.id = o.data_id",
                 keys + extra,
             )

@@ -50,6 +50,7 @@ class Transaction:
     """
 
     def __init__(self, store: Store, user: bytes, description: bytes, extension: bytes, tid: bytes | None):
+        """An open transaction of ``store`` with this metadata; made by :meth:`Store.begin`."""
         self.store_ = store
         self.user = bytes(user)
         self.description = bytes(description)
@@ -89,6 +90,9 @@ class Transaction:
         at vote; ``check=False`` skips it (the last writer wins). ``digest``:
         :func:`value_hash` of ``value`` if the caller has it (computed where
         it overlaps other work); it must be exactly that, as it names the value.
+        Raises TransactionError unless open, InvalidOidError for an oid past
+        63 bits; an early upload the database rolled back aborts the
+        transaction and raises TransientDatabaseError.
         """
         self._require("open")
         ioid = u64(oid)
@@ -240,6 +244,7 @@ class Transaction:
             raise errors.TransactionError(f"the transaction is {self.state}, not {state}")
 
     @property
+    @guarded
     def head(self) -> bytes:
         """The newest committed transaction when this one took the commit lock (taking it now if not yet)."""
         self._require("open")
@@ -247,7 +252,7 @@ class Transaction:
         return p64(self._head)
 
     def _cursor(self) -> Any:
-        """A cursor on the write connection; ``_release`` closes it.
+        """A cursor on the write connection; ``session.release`` closes it.
 
         A cursor left to the garbage collector may be finalised after its
         connection went back to the pool (an exception's traceback keeps it

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def backpointer(txn: Transaction, ioid: int, data_tid: int) -> Write:
+    """A write reusing revision ``data_tid``'s value of ``ioid`` (restore); UndoError if there is none."""
     rows = txn.store_._query("SELECT data_id FROM obj WHERE oid = ? AND tid = ?", (ioid, data_tid))
     if not rows:
         raise errors.UndoError(f"no revision 0x{data_tid:016x} of oid 0x{ioid:016x} to point back to")

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .session import writer
-from .sql import Row, chunked, placeholders
+from .sql import Row, chunked
 from .values import EncodedValue
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def flush(txn: Transaction) -> None:
     txn._pending, txn._pending_bytes, txn._pending_raw = {}, 0, set()
     hashes = list(pending)
     for batch in chunked(hashes, backend.max_params):
-        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {placeholders(len(batch))}", batch)
+        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {txn.store_.backend.in_list(len(batch))}", batch)
         for digest, data_id in cur.fetchall():
             txn._ids[bytes(digest)] = data_id
     missing = [h for h in hashes if h not in txn._ids]
@@ -87,6 +87,7 @@ def flush(txn: Transaction) -> None:
 
 
 def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) -> None:
+    """Insert encoded values: big ones split into chunks, small ones in bulk batches."""
     split_size = txn.store_.backend.split_size
     batch: list[Row] = []
     batch_bytes = 0
@@ -122,7 +123,7 @@ def _insert_small(txn: Transaction, cur: Any, rows: list[Row]) -> None:
     elif small:
         cur.executemany(insert + row_values, small)
         for hashes in chunked([row[0] for row in small], txn.store_.backend.max_params):
-            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {placeholders(len(hashes))}", hashes)
+            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {txn.store_.backend.in_list(len(hashes))}", hashes)
             _took(txn, cur.fetchall())
 
 

@@ -50,6 +50,7 @@ class Rewind:
 
     @classmethod
     def taken(cls, txn: Transaction) -> Rewind | None:
+        """A rewind point of ``txn`` if nothing of it is in the database yet, else None."""
         # An orphan is an uploaded value no write sets any more: something was uploaded early.
         return cls(txn) if not txn._inserted and not txn._orphans else None
 

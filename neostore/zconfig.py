@@ -19,6 +19,7 @@ class NeoStorageFactory(BaseConfig):  # type: ignore[misc]  # ZODB is untyped
     _OPTIONAL = ("name", "compression_level", "commit_lock_timeout")
 
     def open(self) -> Any:
+        """A new NeoStorage for the section's URL and options."""
         from .zodb import NeoStorage
 
         config = self.config

@@ -204,6 +204,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         return self._store.object_count()
 
     def supportsUndo(self) -> bool:
+        """True: transactions can be undone until packed away."""
         return True
 
     def lastTransaction(self) -> bytes:
@@ -246,11 +247,13 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         return self.load(oid)[1]
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+        """``(data, serial, next_serial)`` current before ``tid``; None if created later, POSKeyError if none."""
         self._wait_finish()
         before = min(u64(tid), _MAX_TID)
         return self._store.load_before(oid, p64(before))
 
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
+        """The data transaction ``serial`` gave ``oid``; POSKeyError if it gave none."""
         self._wait_finish()
         return self._store.load_serial(oid, serial)
 
@@ -286,6 +289,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
     # -- two-phase commit --------------------------------------------------------
 
     def new_oid(self) -> bytes:
+        """A fresh oid, unique across processes."""
         return self._store.new_oid()
 
     def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:

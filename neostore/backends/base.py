@@ -47,6 +47,10 @@ class Backend(ABC):
     in_transaction_after_lock: bool = False
     #: Whether ``INSERT ... RETURNING`` works (SQLite 3.35+, MariaDB 10.5+).
     returning: bool = False
+    #: The marker of one statement parameter. neostore writes its statements
+    #: with it (qmark style, which both drivers take natively): a backend
+    #: whose driver wants another style translates them in its cursors.
+    param: str = "?"
     #: The exceptions the engine's driver raises (its ``Error`` root): what
     #: a Store's public methods turn into neostore's DatabaseError.
     driver_errors: tuple[type[BaseException], ...] = ()
@@ -113,6 +117,10 @@ class Backend(ABC):
     @abstractmethod
     def has_table(self, cur: Any, table: str) -> bool:
         """Whether the database has ``table`` (asked without a failing statement)."""
+
+    def in_list(self, count: int) -> str:
+        """``(?,?,...)``: ``count`` parameter markers, for an ``IN`` list."""
+        return "(" + ",".join([self.param] * count) + ")"
 
     def ping(self, conn: Any) -> None:
         """One round trip on ``conn``: raises if the connection is dead."""
