@@ -71,7 +71,6 @@ class Transaction:
         self._conn: Any = None
         self._cursors: list[Any] = []  # opened on _conn, closed before it goes back to the pool
 
-
     @property
     def guarded_backend(self) -> Backend:
         """The backend whose driver errors the public methods translate."""

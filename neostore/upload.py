@@ -64,7 +64,7 @@ def flush(txn: Transaction) -> None:
     txn._pending, txn._pending_bytes, txn._pending_raw = {}, 0, set()
     hashes = list(pending)
     for batch in chunked(hashes, backend.max_params):
-        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {txn.store_.backend.in_list(len(batch))}", batch)
+        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(batch))}", batch)
         for digest, data_id in cur.fetchall():
             txn._ids[bytes(digest)] = data_id
     missing = [h for h in hashes if h not in txn._ids]
@@ -105,25 +105,27 @@ def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) ->
 
 
 def _insert_small(txn: Transaction, cur: Any, rows: list[Row]) -> None:
+    """Insert rows that fit in one ``data`` row each, noting the id each got."""
+    backend = txn.store_.backend
     insert, row_values = "INSERT INTO data (hash, compression, size, chunks, value) VALUES ", "(?, ?, ?, 0, ?)"
     big = [row for row in rows if len(row[3]) >= PER_ROW_BYTES]
     if big:
-        blob_cur = txn.store_.backend.blob_cursor(cur.connection)
+        blob_cur = backend.blob_cursor(cur.connection)
         for row in big:
             blob_cur.execute(insert + row_values, row)
             # One row per statement: its id comes back with it, no query needed.
-            _took(txn, [(row[0], txn.store_.backend.last_insert_id(blob_cur))])
+            _took(txn, [(row[0], backend.last_insert_id(blob_cur))])
         blob_cur.close()
     small = [row for row in rows if len(row[3]) < PER_ROW_BYTES]
-    if 0 < len(small) <= RETURNING_ROWS and txn.store_.backend.returning:
+    if 0 < len(small) <= RETURNING_ROWS and backend.returning:
         # One statement that returns their ids: on MariaDB each statement is a round trip.
         cur.execute(insert + ", ".join([row_values] * len(small)) + " RETURNING hash, id",
                     [field for row in small for field in row])
         _took(txn, cur.fetchall())
     elif small:
         cur.executemany(insert + row_values, small)
-        for hashes in chunked([row[0] for row in small], txn.store_.backend.max_params):
-            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {txn.store_.backend.in_list(len(hashes))}", hashes)
+        for hashes in chunked([row[0] for row in small], backend.max_params):
+            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(hashes))}", hashes)
             _took(txn, cur.fetchall())
 
 
@@ -135,6 +137,7 @@ def _took(txn: Transaction, inserted: Iterable[tuple[bytes, int]]) -> None:
 
 
 def _insert_big(txn: Transaction, cur: Any, value: EncodedValue) -> None:
+    """Insert a value larger than a row holds: a ``data`` row without value, its chunks in ``bigdata``."""
     size = txn.store_.backend.split_size
     stored = memoryview(value.stored)
     starts = range(0, len(stored), size)

@@ -35,6 +35,14 @@ class StoreURL:
     def __str__(self) -> str:
         return self.text
 
+    @property
+    def display_name(self) -> str:
+        """The store's name without its password: ``sqlite:<path>`` or ``mariadb:<server>/<database>``."""
+        if self.scheme == "sqlite":
+            return f"sqlite:{self.path}"
+        where = self.unix_socket or f"{self.host}:{self.port or 3306}"
+        return f"mariadb:{where}/{self.database}"
+
 
 def parse_url(url: str) -> StoreURL:
     """Parse ``url``; raise :class:`InvalidURLError` saying what is wrong."""

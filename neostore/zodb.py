@@ -50,14 +50,6 @@ _MAX_TID = (1 << 63) - 1
 _POLL_PAGE = 10000
 
 
-def _name_of(url: StoreURL) -> str:
-    """A display name for ``url`` without its password (getName, sortKey)."""
-    if url.scheme == "sqlite":
-        return f"sqlite:{url.path}"
-    where = url.unix_socket or f"{url.host}:{url.port or 3306}"
-    return f"mariadb:{where}/{url.database}"
-
-
 def _as_bytes(text: bytes | str) -> bytes:
     """Transaction metadata as bytes (callers may set ``description`` to a str)."""
     return text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -159,7 +151,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
     def __init__(self, url: str | StoreURL, *, read_only: bool = False, pack_gc: bool = True,
                  name: str | None = None, **options: Any):
         self._store = Store(url, read_only=read_only, **options)
-        BaseStorage.__init__(self, name or _name_of(self._store.url))
+        BaseStorage.__init__(self, name or self._store.url.display_name)
         self._is_read_only = read_only
         self._pack_gc = pack_gc
         self._db: Any = None
