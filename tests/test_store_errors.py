@@ -14,9 +14,9 @@ from ZODB import POSException
 from ZODB.Connection import TransactionMetaData
 from ZODB.tests.MinPO import MinPO
 
-from windvane import neostore
 import windvane.neostore.errors
 import windvane.ops.mariadb_server
+from windvane import neostore
 from windvane.neostore import p64
 
 #: neostore's exceptions that ZODB (or ``transaction``) catches by its own class, and that class.

@@ -2,8 +2,9 @@
 
 A backend owns connections, the schema, the cross-process commit lock and
 the few SQL spellings that differ between engines. Everything else (the
-commit protocol, reads, names, pack) is plain SQL in :mod:`neostore.store`,
-:mod:`neostore.names` and :mod:`neostore.pack` that every engine accepts,
+commit protocol, reads, names, pack) is plain SQL in the Store's modules
+(:mod:`neostore.transaction` and its helpers, :mod:`neostore.reads`,
+:mod:`neostore.names`, :mod:`neostore.pack` ...) that every engine accepts,
 written with the spellings and capabilities a :class:`Backend` names.
 
 The commit lock serialises writers across processes: a transaction takes it
