@@ -306,6 +306,7 @@ class Store:
 
     # -- maintenance -------------------------------------------------------------
 
+    @guarded
     def pack(self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None,
              **options: Any) -> PackStats:
         """Remove what is invisible at ``tid`` and give the disk back; see :func:`neostore.pack.pack`."""
