@@ -12,7 +12,7 @@ readable until packed, identical values are stored once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CommitLockTimeout,
@@ -29,6 +29,7 @@ from .errors import (
     ReadConflictError,
     ReadOnlyError,
     SchemaVersionError,
+    StorageUnavailableError,
     StoreNotFoundError,
     TransactionError,
     TransientDatabaseError,
@@ -40,6 +41,9 @@ from .store import Record, Revision, Store, Transaction, TransactionInfo
 from .tids import ZERO, p64, tid_at, u64
 from .url import StoreURL, parse_url
 from .values import value_hash
+
+if TYPE_CHECKING:
+    from .zodb import NeoStorage
 
 
 def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
@@ -59,7 +63,7 @@ def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name fo
     return Store(url, **options)
 
 
-def ZODBStorage(url: str, **options: Any):  # noqa: N802 - it stands for a class
+def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # noqa: N802 - it stands for a class
     """A ZODB storage over the store at ``url``: ``ZODB.DB(neostore.ZODBStorage(url))``."""
     from .zodb import NeoStorage
 
@@ -84,6 +88,7 @@ __all__ = [
     "Record",
     "Revision",
     "SchemaVersionError",
+    "StorageUnavailableError",
     "Store",
     "StoreNotFoundError",
     "StoreURL",

@@ -50,7 +50,16 @@ class DatabaseError(NeoStoreError):
     """The backend database failed in a way neostore cannot recover from."""
 
 
-class TransientDatabaseError(DatabaseError, TransientError):
+class StorageUnavailableError(DatabaseError):
+    """The database could not be reached or opened: its server went away, its file or directory vanished.
+
+    Raised from a Store's or a Transaction's method in place of the
+    driver's error (which is its ``__cause__``); the message names the
+    operation and where the store is (never a password).
+    """
+
+
+class TransientDatabaseError(DatabaseError, TransientError):  # type: ignore[misc]  # ZODB is untyped
     """The database rolled the transaction back on its own (InnoDB chose it as a deadlock's victim,
     as it may while pack rebuilds a table online); nothing of it was written. Running the same
     transaction again works: ZODB's and ``transaction``'s retry loops do so."""
@@ -70,7 +79,7 @@ class CommitOutcomeUnknown(DatabaseError):
         )
 
 
-class CorruptDataError(NeoStoreError, POSException.StorageError):
+class CorruptDataError(NeoStoreError, POSException.StorageError):  # type: ignore[misc]  # ZODB is untyped
     """A stored value does not match its hash (or cannot be decompressed)."""
 
     def __init__(self, oid: bytes, tid: bytes | None, detail: str):
@@ -83,19 +92,20 @@ class CorruptDataError(NeoStoreError, POSException.StorageError):
         )
 
 
-class ConflictError(NeoStoreError, POSException.ConflictError):
+class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[misc]  # ZODB is untyped
     """The serial a store was based on is no longer the current one.
 
     Carries ``oid``, ``serials`` = (committed serial, expected serial) and
     ``data`` (the new value), which is what ZODB conflict resolution needs.
     """
 
-    def __init__(self, message=None, object=None, oid=None, serials=None, data=None):  # noqa: A002
+    def __init__(self, message: str | None = None, object: object = None,  # noqa: A002 - ZODB's keyword
+                 oid: bytes | None = None, serials: tuple[bytes, bytes] | None = None, data: bytes | None = None):
         # ZODB reads a class name out of ``data`` as if it were a pickle; a
         # Store holds any bytes, so a value that is not one must not make
         # the error itself fail.
         # Keywords: ReadConflictError's ZODB base takes ``serials`` third.
-        super().__init__(message=message, object=object, oid=oid, serials=serials)
+        super().__init__(message=message, object=object, oid=oid, serials=serials)  # type: ignore[call-arg]
         self.data = data
         if data is not None:
             from ZODB.utils import get_pickle_metadata
@@ -106,29 +116,29 @@ class ConflictError(NeoStoreError, POSException.ConflictError):
                 self.class_name = "bytes"
 
 
-class ReadConflictError(ConflictError, POSException.ReadConflictError):
+class ReadConflictError(ConflictError, POSException.ReadConflictError):  # type: ignore[misc]  # ZODB is untyped
     """An object the transaction required to stay current (``check_current``) changed before vote."""
 
 
-class ReadOnlyError(NeoStoreError, POSException.ReadOnlyError):
+class ReadOnlyError(NeoStoreError, POSException.ReadOnlyError):  # type: ignore[misc]  # ZODB is untyped
     """A write was attempted on a store opened read-only."""
 
 
-class POSKeyError(NeoStoreError, POSException.POSKeyError):
+class POSKeyError(NeoStoreError, POSException.POSKeyError):  # type: ignore[misc]  # ZODB is untyped
     """The object does not exist (at the requested point in time)."""
 
 
-class UndoError(NeoStoreError, POSException.UndoError):
+class UndoError(NeoStoreError, POSException.UndoError):  # type: ignore[misc]  # ZODB is untyped
     """A transaction cannot be undone."""
 
 
-class Unsupported(NeoStoreError, POSException.Unsupported):
+class Unsupported(NeoStoreError, POSException.Unsupported):  # type: ignore[misc]  # ZODB is untyped
     """A ZODB feature neostore does not have (versions)."""
 
 
-class TransactionError(NeoStoreError, POSException.StorageTransactionError):
+class TransactionError(NeoStoreError, POSException.StorageTransactionError):  # type: ignore[misc]  # ZODB is untyped
     """The two-phase commit calls were made out of order."""
 
 
-class CommitLockTimeout(NeoStoreError, POSException.StorageError):
+class CommitLockTimeout(NeoStoreError, POSException.StorageError):  # type: ignore[misc]  # ZODB is untyped
     """Another writer held the commit lock for longer than the timeout."""

@@ -21,11 +21,11 @@ from typing import Any
 from .errors import InvalidNameError
 from .pool import ConnectionPool
 from .records import TransactionInfo
-from .sql import chunked, placeholders
+from .sql import Query, chunked
 from .tids import p64, u64
 
 #: ``read(sql, params) -> rows``: a read-only statement on the store's latest committed state.
-Read = Callable[[str, Iterable], list[tuple]]
+Read = Query
 
 # MyRocks keys are limited to 767 bytes; one limit for every backend.
 MAX_NAME = 767
@@ -51,7 +51,8 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-def _range(prefix: bytes) -> tuple[str, list[bytes]]:
+def name_range(prefix: bytes) -> tuple[str, list[bytes]]:
+    """The WHERE clause on ``name n`` matching every name under ``prefix``, and its parameters."""
     end = prefix_end(prefix)
     if end is None:
         return "n.name >= ?", [prefix]
@@ -138,7 +139,7 @@ class NameIndex:
         """Bindings of ``names``, read on ``conn`` (None: the store's reader)."""
         out: dict[bytes, bytes] = {}
         for batch in chunked(names, self._backend.max_params):
-            sql = f"SELECT name, oid FROM name WHERE name IN {placeholders(len(batch))}"
+            sql = f"SELECT name, oid FROM name WHERE name IN {self._backend.in_list(len(batch))}"
             if conn is None:
                 rows = self._read(sql, batch)
             else:
@@ -157,14 +158,14 @@ class NameIndex:
         )
         cur.close()
 
-    def list(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
+    def named(self, prefix: bytes, *, before: bytes | None, exact: bool = False) -> list[NamedRevision]:
         """Named objects under ``prefix`` (named ``prefix`` if ``exact``) that exist in the snapshot."""
-        return self._existing([("n.name = ?", [prefix]) if exact else _range(prefix)], before)
+        return self._existing([("n.name = ?", [prefix]) if exact else name_range(prefix)], before)
 
     def list_under(self, prefixes: Iterable[bytes], *, before: bytes | None) -> list[NamedRevision]:
-        """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`list` for many
+        """Named objects under any of ``prefixes`` that exist in the snapshot, by name: :meth:`named` for many
         prefixes in a few queries (creating thousands of streams checks each path is free)."""
-        ranges = [_range(p) for p in dict.fromkeys(prefixes)]
+        ranges = [name_range(p) for p in dict.fromkeys(prefixes)]
         if len(ranges) == 1:
             return self._existing(ranges, before)  # sorted, and no name twice
         found: dict[bytes, NamedRevision] = {}
@@ -172,7 +173,7 @@ class NameIndex:
             found.update((r.name, r) for r in self._existing(ranges[start : start + _RANGES_PER_QUERY], before))
         return [found[n] for n in sorted(found)]
 
-    def _existing(self, ranges: list[tuple[str, list]], before: bytes | None) -> list[NamedRevision]:
+    def _existing(self, ranges: list[tuple[str, list[bytes]]], before: bytes | None) -> list[NamedRevision]:
         """Named objects existing in the snapshot whose name matches one of ``ranges`` (WHERE clauses)."""
         bound = "" if before is None else " AND m.tid < ?"
         # One SELECT a range, UNION ALL: each is a seek on the name key (an OR of ranges makes SQLite
@@ -180,7 +181,7 @@ class NameIndex:
         select = ("SELECT n.name, n.oid, o.tid, d.size FROM name n "
                   f"JOIN obj o ON o.oid = n.oid AND o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = n.oid{bound}) "
                   "JOIN data d ON d.id = o.data_id WHERE ")
-        params: list = []
+        params: list[Any] = []
         for _, ps in ranges:
             params += [u64(before), *ps] if before is not None else ps
         rows = self._read(" UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params)
@@ -195,7 +196,7 @@ class NameIndex:
 
     def history(self, prefix: bytes) -> list[TransactionInfo]:
         """Committed transactions that wrote an object named under ``prefix``, oldest first."""
-        where, params = _range(prefix)
+        where, params = name_range(prefix)
         rows = self._read(
             "SELECT t.tid, t.user, t.description, t.ext, t.packed FROM trans t WHERE t.tid IN "
             f"(SELECT o.tid FROM name n JOIN obj o ON o.oid = n.oid WHERE {where}) ORDER BY t.tid",

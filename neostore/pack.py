@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import ReadOnlyError
 from .pool import rollback_quietly, write_transaction
-from .sql import delete_unreferenced_data, placeholders
+from .sql import delete_unreferenced_data
 from .store import Store
 from .tids import p64, u64
 
@@ -113,7 +113,8 @@ def pack(
 
 
 class _Pack:
-    def __init__(self, store: Store, conn: Any, pack_tid: int, stats: PackStats, target: float, progress):
+    def __init__(self, store: Store, conn: Any, pack_tid: int, stats: PackStats, target: float,
+                 progress: Callable[[str, int], None] | None):
         self.store, self.conn, self.pack_tid, self.stats = store, conn, pack_tid, stats
         self.backend = store.backend
         self.target = target
@@ -154,7 +155,7 @@ class _Pack:
                 deleted = max(cur.rowcount, 0)
                 oids = [oid for oid, _ in newest]
                 cur.execute(
-                    f"SELECT oid, tid FROM obj WHERE oid IN {placeholders(len(oids))} "
+                    f"SELECT oid, tid FROM obj WHERE oid IN {self.backend.in_list(len(oids))} "
                     "AND tid <= ? AND data_id IS NULL",
                     (*oids, self.pack_tid),
                 )
@@ -196,7 +197,7 @@ class _Pack:
                     return
                 position = ids[-1]
                 self.stats.data_deleted += delete_unreferenced_data(
-                    cur, ids, self.backend.max_params, self.removed
+                    cur, ids, self.backend, self.removed
                 )
             batcher.record(time.monotonic() - began, len(ids))
             self.progress("data", len(ids))
@@ -243,7 +244,7 @@ class _Pack:
             (since,),
         )
         self.conn.commit()
-        return cur.rowcount
+        return int(cur.rowcount)
 
     def _mark_reachable(self, cur: Any, references: Callable[[bytes], Iterable[bytes]]) -> None:
         while True:
@@ -293,7 +294,7 @@ class _Pack:
                 if not dead:
                     return
                 position = dead[-1]
-                bcur.execute(f"DELETE FROM obj WHERE oid IN {placeholders(len(dead))}", dead)
+                bcur.execute(f"DELETE FROM obj WHERE oid IN {self.backend.in_list(len(dead))}", dead)
                 self.stats.revisions_deleted += max(bcur.rowcount, 0)
                 self.stats.objects_collected += len(dead)
             batcher.record(time.monotonic() - began, len(dead))

@@ -70,7 +70,7 @@ class ConnectionPool:
                 self._readers.append(conn)
         return conn
 
-    def query(self, sql: str, params: Iterable = ()) -> list[tuple]:
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read-only statement on this thread's reader connection; its rows.
 
         A connection the server dropped (it restarted) is replaced and the
@@ -84,7 +84,8 @@ class ConnectionPool:
             cur = conn.cursor()
             try:
                 cur.execute(sql, params)
-                return cur.fetchall()
+                rows: list[tuple[Any, ...]] = cur.fetchall()
+                return rows
             except Exception as exc:
                 if not self.backend.is_connection_lost(exc):
                     raise

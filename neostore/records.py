@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .tids import p64, tid_time, u64
 
@@ -29,7 +30,7 @@ class TransactionInfo(_Stamped):
     packed: bool
 
     @classmethod
-    def from_row(cls, row: tuple) -> TransactionInfo:
+    def from_row(cls, row: tuple[Any, ...]) -> TransactionInfo:
         """From a ``trans`` row read as ``tid, user, description, ext, packed``."""
         return cls(p64(row[0]), bytes(row[1]), bytes(row[2]), bytes(row[3]), bool(row[4]))
 

@@ -3,30 +3,35 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .backends import Backend
+
+T = TypeVar("T")
+
+#: One row a statement returned.
+Row = tuple[Any, ...]
+#: ``query(sql, params) -> rows``: a read-only statement on the store's latest committed state.
+Query = Callable[[str, Iterable[Any]], list[Row]]
 
 
-def placeholders(n: int) -> str:
-    """``(?,?,...)`` with ``n`` placeholders, for ``IN`` lists."""
-    return "(" + ",".join("?" * n) + ")"
-
-
-def chunked(items: list, size: int) -> Iterator[list]:
+def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """``items`` in consecutive slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
 
-def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int,
+def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], backend: Backend,
                              removed: Counter[str] | None = None) -> int:
     """Delete the given data rows that no revision (finished or voted) references; return how many.
 
     ``removed``, if given, counts the rows deleted per table (split values' chunks too).
     """
     deleted = 0
-    for batch in chunked(sorted(set(data_ids)), max_params // 2):
-        marks = placeholders(len(batch))
+    for batch in chunked(sorted(set(data_ids)), backend.max_params // 2):
+        marks = backend.in_list(len(batch))
         cur.execute(
             f"SELECT id FROM data WHERE id IN {marks} "
             "AND NOT EXISTS (SELECT 1 FROM obj WHERE obj.data_id = data.id) "
@@ -35,7 +40,7 @@ def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], max_params: int,
         )
         dead = [row[0] for row in cur.fetchall()]
         if dead:
-            marks = placeholders(len(dead))
+            marks = backend.in_list(len(dead))
             cur.execute(f"DELETE FROM bigdata WHERE data_id IN {marks}", dead)
             if removed is not None:
                 removed["bigdata"] += max(cur.rowcount, 0)

@@ -19,7 +19,7 @@ def p64(value: int) -> bytes:
 
 def u64(value: bytes) -> int:
     """Unpack 8 big-endian bytes into an integer."""
-    return _Q.unpack(value)[0]
+    return int(_Q.unpack(value)[0])
 
 
 def tid_from_time(seconds: float) -> int:
@@ -37,7 +37,7 @@ def next_tid(last: int, now: float | None = None) -> int:
 
 def tid_time(tid: int) -> float:
     """The Unix time a tid stands for."""
-    return TimeStamp(p64(tid)).timeTime()
+    return float(TimeStamp(p64(tid)).timeTime())
 
 
 def tid_at(when: float) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .errors import InvalidURLError
 
@@ -35,6 +35,14 @@ class StoreURL:
     def __str__(self) -> str:
         return self.text
 
+    @property
+    def display_name(self) -> str:
+        """The store's name without its password: ``sqlite:<path>`` or ``mariadb:<server>/<database>``."""
+        if self.scheme == "sqlite":
+            return f"sqlite:{self.path}"
+        where = self.unix_socket or f"{self.host}:{self.port or 3306}"
+        return f"mariadb:{where}/{self.database}"
+
 
 def parse_url(url: str) -> StoreURL:
     """Parse ``url``; raise :class:`InvalidURLError` saying what is wrong."""
@@ -52,7 +60,7 @@ def parse_url(url: str) -> StoreURL:
     )
 
 
-def _parse_sqlite(url: str, parts, query: dict[str, str]) -> StoreURL:
+def _parse_sqlite(url: str, parts: SplitResult, query: dict[str, str]) -> StoreURL:
     if parts.netloc:
         raise InvalidURLError(
             f"{url!r}: a sqlite URL has no host; write sqlite:///relative.db or sqlite:////abs/path.db"
@@ -64,7 +72,7 @@ def _parse_sqlite(url: str, parts, query: dict[str, str]) -> StoreURL:
     return StoreURL(scheme="sqlite", path=os.path.abspath(path), options=query, text=url)
 
 
-def _parse_mariadb(url: str, parts, query: dict[str, str]) -> StoreURL:
+def _parse_mariadb(url: str, parts: SplitResult, query: dict[str, str]) -> StoreURL:
     database = unquote(parts.path.lstrip("/"))
     if not database or "/" in database:
         raise InvalidURLError(f"{url!r}: name one database, as in mariadb://user@host/windvane")

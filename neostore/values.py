@@ -105,7 +105,8 @@ class ValueCodec:
             return stored
         if compression == ZSTD:
             try:
-                return self._context().decompressor.decompress(stored, max_output_size=size or 0)
+                value: bytes = self._context().decompressor.decompress(stored, max_output_size=size or 0)
+                return value
             except zstandard.ZstdError as exc:
                 raise ValueError(f"zstd frame does not decompress: {exc}") from None
         raise ValueError(f"unknown compression flag {compression}")

@@ -11,7 +11,7 @@ from typing import Any
 from ZODB.config import BaseConfig
 
 
-class NeoStorageFactory(BaseConfig):
+class NeoStorageFactory(BaseConfig):  # type: ignore[misc]  # ZODB is untyped
     """The ``<neostore>`` section: ``open()`` returns a :class:`neostore.zodb.NeoStorage`."""
 
     # Optional keys passed on to NeoStorage only when the section sets them,
@@ -19,6 +19,7 @@ class NeoStorageFactory(BaseConfig):
     _OPTIONAL = ("name", "compression_level", "commit_lock_timeout")
 
     def open(self) -> Any:
+        """A new NeoStorage for the section's URL and options."""
         from .zodb import NeoStorage
 
         config = self.config

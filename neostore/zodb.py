@@ -34,8 +34,10 @@ from ZODB.interfaces import (
 )
 
 from . import errors
-from .store import Store, TransactionInfo
+from .records import TransactionInfo
+from .store import Store
 from .tids import ZERO, p64, tid_from_time, u64
+from .transaction import Transaction
 from .url import StoreURL
 
 log = logging.getLogger(__name__)
@@ -48,20 +50,12 @@ _MAX_TID = (1 << 63) - 1
 _POLL_PAGE = 10000
 
 
-def _name_of(url: StoreURL) -> str:
-    """A display name for ``url`` without its password (getName, sortKey)."""
-    if url.scheme == "sqlite":
-        return f"sqlite:{url.path}"
-    where = url.unix_socket or f"{url.host}:{url.port or 3306}"
-    return f"mariadb:{where}/{url.database}"
-
-
 def _as_bytes(text: bytes | str) -> bytes:
     """Transaction metadata as bytes (callers may set ``description`` to a str)."""
     return text.encode("utf-8") if isinstance(text, str) else bytes(text)
 
 
-def _extension_items(extension: bytes) -> dict:
+def _extension_items(extension: bytes) -> dict[str, Any]:
     """The extension dict of a transaction; {} if it cannot be unpickled."""
     if not extension:
         return {}
@@ -72,7 +66,50 @@ def _extension_items(extension: bytes) -> dict:
     return items if isinstance(items, dict) else {}
 
 
-class NeoTransactionRecord(TransactionRecord):
+def _history_entries(store: Store, oid: bytes, size: int) -> list[dict[str, Any]]:
+    """:meth:`NeoStorage.history`'s entries: the store's revisions as ZODB's dicts, extension keys added."""
+    out = []
+    for rev in store.history(oid, size):
+        entry: dict[str, Any] = {
+            "time": rev.time,
+            "tid": rev.tid,
+            "serial": rev.tid,
+            "user_name": rev.user,
+            "description": rev.description,
+            "size": rev.size,
+        }
+        for key, value in _extension_items(rev.extension).items():
+            entry.setdefault(key, value)
+        out.append(entry)
+    return out
+
+
+def _undo_log(store: Store, first: int, last: int,
+              filter: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:  # noqa: A002
+    """:meth:`NeoStorage.undoLog`'s entries, newest first; packed transactions end the log."""
+    if last < 0:
+        last = first - last
+    out: list[dict[str, Any]] = []
+    index = 0
+    if index >= last:
+        return out
+    for info in store.iter_transactions(newest_first=True, page=max(20, min(last, 1000))):
+        if info.packed:
+            break
+        entry = {"id": info.tid, "time": info.time, "user_name": info.user, "description": info.description}
+        for key, value in _extension_items(info.extension).items():
+            entry.setdefault(key, value)
+        if filter is not None and not filter(entry):
+            continue
+        if index >= first:
+            out.append(entry)
+        index += 1
+        if index >= last:
+            break
+    return out
+
+
+class NeoTransactionRecord(TransactionRecord):  # type: ignore[misc]  # ZODB is untyped
     """One committed transaction, as ZODB's iterator() yields it.
 
     ``extension`` is kept as the stored bytes (``extension_bytes``), so a
@@ -100,7 +137,7 @@ class NeoTransactionRecord(TransactionRecord):
     IExternalGC,
     ReadVerifyingStorage,
 )
-class NeoStorage(ConflictResolvingStorage, BaseStorage):
+class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  # ZODB is untyped
     """ZODB storage over the neostore database at ``url``.
 
     Options: ``read_only``; ``pack_gc`` (default True: pack collects
@@ -109,14 +146,16 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
     (``compression_level``, ``commit_lock_timeout``, ...).
     """
 
+    _transaction: Any  # the ZODB transaction being committed: BaseStorage's
+
     def __init__(self, url: str | StoreURL, *, read_only: bool = False, pack_gc: bool = True,
                  name: str | None = None, **options: Any):
         self._store = Store(url, read_only=read_only, **options)
-        BaseStorage.__init__(self, name or _name_of(self._store.url))
+        BaseStorage.__init__(self, name or self._store.url.display_name)
         self._is_read_only = read_only
         self._pack_gc = pack_gc
         self._db: Any = None
-        self._txn = None  # the Store transaction of the 2PC in progress
+        self._txn: Transaction | None = None  # the Store transaction of the 2PC in progress
         # The newest tid whose invalidations were delivered (lastTransaction).
         self._ltid = self._store.last_transaction()
         # Serialises polling with tpc_finish so invalidations go out in tid order.
@@ -157,6 +196,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
         return self._store.object_count()
 
     def supportsUndo(self) -> bool:
+        """True: transactions can be undone until packed away."""
         return True
 
     def lastTransaction(self) -> bytes:
@@ -199,31 +239,20 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
         return self.load(oid)[1]
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+        """``(data, serial, next_serial)`` current before ``tid``; None if created later, POSKeyError if none."""
         self._wait_finish()
         before = min(u64(tid), _MAX_TID)
         return self._store.load_before(oid, p64(before))
 
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
+        """The data transaction ``serial`` gave ``oid``; POSKeyError if it gave none."""
         self._wait_finish()
         return self._store.load_serial(oid, serial)
 
-    def history(self, oid: bytes, size: int = 1) -> list[dict]:
+    def history(self, oid: bytes, size: int = 1) -> list[dict[str, Any]]:
         """Newest first: dicts with time, tid, serial, user_name, description, size (+ extension)."""
         self._wait_finish()
-        out = []
-        for rev in self._store.history(oid, size):
-            entry = {
-                "time": rev.time,
-                "tid": rev.tid,
-                "serial": rev.tid,
-                "user_name": rev.user,
-                "description": rev.description,
-                "size": rev.size,
-            }
-            for key, value in _extension_items(rev.extension).items():
-                entry.setdefault(key, value)
-            out.append(entry)
-        return out
+        return _history_entries(self._store, oid, size)
 
     def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[NeoTransactionRecord]:
         """Transactions with ``start <= tid <= stop`` as of now (later commits are not seen)."""
@@ -241,36 +270,18 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
     # -- undo log ----------------------------------------------------------------
 
     def undoLog(self, first: int = 0, last: int = -20,
-                filter: Callable[[dict], bool] | None = None) -> list[dict]:  # noqa: A002 - ZODB's name
+                filter: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:  # noqa: A002 - ZODB's name
         """Undoable transactions, newest first, sliced ``[first:last]`` after ``filter``.
 
         A negative ``last`` means at most ``-last`` entries. Packed
         transactions cannot be undone and end the log.
         """
-        if last < 0:
-            last = first - last
-        out: list[dict] = []
-        index = 0
-        if index >= last:
-            return out
-        for info in self._store.iter_transactions(newest_first=True, page=max(20, min(last, 1000))):
-            if info.packed:
-                break
-            entry = {"id": info.tid, "time": info.time, "user_name": info.user, "description": info.description}
-            for key, value in _extension_items(info.extension).items():
-                entry.setdefault(key, value)
-            if filter is not None and not filter(entry):
-                continue
-            if index >= first:
-                out.append(entry)
-            index += 1
-            if index >= last:
-                break
-        return out
+        return _undo_log(self._store, first, last, filter)
 
     # -- two-phase commit --------------------------------------------------------
 
     def new_oid(self) -> bytes:
+        """A fresh oid, unique across processes."""
         return self._store.new_oid()
 
     def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:
@@ -293,57 +304,58 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
             raise
         self._transaction = transaction
 
-    def _check_transaction(self, transaction: Any) -> None:
+    def _check_transaction(self, transaction: Any) -> Transaction:
+        """The Store transaction of ``transaction``, the 2PC in progress; TransactionError if it is another."""
         if transaction is not self._transaction or self._txn is None:
             raise errors.TransactionError(self, transaction)
+        return self._txn
 
     def store(self, oid: bytes, serial: bytes | None, data: bytes, version: str, transaction: Any) -> None:
         """Buffer a new revision; the serial is checked (and conflicts resolved) at vote."""
         if self._is_read_only:
             raise errors.ReadOnlyError()
-        self._check_transaction(transaction)
+        txn = self._check_transaction(transaction)
         if version:
             raise errors.Unsupported("versions are not supported")
-        self._txn.write(oid, serial, data)
+        txn.write(oid, serial, data)
 
     def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
                 prev_txn: bytes | None, transaction: Any) -> None:
         """Write a revision copied from another storage, without conflict check."""
         if self._is_read_only:
             raise errors.ReadOnlyError()
-        self._check_transaction(transaction)
+        txn = self._check_transaction(transaction)
         if version:
             raise errors.Unsupported("versions are not supported")
-        self._txn.restore(oid, data, prev_txn)
+        txn.restore(oid, data, prev_txn)
 
     def deleteObject(self, oid: bytes, serial: bytes, transaction: Any) -> None:
         """Delete ``oid`` in this transaction; ConflictError at vote if ``serial`` is not current."""
         if self._is_read_only:
             raise errors.ReadOnlyError()
-        self._check_transaction(transaction)
-        self._txn.write(oid, serial, None)
+        txn = self._check_transaction(transaction)
+        txn.write(oid, serial, None)
 
     def checkCurrentSerialInTransaction(self, oid: bytes, serial: bytes, transaction: Any) -> None:
         """Require ``serial`` to stay current; ReadConflictError at vote if it is not."""
-        self._check_transaction(transaction)
-        self._txn.check_current(oid, serial)
+        txn = self._check_transaction(transaction)
+        txn.check_current(oid, serial)
 
     def undo(self, transaction_id: bytes, transaction: Any) -> tuple[None, list[bytes]]:
         """Revert the changes of ``transaction_id`` in this transaction; returns (None, oids)."""
         if self._is_read_only:
             raise errors.ReadOnlyError()
-        self._check_transaction(transaction)
-        return None, self._txn.undo(transaction_id, self._resolve_undo)
+        txn = self._check_transaction(transaction)
+        return None, txn.undo(transaction_id, self._resolve_undo)
 
     def tpc_vote(self, transaction: Any) -> list[bytes]:
         """Check serials (resolving conflicts) and make the data durable; returns resolved oids."""
-        self._check_transaction(transaction)
-        return self._txn.vote(self._resolve)
+        txn = self._check_transaction(transaction)
+        return txn.vote(self._resolve)
 
     def tpc_finish(self, transaction: Any, f: Callable[[bytes], None] | None = None) -> bytes:
         """Make the transaction visible, call ``f(tid)`` and return the tid."""
-        self._check_transaction(transaction)
-        txn = self._txn
+        txn = self._check_transaction(transaction)
         try:
             if txn.state == "open":  # callers must vote; be lenient like BaseStorage
                 txn.vote(self._resolve)
@@ -385,7 +397,8 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
     def _resolve(self, oid: bytes, committed: bytes, expected: bytes, data: bytes) -> bytes:
         """Vote-time resolver: ZODB's _p_resolveConflict; ConflictError if it gives up."""
         try:
-            return self.tryToResolveConflict(oid, committed, expected, data)
+            resolved: bytes = self.tryToResolveConflict(oid, committed, expected, data)
+            return resolved
         except POSException.ConflictError as exc:
             if isinstance(exc, errors.ConflictError):
                 raise
@@ -396,7 +409,8 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):
                       committed_data: bytes = b"") -> bytes:
         """Undo-time resolver: an unresolvable undo is an UndoError, not a conflict."""
         try:
-            return self.tryToResolveConflict(oid, current, undone, data_before, committed_data)
+            resolved: bytes = self.tryToResolveConflict(oid, current, undone, data_before, committed_data)
+            return resolved
         except POSException.ConflictError:
             raise errors.UndoError("Some data were modified by a later transaction", oid) from None
 

@@ -80,9 +80,9 @@ def test_a_commit_cut_before_the_server_got_it_raises_and_stores_nothing(cutter)
         oid = tx.oids_for([b"k/a"], create=True)[b"k/a"]
         tx.write(oid, None, b"lost value")
         relay.arm("before")
-        with pytest.raises(Exception) as raised:
+        with pytest.raises(neostore.StorageUnavailableError) as raised:
             tx.commit()
-        assert store.backend.is_connection_lost(raised.value), raised.value
+        assert store.backend.is_connection_lost(raised.value.__cause__), raised.value
         assert relay.cuts == 1
     assert value(url) is None
 

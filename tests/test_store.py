@@ -11,6 +11,7 @@ import textwrap
 import mariadb
 import pytest
 
+import windvane.neostore.upload
 from windvane import neostore
 from windvane.neostore import ZERO, p64
 from windvane.neostore.values import RAW, ZSTD, value_hash
@@ -350,7 +351,7 @@ def test_small_values_each_get_their_own_row_however_many_a_commit_uploads(store
     with neostore.open(store_url) as store:
         shared = b"already stored"
         commit(store, {store.new_oid(): (None, shared)})
-        n = neostore.store.Transaction.RETURNING_ROWS + extra
+        n = windvane.neostore.upload.RETURNING_ROWS + extra
         values = {store.new_oid(): (None, b"small %d" % i) for i in range(n)}
         big = os.urandom(300_000)
         values[store.new_oid()] = (None, big)
@@ -360,7 +361,7 @@ def test_small_values_each_get_their_own_row_however_many_a_commit_uploads(store
         assert store.counts()["data"] == n + 2  # the small ones, the big one and the shared one, once
 
 
-def test_dedup_hit_sends_no_blob(store_url):
+def test_dedup_hit_sends_no_blob(store_url, monkeypatch):
     """A value the database holds is found by hash; its bytes are never uploaded."""
     with neostore.open(store_url) as store:
         value = os.urandom(1_000_000)
@@ -368,14 +369,14 @@ def test_dedup_hit_sends_no_blob(store_url):
         txn = store.begin()
         txn.write(store.new_oid(), None, value)
         sent = []
-        original = txn._insert_values
+        original = windvane.neostore.upload.insert_values
 
-        def spy(cur, values):
+        def spy(txn, cur, values):
             values = list(values)
             sent.extend(values)
-            original(cur, values)
+            original(txn, cur, values)
 
-        txn._insert_values = spy
+        monkeypatch.setattr(windvane.neostore.upload, "insert_values", spy)
         txn.vote()
         txn.finish()
         assert sent == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import shutil
+import sqlite3
 
 import pytest
 import transaction
@@ -12,9 +14,9 @@ from ZODB import POSException
 from ZODB.Connection import TransactionMetaData
 from ZODB.tests.MinPO import MinPO
 
-from windvane import neostore
 import windvane.neostore.errors
 import windvane.ops.mariadb_server
+from windvane import neostore
 from windvane.neostore import p64
 
 #: neostore's exceptions that ZODB (or ``transaction``) catches by its own class, and that class.
@@ -167,3 +169,50 @@ def test_the_mariadb_server_managers_errors_have_their_own_root():
               if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == server.__name__]
     assert server.ServerError in errors and len(errors) > 1
     assert all(issubclass(cls, OpsError) for cls in errors)
+
+
+def test_a_database_gone_under_an_open_store_raises_storage_unavailable(tmp_path):
+    """A store whose file vanished (its directory removed) raises StorageUnavailableError naming the file,
+    from reads, writes and oid allocation alike; the transaction it ended is aborted."""
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    path = folder / "store.db"
+    store = neostore.open(f"sqlite:///{path}")
+    try:
+        shutil.rmtree(folder)  # the file, its write-ahead log and its lock file, between two calls
+        with pytest.raises(neostore.StorageUnavailableError, match=f"{path}: unable to open database file"):
+            store.load(p64(1))
+        txn = store.begin()
+        txn.write(p64(1), None, b"value")
+        with pytest.raises(neostore.StorageUnavailableError, match=str(path)):
+            txn.commit()
+        assert txn.state == "aborted"
+        with pytest.raises(neostore.StorageUnavailableError, match=str(path)):
+            store.new_oid()
+    finally:
+        store.close()
+
+
+def test_a_driver_error_on_an_open_connection_names_the_operation_and_the_store(sqlite_url):
+    """A driver's error escaping a Store or a Transaction method is a DatabaseError naming the method and
+    where the store is, the driver's error its cause: here the store's tables dropped under it."""
+    with neostore.open(sqlite_url) as store:
+        oid = store.new_oid()
+        txn = store.begin()
+        txn.write(oid, None, b"value")
+        txn.commit()
+        assert store.load(oid)[0] == b"value"  # this thread's reader is open
+        path = store.backend.location
+        dropper = sqlite3.connect(path)
+        dropper.executescript("DROP TABLE obj; DROP TABLE data;")
+        dropper.close()
+        with pytest.raises(neostore.StorageUnavailableError) as raised:
+            store.load(oid)
+        assert isinstance(raised.value, neostore.DatabaseError)
+        assert str(raised.value) == f"Store.load failed on {path}: OperationalError: no such table: obj"
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        txn = store.begin()
+        txn.write(oid, None, b"other")
+        with pytest.raises(neostore.StorageUnavailableError, match=f"^Transaction.commit failed on {path}: "):
+            txn.commit()
+        assert txn.state == "aborted"

@@ -129,4 +129,4 @@ def test_every_write_outside_a_transaction_takes_its_writer_through_writer():
     source = Path(neostore.__file__).parent
     takers = [f"{path.name}:{number}" for path in sorted(source.rglob("*.py")) if path.name != "pool.py"
               for number, line in enumerate(path.read_text().splitlines(), 1) if "take_writer(" in line]
-    assert len(takers) == 1 and takers[0].startswith("store.py:")
+    assert len(takers) == 1 and takers[0].startswith("session.py:")

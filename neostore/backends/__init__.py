@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..url import StoreURL
 from .base import SCHEMA_VERSION, Backend
 
 
-def backend_for(url: StoreURL, **options) -> Backend:
+def backend_for(url: StoreURL, **options: Any) -> Backend:
     """The backend for a parsed URL; ``create=False`` (an option of both) makes no file or database."""
     if url.scheme == "sqlite":
         from .sqlite import SQLiteBackend

@@ -2,8 +2,9 @@
 
 A backend owns connections, the schema, the cross-process commit lock and
 the few SQL spellings that differ between engines. Everything else (the
-commit protocol, reads, names, pack) is plain SQL in :mod:`neostore.store`,
-:mod:`neostore.names` and :mod:`neostore.pack` that every engine accepts,
+commit protocol, reads, names, pack) is plain SQL in the Store's modules
+(:mod:`neostore.transaction` and its helpers, :mod:`neostore.reads`,
+:mod:`neostore.names`, :mod:`neostore.pack` ...) that every engine accepts,
 written with the spellings and capabilities a :class:`Backend` names.
 
 The commit lock serialises writers across processes: a transaction takes it
@@ -47,6 +48,13 @@ class Backend(ABC):
     in_transaction_after_lock: bool = False
     #: Whether ``INSERT ... RETURNING`` works (SQLite 3.35+, MariaDB 10.5+).
     returning: bool = False
+    #: The marker of one statement parameter. neostore writes its statements
+    #: with it (qmark style, which both drivers take natively): a backend
+    #: whose driver wants another style translates them in its cursors.
+    param: str = "?"
+    #: The exceptions the engine's driver raises (its ``Error`` root): what
+    #: a Store's public methods turn into neostore's DatabaseError.
+    driver_errors: tuple[type[BaseException], ...] = ()
     #: Where the store is, as messages name it: the SQLite file's absolute
     #: path, or the MariaDB database and its server (never a password).
     location: str = ""
@@ -111,6 +119,10 @@ class Backend(ABC):
     def has_table(self, cur: Any, table: str) -> bool:
         """Whether the database has ``table`` (asked without a failing statement)."""
 
+    def in_list(self, count: int) -> str:
+        """``(?,?,...)``: ``count`` parameter markers, for an ``IN`` list."""
+        return "(" + ",".join([self.param] * count) + ")"
+
     def ping(self, conn: Any) -> None:
         """One round trip on ``conn``: raises if the connection is dead."""
         cur = conn.cursor()
@@ -146,6 +158,14 @@ class Backend(ABC):
         """Whether ``exc`` means the server went away (so reconnecting may help)."""
         return False
 
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the database is out of reach (server gone, file or directory missing)."""
+        return self.is_connection_lost(exc)
+
+    def last_insert_id(self, cur: Any) -> int:
+        """The id the row ``cur``'s last single-row INSERT made got from its auto-increment column."""
+        return int(cur.lastrowid)
+
     def is_rolled_back(self, exc: BaseException) -> bool:
         """Whether ``exc`` says the database rolled the whole transaction back (running it again may work)."""
         return False
@@ -156,6 +176,7 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what the backend itself holds (not the connections)."""
+        return None  # most engines hold nothing but their connections
 
 
 def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, autoinc: str,

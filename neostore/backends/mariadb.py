@@ -39,6 +39,7 @@ class MariaDBBackend(Backend):
     """
 
     kind = "mariadb"
+    driver_errors = (mariadb.Error,)
     single_writer = False  # InnoDB and MyRocks lock rows: other sessions write beside the commit lock holder
     uint_type = "BIGINT UNSIGNED"
     # The TEMPORARY keyword keeps a DROP from ever reaching a real table of that name.
@@ -269,7 +270,7 @@ class MariaDBBackend(Backend):
                 except mariadb.Error as exc:
                     if self.is_connection_lost(exc):
                         raise
-                    advice = _REBUILD_ADVICE.get(getattr(exc, "errno", None))
+                    advice = _REBUILD_ADVICE.get(getattr(exc, "errno", 0))
                     notes.append(f"table {table} was not rebuilt: {exc}" + (f" ({advice})" if advice else ""))
         return notes
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
+from ..errors import CommitLockTimeout, DatabaseError, StorageUnavailableError, StoreNotFoundError
 from ..url import StoreURL
 from .base import Backend, schema_statements
 
@@ -35,6 +35,8 @@ class SQLiteBackend(Backend):
     uint_type = "BIGINT"
     drop_temporary_table = "DROP TABLE"  # temporary tables live in the "temp" schema, dropped like any other
     greatest = "MAX"
+    # OSError: the commit lock's file, beside the database's.
+    driver_errors = (sqlite3.Error, OSError)
     insert_ignore = "INSERT OR IGNORE"
     returning = sqlite3.sqlite_version_info >= (3, 35)
     # SQLite 3.32+ allows 32766 host parameters per statement.
@@ -106,7 +108,9 @@ class SQLiteBackend(Backend):
                 # here. SQLite clamps this to its compile-time maximum.
                 conn.execute(f"PRAGMA mmap_size={1 << 36}")
         except sqlite3.DatabaseError as exc:
-            raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from None
+            unavailable = self.is_unavailable(exc)
+            cls = StorageUnavailableError if unavailable else DatabaseError
+            raise cls(f"cannot open SQLite database {self.path}: {exc}") from None
         return conn
 
     def has_table(self, cur: Any, table: str) -> bool:
@@ -155,6 +159,14 @@ class SQLiteBackend(Backend):
     def release_commit_lock(self, conn: Any) -> None:
         if conn.lock_fd is not None:
             fcntl.flock(conn.lock_fd, fcntl.LOCK_UN)
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        # No server to lose: the file, its directory or its lock file vanished or cannot be opened.
+        if isinstance(exc, OSError):
+            return True
+        return isinstance(exc, sqlite3.OperationalError) and any(
+            text in str(exc) for text in ("unable to open", "disk I/O error", "no such table")
+        )
 
     def close_connection(self, conn: Any) -> None:
         if conn.lock_fd is not None:
@@ -221,7 +233,7 @@ class SQLiteBackend(Backend):
         live = (_pragma(conn, "page_count") - _pragma(conn, "freelist_count")) * _pragma(conn, "page_size")
         # A copy goes to SQLite's temporary directory, then through the
         # write-ahead log back into the file: the live pages twice.
-        needed: dict[int, list] = {}  # device -> [a directory on it, bytes needed there]
+        needed: dict[int, list[Any]] = {}  # device -> [a directory on it, bytes needed there]
         for directory in (os.path.dirname(self.path), _temp_directory()):
             needed.setdefault(os.stat(directory).st_dev, [directory, 0])[1] += live + live // 10
         for directory, size in needed.values():

@@ -1,0 +1,201 @@
+"""The end of a transaction: vote, commit, finish and abort, and a COMMIT whose outcome the connection lost."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+from .conflicts import check_serials
+from .indoubt import transaction_committed
+from .pool import rollback_quietly, write_transaction
+from .session import release, writer
+from .sql import chunked, delete_unreferenced_data
+from .tids import next_tid, p64, u64
+from .upload import flush
+from .writes import Rewind, Write
+
+if TYPE_CHECKING:
+    from .transaction import Resolver, Transaction
+
+log = logging.getLogger(__name__)
+
+
+def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> tuple[Any, list[bytes]]:
+    """Upload, check, take a tid and insert the transaction's rows: into ``ttrans``/``tobj``,
+    committed (``voted``), or into ``trans``/``obj`` for the caller to commit. Runs again after a
+    rollback by the database when :class:`Rewind` can; otherwise aborts and raises."""
+    again = Rewind.taken(txn)
+    while True:
+        try:
+            conn, cur, resolved = _prepare(txn, resolve)
+            tid = u64(voted_tid(txn))
+            meta = (tid, txn.user, txn.description, txn.extension)
+            if voted:
+                cur.execute("INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)", meta)
+                sql = "INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)"
+                rows = [(tid, oid, _data_id(txn, w), w.value_tid) for oid, w in txn._writes.items()]
+            else:
+                cur.execute("INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)", meta)
+                sql = "INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)"
+                rows = [(oid, tid, _data_id(txn, w), w.value_tid) for oid, w in txn._writes.items()]
+            for batch in chunked(rows, 5000):
+                cur.executemany(sql, batch)
+            if txn._orphans:
+                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
+            if voted:
+                conn.commit()
+                txn.store_._names.settled(conn, committed=True)
+            else:
+                txn.store_.oids.advance(cur, txn._writes)
+            return conn, resolved
+        except BaseException as exc:
+            if again is not None and again.after(exc):
+                continue
+            txn.abort()
+            raise_transient(txn, exc)
+            raise
+
+
+def commit(txn: Transaction, resolve: Resolver | None) -> bytes:
+    """Vote and finish in one database commit; returns the tid (see :meth:`Transaction.commit`)."""
+    conn, _ = insert_rows(txn, resolve, voted=False)
+    try:
+        conn.commit()
+    except BaseException as exc:
+        txn.abort()
+        settle_lost_commit(txn, exc)
+    else:
+        txn.store_._names.settled(conn, committed=True)
+        release(txn)
+    txn.state = "finished"
+    return voted_tid(txn)
+
+
+def voted_tid(txn: Transaction) -> bytes:
+    """The tid the transaction took at vote (TransactionError before)."""
+    if txn.tid is None:
+        raise errors.TransactionError("the transaction has no tid before vote")
+    return txn.tid
+
+
+def raise_transient(txn: Transaction, exc: BaseException) -> None:
+    """Raise TransientDatabaseError from ``exc`` if the database rolled the transaction back."""
+    if txn.store_.backend.is_rolled_back(exc):
+        raise errors.TransientDatabaseError(
+            f"the database rolled this transaction back ({exc}); nothing of it was written: run it again"
+        ) from exc
+
+
+def _prepare(txn: Transaction, resolve: Resolver | None) -> tuple[Any, Any, list[bytes]]:
+    """Upload the values, check serials and take a tid: what vote and commit share."""
+    flush(txn)
+    conn = writer(txn)
+    cur = txn._cursor()
+    resolved = check_serials(txn, cur, resolve)
+    if resolved:
+        flush(txn)
+    _assign_tid(txn, cur)
+    return conn, cur, resolved
+
+
+def finish(txn: Transaction) -> bytes:
+    """Make the voted transaction visible (its rows move from ``ttrans``/``tobj``); returns its tid."""
+    store, conn, tid = txn.store_, txn._conn, u64(voted_tid(txn))
+    try:
+        store.backend.begin(conn)
+        cur = txn._cursor()
+        cur.execute(
+            "INSERT INTO trans (tid, packed, user, description, ext) "
+            "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
+            (tid,),
+        )
+        if cur.rowcount != 1:
+            raise errors.TransactionError(
+                f"transaction 0x{voted_tid(txn).hex()} vanished between vote and finish"
+            )
+        cur.execute(
+            "INSERT INTO obj (oid, tid, data_id, value_tid) "
+            "SELECT oid, tid, data_id, value_tid FROM tobj WHERE tid = ?",
+            (tid,),
+        )
+        cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+        cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+        txn.store_.oids.advance(cur, txn._writes)
+        conn.commit()
+    except BaseException as exc:
+        release(txn, broken=True)
+        txn.state = "failed"
+        settle_lost_commit(txn, exc)
+    else:
+        release(txn)
+    txn.state = "finished"
+    return voted_tid(txn)
+
+
+def settle_lost_commit(txn: Transaction, exc: BaseException) -> None:
+    """After ``exc`` ended the commit of this transaction: return if it committed after all
+    (the connection was lost once the server had made the COMMIT durable), else raise ``exc``.
+
+    Only a lost connection leaves the outcome in doubt; reporting such a
+    commit as failed would have the caller store its data a second time.
+    """
+    if not txn.store_.backend.is_connection_lost(exc):
+        raise exc
+    tid = voted_tid(txn)
+    log.warning("the connection was lost while transaction 0x%s committed; asking the database whether it did",
+                tid.hex())
+    try:
+        committed = transaction_committed(txn.store_.backend, tid, txn.store_.in_doubt_timeout)
+    except errors.DatabaseError as unreachable:
+        raise errors.CommitOutcomeUnknown(tid, txn.store_.in_doubt_timeout, unreachable) from exc
+    if not committed:
+        raise exc
+    log.warning("transaction 0x%s committed before the connection was lost", tid.hex())
+
+
+def abort(txn: Transaction) -> None:
+    """Forget the transaction, deleting what it voted. Safe to call in any state, more than once."""
+    if txn.state in ("aborted", "finished"):
+        return
+    conn, voted = txn._conn, txn.state == "voted"
+    txn.state = "aborted"
+    if conn is None:
+        return
+    broken = False
+    try:
+        rollback_quietly(conn)
+        if voted:
+            with write_transaction(txn.store_.backend, conn):
+                cur = txn._cursor()
+                tid = u64(voted_tid(txn))
+                cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+                cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
+    except Exception:
+        # The connection is gone (the server died): the next lock holder
+        # discards what was voted.
+        broken = True
+        log.exception("abort of transaction could not clean up; it will be discarded later")
+    finally:
+        release(txn, broken=broken)
+
+
+def _data_id(txn: Transaction, write: Write) -> int | None:
+    """The data row ``write`` sets, once its value is uploaded."""
+    return txn._ids[write.hash] if write.hash is not None else write.data_id
+
+
+def _assign_tid(txn: Transaction, cur: Any) -> None:
+    """Take the tid: the requested one (which must follow the head), else the next after the head."""
+    last = txn._head  # read when the commit lock was taken, which we hold since
+    if txn.requested_tid is not None:
+        if txn.requested_tid <= last:
+            raise errors.TransactionError(
+                f"cannot commit with tid 0x{txn.requested_tid:016x}: "
+                f"it is not after the last transaction 0x{last:016x}"
+            )
+        tid = txn.requested_tid
+    else:
+        tid = next_tid(last)
+    txn.tid = p64(tid)

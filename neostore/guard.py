@@ -1,0 +1,66 @@
+"""Driver errors turned into neostore's: what a Store's and a Transaction's public methods raise.
+
+A database driver's own exception (``sqlite3.Error``, ``mariadb.Error``)
+escaping a public method becomes a :class:`~neostore.errors.DatabaseError`
+(:class:`~neostore.errors.StorageUnavailableError` when the database is out
+of reach) naming the operation and the store's location, with the driver's
+error as its cause. neostore's own errors pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar, cast
+
+from . import errors
+from .backends import Backend
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class HasBackend(Protocol):
+    """What a guarded method's object offers: the backend its errors come from."""
+
+    @property
+    def guarded_backend(self) -> Backend: ...
+
+
+def translate(backend: Backend, operation: str, exc: BaseException) -> BaseException:
+    """The neostore error to raise for ``exc``, raised by ``operation``: ``exc`` itself unless a driver raised it."""
+    if isinstance(exc, errors.NeoStoreError) or not isinstance(exc, backend.driver_errors):
+        return exc
+    cls = errors.StorageUnavailableError if backend.is_unavailable(exc) else errors.DatabaseError
+    return cls(f"{operation} failed on {backend.location}: {type(exc).__name__}: {exc}")
+
+
+def guarded(method: F) -> F:
+    """``method`` raising neostore errors in place of its driver's (generators too, as they are consumed)."""
+    operation = method.__qualname__
+
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def generate(self: HasBackend, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from method(self, *args, **kwargs)
+            except Exception as exc:
+                translated = translate(self.guarded_backend, operation, exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+
+        return cast(F, generate)
+
+    @functools.wraps(method)
+    def call(self: HasBackend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            translated = translate(self.guarded_backend, operation, exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    return cast(F, call)
+

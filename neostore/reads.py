@@ -1,0 +1,220 @@
+"""Reading values: the latest, as of a tid, many at a time, a byte range, a history; each checked against its hash."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from . import errors
+from .backends import Backend
+from .records import Revision
+from .sql import Query, Row
+from .tids import p64, u64
+from .values import RAW, ValueCodec, value_hash
+
+# What load_many reads in one query once it has seen how big values are: small documents go thousands
+# at a time, chunks a few (memory stays bounded).
+_READ_BATCH_BYTES = 8 << 20
+
+
+class ValueReader:
+    """The read path of a Store: every statement goes through ``query`` (a thread's reader connection).
+
+    ``executor`` checks and decompresses values while the next ones are read.
+    """
+
+    def __init__(self, query: Query, backend: Backend, codec: ValueCodec, executor: ThreadPoolExecutor):
+        self._query = query
+        self.backend = backend
+        self.codec = codec
+        self._encoder = executor
+
+    _VALUE_COLUMNS = "o.tid, o.data_id, d.hash, d.compression, d.size, d.chunks, d.value"
+
+    def load(self, oid: bytes) -> tuple[bytes, bytes]:
+        """The latest ``(value, serial)`` of ``oid``; POSKeyError if it has none."""
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o {self.backend.obj_pk_hint} "
+            "LEFT JOIN data d ON d.id = o.data_id WHERE o.oid = ? ORDER BY o.tid DESC LIMIT 1",
+            (u64(oid),),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, rows[0]), p64(rows[0][0])
+
+    def load_before(self, oid: bytes, before: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+        """``(value, serial, next_serial)`` of the revision current just before ``before``.
+
+        None when the object was created at or after ``before``; POSKeyError
+        when it does not exist at all or that revision is a deletion.
+        ``next_serial`` is None when the revision is still current.
+        """
+        ioid, ibefore = u64(oid), u64(before)
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS}, (SELECT MIN(n.tid) FROM obj n WHERE n.oid = ? AND n.tid >= ?) "
+            f"FROM obj o {self.backend.obj_pk_hint} LEFT JOIN data d ON d.id = o.data_id "
+            "WHERE o.oid = ? AND o.tid < ? ORDER BY o.tid DESC LIMIT 1",
+            (ioid, ibefore, ioid, ibefore),
+        )
+        if not rows:
+            if not self._query("SELECT 1 FROM obj WHERE oid = ? LIMIT 1", (ioid,)):
+                raise errors.POSKeyError(oid)
+            return None
+        row = rows[0]
+        if row[1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
+
+    def load_many(
+        self, oids: Iterable[bytes], *, batch: int = 8, before: bytes | None = None, skip_missing: bool = False
+    ) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """``(value, serial)`` of the latest revision of each oid, in order.
+
+        With ``before``, the revision current just before that tid (a
+        snapshot read). Rows are read ``batch`` oids per query at first, and
+        checked and decompressed in worker threads while the next batch is
+        read, so bulk reads are not serialised behind hashing. Once values
+        turn out small, batches grow to hold about ``_READ_BATCH_BYTES``:
+        thousands of small documents are read in a few queries. An oid with
+        no value raises POSKeyError, or gives ``(None, None)`` with
+        ``skip_missing``.
+        """
+        pool = self._encoder
+        pending: list[tuple[bytes | None, Future[bytes] | None]] = []
+        bound = "" if before is None else " AND tid < ?"
+        extra = [] if before is None else [u64(before)]
+        todo, start, step = list(oids), 0, batch
+        while start < len(todo):
+            group = todo[start : start + step]
+            start += len(group)
+            keys = [u64(oid) for oid in group]
+            rows = self._query(
+                f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
+                "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
+                f"WHERE oid IN {self.backend.in_list(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
+                "LEFT JOIN data d ON d.id = o.data_id",
+                keys + extra,
+            )
+            by_oid = {row[0]: row[1:] for row in rows}
+            size = sum(row[5] or 0 for row in rows)  # raw sizes
+            step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
+            decoded: list[tuple[bytes | None, Future[bytes] | None]] = []
+            for oid, key in zip(group, keys):
+                row = by_oid.get(key)
+                if row is None or row[1] is None:
+                    if skip_missing:
+                        decoded.append((None, None))
+                        continue
+                    raise errors.POSKeyError(oid)
+                decoded.append((p64(row[0]), pool.submit(self._value, oid, row)))
+            # Hand back the previous batch only now: its checks ran while
+            # this batch was being read.
+            for serial, future in pending:
+                yield (None if future is None else future.result()), serial
+            pending = decoded
+        for serial, future in pending:
+            yield (None if future is None else future.result()), serial
+
+    def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:
+        """``value[start:stop]`` of the latest revision (before ``before`` if given).
+
+        A value stored uncompressed is sliced by the database, so only the
+        range travels; such a partial read is not checked against the
+        value's hash (a whole-value load is). A negative ``start`` counts
+        from the end. POSKeyError when the object has no value.
+        """
+        bound = "" if before is None else " AND tid < ?"
+        ioid = u64(oid)
+        rows = self._query(
+            "SELECT o.tid, o.data_id, d.compression, d.size, d.chunks FROM obj o "
+            "LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? AND o.tid = (SELECT MAX(tid) FROM obj WHERE oid = ?{bound})",
+            (ioid, ioid) if before is None else (ioid, ioid, u64(before)),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        tid, data_id, compression, size, chunks = rows[0]
+        first, last, _ = slice(start, stop).indices(size)
+        if last <= first:
+            return b""
+        if compression != RAW:
+            return self.load_serial(oid, p64(tid))[first:last]
+        if not chunks:
+            (row,) = self._query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
+            return bytes(row[0])
+        piece = self.backend.split_size
+        parts = []
+        for seq in range(first // piece, (last - 1) // piece + 1):
+            low, high = max(first - seq * piece, 0), min(last - seq * piece, piece)
+            (row,) = self._query(
+                "SELECT SUBSTR(value, ?, ?) FROM bigdata WHERE data_id = ? AND seq = ?",
+                (low + 1, high - low, data_id, seq),
+            )
+            parts.append(bytes(row[0]))
+        return b"".join(parts)
+
+    def load_serial(self, oid: bytes, serial: bytes) -> bytes:
+        """The value ``oid`` was given by transaction ``serial``."""
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
+            "WHERE o.oid = ? AND o.tid = ?",
+            (u64(oid), u64(serial)),
+        )
+        if not rows or rows[0][1] is None:
+            raise errors.POSKeyError(oid)
+        return self._value(oid, rows[0])
+
+    def load_revisions(self, oid: bytes, after: bytes, before: bytes | None = None) -> list[tuple[bytes, bytes]]:
+        """``(serial, value)`` of every revision of ``oid`` committed after ``after`` (and before ``before``),
+        oldest first, in one query; deletions are left out.
+
+        For values kept as a chain of revisions, each holding what its
+        transaction added: reading the chain costs one round trip, not one
+        per revision.
+        """
+        bound, params = ("", (u64(oid), u64(after))) if before is None else (
+            " AND o.tid < ?", (u64(oid), u64(after), u64(before)))
+        rows = self._query(
+            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? AND o.tid > ?{bound} ORDER BY o.tid",
+            params,
+        )
+        return [(p64(row[0]), self._value(oid, row)) for row in rows if row[1] is not None]
+
+    def _value(self, oid: bytes, row: Row) -> bytes:
+        tid, data_id, digest, compression, size, chunks, stored = row[:7]
+        if digest is None:
+            raise errors.CorruptDataError(oid, p64(tid), f"data row {data_id} is missing")
+        if chunks:
+            stored = self._big_value(data_id, chunks)
+        return self.decode(oid, p64(tid), bytes(digest), compression, size, stored)
+
+    def _big_value(self, data_id: int, chunks: int) -> bytes:
+        rows = self._query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
+        if len(rows) != chunks:
+            return b""  # the hash check then names the corruption
+        return b"".join(row[0] for row in rows)
+
+    def decode(self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any) -> bytes:
+        """A stored row's value, checked against its hash (CorruptDataError if it differs)."""
+        try:
+            value = self.codec.decode(compression, bytes(stored), size)
+        except ValueError as exc:
+            raise errors.CorruptDataError(oid, tid, str(exc)) from None
+        if len(value) != size or value_hash(value) != digest:
+            raise errors.CorruptDataError(oid, tid, "the value does not match its blake3 hash")
+        return value
+
+    def history(self, oid: bytes, size: int | None = 1) -> list[Revision]:
+        """The newest ``size`` revisions of ``oid`` (all when None), newest first."""
+        limit = "" if size is None else f" LIMIT {int(size)}"
+        rows = self._query(
+            "SELECT o.tid, d.size, t.user, t.description, t.ext FROM obj o "
+            "JOIN trans t ON t.tid = o.tid LEFT JOIN data d ON d.id = o.data_id "
+            f"WHERE o.oid = ? ORDER BY o.tid DESC{limit}",
+            (u64(oid),),
+        )
+        if not rows:
+            raise errors.POSKeyError(oid)
+        return [Revision(p64(r[0]), r[1] or 0, bytes(r[2]), bytes(r[3]), bytes(r[4])) for r in rows]
