@@ -202,6 +202,8 @@ class FrameReader:
         self._framer: _MsgpackFramer | _JsonFramer | None = None
 
     def feed(self, data: bytes) -> Iterator[bytes | memoryview | bytearray]:
+        """The frames ``data`` completes; the first byte read tells msgpack from JSON.
+        MalformedMessage or OversizeMessage when the bytes cannot be framed."""
         if not data:
             return
         if self._framer is None:
@@ -1208,9 +1210,11 @@ class ForwardDecoder:
 
     @property
     def json(self) -> bool | None:
+        """Whether the stream is JSON (None until its first byte is read)."""
         return self.frames.json
 
     def feed(self, data: bytes) -> Iterator[Decoded]:
+        """The messages ``data`` completes, decoded (heartbeats skipped); ForwardError on a malformed one."""
         for frame in self.frames.feed(data):
             decoded = decode_message(
                 frame, json_mode=bool(self.frames.json), decompressed_size_limit=self.decompressed_size_limit

@@ -154,7 +154,7 @@ class Pumping(Acknowledging):
 
     def _count(self, decoded: Decoded) -> None:
         self.stats["messages"] += 1
-        if isinstance(decoded.batch, Batch):  # undecoded entries are counted once committed (_submit)
+        if isinstance(decoded.batch, Batch):  # undecoded entries are counted once committed (acks._submit_many)
             self.stats["events"] += len(decoded.batch)
 
 
