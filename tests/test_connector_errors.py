@@ -18,7 +18,7 @@ def connector_exceptions() -> dict[str, type]:
     found = {}
     for info in pkgutil.walk_packages(windvane.connectors.__path__, "windvane.connectors."):
         module = importlib.import_module(info.name)
-        for name, value in vars(module).items():
+        for value in vars(module).values():
             if inspect.isclass(value) and issubclass(value, BaseException) and \
                     value.__module__.startswith("windvane.connectors"):
                 found[f"{value.__module__}.{value.__qualname__}"] = value
