@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Self
 
+from windvane.connectors.errors import ConnectorConfigError
 from windvane.connectors.tls import TlsConfig
 
 
-class AddressError(ValueError):
+class AddressError(ConnectorConfigError):
     """An address that is not ``HOST:PORT`` with a port in 0-65535."""
 
 

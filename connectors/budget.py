@@ -38,6 +38,8 @@ import asyncio
 import collections
 from typing import Protocol
 
+from windvane.connectors.errors import ConnectorConfigError
+
 #: What one resumed reader may read before it sees the budget again (asyncio reads 256 KiB at a time).
 READ_SIZE = 256 << 10
 
@@ -111,7 +113,7 @@ class MemoryBudget(_Held):
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
-            raise ValueError(f"the memory budget must be at least 1 byte, not {limit}")
+            raise ConnectorConfigError(f"the memory budget must be at least 1 byte, not {limit}")
         self.limit = limit
         self.partial = 0
         self.queued = 0
@@ -126,10 +128,12 @@ class MemoryBudget(_Held):
 
     @property
     def used(self) -> int:
+        """Bytes held now, of every kind."""
         return self.partial + self.queued + self.submitted
 
     @property
     def over(self) -> bool:
+        """Whether the bytes held reach the limit (readers then wait)."""
         return self.used >= self.limit
 
     def fits(self, size: int) -> bool:
@@ -159,7 +163,7 @@ class MemoryBudget(_Held):
         moves its bytes from ``partial`` to ``queued`` without counting them twice or waking anyone between."""
         for kind, size in sizes.items():
             if kind not in _KINDS:
-                raise ValueError(f"unknown kind of held bytes {kind!r}; expected one of {_KINDS}")
+                raise ConnectorConfigError(f"unknown kind of held bytes {kind!r}; expected one of {_KINDS}")
             setattr(self, kind, getattr(self, kind) + size)
         self.peak = max(self.peak, self.used)
         if any(size < 0 for size in sizes.values()):
@@ -255,6 +259,7 @@ class Charges(_Held):
 
     @property
     def total(self) -> int:
+        """Bytes this holder holds now, of every kind."""
         return self.partial + self.queued + self.submitted
 
     def change(self, **sizes: int) -> None:

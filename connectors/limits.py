@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from windvane.connectors.errors import ConnectorConfigError
 from windvane.ingest.batch import PENDING_BYTES
 
 
@@ -40,7 +41,7 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("memory_budget", "max_connections"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+                raise ConnectorConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
         for name in ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, not {getattr(self, name)}")
+                raise ConnectorConfigError(f"{name} must be a positive number of seconds, not {getattr(self, name)}")

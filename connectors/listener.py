@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from windvane.connectors.errors import ConnectorConfigError, NotStarted
+
 log = logging.getLogger("windvane.connectors")
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -142,7 +144,7 @@ class Listener:
         backlog: int = 1024,
     ) -> None:
         if max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
+            raise ConnectorConfigError(f"max_connections must be at least 1, not {max_connections}")
         self.protocol_factory = protocol_factory
         self.host = host
         self.requested_port = port
@@ -162,12 +164,14 @@ class Listener:
 
     @property
     def port(self) -> int:
+        """The bound port (of the first socket); NotStarted before :meth:`start` returned."""
         if not self._sockets:
-            raise RuntimeError("the listener's port is known once start() returned")
+            raise NotStarted("the listener's port is known once start() returned")
         return self._sockets[0].getsockname()[1]
 
     @property
     def sockets(self) -> list[socket.socket]:
+        """The listening sockets, one per address the host resolved to."""
         return list(self._sockets)
 
     async def start(self) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from windvane.connectors.errors import ConnectorConfigError
+
 if TYPE_CHECKING:
     import ssl
 
 
-class TlsError(ValueError):
+class TlsError(ConnectorConfigError):
     """A certificate chain or key that cannot be loaded."""
 
 

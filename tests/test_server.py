@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 import windvane
+import windvane.ops.mariadb_programs
 from windvane.ops import mariadb_server as dbserver
 from windvane.ops.mariadb_server import MariaDBServer, ServerConfigError, ServerStartError, render_config
 from tests.mariadb import TEST_OVERRIDES, connect, fresh_database, start_test_server, stop_test_server
@@ -297,7 +298,7 @@ def test_cli_bad_datadir_exits_2(tmp_path):
 def test_cli_mariadbd_missing_exits_2(tmp_path, monkeypatch):
     # No mariadbd anywhere: an empty PATH and no fallback directories.
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(dbserver, "SEARCH_DIRS", ())
+    monkeypatch.setattr(windvane.ops.mariadb_programs, "SEARCH_DIRS", ())
     result = click.testing.CliRunner().invoke(
         windvane.cli, ["db", "start", "--datadir", str(tmp_path / "db")]
     )

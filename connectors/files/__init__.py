@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from windvane.connectors.errors import ConnectorError
 from windvane.ingest.parts import Part
 
 __all__ = ["FileFormatError", "Part", "ReaderOptions", "column_names"]
 
 
-class FileFormatError(Exception):
+class FileFormatError(ConnectorError):
     """A file cannot be read as the format asked for; the message names the file and the problem."""
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from windvane.connectors.errors import ConnectorConfigError
+
 from . import FileFormatError, ReaderOptions
 from .arrow import arrow_reader, parquet_reader
 from .compression import compression_of, data_name
@@ -46,11 +48,11 @@ def register(name: str, extensions: Sequence[str], make: Callable[[str, ReaderOp
              *, vibration: bool = False, names: Sequence[str] = (), compressed: bool = False) -> None:
     """Make format ``name`` known, chosen by ``--format name``, one of ``extensions`` or of the file ``names``."""
     if name in FORMATS:
-        raise ValueError(f"file format {name!r} is registered twice")
+        raise ConnectorConfigError(f"file format {name!r} is registered twice")
     taken = {e: f.name for f in FORMATS.values() for e in (*f.extensions, *f.names)}
     clash = [e for e in (*extensions, *names) if e.lower() in taken]
     if clash:
-        raise ValueError(f"extension(s) or name(s) {clash} of format {name!r} already select "
+        raise ConnectorConfigError(f"extension(s) or name(s) {clash} of format {name!r} already select "
                          f"{[taken[e.lower()] for e in clash]}")
     FORMATS[name] = Format(name, tuple(e.lower() for e in extensions), make, vibration,
                            tuple(n.lower() for n in names), compressed)

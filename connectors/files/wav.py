@@ -52,6 +52,7 @@ class WavInfo:
 
     @property
     def frame_bytes(self) -> int:
+        """Bytes of one frame: a sample of every channel."""
         return self.channels * self.bits // 8
 
     @property

@@ -7,8 +7,10 @@ after the messages before it are committed and acknowledged.
 
 from __future__ import annotations
 
+from windvane.connectors.errors import ConnectorError
 
-class ForwardError(Exception):
+
+class ForwardError(ConnectorError):
     """Base class: the connection's byte stream cannot be decoded further."""
 
     def __init__(self, message: str, *, tag: str | None = None) -> None:

@@ -66,6 +66,7 @@ class Handshake:
 
     @property
     def user_auth(self) -> bool:
+        """Whether the PING must carry a user and password (users with passwords were given)."""
         return bool(self.users and self.users.passwords)
 
     def helo(self) -> list:

@@ -7,8 +7,10 @@ subclasses; the application turns any of them into a JSON reply
 
 from __future__ import annotations
 
+from windvane.connectors.errors import ConnectorError
 
-class HttpError(Exception):
+
+class HttpError(ConnectorError):
     """A request the connector refuses. ``code`` is stable (clients may match it), ``message`` says what to fix."""
 
     status = 500
@@ -79,3 +81,7 @@ class ServiceUnavailable(HttpError):
 
     def __reduce__(self) -> tuple:
         return (type(self), (self.code, self.message, self.retry_after), self.__dict__)
+
+
+class InvalidMetric(ConnectorError, ValueError):
+    """A metrics sample with a bad name, label, type or value (a fault of the code that made it, not a request)."""

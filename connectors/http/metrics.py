@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .errors import InvalidMetric
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TYPES = frozenset({"counter", "gauge", "untyped"})
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
@@ -57,26 +59,26 @@ def _format_value(value: Any) -> str:
 
 
 def render_metrics(samples: Iterable[tuple[str, str, str, Mapping[str, Any], float]]) -> str:
-    """The exposition text of ``samples``; :class:`ValueError` names a sample with a bad name, label or type."""
+    """The exposition text of ``samples``; :class:`.errors.InvalidMetric` (a ValueError) names a sample with a bad name, label or type."""
     families: dict[str, tuple[str, str, list[str]]] = {}
     for sample in samples:
         try:
             name, help_text, kind, labels, value = sample
         except (TypeError, ValueError):
-            raise ValueError(f"a metrics sample must be (name, help, type, labels, value), got {sample!r:.200}") from None
+            raise InvalidMetric(f"a metrics sample must be (name, help, type, labels, value), got {sample!r:.200}") from None
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+            raise InvalidMetric(f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         if kind not in TYPES:
-            raise ValueError(f"metric {name}: type {kind!r} is not one of {sorted(TYPES)}")
+            raise InvalidMetric(f"metric {name}: type {kind!r} is not one of {sorted(TYPES)}")
         parts = []
         for label, label_value in (labels or {}).items():
             if not isinstance(label, str) or not _LABEL.match(label) or label.startswith("__"):
-                raise ValueError(f"metric {name}: label name {label!r} is not a Prometheus label name")
+                raise InvalidMetric(f"metric {name}: label name {label!r} is not a Prometheus label name")
             parts.append(f'{label}="{_escape_label(label_value)}"')
         try:
             text_value = _format_value(value)
         except (TypeError, ValueError):
-            raise ValueError(f"metric {name}: value {value!r:.50} is not a number") from None
+            raise InvalidMetric(f"metric {name}: value {value!r:.50} is not a number") from None
         line = f"{name}{{{','.join(parts)}}} {text_value}" if parts else f"{name} {text_value}"
         family = families.get(name)
         if family is None:

@@ -6,9 +6,10 @@ import hashlib
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .config import DEFAULT_PORTS
 from .errors import BrokerUrlError, TopicFilterError
 
-_DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+_EXAMPLE = f"mqtt://localhost:{DEFAULT_PORTS['mqtt']}"
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,15 @@ class BrokerAddress:
 def parse_broker_url(url: str) -> BrokerAddress:
     """The :class:`BrokerAddress` of ``url``; :class:`BrokerUrlError` naming the fault otherwise."""
     parts = urlsplit(url.strip())
-    if parts.scheme not in _DEFAULT_PORTS:
+    if parts.scheme not in DEFAULT_PORTS:
         raise BrokerUrlError(f"MQTT broker URL {url!r}: the scheme must be mqtt:// or mqtts:// "
-                             f"(e.g. mqtt://localhost:1883), not {parts.scheme + '://' if parts.scheme else 'missing'}")
+                             f"(e.g. {_EXAMPLE}), not {parts.scheme + '://' if parts.scheme else 'missing'}")
     try:
         port = parts.port
     except ValueError:
         raise BrokerUrlError(f"MQTT broker URL {url!r}: the port is not a number in 0-65535") from None
     if not parts.hostname:
-        raise BrokerUrlError(f"MQTT broker URL {url!r} names no host (e.g. mqtt://localhost:1883)")
+        raise BrokerUrlError(f"MQTT broker URL {url!r} names no host (e.g. {_EXAMPLE})")
     if parts.path not in ("", "/"):
         raise BrokerUrlError(f"MQTT broker URL {url!r}: unexpected path {parts.path!r}; "
                              f"topics are given with --mqtt-topic")
@@ -49,7 +50,7 @@ def parse_broker_url(url: str) -> BrokerAddress:
     if unknown or (query and parts.scheme != "mqtts"):
         raise BrokerUrlError(f"MQTT broker URL {url!r}: the only query parameter is ca=/path/ca.pem, for mqtts://")
     return BrokerAddress(
-        host=parts.hostname, port=port or _DEFAULT_PORTS[parts.scheme], tls=parts.scheme == "mqtts",
+        host=parts.hostname, port=port or DEFAULT_PORTS[parts.scheme], tls=parts.scheme == "mqtts",
         username=unquote(parts.username) if parts.username is not None else None,
         password=unquote(parts.password) if parts.password is not None else None,
         ca=query["ca"][-1] if "ca" in query else None,

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: The broker's port when its URL names none, by scheme (MQTT's registered ports).
+DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+
 #: The :class:`MqttConfig` fields that tune the subscriber's session (keyword arguments of ``MqttSubscriber``).
 SESSION_SETTINGS = ("receive_maximum", "session_expiry", "max_pending_bytes", "max_in_flight", "keepalive",
                     "min_retry", "max_retry", "connect_timeout")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from windvane.connectors.errors import ConnectorError
 
-class MqttError(Exception):
+
+class MqttError(ConnectorError):
     """Base class of the MQTT connector's errors."""
 
 

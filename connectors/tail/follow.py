@@ -71,6 +71,7 @@ class FilePosition:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> FilePosition:
+        """The position stored as ``doc`` (the committed position's document)."""
         return cls(**{k: doc[k] for k in ("dev", "ino", "offset", "line", "head", "head_bytes")})
 
 
@@ -269,6 +270,7 @@ class Follower:
         return (st.st_dev, st.st_ino) != (self._current.dev, self._current.ino)
 
     def close(self) -> None:
+        """Close the files being followed; the position stays what it was."""
         if self._current is not None:
             self._current.close()
             self._current = None

@@ -64,9 +64,11 @@ class StopFlag:
         self._set = False
 
     def set(self) -> None:
+        """Ask the loop to stop (safe from a signal handler)."""
         self._set = True
 
     def is_set(self) -> bool:
+        """Whether a stop was asked for."""
         return self._set
 
     def wait(self, timeout: float) -> bool:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from windvane.cli.root import BadInput, cli
+from windvane.cli.root import BadInput, cli, ops_failure
 
 if TYPE_CHECKING:
     from windvane.ops import mariadb_server as dbserver
@@ -19,15 +19,6 @@ def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
         return dbserver.MariaDBServer(datadir, port=port)
     except dbserver.ServerConfigError as exc:
         raise BadInput(str(exc)) from exc
-
-
-def _fail(exc: dbserver.ServerError) -> click.ClickException:
-    """Map a server error to the CLI's exit codes."""
-    from windvane.ops import mariadb_server as dbserver
-
-    if isinstance(exc, (dbserver.ServerConfigError, dbserver.ServerNotFoundError)):
-        return BadInput(str(exc))
-    return click.ClickException(str(exc))
 
 
 DATADIR = click.option(
@@ -85,7 +76,7 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
     try:
         url = server.start(timeout=timeout)
     except dbserver.ServerError as exc:
-        raise _fail(exc) from exc
+        raise ops_failure(exc) from exc
     status = server.status()
     click.echo(f"running (pid {status.pid}); error log: {server.error_log}", err=True)
     click.echo(url)
@@ -102,7 +93,7 @@ def stop(datadir: str, timeout: float) -> None:
     try:
         stopped = server.stop(timeout=timeout)
     except dbserver.ServerError as exc:
-        raise _fail(exc) from exc
+        raise ops_failure(exc) from exc
     click.echo("stopped" if stopped else f"not running ({server.datadir})")
 
 

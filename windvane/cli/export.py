@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windvane.cli.root import BadInput, cli
+from windvane.cli.root import BadInput, cli, interrupted
 
 
 @cli.command(name="export", short_help="Export a stream to Parquet, Arrow, CSV, zarr or netCDF; incremental with --job.")
@@ -54,8 +54,7 @@ def export_stream(stream: str, store_url: str, target: str, format_name: str, st
     except neostore.NeoStoreError as exc:
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
-        click.echo("interrupted: no file was left half-written; with --job, run it again to finish", err=True)
-        sys.exit(130)
+        interrupted("interrupted: no file was left half-written; with --job, run it again to finish")
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import click
 
 from windvane import ingest
-from windvane.cli.root import BadInput, RowsRejected, open_store, cli
+from windvane.cli.root import BadInput, RowsRejected, cli, interrupted, open_store
+
+if TYPE_CHECKING:
+    from windvane.connectors.files import ReaderOptions
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -76,12 +80,51 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
     import sys
 
     from windvane.connectors.files import FileFormatError, ReaderOptions
-    from windvane.connectors.files.compression import compression_of
-    from windvane.connectors.files.formats import format_for
     from windvane.ingest import imports
-    from windvane.ingest.times import check_zone, time_ns
-    from windvane.ingest.schema import load_schema
     from windvane.ingest.streams import StreamWriters
+
+    rename, schema, formats, start_ns = _import_options(paths, format_name, schema_path, timezone, start_time, renames)
+    total = sum(os.path.getsize(p) for p in paths)
+    rejected = 0
+    with open_store(store_url) as st:
+        writers = StreamWriters(st)
+        try:
+            schema = imports.resolve_schema(st, tag, schema)
+            with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
+                for path, fmt in zip(paths, formats):
+                    reader = _open_reader(path, fmt, schema, ReaderOptions(
+                        time_column, time_unit, start_ns, block_bytes=min(16 << 20, commit_mb << 19),
+                        rename=rename, timezone=timezone))
+                    if start_ns is not None and fmt.vibration:
+                        start_ns = reader.end_ns  # one --start for several recordings: end to end
+                    result = _import_reader(st, writers, bar, tag, path, reader, schema, restart=restart,
+                                            again=again, commit_mb=commit_mb)
+                    schema = result.schema or schema
+                    _report_file(tag, path, fmt, schema, result)
+                    rejected += result.rejected
+        except (ingest.IngestError, FileFormatError) as exc:
+            raise BadInput(str(exc)) from exc
+        except KeyboardInterrupt:
+            interrupted("interrupted: what was committed stays; run the same command again to resume")
+    _check_rejects(rejected, tag, store_url, allow_rejects)
+
+
+def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool) -> None:
+    """RowsRejected (exit 3) if rows were quarantined, unless --allow-rejects (then only said)."""
+    if rejected:
+        message = _rejects_message(rejected, tag, store_url)
+        if not allow_rejects:
+            raise RowsRejected(f"{message}; --allow-rejects makes this exit 0")
+        click.echo(message, err=True)
+
+
+def _import_options(paths: tuple[str, ...], format_name: str | None, schema_path: str | None,
+                    timezone: str | None, start_time: str | None, renames: tuple[str, ...]) -> tuple:
+    """``(rename, schema, formats, start_ns)`` from `windvane import`'s options; BadInput if one is wrong."""
+    from windvane.connectors.files import FileFormatError
+    from windvane.connectors.files.formats import format_for
+    from windvane.ingest.schema import load_schema
+    from windvane.ingest.times import check_zone, time_ns
 
     try:
         rename = _renames(renames)
@@ -96,49 +139,51 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
                 raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
-    total = sum(os.path.getsize(p) for p in paths)
-    rejected = 0
-    with open_store(store_url) as st:
-        writers = StreamWriters(st)
-        try:
-            schema = imports.resolve_schema(st, tag, schema)
-            with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
-                for path, fmt in zip(paths, formats):
-                    types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
-                    reader = fmt.make(path, ReaderOptions(time_column, time_unit, start_ns, types,
-                                                          block_bytes=min(16 << 20, commit_mb << 19),
-                                                          rename=rename, timezone=timezone))
-                    for note in getattr(reader, "notes", ()):
-                        click.echo(f"note: {note}", err=True)
-                    if start_ns is not None and fmt.vibration:
-                        start_ns = reader.end_ns  # one --start for several recordings: end to end
-                    identity = imports.fingerprint(path)
-                    compressed = compression_of(path) is not None  # its parts count the bytes it holds
-                    result = imports.import_source(
-                        st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
-                        progress=None if compressed else bar.update,
-                        same_source=lambda stored, p=path: imports.same_file(stored, p),
-                        restart=restart, commit_bytes=commit_mb << 20, writers=writers,
-                        content=imports.content_hash(path), name=os.path.abspath(path), again=again)
-                    schema = result.schema or schema
-                    size = os.path.getsize(path)
-                    bar.update(size if compressed else max(0, size - result.nbytes))
-                    if result.inferred and not schema.holds_blocks:
-                        click.echo(_inferred_schema(tag, path, schema), err=True)
-                    click.echo(_import_summary(path, result))
-                    rejected += result.rejected
-                    if fmt.name == "syslog":
-                        click.echo(_syslog_years(path))
-        except (ingest.IngestError, FileFormatError) as exc:
-            raise BadInput(str(exc)) from exc
-        except KeyboardInterrupt:
-            click.echo("interrupted: what was committed stays; run the same command again to resume", err=True)
-            sys.exit(130)
-    if rejected:
-        message = _rejects_message(rejected, tag, store_url)
-        if not allow_rejects:
-            raise RowsRejected(f"{message}; --allow-rejects makes this exit 0")
-        click.echo(message, err=True)
+    return rename, schema, formats, start_ns
+
+
+def _open_reader(path: str, fmt, schema, options: ReaderOptions):
+    """``fmt``'s reader of ``path``, its columns typed as ``schema``'s; its notes are printed."""
+    import dataclasses
+
+    from windvane.ingest import imports
+
+    types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
+    reader = fmt.make(path, dataclasses.replace(options, column_types=types))
+    for note in getattr(reader, "notes", ()):
+        click.echo(f"note: {note}", err=True)
+    return reader
+
+
+def _import_reader(st, writers, bar, tag: str, path: str, reader, schema, *, restart: bool, again: bool,
+                   commit_mb: int):
+    """Import what ``reader`` reads of ``path`` into ``tag`` (ingest.imports.import_source); the progress bar
+    is advanced by the file's bytes."""
+    import os
+
+    from windvane.connectors.files.compression import compression_of
+    from windvane.ingest import imports
+
+    identity = imports.fingerprint(path)
+    compressed = compression_of(path) is not None  # its parts count the bytes it holds
+    result = imports.import_source(
+        st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
+        progress=None if compressed else bar.update,
+        same_source=lambda stored, p=path: imports.same_file(stored, p),
+        restart=restart, commit_bytes=commit_mb << 20, writers=writers,
+        content=imports.content_hash(path), name=os.path.abspath(path), again=again)
+    size = os.path.getsize(path)
+    bar.update(size if compressed else max(0, size - result.nbytes))
+    return result
+
+
+def _report_file(tag: str, path: str, fmt, schema, result) -> None:
+    """Print what importing ``path`` did: the schema a new stream got, the summary, syslog's years."""
+    if result.inferred and not schema.holds_blocks:
+        click.echo(_inferred_schema(tag, path, schema), err=True)
+    click.echo(_import_summary(path, result))
+    if fmt.name == "syslog":
+        click.echo(_syslog_years(path))
 
 
 def _rejects_message(rejected: int, tag: str, store_url: str) -> str:

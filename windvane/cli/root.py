@@ -1,25 +1,58 @@
-"""The root `windvane` group, its exit-code errors, and the helpers several command groups share."""
+"""The root `windvane` group, its exit-code errors, and the helpers several command groups share.
+
+Every command exits with one of these codes, and only this module says which error gets which:
+
+* 0: done;
+* 1 (:data:`EXIT_FAILED`): the store or the server failed (a plain :class:`click.ClickException`);
+* 2 (:data:`EXIT_BAD_INPUT`): a usage problem the user can fix (:class:`BadInput`; click's own usage
+  errors exit 2 too);
+* 3 (:data:`EXIT_ROWS_REJECTED`): `windvane import` quarantined rows (:class:`RowsRejected`);
+* 130 (:data:`EXIT_INTERRUPTED`): interrupted with Ctrl-C; what was committed stays (:func:`interrupted`).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 if TYPE_CHECKING:
     from windvane import neostore
+    from windvane.ops.errors import OpsError
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ROWS_REJECTED = 3
+EXIT_INTERRUPTED = 130
 
 
 class BadInput(click.ClickException):
     """A usage problem the user can fix (bad path, missing program): exit code 2."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
 
 class RowsRejected(click.ClickException):
     """`windvane import` quarantined rows and was not told to allow it: exit code 3."""
 
-    exit_code = 3
+    exit_code = EXIT_ROWS_REJECTED
+
+
+def interrupted(message: str) -> NoReturn:
+    """Say ``message`` (what stays, how to go on) on stderr and exit 130, as a shell does on Ctrl-C."""
+    click.echo(message, err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def ops_failure(exc: OpsError) -> click.ClickException:
+    """The CLI's error for a failure of the private MariaDB server's manager: exit 2 for a bad setting or
+    a program not installed (the user can fix those), else 1."""
+    from windvane.ops.errors import ServerConfigError, ServerNotFoundError
+
+    if isinstance(exc, (ServerConfigError, ServerNotFoundError)):
+        return BadInput(str(exc))
+    return click.ClickException(str(exc))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

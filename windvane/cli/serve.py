@@ -118,7 +118,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     from windvane import neostore
     from windvane.ingest.service import Service, listener_auth, tune_interpreter
 
-    from windvane.connectors.mqtt import MqttError, check_topic_filter, parse_broker_url
+    from windvane.connectors.mqtt import MqttError
     from windvane.connectors.tls import TlsConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -145,9 +145,7 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
             mqtt=MqttConfig(mqtt_url, mqtt_topics or MqttConfig.topics, mqtt_client_id) if mqtt_url else None,
         )
         if config.mqtt:
-            parse_broker_url(config.mqtt.url)
-            for topic in config.mqtt.topics:
-                check_topic_filter(topic)
+            _check_mqtt(config.mqtt)
         auth = listener_auth(service_config, forward=config.forward is not None,
                              shared_key=bool(config.forward and config.forward.shared_key),
                              http=config.http.address if config.http else None)
@@ -160,6 +158,15 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
         asyncio.run(_serve(service, config, auth, ssl))
     except OSError as exc:  # typically the address is in use
         raise BadInput(f"cannot listen: {exc}") from exc
+
+
+def _check_mqtt(mqtt: MqttConfig) -> None:
+    """MqttError unless the broker URL and every topic filter are well formed."""
+    from windvane.connectors.mqtt import check_topic_filter, parse_broker_url
+
+    parse_broker_url(mqtt.url)
+    for topic in mqtt.topics:
+        check_topic_filter(topic)
 
 
 async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:

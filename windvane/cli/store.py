@@ -124,33 +124,43 @@ def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, r
             from ZODB.serialize import referencesf
 
             references = referencesf
-        counts = st.counts()
-        with click.progressbar(
-            length=counts["obj"] + counts["data"], label=f"packing up to {_tid_text(tid)}", file=None
-        ) as bar:
-            from windvane.arrays.row_log import pack_keep  # streams' row logs keep the revisions readers still need
+        stats = _pack_with_progress(st, tid, references, reclaim=reclaim, vacuum=vacuum)
+        _pack_report(stats, reclaim)
 
-            def progress(phase: str, n: int) -> None:
-                if phase == "reclaim":
-                    bar.label = "giving the space back to the file system"
-                    bar.render_progress()
-                else:
-                    bar.update(n)
 
-            stats = st.pack(tid, references=references, keep=pack_keep(st, tid), reclaim=reclaim, vacuum=vacuum,
-                            progress=progress)
-        click.echo(
-            f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
-            f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
-        )
-        if reclaim:
-            click.echo(f"gave back {stats.bytes_freed / 1e6:.1f} MB of disk: the store takes "
-                       f"{stats.disk_after / 1e6:.1f} MB (it took {stats.disk_before / 1e6:.1f} MB)")
-        else:
-            click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it "
-                       "for new data")
-        for note in stats.notes:
-            click.echo(note)
+def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: bool, vacuum: bool):
+    """``st.pack`` up to ``tid`` under a progress bar; its statistics."""
+    counts = st.counts()
+    with click.progressbar(
+        length=counts["obj"] + counts["data"], label=f"packing up to {_tid_text(tid)}", file=None
+    ) as bar:
+        from windvane.arrays.row_log import pack_keep  # streams' row logs keep the revisions readers still need
+
+        def progress(phase: str, n: int) -> None:
+            if phase == "reclaim":
+                bar.label = "giving the space back to the file system"
+                bar.render_progress()
+            else:
+                bar.update(n)
+
+        return st.pack(tid, references=references, keep=pack_keep(st, tid), reclaim=reclaim, vacuum=vacuum,
+                       progress=progress)
+
+
+def _pack_report(stats, reclaim: bool) -> None:
+    """What pack removed and what the store takes now."""
+    click.echo(
+        f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
+        f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
+    )
+    if reclaim:
+        click.echo(f"gave back {stats.bytes_freed / 1e6:.1f} MB of disk: the store takes "
+                   f"{stats.disk_after / 1e6:.1f} MB (it took {stats.disk_before / 1e6:.1f} MB)")
+    else:
+        click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it "
+                   "for new data")
+    for note in stats.notes:
+        click.echo(note)
 
 
 def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from windvane.connectors.errors import ConnectorError
 
-class LogFormatError(ValueError):
+
+class LogFormatError(ConnectorError, ValueError):
     """A log format or one of its options is unknown or invalid (not a bad line: those are rejected, not raised)."""

@@ -1,0 +1,120 @@
+"""A Forward connection's submissions and acknowledgements.
+
+Each submission is one :meth:`~ingest.batch.Sink.submit_many` call; its
+outcome per message is committed, failed (logged, no ack: the client
+resends after its ack timeout) or malformed (found so by a decode worker:
+reported, nothing after it acknowledged). Acks are written in the order
+the messages arrived, those one commit acknowledged in one send; the
+budget bytes a submission held are released once it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from windvane.ingest.batch import Batch, Undecoded
+from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
+
+from .errors import ForwardError, MalformedMessage
+from .state import ConnectionState
+
+log = logging.getLogger("windvane.connectors.forward")
+
+#: One submission: the batches of a message (or of merged chunkless messages) and its idempotency key.
+Item = tuple[list[Batch | Undecoded], bytes | None]
+
+
+class Acknowledging(ConnectionState):
+    """Submits to the sink, retrying on backpressure, and writes the acks in order."""
+
+    async def _submit_many(self, items: list[Item]) -> list[bool | None]:
+        """For each item, whether it is committed (None: found malformed by the sink); never raises."""
+        outcomes: list[bool | None] = [False] * len(items)
+        todo = list(range(len(items)))
+        while todo:
+            try:
+                results: list[Any] = await self.server.sink.submit_many([items[i] for i in todo])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the whole call failed: every item with it
+                results = [exc] * len(todo)
+            retry, delay, failed = [], 0.0, []
+            for i, result in zip(todo, results):
+                if isinstance(result, Backpressure):
+                    retry.append(i)
+                    delay = max(delay, result.retry_after)
+                elif isinstance(result, UndecodableBatch):
+                    # Decoded in a worker: report it as if it had been decoded here.
+                    cause = result.cause if isinstance(result.cause, ForwardError) else MalformedMessage(str(result))
+                    self._report(cause)
+                    self.wake.set()  # the pump sees the connection stopped
+                    outcomes[i] = None
+                elif isinstance(result, BaseException):
+                    failed.append((i, result))
+                else:
+                    if any(isinstance(b, Undecoded) for b in items[i][0]):
+                        self.stats["events"] += result.accepted + result.quarantined
+                    outcomes[i] = True
+            if failed:
+                self._log_failed([items[i] for i, _ in failed], failed[0][1])
+            todo = retry
+            if todo:
+                # Not reading while we wait is what pushes back on the client.
+                self._pause()
+                await asyncio.sleep(delay)
+        return outcomes
+
+    def _log_failed(self, items: list[Item], exc: BaseException) -> None:
+        """Log the submissions that failed (one line for those of one call), counting each."""
+        self.stats["commit_failed"] += len(items)
+        keys = [key for _, key in items]
+        chunks = repr(keys[0]) if len(keys) == 1 else f"{len(keys)} chunks, {keys[0]!r} first"
+        events = _events([b for batches, _ in items for b in batches])
+        if isinstance(exc, CommitFailed):
+            log.error("commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
+                      events, self.peer, chunks, exc)
+        else:
+            log.error("sink failed on %s events from %s (%s); not acknowledged", events, self.peer, chunks,
+                      exc_info=exc)
+
+    async def _ack_in_order(self) -> None:
+        """Await the submissions in arrival order and write their acks, until the end marker (task None)."""
+        acks: list[bytes] = []  # acks owed, written together: one send for the chunks one commit acknowledged
+        while True:
+            if acks and not (self.inflight and self.inflight[0][0] is not None and self.inflight[0][0].done()):
+                self._write_acks(acks)
+                acks = []
+            while not self.inflight:
+                self.wake.clear()
+                await self.wake.wait()
+            task, owed, charge = self.inflight[0]
+            if task is None:
+                self.inflight.popleft()
+                self._write_acks(acks)
+                return
+            outcomes = await task
+            self.inflight.popleft()
+            self.in_flight_messages -= len(owed)
+            del task
+            self.charges.add("submitted", -charge)
+            self.wake.set()  # a slot is free
+            for ok, ack in zip(outcomes, owed):
+                if ok is None:
+                    self.acking = False  # what was submitted after a malformed message is not acknowledged
+                if ok and self.acking and ack is not None:
+                    acks.append(ack)
+
+    def _write_acks(self, acks: list[bytes]) -> None:
+        if acks and not self.lost and self.transport is not None:
+            self.transport.write(b"".join(acks))
+            self.stats["acks"] += len(acks)
+
+
+def _events(batches: Sequence[Batch | Undecoded]) -> str:
+    """How many events ``batches`` hold, for logs ("?" when some are undecoded)."""
+    if any(isinstance(b, Undecoded) for b in batches):
+        return "?"
+    return str(sum(len(b) for b in batches))
