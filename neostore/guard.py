@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 from . import errors
 from .backends import Backend
@@ -27,10 +27,10 @@ class HasBackend(Protocol):
     def guarded_backend(self) -> Backend: ...
 
 
-def translate(backend: Backend, operation: str, exc: BaseException) -> BaseException:
-    """The neostore error to raise for ``exc``, raised by ``operation``: ``exc`` itself unless a driver raised it."""
+def translate(backend: Backend, operation: str, exc: BaseException) -> errors.NeoStoreError | None:
+    """The neostore error to raise for ``exc``, raised by ``operation``; None unless a driver raised it."""
     if isinstance(exc, errors.NeoStoreError) or not isinstance(exc, backend.driver_errors):
-        return exc
+        return None
     cls = errors.StorageUnavailableError if backend.is_unavailable(exc) else errors.DatabaseError
     return cls(f"{operation} failed on {backend.location}: {type(exc).__name__}: {exc}")
 
@@ -45,10 +45,7 @@ def guarded(method: F) -> F:
             try:
                 yield from method(self, *args, **kwargs)
             except Exception as exc:
-                translated = translate(self.guarded_backend, operation, exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
+                _reraise(translate(self.guarded_backend, operation, exc), exc)
 
         return cast(F, generate)
 
@@ -57,10 +54,24 @@ def guarded(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            translated = translate(self.guarded_backend, operation, exc)
-            if translated is exc:
-                raise
-            raise translated from exc
+            _reraise(translate(self.guarded_backend, operation, exc), exc)
 
     return cast(F, call)
 
+
+
+def _reraise(error: errors.NeoStoreError | None, exc: Exception) -> NoReturn:
+    """Raise ``error`` from ``exc``, or ``exc`` itself, keeping no reference to either in this frame.
+
+    A local naming the exception would make a cycle (exception, traceback,
+    frame, local): the frames of the failed call, their cursors included,
+    would then wait for the cyclic garbage collector, which may run in any
+    thread. A MariaDB cursor finalised there runs its statement close on a
+    connection another thread has taken from the pool since, and corrupts it.
+    """
+    try:
+        if error is None:
+            raise exc
+        raise error from exc
+    finally:
+        del error, exc
