@@ -1,6 +1,6 @@
-"""A separate process that appends to or reduces a BigArray, for tests/test_arrays_processes.py.
+"""A separate process that appends to or reduces a BigArray, for tests/arrays/test_arrays_processes.py.
 
-Run from the repository root as ``python -m tests.arrays_worker MODE ...``.
+Run from the repository root as ``python -m tests.arrays.arrays_worker MODE ...``.
 (No ``test_`` prefix: pytest must not collect it.) Output is one line per
 event, flushed, so the parent can follow along and kill at any point.
 
@@ -149,7 +149,7 @@ def run_out_of_core(url: str, name: str, budget: int, factor: int, columns: int)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.arrays_worker")
+    parser = argparse.ArgumentParser(prog="python -m tests.arrays.arrays_worker")
     parser.add_argument("mode", choices=["append", "append-forever", "out-of-core"])
     parser.add_argument("url")
     parser.add_argument("name")

@@ -1,6 +1,6 @@
-"""A separate process that appends to a stream, for tests/test_streams.py.
+"""A separate process that appends to a stream, for tests/arrays/test_streams.py.
 
-Run from the repository root as ``python -m tests.stream_worker MODE ...``.
+Run from the repository root as ``python -m tests.arrays.stream_worker MODE ...``.
 (No ``test_`` prefix: pytest must not collect it.) Output is one line per
 event, flushed.
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from windvane import arrays
 from windvane import neostore
-from tests.arrays_worker import append_until
+from tests.arrays.arrays_worker import append_until
 
 COLUMNS = [
     arrays.Column("value", "float64"),
@@ -79,7 +79,7 @@ def run_once(url: str, tag: str, worker: int, seq: int, rows: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.stream_worker")
+    parser = argparse.ArgumentParser(prog="python -m tests.arrays.stream_worker")
     parser.add_argument("mode", choices=["append", "writer", "once"])
     parser.add_argument("url")
     parser.add_argument("tag")

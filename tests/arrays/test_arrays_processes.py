@@ -1,6 +1,6 @@
 """BigArray across OS processes: concurrent appenders, out-of-core reduction, kill -9 during appends.
 
-Workers are separate Python processes (``python -m tests.arrays_worker``,
+Workers are separate Python processes (``python -m tests.arrays.arrays_worker``,
 see that module); nothing is shared with them but the database.
 """
 
@@ -17,12 +17,12 @@ import numpy as np
 
 from windvane import arrays
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def start_worker(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.arrays_worker", *args],
+        [sys.executable, "-m", "tests.arrays.arrays_worker", *args],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -139,7 +139,7 @@ def test_append_survives_kill_9(store_url):
 
 def test_streaming_moments_equal_numpy():
     """The worker's float64 streaming mean/std (both sides of the out-of-core check use it) equal numpy's."""
-    from tests.arrays_worker import Moments, sensor_rows
+    from tests.arrays.arrays_worker import Moments, sensor_rows
 
     data = sensor_rows(0, 10_000, 5)
     moments = Moments(5)

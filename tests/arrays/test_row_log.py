@@ -15,7 +15,7 @@ from windvane import arrays
 from windvane import neostore
 from windvane.arrays import row_log
 from windvane.arrays.keys import Snapshot
-from tests.stream_worker import COLUMNS, row_values
+from tests.arrays.stream_worker import COLUMNS, row_values
 
 
 def _concat(parts: list[dict]) -> dict[str, np.ndarray]:

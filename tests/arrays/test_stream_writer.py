@@ -1,7 +1,7 @@
 """StreamWriter (arrays.stream_writer): state kept across transactions must give what fresh opens give.
 
 Real SQLite files and the suite's real MariaDB; other writers are separate
-processes (tests/stream_worker.py) or separate Store connections.
+processes (tests/arrays/stream_worker.py) or separate Store connections.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from windvane import arrays
 from windvane import neostore
 from windvane.arrays import Column
 from windvane.arrays.keys import Snapshot
-from tests.stream_worker import COLUMNS as WORKER_COLUMNS
-from tests.stream_worker import row_values
-from tests.test_streams import COLUMNS, check_aligned, race_two_appenders, read_line, rows, start_worker
+from tests.arrays.stream_worker import COLUMNS as WORKER_COLUMNS
+from tests.arrays.stream_worker import row_values
+from tests.arrays.test_streams import COLUMNS, check_aligned, race_two_appenders, read_line, rows, start_worker
 
 # Append sizes that start, fill, cross and exactly end chunks of 16 rows.
 SIZES = [1, 1, 3, 11, 16, 17, 2, 40, 15, 1, 32, 0, 5, 64, 1]

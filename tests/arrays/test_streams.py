@@ -18,9 +18,9 @@ from windvane import arrays
 from windvane import neostore
 from windvane.arrays import Column
 from windvane.arrays.keys import Snapshot
-from tests.stream_worker import COLUMNS as WORKER_COLUMNS
+from tests.arrays.stream_worker import COLUMNS as WORKER_COLUMNS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLUMNS = [
     Column("speed", "float32", attrs={"unit": "m/s"}),
     Column("count", "int64"),
@@ -131,7 +131,7 @@ def test_snapshot_is_one_tid_for_every_array(store_url):
 
 def start_worker(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.stream_worker", *args], cwd=REPO,
+        [sys.executable, "-m", "tests.arrays.stream_worker", *args], cwd=REPO,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

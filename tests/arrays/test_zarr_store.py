@@ -26,7 +26,7 @@ from windvane.arrays.group_commit import Change, GroupCommit
 from windvane.arrays.keys import Snapshot
 from windvane.arrays.zarr_store import ZarrStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO = default_buffer_prototype()
 
 
@@ -85,7 +85,7 @@ def test_set_if_not_exists_race_between_processes(url: str) -> None:
     racers, keys = 4, 15
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.zarr_store_worker", url, f"racer-{n}", str(keys)],
+            [sys.executable, "-m", "tests.arrays.zarr_store_worker", url, f"racer-{n}", str(keys)],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
-"""A separate process racing on ``ZarrStore.set_if_not_exists``, for tests/test_zarr_store.py.
+"""A separate process racing on ``ZarrStore.set_if_not_exists``, for tests/arrays/test_zarr_store.py.
 
-Run as ``python -m tests.zarr_store_worker URL NAME KEYS`` from the repo
+Run as ``python -m tests.arrays.zarr_store_worker URL NAME KEYS`` from the repo
 root. It opens the store, prints ``ready``, waits for a ``go`` line on stdin
 (so all racers start together), then for each key ``race/0`` ...
 ``race/KEYS-1`` calls ``set_if_not_exists`` with the value ``NAME`` and

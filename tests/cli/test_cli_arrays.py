@@ -9,7 +9,7 @@ import pytest
 
 from windvane import arrays
 from windvane import neostore
-from tests.test_cli_store import windvane
+from tests.cli.test_cli_store import windvane
 
 
 def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):

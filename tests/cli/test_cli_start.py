@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 HEAVY = ("numpy", "zarr", "pyarrow", "pandas", "dask", "xarray", "arrays", "neostore", "aiohttp", "msgspec",
          "zstandard", "blake3", "asyncio", "mariadb", "paho")

@@ -2,7 +2,7 @@
 for every failure a user can fix.
 
 Run in-process with click's CliRunner (the real command, real stores and
-files); the kill tests of tests/test_export_jobs.py run it as a process.
+files); the kill tests of tests/export/test_export_jobs.py run it as a process.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from windvane import arrays
 import windvane
-from tests.test_export import MIXED_COLUMNS, make_mixed, mixed_rows
+from tests.export.test_export import MIXED_COLUMNS, make_mixed, mixed_rows
 
 TAG = "plant.mixed"
 

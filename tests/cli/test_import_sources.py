@@ -71,7 +71,7 @@ def test_allow_rejects_exits_0_and_still_says_where_they_are(sqlite_url, tmp_pat
 
 
 def test_several_wavs_with_one_start_are_placed_end_to_end(sqlite_url, tmp_path):
-    from tests.test_import_formats import write_wav
+    from tests.connectors.files.test_import_formats import write_wav
 
     first, second = tmp_path / "a.wav", tmp_path / "b.wav"
     write_wav(first, np.arange(12, dtype=np.int16).reshape(6, 2), 4)  # 6 frames at 4 Hz: 1.5 s
@@ -107,7 +107,7 @@ def test_a_copy_under_another_name_is_not_imported_again_unless_again(sqlite_url
 
 
 def test_a_copy_of_a_file_whose_import_was_killed_resumes_it(sqlite_url, tmp_path):
-    from tests.test_imports import big_csv, paused, stored_ids
+    from tests.cli.test_import_process import big_csv, paused, stored_ids
 
     original, copy = tmp_path / "big.csv", tmp_path / "moved.csv"
     big_csv(original, 60_000)
@@ -216,7 +216,7 @@ def test_compressed_files_that_cannot_be_read_say_so(sqlite_url, tmp_path, name,
 
 @pytest.mark.parametrize("compress,suffix", [(gz, ".gz"), (zst, ".zst")])
 def test_a_killed_import_of_a_compressed_file_resumes_exactly(sqlite_url, tmp_path, compress, suffix):
-    from tests.test_imports import big_csv, paused, stored_ids
+    from tests.cli.test_import_process import big_csv, paused, stored_ids
 
     plain = tmp_path / "big.csv"
     big_csv(plain, 60_000)  # ~2.6 MB of CSV: several 1 MiB commits

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from windvane import arrays
-from tests.test_imports import run_import
+from tests.cli.test_import_process import run_import
 
 NS = 10**9
 

@@ -23,8 +23,8 @@ from windvane import neostore
 from tests import paused_process
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
-from tests.test_serve import forward_send, post
-from tests.test_stream_admin import SCHEMA, T0, S, cli
+from tests.cli.test_serve import forward_send, post
+from tests.cli.test_stream_admin import SCHEMA, T0, S, cli
 
 STRICT = SCHEMA.format(retention="")
 #: The fix: the field the records carry is declared (a new column, back-filled for the rows stored before).

@@ -22,7 +22,7 @@ from windvane import arrays
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
 
-FIXTURES = Path(__file__).parent / "fixtures" / "forward"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "forward"
 
 SCHEMA = """
 kind = "log"

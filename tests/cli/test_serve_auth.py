@@ -10,7 +10,7 @@ import base64
 
 import pytest
 
-from tests.test_serve import column, post, schemas, serve, windvane  # noqa: F401 - schemas, serve: fixtures
+from tests.cli.test_serve import column, post, schemas, serve, windvane  # noqa: F401 - schemas, serve: fixtures
 
 USERS = '[users.sender]\npassword = "right password"\ntokens = ["a-long-token"]\n'
 

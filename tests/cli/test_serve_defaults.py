@@ -21,7 +21,7 @@ from windvane.connectors.mqtt import MqttConfig
 from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig
 from windvane.ingest.ledger import KeyLedger
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _serve_section() -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.forward_sender import chunk_id
 from tests.serve_process import Serve
-from tests.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.cli.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
 
 _ = schemas
 

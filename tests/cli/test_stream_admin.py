@@ -249,7 +249,7 @@ def test_store_pack_with_a_bad_retention_exits_2_and_packs_nothing(sqlite_url, t
 
 def test_a_running_serve_stores_a_tag_whose_stream_was_renamed_or_removed_under_it(sqlite_url, tmp_path):
     from tests.serve_process import Serve
-    from tests.test_serve import post
+    from tests.cli.test_serve import post
 
     schema_file(tmp_path)
     with Serve(sqlite_url, tmp_path / "schemas", tmp_path / "serve.log", "--decode-workers", "0") as server:

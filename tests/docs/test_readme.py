@@ -30,9 +30,9 @@ import click
 import pytest
 
 import windvane
-from tests.doc_blocks import PYTHON, SHELL, Block, Command, code_blocks, markdown_files, windvane_commands
+from tests.docs.doc_blocks import PYTHON, SHELL, Block, Command, code_blocks, markdown_files, windvane_commands
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 QUICK_START = "Quick start"
 
@@ -66,13 +66,13 @@ EXEMPTIONS = (
     Exemption(
         "runs until stopped",
         "`serve` and `tail` serve or follow a file until stopped "
-        "(tests/test_serve.py and tests/test_tail.py run them)",
+        "(tests/cli/test_serve.py and tests/connectors/tail/test_tail.py run them)",
         lambda block, command: command.args[:1] in (("serve",), ("tail",)),
     ),
     Exemption(
         "private MariaDB server",
         "`db start` runs mariadbd with the shipped 1 GiB buffer pool and redo log, and `db status`/`db stop` "
-        "speak of that server (tests/test_server.py::test_cli_start_status_stop runs all three)",
+        "speak of that server (tests/ops/test_mariadb_server.py::test_cli_start_status_stop runs all three)",
         lambda block, command: command.args[:1] == ("db",),
     ),
     Exemption(

@@ -409,7 +409,7 @@ MEMORY_ROWS = 4_000_000  # 190 MB raw
 MAKE_SCRIPT = textwrap.dedent("""
     import sys
     from windvane import arrays
-    from tests.test_export import MEMORY_ROWS, sensor_block
+    from tests.export.test_export import MEMORY_ROWS, sensor_block
     columns = [arrays.Column(f"v{c}", "float64") for c in range(4)]
     columns += [arrays.Column("state", "int32"), arrays.Column("label", "str")]
     for tag, rows in (("small", 1000), ("big", MEMORY_ROWS)):

@@ -24,7 +24,7 @@ from windvane import export as exporting
 from windvane.export import export, jobs, read_job
 from tests import paused_process
 from tests.serve_process import REPO
-from tests.test_export import (
+from tests.export.test_export import (
     MIXED_COLUMNS,
     assert_same,
     dims_of,

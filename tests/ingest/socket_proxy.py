@@ -35,9 +35,9 @@ class CommitCutter:
     def __init__(self, listen: str, upstream: str):
         self.listen = listen
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.socket_proxy", listen, upstream],
+            [sys.executable, "-m", "tests.ingest.socket_proxy", listen, upstream],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         )
         assert self._ask("ping") == "pong"
 

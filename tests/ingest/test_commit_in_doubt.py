@@ -3,7 +3,7 @@
 If the server made the COMMIT durable and only its answer was lost, the
 commit succeeded and must be reported so; reporting it as failed makes the
 caller store the same data again (an ingest resend, a ZODB retry). The
-relay in tests/socket_proxy.py cuts real connections at their COMMIT.
+relay in tests/ingest/socket_proxy.py cuts real connections at their COMMIT.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from windvane.ingest import Batch, CommitFailed
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.schema import SchemaSet, parse_schema
 from tests.mariadb import socket_of
-from tests.socket_proxy import CommitCutter
+from tests.ingest.socket_proxy import CommitCutter
 
 SCHEMAS = SchemaSet([parse_schema({"kind": "log", "tags": ["m.**"], "fields": [{"name": "v", "dtype": "int64", "required": True}]},
                                    name="m")])

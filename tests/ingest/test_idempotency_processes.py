@@ -19,9 +19,9 @@ from windvane.ingest.ledger import KeyLedger
 from windvane.ingest.schema import SchemaSet, parse_schema
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
-from tests.test_health import metric, metrics
-from tests.test_committer import read
-from tests.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.ingest.test_health import metric, metrics
+from tests.ingest.test_committer import read
+from tests.cli.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
 
 T0 = 1_700_000_000_000_000_000
 

@@ -15,7 +15,7 @@ from windvane import arrays
 from windvane.ingest.prepare import INVALID_TAG, tag_problem
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
-from tests.test_serve import column, forward_send, post
+from tests.cli.test_serve import column, forward_send, post
 
 T0 = 1_700_000_000_000_000_000
 

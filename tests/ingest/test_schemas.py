@@ -9,7 +9,7 @@ import pytest
 from windvane.ingest import SchemaError
 from windvane.ingest.schema import load_schema, load_schemas, parse_schema, tag_pattern
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def test_shipped_examples_cover_every_kind():

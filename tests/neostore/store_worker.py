@@ -1,6 +1,6 @@
 """A separate process that writes to (or reads from) a store, for the crash and concurrency tests.
 
-Run as ``python tests/store_worker.py MODE ...``; imported by the tests for
+Run as ``python tests/neostore/store_worker.py MODE ...``; imported by the tests for
 the value format and for `Worker`, which starts and drives such a process.
 (No ``test_`` prefix: pytest must not collect it.)
 
@@ -49,10 +49,10 @@ from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__":
-    # Run as a script, Python puts tests/ first on sys.path, where
-    # tests/mariadb.py would shadow the MariaDB connector: swap it for the
-    # checkout's root, which holds neostore.
-    sys.path[:] = [os.path.dirname(HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    # Run as a script, Python puts this folder first on sys.path; the
+    # checkout's root goes there instead (never tests/, whose tests/mariadb.py
+    # would shadow the MariaDB connector), so `tests.*` imports resolve.
+    sys.path[:] = [os.path.dirname(os.path.dirname(HERE))] + [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 from windvane import neostore  # noqa: E402
 from windvane.neostore import p64, u64  # noqa: E402

@@ -1,6 +1,6 @@
 """Concurrency: several processes committing to one store over overlapping objects.
 
-Four writer processes (tests/store_worker.py ``counters``) increment shared
+Four writer processes (tests/neostore/store_worker.py ``counters``) increment shared
 counters for a while, each transaction expecting the serials it read and
 retrying on ConflictError; a reader process meanwhile checks snapshots.
 Counters come in pairs and every transaction increments both counters of a
@@ -15,7 +15,7 @@ import pytest
 
 from windvane import neostore
 from windvane.neostore import u64
-from tests.store_worker import Worker, hex_list
+from tests.neostore.store_worker import Worker, hex_list
 
 MARIADB_SECONDS = 30  # how long the writers run on MariaDB
 SQLITE_SECONDS = 5  # ... and on SQLite (one file, one writer at a time)

@@ -1,6 +1,6 @@
 """Durability: kill -9 of a writer at every commit phase, and of mariadbd itself.
 
-No mocks: the writer is a real process (tests/store_worker.py) that commits
+No mocks: the writer is a real process (tests/neostore/store_worker.py) that commits
 numbered transactions and announces each phase; the test SIGKILLs it at a
 chosen phase (or the MariaDB server under it), reopens the store and checks
 what the commit protocol promises (neostore/store.py's docstring):
@@ -23,7 +23,7 @@ import pytest
 from windvane import neostore
 from windvane.neostore.backends import backend_for
 from windvane.neostore.tids import tid_time
-from tests.store_worker import (
+from tests.neostore.store_worker import (
     Worker,
     commit_numbered,
     hex_list,

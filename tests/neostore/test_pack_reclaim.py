@@ -4,7 +4,7 @@ Sizes are measured apart from the code under test, on the files themselves:
 SQLite's file (its write-ahead log checkpointed into it first) and the .ibd
 files in the private MariaDB server's data directory. Other processes keep
 the store open meanwhile: counter writers and a snapshot reader
-(tests/store_worker.py) run through the pack and must end cleanly, with
+(tests/neostore/store_worker.py) run through the pack and must end cleanly, with
 every increment counted and every snapshot consistent.
 """
 
@@ -22,8 +22,8 @@ import transaction.interfaces
 
 from windvane import neostore
 from windvane.neostore import p64
-from tests.store_worker import Worker, hex_list
-from tests.test_concurrency import create_counters
+from tests.neostore.store_worker import Worker, hex_list
+from tests.neostore.test_concurrency import create_counters
 
 MB = 1_000_000
 VALUE = 512 * 1024

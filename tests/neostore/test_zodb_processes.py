@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPLY_TIMEOUT = 60.0
 
 
@@ -86,7 +86,7 @@ class Worker:
         self.name = name
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from tests.test_zodb_processes import worker_main; worker_main({url!r})"],
+            [sys.executable, "-c", f"from tests.neostore.test_zodb_processes import worker_main; worker_main({url!r})"],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -18,7 +18,7 @@ from distributed import Client, LocalCluster
 
 from windvane import arrays
 from windvane.ops import demo
-from tests.test_notebooks import make_demo_store, results_of, run_notebook
+from tests.notebooks.test_notebooks import make_demo_store, results_of, run_notebook
 
 #: Float agreement: float64 results of the same computation, rounded differently at most.
 RTOL = 1e-9

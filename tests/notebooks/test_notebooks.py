@@ -25,9 +25,9 @@ from nbclient import NotebookClient
 
 from windvane import arrays
 from windvane.ops import demo
-from tests.test_info import windvane
+from tests.ops.test_info import windvane
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"
 NAMES = ("vibration", "sensors", "logs")
 #: The synthetic recording's defect (windvane/ops/samples/make_samples.py): outer race, 3.57 orders of a 25 Hz shaft.

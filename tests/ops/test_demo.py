@@ -25,7 +25,7 @@ import pytest
 
 from windvane import arrays
 from windvane.ops import demo
-from tests.test_info import sqlite_stored, windvane
+from tests.ops.test_info import sqlite_stored, windvane
 
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"
 STREAM_HEADER = re.compile(r"^(stream|quarantine) (\S+)  \((\S+)\)$")
@@ -220,8 +220,8 @@ def test_what_metrics_count_as_committed_survives_kill_9(tmp_path):
 
 def test_the_demo_schemas_are_the_repositorys():
     """The demo ships copies of schemas/ (package data must live in a package): they must not drift."""
-    shipped = Path(__file__).resolve().parent.parent / "schemas"
-    copies = Path(__file__).resolve().parent.parent / "ingest" / "samples" / "schemas"
+    shipped = Path(__file__).resolve().parents[2] / "schemas"
+    copies = Path(__file__).resolve().parents[2] / "ingest" / "samples" / "schemas"
     assert sorted(p.name for p in copies.glob("*.toml")) == sorted(p.name for p in shipped.glob("*.toml"))
     for copy in copies.glob("*.toml"):
         def body(path):

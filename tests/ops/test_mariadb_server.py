@@ -233,7 +233,7 @@ def test_render_config_overrides():
 # -- CLI -----------------------------------------------------------------------
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -365,7 +365,7 @@ def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_
     from windvane import arrays
     from windvane import neostore
     from windvane.ingest import imports
-    from tests.test_imports import paused, run_import
+    from tests.cli.test_import_process import paused, run_import
 
     path = tmp_path / "access.log"
     lines = []

@@ -20,8 +20,8 @@ import pytest
 
 from tests.fluent_programs import start_fluent_bit
 from tests.serve_process import Serve, free_port
-from tests.test_clients import Cert, tls_cert  # noqa: F401 - a fixture
-from tests.test_fluentd_forward import SHARED_KEY, check_stream, deliver, rows, schemas_dir, wait_rows, write_lines
+from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
+from tests.connectors.forward.test_fluentd_forward import SHARED_KEY, check_stream, deliver, rows, schemas_dir, wait_rows, write_lines
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -25,7 +25,7 @@ from windvane import arrays
 from windvane import neostore
 from tests.fluent_programs import Program, start_fluentd
 from tests.serve_process import Serve, free_port
-from tests.test_clients import Cert, tls_cert  # noqa: F401 - a fixture
+from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(300)
 

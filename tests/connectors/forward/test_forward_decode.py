@@ -24,7 +24,7 @@ from windvane.ingest.record_types import record_type
 from windvane.ingest.schema import parse_schema
 from windvane.ingest.times import not_a_time
 
-FIXTURES = Path(__file__).parent / "fixtures" / "forward"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "forward"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from windvane.connectors.forward import ForwardDecoder, ForwardError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "forward"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "forward"
 SEEDS = [p.read_bytes() for p in sorted(FIXTURES.glob("*.bin"))] + [
     msgpack.packb(["t", gzip.compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "gzip", "chunk": "c"}]),
     msgpack.packb(["t", zstandard.ZstdCompressor().compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "zstd"}]),

@@ -28,7 +28,7 @@ from windvane.ingest.auth import Users
 from windvane.ingest.batch import Receipt
 from windvane.ingest.errors import Backpressure, CommitFailed
 
-FIXTURES = Path(__file__).parent / "fixtures" / "forward"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "forward"
 pytestmark = pytest.mark.timeout(120)
 
 

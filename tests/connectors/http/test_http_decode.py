@@ -73,7 +73,7 @@ def test_out_http_gzip_fixture():
     assert list(b.records) == OUT_HTTP_RECORDS and b.size == len(body)
 
 
-FIXTURES = Path(__file__).parent / "fixtures" / "http"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "http"
 CAPTURED = json.loads((FIXTURES / "requests.json").read_text())
 
 

@@ -1,7 +1,7 @@
 """The MQTT subscriber against a real Mosquitto broker, real paho publishers and real stores.
 
 Payload decoding and URL/topic checks are pure functions, tested directly.
-Everything else goes through a private mosquitto (tests/mosquitto.py): the
+Everything else goes through a private mosquitto (tests/connectors/mqtt/mosquitto.py): the
 subscriber in-process on a real GroupCommitter where the test needs to
 reach inside (stats, the exact moment of a broker restart), and
 ``windvane serve`` as a subprocess where it is killed with -9.
@@ -40,7 +40,7 @@ from windvane.ingest.batch import INVALID_TIME
 from windvane.ingest.times import not_a_time
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.schema import load_schemas
-from tests.mosquitto import Mosquitto
+from tests.connectors.mqtt.mosquitto import Mosquitto
 from tests.serve_process import Serve, free_port
 
 SCHEMA = """\
