@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from windvane import arrays
 
@@ -107,6 +108,7 @@ def test_out_of_core_reduction_stays_within_budget(mariadb_url):
     assert result["peak_rss"] < budget + 150 * 2**20
 
 
+@pytest.mark.crash
 def test_append_survives_kill_9(store_url):
     """SIGKILL during appends: the array reopens at an acknowledged length (or one append more), intact."""
     rows = 100

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from windvane import neostore
 
 WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
@@ -140,6 +142,7 @@ def test_pack_removes_history_only_as_far_as_told(sqlite_url):
         assert serials[1] < store.pack_tid() < serials[2]
 
 
+@pytest.mark.mariadb  # the connector, not a server
 def test_bad_url_exits_2_with_the_reason(tmp_path):
     result = windvane("store", "info", "postgres://host/db")
     assert result.returncode == 2

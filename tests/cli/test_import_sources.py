@@ -106,6 +106,7 @@ def test_a_copy_under_another_name_is_not_imported_again_unless_again(sqlite_url
     assert other_tag.exit_code == 0 and stream_rows(sqlite_url, "d2") == 1000
 
 
+@pytest.mark.crash
 def test_a_copy_of_a_file_whose_import_was_killed_resumes_it(sqlite_url, tmp_path):
     from tests.cli.test_import_process import big_csv, paused, stored_ids
 
@@ -214,6 +215,7 @@ def test_compressed_files_that_cannot_be_read_say_so(sqlite_url, tmp_path, name,
     assert "Traceback" not in result.output
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("compress,suffix", [(gz, ".gz"), (zst, ".zst")])
 def test_a_killed_import_of_a_compressed_file_resumes_exactly(sqlite_url, tmp_path, compress, suffix):
     from tests.cli.test_import_process import big_csv, paused, stored_ids

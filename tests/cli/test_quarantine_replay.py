@@ -230,6 +230,8 @@ def replay_done(url: str, tmp_path) -> str:
 BIG = 20_000
 
 
+@pytest.mark.crash
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["mariadb", "sqlite"])
 def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(backend, request, tmp_path):
     url = request.getfixturevalue(f"{backend}_url")
@@ -248,6 +250,8 @@ def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(bac
     assert_moved_exactly_once(url, BIG)
 
 
+@pytest.mark.crash
+@pytest.mark.slow
 def test_kill_9_while_replay_runs_then_again_moves_every_record_once(mariadb_url, tmp_path):
     quarantined(mariadb_url, tmp_path, BIG)
     before = head(mariadb_url)

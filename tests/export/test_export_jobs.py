@@ -109,6 +109,7 @@ def run_job(url: str, out) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("stage,backend", [("before_done", "sqlite"), ("before_done", "mariadb"),
                                            ("before_rename", "sqlite")])
 def test_kill_9_between_writing_and_recording_then_rerun_exports_each_row_once(request, tmp_path, stage, backend):

@@ -93,6 +93,7 @@ async def test_malformed_bytes_from_the_worker_carry_the_connector_error(committ
     assert receipt.accepted == 1
 
 
+@pytest.mark.crash
 async def test_a_killed_worker_fails_its_submission_and_the_pool_is_replaced(committer, store):
     # Large enough to go to a worker (smaller submissions are decoded in the committer).
     payload = b"\0" * committer.INLINE_PREPARE_BYTES
@@ -229,6 +230,7 @@ async def test_many_small_submissions_prepared_together_answer_as_prepared_alone
         inline_store.close()
 
 
+@pytest.mark.crash
 async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepared(committer, store):
     payload = entries({"seq": 1, "msg": "x" * (committer.INLINE_PREPARE_BYTES // committer.BATCH_PREPARE_MIN)})[0]
     items = [([Undecoded("app.k", payload, _sleepy_decode, (60.0,), "test", len(payload))], f"k{k}".encode())

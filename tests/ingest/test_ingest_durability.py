@@ -21,6 +21,8 @@ from windvane import arrays
 from tests.forward_sender import ResendingSender, chunk_id, packed_forward
 from tests.serve_process import Serve, free_port
 
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
+
 EVENTS = 200_000
 PER_CHUNK = 1000
 T0 = 1_750_000_000_000_000_000

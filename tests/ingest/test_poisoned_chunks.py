@@ -248,6 +248,7 @@ def _defect_lines() -> tuple[list[bytes], list[int], int]:
 RAW_LINES = [f"plain line {i} ✓".encode() for i in range(5)] + [b"caf\xe9 latin-1 " + bytes([0xe0 + i]) for i in range(3)]
 
 
+@pytest.mark.clients
 def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
     schemas = tmp_path / "schemas"
     schemas.mkdir()

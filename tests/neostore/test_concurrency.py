@@ -57,6 +57,7 @@ def counter_history(store: neostore.Store, oid: bytes) -> list[tuple[int, int]]:
     return [(u64(r.tid), int(store.load_serial(oid, r.tid))) for r in revisions]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend, seconds", [("sqlite", SQLITE_SECONDS), ("mariadb", MARIADB_SECONDS)], ids=["sqlite", "mariadb"]
 )

@@ -32,6 +32,8 @@ from tests.neostore.store_worker import (
     value_for,
 )
 
+pytestmark = pytest.mark.crash
+
 SLOTS = 8  # objects every numbered transaction writes
 SIZE = 4096  # bytes per value (the loops use smaller ones)
 ROUNDS = 6  # kills at random moments of a commit loop, per backend
@@ -227,6 +229,7 @@ def test_writer_killed_during_finish(store_url, tmp_path):
 # ``private_server`` (tests/conftest.py) is a server of the test's own: it gets killed.
 
 
+@pytest.mark.slow
 def test_mariadbd_killed_during_commits(private_server, tmp_path):
     """SIGKILL mariadbd under a committing writer: acknowledged commits survive, stores reconnect."""
     url, log = private_server.url("crash"), str(tmp_path / "acknowledged")

@@ -16,7 +16,6 @@ import os
 import sqlite3
 import time
 
-import mariadb
 import pytest
 import transaction.interfaces
 
@@ -80,6 +79,7 @@ def check_counters(store: neostore.Store, pairs, results: list[dict]) -> None:
         assert [int(store.load(oid)[0]) for oid in pair] == [expected, expected]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_pack_gives_the_disk_back_while_others_read_and_write(backend, request):
     url = request.getfixturevalue(f"{backend}_url")
@@ -189,6 +189,8 @@ def test_mariadb_rebuilds_only_tables_that_lost_a_fair_share_unless_asked(mariad
 
 
 def test_mariadb_table_in_use_too_long_is_left_as_it_was_and_said(mariadb_url, mariadb_server):
+    import mariadb
+
     with neostore.open(mariadb_url) as store:
         latest = write_history(store, objects=4, revisions=2)
         store.backend.rebuild_lock_wait = 1  # instead of 10 s
@@ -225,6 +227,8 @@ class Deadlock:
     """
 
     def __init__(self, server, url: str):
+        import mariadb
+
         def connect():
             return mariadb.connect(user="root", unix_socket=server.socket,
                                    database=neostore.parse_url(url).database, autocommit=False)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 
-import mariadb
 import pytest
 
 from windvane import neostore
@@ -515,6 +514,8 @@ def test_opens_that_read_never_create_a_sqlite_store(tmp_path, monkeypatch):
 
 
 def test_opens_that_read_never_create_a_mariadb_store(mariadb_server):
+    import mariadb
+
     from tests.conftest import fresh_database
 
     url = fresh_database(mariadb_server, "never_made")
@@ -543,12 +544,15 @@ def test_opens_that_read_never_create_a_mariadb_store(mariadb_server):
         assert store.last_transaction() == ZERO
 
 
+@pytest.mark.mariadb  # the connector, not a server
 def test_mariadb_without_server_names_the_socket(tmp_path):
     with pytest.raises(neostore.DatabaseError, match="cannot connect to MariaDB at .*nosock.*windvane db start"):
         neostore.open(f"mariadb://root@/db?unix_socket={tmp_path}/nosock")
 
 
 def test_myrocks_engine_is_selectable(mariadb_server):
+    import mariadb
+
     from tests.conftest import fresh_database
 
     url = fresh_database(mariadb_server, "rocks") + "&engine=rocksdb"
@@ -639,6 +643,7 @@ def _pack_in_subprocess(url):
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_pack_memory_does_not_grow_with_database_size(sqlite_url, tmp_path):
     """Pack 120 MiB and 480 MiB databases: peak RSS stays put and under 200 MB.
 

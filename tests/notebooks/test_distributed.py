@@ -20,6 +20,8 @@ from windvane import arrays
 from windvane.ops import demo
 from tests.notebooks.test_notebooks import make_demo_store, results_of, run_notebook
 
+pytestmark = pytest.mark.slow
+
 #: Float agreement: float64 results of the same computation, rounded differently at most.
 RTOL = 1e-9
 

@@ -27,6 +27,8 @@ from windvane import arrays
 from windvane.ops import demo
 from tests.ops.test_info import windvane
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"
 NAMES = ("vibration", "sensors", "logs")

@@ -177,6 +177,7 @@ def test_the_notebook_snippet_runs(ran):
                                      str(printed[(demo.LOG_TAG, True)]["rows"])]
 
 
+@pytest.mark.slow
 def test_keep_adds_and_a_new_run_starts_afresh(ran):
     cwd, first = ran
     url = f"sqlite:///{cwd}/var/demo.db"
@@ -200,6 +201,7 @@ def test_an_unwritable_directory_exits_2(tmp_path):
     assert f"the demo keeps its store in {tmp_path}/file/var, which cannot be written: Not a directory" in result.stderr
 
 
+@pytest.mark.crash
 def test_what_metrics_count_as_committed_survives_kill_9(tmp_path):
     """The demo stops waiting when /metrics count every row sent: those rows are durable then."""
     url = f"sqlite:///{tmp_path}/demo.db"

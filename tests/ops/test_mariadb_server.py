@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import click.testing
-import mariadb
 import psutil
 import pytest
 
@@ -46,6 +45,7 @@ def _scalar(conn, sql, *args):
 # -- lifecycle ---------------------------------------------------------------
 
 
+@pytest.mark.mariadb
 def test_start_status_settings_and_idempotent_start(server):
     srv, url = server
     assert url == srv.url() == f"mariadb://root@/windvane?unix_socket={srv.datadir}/mysqld.sock"
@@ -86,6 +86,8 @@ def _rows(conn, sql):
     return cur.fetchall()
 
 
+@pytest.mark.crash
+@pytest.mark.mariadb
 @pytest.mark.parametrize(
     "engine",
     [
@@ -97,6 +99,8 @@ def _rows(conn, sql):
     ],
 )
 def test_kill_9_keeps_committed_data(tmp_path, engine):
+    import mariadb
+
     srv, url = start_test_server(tmp_path)
     try:
         conn = connect(url, "windvane")
@@ -137,6 +141,7 @@ def test_kill_9_keeps_committed_data(tmp_path, engine):
         stop_test_server(srv, remove=True)
 
 
+@pytest.mark.mariadb
 def test_stale_pid_file_of_another_process(tmp_path):
     srv, url = start_test_server(tmp_path)
     try:
@@ -151,6 +156,7 @@ def test_stale_pid_file_of_another_process(tmp_path):
         stop_test_server(srv, remove=True)
 
 
+@pytest.mark.mariadb
 def test_fresh_database(server):
     srv, url = server
     url1 = fresh_database(url, "wv_fresh")
@@ -175,6 +181,7 @@ def test_fresh_database(server):
 # -- errors --------------------------------------------------------------------
 
 
+@pytest.mark.mariadb
 def test_datadir_that_is_a_file(tmp_path):
     path = tmp_path / "file"
     path.write_text("x")
@@ -182,6 +189,7 @@ def test_datadir_that_is_a_file(tmp_path):
         MariaDBServer(path).start()
 
 
+@pytest.mark.mariadb
 def test_datadir_with_foreign_files_is_not_initialised(tmp_path):
     (tmp_path / "precious.txt").write_text("mine")
     with pytest.raises(ServerConfigError, match="not empty"):
@@ -189,6 +197,7 @@ def test_datadir_with_foreign_files_is_not_initialised(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]  # nothing written
 
 
+@pytest.mark.mariadb
 def test_failed_start_quotes_error_log(tmp_path):
     srv = MariaDBServer(tmp_path / "db", overrides={**TEST_OVERRIDES, "no_such_option": "1"})
     try:
@@ -248,6 +257,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.mariadb
 def test_cli_start_status_stop(tmp_path):
     datadir = tmp_path / "db"
     try:
@@ -279,6 +289,7 @@ def test_cli_start_status_stop(tmp_path):
         stop_test_server(MariaDBServer(datadir), remove=True)
 
 
+@pytest.mark.mariadb
 def test_cli_bad_datadir_exits_2(tmp_path):
     path = tmp_path / "file"
     path.write_text("x")
@@ -294,6 +305,7 @@ def test_cli_bad_datadir_exits_2(tmp_path):
     assert "is not empty and is not a MariaDB data directory" in result.stderr
 
 
+@pytest.mark.mariadb
 def test_cli_mariadbd_missing_exits_2(tmp_path, monkeypatch):
     # No mariadbd anywhere: an empty PATH and no fallback directories.
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -358,6 +370,7 @@ def password_datadir(tmp_path_factory):
     stop_test_server(MariaDBServer(srv.datadir), remove=True)
 
 
+@pytest.mark.mariadb
 def test_cli_start_failing_after_spawn_stops_the_server(password_datadir):
     # mariadbd comes up and accepts connections, but refuses windvane's root.
     result = _run("db", "start", "--datadir", str(password_datadir))
@@ -368,6 +381,7 @@ def test_cli_start_failing_after_spawn_stops_the_server(password_datadir):
     _assert_no_server_left(password_datadir)
 
 
+@pytest.mark.mariadb
 def test_cli_start_on_a_port_in_use_leaves_nothing_running(password_datadir):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -381,6 +395,7 @@ def test_cli_start_on_a_port_in_use_leaves_nothing_running(password_datadir):
     _assert_no_server_left(password_datadir)
 
 
+@pytest.mark.mariadb
 def test_cli_start_not_ready_in_time_stops_the_server(password_datadir):
     # An error log nobody reads (a FIFO) holds mariadbd at its first write,
     # before it opens its socket: a server that never gets ready.

@@ -361,6 +361,7 @@ def test_unknown_format_and_zone_are_named():
 # -- windvane import of a log file: kill -9 mid-file, resume ----------------------------------------------
 
 
+@pytest.mark.crash
 def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_path):
     from windvane import arrays
     from windvane import neostore

@@ -29,6 +29,8 @@ import pytest
 from tests import clients
 from tests.clients import expected_events, run_client
 
+pytestmark = pytest.mark.clients
+
 COUNT = 10_000
 SHARED_KEY = "windvane-shared-key-ü"
 USER, PASSWORD = "alice", "s3cret-pässword"

@@ -23,7 +23,7 @@ from tests.serve_process import Serve, free_port
 from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 from tests.connectors.forward.test_fluentd_forward import SHARED_KEY, check_stream, deliver, rows, schemas_dir, wait_rows, write_lines
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 TAG = "fb.events"
 # Fluent Bit's parser reads %L through a double: it sends ...033000099 as ...033000098 (seen in its frames).
@@ -103,6 +103,8 @@ def test_tls(tmp_path, tls_cert: Cert):  # noqa: F811 - the fixture
         serve_args=("--tls-cert", str(tls_cert.cert), "--tls-key", str(tls_cert.key)))
 
 
+@pytest.mark.crash
+@pytest.mark.slow
 def test_kill_9_of_windvane_mid_run(tmp_path):
     count = 200_000
     source = tmp_path / "events.jsonl"

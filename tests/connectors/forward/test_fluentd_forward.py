@@ -27,7 +27,7 @@ from tests.fluent_programs import Program, start_fluentd
 from tests.serve_process import Serve, free_port
 from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 SCHEMA = """\
 kind = "log"
@@ -244,6 +244,8 @@ def test_keepalive_connections_and_heartbeats(tmp_path, heartbeat):
     assert "detached forwarding server" not in log and "no nodes are available" not in log, log
 
 
+@pytest.mark.crash
+@pytest.mark.slow
 def test_kill_9_of_windvane_mid_run(tmp_path):
     count = 200_000
     source = tmp_path / "events.jsonl"
@@ -269,6 +271,7 @@ def test_kill_9_of_windvane_mid_run(tmp_path):
     check_stream(url, count)
 
 
+@pytest.mark.slow
 def test_mariadb_stopped_for_30_seconds_mid_run(tmp_path, private_server):
     count = 50_000
     source = tmp_path / "events.jsonl"

@@ -43,7 +43,7 @@ from windvane import neostore
 from tests.fluent_programs import Program, start_fluent_bit, start_fluentd
 from tests.serve_process import Serve, free_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 COUNT = 3000
 USER, PASSWORD = "alice", "s3cret-pässword"

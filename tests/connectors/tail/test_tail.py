@@ -176,6 +176,7 @@ def test_rotation_while_stopped_finishes_the_rotated_file(log_file, sqlite_url, 
     assert "was rotated while stopped: finishing" in tail.log()
 
 
+@pytest.mark.crash
 def test_kill_9_mid_stream_then_restart_stores_every_line_exactly_once(log_file, store_url, tmp_path):
     total = 6000
     append(log_file, [line(i) for i in range(1000)])
