@@ -7,8 +7,9 @@ database of its own.
 
 Every test that needs MariaDB (one of the fixtures in `MARIADB_FIXTURES`, or
 a ``"mariadb"`` parameter such as ``store_url``'s) is marked ``mariadb``
-here, so ``pytest -m "not mariadb"`` leaves them out; without the connector
-they are skipped, saying so, and the rest of the suite runs.
+here (tests needing only the connector, or starting servers of their own,
+carry the mark themselves), so ``pytest -m "not mariadb"`` leaves them out;
+without the connector they are skipped, saying so, and the rest runs.
 """
 
 from __future__ import annotations
