@@ -231,7 +231,6 @@ BIG = 20_000
 
 
 @pytest.mark.crash
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["mariadb", "sqlite"])
 def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(backend, request, tmp_path):
     url = request.getfixturevalue(f"{backend}_url")
@@ -251,7 +250,6 @@ def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(bac
 
 
 @pytest.mark.crash
-@pytest.mark.slow
 def test_kill_9_while_replay_runs_then_again_moves_every_record_once(mariadb_url, tmp_path):
     quarantined(mariadb_url, tmp_path, BIG)
     before = head(mariadb_url)

@@ -438,7 +438,6 @@ def big_stream(tmp_path_factory) -> str:
     return url
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "netcdf"])
 def test_memory_stays_bounded_far_below_the_stream_size(big_stream, tmp_path, fmt):
     control = "yes" if fmt == "parquet" else "no"

@@ -21,7 +21,7 @@ from windvane import arrays
 from tests.forward_sender import ResendingSender, chunk_id, packed_forward
 from tests.serve_process import Serve, free_port
 
-pytestmark = [pytest.mark.crash, pytest.mark.slow]
+pytestmark = pytest.mark.crash
 
 EVENTS = 200_000
 PER_CHUNK = 1000

@@ -25,14 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import msgpack
-import pytest
 
 from windvane import arrays
 from tests.forward_sender import chunk_id, event_time, packed_forward
 from tests.hostile import closed_by_server, metrics, run_clients, send_and_read_acks
 from tests.serve_process import Serve
-
-pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
 BUDGET_MIB = 32  # --memory-budget of the scaled attacks

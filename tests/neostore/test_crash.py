@@ -229,7 +229,6 @@ def test_writer_killed_during_finish(store_url, tmp_path):
 # ``private_server`` (tests/conftest.py) is a server of the test's own: it gets killed.
 
 
-@pytest.mark.slow
 def test_mariadbd_killed_during_commits(private_server, tmp_path):
     """SIGKILL mariadbd under a committing writer: acknowledged commits survive, stores reconnect."""
     url, log = private_server.url("crash"), str(tmp_path / "acknowledged")

@@ -79,7 +79,6 @@ def check_counters(store: neostore.Store, pairs, results: list[dict]) -> None:
         assert [int(store.load(oid)[0]) for oid in pair] == [expected, expected]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_pack_gives_the_disk_back_while_others_read_and_write(backend, request):
     url = request.getfixturevalue(f"{backend}_url")

@@ -177,7 +177,6 @@ def test_the_notebook_snippet_runs(ran):
                                      str(printed[(demo.LOG_TAG, True)]["rows"])]
 
 
-@pytest.mark.slow
 def test_keep_adds_and_a_new_run_starts_afresh(ran):
     cwd, first = ran
     url = f"sqlite:///{cwd}/var/demo.db"

@@ -320,7 +320,6 @@ def stream_times(url: str, tag: str) -> list[int]:
 
 
 @pytest.mark.crash
-@pytest.mark.slow
 def test_broker_restart_mid_stream_redelivers_what_was_not_acknowledged_and_nothing_is_stored_twice(
         sqlite_url, schemas, tmp_path):
     """The broker is stopped right after the first submission commits, before its PUBACKs can go out: the
@@ -379,7 +378,6 @@ def test_broker_restart_mid_stream_redelivers_what_was_not_acknowledged_and_noth
 
 
 @pytest.mark.crash
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_kill_9_mid_stream_loses_nothing_and_stores_nothing_twice(backend, schemas, broker, tmp_path, request):
     url = request.getfixturevalue(f"{backend}_url")
