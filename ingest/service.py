@@ -57,7 +57,7 @@ SWITCH_INTERVAL = 0.05
 #: (mmap past 128 KiB, raised as such blocks are freed; the top given back past twice that) had the
 #: service fault in a fresh page for nearly every 4 KiB it received: 68,000 page faults for 216 MB
 #: of vibration blocks over Forward, 35,000 with these. Peak RSS under the memory-budget attacks is
-#: no higher (tests/test_memory_budget.py). A ``MALLOC_*`` environment variable set by the user wins.
+#: no higher (tests/ingest/test_memory_budget.py). A ``MALLOC_*`` environment variable set by the user wins.
 MALLOC_MMAP_THRESHOLD = 4 << 20
 MALLOC_TRIM_THRESHOLD = 64 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters, from glibc's malloc.h

@@ -4,6 +4,12 @@ The MariaDB server is started with the same code as ``windvane db start``
 (:mod:`windvane.ops.mariadb_server`), scaled down so the suite starts quickly
 (:mod:`tests.mariadb`); each test that asks for a MariaDB store gets a
 database of its own.
+
+Every test that needs MariaDB (one of the fixtures in `MARIADB_FIXTURES`, or
+a ``"mariadb"`` parameter such as ``store_url``'s) is marked ``mariadb``
+here (tests needing only the connector, or starting servers of their own,
+carry the mark themselves), so ``pytest -m "not mariadb"`` leaves them out;
+without the connector they are skipped, saying so, and the rest runs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,39 @@ import pytest
 
 from windvane.ops.mariadb_server import MariaDBServer
 from tests import mariadb as test_servers
+
+#: Fixtures that start or use a MariaDB server.
+MARIADB_FIXTURES = frozenset({"mariadb_server", "mariadb_url", "private_server"})
+
+NO_CONNECTOR = "the mariadb connector is not installed: pip install 'windvane[mariadb]'"
+
+
+def uses_mariadb(item: pytest.Item) -> bool:
+    """Whether ``item`` asks for a MariaDB fixture or runs with a ``"mariadb"`` parameter."""
+    if MARIADB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "mariadb" in callspec.params.values()
+
+
+def connector_installed() -> bool:
+    """Whether the MariaDB connector (the ``mariadb`` package) imports."""
+    try:
+        import mariadb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# First, so that -m "not mariadb" sees the marks given here.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = None if connector_installed() else pytest.mark.skip(reason=NO_CONNECTOR)
+    for item in items:
+        if uses_mariadb(item):
+            item.add_marker(pytest.mark.mariadb)
+        if skip is not None and item.get_closest_marker("mariadb") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

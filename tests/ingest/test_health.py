@@ -1,0 +1,193 @@
+"""``/health`` tells the truth: 503 naming the reason while commits fail, 200 once one succeeds.
+
+The failures are real: a ``windvane serve`` on SQLite whose file size limit
+(RLIMIT_FSIZE, set on the running process with prlimit) is 0, so that every
+write to its files fails as on a full disk; a MariaDB server of the test's
+own, stopped and started again. ``/metrics`` counts the failed commits and
+the poisoned submissions, and the connections the endpoints timed out or
+refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import msgpack
+import numpy as np
+
+from windvane import arrays
+from windvane import neostore
+from windvane.ingest import Batch
+from windvane.ingest.committer import GroupCommitter
+from tests.forward_sender import chunk_id, packed_forward
+from tests.serve_process import Serve
+from tests.ingest.test_committer import SCHEMAS, batch, read
+from tests.cli.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
+
+
+def health(server: Serve) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/health", timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def metrics(server: Serve) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=30) as reply:
+        return reply.read().decode()
+
+
+def metric(text: str, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def send(server: Serve, seq: int) -> tuple[int, dict]:
+    status, _, reply = post(server.http_port, "/app/health", b'{"seq": %d}\n' % seq)
+    return status, reply
+
+
+def assert_failing(server: Serve, failures: int) -> dict:
+    status, body = health(server)
+    assert status == 503, body
+    assert body["status"] == "failing" and body["error"] == "commits_failing"
+    assert body["reason"] in body["message"] and "could not commit" in body["reason"]
+    text = metrics(server)
+    assert metric(text, "windvane_commits_failing") == 1
+    assert metric(text, "windvane_commit_failures_total") == failures
+    return body
+
+
+def assert_healthy(server: Serve) -> None:
+    status, body = health(server)
+    assert status == 200 and body["status"] == "ok" and "error" not in body, body
+    assert metric(metrics(server), "windvane_commits_failing") == 0
+
+
+def test_sqlite_that_cannot_write_is_503_until_a_commit_succeeds(sqlite_url, schemas, tmp_path):
+    with Serve(sqlite_url, schemas, tmp_path / "serve.log", "--decode-workers", "0") as server:
+        assert send(server, 1)[0] == 200
+        assert_healthy(server)
+        text = metrics(server)
+        for endpoint in ("forward", "http"):  # wired, counted by the servers themselves
+            assert f'windvane_connection_timeouts_total{{endpoint="{endpoint}"}} 0' in text
+            assert f'windvane_connections_refused_total{{endpoint="{endpoint}"}} 0' in text
+        pid = server.process.pid
+        limits = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+        # Every write to a file now fails (EFBIG; Python ignores SIGXFSZ), as on a full disk.
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
+        try:
+            status, reply = send(server, 2)
+            assert status == 500 and reply["error"] == "commit_failed", reply
+            first = assert_failing(server, failures=1)
+            assert send(server, 3)[0] == 500
+            assert assert_failing(server, failures=2)["failing_since"] == first["failing_since"]
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+        # The next commit succeeds: healthy again at once.
+        assert send(server, 4)[0] == 200
+        assert_healthy(server)
+
+        # Without traffic, the committer's own check commits once the store can: healthy again too.
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
+        try:
+            assert send(server, 5)[0] == 500
+            assert_failing(server, failures=3)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+        deadline = time.monotonic() + 60
+        while health(server)[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert_healthy(server)
+        assert server.stop() == 0
+    assert column(sqlite_url, "app.health", "seq") == [1, 4]
+
+
+def test_mariadb_down_is_503_until_a_commit_succeeds(private_server, schemas, tmp_path):
+    url = private_server.url("health")
+    with Serve(url, schemas, tmp_path / "serve.log", "--decode-workers", "0") as server:
+        assert send(server, 1)[0] == 200
+        assert_healthy(server)
+        private_server.stop(timeout=60)
+        try:
+            status, reply = send(server, 2)
+            assert status == 500 and reply["error"] == "commit_failed", reply
+            assert_failing(server, failures=1)
+        finally:
+            private_server.start(timeout=120)
+        deadline = time.monotonic() + 60
+        while (status := send(server, 3)[0]) != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)  # the first commits may still meet the server starting
+        assert status == 200
+        assert_healthy(server)
+        assert server.stop() == 0
+    assert column(url, "app.health", "seq") == [1, 3]
+
+
+async def test_metrics_count_poisoned_submissions_and_a_success_clears_the_failure(sqlite_url):
+    # A stream made with 2 channels cannot take the schema's 3-channel blocks: the submission is
+    # committed with its events quarantined verbatim (poisoned), beside a normal one.
+    with neostore.open(sqlite_url) as store:
+        arrays.create_stream(store, "vib.x", [arrays.Column("samples", "float32", inner=(2,))])
+        committer = GroupCommitter(store, SCHEMAS)
+        committer.start()
+        block = np.zeros((4, 3), dtype="<f4").tobytes()
+        try:
+            committer.metrics.record_failure("the store could not commit: an earlier failure")
+            poisoned = await committer.submit([Batch("vib.x", [7, 8], [{"samples": block}, {"samples": block}])])
+            fine = await committer.submit([batch("app.fine", 0, 3)])
+        finally:
+            committer.close()
+        assert (poisoned.accepted, poisoned.quarantined, fine.accepted) == (0, 2, 3)
+        samples = {name: value for name, _, _, labels, value in committer.metrics.samples() if not labels}
+        assert samples["windvane_poisoned_submissions_total"] == 1
+        assert samples["windvane_poisoned_events_total"] == 2
+        assert samples["windvane_internal_errors_total"] == 1
+        assert samples["windvane_commit_failures_total"] == 1 and samples["windvane_commits_failing"] == 0
+        assert committer.metrics.failure is None
+        assert [msgpack.unpackb(r)[0] for r in read(store, "vib.x", quarantine=True)["raw"]] == [7, 8]
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (waiting for it at most the socket's timeout)."""
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_metrics_count_timeouts_and_refused_connections(sqlite_url, schemas, tmp_path):
+    args = ("--decode-workers", "0", "--max-connections", "2", "--header-timeout", "1")
+    with Serve(sqlite_url, schemas, tmp_path / "serve.log", *args) as server:
+        cid = chunk_id()
+        message = packed_forward("app.held", [(1_700_000_000_000_000_000, {"seq": 1})], cid)
+        held = []
+        try:
+            for _ in range(2):  # the most Forward connections allowed, each known open by its ack
+                sock = socket.create_connection(("127.0.0.1", server.forward_port), timeout=30)
+                held.append(sock)
+                sock.sendall(message)
+                assert msgpack.unpackb(sock.recv(1024))["ack"] == cid.decode()
+            with socket.create_connection(("127.0.0.1", server.forward_port), timeout=30) as extra:
+                assert _closed_by_server(extra)  # one too many: closed at once
+            with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as slow:
+                slow.sendall(b"POST /app/slow HTTP/1.1\r\nHost: x\r\n")  # and the rest never comes
+                assert _closed_by_server(slow)  # after the header timeout
+            text = metrics(server)
+        finally:
+            for sock in held:
+                sock.close()
+        assert metric(text, 'windvane_connections_refused_total{endpoint="forward"}') == 1
+        assert metric(text, 'windvane_connection_timeouts_total{endpoint="http"}') == 1
+        assert metric(text, 'windvane_connections_refused_total{endpoint="http"}') == 0
+        assert metric(text, 'windvane_connection_timeouts_total{endpoint="forward"}') == 0
+        assert server.stop() == 0
+    assert column(sqlite_url, "app.held", "seq") == [1]  # sent twice under one chunk id: stored once
