@@ -71,8 +71,7 @@ class Region:
     partial: list[str]
 
 
-def plan_region(name: str, meta: ArrayMeta, old_shape: tuple[int, ...],
-                selection: tuple[AxisSelection, ...]) -> Region:
+def plan_region(name: str, meta: ArrayMeta, old_shape: tuple[int, ...], selection: tuple[AxisSelection, ...]) -> Region:
     """The plan of writing ``selection`` (ascending, every axis kept) of array ``name``, ``old_shape`` long
     before and described by ``meta`` after."""
     plan = list(pieces(selection, meta.chunks))
@@ -95,8 +94,9 @@ def append_region(name: str, latest: ArrayMeta, added: tuple[int, ...], axis: in
     return plan_region(name, latest.with_shape(shape), latest.shape, selection)
 
 
-def region_jobs(region: Region, value: np.ndarray, old: Mapping[str, np.ndarray],
-                built: list[tuple[str, np.ndarray]]) -> Iterator[ChunkJob]:
+def region_jobs(
+    region: Region, value: np.ndarray, old: Mapping[str, np.ndarray], built: list[tuple[str, np.ndarray]]
+) -> Iterator[ChunkJob]:
     """A job per chunk of ``region`` storing ``value`` over ``old`` (the decoded ``partial`` chunks that
     exist); chunks made by copying (worth caching) are added to ``built``."""
     meta = region.meta

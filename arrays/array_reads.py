@@ -177,4 +177,3 @@ class ArrayReads(ArrayView):
 
             for _ in weighted_map(place, zip(group, keys), len(values) * meta.chunk_nbytes):
                 pass
-

@@ -32,7 +32,6 @@ class View:
     before: bytes | None  # the snapshot bound; None inside a transaction (the head plus its own writes)
 
 
-
 class ArrayView(StoreOwner):
     """What a BigArray shows (its metadata, at a snapshot or in a transaction) and how that view moves.
 
@@ -254,4 +253,3 @@ class ArrayView(StoreOwner):
             raise ArrayNotFoundError(self.name, "any more (it was deleted)")
         self.show(raw, self._view.before)
         return self._view.meta
-

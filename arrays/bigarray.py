@@ -47,8 +47,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-
-
 class BigArray(ArrayReads):
     """An n-dimensional array whose chunks are neostore objects.
 
@@ -181,8 +179,7 @@ class BigArray(ArrayReads):
             batches.flush()
         return meta, raw, built, region.keys
 
-    def current_chunks(self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool
-                       ) -> dict[str, np.ndarray]:
+    def current_chunks(self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool) -> dict[str, np.ndarray]:
         """The latest decoded chunks of ``keys`` (missing ones left out), for read-modify-write in ``tx``.
 
         ``tx`` holds the commit lock. ``cached``: take a chunk from the cache

@@ -104,8 +104,13 @@ class DaskSource:
                     raise ArrayError("a DaskSource holds its array or the snapshot to open it by")
                 url, name, raw, before, budget = self._state
                 self._array = BigArray(
-                    shared_store(url), name, ArrayMeta.from_bytes(raw, name), raw,
-                    before=before, read_only=True, cache_bytes=budget,
+                    shared_store(url),
+                    name,
+                    ArrayMeta.from_bytes(raw, name),
+                    raw,
+                    before=before,
+                    read_only=True,
+                    cache_bytes=budget,
                 )
             return self._array
 

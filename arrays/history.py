@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from windvane import neostore
@@ -63,7 +63,7 @@ def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
     return [
         Commit(
             info.tid,
-            datetime.fromtimestamp(info.time, tz=timezone.utc),
+            datetime.fromtimestamp(info.time, tz=UTC),
             info.description.decode("utf-8", "replace"),
             _metadata(info.extension),
             info.user.decode("utf-8", "replace"),

@@ -138,8 +138,9 @@ class LoggedView:
             for key, value in values.items():
                 oid, serial = logged[key]
                 old = entries.get(key)
-                entries[key] = Entry(key, old.oid if old else oid, max(serial, old.serial) if old else serial,
-                                     len(value))
+                entries[key] = Entry(
+                    key, old.oid if old else oid, max(serial, old.serial) if old else serial, len(value)
+                )
         return [entries[k] for k in sorted(entries, key=encode_key)]
 
     def _logged_keys(self, logs: Iterable[str]) -> dict[str, tuple[bytes, bytes]]:
@@ -201,9 +202,7 @@ class Snapshot(LoggedView):
             return {}
         oids = self.store.oids_for([encode_key(k) for k in keys])
         present = [k for k in keys if encode_key(k) in oids]
-        values = self.store.load_many(
-            [oids[encode_key(k)] for k in present], before=self.before, skip_missing=True
-        )
+        values = self.store.load_many([oids[encode_key(k)] for k in present], before=self.before, skip_missing=True)
         return {k: v for k, (v, _) in zip(present, values) if v is not None}
 
     def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:

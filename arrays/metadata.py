@@ -342,8 +342,15 @@ class ArrayMeta:
         """The same metadata with another shape."""
         doc = {**self.doc, "shape": [int(n) for n in shape]}
         return ArrayMeta(
-            doc, tuple(doc["shape"]), self.dtype, self.chunks, self.fill_value, self.codec,
-            self._prefix, self._separator, self._around_shape,
+            doc,
+            tuple(doc["shape"]),
+            self.dtype,
+            self.chunks,
+            self.fill_value,
+            self.codec,
+            self._prefix,
+            self._separator,
+            self._around_shape,
         )
 
     # -- facts ---------------------------------------------------------------------

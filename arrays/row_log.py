@@ -70,7 +70,7 @@ def logged_array(key: str, group: str, revision: Revision) -> tuple[str, str] | 
     prefix = f"{group}/" if group else ""
     if not key.startswith(prefix):
         return None
-    name, _, rest = key[len(prefix):].partition("/")
+    name, _, rest = key[len(prefix) :].partition("/")
     return (f"{prefix}{name}", rest) if rest and name in revision.add else None
 
 
@@ -100,8 +100,13 @@ class Revision:
     def from_bytes(cls, raw: bytes, key: str = "") -> Revision:
         try:
             doc = msgpack.unpackb(raw, raw=False)
-            return cls(int(doc["base"]), int(doc["rows"]), bytes(doc["after"]),
-                       None if doc["prev"] is None else bytes(doc["prev"]), doc["add"])
+            return cls(
+                int(doc["base"]),
+                int(doc["rows"]),
+                bytes(doc["after"]),
+                None if doc["prev"] is None else bytes(doc["prev"]),
+                doc["add"],
+            )
         except Exception as exc:  # noqa: BLE001 - any malformed document
             raise RowLogError(f"row log {key!r} is not a row log revision: {exc}") from None
 
@@ -139,8 +144,9 @@ def deserialise(meta: ArrayMeta, parts: Iterable[bytes], count: int) -> np.ndarr
     try:
         return rows.reshape((count, *inner))
     except ValueError:
-        raise RowLogError(f"a row log holds {rows.size} items where {count} rows of shape {inner} "
-                          "were expected") from None
+        raise RowLogError(
+            f"a row log holds {rows.size} items where {count} rows of shape {inner} were expected"
+        ) from None
 
 
 # -- reading a chain -------------------------------------------------------------------

@@ -44,7 +44,7 @@ def normalize(key: Any, shape: tuple[int, ...]) -> tuple[AxisSelection, ...]:
         if item is None:
             raise TypeError("BigArray does not support np.newaxis; index the numpy array it returns")
         if not (item is Ellipsis or isinstance(item, slice)):
-            if isinstance(item, (bool,)) or getattr(item, "dtype", None) == bool:
+            if isinstance(item, (bool,)) or getattr(item, "dtype", None) == np.dtype(bool):
                 raise _fancy_error(item)
             try:
                 operator.index(item)
@@ -120,9 +120,7 @@ def pieces(selection: tuple[AxisSelection, ...], chunks: tuple[int, ...]) -> Ite
     """Every chunk the selection touches, in C order of chunk coordinates."""
     per_axis = [_axis_pieces(sel, c) for sel, c in zip(selection, chunks)]
     for combo in itertools.product(*per_axis):
-        yield Piece(
-            tuple(p[0] for p in combo), tuple(p[1] for p in combo), tuple(p[2] for p in combo)
-        )
+        yield Piece(tuple(p[0] for p in combo), tuple(p[1] for p in combo), tuple(p[2] for p in combo))
 
 
 def covers_chunk(piece: Piece, chunks: tuple[int, ...], shape: tuple[int, ...]) -> bool:

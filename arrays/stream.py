@@ -64,9 +64,23 @@ from .stream_view import StreamView
 from .transaction import Transaction
 from .workers import weighted_map
 
-__all__ = ["MAX_PART_BYTES", "MISSING_ATTR", "NAME_ATTR", "QUARANTINE_ROOT", "REGISTRY_ATTR", "STREAMS_ROOT",
-           "STREAM_FORMAT", "TIME", "TIME_ATTRS", "Column", "Stream", "check_column_names", "coerce_column",
-           "column_key", "stream_path"]
+__all__ = [
+    "MAX_PART_BYTES",
+    "MISSING_ATTR",
+    "NAME_ATTR",
+    "QUARANTINE_ROOT",
+    "REGISTRY_ATTR",
+    "STREAMS_ROOT",
+    "STREAM_FORMAT",
+    "TIME",
+    "TIME_ATTRS",
+    "Column",
+    "Stream",
+    "check_column_names",
+    "coerce_column",
+    "column_key",
+    "stream_path",
+]
 
 #: What a failed autocommit write restores (see Stream._saved).
 _Saved = tuple[bytes, dict[str, Any], dict[str, BigArray], dict[str, View]]
@@ -97,10 +111,13 @@ class Stream(StreamView):
         if not isinstance(columns, Mapping):
             raise TypeError(f"append takes a mapping of column name to values, not {type(columns).__name__}")
         expected = list(self._arrays)
-        check_column_names(self.tag, [n for n in expected if n not in columns],
-                           [n for n in columns if n not in self._arrays], expected)
-        data = {name: coerce_column(self.tag, name, columns[name], array.dtype, array.shape[1:])
-                for name, array in self._arrays.items()}
+        check_column_names(
+            self.tag, [n for n in expected if n not in columns], [n for n in columns if n not in self._arrays], expected
+        )
+        data = {
+            name: coerce_column(self.tag, name, columns[name], array.dtype, array.shape[1:])
+            for name, array in self._arrays.items()
+        }
         lengths = {name: len(v) for name, v in data.items()}
         if len(set(lengths.values())) > 1:
             raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
@@ -201,11 +218,15 @@ class Stream(StreamView):
                 f"the arrays of stream {self.tag!r} differ in length {lengths}: something wrote them outside "
                 "Stream.append; cut them to one length before appending"
             )
-        regions = {name: appending.append_region(array.name, array.meta, data[name].shape)
-                   for name, array in self._arrays.items()}
+        regions = {
+            name: appending.append_region(array.name, array.meta, data[name].shape)
+            for name, array in self._arrays.items()
+        }
         old = self._partial_chunks(tx, regions, cached)
         built: list[tuple[str, np.ndarray]] = []
-        jobs = (job for name, region in regions.items() for job in appending.region_jobs(region, data[name], old, built))
+        jobs = (
+            job for name, region in regions.items() for job in appending.region_jobs(region, data[name], old, built)
+        )
         weight = sum(item_bytes(r.meta.dtype) * math.prod(r.meta.chunks) * len(r.keys) for r in regions.values())
         batches = appending.Batches(tx)
         batches.add(appending.encode(jobs, weight))
@@ -217,8 +238,9 @@ class Stream(StreamView):
         batches.flush(documents)
         return built, [key for region in regions.values() for key in region.keys]
 
-    def _partial_chunks(self, tx: Transaction, regions: dict[str, appending.Region], cached: bool
-                        ) -> dict[str, np.ndarray]:
+    def _partial_chunks(
+        self, tx: Transaction, regions: dict[str, appending.Region], cached: bool
+    ) -> dict[str, np.ndarray]:
         """The decoded chunks an append rewrites, read in one request (or from the cache in autocommit)."""
         keys = [key for region in regions.values() for key in region.partial]
         if not keys:

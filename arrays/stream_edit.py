@@ -35,8 +35,9 @@ def read_rows(tx: Transaction, tag: str, *, quarantine: bool = False) -> dict[st
     return {name: stream[name][:] for name in [TIME, *stream.columns]}
 
 
-def refill(tx: Transaction, tag: str, rows: Mapping[str, Any], *, quarantine: bool = False,
-           to: str | None = None) -> int:
+def refill(
+    tx: Transaction, tag: str, rows: Mapping[str, Any], *, quarantine: bool = False, to: str | None = None
+) -> int:
     """Make stream ``tag`` hold exactly ``rows`` (every column, ``time`` included); returns their count.
 
     With ``to``, the rows go to a new stream ``to`` (same columns, codecs,

@@ -43,8 +43,9 @@ def to_arrow(stream: StreamView, start: int = 0, stop: int | None = None) -> Any
             arr = pa.array(flat, mask=_missing(flat, attrs))
         for size in reversed(data.shape[1:]):
             arr = pa.FixedSizeListArray.from_arrays(arr, size)
-        fields.append(pa.field(stream.name_of(name), arr.type,
-                               metadata={b"attrs": json.dumps(attrs)} if attrs else None))
+        fields.append(
+            pa.field(stream.name_of(name), arr.type, metadata={b"attrs": json.dumps(attrs)} if attrs else None)
+        )
         values.append(arr)
     return pa.Table.from_arrays(values, schema=pa.schema(fields, metadata={b"stream": stream.tag}))
 

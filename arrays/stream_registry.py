@@ -36,8 +36,16 @@ def registry_key(quarantine: bool) -> str:
     return f"{QUARANTINE_ROOT if quarantine else STREAMS_ROOT}/{METADATA_KEY}"
 
 
-def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], attrs: dict[str, Any], chunk_rows: int, *,
-               quarantine: bool, exist_ok: bool = False) -> None:
+def _create_in(
+    tx: Transaction,
+    tags: Sequence[str],
+    columns: Sequence[Column],
+    attrs: dict[str, Any],
+    chunk_rows: int,
+    *,
+    quarantine: bool,
+    exist_ok: bool = False,
+) -> None:
     """Write the streams' groups and arrays, and add them to the root group's registry, holding the lock.
 
     Reads the store a few times for all ``tags`` together: what a plant's
@@ -54,8 +62,9 @@ def _create_in(tx: Transaction, tags: Sequence[str], columns: Sequence[Column], 
     if taken:
         clashes = [t for t, path in paths.items() if f"{path}/" in taken]
         more = f" (and {len(clashes) - 1} more: {clashes[1:6]})" if len(clashes) > 1 else ""
-        raise StreamExistsError(f"stream {clashes[0]!r} already exists at {paths[clashes[0]]!r}{more}; "
-                                "open it with open_stream")
+        raise StreamExistsError(
+            f"stream {clashes[0]!r} already exists at {paths[clashes[0]]!r}{more}; open it with open_stream"
+        )
     root_key = registry_key(quarantine)
     writes: dict[str, bytes] = {}
     if not tx.gathers(root_key):  # the first stream this transaction creates there: check the parents
@@ -93,8 +102,10 @@ def stream_keys(tags: Iterable[str], columns: Sequence[Column], *, quarantine: b
     row log, the first chunks): for :meth:`Transaction.bind` and :meth:`Transaction.read_ahead`, ahead of
     readying many streams."""
     # Stream arrays use the default chunk key encoding, as time's does.
-    firsts = [f"{name}/{time_meta(1).chunk_key((0,) * ndim)}"
-              for name, ndim in [(TIME, 1), *((c.name, 1 + len(c.inner)) for c in columns)]]
+    firsts = [
+        f"{name}/{time_meta(1).chunk_key((0,) * ndim)}"
+        for name, ndim in [(TIME, 1), *((c.name, 1 + len(c.inner)) for c in columns)]
+    ]
     keys: list[str] = []
     for tag in tags:
         path = stream_path(tag, quarantine=quarantine)
@@ -105,8 +116,12 @@ def stream_keys(tags: Iterable[str], columns: Sequence[Column], *, quarantine: b
 
 def _stream_keys(path: str, columns: Sequence[Column]) -> list[str]:
     """The group's key, ``time``'s and each column's array metadata key, the row log's key."""
-    return [f"{path}/{METADATA_KEY}", f"{path}/{TIME}/{METADATA_KEY}",
-            *(f"{path}/{column.name}/{METADATA_KEY}" for column in columns), row_log.log_key(path)]
+    return [
+        f"{path}/{METADATA_KEY}",
+        f"{path}/{TIME}/{METADATA_KEY}",
+        *(f"{path}/{column.name}/{METADATA_KEY}" for column in columns),
+        row_log.log_key(path),
+    ]
 
 
 def create_stream(
@@ -174,8 +189,9 @@ def create_streams(
     _create_in(tx, tags, columns, attrs, int(chunk_rows), quarantine=quarantine, exist_ok=exist_ok)
 
 
-def _checked_spec(tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int
-                  ) -> tuple[list[Column], dict[str, Any]]:
+def _checked_spec(
+    tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int
+) -> tuple[list[Column], dict[str, Any]]:
     """``columns`` and ``attrs`` as streams store them; ColumnError for what they cannot take."""
     columns = list(columns)
     if not all(isinstance(c, Column) for c in columns):
@@ -215,17 +231,29 @@ def open_stream(
         if at is not None:
             try:
                 return Stream(
-                    store, tag, path, before=snapshot_bound(store, at), transaction=None, read_only=True,
-                    owns_store=owns, cache_bytes=cache_bytes,
+                    store,
+                    tag,
+                    path,
+                    before=snapshot_bound(store, at),
+                    transaction=None,
+                    read_only=True,
+                    owns_store=owns,
+                    cache_bytes=cache_bytes,
                 )
             except StreamNotFoundError:
                 raise StreamNotFoundError(
-                    f"no stream {tag!r} at {path!r} {describe(at)}: it did not exist then") from None
+                    f"no stream {tag!r} at {path!r} {describe(at)}: it did not exist then"
+                ) from None
         if tx is not None:
             # Read under the lock, the metadata needs no re-read at append.
             return Stream(store, tag, path, before=None, transaction=tx, cache_bytes=cache_bytes, current=tx.locked)
         return Stream(
-            store, tag, path, before=Snapshot.latest(store).before, transaction=None, owns_store=owns,
+            store,
+            tag,
+            path,
+            before=Snapshot.latest(store).before,
+            transaction=None,
+            owns_store=owns,
             cache_bytes=cache_bytes,
         )
     except BaseException:

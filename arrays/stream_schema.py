@@ -189,8 +189,7 @@ def coerce_column(tag: str, name: str, values: Any, dtype: np.dtype, inner: tupl
                 values = values.astype("datetime64[ns]").view(np.int64)
             elif values.dtype.kind not in "iu" and values.size:
                 raise ColumnError(
-                    f"column 'time' of stream {tag!r} takes int64 ns since the epoch or datetime64, "
-                    f"not {values.dtype}"
+                    f"column 'time' of stream {tag!r} takes int64 ns since the epoch or datetime64, not {values.dtype}"
                 )
         value = as_stored(values, dtype)
     except (TypeError, ValueError) as exc:
@@ -199,8 +198,7 @@ def coerce_column(tag: str, name: str, values: Any, dtype: np.dtype, inner: tupl
         raise ColumnError(f"column {name!r} of stream {tag!r}: {exc}") from None
     if value.ndim != 1 + len(inner) or value.shape[1:] != tuple(inner):
         raise ColumnError(
-            f"column {name!r} of stream {tag!r} takes rows of shape {tuple(inner)}: "
-            f"got an array of shape {value.shape}"
+            f"column {name!r} of stream {tag!r} takes rows of shape {tuple(inner)}: got an array of shape {value.shape}"
         )
     return value
 
@@ -226,7 +224,9 @@ def _parse_group(raw: bytes, where: str) -> dict[str, Any]:
     if doc.get("node_type") != "group" or not isinstance(attrs, dict) or "windvane_stream" not in attrs:
         raise StreamError(f"{where!r} is not a stream (no windvane_stream group there); open it with arrays.open")
     if attrs["windvane_stream"] != STREAM_FORMAT:
-        raise StreamError(f"stream {where!r} has format {attrs['windvane_stream']!r}; this windvane reads {STREAM_FORMAT}")
+        raise StreamError(
+            f"stream {where!r} has format {attrs['windvane_stream']!r}; this windvane reads {STREAM_FORMAT}"
+        )
     return attrs
 
 
@@ -248,5 +248,3 @@ def check_column_names(tag: str, missing: list[str], unknown: list[str], have: l
         if unknown:
             parts.append(f"unknown column(s) {unknown} (add them first with Stream.add_column)")
         raise ColumnError(f"append to stream {tag!r}: {'; '.join(parts)}; it has {have}")
-
-

@@ -75,8 +75,9 @@ def _parts(columns: Columns) -> list[Mapping[str, Any]]:
         return [columns]
     if isinstance(columns, (list, tuple)) and all(isinstance(c, Mapping) for c in columns):
         return list(columns)
-    raise TypeError(f"append takes a mapping of column name to values (or a list of them), "
-                    f"not {type(columns).__name__}")
+    raise TypeError(
+        f"append takes a mapping of column name to values (or a list of them), not {type(columns).__name__}"
+    )
 
 
 class Staged:
@@ -106,7 +107,6 @@ class StreamWriter(StateKeeper):
     query per append when many streams take turns). ``loads``: how many
     times the state was read from the database (a statistic).
     """
-
 
     def __repr__(self) -> str:
         held = "no state" if self._state is None else f"{len(self._state.tails)} arrays held"
@@ -247,8 +247,9 @@ class StreamWriter(StateKeeper):
 
     # -- appending -------------------------------------------------------------------
 
-    def _coerce(self, tails: dict[str, Tail], parts: list[Mapping[str, Any]], fill_missing: bool
-                ) -> list[dict[str, np.ndarray]]:
+    def _coerce(
+        self, tails: dict[str, Tail], parts: list[Mapping[str, Any]], fill_missing: bool
+    ) -> list[dict[str, np.ndarray]]:
         """Each part as rows of every array (ColumnError, before anything changes, if one does not fit)."""
         stored = {name: tail.length for name, tail in tails.items()}
         if len(set(stored.values())) > 1:
@@ -259,8 +260,12 @@ class StreamWriter(StateKeeper):
         out = []
         for columns in parts:
             if columns.keys() != tails.keys():
-                check_column_names(self.tag, [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
-                                   [n for n in columns if n not in tails], list(tails))
+                check_column_names(
+                    self.tag,
+                    [n for n in tails if n not in columns and (not fill_missing or n == TIME)],
+                    [n for n in columns if n not in tails],
+                    list(tails),
+                )
             data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
             lengths = {name: len(v) for name, v in data.items()}
             if len(set(lengths.values())) > 1:
@@ -274,8 +279,7 @@ class StreamWriter(StateKeeper):
         return out
 
     @staticmethod
-    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True
-                ) -> Iterator[Encoded]:
+    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True) -> Iterator[Encoded]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
         hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
 
@@ -307,7 +311,8 @@ class StreamWriter(StateKeeper):
                 state.base = base
                 for name, tail in state.tails.items():
                     documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
-                        (base, *tail.meta.shape[1:])).to_bytes()
+                        (base, *tail.meta.shape[1:])
+                    ).to_bytes()
             documents[self._log_key] = self._revision(state, length).to_bytes()
         else:
             for name, tail in state.tails.items():
@@ -335,8 +340,11 @@ class StreamWriter(StateKeeper):
             prev, after = None, state.log_serial or neostore.ZERO
         else:
             prev, after = state.log_serial, state.log_after
-        add = {} if length <= state.base else {
-            name: tail.serialised_since(state.logged_from) for name, tail in state.tails.items()}
+        add = (
+            {}
+            if length <= state.base
+            else {name: tail.serialised_since(state.logged_from) for name, tail in state.tails.items()}
+        )
         state.written = row_log.Revision(state.base, length - state.base, after, prev, add)
         return state.written
 
@@ -349,6 +357,7 @@ class StreamWriter(StateKeeper):
             for name in stream.columns:
                 if name not in columns:
                     array = stream[name]
-                    columns[name] = np.full((len(columns[TIME]), *array.shape[1:]), array.fill_value,
-                                            dtype=array.meta.codec.work_dtype)
+                    columns[name] = np.full(
+                        (len(columns[TIME]), *array.shape[1:]), array.fill_value, dtype=array.meta.codec.work_dtype
+                    )
         return stream.append(columns)

@@ -105,8 +105,12 @@ class Tail:
 
     def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
         """``values`` as rows of this array (ColumnError saying why not)."""
-        if (type(values) is np.ndarray and values.dtype == self._meta.dtype and values.shape[1:] == self._inner
-                and values.ndim == len(self._inner) + 1):
+        if (
+            type(values) is np.ndarray
+            and values.dtype == self._meta.dtype
+            and values.shape[1:] == self._inner
+            and values.ndim == len(self._inner) + 1
+        ):
             return values  # what ingest passes: rows as stored already (the general path would conclude so, slowly)
         from .stream import coerce_column  # stream imports this module
 
@@ -230,8 +234,7 @@ class NumberTail(Tail):
             encode = functools.partial(codec.encode, chunk)
         else:
             encode = functools.partial(self._encode_padded, chunk)
-        return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize,
-                        codec.compressed, full)
+        return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize, codec.compressed, full)
 
     def _hold(self, start: int, rows: np.ndarray) -> None:
         if start == 0:
@@ -241,7 +244,7 @@ class NumberTail(Tail):
             self._chunk = self._grown(None, end - first)
         elif len(self._chunk) < end - first:
             self._chunk = self._grown(self._chunk, end - first)
-        self._chunk[start - first:end - first] = rows
+        self._chunk[start - first : end - first] = rows
 
     def _grown(self, old: np.ndarray | None, rows: int) -> np.ndarray:
         """Room for at least ``rows`` rows, ``old``'s first, the fill value past them. Grown by doubling,
@@ -270,7 +273,7 @@ class NumberTail(Tail):
         if first < self._shed:
             raise RowsShed(f"{self.name}: row {row} was let go")
         assert self._chunk is not None  # rows past the shed ones are held
-        return shuffled(self._chunk[first - self._shed:end - self._shed])
+        return shuffled(self._chunk[first - self._shed : end - self._shed])
 
     @property
     def held_bytes(self) -> int:
@@ -341,8 +344,9 @@ class VLenTail(Tail):
             encode = functools.partial(_cannot_encode, self.name)
         else:
             # The filler is made when the chunk is encoded: most appends' jobs never are (a row log takes them).
-            encode = functools.partial(_encode_records, codec, self._rows_per_chunk * self._items_per_row,
-                                       self._records, self._fill, fills)
+            encode = functools.partial(
+                _encode_records, codec, self._rows_per_chunk * self._items_per_row, self._records, self._fill, fills
+            )
         weight = len(self._records) + len(self._fill) * fills
         full = end == self._rows_per_chunk
         if full:
@@ -352,7 +356,7 @@ class VLenTail(Tail):
     def serialised_since(self, row: int) -> bytes:
         first = self._in_partial(row)
         try:
-            return self._records[self._bounds[first]:]
+            return self._records[self._bounds[first] :]
         except KeyError:
             raise ValueError(f"{self.name}: row {row} is not where an append began") from None
 
@@ -392,4 +396,3 @@ def tail_for(name: str, meta: ArrayMeta, partial: np.ndarray | None) -> Tail:
     if isinstance(meta.codec, VLenCodec):
         return VLenTail(name, meta, partial)
     return NumberTail(name, meta, partial)
-

@@ -35,7 +35,6 @@ def previous(before: bytes) -> bytes:
     return neostore.p64(neostore.u64(before) - 1)
 
 
-
 class StoreOwner:
     """``close()`` and ``with``: close the store opened from a URL; a given Store or Transaction stays open."""
 
@@ -53,4 +52,3 @@ class StoreOwner:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-

@@ -8,7 +8,7 @@ had been committed then". Naive datetimes are taken as UTC, like tids.
 from __future__ import annotations
 
 import numbers
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from windvane import neostore
 
@@ -34,7 +34,7 @@ def parse_at(at: At) -> bytes:
             )
         return next_tid_after(bytes(at))
     if isinstance(at, datetime):
-        moment = at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+        moment = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
         return neostore.tid_at(moment.timestamp())
     if isinstance(at, numbers.Real) and not isinstance(at, bool):
         return neostore.tid_at(float(at))
@@ -65,7 +65,6 @@ def snapshot_bound(store: neostore.Store, at: At) -> bytes:
     packed = store.pack_tid()
     if packed_away(before, packed):
         raise SnapshotError(
-            f"{describe(at)} is before the last pack (tid 0x{packed.hex()}): that state was removed; "
-            "read a later point"
+            f"{describe(at)} is before the last pack (tid 0x{packed.hex()}): that state was removed; read a later point"
         )
     return before

@@ -64,8 +64,14 @@ class Transaction(TransactionReads):
         self._wrote(key, oid, len(value))
 
     @serialised
-    def set_many(self, items: Mapping[str, bytes], *, compress: bool = True,
-                 digests: Mapping[str, bytes] | None = None, raw: bool = False) -> None:
+    def set_many(
+        self,
+        items: Mapping[str, bytes],
+        *,
+        compress: bool = True,
+        digests: Mapping[str, bytes] | None = None,
+        raw: bool = False,
+    ) -> None:
         """Like :meth:`set` for many keys, binding their names in one round trip.
 
         ``digests``: :func:`neostore.value_hash` of values hashed already (in
@@ -115,8 +121,10 @@ class Transaction(TransactionReads):
             return
         if not raw:
             self.fold_for(keys)
-        existing = {e.key for e in self.raw_list(os.path.commonprefix(keys))} if len(keys) > 1 else set(
-            k for k in keys if self.raw_size(k) is not None
+        existing = (
+            {e.key for e in self.raw_list(os.path.commonprefix(keys))}
+            if len(keys) > 1
+            else set(k for k in keys if self.raw_size(k) is not None)
         )
         doomed = [k for k in keys if k in existing]
         oids = self._tx.oids_for([encode_key(k) for k in doomed])
@@ -166,8 +174,7 @@ class Transaction(TransactionReads):
         revision = row_log.Revision.from_bytes(raw, key)
         if not revision.rows:
             return False
-        writes = row_log.fold_writes(group, revision, self.log_chain(key, revision), self.raw_get_many,
-                                     neostore.ZERO)
+        writes = row_log.fold_writes(group, revision, self.log_chain(key, revision), self.raw_get_many, neostore.ZERO)
         self.set_many(writes, raw=True)
         self._log_checked.add(group)
         return True

@@ -247,8 +247,11 @@ class StateKeeper:
         empties the log (a chunk filling, a fold), whose keys are watched.
         """
         if not state.meta_keys:
-            state.meta_keys = (self._group_key, self._log_key,
-                               *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails))
+            state.meta_keys = (
+                self._group_key,
+                self._log_key,
+                *(f"{self.path}/{name}/{METADATA_KEY}" for name in state.tails),
+            )
         keys_now = state.meta_keys + tuple(k for k in (t.partial_key for t in state.tails.values()) if k is not None)
         if keys_now == state.keys:
             if state.meta_bound:
@@ -261,4 +264,3 @@ class StateKeeper:
             state.keys, state.bound = keys_now, tx.oids(keys_now)
         state.oids = frozenset(state.bound.values())
         state.meta_bound = all(k in state.bound for k in state.meta_keys)
-

@@ -22,7 +22,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from windvane import neostore
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -31,6 +30,8 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from windvane import neostore
 
 from .group_commit import Change, GroupCommit, Kind, apply_change
 from .keys import Snapshot, encode_key
@@ -125,11 +126,7 @@ def _codec_compressed(value: memoryview) -> bool:
     frame's own length. A raw chunk that happens to look like one is merely
     stored uncompressed.
     """
-    return (
-        len(value) >= 16
-        and value[0] == 2
-        and int.from_bytes(value[12:16], "little") == len(value)
-    )
+    return len(value) >= 16 and value[0] == 2 and int.from_bytes(value[12:16], "little") == len(value)
 
 
 def _slice_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:
@@ -296,9 +293,7 @@ class ZarrStore(Store):
         if self._tx is not None:
             return ZarrStore.for_transaction(self._tx, read_only=read_only)
         if self._before is not None and not read_only:
-            raise ValueError(
-                f"{self!r} is a snapshot of the past and cannot be written; open ZarrStore(url) to write"
-            )
+            raise ValueError(f"{self!r} is a snapshot of the past and cannot be written; open ZarrStore(url) to write")
         return ZarrStore(self.url, read_only=read_only, at=self.at)
 
     def _check_writable(self) -> None:

@@ -30,7 +30,6 @@ import os
 from collections.abc import Iterator
 
 import numpy as np
-
 from sensor_data import TOTAL_BYTES, parse_size  # noqa: F401  (one size setting for every benchmark)
 
 CHANNELS = 8
@@ -100,7 +99,7 @@ def dataset(total_bytes: int, seed: int = SEED) -> np.ndarray:
     out = np.empty((rows_for(total_bytes), CHANNELS), dtype=DTYPE)
 
     def fill(index: int) -> None:
-        out[index * BLOCK_ROWS:(index + 1) * BLOCK_ROWS] = block(index, seed)
+        out[index * BLOCK_ROWS : (index + 1) * BLOCK_ROWS] = block(index, seed)
 
     # numpy releases the GIL in the heavy parts: one thread per core halves the wait.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -124,7 +123,7 @@ def compression_ratios(data: np.ndarray, clevel: int, sample_blocks: int = 16) -
 
     n = max(1, len(data) // BLOCK_ROWS)
     picks = sorted({round(i * (n - 1) / max(1, sample_blocks - 1)) for i in range(min(n, sample_blocks))})
-    pieces = [np.ascontiguousarray(data[i * BLOCK_ROWS:(i + 1) * BLOCK_ROWS]) for i in picks]
+    pieces = [np.ascontiguousarray(data[i * BLOCK_ROWS : (i + 1) * BLOCK_ROWS]) for i in picks]
     raw = sum(p.nbytes for p in pieces)
     codecs = {
         "blosc_zstd_shuffle": Blosc(cname="zstd", clevel=clevel, shuffle=Blosc.SHUFFLE),

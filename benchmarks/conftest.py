@@ -43,6 +43,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import sensor_data  # noqa: E402
+
 from windvane.ops.mariadb_server import MariaDBServer, database_url  # noqa: E402
 
 
@@ -78,8 +79,9 @@ def warm_up(server: MariaDBServer, nbytes: int = 1 << 30) -> None:
         conn.autocommit = False
         count = nbytes // len(blob)
         for start in range(0, count, 16):
-            cur.executemany("INSERT INTO bench_warmup.t VALUES (?, ?)",
-                            [(i, blob) for i in range(start, min(count, start + 16))])
+            cur.executemany(
+                "INSERT INTO bench_warmup.t VALUES (?, ?)", [(i, blob) for i in range(start, min(count, start + 16))]
+            )
             conn.commit()
         conn.autocommit = True
         cur.execute("DROP DATABASE bench_warmup")
@@ -115,8 +117,10 @@ def settle_mariadb(server: MariaDBServer, timeout: float = 180.0) -> float:
         cur.execute("SET GLOBAL innodb_max_dirty_pages_pct = 0")
         try:
             while time.monotonic() - started < timeout:
-                cur.execute("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
-                            "WHERE VARIABLE_NAME = 'INNODB_BUFFER_POOL_PAGES_DIRTY'")
+                cur.execute(
+                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                    "WHERE VARIABLE_NAME = 'INNODB_BUFFER_POOL_PAGES_DIRTY'"
+                )
                 if int(cur.fetchone()[0]) < 16:
                     break
                 time.sleep(0.1)
@@ -265,19 +269,20 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     """Record what was measured: the code (commit + uncommitted diff), engines and machine."""
     import sqlite3
 
-    import windvane.neostore.values
+    from windvane.neostore import values as neostore_values
 
     commit, diff = getattr(config, "_windvane_code", None) or code_version()
     machine_info["windvane"] = {
         "commit": commit,
         "neostore_uncommitted_diff_sha1": diff,
         "neostore_changed_during_run": code_version() != (commit, diff),
-        "neostore_default_zstd_level": inspect.signature(neostore.values.ValueCodec).parameters["level"].default,
+        "neostore_default_zstd_level": inspect.signature(neostore_values.ValueCodec).parameters["level"].default,
         "mariadbd": _run("mariadbd", "--version"),
         "sqlite": sqlite3.sqlite_version,
         "nproc": os.cpu_count(),
-        "cpu_model": next((line.split(":", 1)[1].strip() for line in _run("lscpu").splitlines()
-                           if line.startswith("Model name")), "?"),
+        "cpu_model": next(
+            (line.split(":", 1)[1].strip() for line in _run("lscpu").splitlines() if line.startswith("Model name")), "?"
+        ),
         "mem_total_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "disk": " ; ".join(_run("lsblk", "-dno", "NAME,SIZE,ROTA,MODEL").split("\n")),
         "tmp_fs": _run("findmnt", "-no", "SOURCE,FSTYPE,OPTIONS", "--target", "/tmp"),

@@ -23,8 +23,14 @@ import numpy as np
 
 T0 = 1_760_000_000_000_000_000
 HOSTS = [f"web-{i:02d}" for i in range(16)]
-PATHS = ["/api/v1/turbines/R80736/scada", "/api/v1/turbines/R80711/vibration", "/health", "/api/v1/streams",
-         "/static/app.js", "/login"]
+PATHS = [
+    "/api/v1/turbines/R80736/scada",
+    "/api/v1/turbines/R80711/vibration",
+    "/health",
+    "/api/v1/streams",
+    "/static/app.js",
+    "/login",
+]
 LEVELS = ["info", "info", "info", "warn", "error", "debug"]
 
 
@@ -77,16 +83,23 @@ def forward_chunk(tag: str, first: int, count: int, record=log_record) -> tuple[
     cid = base64.encodebytes(os.urandom(16))
     packer = msgpack.Packer(use_bin_type=True)
     entries = b"".join(packer.pack([event_time(T0 + i * 1000), record(i)]) for i in range(first, first + count))
-    message = (b"\x93" + packer.pack(tag) + b"\xdb" + struct.pack(">I", len(entries)) + entries
-               + packer.pack({"size": count, "chunk": cid.decode()}))
+    message = (
+        b"\x93"
+        + packer.pack(tag)
+        + b"\xdb"
+        + struct.pack(">I", len(entries))
+        + entries
+        + packer.pack({"size": count, "chunk": cid.decode()})
+    )
     return cid, message
 
 
 def vibration_record(i: int, samples: int, channels: int) -> dict:
     rng = np.random.default_rng(i)
     t = (np.arange(samples) + i * samples) / 25600.0
-    block = np.stack([np.sin(2 * np.pi * (50 + 10 * c) * t) + 0.01 * rng.standard_normal(samples)
-                      for c in range(channels)], axis=1).astype("<f4")
+    block = np.stack(
+        [np.sin(2 * np.pi * (50 + 10 * c) * t) + 0.01 * rng.standard_normal(samples) for c in range(channels)], axis=1
+    ).astype("<f4")
     return {"samples": block.tobytes()}
 
 
@@ -123,8 +136,9 @@ class LoadResult:
         return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
 
 
-def forward_load(port: int, chunks: list[tuple[bytes, bytes]], events_per_chunk: int, *, connections: int = 4,
-                 window: int = 2) -> LoadResult:
+def forward_load(
+    port: int, chunks: list[tuple[bytes, bytes]], events_per_chunk: int, *, connections: int = 4, window: int = 2
+) -> LoadResult:
     """Send ``chunks`` over ``connections`` sockets, ``window`` unacknowledged chunks each; wait for every ack."""
     shares = [s for s in (chunks[i::connections] for i in range(connections)) if s]
     latencies: list[float] = []

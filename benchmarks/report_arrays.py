@@ -48,17 +48,23 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = doc.get("machine_info", {})
     wv = machine.get("windvane", {})
-    print(f"run: {doc.get('datetime', '?')}  python {machine.get('python_version', '?')}  "
-          f"machine: {wv.get('nproc', '?')} x {wv.get('cpu_model', '?')}, {wv.get('mem_total_gib', '?')} GiB RAM")
+    print(
+        f"run: {doc.get('datetime', '?')}  python {machine.get('python_version', '?')}  "
+        f"machine: {wv.get('nproc', '?')} x {wv.get('cpu_model', '?')}, {wv.get('mem_total_gib', '?')} GiB RAM"
+    )
     any_row = next(iter(benches.values()), None)
     if any_row:
         extra = any_row["extra"]
-        print(f"codec: {extra.get('codec')}, chunks {extra.get('chunks')}; data compresses "
-              f"{extra.get('data_ratio_blosc_shuffle', float('nan')):.2f}x with it, "
-              f"{extra.get('data_ratio_zstd', float('nan')):.2f}x with plain zstd at the same level")
+        print(
+            f"codec: {extra.get('codec')}, chunks {extra.get('chunks')}; data compresses "
+            f"{extra.get('data_ratio_blosc_shuffle', float('nan')):.2f}x with it, "
+            f"{extra.get('data_ratio_zstd', float('nan')):.2f}x with plain zstd at the same level"
+        )
     sizes = {row["bytes"] for row in benches.values() if row["bytes"]}
-    print(f"array size: {', '.join(f'{s / 2**20:.0f} MiB' for s in sorted(sizes))}; "
-          "MB/s = 10^6 raw bytes/s, median round (worst-best); ratio of medians [ratio of best rounds]\n")
+    print(
+        f"array size: {', '.join(f'{s / 2**20:.0f} MiB' for s in sorted(sizes))}; "
+        "MB/s = 10^6 raw bytes/s, median round (worst-best); ratio of medians [ratio of best rounds]\n"
+    )
 
     rows = []
     for label, name, base, goal in THROUGHPUT:
@@ -75,9 +81,16 @@ def main(argv: list[str] | None = None) -> int:
             if goal is not None:
                 status = "MET" if value >= goal else "MISSED"
         stored = row["extra"].get("stored_bytes")
-        rows.append([label, str(row["rounds"]), fmt_mbps(row), ratio,
-                     f"{stored / 1e6:.0f}" if stored else "-",
-                     (f"goal >= {goal:g}: " if goal else "") + status])
+        rows.append(
+            [
+                label,
+                str(row["rounds"]),
+                fmt_mbps(row),
+                ratio,
+                f"{stored / 1e6:.0f}" if stored else "-",
+                (f"goal >= {goal:g}: " if goal else "") + status,
+            ]
+        )
     print(table(rows, ["benchmark", "rounds", "MB/s", "ratio", "stored MB", "status"], args.markdown))
     print()
 
@@ -89,23 +102,46 @@ def main(argv: list[str] | None = None) -> int:
             continue
         e = row["extra"]
         vs = e.get("per_append_vs_baseline")
-        rows.append([
-            label, str(e["appends"]), f"{e['first_window_s']:.2f}", f"{e['last_window_s']:.2f}",
-            f"{e['last_over_first']:.2f}", f"{e['append_ms_median_first']:.1f} / {e['append_ms_median_last']:.1f}",
-            f"{e['appends_per_s']:.0f}", f"{vs:.2f}x" if vs else "-",
-            ("MET" if e["last_over_first"] <= 1.2 else "MISSED") + " (<= 1.2)",
-        ])
+        rows.append(
+            [
+                label,
+                str(e["appends"]),
+                f"{e['first_window_s']:.2f}",
+                f"{e['last_window_s']:.2f}",
+                f"{e['last_over_first']:.2f}",
+                f"{e['append_ms_median_first']:.1f} / {e['append_ms_median_last']:.1f}",
+                f"{e['appends_per_s']:.0f}",
+                f"{vs:.2f}x" if vs else "-",
+                ("MET" if e["last_over_first"] <= 1.2 else "MISSED") + " (<= 1.2)",
+            ]
+        )
     window = next((b["extra"]["window"] for b in benches.values() if "window" in b["extra"]), "?")
-    print(table(rows, ["appends of 1,000 rows", "appends", f"first {window} s", f"last {window} s",
-                       "last/first", "median ms first/last", "appends/s", "time vs zarr", "status"],
-                args.markdown))
+    print(
+        table(
+            rows,
+            [
+                "appends of 1,000 rows",
+                "appends",
+                f"first {window} s",
+                f"last {window} s",
+                "last/first",
+                "median ms first/last",
+                "appends/s",
+                "time vs zarr",
+                "status",
+            ],
+            args.markdown,
+        )
+    )
 
     dedup = benches.get("dedup_bigarray_sqlite")
     if dedup:
         e = dedup["extra"]
-        print(f"\ndedup: a second array with the same data grew the stored values by {e['value_growth']:.2%} "
-              f"({e['values_before'] / 1e6:.0f} -> {e['values_after'] / 1e6:.0f} MB) and the SQLite file by "
-              f"{e['file_growth']:.2%} (goal < 2%: {'MET' if e['value_growth'] < 0.02 else 'MISSED'})")
+        print(
+            f"\ndedup: a second array with the same data grew the stored values by {e['value_growth']:.2%} "
+            f"({e['values_before'] / 1e6:.0f} -> {e['values_after'] / 1e6:.0f} MB) and the SQLite file by "
+            f"{e['file_growth']:.2%} (goal < 2%: {'MET' if e['value_growth'] < 0.02 else 'MISSED'})"
+        )
     return 0
 
 

@@ -1,6 +1,6 @@
 """Print the issue-4 ingestion table from pytest-benchmark's JSON output.
 
-    .venv/bin/python benchmarks/report_ingest.py /tmp/ingest.json [--markdown]
+.venv/bin/python benchmarks/report_ingest.py /tmp/ingest.json [--markdown]
 """
 
 from __future__ import annotations
@@ -27,11 +27,23 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             e = row["extra"]
             status = "-" if goal is None else ("MET" if e["events_per_s"] >= goal else "MISSED") + f" (>= {goal:,})"
-            rows.append([f"{label}, {backend}", f"{e['events']:,}", f"{e['events_per_s']:,.0f}",
-                         f"{e['events_per_s_worst']:,.0f}-{e['events_per_s_best']:,.0f}",
-                         f"{e['latency_p50_ms']:.1f} / {e['latency_p99_ms']:.1f}", status])
-    print(table(rows, ["benchmark", "events", "events/s (median)", "range", "ack latency p50 / p99 ms", "goal"],
-                args.markdown))
+            rows.append(
+                [
+                    f"{label}, {backend}",
+                    f"{e['events']:,}",
+                    f"{e['events_per_s']:,.0f}",
+                    f"{e['events_per_s_worst']:,.0f}-{e['events_per_s_best']:,.0f}",
+                    f"{e['latency_p50_ms']:.1f} / {e['latency_p99_ms']:.1f}",
+                    status,
+                ]
+            )
+    print(
+        table(
+            rows,
+            ["benchmark", "events", "events/s (median)", "range", "ack latency p50 / p99 ms", "goal"],
+            args.markdown,
+        )
+    )
     rows = []
     for backend in ("sqlite", "mariadb"):
         row = benches.get(f"vibration_forward[{backend}]")
@@ -39,13 +51,31 @@ def main(argv: list[str] | None = None) -> int:
             continue
         e = row["extra"]
         ratio, pairs = e["ratio_vs_baseline"], e["pair_ratios"]
-        rows.append([f"vibration over Forward, {backend}", f"{row['mbps']:.0f}", f"{e['baseline_mbps']:.0f}",
-                     f"{ratio:.2f} ({len(pairs)} pairs, {min(pairs):.2f}-{max(pairs):.2f})",
-                     f"{e['latency_p50_ms']:.1f} / {e['latency_p99_ms']:.1f}",
-                     ("MET" if ratio >= 0.8 else "MISSED") + " (>= 0.8)"])
+        rows.append(
+            [
+                f"vibration over Forward, {backend}",
+                f"{row['mbps']:.0f}",
+                f"{e['baseline_mbps']:.0f}",
+                f"{ratio:.2f} ({len(pairs)} pairs, {min(pairs):.2f}-{max(pairs):.2f})",
+                f"{e['latency_p50_ms']:.1f} / {e['latency_p99_ms']:.1f}",
+                ("MET" if ratio >= 0.8 else "MISSED") + " (>= 0.8)",
+            ]
+        )
     print()
-    print(table(rows, ["benchmark", "MB/s (median)", "arrays append, 64 MiB slabs, MB/s (median)",
-                       "ratio (median of pairs)", "ack p50 / p99 ms", "goal"], args.markdown))
+    print(
+        table(
+            rows,
+            [
+                "benchmark",
+                "MB/s (median)",
+                "arrays append, 64 MiB slabs, MB/s (median)",
+                "ratio (median of pairs)",
+                "ack p50 / p99 ms",
+                "goal",
+            ],
+            args.markdown,
+        )
+    )
     return 0
 
 

@@ -51,14 +51,13 @@ import subprocess
 import tempfile
 import time
 
+import array_data
 import numpy as np
 import pytest
 import zarr
-from zarr.codecs import BloscCodec
-
-import array_data
 from array_data import BLOCK_ROWS, CHANNELS, DTYPE, TOTAL_BYTES
 from test_neostore import record, sqlite_url
+from zarr.codecs import BloscCodec
 
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 #: Reads are short and noisy: more rounds, after one untimed warm-up round. On
@@ -129,8 +128,7 @@ def clevel() -> int:
 @pytest.fixture(scope="session")
 def data_ratios(array_values, clevel) -> dict[str, float]:
     ratios = array_data.compression_ratios(array_values, clevel)
-    print(f"\narray data compression at level {clevel}: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print(f"\narray data compression at level {clevel}: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     return ratios
 
 
@@ -144,8 +142,10 @@ def scratch():
 
 def describe(benchmark, clevel, data_ratios, **extra) -> None:
     benchmark.extra_info.update(
-        codec=f"blosc zstd clevel={clevel} shuffle", chunks=list(CHUNKS),
-        data_ratio_blosc_shuffle=data_ratios["blosc_zstd_shuffle"], data_ratio_zstd=data_ratios["zstd"],
+        codec=f"blosc zstd clevel={clevel} shuffle",
+        chunks=list(CHUNKS),
+        data_ratio_blosc_shuffle=data_ratios["blosc_zstd_shuffle"],
+        data_ratio_zstd=data_ratios["zstd"],
         **extra,
     )
 
@@ -164,14 +164,22 @@ def blosc(clevel: int) -> BloscCodec:
 
 
 def zarr_create(store, shape, clevel: int) -> zarr.Array:
-    return zarr.create_array(store, name=NAME, shape=shape, dtype=DTYPE, chunks=CHUNKS,
-                             compressors=blosc(clevel), fill_value=0.0, zarr_format=3)
+    return zarr.create_array(
+        store,
+        name=NAME,
+        shape=shape,
+        dtype=DTYPE,
+        chunks=CHUNKS,
+        compressors=blosc(clevel),
+        fill_value=0.0,
+        zarr_format=3,
+    )
 
 
 def write_slabs(array, values: np.ndarray) -> None:
     """``array[i:j] = values[i:j]`` slab by slab: zarr arrays and BigArrays alike."""
     for start in range(0, len(values), SLAB_ROWS):
-        array[start:start + SLAB_ROWS] = values[start:start + SLAB_ROWS]
+        array[start : start + SLAB_ROWS] = values[start : start + SLAB_ROWS]
 
 
 def icechunk_storage(path: str):
@@ -262,6 +270,7 @@ def run_rounds(benchmark, target, *, setup, teardown=None, rounds: int, warmup_r
     result and frees the target here: the teardown then runs inside the call.
     """
     if benchmark.disabled:
+
         def once(*args, **kwargs):
             result = target(*args, **kwargs)
             if teardown is not None:
@@ -269,8 +278,9 @@ def run_rounds(benchmark, target, *, setup, teardown=None, rounds: int, warmup_r
             return result
 
         return benchmark.pedantic(once, setup=setup, rounds=1, iterations=1)
-    return benchmark.pedantic(target, setup=setup, teardown=teardown, rounds=rounds, iterations=1,
-                              warmup_rounds=warmup_rounds)
+    return benchmark.pedantic(
+        target, setup=setup, teardown=teardown, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds
+    )
 
 
 def need_bigarray() -> None:
@@ -300,23 +310,39 @@ def _write_localstore(benchmark, databases, scratch, array_values, clevel, data_
 
     with zarr.config.set(config):
         run_rounds(benchmark, write_slabs, setup=setup, teardown=teardown, rounds=ROUNDS)
-    describe(benchmark, clevel, data_ratios, zarr_config=config, stored_bytes=sizes[-1],
-             stored_ratio=array_values.nbytes / sizes[-1])
+    describe(
+        benchmark,
+        clevel,
+        data_ratios,
+        zarr_config=config,
+        stored_bytes=sizes[-1],
+        stored_ratio=array_values.nbytes / sizes[-1],
+    )
     record(benchmark, bench_results, name, array_values.nbytes)
 
 
 @pytest.mark.benchmark(group="arrays-1-write")
 def test_write_localstore(benchmark, databases, scratch, array_values, clevel, data_ratios, bench_results):
     """Baseline: zarr LocalStore on the local filesystem (no fsync), slab writes, zarr's default config."""
-    _write_localstore(benchmark, databases, scratch, array_values, clevel, data_ratios, bench_results,
-                      "arrays_write_localstore", {})
+    _write_localstore(
+        benchmark, databases, scratch, array_values, clevel, data_ratios, bench_results, "arrays_write_localstore", {}
+    )
 
 
 @pytest.mark.benchmark(group="arrays-1-write")
 def test_write_localstore_tuned(benchmark, databases, scratch, array_values, clevel, data_ratios, bench_results):
     """A stronger baseline: the same with zarr's async.concurrency raised from 10 to 64."""
-    _write_localstore(benchmark, databases, scratch, array_values, clevel, data_ratios, bench_results,
-                      "arrays_write_localstore_tuned", TUNED_ZARR)
+    _write_localstore(
+        benchmark,
+        databases,
+        scratch,
+        array_values,
+        clevel,
+        data_ratios,
+        bench_results,
+        "arrays_write_localstore_tuned",
+        TUNED_ZARR,
+    )
 
 
 @pytest.mark.benchmark(group="arrays-1-write")
@@ -347,8 +373,14 @@ def test_write_icechunk(benchmark, databases, scratch, array_values, clevel, dat
 
     run_rounds(benchmark, write_commit, setup=setup, teardown=teardown, rounds=ROUNDS)
     describe(benchmark, clevel, data_ratios, stored_bytes=sizes[-1], icechunk=icechunk.__version__)
-    record(benchmark, bench_results, "arrays_write_icechunk", array_values.nbytes,
-           baseline="arrays_write_localstore", ratio_name="ratio_vs_localstore")
+    record(
+        benchmark,
+        bench_results,
+        "arrays_write_icechunk",
+        array_values.nbytes,
+        baseline="arrays_write_localstore",
+        ratio_name="ratio_vs_localstore",
+    )
 
 
 def _write_bigarray(benchmark, databases, array_values, clevel, data_ratios, bench_results, kind):
@@ -370,10 +402,22 @@ def _write_bigarray(benchmark, databases, array_values, clevel, data_ratios, ben
 
     run_rounds(benchmark, write_slabs, setup=setup, teardown=teardown, rounds=ROUNDS)
     describe(benchmark, clevel, data_ratios, stored_bytes=sizes[-1], commits=-(-len(array_values) // SLAB_ROWS))
-    record(benchmark, bench_results, f"arrays_write_bigarray_{kind}", array_values.nbytes,
-           baseline="arrays_write_localstore", goal=GOAL_VS_LOCALSTORE, ratio_name="ratio_vs_localstore")
-    add_ratio(benchmark, bench_results, f"arrays_write_bigarray_{kind}", "arrays_write_localstore_tuned",
-              "ratio_vs_localstore_tuned")
+    record(
+        benchmark,
+        bench_results,
+        f"arrays_write_bigarray_{kind}",
+        array_values.nbytes,
+        baseline="arrays_write_localstore",
+        goal=GOAL_VS_LOCALSTORE,
+        ratio_name="ratio_vs_localstore",
+    )
+    add_ratio(
+        benchmark,
+        bench_results,
+        f"arrays_write_bigarray_{kind}",
+        "arrays_write_localstore_tuned",
+        "ratio_vs_localstore_tuned",
+    )
 
 
 @pytest.mark.benchmark(group="arrays-1-write")
@@ -413,10 +457,22 @@ def test_write_bigarray_sqlite_one_transaction(benchmark, databases, array_value
 
     run_rounds(benchmark, write_in_transaction, setup=setup, teardown=teardown, rounds=ROUNDS)
     describe(benchmark, clevel, data_ratios, stored_bytes=state["stored"], commits=1)
-    record(benchmark, bench_results, "arrays_write_bigarray_sqlite_one_transaction", array_values.nbytes,
-           baseline="arrays_write_localstore", goal=GOAL_VS_LOCALSTORE, ratio_name="ratio_vs_localstore")
-    add_ratio(benchmark, bench_results, "arrays_write_bigarray_sqlite_one_transaction",
-              "arrays_write_localstore_tuned", "ratio_vs_localstore_tuned")
+    record(
+        benchmark,
+        bench_results,
+        "arrays_write_bigarray_sqlite_one_transaction",
+        array_values.nbytes,
+        baseline="arrays_write_localstore",
+        goal=GOAL_VS_LOCALSTORE,
+        ratio_name="ratio_vs_localstore",
+    )
+    add_ratio(
+        benchmark,
+        bench_results,
+        "arrays_write_bigarray_sqlite_one_transaction",
+        "arrays_write_localstore_tuned",
+        "ratio_vs_localstore_tuned",
+    )
 
 
 # -- 2. read ------------------------------------------------------------------------------
@@ -432,8 +488,9 @@ def _check_read(result: np.ndarray, values: np.ndarray, digest: str) -> None:
     assert array_data.digest(result) == digest
 
 
-def _read_localstore(benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results,
-                     name, config):
+def _read_localstore(
+    benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results, name, config
+):
     path = os.path.join(scratch, "local.zarr")
     write_slabs(zarr_create(zarr.storage.LocalStore(path), array_values.shape, clevel), array_values)
     quiesce(databases)
@@ -451,16 +508,37 @@ def _read_localstore(benchmark, databases, scratch, array_values, array_digest, 
 @pytest.mark.benchmark(group="arrays-2-read")
 def test_read_localstore(benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results):
     """Baseline: the whole array from zarr LocalStore into numpy (``arr[:]``), zarr's default config."""
-    _read_localstore(benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results,
-                     "arrays_read_localstore", {})
+    _read_localstore(
+        benchmark,
+        databases,
+        scratch,
+        array_values,
+        array_digest,
+        clevel,
+        data_ratios,
+        bench_results,
+        "arrays_read_localstore",
+        {},
+    )
 
 
 @pytest.mark.benchmark(group="arrays-2-read")
-def test_read_localstore_tuned(benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios,
-                               bench_results):
+def test_read_localstore_tuned(
+    benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results
+):
     """A stronger baseline: the same with zarr's async.concurrency raised from 10 to 64."""
-    _read_localstore(benchmark, databases, scratch, array_values, array_digest, clevel, data_ratios, bench_results,
-                     "arrays_read_localstore_tuned", TUNED_ZARR)
+    _read_localstore(
+        benchmark,
+        databases,
+        scratch,
+        array_values,
+        array_digest,
+        clevel,
+        data_ratios,
+        bench_results,
+        "arrays_read_localstore_tuned",
+        TUNED_ZARR,
+    )
 
 
 @pytest.mark.benchmark(group="arrays-2-read")
@@ -481,8 +559,14 @@ def test_read_icechunk(benchmark, databases, scratch, array_values, array_digest
     result = run_rounds(benchmark, read_all, setup=setup, rounds=READ_ROUNDS, warmup_rounds=READ_WARMUP)
     _check_read(result, array_values, array_digest)
     describe(benchmark, clevel, data_ratios)
-    record(benchmark, bench_results, "arrays_read_icechunk", array_values.nbytes,
-           baseline="arrays_read_localstore", ratio_name="ratio_vs_localstore")
+    record(
+        benchmark,
+        bench_results,
+        "arrays_read_icechunk",
+        array_values.nbytes,
+        baseline="arrays_read_localstore",
+        ratio_name="ratio_vs_localstore",
+    )
 
 
 def _read_bigarray(benchmark, databases, array_values, array_digest, clevel, data_ratios, bench_results, kind):
@@ -505,8 +589,9 @@ def _read_bigarray(benchmark, databases, array_values, array_digest, clevel, dat
         bigarray_close(array)
 
     try:
-        result = run_rounds(benchmark, read_all, setup=setup, teardown=teardown, rounds=READ_ROUNDS,
-                            warmup_rounds=READ_WARMUP)
+        result = run_rounds(
+            benchmark, read_all, setup=setup, teardown=teardown, rounds=READ_ROUNDS, warmup_rounds=READ_WARMUP
+        )
         _check_read(result, array_values, array_digest)
         # np.asarray goes the same way (checked here, untimed).
         again = arrays.open(url, NAME)
@@ -515,10 +600,22 @@ def _read_bigarray(benchmark, databases, array_values, array_digest, clevel, dat
     finally:
         drop_target(databases, kind, name)
     describe(benchmark, clevel, data_ratios)
-    record(benchmark, bench_results, f"arrays_read_bigarray_{kind}", array_values.nbytes,
-           baseline="arrays_read_localstore", goal=GOAL_VS_LOCALSTORE, ratio_name="ratio_vs_localstore")
-    add_ratio(benchmark, bench_results, f"arrays_read_bigarray_{kind}", "arrays_read_localstore_tuned",
-              "ratio_vs_localstore_tuned")
+    record(
+        benchmark,
+        bench_results,
+        f"arrays_read_bigarray_{kind}",
+        array_values.nbytes,
+        baseline="arrays_read_localstore",
+        goal=GOAL_VS_LOCALSTORE,
+        ratio_name="ratio_vs_localstore",
+    )
+    add_ratio(
+        benchmark,
+        bench_results,
+        f"arrays_read_bigarray_{kind}",
+        "arrays_read_localstore_tuned",
+        "ratio_vs_localstore_tuned",
+    )
 
 
 @pytest.mark.benchmark(group="arrays-2-read")
@@ -539,7 +636,7 @@ def test_read_bigarray_mariadb(benchmark, databases, array_values, array_digest,
 def append_rows(values: np.ndarray, i: int) -> np.ndarray:
     """The rows of append ``i``: consecutive slices of the data, wrapping round if it is short."""
     start = (i * APPEND_ROWS) % (len(values) - APPEND_ROWS + 1)
-    return values[start:start + APPEND_ROWS]
+    return values[start : start + APPEND_ROWS]
 
 
 def run_appends(append, values: np.ndarray) -> list[float]:
@@ -557,8 +654,12 @@ def run_appends(append, values: np.ndarray) -> list[float]:
 def record_appends(benchmark, bench_results, name, took: list[float], *, baseline=None, goal=True, **extra):
     first, last = sum(took[:WINDOW]), sum(took[-WINDOW:])
     info = {
-        "appends": len(took), "rows_per_append": APPEND_ROWS, "window": WINDOW,
-        "first_window_s": first, "last_window_s": last, "last_over_first": last / first,
+        "appends": len(took),
+        "rows_per_append": APPEND_ROWS,
+        "window": WINDOW,
+        "first_window_s": first,
+        "last_window_s": last,
+        "last_over_first": last / first,
         "append_ms_median_first": float(np.median(took[:WINDOW]) * 1e3),
         "append_ms_median_last": float(np.median(took[-WINDOW:]) * 1e3),
         "append_ms_max": max(took) * 1e3,
@@ -577,7 +678,7 @@ def record_appends(benchmark, bench_results, name, took: list[float], *, baselin
 def check_appended(got: np.ndarray, values: np.ndarray) -> None:
     assert got.shape == (APPENDS * APPEND_ROWS, CHANNELS)
     for i in (0, APPENDS // 2, APPENDS - 1):
-        assert np.array_equal(got[i * APPEND_ROWS:(i + 1) * APPEND_ROWS], append_rows(values, i))
+        assert np.array_equal(got[i * APPEND_ROWS : (i + 1) * APPEND_ROWS], append_rows(values, i))
 
 
 @pytest.mark.benchmark(group="arrays-3-append")
@@ -626,8 +727,9 @@ def _append_bigarray(benchmark, databases, array_values, clevel, data_ratios, be
     finally:
         drop_target(databases, kind, name)
     describe(benchmark, clevel, data_ratios, stored_bytes=stored)
-    record_appends(benchmark, bench_results, f"arrays_append_bigarray_{kind}", timings[-1],
-                   baseline="arrays_append_localstore")
+    record_appends(
+        benchmark, bench_results, f"arrays_append_bigarray_{kind}", timings[-1], baseline="arrays_append_localstore"
+    )
 
 
 @pytest.mark.benchmark(group="arrays-3-append")
@@ -681,8 +783,21 @@ def test_dedup_bigarray_sqlite(benchmark, databases, array_values, clevel, data_
     finally:
         drop_target(databases, "sqlite", name)
     growth = (sizes["values_after"] - sizes["values_before"]) / sizes["values_before"]
-    describe(benchmark, clevel, data_ratios, **sizes, value_growth=growth,
-             file_growth=(sizes["file_after"] - sizes["file_before"]) / sizes["file_before"],
-             goal=GOAL_DEDUP_GROWTH, goal_met=growth < GOAL_DEDUP_GROWTH)
-    record(benchmark, bench_results, "arrays_dedup_bigarray_sqlite", array_values.nbytes,
-           baseline="arrays_write_bigarray_sqlite", ratio_name="ratio_vs_first_write")
+    describe(
+        benchmark,
+        clevel,
+        data_ratios,
+        **sizes,
+        value_growth=growth,
+        file_growth=(sizes["file_after"] - sizes["file_before"]) / sizes["file_before"],
+        goal=GOAL_DEDUP_GROWTH,
+        goal_met=growth < GOAL_DEDUP_GROWTH,
+    )
+    record(
+        benchmark,
+        bench_results,
+        "arrays_dedup_bigarray_sqlite",
+        array_values.nbytes,
+        baseline="arrays_write_bigarray_sqlite",
+        ratio_name="ratio_vs_first_write",
+    )

@@ -36,8 +36,11 @@ def interpreter_seconds() -> list[float]:
     return []
 
 
-@pytest.mark.parametrize("argv", [[sys.executable, "-c", "pass"], [COMMAND, "--version"], [COMMAND, "--help"]],
-                         ids=["python", "version", "help"])
+@pytest.mark.parametrize(
+    "argv",
+    [[sys.executable, "-c", "pass"], [COMMAND, "--version"], [COMMAND, "--help"]],
+    ids=["python", "version", "help"],
+)
 def test_cli_start(benchmark, argv: list[str], interpreter_seconds: list[float]) -> None:
     benchmark.pedantic(_run, args=(argv,), rounds=ROUNDS, iterations=1, warmup_rounds=2)
     median = statistics.median(benchmark.stats.stats.data)

@@ -37,16 +37,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import zarr
-from zarr.storage import LocalStore
-
-from windvane import arrays
-from windvane import neostore
-from windvane.export import FORMATS, export
-from windvane.ingest.schema import load_schema
-from windvane.ingest.streams import TEXT_CODEC, schema_columns
 from sensor_data import parse_size
 from test_import import sensor_table
 from test_neostore import record, sqlite_url
+from zarr.storage import LocalStore
+
+from windvane import arrays, neostore
+from windvane.export import FORMATS, export
+from windvane.ingest.schema import load_schema
+from windvane.ingest.streams import TEXT_CODEC, schema_columns
 
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 EXPORT_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_EXPORT_BYTES", str(256 << 20)))
@@ -56,8 +55,7 @@ SENSOR_ROW_BYTES = 8 + 6 * 8 + 4 + 3  # time, six float64, an int32, a label of 
 VIBRATION_RATE = 25_600
 APPEND_ROWS = 1 << 20
 
-pytestmark = [pytest.mark.timeout(3600),
-              pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")]
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")]
 
 
 def _sensor(url: str) -> None:
@@ -78,8 +76,9 @@ def _vibration(url: str) -> None:
     rows = EXPORT_BYTES // (4 * schema.vibration.channels)
     rng = np.random.default_rng(6)
     step = 1_000_000_000 / VIBRATION_RATE
-    with arrays.create_stream(url, "bench.vibration", schema_columns(schema), attrs={"kind": "vibration"},
-                              chunk_rows=schema.chunk_rows) as stream:
+    with arrays.create_stream(
+        url, "bench.vibration", schema_columns(schema), attrs={"kind": "vibration"}, chunk_rows=schema.chunk_rows
+    ) as stream:
         for start in range(0, rows, APPEND_ROWS):
             n = min(APPEND_ROWS, rows - start)
             time = 1_700_000_000_000_000_000 + (np.arange(start, start + n) * step).astype(np.int64)
@@ -93,7 +92,7 @@ def _copy_to_local_store(url: str, tag: str, directory: str) -> None:
     with neostore.open(url) as store:
         snapshot = arrays.Snapshot.latest(store)
         for entry in snapshot.list(prefix):
-            path = os.path.join(directory, entry.key[len(prefix):])
+            path = os.path.join(directory, entry.key[len(prefix) :])
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(snapshot.get(entry.key))
@@ -136,12 +135,18 @@ def raw_bytes(values: list) -> int:
 
 @pytest.mark.parametrize("kind", STREAMS)
 def test_zarr_local_store_read(benchmark, data, bench_results, kind):
-    values = benchmark.pedantic(read_local_store, args=(data["copies"][kind],), rounds=ROUNDS, iterations=1,
-                                warmup_rounds=1)
+    values = benchmark.pedantic(
+        read_local_store, args=(data["copies"][kind],), rounds=ROUNDS, iterations=1, warmup_rounds=1
+    )
     raw = data["raw"][kind] = raw_bytes(values)  # counted after the timed rounds
     del values
-    record(benchmark, bench_results, f"zarr_read_{kind}", raw,
-           what=f"zarr reads every array of the {kind} stream's copy on a LocalStore")
+    record(
+        benchmark,
+        bench_results,
+        f"zarr_read_{kind}",
+        raw,
+        what=f"zarr reads every array of the {kind} stream's copy on a LocalStore",
+    )
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -156,10 +161,19 @@ def test_export(benchmark, data, bench_results, kind, fmt):
             os.unlink(path)
         return (), {}
 
-    result = benchmark.pedantic(lambda: export(data["url"], f"bench.{kind}", path, fmt), setup=setup,
-                                rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        lambda: export(data["url"], f"bench.{kind}", path, fmt), setup=setup, rounds=ROUNDS, iterations=1
+    )
     assert result.rows == len(arrays.open_stream(data["url"], f"bench.{kind}"))
     if kind in data["raw"]:  # the baseline read the same raw bytes
         assert result.nbytes == data["raw"][kind]
-    record(benchmark, bench_results, f"export_{kind}_{fmt}", result.nbytes, baseline=f"zarr_read_{kind}",
-           what=f"export of the {kind} stream as {fmt}", rows=result.rows, file_bytes=result.file_bytes)
+    record(
+        benchmark,
+        bench_results,
+        f"export_{kind}_{fmt}",
+        result.nbytes,
+        baseline=f"zarr_read_{kind}",
+        what=f"export of the {kind} stream as {fmt}",
+        rows=result.rows,
+        file_bytes=result.file_bytes,
+    )

@@ -39,11 +39,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from windvane import arrays
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, log_record
+
 from tests.fluent_programs import fluentd_dir, start_fluentd
 from tests.serve_process import Serve, free_port
+from windvane import arrays
 
 EVENTS = int(os.environ.get("WINDVANE_BENCH_EVENTS", "1000000"))
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
@@ -65,7 +65,9 @@ def bin_record(i: int) -> dict:
 @pytest.fixture(scope="module")
 def chunks() -> dict[str, list[tuple[bytes, bytes]]]:
     return {
-        "bin": [forward_chunk("bench.logs", first, PER_CHUNK, record=bin_record) for first in range(0, EVENTS, PER_CHUNK)],
+        "bin": [
+            forward_chunk("bench.logs", first, PER_CHUNK, record=bin_record) for first in range(0, EVENTS, PER_CHUNK)
+        ],
         "str": [forward_chunk("bench.logs", first, PER_CHUNK) for first in range(0, EVENTS, PER_CHUNK)],
     }
 
@@ -168,10 +170,12 @@ def test_bulk_against_fluentd_aggregator(benchmark, databases, chunks, schemas, 
     targets = {
         "fluentd_workers_1": lambda: run_fluentd_aggregator(chunks["bin"], 1),
         "fluentd_workers_2": lambda: run_fluentd_aggregator(chunks["bin"], 2),
-        "windvane_sqlite_bin": lambda: run_windvane(chunks["bin"], f"sqlite:///{databases.fresh_sqlite('anchor')}",
-                                                    schemas),
-        "windvane_sqlite_str": lambda: run_windvane(chunks["str"], f"sqlite:///{databases.fresh_sqlite('anchor')}",
-                                                    schemas),
+        "windvane_sqlite_bin": lambda: run_windvane(
+            chunks["bin"], f"sqlite:///{databases.fresh_sqlite('anchor')}", schemas
+        ),
+        "windvane_sqlite_str": lambda: run_windvane(
+            chunks["str"], f"sqlite:///{databases.fresh_sqlite('anchor')}", schemas
+        ),
         "windvane_mariadb_bin": lambda: run_windvane(chunks["bin"], databases.fresh_mariadb("anchor"), schemas),
     }
     rates: dict[str, list[float]] = {name: [] for name in targets}
@@ -187,8 +191,12 @@ def test_bulk_against_fluentd_aggregator(benchmark, databases, chunks, schemas, 
     median = {name: float(np.median(v)) for name, v in rates.items()}
     best_fluentd = max(median["fluentd_workers_1"], median["fluentd_workers_2"])
     info = {
-        "events": EVENTS, "events_per_chunk": PER_CHUNK, "rounds": ROUNDS, "fluentd": FLUENTD_VERSION,
-        "events_per_s": rates, "median_events_per_s": median,
+        "events": EVENTS,
+        "events_per_chunk": PER_CHUNK,
+        "rounds": ROUNDS,
+        "fluentd": FLUENTD_VERSION,
+        "events_per_s": rates,
+        "median_events_per_s": median,
         "ratio_to_best_fluentd": {name: v / best_fluentd for name, v in median.items()},
         "goal": "windvane >= 10x fluentd's best",
     }
@@ -291,9 +299,14 @@ def test_end_to_end_tail_forward_windvane_against_tail_out_file(benchmark, datab
 
     benchmark.pedantic(rounds, rounds=1, iterations=1)
     median = {name: float(np.median(v)) for name, v in results.items()}
-    info = {"lines": TAIL_LINES, "rounds": ROUNDS, "fluentd": FLUENTD_VERSION, "lines_per_s": results,
-            "median_lines_per_s": median,
-            "ratio": median["tail_out_forward_windvane_sqlite"] / median["tail_out_file"]}
+    info = {
+        "lines": TAIL_LINES,
+        "rounds": ROUNDS,
+        "fluentd": FLUENTD_VERSION,
+        "lines_per_s": results,
+        "median_lines_per_s": median,
+        "ratio": median["tail_out_forward_windvane_sqlite"] / median["tail_out_file"],
+    }
     benchmark.extra_info.update(info)
     bench_results["anchor_tail"] = info
     print(json.dumps(info, indent=1))
@@ -305,6 +318,10 @@ def write_results(bench_results):
     if "anchor_bulk" not in bench_results and "anchor_tail" not in bench_results:
         return
     date = datetime.date.today().isoformat()
-    doc = {"date": date, "machine": f"{os.cpu_count()} cores, {platform.machine()}", "python": platform.python_version(),
-           **{k: v for k, v in bench_results.items() if k.startswith("anchor_")}}
+    doc = {
+        "date": date,
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "python": platform.python_version(),
+        **{k: v for k, v in bench_results.items() if k.startswith("anchor_")},
+    }
     (HERE / f"results-fluentd-anchor-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -35,14 +35,13 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from sensor_data import parse_size
+from test_neostore import record, sqlite_url
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.connectors.files import ReaderOptions
 from windvane.connectors.files.formats import format_for
 from windvane.ingest import imports, streams
-from sensor_data import parse_size
-from test_neostore import record, sqlite_url
 
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 IMPORT_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_IMPORT_BYTES", str(256 << 20)))
@@ -69,9 +68,12 @@ def files():
     rows = IMPORT_BYTES // ROW_BYTES
     per = 1 << 18
     csv_path, parquet_path, wav_path = (os.path.join(root, n) for n in ("data.csv", "data.parquet", "data.wav"))
-    with pacsv.CSVWriter(csv_path, sensor_table(1).schema,
-                         write_options=pacsv.WriteOptions(quoting_style="none")) as csv_writer, \
-            pq.ParquetWriter(parquet_path, sensor_table(1).schema) as parquet_writer:
+    with (
+        pacsv.CSVWriter(
+            csv_path, sensor_table(1).schema, write_options=pacsv.WriteOptions(quoting_style="none")
+        ) as csv_writer,
+        pq.ParquetWriter(parquet_path, sensor_table(1).schema) as parquet_writer,
+    ):
         for start in range(0, rows, per):
             table = sensor_table(min(per, rows - start), start)
             csv_writer.write_table(table)
@@ -107,10 +109,15 @@ def _imported(path: str, url: str, fmt: str) -> imports.ImportResult:
         reader = format_for(path).make(path, ReaderOptions(start=T0))
         # As `windvane import` does: the content hash (a copy is not imported twice) and, for a new
         # stream, the types of the whole file (CSV: a pass before the import) are part of the import.
-        return imports.import_source(store, "bench", reader, source_id=imports.source_id_for(path),
-                                     identity=imports.fingerprint(path), content=imports.content_hash(path),
-                                     name=path)
-
+        return imports.import_source(
+            store,
+            "bench",
+            reader,
+            source_id=imports.source_id_for(path),
+            identity=imports.fingerprint(path),
+            content=imports.content_hash(path),
+            name=path,
+        )
 
 
 BASELINES = {"csv": read_csv, "parquet": read_parquet, "wav": read_wav}
@@ -138,8 +145,16 @@ def test_import(benchmark, files, databases, bench_results, fmt):
 
     result = benchmark.pedantic(target, setup=setup, rounds=ROUNDS, iterations=1)
     assert result.rejected == 0 and result.rows == len(arrays.open_stream(store_path["url"], "bench"))
-    record(benchmark, bench_results, f"import_{fmt}", os.path.getsize(path), baseline=f"read_{fmt}",
-           what=f"windvane import of the {fmt} file into SQLite", rows=result.rows, commits=result.commits)
+    record(
+        benchmark,
+        bench_results,
+        f"import_{fmt}",
+        os.path.getsize(path),
+        baseline=f"read_{fmt}",
+        what=f"windvane import of the {fmt} file into SQLite",
+        rows=result.rows,
+        commits=result.commits,
+    )
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "wav"])
@@ -162,16 +177,25 @@ def test_arrays_append(benchmark, files, databases, bench_results, fmt):
         return (), {}
 
     def target():
-        stream = arrays.create_stream(state["url"], "bench", streams.schema_columns(schema),
-                                      chunk_rows=schema.chunk_rows)
+        stream = arrays.create_stream(
+            state["url"], "bench", streams.schema_columns(schema), chunk_rows=schema.chunk_rows
+        )
         for start in range(0, rows, step):
-            stream.append({name: values[start:start + step] for name, values in data.items()})
+            stream.append({name: values[start : start + step] for name, values in data.items()})
         stream.close()
 
     benchmark.pedantic(target, setup=setup, rounds=ROUNDS, iterations=1)
     assert len(arrays.open_stream(state["url"], "bench")) == rows
-    record(benchmark, bench_results, f"arrays_{fmt}", os.path.getsize(path),
-           what=f"arrays appends the rows of the {fmt} file into SQLite", rows=rows, commits=result.commits)
+    record(
+        benchmark,
+        bench_results,
+        f"arrays_{fmt}",
+        os.path.getsize(path),
+        what=f"arrays appends the rows of the {fmt} file into SQLite",
+        rows=rows,
+        commits=result.commits,
+    )
     if f"import_{fmt}" in bench_results and f"arrays_{fmt}" in bench_results:
-        benchmark.extra_info["import_vs_arrays"] = (bench_results[f"import_{fmt}"]["mbps"]
-                                                    / bench_results[f"arrays_{fmt}"]["mbps"])
+        benchmark.extra_info["import_vs_arrays"] = (
+            bench_results[f"import_{fmt}"]["mbps"] / bench_results[f"arrays_{fmt}"]["mbps"]
+        )

@@ -38,17 +38,17 @@ import time
 import tomllib
 from pathlib import Path
 
+import ingest_load
 import numpy as np
 import pytest
-
-from windvane import arrays
-import ingest_load
-from windvane.ingest.schema import parse_schema
-from windvane.ingest.streams import schema_columns
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, http_load, ndjson_body, vibration_record
 from sensor_data import parse_size
-from tests.serve_process import Serve
 from test_neostore import record, sqlite_url
+
+from tests.serve_process import Serve
+from windvane import arrays
+from windvane.ingest.schema import parse_schema
+from windvane.ingest.streams import schema_columns
 
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 EVENTS = int(os.environ.get("WINDVANE_BENCH_EVENTS", "1000000"))
@@ -94,8 +94,10 @@ def vibration_chunks():
     def block(i):
         return vibration_record(i, VIB_SAMPLES, VIB_CHANNELS)
 
-    return [forward_chunk("bench.vibration", first, VIB_BLOCKS_PER_CHUNK, record=block)
-            for first in range(0, VIB_BLOCKS, VIB_BLOCKS_PER_CHUNK)]
+    return [
+        forward_chunk("bench.vibration", first, VIB_BLOCKS_PER_CHUNK, record=block)
+        for first in range(0, VIB_BLOCKS, VIB_BLOCKS_PER_CHUNK)
+    ]
 
 
 def store_for(databases, backend: str, name: str) -> str:
@@ -110,8 +112,9 @@ def stream_rows(url: str, tag: str) -> int:
         return len(stream)
 
 
-def run_served(benchmark, databases, schemas, backend, name, load, expected_rows, tag, *, rounds=None,
-               before=None, after=None):
+def run_served(
+    benchmark, databases, schemas, backend, name, load, expected_rows, tag, *, rounds=None, before=None, after=None
+):
     """Rounds of: fresh store + serve (untimed), ``load(serve)`` (timed), check + stop (untimed).
 
     ``before(i)`` and ``after(i)`` run (untimed) before round ``i`` starts its
@@ -126,8 +129,9 @@ def run_served(benchmark, databases, schemas, backend, name, load, expected_rows
             before(state["round"])
         url = store_for(databases, backend, name)
         state["url"] = url
-        state["serve"] = Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log",
-                               forward="127.0.0.1:0", http="127.0.0.1:0")
+        state["serve"] = Serve(
+            url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", forward="127.0.0.1:0", http="127.0.0.1:0"
+        )
         return (state["serve"],), {}
 
     def target(serve):
@@ -166,35 +170,62 @@ def put_events(benchmark, bench_results, name, results, events, goal=None):
 
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_forward_packed_logs(benchmark, databases, schemas, log_chunks, bench_results, backend):
-    results = run_served(benchmark, databases, schemas, backend, f"ing_fwd_{backend}",
-                         lambda s: forward_load(s.forward_port, log_chunks, PER_CHUNK),
-                         len(log_chunks) * PER_CHUNK, "bench.logs")
-    put_events(benchmark, bench_results, f"ingest_forward_{backend}", results, len(log_chunks) * PER_CHUNK,
-               goal=300_000)
+    results = run_served(
+        benchmark,
+        databases,
+        schemas,
+        backend,
+        f"ing_fwd_{backend}",
+        lambda s: forward_load(s.forward_port, log_chunks, PER_CHUNK),
+        len(log_chunks) * PER_CHUNK,
+        "bench.logs",
+    )
+    put_events(
+        benchmark, bench_results, f"ingest_forward_{backend}", results, len(log_chunks) * PER_CHUNK, goal=300_000
+    )
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_http_ndjson_logs(benchmark, databases, schemas, ndjson_bodies, bench_results, backend):
-    results = run_served(benchmark, databases, schemas, backend, f"ing_http_{backend}",
-                         lambda s: http_load(s.http_port, "/bench/logs", ndjson_bodies, PER_CHUNK),
-                         len(ndjson_bodies) * PER_CHUNK, "bench.logs")
-    put_events(benchmark, bench_results, f"ingest_http_{backend}", results, len(ndjson_bodies) * PER_CHUNK,
-               goal=100_000)
+    results = run_served(
+        benchmark,
+        databases,
+        schemas,
+        backend,
+        f"ing_http_{backend}",
+        lambda s: http_load(s.http_port, "/bench/logs", ndjson_bodies, PER_CHUNK),
+        len(ndjson_bodies) * PER_CHUNK,
+        "bench.logs",
+    )
+    put_events(
+        benchmark, bench_results, f"ingest_http_{backend}", results, len(ndjson_bodies) * PER_CHUNK, goal=100_000
+    )
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
 def test_forward_latency_light_load(benchmark, databases, schemas, bench_results, backend):
     chunks = [forward_chunk("bench.logs", first, 100) for first in range(0, 200 * 100, 100)]
-    results = run_served(benchmark, databases, schemas, backend, f"ing_lat_{backend}",
-                         lambda s: forward_load(s.forward_port, chunks, 100, connections=1, window=1),
-                         len(chunks) * 100, "bench.logs")
+    results = run_served(
+        benchmark,
+        databases,
+        schemas,
+        backend,
+        f"ing_lat_{backend}",
+        lambda s: forward_load(s.forward_port, chunks, 100, connections=1, window=1),
+        len(chunks) * 100,
+        "bench.logs",
+    )
     put_events(benchmark, bench_results, f"ingest_latency_{backend}", results, len(chunks) * 100)
 
 
 def vibration_rows(chunks) -> tuple[np.ndarray, np.ndarray]:
     """The rows (time, samples) the vibration chunks become, as the stream stores them."""
-    samples = np.concatenate([np.frombuffer(vibration_record(i, VIB_SAMPLES, VIB_CHANNELS)["samples"], "<f4")
-                              .reshape(-1, VIB_CHANNELS) for i in range(len(chunks) * VIB_BLOCKS_PER_CHUNK)])
+    samples = np.concatenate(
+        [
+            np.frombuffer(vibration_record(i, VIB_SAMPLES, VIB_CHANNELS)["samples"], "<f4").reshape(-1, VIB_CHANNELS)
+            for i in range(len(chunks) * VIB_BLOCKS_PER_CHUNK)
+        ]
+    )
     starts = ingest_load.T0 + np.arange(len(chunks) * VIB_BLOCKS_PER_CHUNK, dtype=np.int64) * 1000
     offsets = np.rint(np.arange(VIB_SAMPLES) * (1e9 / 25600)).astype(np.int64)
     return (starts[:, None] + offsets[None, :]).ravel(), samples
@@ -221,7 +252,7 @@ class VibrationBaseline:
         step = (64 << 20) // (VIB_CHANNELS * 4)
         began = time.perf_counter()
         for start in range(0, len(self.times), step):
-            stream.append({"time": self.times[start:start + step], "samples": self.samples[start:start + step]})
+            stream.append({"time": self.times[start : start + step], "samples": self.samples[start : start + step]})
         stream.close()
         self.seconds.append(time.perf_counter() - began)
         with arrays.open_stream(url, "bench.vibration") as check:
@@ -241,21 +272,37 @@ def test_vibration_forward(benchmark, databases, schemas, vibration_chunks, benc
     baseline = VibrationBaseline(databases, backend, vibration_chunks)
     rows = len(vibration_chunks) * VIB_BLOCKS_PER_CHUNK * VIB_SAMPLES
     pairs = 2 * ROUNDS
-    results = run_served(benchmark, databases, schemas, backend, f"ing_vib_{backend}",
-                         lambda s: forward_load(s.forward_port, vibration_chunks, VIB_BLOCKS_PER_CHUNK),
-                         rows, "bench.vibration", rounds=pairs,
-                         before=lambda i: i % 2 == 0 and baseline.run(),
-                         after=lambda i: i % 2 == 1 and baseline.run())
+    results = run_served(
+        benchmark,
+        databases,
+        schemas,
+        backend,
+        f"ing_vib_{backend}",
+        lambda s: forward_load(s.forward_port, vibration_chunks, VIB_BLOCKS_PER_CHUNK),
+        rows,
+        "bench.vibration",
+        rounds=pairs,
+        before=lambda i: i % 2 == 0 and baseline.run(),
+        after=lambda i: i % 2 == 1 and baseline.run(),
+    )
     nbytes = rows * VIB_CHANNELS * 4
     base_seconds = float(np.median(baseline.seconds))
     bench_results[f"ingest_vibration_arrays_{backend}"] = {"mbps": nbytes / base_seconds / 1e6}
     served = [r.seconds for r in results]
     ratios = sorted(b / s for b, s in zip(baseline.seconds, served))
     latencies = [x for r in results for x in r.latencies]
-    record(benchmark, bench_results, f"ingest_vibration_forward_{backend}", nbytes,
-           baseline_seconds=baseline.seconds, served_seconds=served,
-           baseline_mbps=nbytes / base_seconds / 1e6,
-           pair_ratios=ratios, ratio_vs_baseline=float(np.median(ratios)), goal_ratio=0.9,
-           goal_met=bool(np.median(ratios) >= 0.9),
-           latency_p50_ms=float(np.percentile(latencies, 50) * 1e3),
-           latency_p99_ms=float(np.percentile(latencies, 99) * 1e3))
+    record(
+        benchmark,
+        bench_results,
+        f"ingest_vibration_forward_{backend}",
+        nbytes,
+        baseline_seconds=baseline.seconds,
+        served_seconds=served,
+        baseline_mbps=nbytes / base_seconds / 1e6,
+        pair_ratios=ratios,
+        ratio_vs_baseline=float(np.median(ratios)),
+        goal_ratio=0.9,
+        goal_met=bool(np.median(ratios) >= 0.9),
+        latency_p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        latency_p99_ms=float(np.percentile(latencies, 99) * 1e3),
+    )

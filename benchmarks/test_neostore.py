@@ -39,9 +39,9 @@ import zlib
 import MySQLdb
 import psutil
 import pytest
+import sensor_data
 
 from windvane import neostore
-import sensor_data
 from windvane.neostore import p64
 
 #: Bytes moved by each benchmark (1 GiB); WINDVANE_BENCH_BYTES=64M for a quick run.
@@ -177,7 +177,9 @@ def _bench_raw_mariadb_commit(benchmark, databases, sensor_values, bench_results
 @pytest.mark.benchmark(group="1-commit-mariadb")
 def test_commit_mariadb_raw(benchmark, databases, sensor_values, bench_results):
     """Baseline: mariadb connector executemany INSERT into a bare (id, MEDIUMBLOB) table."""
-    _bench_raw_mariadb_commit(benchmark, databases, sensor_values, bench_results, "commit_mariadb_raw", raw_mariadb_commit)
+    _bench_raw_mariadb_commit(
+        benchmark, databases, sensor_values, bench_results, "commit_mariadb_raw", raw_mariadb_commit
+    )
 
 
 def raw_mariadb_commit_per_row(conn, values) -> None:
@@ -214,8 +216,14 @@ def test_commit_mariadb_neostore(benchmark, databases, sensor_values, bench_resu
         databases.drop_mariadb("b_neo_commit")
 
     benchmark.pedantic(neostore_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
-    record(benchmark, bench_results, "commit_mariadb_neostore", n * VALUE_BYTES,
-           baseline="commit_mariadb_raw", goal=GOAL_VS_RAW)
+    record(
+        benchmark,
+        bench_results,
+        "commit_mariadb_neostore",
+        n * VALUE_BYTES,
+        baseline="commit_mariadb_raw",
+        goal=GOAL_VS_RAW,
+    )
     if "commit_mariadb_raw_per_row" in bench_results and "mbps" in benchmark.extra_info:
         benchmark.extra_info["ratio_vs_raw_per_row"] = (
             benchmark.extra_info["mbps"] / bench_results["commit_mariadb_raw_per_row"]["mbps"]
@@ -331,8 +339,14 @@ def test_commit_sqlite_neostore(benchmark, databases, sensor_values, bench_resul
         databases.drop_sqlite("neo_commit")
 
     benchmark.pedantic(neostore_commit, setup=setup, teardown=teardown, rounds=ROUNDS, iterations=1)
-    record(benchmark, bench_results, "commit_sqlite_neostore", n * VALUE_BYTES,
-           baseline="commit_sqlite_raw", goal=GOAL_VS_RAW)
+    record(
+        benchmark,
+        bench_results,
+        "commit_sqlite_neostore",
+        n * VALUE_BYTES,
+        baseline="commit_sqlite_raw",
+        goal=GOAL_VS_RAW,
+    )
 
 
 # -- 3. re-commit of identical values (dedup hits) ---------------------------------------
@@ -366,8 +380,15 @@ def _recommit(benchmark, databases, sensor_values, bench_results, kind):
     finally:
         if "store" in state:
             state["store"].close()
-    record(benchmark, bench_results, f"recommit_{kind}_neostore", n * VALUE_BYTES,
-           baseline=f"commit_{kind}_neostore", goal=GOAL_RECOMMIT, ratio_name="times_first_commit")
+    record(
+        benchmark,
+        bench_results,
+        f"recommit_{kind}_neostore",
+        n * VALUE_BYTES,
+        baseline=f"commit_{kind}_neostore",
+        goal=GOAL_RECOMMIT,
+        ratio_name="times_first_commit",
+    )
 
 
 @pytest.mark.benchmark(group="3-recommit")
@@ -430,8 +451,9 @@ def test_read_mariadb_raw(benchmark, databases, sensor_values, bench_results):
         conn.autocommit = True
         return (conn, n), {}
 
-    result = benchmark.pedantic(raw_mariadb_read, setup=setup, teardown=lambda conn, n: conn.close(),
-                                rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        raw_mariadb_read, setup=setup, teardown=lambda conn, n: conn.close(), rounds=ROUNDS, iterations=1
+    )
     assert result == n * VALUE_BYTES
     conn = databases.mariadb_connect("b_raw_read")
     cur = conn.cursor()
@@ -455,14 +477,25 @@ def test_read_mariadb_neostore(benchmark, databases, sensor_values, bench_result
         oids = neostore_commit(store, sensor_values)
     databases.settle()
 
-    result = benchmark.pedantic(neostore_read, setup=lambda: ((neostore.open(url), oids), {}),
-                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        neostore_read,
+        setup=lambda: ((neostore.open(url), oids), {}),
+        teardown=lambda store, oids: store.close(),
+        rounds=ROUNDS,
+        iterations=1,
+    )
     assert result == n * VALUE_BYTES
     with neostore.open(url) as store:
         _sample_check(lambda i: store.load(oids[i])[0], sensor_values)
     databases.drop_mariadb("b_neo_read")
-    record(benchmark, bench_results, "read_mariadb_neostore", n * VALUE_BYTES,
-           baseline="read_mariadb_raw", goal=GOAL_VS_RAW)
+    record(
+        benchmark,
+        bench_results,
+        "read_mariadb_neostore",
+        n * VALUE_BYTES,
+        baseline="read_mariadb_raw",
+        goal=GOAL_VS_RAW,
+    )
 
 
 @pytest.mark.benchmark(group="4-read-sqlite")
@@ -492,8 +525,9 @@ def _bench_raw_sqlite_read(benchmark, databases, sensor_values, bench_results, n
             conn.execute(f"PRAGMA mmap_size={1 << 36}")
         return (conn, n), {}
 
-    result = benchmark.pedantic(raw_sqlite_read, setup=connect, teardown=lambda conn, n: conn.close(),
-                                rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        raw_sqlite_read, setup=connect, teardown=lambda conn, n: conn.close(), rounds=ROUNDS, iterations=1
+    )
     assert result == n * VALUE_BYTES
     conn = raw_sqlite_connect(path)
     _sample_check(lambda i: conn.execute("SELECT value FROM bare WHERE id = ?", (i,)).fetchone()[0], sensor_values)
@@ -511,14 +545,20 @@ def test_read_sqlite_neostore(benchmark, databases, sensor_values, bench_results
         oids = neostore_commit(store, sensor_values)
     os.sync()
 
-    result = benchmark.pedantic(neostore_read, setup=lambda: ((neostore.open(url), oids), {}),
-                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        neostore_read,
+        setup=lambda: ((neostore.open(url), oids), {}),
+        teardown=lambda store, oids: store.close(),
+        rounds=ROUNDS,
+        iterations=1,
+    )
     assert result == n * VALUE_BYTES
     with neostore.open(url) as store:
         _sample_check(lambda i: store.load(oids[i])[0], sensor_values)
     databases.drop_sqlite("neo_read")
-    record(benchmark, bench_results, "read_sqlite_neostore", n * VALUE_BYTES,
-           baseline="read_sqlite_raw", goal=GOAL_VS_RAW)
+    record(
+        benchmark, bench_results, "read_sqlite_neostore", n * VALUE_BYTES, baseline="read_sqlite_raw", goal=GOAL_VS_RAW
+    )
 
 
 # -- 4b. bulk reads through Store.load_many, where the store has it ----------------------------
@@ -539,8 +579,13 @@ def _read_many(benchmark, databases, sensor_values, bench_results, kind):
     with neostore.open(url) as store:
         oids = neostore_commit(store, sensor_values)
     databases.settle() if kind == "mariadb" else os.sync()
-    result = benchmark.pedantic(neostore_read_many, setup=lambda: ((neostore.open(url), oids), {}),
-                                teardown=lambda store, oids: store.close(), rounds=ROUNDS, iterations=1)
+    result = benchmark.pedantic(
+        neostore_read_many,
+        setup=lambda: ((neostore.open(url), oids), {}),
+        teardown=lambda store, oids: store.close(),
+        rounds=ROUNDS,
+        iterations=1,
+    )
     assert result == n * VALUE_BYTES
     with neostore.open(url) as store:
         got = list(store.load_many(oids[::17]))
@@ -549,8 +594,14 @@ def _read_many(benchmark, databases, sensor_values, bench_results, kind):
         databases.drop_mariadb("b_neo_read_many")
     else:
         databases.drop_sqlite("neo_read_many")
-    record(benchmark, bench_results, f"read_{kind}_neostore_load_many", n * VALUE_BYTES,
-           baseline=f"read_{kind}_raw", goal=GOAL_VS_RAW)
+    record(
+        benchmark,
+        bench_results,
+        f"read_{kind}_neostore_load_many",
+        n * VALUE_BYTES,
+        baseline=f"read_{kind}_raw",
+        goal=GOAL_VS_RAW,
+    )
 
 
 @pytest.mark.benchmark(group="4-read-mariadb")
@@ -608,8 +659,9 @@ print(json.dumps({
 
 def run_pack_child(url: str, tid: bytes) -> dict:
     """Pack in a fresh interpreter; psutil also samples its RSS every 5 ms as a cross-check."""
-    proc = psutil.Popen([sys.executable, "-c", PACK_CHILD, url, tid.hex()],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = psutil.Popen(
+        [sys.executable, "-c", PACK_CHILD, url, tid.hex()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     sampled = 0
     stop = threading.Event()
 
@@ -695,14 +747,26 @@ def _pack(benchmark, databases, sensor_values, bench_results, kind):
     assert last["counts_before"]["obj"] == n and last["counts_after"]["obj"] == half
     assert last["revisions_deleted"] == n - half and last["data_deleted"] == n - half
     peak = max(max(r["peak_rss"], r["sampled_peak_rss"]) for r in reports)
-    record(benchmark, bench_results, f"pack_{kind}_neostore", n * VALUE_BYTES,
-           pack_seconds=min(r["pack_seconds"] for r in reports),
-           peak_rss=peak, peak_rss_mb=peak / MB,
-           sampled_peak_rss_mb=max(r["sampled_peak_rss"] for r in reports) / MB, rss_before_pack_mb=last["rss_before_pack"] / MB,
-           rss_limit_mb=PACK_RSS_LIMIT / MB, rss_goal_met=peak < PACK_RSS_LIMIT,
-           revisions_deleted=last["revisions_deleted"], data_deleted=last["data_deleted"],
-           batches=last["batches"], counts_before=last["counts_before"], counts_after=last["counts_after"],
-           disk_before_mb=last["disk_before"] / MB, disk_after_mb=last["disk_after"] / MB)
+    record(
+        benchmark,
+        bench_results,
+        f"pack_{kind}_neostore",
+        n * VALUE_BYTES,
+        pack_seconds=min(r["pack_seconds"] for r in reports),
+        peak_rss=peak,
+        peak_rss_mb=peak / MB,
+        sampled_peak_rss_mb=max(r["sampled_peak_rss"] for r in reports) / MB,
+        rss_before_pack_mb=last["rss_before_pack"] / MB,
+        rss_limit_mb=PACK_RSS_LIMIT / MB,
+        rss_goal_met=peak < PACK_RSS_LIMIT,
+        revisions_deleted=last["revisions_deleted"],
+        data_deleted=last["data_deleted"],
+        batches=last["batches"],
+        counts_before=last["counts_before"],
+        counts_after=last["counts_after"],
+        disk_before_mb=last["disk_before"] / MB,
+        disk_after_mb=last["disk_after"] / MB,
+    )
     assert peak < PACK_RSS_LIMIT, f"pack peaked at {peak / MB:.0f} MB RSS"
 
 

@@ -36,13 +36,12 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-
-from windvane import arrays
-from windvane import neostore
 from ingest_load import LOG_SCHEMA, forward_chunk
-from tests.serve_process import Serve
 from test_ingest import store_for
 from test_trickle import SENSOR_SCHEMA, Trickle, _store_bytes, _tag
+
+from tests.serve_process import Serve
+from windvane import arrays, neostore
 
 SECONDS = int(os.environ.get("WINDVANE_BENCH_SOAK_SECONDS", "1800"))
 TAGS = 100
@@ -121,9 +120,15 @@ class Sampler:
     def take(self) -> None:
         wire = sum(s.wire_bytes for s in self.sources)
         grown = _store_bytes(self.url, self.databases) - self.base
-        self.samples.append({"seconds": round(time.monotonic() - self.start, 1), "wire_bytes": wire,
-                             "store_bytes": grown, "growth_over_wire": grown / wire if wire else None,
-                             **_rss(self.pid)})
+        self.samples.append(
+            {
+                "seconds": round(time.monotonic() - self.start, 1),
+                "wire_bytes": wire,
+                "store_bytes": grown,
+                "growth_over_wire": grown / wire if wire else None,
+                **_rss(self.pid),
+            }
+        )
 
     async def run(self, until: asyncio.Event) -> None:
         while not until.is_set():
@@ -163,13 +168,21 @@ def test_soak(benchmark, request, databases, backend):
         stopped = serve.stop(timeout=600)
     samples = sampler.samples
     info = benchmark.extra_info
-    info.update(seconds=seconds, tags=TAGS, bulk_events=bulk.events, sent=sensors.sent + bulk.sent,
-                acked=sensors.acked + bulk.acked, errors=sensors.errors[:3],
-                latency_p50_ms=float(np.percentile(sensors.latencies, 50) * 1e3) if sensors.latencies else None,
-                latency_p99_ms=float(np.percentile(sensors.latencies, 99) * 1e3) if sensors.latencies else None,
-                wire_bytes=samples[-1]["wire_bytes"], store_growth_bytes=samples[-1]["store_bytes"],
-                growth_over_wire=samples[-1]["growth_over_wire"],
-                rss_max_bytes=max(s["rss_bytes"] for s in samples), samples=samples)
+    info.update(
+        seconds=seconds,
+        tags=TAGS,
+        bulk_events=bulk.events,
+        sent=sensors.sent + bulk.sent,
+        acked=sensors.acked + bulk.acked,
+        errors=sensors.errors[:3],
+        latency_p50_ms=float(np.percentile(sensors.latencies, 50) * 1e3) if sensors.latencies else None,
+        latency_p99_ms=float(np.percentile(sensors.latencies, 99) * 1e3) if sensors.latencies else None,
+        wire_bytes=samples[-1]["wire_bytes"],
+        store_growth_bytes=samples[-1]["store_bytes"],
+        growth_over_wire=samples[-1]["growth_over_wire"],
+        rss_max_bytes=max(s["rss_bytes"] for s in samples),
+        samples=samples,
+    )
     assert stopped == 0, serve.log()
     assert not sensors.errors, sensors.errors[:3]
     assert sensors.acked == sensors.sent == TAGS * seconds and bulk.acked == bulk.sent

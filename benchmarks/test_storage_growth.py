@@ -36,8 +36,7 @@ import time
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays import Column
 
 BACKENDS = ["sqlite"] + (["mariadb"] if os.environ.get("WINDVANE_BENCH_GROWTH_MARIADB") == "1" else [])
@@ -55,8 +54,12 @@ def _rows(start: int, n: int) -> dict:
     seq = np.arange(start, start + n, dtype=np.int64)
     # Sensor-like values: a slow signal with noise, so that the codecs see real entropy.
     value = np.sin(seq / 500.0) * 20.0 + np.random.default_rng(start).normal(0, 0.1, n)
-    return {"time": 1_700_000_000_000_000_000 + seq * 1_000_000_000, "seq": seq, "value": value,
-            "msg": [f"turbine 7 reading {i}" for i in seq]}
+    return {
+        "time": 1_700_000_000_000_000_000 + seq * 1_000_000_000,
+        "seq": seq,
+        "value": value,
+        "msg": [f"turbine 7 reading {i}" for i in seq],
+    }
 
 
 def _file_bytes(url: str) -> dict[str, int]:
@@ -64,9 +67,12 @@ def _file_bytes(url: str) -> dict[str, int]:
     reuses: a constant, not data)."""
     if not url.startswith("sqlite:"):
         return {}
-    path = url[len("sqlite:///"):]
-    return {"file" + s.replace("-", "_") + "_bytes": os.path.getsize(path + s) for s in ("", "-wal")
-            if os.path.exists(path + s)}
+    path = url[len("sqlite:///") :]
+    return {
+        "file" + s.replace("-", "_") + "_bytes": os.path.getsize(path + s)
+        for s in ("", "-wal")
+        if os.path.exists(path + s)
+    }
 
 
 def _one_shot_bytes(databases, backend: str, total: int) -> int:
@@ -107,10 +113,17 @@ def test_history_grows_with_the_data(benchmark, request, databases, backend, com
         tenth = max(1, commits // 10)
         first, last = statistics.median(seconds[:tenth]), statistics.median(seconds[-tenth:])
         info = benchmark.extra_info
-        info.update(history_bytes=history, data_bytes=data_bytes, ratio=history / data_bytes,
-                    per_commit_bytes=(history - data_bytes) / commits,
-                    beyond_2x_per_commit_bytes=max(0.0, history - 2 * data_bytes) / commits, **_file_bytes(url),
-                    first_ms=first * 1e3, last_ms=last * 1e3, last_over_first=last / first)
+        info.update(
+            history_bytes=history,
+            data_bytes=data_bytes,
+            ratio=history / data_bytes,
+            per_commit_bytes=(history - data_bytes) / commits,
+            beyond_2x_per_commit_bytes=max(0.0, history - 2 * data_bytes) / commits,
+            **_file_bytes(url),
+            first_ms=first * 1e3,
+            last_ms=last * 1e3,
+            last_over_first=last / first,
+        )
         with arrays.open_stream(store, "s") as stream:  # what was stored is what was appended
             assert len(stream) == commits * rows
             np.testing.assert_array_equal(stream["seq"][-rows:], np.arange((commits - 1) * rows, commits * rows))

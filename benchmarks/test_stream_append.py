@@ -29,15 +29,20 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays import Column
 
 BACKENDS = ["sqlite"] + (["mariadb"] if os.environ.get("WINDVANE_BENCH_STREAM_MARIADB") == "1" else [])
 PATHS = ["open_stream", "writer"]  # baseline first: the writer's speedup refers to it
 EVENT_COLUMNS = [Column("seq", "int64"), Column("msg", "str"), Column("value", "float64"), Column("extra", "str")]
-WIDE_COLUMNS = [Column("a", "float64"), Column("b", "float64"), Column("c", "int64"),
-                Column("host", "str"), Column("request", "str"), Column("line", "str")]
+WIDE_COLUMNS = [
+    Column("a", "float64"),
+    Column("b", "float64"),
+    Column("c", "int64"),
+    Column("host", "str"),
+    Column("request", "str"),
+    Column("line", "str"),
+]
 COMMITS = int(os.environ.get("WINDVANE_BENCH_STREAM_COMMITS", "300"))
 WIDE_COMMITS = int(os.environ.get("WINDVANE_BENCH_STREAM_WIDE_COMMITS", "20"))
 
@@ -56,8 +61,13 @@ def _appender(store: neostore.Store, path: str, tag: str) -> Callable[[arrays.Tr
 
 
 def _event(i: int) -> dict:
-    return {"time": np.array([i], dtype=np.int64), "seq": np.array([i]), "msg": [f"event {i}"],
-            "value": np.array([i * 0.5]), "extra": [""]}
+    return {
+        "time": np.array([i], dtype=np.int64),
+        "seq": np.array([i]),
+        "msg": [f"event {i}"],
+        "value": np.array([i * 0.5]),
+        "extra": [""],
+    }
 
 
 def _record(benchmark, bench_results: dict, key: str, path: str, seconds: list[float]) -> None:
@@ -81,8 +91,16 @@ def test_one_row_per_commit(benchmark, databases, bench_results, backend, partia
         if partial:
             i = np.arange(partial)
             with arrays.transaction(store) as tx:
-                append(tx, {"time": i, "seq": i, "msg": [f"event {k}" for k in range(partial)], "value": i * 0.5,
-                            "extra": [""] * partial})
+                append(
+                    tx,
+                    {
+                        "time": i,
+                        "seq": i,
+                        "msg": [f"event {k}" for k in range(partial)],
+                        "value": i * 0.5,
+                        "extra": [""] * partial,
+                    },
+                )
         commits = COMMITS if not benchmark.disabled else 5
         state = {"next": partial}
         seconds: list[float] = []
@@ -117,10 +135,15 @@ def test_20_streams_1000_rows(benchmark, databases, bench_results, backend, path
 
         def block(seq: int) -> dict:
             t = np.arange(seq * n, (seq + 1) * n, dtype=np.int64)
-            return {"time": t, "a": t * 0.5, "b": t * 0.25, "c": t,
-                    "host": [f"host-{i % 17}" for i in range(n)],
-                    "request": [f"GET /api/v1/items/{seq * n + i} HTTP/1.1" for i in range(n)],
-                    "line": [f'level=info msg="request {i} done" dur={i % 97}ms' for i in range(n)]}
+            return {
+                "time": t,
+                "a": t * 0.5,
+                "b": t * 0.25,
+                "c": t,
+                "host": [f"host-{i % 17}" for i in range(n)],
+                "request": [f"GET /api/v1/items/{seq * n + i} HTTP/1.1" for i in range(n)],
+                "line": [f'level=info msg="request {i} done" dur={i % 97}ms' for i in range(n)],
+            }
 
         commits = WIDE_COMMITS if not benchmark.disabled else 2
         data = [block(seq) for seq in range(commits)]

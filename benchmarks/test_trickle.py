@@ -48,13 +48,12 @@ import msgpack
 import numpy as np
 import psutil
 import pytest
-
-from windvane import arrays
-from windvane import neostore
 from ingest_load import event_time
+from test_ingest import store_for
+
 from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve
-from test_ingest import store_for
+from windvane import arrays, neostore
 
 SECONDS = int(os.environ.get("WINDVANE_BENCH_TRICKLE_SECONDS", "600"))
 TAGS = int(os.environ.get("WINDVANE_BENCH_TRICKLE_TAGS", "10000"))
@@ -80,8 +79,12 @@ def _tag(k: int) -> str:
 
 def _chunk(packer: msgpack.Packer, tag: str, second: int, k: int) -> tuple[bytes, bytes]:
     cid = f"{k:05d}-{second:06d}".encode()
-    entry = packer.pack([event_time(1_700_000_000_000_000_000 + second * 1_000_000_000),
-                         {"value": 20.0 + ((k * 7919 + second) % 1000) / 100.0, "status": 0}])
+    entry = packer.pack(
+        [
+            event_time(1_700_000_000_000_000_000 + second * 1_000_000_000),
+            {"value": 20.0 + ((k * 7919 + second) % 1000) / 100.0, "status": 0},
+        ]
+    )
     return cid, packer.pack([tag, entry, {"size": 1, "chunk": cid.decode()}])
 
 
@@ -155,15 +158,18 @@ class Trickle:
 
 def _store_bytes(url: str, databases) -> int:
     if url.startswith("sqlite:"):
-        path = url[len("sqlite:///"):]
+        path = url[len("sqlite:///") :]
         return sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
     name = urllib.parse.urlsplit(url).path.strip("/")
     conn = databases.mariadb_connect(name)
     try:
         cur = conn.cursor()
         # The tablespaces' allocated size, free pages included: what the disk holds.
-        cur.execute("SELECT COALESCE(SUM(data_length + index_length + data_free), 0) FROM information_schema.tables "
-                    "WHERE table_schema = ?", (name,))
+        cur.execute(
+            "SELECT COALESCE(SUM(data_length + index_length + data_free), 0) FROM information_schema.tables "
+            "WHERE table_schema = ?",
+            (name,),
+        )
         return int(cur.fetchone()[0])
     finally:
         conn.close()
@@ -176,13 +182,22 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, cpu: float) -> None:
-    info.update(tags=tags, seconds=seconds, sent=load.sent, acked=load.acked, late_slices=load.late_slices,
-                latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
-                latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
-                late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
-                late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
-                wire_bytes=load.wire_bytes, acked_per_second=load.acked / elapsed, errors=load.errors[:3],
-                server_cpu_seconds=cpu, server_cpu_us_per_chunk=cpu / max(load.acked, 1) * 1e6)
+    info.update(
+        tags=tags,
+        seconds=seconds,
+        sent=load.sent,
+        acked=load.acked,
+        late_slices=load.late_slices,
+        latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
+        latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
+        late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
+        late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
+        wire_bytes=load.wire_bytes,
+        acked_per_second=load.acked / elapsed,
+        errors=load.errors[:3],
+        server_cpu_seconds=cpu,
+        server_cpu_us_per_chunk=cpu / max(load.acked, 1) * 1e6,
+    )
 
 
 # Beyond the suite's 300 s per test: the full run is long, and a store that falls behind drains after it.

@@ -72,6 +72,7 @@ def inflate_limit(configured: int, budget: MemoryBudget) -> int:
     """The decompressed size a payload may have: ``configured``, at most what ``budget`` holds decoded."""
     return min(configured, budget.limit // EXPANSION)
 
+
 _KINDS = ("partial", "queued", "submitted")
 
 
@@ -143,17 +144,31 @@ class MemoryBudget(_Held):
     def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
         """Metric samples ``(name, help, type, labels, value)``, as ``GET /metrics`` shows them."""
         return [
-            ("windvane_memory_budget_bytes", "Bytes of client data the connectors may hold before it is "
-             "committed (--memory-budget).", "gauge", {}, self.limit),
-            ("windvane_memory_held_bytes", "Bytes of client data held now and not yet committed, by kind: partial "
-             "(incomplete frames and bodies), queued (waiting, or reserved for decompression), submitted.",
-             "gauge", {"kind": "partial"}, self.partial),
+            (
+                "windvane_memory_budget_bytes",
+                "Bytes of client data the connectors may hold before it is committed (--memory-budget).",
+                "gauge",
+                {},
+                self.limit,
+            ),
+            (
+                "windvane_memory_held_bytes",
+                "Bytes of client data held now and not yet committed, by kind: partial "
+                "(incomplete frames and bodies), queued (waiting, or reserved for decompression), submitted.",
+                "gauge",
+                {"kind": "partial"},
+                self.partial,
+            ),
             ("windvane_memory_held_bytes", "", "gauge", {"kind": "queued"}, self.queued),
             ("windvane_memory_held_bytes", "", "gauge", {"kind": "submitted"}, self.submitted),
-            ("windvane_memory_held_peak_bytes", "The most bytes of client data held at once.", "gauge", {},
-             self.peak),
-            ("windvane_memory_budget_pauses_total", "Times a Forward connection stopped being read because the "
-             "memory budget was full.", "counter", {}, self.pauses),
+            ("windvane_memory_held_peak_bytes", "The most bytes of client data held at once.", "gauge", {}, self.peak),
+            (
+                "windvane_memory_budget_pauses_total",
+                "Times a Forward connection stopped being read because the memory budget was full.",
+                "counter",
+                {},
+                self.pauses,
+            ),
         ]
 
     # -- charging ------------------------------------------------------------------
@@ -237,8 +252,13 @@ class MemoryBudget(_Held):
                 del self._waiting[reader]
                 reader.budget_resume()
                 turns -= 1
-        elif (self.pass_holder is None and self._waiting and self.queued == 0 and self.submitted == 0
-              and not self._reservations):
+        elif (
+            self.pass_holder is None
+            and self._waiting
+            and self.queued == 0
+            and self.submitted == 0
+            and not self._reservations
+        ):
             # Only incomplete frames hold the budget: nothing will be released unless one is read on.
             reader = max(self._waiting, key=lambda r: r.partial_charge)
             del self._waiting[reader]

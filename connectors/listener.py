@@ -177,8 +177,9 @@ class Listener:
     async def start(self) -> None:
         """Bind and listen (every address ``host`` resolves to), and start accepting."""
         self._loop = asyncio.get_running_loop()
-        infos = await self._loop.getaddrinfo(self.host or None, self.requested_port, type=socket.SOCK_STREAM,
-                                             flags=socket.AI_PASSIVE)
+        infos = await self._loop.getaddrinfo(
+            self.host or None, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         seen = set()
         try:
             for family, kind, proto, _, address in infos:
@@ -236,8 +237,14 @@ class Listener:
                 return
             if self.open >= self.max_connections:
                 self.counters.refused_over_limit += 1
-                self._warn("limit", "%s listener: %d connections are open, the most allowed (--max-connections); "
-                           "refusing new ones (%d so far)", self.name, self.open, self.counters.refused_over_limit)
+                self._warn(
+                    "limit",
+                    "%s listener: %d connections are open, the most allowed (--max-connections); "
+                    "refusing new ones (%d so far)",
+                    self.name,
+                    self.open,
+                    self.counters.refused_over_limit,
+                )
                 conn.close()
                 continue
             self.counters.accepted += 1
@@ -263,9 +270,16 @@ class Listener:
                 self.counters.refused_out_of_fds += 1
             self._spare = _open_spare()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        self._warn("fds", "%s listener: out of file descriptors (%s; RLIMIT_NOFILE %d, %d connections open here): "
-                   "refusing new connections until some close (%d so far)",
-                   self.name, os.strerror(exc.errno or 0), soft, self.open, self.counters.refused_out_of_fds)
+        self._warn(
+            "fds",
+            "%s listener: out of file descriptors (%s; RLIMIT_NOFILE %d, %d connections open here): "
+            "refusing new connections until some close (%d so far)",
+            self.name,
+            os.strerror(exc.errno or 0),
+            soft,
+            self.open,
+            self.counters.refused_out_of_fds,
+        )
         if refused:
             return True
         # Not even the spare helped: stop watching the socket a moment rather than spin on it.
@@ -291,8 +305,9 @@ class Listener:
             if self.ssl is None:
                 await loop.connect_accepted_socket(lambda: tracked, conn)
             else:
-                await loop.connect_accepted_socket(lambda: tracked, conn, ssl=self.ssl,
-                                                   ssl_handshake_timeout=self.handshake_timeout)
+                await loop.connect_accepted_socket(
+                    lambda: tracked, conn, ssl=self.ssl, ssl_handshake_timeout=self.handshake_timeout
+                )
         except Exception as exc:  # noqa: BLE001 - a failed TLS handshake: the client's problem
             if isinstance(exc, ConnectionAbortedError) and "handshake" in str(exc).lower():
                 self.counters.handshake_timeouts += 1

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windvane import arrays
-from windvane.arrays.stream import QUARANTINE_ROOT
 from windvane.arrays.metadata import item_bytes
+from windvane.arrays.stream import QUARANTINE_ROOT
 from windvane.arrays.workers import io_pool
 
 from .times import TimeRange
@@ -76,14 +76,26 @@ class Layout:
 def layout_of(stream: arrays.Stream) -> Layout:
     """The :class:`Layout` of ``stream`` as its snapshot sees it."""
     columns = tuple(
-        ColumnLayout(stream.name_of(key), array.dtype, tuple(array.shape[1:]),
-                     tuple(array.dims or (TIME, *(f"{key}_dim{i}" for i in range(1, array.ndim)))),
-                     array.attrs, tuple(array.codec))
+        ColumnLayout(
+            stream.name_of(key),
+            array.dtype,
+            tuple(array.shape[1:]),
+            tuple(array.dims or (TIME, *(f"{key}_dim{i}" for i in range(1, array.ndim)))),
+            array.attrs,
+            tuple(array.codec),
+        )
         for key, array in ((key, stream[key]) for key in stream.columns)
     )
     quarantine = stream.path.startswith(QUARANTINE_ROOT + "/")
-    return Layout(stream.tag, quarantine, stream.attrs, stream[TIME].chunks[0], columns, stream.to_arrow(0, 0).schema,
-                  tuple(stream[TIME].codec))
+    return Layout(
+        stream.tag,
+        quarantine,
+        stream.attrs,
+        stream[TIME].chunks[0],
+        columns,
+        stream.to_arrow(0, 0).schema,
+        tuple(stream[TIME].codec),
+    )
 
 
 @dataclass(frozen=True)
@@ -129,14 +141,21 @@ def _read(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: T
     return Block(start, stop, table, raw_bytes(layout, table))
 
 
-def read_blocks(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange = TimeRange(),
-                rows: int | None = None) -> Iterator[Block]:
+def read_blocks(
+    stream: arrays.Stream,
+    layout: Layout,
+    start: int,
+    stop: int,
+    times: TimeRange | None = None,
+    rows: int | None = None,
+) -> Iterator[Block]:
     """The blocks of rows ``[start, stop)`` of ``stream`` (a snapshot), ``rows`` stream rows each, in order.
 
     Blocks start at multiples of ``rows`` (whole chunks) except the first.
     Only rows whose time is in ``times`` are kept; a block none of whose
-    rows is kept reads its ``time`` column only.
+    rows is kept reads its ``time`` column only. No ``times``: every row.
     """
+    times = times if times is not None else TimeRange()
     rows = rows or block_rows(layout)
     bounds = []
     at = start

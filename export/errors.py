@@ -6,6 +6,7 @@ the CLI prints the message and exits with code 2.
 
 from __future__ import annotations
 
+
 class ExportError(Exception):
     """Base class of export errors."""
 

@@ -58,8 +58,9 @@ def check_target(final: Path, *, directory: bool, overwrite: bool) -> None:
 def job_directory(path: Path) -> None:
     """Make sure a job's ``--to`` directory exists; :class:`TargetUnwritable` if it cannot be."""
     if path.exists() and not path.is_dir():
-        raise TargetUnwritable(f"cannot export into {path}: it is a file; a --job writes its part files into "
-                               "a directory")
+        raise TargetUnwritable(
+            f"cannot export into {path}: it is a file; a --job writes its part files into a directory"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -27,8 +27,7 @@ from typing import Any
 
 import msgpack
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 
 from .errors import JobBusy, JobMismatch
 
@@ -65,8 +64,14 @@ class Job:
 
     def identity(self) -> dict[str, Any]:
         """What must stay the same from run to run of the job."""
-        return {"stream": self.stream, "quarantine": self.quarantine, "format": self.format,
-                "target": self.target, "start": self.start, "stop": self.stop}
+        return {
+            "stream": self.stream,
+            "quarantine": self.quarantine,
+            "format": self.format,
+            "target": self.target,
+            "start": self.start,
+            "stop": self.stop,
+        }
 
 
 def job_key(name: str) -> str:
@@ -106,8 +111,10 @@ def check_same(job: Job, wanted: Job) -> None:
     have, want = job.identity(), wanted.identity()
     differ = [f"{k} {have[k]!r} (this run: {want[k]!r})" for k in have if have[k] != want[k]]
     if differ:
-        raise JobMismatch(f"job {job.name!r} was run with {', '.join(differ)}; a job always exports one stream "
-                          "in one format to one directory: run it as before, or name a new --job")
+        raise JobMismatch(
+            f"job {job.name!r} was run with {', '.join(differ)}; a job always exports one stream "
+            "in one format to one directory: run it as before, or name a new --job"
+        )
 
 
 def _change(store: neostore.Store, name: str, change: Callable[[Job | None], Job], message: str) -> Job:
@@ -126,33 +133,47 @@ def _change(store: neostore.Store, name: str, change: Callable[[Job | None], Job
 
 
 def _busy(name: str) -> JobBusy:
-    return JobBusy(f"job {name!r} was changed by another run while this one went on: run one export of a job at "
-                   "a time (this run stopped; what it wrote is consistent, run it again)")
+    return JobBusy(
+        f"job {name!r} was changed by another run while this one went on: run one export of a job at "
+        "a time (this run stopped; what it wrote is consistent, run it again)"
+    )
 
 
 def create(store: neostore.Store, job: Job) -> Job:
     """Record new job ``job`` (nothing exported yet); :class:`JobBusy` if another run created it meanwhile."""
+
     def change(current: Job | None) -> Job:
         if current is not None:
             raise _busy(job.name)
         return job
+
     return _change(store, job.name, change, f"export job {job.name}: created")
 
 
 def begin(store: neostore.Store, job: Job, pending: Pending) -> Job:
     """Record that ``pending`` is being written; :class:`JobBusy` if the record is no longer ``job``."""
+
     def change(current: Job | None) -> Job:
         if current is None or (current.exported, current.pending) != (job.exported, job.pending):
             raise _busy(job.name)
         return replace(current, pending=pending)
+
     return _change(store, job.name, change, f"export job {job.name}: writing rows {pending.start}-{pending.stop}")
 
 
 def finish(store: neostore.Store, name: str, pending: Pending, *, rows: int, files: int) -> Job:
     """Record ``pending`` as written (``rows`` rows in ``files`` files: 0 if no row was in the time range)."""
+
     def change(current: Job | None) -> Job:
         if current is None or current.pending != pending:
             raise _busy(name)
-        return replace(current, exported=pending.stop, pending=None, runs=current.runs + 1,
-                       rows=current.rows + rows, files=current.files + files)
+        return replace(
+            current,
+            exported=pending.stop,
+            pending=None,
+            runs=current.runs + 1,
+            rows=current.rows + rows,
+            files=current.files + files,
+        )
+
     return _change(store, name, change, f"export job {name}: wrote rows {pending.start}-{pending.stop}")

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from windvane import arrays
-from windvane import neostore
-
+from windvane import arrays, neostore
 from windvane.ingest import checkpoints
+
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
@@ -58,10 +57,20 @@ class ExportResult:
         return self.nbytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
 
-def export(store_or_url: str | neostore.Store, tag: str, to: str | os.PathLike, format: str, *,  # noqa: A002
-           start: Time | None = None, stop: Time | None = None, job: str | None = None, overwrite: bool = False,
-           quarantine: bool = False, progress: Progress | None = None,
-           block_bytes: int = BLOCK_BYTES) -> ExportResult:
+def export(
+    store_or_url: str | neostore.Store,
+    tag: str,
+    to: str | os.PathLike,
+    format: str,
+    *,  # noqa: A002
+    start: Time | None = None,
+    stop: Time | None = None,
+    job: str | None = None,
+    overwrite: bool = False,
+    quarantine: bool = False,
+    progress: Progress | None = None,
+    block_bytes: int = BLOCK_BYTES,
+) -> ExportResult:
     """Export stream ``tag`` (its quarantine stream if ``quarantine``) as ``format`` to ``to``.
 
     Reads one snapshot, the newest commit when it starts: rows committed
@@ -125,16 +134,27 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> arrays.Stream:
     kinds = ("quarantine streams", "streams") if quarantine else ("streams", "quarantine streams")
     have = {k: arrays.list_streams(store, quarantine=k == "quarantine streams") for k in kinds}
     listing = "; ".join(f"{k}: {', '.join(v) if v else 'none'}" for k, v in have.items())
-    hint = " (drop --quarantine to export it)" if quarantine and tag in have["streams"] else (
-        " (add --quarantine to export it)" if not quarantine and tag in have["quarantine streams"] else "")
+    hint = (
+        " (drop --quarantine to export it)"
+        if quarantine and tag in have["streams"]
+        else (" (add --quarantine to export it)" if not quarantine and tag in have["quarantine streams"] else "")
+    )
     raise UnknownStream(f"no {'quarantine ' if quarantine else ''}stream {tag!r} in this store{hint}; {listing}")
 
 
 class _PartWriter:
     """Writes stream row ranges to files through one format, adding up what it did in ``result``."""
 
-    def __init__(self, stream: arrays.Stream, layout: Layout, fmt: Format, times: TimeRange,
-                 result: ExportResult, progress: Progress | None, rows: int):
+    def __init__(
+        self,
+        stream: arrays.Stream,
+        layout: Layout,
+        fmt: Format,
+        times: TimeRange,
+        result: ExportResult,
+        progress: Progress | None,
+        rows: int,
+    ):
         self.stream, self.layout, self.fmt, self.times = stream, layout, fmt, times
         self.result, self.progress, self.rows = result, progress, rows
         self.total = 0
@@ -209,8 +229,15 @@ def part_name(fmt: Format, start: int, stop: int) -> str:
     return f"part-{start:012d}-{stop:012d}{fmt.extension}"
 
 
-def _export_job(writer: _PartWriter, store: neostore.Store, name: str, job: jobs.Job | None, directory: Path,
-                rows: int, quarantine: bool) -> None:
+def _export_job(
+    writer: _PartWriter,
+    store: neostore.Store,
+    name: str,
+    job: jobs.Job | None,
+    directory: Path,
+    rows: int,
+    quarantine: bool,
+) -> None:
     result, fmt, times = writer.result, writer.fmt, writer.times
     wanted = jobs.Job(name, result.stream, quarantine, fmt.name, str(directory), times.start, times.stop)
     if job is not None:
@@ -220,9 +247,11 @@ def _export_job(writer: _PartWriter, store: neostore.Store, name: str, job: jobs
         job = jobs.create(store, wanted)
     done_to = job.pending.stop if job.pending else job.exported
     if rows < done_to:
-        raise StreamShrank(f"stream {result.stream!r} has {rows:,} rows but job {name!r} already exported its "
-                           f"rows up to {done_to:,}: the stream was cut or replaced since the job's last run; "
-                           "name a new --job to export it from its start")
+        raise StreamShrank(
+            f"stream {result.stream!r} has {rows:,} rows but job {name!r} already exported its "
+            f"rows up to {done_to:,}: the stream was cut or replaced since the job's last run; "
+            "name a new --job to export it from its start"
+        )
     pending = job.pending
     writer.plan(rows - job.exported)
     if pending is not None:  # a run was killed between its intent and its completion: redo it, same file

@@ -25,8 +25,10 @@ def parse_time(value: str | float | int | datetime, what: str = "TIME") -> int:
         raise BadTime(f"{what} takes ISO 8601 text, epoch seconds or a datetime, not {type(value).__name__}")
     ns = time_ns(value)
     if ns is None:
-        raise BadTime(f"{what} {value!r} is not a time: give ISO 8601 (2024-05-01T12:00:00, with Z or +02:00; "
-                      "no zone means UTC) or epoch seconds (1714564800), within the years 1677-2262")
+        raise BadTime(
+            f"{what} {value!r} is not a time: give ISO 8601 (2024-05-01T12:00:00, with Z or +02:00; "
+            "no zone means UTC) or epoch seconds (1714564800), within the years 1677-2262"
+        )
     return ns
 
 
@@ -39,8 +41,10 @@ class TimeRange:
 
     def __post_init__(self) -> None:
         if self.start is not None and self.stop is not None and self.start >= self.stop:
-            raise BadTime(f"--start ({iso_text(self.start)}) must be before --stop ({iso_text(self.stop)}): "
-                          "the range [start, stop) selects nothing")
+            raise BadTime(
+                f"--start ({iso_text(self.start)}) must be before --stop ({iso_text(self.stop)}): "
+                "the range [start, stop) selects nothing"
+            )
 
     @property
     def bounded(self) -> bool:
@@ -60,5 +64,6 @@ class TimeRange:
 
 def time_range(start: str | float | int | datetime | None, stop: str | float | int | datetime | None) -> TimeRange:
     """The :class:`TimeRange` of ``--start``/``--stop`` values (each optional); :class:`BadTime` if malformed."""
-    return TimeRange(None if start is None else parse_time(start, "--start"),
-                     None if stop is None else parse_time(stop, "--stop"))
+    return TimeRange(
+        None if start is None else parse_time(start, "--start"), None if stop is None else parse_time(stop, "--stop")
+    )

@@ -47,7 +47,9 @@ class Admission:
                     retry = max(1.0, self._pending / self._throughput)
                     raise Backpressure(
                         f"{self._pending} bytes are waiting to be committed (limit {self.max_pending_bytes}); "
-                        f"the store is behind", retry_after=retry)
+                        f"the store is behind",
+                        retry_after=retry,
+                    )
                 room = loop.create_future()
                 self._room.append((loop, room))
             await room

@@ -139,8 +139,14 @@ class Sink(Protocol):
         connectors read it with ``getattr(sink, "record_type", None)``."""
         ...
 
-    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True,
-                     record_keys: Sequence[bytes] = ()) -> Receipt:
+    async def submit(
+        self,
+        batches: Sequence[Batch | Undecoded],
+        *,
+        key: bytes | None = None,
+        wait: bool = True,
+        record_keys: Sequence[bytes] = (),
+    ) -> Receipt:
         """Store ``batches`` durably; resolve once they are committed.
 
         ``key`` is an idempotency key (a Forward chunk id, an HTTP
@@ -161,8 +167,9 @@ class Sink(Protocol):
         """
         ...
 
-    async def submit_many(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *,
-                          wait: bool = True) -> list[Receipt | IngestError]:
+    async def submit_many(
+        self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *, wait: bool = True
+    ) -> list[Receipt | IngestError]:
         """Submit each ``(batches, key)`` of ``items`` as :meth:`submit` would, at once; resolve once all
         of them are done, with each one's :class:`Receipt` or the error :meth:`submit` would have raised
         for it (:class:`ingest.errors.CommitFailed`, :class:`ingest.errors.UndecodableBatch`), in order.

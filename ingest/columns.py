@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -220,8 +220,11 @@ def _extras(schema: Schema, records: list[dict], key: Any = _str_key) -> tuple[l
         extra = {k: v for k, v in r.items() if k not in declared}
         text = _extra_json(extra) if extra else ""
         if text is None or not _utf8(text):
-            faults[j] = ("undeclared fields are nested too deeply to keep as JSON" if text is None
-                         else "undeclared fields hold text that is not valid UTF-8")
+            faults[j] = (
+                "undeclared fields are nested too deeply to keep as JSON"
+                if text is None
+                else "undeclared fields hold text that is not valid UTF-8"
+            )
             text = ""
         out.append(text)
     return out, faults
@@ -241,9 +244,16 @@ def _extra_json(extra: dict) -> str | None:
 def _json_keys(value: Any) -> Any:
     """``value`` with every map key JSON can take: bin decoded as UTF-8 text (escaped where it is not)."""
     if type(value) is dict:
-        return {(k.decode("utf-8", "backslashreplace") if type(k) is bytes
-                 else k if k is None or type(k) in (str, int, float, bool) else repr(k)): _json_keys(v)
-                for k, v in value.items()}
+        return {
+            (
+                k.decode("utf-8", "backslashreplace")
+                if type(k) is bytes
+                else k
+                if k is None or type(k) in (str, int, float, bool)
+                else repr(k)
+            ): _json_keys(v)
+            for k, v in value.items()
+        }
     if type(value) is list:
         return [_json_keys(v) for v in value]
     return value
@@ -342,8 +352,9 @@ def _maps(records: Sequence[Any], reasons: dict[int, str]) -> tuple[Sequence[Any
     return records, key
 
 
-def _field_values(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int],
-                  reasons: dict[int, str]) -> dict[str, list]:
+def _field_values(
+    schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int], reasons: dict[int, str]
+) -> dict[str, list]:
     """Each field's values in ``maps``; a value that does not fit its field rejects its record."""
     values_of: dict[str, list] = {}
     for f in schema.fields:
@@ -360,8 +371,9 @@ def _field_values(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequen
     return values_of
 
 
-def _checked_extras(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int],
-                    reasons: dict[int, str]) -> list[str] | None:
+def _checked_extras(
+    schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int], reasons: dict[int, str]
+) -> list[str] | None:
     """The undeclared fields of each of ``maps`` as JSON text (None: dropped, or rejected by the schema)."""
     found = _extras(schema, maps, key) if schema.extra != "drop" else None
     if found is None:
@@ -374,7 +386,9 @@ def _checked_extras(schema: Schema, maps: Sequence[dict], key: Any, origin: Sequ
         for j, text in enumerate(extras):
             if text:
                 names = ", ".join(json.loads(text))
-                reasons.setdefault(origin[j], f"undeclared field(s) {names} (schema {schema.name} declares: {declared})")
+                reasons.setdefault(
+                    origin[j], f"undeclared field(s) {names} (schema {schema.name} declares: {declared})"
+                )
         return None
     return extras
 
@@ -411,8 +425,10 @@ def _block(schema: Schema, block: Any, rate: Any) -> tuple[np.ndarray, float] | 
     if isinstance(block, (bytes, bytearray, memoryview)):
         frame = dtype.itemsize * v.channels
         if len(block) % frame:
-            return (f"field {v.samples_field!r}: {len(block)} bytes is not a whole number of frames of "
-                    f"{v.channels} x {v.dtype} little-endian ({frame} bytes)")
+            return (
+                f"field {v.samples_field!r}: {len(block)} bytes is not a whole number of frames of "
+                f"{v.channels} x {v.dtype} little-endian ({frame} bytes)"
+            )
         samples = np.frombuffer(block, dtype=dtype).reshape(-1, v.channels)
     elif isinstance(block, list):
         try:
@@ -475,14 +491,24 @@ def batch_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Re
     faults = batch.faults or {}
     if faults or min(batch.times) == INVALID_TIME:
         good = [i for i, t in enumerate(batch.times) if t != INVALID_TIME and i not in faults]
-        rejected = [Rejected(INVALID_TIME if t == INVALID_TIME else int(t), faults.get(i, BAD_TIME),
-                             batch.raw_bytes(i), batch.source)
-                    for i, t in enumerate(batch.times) if t == INVALID_TIME or i in faults]
+        rejected = [
+            Rejected(
+                INVALID_TIME if t == INVALID_TIME else int(t), faults.get(i, BAD_TIME), batch.raw_bytes(i), batch.source
+            )
+            for i, t in enumerate(batch.times)
+            if t == INVALID_TIME or i in faults
+        ]
         if not good:
             return None, rejected
-        rest = Batch(batch.tag, [batch.times[i] for i in good], [batch.records[i] for i in good],
-                     raw=(lambda j: batch.raw_bytes(good[j])), source=batch.source,
-                     size=batch.size, typed=batch.typed)
+        rest = Batch(
+            batch.tag,
+            [batch.times[i] for i in good],
+            [batch.records[i] for i in good],
+            raw=(lambda j: batch.raw_bytes(good[j])),
+            source=batch.source,
+            size=batch.size,
+            typed=batch.typed,
+        )
         columns, more = batch_columns(schema, rest)
         return columns, rejected + more
     if schema.holds_blocks:
@@ -493,4 +519,6 @@ def batch_columns(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Re
 def unrouted(batch: Batch, reason: str) -> list[Rejected]:
     """Every record of a batch no schema takes, rejected with ``reason``."""
     faults = batch.faults or {}
-    return [Rejected(int(t), faults.get(i, reason), batch.raw_bytes(i), batch.source) for i, t in enumerate(batch.times)]
+    return [
+        Rejected(int(t), faults.get(i, reason), batch.raw_bytes(i), batch.source) for i, t in enumerate(batch.times)
+    ]

@@ -103,10 +103,18 @@ class GroupCommitter:
         self.outcomes = Outcomes(self.dedup.forget, self.admission.release)
         fail = lambda group, error: self.outcomes.finish(group, error=error)  # noqa: E731
         self.decoding = DecodePool(schemas, decode_workers, self.observer, fail)
-        parts = Parts(GroupWriter(store, schemas, self.ledger), self.decoding, self.dedup, self.admission,
-                      self.outcomes, Retries(self.observer, fail), self.observer)
-        self.pipeline = Pipeline(parts, interval=interval, max_group_bytes=max_group_bytes,
-                                 probe_interval=probe_interval)
+        parts = Parts(
+            GroupWriter(store, schemas, self.ledger),
+            self.decoding,
+            self.dedup,
+            self.admission,
+            self.outcomes,
+            Retries(self.observer, fail),
+            self.observer,
+        )
+        self.pipeline = Pipeline(
+            parts, interval=interval, max_group_bytes=max_group_bytes, probe_interval=probe_interval
+        )
 
     @property
     def accepts_undecoded(self) -> bool:
@@ -139,8 +147,14 @@ class GroupCommitter:
 
     # -- submitting (event loop side) ---------------------------------------------------
 
-    async def submit(self, batches: Sequence[Batch | Undecoded], *, key: bytes | None = None, wait: bool = True,
-                     record_keys: Sequence[bytes] = ()) -> Receipt:
+    async def submit(
+        self,
+        batches: Sequence[Batch | Undecoded],
+        *,
+        key: bytes | None = None,
+        wait: bool = True,
+        record_keys: Sequence[bytes] = (),
+    ) -> Receipt:
         """See :meth:`ingest.batch.Sink.submit`.
 
         ``record_keys`` are idempotency keys committed with the batches but not
@@ -153,13 +167,18 @@ class GroupCommitter:
             raise outcome
         return outcome
 
-    async def submit_many(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *,
-                          wait: bool = True) -> list[Receipt | IngestError]:
+    async def submit_many(
+        self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], *, wait: bool = True
+    ) -> list[Receipt | IngestError]:
         """See :meth:`ingest.batch.Sink.submit_many`."""
         return await self._submit(items, wait)
 
-    async def _submit(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], wait: bool,
-                      record_keys: Sequence[bytes] = ()) -> list[Receipt | IngestError]:
+    async def _submit(
+        self,
+        items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]],
+        wait: bool,
+        record_keys: Sequence[bytes] = (),
+    ) -> list[Receipt | IngestError]:
         """Queue each ``(batches, key)`` of ``items`` as a submission of its own (reserving their room
         together, waking the committer once); their receipts or errors, in order."""
         if self.pipeline.closing:
@@ -182,8 +201,14 @@ class GroupCommitter:
         await self._await_outcomes(waiting, outcomes)
         return outcomes
 
-    def _queue(self, items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]], new: list[tuple[int, int]],
-               record_keys: Sequence[bytes], outcomes: list[Any], waiting: list[_Waiting]) -> None:
+    def _queue(
+        self,
+        items: Sequence[tuple[Sequence[Batch | Undecoded], bytes | None]],
+        new: list[tuple[int, int]],
+        record_keys: Sequence[bytes],
+        outcomes: list[Any],
+        waiting: list[_Waiting],
+    ) -> None:
         """Queue the ``new`` of ``items`` (their room reserved), starting their preparation ahead."""
         loop = asyncio.get_running_loop()
         queued = []

@@ -40,8 +40,13 @@ class DecodePool:
     #: validating them together takes.)
     BATCH_PREPARE_MIN = 8
 
-    def __init__(self, schemas: SchemaSet, workers: int, observer: CommitObserver,
-                 fail: Callable[[list[Submission], Exception], None]):
+    def __init__(
+        self,
+        schemas: SchemaSet,
+        workers: int,
+        observer: CommitObserver,
+        fail: Callable[[list[Submission], Exception], None],
+    ):
         self.schemas = schemas
         self.preparer = Preparer(schemas, workers) if workers > 0 else None
         self._observer = observer
@@ -58,8 +63,11 @@ class DecodePool:
     def prepare_ahead(self, item: Submission) -> CommitFailed | None:
         """Start preparing ``item`` in a worker if it is large; the error if the workers are unavailable."""
         undecoded = item.undecoded()
-        if (undecoded and self.preparer is not None
-                and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES):
+        if (
+            undecoded
+            and self.preparer is not None
+            and sum(len(b.payload) for b in undecoded) >= self.INLINE_PREPARE_BYTES
+        ):
             try:
                 item.prepared = self.preparer.submit(undecoded)  # starts now: overlaps the commit running
             except (RuntimeError, BrokenProcessPool) as exc:
@@ -72,8 +80,10 @@ class DecodePool:
         if self.preparer is None:
             return
         small = [(item, undecoded) for item in items if item.prepared is None and (undecoded := item.undecoded())]
-        if (len(small) >= self.BATCH_PREPARE_MIN
-                and sum(len(b.payload) for _, undecoded in small for b in undecoded) >= self.INLINE_PREPARE_BYTES):
+        if (
+            len(small) >= self.BATCH_PREPARE_MIN
+            and sum(len(b.payload) for _, undecoded in small for b in undecoded) >= self.INLINE_PREPARE_BYTES
+        ):
             try:
                 shares = self.preparer.submit_each([undecoded for _, undecoded in small])
             except (RuntimeError, BrokenProcessPool):
@@ -108,8 +118,9 @@ class DecodePool:
         except BrokenProcessPool as exc:
             assert self.preparer is not None
             self.preparer.broken()
-            return CommitFailed(f"a decode worker died while preparing this submission ({exc}); "
-                                f"nothing of it was stored: send it again")
+            return CommitFailed(
+                f"a decode worker died while preparing this submission ({exc}); nothing of it was stored: send it again"
+            )
         except concurrent.futures.CancelledError as exc:  # a pool replacement cancelled it
             return CommitFailed(f"preparing this submission was cancelled ({exc!r}); nothing of it was stored")
         except Exception as exc:  # noqa: BLE001 - a bug in decoding or validating: its records are kept

@@ -55,8 +55,9 @@ class Dedup:
         """Whether the key of a submission of ``group`` is committed already."""
         return any(item.key is not None and item.key in self.ledger for item in group)
 
-    def drop_committed(self, group: list[Submission],
-                       finish: Callable[[list[Submission], list[Receipt]], None]) -> list[Submission]:
+    def drop_committed(
+        self, group: list[Submission], finish: Callable[[list[Submission], list[Receipt]], None]
+    ) -> list[Submission]:
         """``group`` without the submissions whose key is committed already (each answered as a duplicate
         through ``finish``).
 

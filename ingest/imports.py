@@ -61,8 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays.stream import MISSING_ATTR
 
 from . import checkpoints, streams
@@ -121,8 +120,9 @@ def _decode_position(raw: bytes | None) -> Position | None:
     if raw is None:
         return None
     doc = msgpack.unpackb(raw, raw=False)
-    return Position(doc["position"], doc.get("identity"), doc.get("updated", 0.0), doc.get("rows", 0),
-                    doc.get("rejected", 0))
+    return Position(
+        doc["position"], doc.get("identity"), doc.get("updated", 0.0), doc.get("rows", 0), doc.get("rejected", 0)
+    )
 
 
 def read_position(store: neostore.Store | arrays.Transaction, tag: str, source_id: str) -> Position | None:
@@ -195,9 +195,19 @@ def same_file(stored: Any, path: str | Path) -> bool:
 
 
 _ARROW_DTYPES = {
-    "bool": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
-    "float32": pa.float32(), "float64": pa.float64(), "str": pa.string(), "bytes": pa.binary(),
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "str": pa.string(),
+    "bytes": pa.binary(),
 }
 
 
@@ -218,12 +228,17 @@ def _field_dtype(name: str, type_: pa.DataType) -> str:
         return "int64"  # ns since the epoch, as the time column
     if pa.types.is_float16(type_):
         return "float32"
-    dtype = str(type_.to_pandas_dtype().__name__) if (pa.types.is_integer(type_) or pa.types.is_floating(type_)
-                                                      or pa.types.is_boolean(type_)) else ""
+    dtype = (
+        str(type_.to_pandas_dtype().__name__)
+        if (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_))
+        else ""
+    )
     if dtype in NUMERIC_DTYPES:
         return dtype
-    raise SchemaMismatch(f"column {name!r} has type {type_}, which a stream column cannot hold; "
-                         "convert it (to numbers or text) or pass --schema")
+    raise SchemaMismatch(
+        f"column {name!r} has type {type_}, which a stream column cannot hold; "
+        "convert it (to numbers or text) or pass --schema"
+    )
 
 
 def missing_fill(dtype: str) -> Any:
@@ -254,10 +269,13 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
         samples = np.asarray(part.samples)
         dtype = samples.dtype.name
         if samples.ndim != 2 or dtype not in VIBRATION_DTYPES:
-            raise SchemaMismatch(f"samples of shape {samples.shape} and dtype {dtype} cannot be a vibration stream "
-                                 f"(2-D, one of {', '.join(VIBRATION_DTYPES)})")
-        return Schema(tag, Kind.VIBRATION, (tag,), extra="reject",
-                      vibration=Vibration(samples.shape[1], dtype, part.sample_rate))
+            raise SchemaMismatch(
+                f"samples of shape {samples.shape} and dtype {dtype} cannot be a vibration stream "
+                f"(2-D, one of {', '.join(VIBRATION_DTYPES)})"
+            )
+        return Schema(
+            tag, Kind.VIBRATION, (tag,), extra="reject", vibration=Vibration(samples.shape[1], dtype, part.sample_rate)
+        )
     fields = []
     keys: dict[str, str] = {}
     for column in part.table.schema:
@@ -270,8 +288,10 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
         except arrays.ColumnError as exc:
             raise SchemaMismatch(f"{exc}; name the column otherwise with --rename OLD=NEW") from None
         if key in keys:
-            raise SchemaMismatch(f"columns {keys[key]!r} and {column.name!r} would both be stored as {key!r} "
-                                 "(see the import section of the README); rename one with --rename OLD=NEW")
+            raise SchemaMismatch(
+                f"columns {keys[key]!r} and {column.name!r} would both be stored as {key!r} "
+                "(see the import section of the README); rename one with --rename OLD=NEW"
+            )
         keys[key] = column.name
         fields.append(Field(column.name, dtype, fill=missing_fill(dtype)))
     return Schema(tag, Kind.of_table(any(f.dtype == "str" for f in fields)), (tag,), tuple(fields), extra="reject")
@@ -280,7 +300,7 @@ def infer_schema(tag: str, part: Part, types: Mapping[str, pa.DataType] | None =
 def _stored_dtype(dtype: np.dtype) -> str:
     if dtype.kind == "T":
         return "str"
-    if dtype == object:
+    if dtype == np.dtype(object):
         return "bytes"
     return dtype.name
 
@@ -297,8 +317,9 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
     if attrs.get("kind") == Kind.VIBRATION or (stream.columns == ["samples"] and stream["samples"].ndim == 2):
         samples = stream["samples"]
         rate = samples.attrs.get("sample_rate")
-        vibration = Vibration(samples.shape[1], samples.dtype.name, None if rate is None else float(rate),
-                              samples.attrs.get("unit", ""))
+        vibration = Vibration(
+            samples.shape[1], samples.dtype.name, None if rate is None else float(rate), samples.attrs.get("unit", "")
+        )
         return Schema(name, Kind.VIBRATION, (tag,), extra="reject", chunk_rows=chunk_rows, vibration=vibration)
     fields = []
     for column in stream.columns:
@@ -318,22 +339,31 @@ def stream_schema(store: neostore.Store, tag: str) -> Schema | None:
 def check_against_stream(schema: Schema, existing: Schema) -> None:
     """SchemaMismatch if ``schema`` gives a column of the existing stream another type (or kind)."""
     if schema.holds_blocks != existing.holds_blocks:
-        raise SchemaMismatch(f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} "
-                             f"is a {existing.kind} stream")
+        raise SchemaMismatch(
+            f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} is a {existing.kind} stream"
+        )
     if schema.holds_blocks:
         a, b = schema.vibration, existing.vibration
         if (a.channels, a.dtype) != (b.channels, b.dtype):
-            raise SchemaMismatch(f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
-                                 f"this import has {a.channels} of {a.dtype}")
+            raise SchemaMismatch(
+                f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
+                f"this import has {a.channels} of {a.dtype}"
+            )
         if a.sample_rate is not None and b.sample_rate is not None and a.sample_rate != b.sample_rate:
-            raise SchemaMismatch(f"stream {existing.tags[0]!r} is sampled at {b.sample_rate:g} Hz; "
-                                 f"this import at {a.sample_rate:g} Hz")
+            raise SchemaMismatch(
+                f"stream {existing.tags[0]!r} is sampled at {b.sample_rate:g} Hz; this import at {a.sample_rate:g} Hz"
+            )
         return
-    clashes = [f"{f.name} ({existing.field(f.name).dtype} in the stream, {f.dtype} here)"
-               for f in schema.fields if existing.field(f.name) and existing.field(f.name).dtype != f.dtype]
+    clashes = [
+        f"{f.name} ({existing.field(f.name).dtype} in the stream, {f.dtype} here)"
+        for f in schema.fields
+        if existing.field(f.name) and existing.field(f.name).dtype != f.dtype
+    ]
     if clashes:
-        raise SchemaMismatch(f"stream {existing.tags[0]!r} has other types for column(s) {', '.join(clashes)}; "
-                             "import into another --tag or fix the schema")
+        raise SchemaMismatch(
+            f"stream {existing.tags[0]!r} has other types for column(s) {', '.join(clashes)}; "
+            "import into another --tag or fix the schema"
+        )
 
 
 def resolve_schema(store: neostore.Store, tag: str, schema: Schema | None) -> Schema | None:
@@ -357,11 +387,13 @@ def _describe(value: Any) -> str:
 
 def _numeric_cast(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
     """A cast to ``target`` that refuses what would change a value (floats to floats may round)."""
+
     def cast(values: pa.Array) -> pa.Array:
         if pa.types.is_floating(target) and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
             # Rounding to the field's float precision is what a float32 field asks for.
             return pc.cast(values, target, safe=False)
         return pc.cast(values, target, safe=True)
+
     return cast
 
 
@@ -380,8 +412,12 @@ def _column(f: Field, values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, st
             raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a str field")
         cast: Callable[[pa.Array], pa.Array] = lambda v: pc.cast(v, target)  # noqa: E731
     elif f.dtype == "bytes":
-        if not (text or pa.types.is_binary(source) or pa.types.is_large_binary(source)
-                or pa.types.is_fixed_size_binary(source)):
+        if not (
+            text
+            or pa.types.is_binary(source)
+            or pa.types.is_large_binary(source)
+            or pa.types.is_fixed_size_binary(source)
+        ):
             raise SchemaMismatch(f"column {f.name!r} is {source} in the file but {f.name!r} is a bytes field")
         cast = lambda v: pc.cast(v, target)  # noqa: E731
     elif f.dtype == "bool":
@@ -460,8 +496,9 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
         why = f"undeclared field(s) {', '.join(undeclared)} (schema {schema.name} declares: {declared})"
         for i in range(n):
             reasons.setdefault(i, why)
-    rejected += [Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source)
-                 for i in sorted(reasons)]
+    rejected += [
+        Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source) for i in sorted(reasons)
+    ]
     if len(reasons) == n:
         return None, rejected
     good = np.delete(np.arange(n), np.fromiter(reasons, dtype=np.int64, count=len(reasons)))
@@ -473,8 +510,9 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
     return columns, rejected
 
 
-def _cast_fields(schema: Schema, table: pa.Table, reasons: dict[int, str]
-                 ) -> tuple[dict[str, pa.Array], dict[str, np.ndarray]]:
+def _cast_fields(
+    schema: Schema, table: pa.Table, reasons: dict[int, str]
+) -> tuple[dict[str, pa.Array], dict[str, np.ndarray]]:
     """Each of ``schema``'s fields in ``table`` cast to its type, the rows that cannot be added to
     ``reasons`` (row -> why); and, per field that lost rows, the row indices its cast array holds."""
     n = table.num_rows
@@ -502,8 +540,9 @@ def _cast_fields(schema: Schema, table: pa.Table, reasons: dict[int, str]
     return cast, kept
 
 
-def _good_values(f: Field, cast: dict[str, pa.Array], kept: dict[str, np.ndarray], good: np.ndarray,
-                 some_rejected: bool) -> np.ndarray:
+def _good_values(
+    f: Field, cast: dict[str, pa.Array], kept: dict[str, np.ndarray], good: np.ndarray, some_rejected: bool
+) -> np.ndarray:
     """Field ``f``'s column of the ``good`` rows (all missing if the part has no such column)."""
     if f.name not in cast:
         return _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
@@ -521,21 +560,31 @@ def _extra_json(table: pa.Table, names: list[str], rows: np.ndarray) -> np.ndarr
     if not names:
         return np.full(len(rows), "", dtype=np.dtypes.StringDType())
     picked = table.select(names).take(pa.array(rows)).to_pylist()
-    return np.array([json.dumps({k: v for k, v in r.items() if v is not None}, ensure_ascii=False, default=str,
-                                separators=(",", ":")) for r in picked], dtype=np.dtypes.StringDType())
+    return np.array(
+        [
+            json.dumps(
+                {k: v for k, v in r.items() if v is not None}, ensure_ascii=False, default=str, separators=(",", ":")
+            )
+            for r in picked
+        ],
+        dtype=np.dtypes.StringDType(),
+    )
 
 
 def _vibration_columns(schema: Schema, part: Part, time: np.ndarray) -> dict[str, Any]:
     v = schema.vibration
     samples = np.asarray(part.samples)
     if samples.ndim != 2 or samples.shape[1] != v.channels:
-        raise SchemaMismatch(f"the file has {samples.shape[1] if samples.ndim == 2 else samples.shape} channels; "
-                             f"stream schema {schema.name!r} holds {v.channels}")
+        raise SchemaMismatch(
+            f"the file has {samples.shape[1] if samples.ndim == 2 else samples.shape} channels; "
+            f"stream schema {schema.name!r} holds {v.channels}"
+        )
     if not np.can_cast(samples.dtype, v.dtype, "safe"):
         raise SchemaMismatch(f"samples of {samples.dtype} do not fit the stream's {v.dtype} exactly")
     if v.sample_rate is not None and part.sample_rate is not None and part.sample_rate != v.sample_rate:
-        raise SchemaMismatch(f"the file is sampled at {part.sample_rate:g} Hz; stream schema {schema.name!r} "
-                             f"at {v.sample_rate:g} Hz")
+        raise SchemaMismatch(
+            f"the file is sampled at {part.sample_rate:g} Hz; stream schema {schema.name!r} at {v.sample_rate:g} Hz"
+        )
     if len(samples) != len(time):
         raise SchemaMismatch(f"a part has {len(time)} times for {len(samples)} samples")
     return {TIME: time, "samples": samples.astype(v.dtype, copy=False)}
@@ -560,9 +609,19 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
-def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str, schema: Schema,
-                parts: Sequence[Part], source_id: str, position: Any, identity: Any = None, *,
-                source: str = SOURCE, records: Mapping[str, bytes] | None = None) -> Committed:
+def write_parts(
+    tx: arrays.Transaction,
+    writers: streams.StreamWriters,
+    tag: str,
+    schema: Schema,
+    parts: Sequence[Part],
+    source_id: str,
+    position: Any,
+    identity: Any = None,
+    *,
+    source: str = SOURCE,
+    records: Mapping[str, bytes] | None = None,
+) -> Committed:
     """Write ``parts`` (checked, see :func:`part_columns`), the position record and ``records`` into ``tx``.
 
     Does not commit. ``records``: other small records (key: value) that
@@ -582,17 +641,37 @@ def write_parts(tx: arrays.Transaction, writers: streams.StreamWriters, tag: str
     before = read_position(tx, tag, source_id)
     total_rows = rows + (before.rows if before else 0)
     total_rejected = len(rejected) + (before.rejected if before else 0)
-    tx.set(position_key(tag, source_id), msgpack.packb(
-        {"position": position, "identity": identity, "updated": time.time(), "rows": total_rows,
-         "rejected": total_rejected}, use_bin_type=True))
+    tx.set(
+        position_key(tag, source_id),
+        msgpack.packb(
+            {
+                "position": position,
+                "identity": identity,
+                "updated": time.time(),
+                "rows": total_rows,
+                "rejected": total_rejected,
+            },
+            use_bin_type=True,
+        ),
+    )
     for key, value in (records or {}).items():
         tx.set(key, value)
     return Committed(rows, len(rejected), None, tuple(dict.fromkeys(r.reason for r in rejected[:64]))[:8])
 
 
-def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts: Sequence[Part], source_id: str,
-                 position: Any, identity: Any = None, *, source: str = SOURCE, message: str = "",
-                 records: Mapping[str, bytes] | None = None) -> Committed:
+def commit_parts(
+    writers: streams.StreamWriters,
+    tag: str,
+    schema: Schema,
+    parts: Sequence[Part],
+    source_id: str,
+    position: Any,
+    identity: Any = None,
+    *,
+    source: str = SOURCE,
+    message: str = "",
+    records: Mapping[str, bytes] | None = None,
+) -> Committed:
     """Commit ``parts`` of ``tag``'s source ``source_id`` and its new ``position`` in one transaction.
 
     Rows that fit ``schema`` go to the stream, the others (and the parts'
@@ -600,11 +679,13 @@ def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts
     ``position`` (any msgpack-able value) and ``identity`` to the position
     record, and ``records`` as they are. All of it commits, or none.
     """
-    tx = arrays.Transaction(writers.store, message=message or f"import {tag}", user="windvane-import",
-                            metadata={"source": source_id})
+    tx = arrays.Transaction(
+        writers.store, message=message or f"import {tag}", user="windvane-import", metadata={"source": source_id}
+    )
     try:
-        done = write_parts(tx, writers, tag, schema, parts, source_id, position, identity, source=source,
-                           records=records)
+        done = write_parts(
+            tx, writers, tag, schema, parts, source_id, position, identity, source=source, records=records
+        )
         checkpoints.reached("import.before_commit", tag=tag, source_id=source_id, position=position)
         tid = tx.commit()
     except BaseException:
@@ -614,8 +695,17 @@ def commit_parts(writers: streams.StreamWriters, tag: str, schema: Schema, parts
     return Committed(done.rows, done.rejected, tid, done.reasons)
 
 
-def commit_part(writers: streams.StreamWriters, tag: str, schema: Schema, part: Part, source_id: str,
-                position: Any, identity: Any = None, *, source: str = SOURCE) -> Committed:
+def commit_part(
+    writers: streams.StreamWriters,
+    tag: str,
+    schema: Schema,
+    part: Part,
+    source_id: str,
+    position: Any,
+    identity: Any = None,
+    *,
+    source: str = SOURCE,
+) -> Committed:
     """:func:`commit_parts` of one part."""
     return commit_parts(writers, tag, schema, [part], source_id, position, identity, source=source)
 
@@ -660,11 +750,23 @@ def _read_ahead(parts: Iterator[Part], out: queue.Queue, stop: threading.Event) 
         out.put(("error", exc))
 
 
-def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id: str, identity: Any = None,
-                  schema: Schema | None = None, progress: Callable[[int], None] | None = None,
-                  same_source: Callable[[Any], bool] | None = None, restart: bool = False,
-                  commit_bytes: int = COMMIT_BYTES, writers: streams.StreamWriters | None = None,
-                  content: str | None = None, name: str = "", again: bool = False) -> ImportResult:
+def import_source(
+    store: neostore.Store,
+    tag: str,
+    reader: Reader,
+    *,
+    source_id: str,
+    identity: Any = None,
+    schema: Schema | None = None,
+    progress: Callable[[int], None] | None = None,
+    same_source: Callable[[Any], bool] | None = None,
+    restart: bool = False,
+    commit_bytes: int = COMMIT_BYTES,
+    writers: streams.StreamWriters | None = None,
+    content: str | None = None,
+    name: str = "",
+    again: bool = False,
+) -> ImportResult:
     """Import ``reader``'s parts into stream ``tag``, resuming from the stored position of ``source_id``.
 
     ``schema``: the stream's schema, or None to use the existing stream's or
@@ -712,8 +814,7 @@ def import_source(store: neostore.Store, tag: str, reader: Reader, *, source_id:
     return result
 
 
-def _resume_from(tag: str, stored: Position | None, same_source: Callable[[Any], bool] | None,
-                 restart: bool) -> Any:
+def _resume_from(tag: str, stored: Position | None, same_source: Callable[[Any], bool] | None, restart: bool) -> Any:
     """Where an import resumes given the ``stored`` position (None: from the beginning)."""
     if stored is None:
         return None
@@ -722,7 +823,8 @@ def _resume_from(tag: str, stored: Position | None, same_source: Callable[[Any],
             raise SourceChanged(
                 f"the source was partly imported into {tag!r} before (up to {stored.value}), but it has changed "
                 "since (its first bytes or size differ); run with --restart to import it from the beginning "
-                "(rows imported before stay in the stream)")
+                "(rows imported before stay in the stream)"
+            )
         return None
     return stored.value
 
@@ -746,23 +848,24 @@ class _Run:
             return {}
         return {content_key(self.tag, self.content): _content_record(self.source_id, self.name, done)}
 
-    def commit_all(self, reader: Reader, start: Any, progress: Callable[[int], None] | None,
-                   commit_bytes: int) -> None:
+    def commit_all(self, reader: Reader, start: Any, progress: Callable[[int], None] | None, commit_bytes: int) -> None:
         """Read ``reader`` from ``start`` in a thread and commit its parts here."""
         file_types = getattr(reader, "file_types", None)
         types = file_types() if self.result.schema is None and file_types is not None else None
         ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
         stop = threading.Event()
-        thread = threading.Thread(target=_read_ahead, args=(reader(start), ready, stop),
-                                  name="windvane-import-read", daemon=True)
+        thread = threading.Thread(
+            target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read", daemon=True
+        )
         thread.start()
         try:
             self._commit_ready(ready, types, progress, commit_bytes)
         finally:
             stop.set()
 
-    def _commit_ready(self, ready: queue.Queue, types: Any, progress: Callable[[int], None] | None,
-                      commit_bytes: int) -> None:
+    def _commit_ready(
+        self, ready: queue.Queue, types: Any, progress: Callable[[int], None] | None, commit_bytes: int
+    ) -> None:
         result = self.result
         pending: list[Part] = []
         pending_bytes = 0
@@ -807,8 +910,15 @@ def _mark_done(store: neostore.Store, tag: str, content: str, source_id: str, na
         raise
 
 
-def _commit(writers: streams.StreamWriters, tag: str, parts: list[Part], source_id: str, identity: Any,
-            result: ImportResult, records: Mapping[str, bytes]) -> None:
+def _commit(
+    writers: streams.StreamWriters,
+    tag: str,
+    parts: list[Part],
+    source_id: str,
+    identity: Any,
+    result: ImportResult,
+    records: Mapping[str, bytes],
+) -> None:
     done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records)
     result.commits += 1
     result.rows += done.rows

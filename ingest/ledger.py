@@ -55,11 +55,11 @@ def _name(second: int, part: int = 0) -> str:
 
 def _second(name: str) -> int:
     """The second a bucket's name holds (names without a part were written before parts existed)."""
-    return int(name[len(PREFIX):].split("-")[0])
+    return int(name[len(PREFIX) :].split("-")[0])
 
 
 def _part(name: str) -> int:
-    rest = name[len(PREFIX):].split("-")
+    rest = name[len(PREFIX) :].split("-")
     return int(rest[1]) if len(rest) > 1 else 0
 
 
@@ -162,8 +162,14 @@ class KeyLedger:
             part, bucket = self._bucket_part, self._bucket + keys
         return _name(second, part), msgpack.packb(bucket, use_bin_type=True), (second, part), bucket
 
-    def committed(self, where: tuple[int, int], bucket: list[bytes], keys: list[bytes],
-                  tid: bytes | None = None, after: bytes | None = None) -> None:
+    def committed(
+        self,
+        where: tuple[int, int],
+        bucket: list[bytes],
+        keys: list[bytes],
+        tid: bytes | None = None,
+        after: bytes | None = None,
+    ) -> None:
         """Record that ``keys`` are committed (in the bucket at ``where``, now ``bucket``), in commit
         ``tid`` made holding the commit lock taken after commit ``after`` (see :meth:`advanced`)."""
         (self._bucket_second, self._bucket_part), self._bucket = where, bucket
@@ -191,13 +197,15 @@ class KeyLedger:
         return out
 
     @staticmethod
-    def _read(store: neostore.Store, entries: list[neostore.NamedRevision], head: bytes
-              ) -> list[tuple[str, list[bytes]]]:
+    def _read(
+        store: neostore.Store, entries: list[neostore.NamedRevision], head: bytes
+    ) -> list[tuple[str, list[bytes]]]:
         """``(name, keys)`` of each of ``entries`` as of ``head``, oldest name first."""
         entries = sorted(entries, key=lambda e: _order(e.name.decode()))
         values = store.load_many([e.oid for e in entries], batch=64, before=_after(head), skip_missing=True)
-        return [(e.name.decode(), msgpack.unpackb(value)) for e, (value, _) in zip(entries, values)
-                if value is not None]
+        return [
+            (e.name.decode(), msgpack.unpackb(value)) for e, (value, _) in zip(entries, values) if value is not None
+        ]
 
     def _remember(self, second: int, keys: list[bytes]) -> None:
         for key in keys:

@@ -52,8 +52,9 @@ class Metrics:
     failure: CommitFailure | None = None  # set while commits fail; replaced whole, so read it without the lock
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_commit(self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float,
-                      poisoned: tuple[int, int] = (0, 0)) -> None:
+    def record_commit(
+        self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float, poisoned: tuple[int, int] = (0, 0)
+    ) -> None:
         """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``poisoned``: (submissions,
         events) of the commit quarantined verbatim. A commit clears :attr:`failure`."""
         now = time.time()
@@ -80,8 +81,9 @@ class Metrics:
             if count:
                 self.failed_commits += 1
             previous = self.failure
-            self.failure = CommitFailure(reason, previous.since if previous else time.time(),
-                                         (previous.failures if previous else 0) + count)
+            self.failure = CommitFailure(
+                reason, previous.since if previous else time.time(), (previous.failures if previous else 0) + count
+            )
 
     def record_recovery(self) -> None:
         """The store committed again (the committer's store check): commits no longer fail."""
@@ -102,20 +104,45 @@ class Metrics:
             streams = {tag: StreamCounters(**vars(c)) for tag, c in self.streams.items()}
             out = [
                 ("windvane_commits_total", "Group commits made.", "counter", {}, self.commits),
-                ("windvane_commit_failures_total", "Group commits that failed (nothing acknowledged).", "counter", {},
-                 self.failed_commits),
-                ("windvane_commits_failing", "1 while commits fail (from a failed commit to the next that "
-                 "succeeds; GET /health answers 503 meanwhile), else 0.", "gauge", {}, int(self.failure is not None)),
-                ("windvane_internal_errors_total", "Submissions an internal error kept from being stored as they "
-                 "were; their events went to quarantine verbatim (see the log for the traceback).", "counter", {},
-                 self.internal_errors),
-                ("windvane_poisoned_submissions_total", "Submissions committed with every event quarantined verbatim "
-                 "because they could not be prepared or stored as they were.", "counter", {},
-                 self.poisoned_submissions),
-                ("windvane_poisoned_events_total", "Events of those submissions.", "counter", {},
-                 self.poisoned_events),
-                ("windvane_duplicate_submissions_total", "Submissions whose idempotency key was already committed.",
-                 "counter", {}, self.duplicates),
+                (
+                    "windvane_commit_failures_total",
+                    "Group commits that failed (nothing acknowledged).",
+                    "counter",
+                    {},
+                    self.failed_commits,
+                ),
+                (
+                    "windvane_commits_failing",
+                    "1 while commits fail (from a failed commit to the next that "
+                    "succeeds; GET /health answers 503 meanwhile), else 0.",
+                    "gauge",
+                    {},
+                    int(self.failure is not None),
+                ),
+                (
+                    "windvane_internal_errors_total",
+                    "Submissions an internal error kept from being stored as they "
+                    "were; their events went to quarantine verbatim (see the log for the traceback).",
+                    "counter",
+                    {},
+                    self.internal_errors,
+                ),
+                (
+                    "windvane_poisoned_submissions_total",
+                    "Submissions committed with every event quarantined verbatim "
+                    "because they could not be prepared or stored as they were.",
+                    "counter",
+                    {},
+                    self.poisoned_submissions,
+                ),
+                ("windvane_poisoned_events_total", "Events of those submissions.", "counter", {}, self.poisoned_events),
+                (
+                    "windvane_duplicate_submissions_total",
+                    "Submissions whose idempotency key was already committed.",
+                    "counter",
+                    {},
+                    self.duplicates,
+                ),
                 ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),
                 ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", {}, self.pending_bytes),
             ]
@@ -124,8 +151,12 @@ class Metrics:
             ("windvane_stream_bytes_total", "Bytes of committed events, as received.", "counter", "bytes"),
             ("windvane_stream_commits_total", "Commits that touched the stream.", "counter", "commits"),
             ("windvane_stream_rejects_total", "Events quarantined with a reason.", "counter", "rejects"),
-            ("windvane_stream_lag_seconds", "Commit time minus the newest event time of the last commit.", "gauge",
-             "lag_seconds"),
+            (
+                "windvane_stream_lag_seconds",
+                "Commit time minus the newest event time of the last commit.",
+                "gauge",
+                "lag_seconds",
+            ),
         ]
         for name, help_text, kind, attr in per_stream:
             for tag, c in sorted(streams.items()):

@@ -56,8 +56,7 @@ class CommitObserver:
         now = time.monotonic()
         if now - self._tracebacks.get(kind, -60.0) >= 60.0:
             self._tracebacks[kind] = now
-            log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc,
-                      exc_info=exc)
+            log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc, exc_info=exc)
         else:
             log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc)
 
@@ -66,12 +65,21 @@ class CommitObserver:
         per_tag = {}
         for tag in set(gathered.rows) | set(gathered.rejected):
             parts = gathered.rows.get(tag, [])
-            per_tag[tag] = (sum(p.rows for p in parts), gathered.sizes.get(tag, 0),
-                            len(gathered.rejected.get(tag, ())), gathered.newest.get(tag, 0))
+            per_tag[tag] = (
+                sum(p.rows for p in parts),
+                gathered.sizes.get(tag, 0),
+                len(gathered.rejected.get(tag, ())),
+                gathered.newest.get(tag, 0),
+            )
         if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store
             self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned)
         for tag, rejected in gathered.rejected.items():
             # Quarantined records are kept, not lost, but the sender should hear of them.
-            log.warning("quarantined %d event(s) of tag %r in commit %s: %s%s", len(rejected), tag,
-                        tid.hex() if tid else "-", rejected[0].reason,
-                        f" (and {len(rejected) - 1} more)" if len(rejected) > 1 else "")
+            log.warning(
+                "quarantined %d event(s) of tag %r in commit %s: %s%s",
+                len(rejected),
+                tag,
+                tid.hex() if tid else "-",
+                rejected[0].reason,
+                f" (and {len(rejected) - 1} more)" if len(rejected) > 1 else "",
+            )

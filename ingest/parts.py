@@ -48,8 +48,9 @@ class Part:
     raw: Callable[[int], bytes] | None = None
 
 
-def failing_rows(values: pa.Array, convert: Callable[[pa.Array], Any],
-                 converted: Callable[[int, Any], None] | None = None) -> np.ndarray:
+def failing_rows(
+    values: pa.Array, convert: Callable[[pa.Array], Any], converted: Callable[[int, Any], None] | None = None
+) -> np.ndarray:
     """Sorted indices of the rows of ``values`` that ``convert`` refuses, found by halving.
 
     Halving costs few conversions when few rows are bad, where converting

@@ -149,8 +149,11 @@ class Pipeline:
         """Wait (until ``deadline``, a monotonic time) for the workers to prepare what is queued: after a
         fan-out commit the group was left to gather, and a submission still being prepared would end it."""
         with self._cond:
-            futures = {id(i.prepared.future): i.prepared for i in self.queue
-                       if i.prepared is not None and not i.prepared.done()}
+            futures = {
+                id(i.prepared.future): i.prepared
+                for i in self.queue
+                if i.prepared is not None and not i.prepared.done()
+            }
         for prepared in futures.values():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -166,8 +169,7 @@ class Pipeline:
                 return group
             group.append(self.queue.popleft())
             size = group[0].size
-            while (self.queue and size + self.queue[0].size <= self.max_group_bytes
-                   and self.queue[0].ready()):
+            while self.queue and size + self.queue[0].size <= self.max_group_bytes and self.queue[0].ready():
                 item = self.queue.popleft()
                 group.append(item)
                 size += item.size
@@ -183,8 +185,9 @@ class Pipeline:
         commit straight to writing the next group: handing that over to this
         thread would leave the database idle while it wakes.
         """
-        group = self.parts.dedup.drop_committed(group, lambda done, receipts: self.parts.outcomes.finish(
-            done, receipts=receipts))
+        group = self.parts.dedup.drop_committed(
+            group, lambda done, receipts: self.parts.outcomes.finish(done, receipts=receipts)
+        )
         if not group:
             return
         started = time.perf_counter()
@@ -202,7 +205,8 @@ class Pipeline:
         handoff = Handoff(group)
         before = self._committing
         self._committing = self._commit_thread.submit(
-            self._write_and_commit, group, gathered, staged, before, handoff, started)
+            self._write_and_commit, group, gathered, staged, before, handoff, started
+        )
         self._committing.add_done_callback(self._wake)
         self._handed = handoff
 
@@ -256,9 +260,15 @@ class Pipeline:
 
     # -- the commit thread -------------------------------------------------------------
 
-    def _write_and_commit(self, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged],
-                          before: concurrent.futures.Future | None, handoff: Handoff,
-                          started: float) -> list[Submission]:
+    def _write_and_commit(
+        self,
+        group: list[Submission],
+        gathered: Group,
+        staged: dict[str, arrays.Staged],
+        before: concurrent.futures.Future | None,
+        handoff: Handoff,
+        started: float,
+    ) -> list[Submission]:
         """In the commit thread: write ``group`` (then set ``handoff.written``), commit it, answer its
         submitters; returns the submissions to retry one by one.
 
@@ -278,8 +288,14 @@ class Pipeline:
             handoff.written.set()
         return []
 
-    def _write_then_commit(self, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged],
-                           handoff: Handoff, started: float) -> list[Submission]:
+    def _write_then_commit(
+        self,
+        group: list[Submission],
+        gathered: Group,
+        staged: dict[str, arrays.Staged],
+        handoff: Handoff,
+        started: float,
+    ) -> list[Submission]:
         begun = time.monotonic()
         try:
             tx = self.parts.writer.write(group, gathered, staged)

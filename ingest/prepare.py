@@ -38,9 +38,9 @@ import numpy as np
 from windvane import arrays
 
 from .batch import Batch, Undecoded
-from .columns import Columns, Rejected, concat_columns, batch_columns, unrouted
-from .record_types import record_type_for
+from .columns import Columns, Rejected, batch_columns, concat_columns, unrouted
 from .errors import UndecodableBatch
+from .record_types import record_type_for
 from .schema import SchemaSet
 
 log = logging.getLogger("windvane.ingest")
@@ -102,15 +102,24 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
     sets: dict[tuple[Any, bool], list[int]] = {}
     for i, batch in enumerate(batches):
         schema = schemas.for_tag(batch.tag)
-        if (schema is None or schema.holds_blocks or not len(batch) or batch.faults
-                or tag_problem(batch.tag) is not None):
+        if (
+            schema is None
+            or schema.holds_blocks
+            or not len(batch)
+            or batch.faults
+            or tag_problem(batch.tag) is not None
+        ):
             out[i] = validate(schemas, batch)
         else:
             sets.setdefault((schema, batch.typed), []).append(i)
     for (schema, typed), members in sets.items():
         if len(members) > 1:
-            joined = Batch("", list(itertools.chain.from_iterable(batches[i].times for i in members)),
-                           list(itertools.chain.from_iterable(batches[i].records for i in members)), typed=typed)
+            joined = Batch(
+                "",
+                list(itertools.chain.from_iterable(batches[i].times for i in members)),
+                list(itertools.chain.from_iterable(batches[i].records for i in members)),
+                typed=typed,
+            )
             columns, rejected = batch_columns(schema, joined)
             if columns is not None and not rejected:
                 start = 0
@@ -151,7 +160,9 @@ def _decode(schemas: SchemaSet, items: Sequence[Undecoded]) -> list[list[Batch]]
     """The batches of each of ``items``; the decode error of the first that fails instead."""
     out: list[list[Batch]] = []
     for item in items:
-        extra = {"record_type": record_type_for(schemas, item.tag) if valid_tag(item.tag) else None} if item.typed else {}
+        extra = (
+            {"record_type": record_type_for(schemas, item.tag) if valid_tag(item.tag) else None} if item.typed else {}
+        )
         try:
             out.append(list(item.decode(item.payload, *item.args, **extra)))
         except Exception as exc:  # noqa: BLE001 - the connector's own errors, whatever their class
@@ -195,8 +206,14 @@ def _prepare_each_in_worker(submissions: Sequence[Sequence[Undecoded]]) -> _Batc
     that one's result (its own failure, not its neighbours'), as the exception if it pickles, else as a
     RuntimeError naming it."""
     assert _schemas is not None, "the worker was started without its schemas"
-    return _Batch.pack([Raised(_carried(r.error) or RuntimeError(f"{type(r.error).__name__}: {r.error}"))
-                        if isinstance(r, Raised) else r for r in prepare_each(_schemas, submissions)])
+    return _Batch.pack(
+        [
+            Raised(_carried(r.error) or RuntimeError(f"{type(r.error).__name__}: {r.error}"))
+            if isinstance(r, Raised)
+            else r
+            for r in prepare_each(_schemas, submissions)
+        ]
+    )
 
 
 def prepare_each(schemas: SchemaSet, submissions: Sequence[Sequence[Undecoded]]) -> list:
@@ -234,8 +251,10 @@ class _Rows:
 
 
 def _layout(columns: Columns) -> tuple:
-    return tuple((name, (v.dtype.str, v.shape[1:]) if isinstance(v, np.ndarray) else type(v).__name__)
-                 for name, v in columns.columns.items())
+    return tuple(
+        (name, (v.dtype.str, v.shape[1:]) if isinstance(v, np.ndarray) else type(v).__name__)
+        for name, v in columns.columns.items()
+    )
 
 
 @dataclass(slots=True)
@@ -282,8 +301,9 @@ class _Batch:
                 rows = validated.columns
                 if isinstance(rows, _Rows):
                     table = self.tables[rows.table]
-                    validated.columns = Columns(rows.stop - rows.start,
-                                                {name: values[rows.start:rows.stop] for name, values in table.items()})
+                    validated.columns = Columns(
+                        rows.stop - rows.start, {name: values[rows.start : rows.stop] for name, values in table.items()}
+                    )
         return result
 
 
@@ -334,8 +354,11 @@ class Preparer:
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         # spawn: a fork of a process running an event loop, threads and database connections is unsafe.
         return concurrent.futures.ProcessPoolExecutor(
-            self.workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker, initargs=(self.schemas, os.getpid()))
+            self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(self.schemas, os.getpid()),
+        )
 
     def start(self) -> None:
         """Start the workers and wait until they are ready, so the first submission does not wait for them."""

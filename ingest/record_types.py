@@ -33,7 +33,6 @@ import numpy as np
 from .schema import Field, Schema, SchemaSet
 
 
-
 def _value_type(f: Field) -> Any:
     if f.is_float:
         kind: Any = int | float  # an integer stays one, as a plain decode leaves it
@@ -55,11 +54,14 @@ def record_type(schema: Schema) -> type[msgspec.Struct] | None:
     if schema.holds_blocks:  # blocks, decoded on their own path; the other kinds' records are maps of fields
         return None if schema.vibration is None else _block_type(schema)
     # Attribute names are positional (field names need not be identifiers); ``rename`` maps them to the keys.
-    fields = [(f"f{i}", _value_type(f)) if f.required else (f"f{i}", _value_type(f), None)
-              for i, f in enumerate(schema.fields)]
+    fields = [
+        (f"f{i}", _value_type(f)) if f.required else (f"f{i}", _value_type(f), None)
+        for i, f in enumerate(schema.fields)
+    ]
     fields.sort(key=len)  # msgspec wants the fields without a default first
     return msgspec.defstruct(
-        f"Record_{schema.name}", fields,
+        f"Record_{schema.name}",
+        fields,
         rename={f"f{i}": f.name for i, f in enumerate(schema.fields)},
         forbid_unknown_fields=schema.extra != "drop",  # "keep" and "reject" need the checked path
         gc=False,  # instances hold no containers, so they need no cycle tracking
@@ -71,8 +73,12 @@ def _block_type(schema: Schema) -> type[msgspec.Struct] | None:
     assert v is not None
     if v.rate_field == v.samples_field:
         return None  # the plain path tells the sender what is wrong with that
-    return msgspec.defstruct(f"Block_{schema.name}", [("samples", memoryview), ("rate", int | float | None, None)],
-                             rename={"samples": v.samples_field, "rate": v.rate_field}, gc=False)
+    return msgspec.defstruct(
+        f"Block_{schema.name}",
+        [("samples", memoryview), ("rate", int | float | None, None)],
+        rename={"samples": v.samples_field, "rate": v.rate_field},
+        gc=False,
+    )
 
 
 def record_type_for(schemas: SchemaSet, tag: str) -> type[msgspec.Struct] | None:

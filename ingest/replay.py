@@ -32,8 +32,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays import stream_edit
 
 from . import checkpoints, streams
@@ -158,8 +157,9 @@ def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[
     return columns, fits, reasons
 
 
-def replay(store: neostore.Store, tag: str, schema: Schema | None = None,
-           started: Callable[[int], None] | None = None) -> ReplayResult:
+def replay(
+    store: neostore.Store, tag: str, schema: Schema | None = None, started: Callable[[int], None] | None = None
+) -> ReplayResult:
     """Move the records of ``tag``'s quarantine that fit ``schema`` (default: the stream's) into its stream.
 
     One commit (none if nothing changes); ``started(records)`` is called once the
@@ -183,9 +183,17 @@ def replay(store: neostore.Store, tag: str, schema: Schema | None = None,
         if columns is not None:
             streams.write(tx, streams.StreamWriters(store), tag, schema, columns.columns)
         if columns is not None or np.any(reasons != rows["reason"].astype(object)):
-            stream_edit.refill(tx, tag, {"time": rows["time"][stay], "reason": reasons[stay].tolist(),
-                                         "raw": rows["raw"][stay], "source": rows["source"][stay]},
-                               quarantine=True)
+            stream_edit.refill(
+                tx,
+                tag,
+                {
+                    "time": rows["time"][stay],
+                    "reason": reasons[stay].tolist(),
+                    "raw": rows["raw"][stay],
+                    "source": rows["source"][stay],
+                },
+                quarantine=True,
+            )
             checkpoints.reached("replay.before_commit", tag=tag)
         else:
             tx.abort()

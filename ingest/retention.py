@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 
 from . import stream_admin
 from .schema import Schema, SchemaSet
@@ -54,8 +53,10 @@ def report_lines(done: list[Trimmed]) -> Iterator[str]:
     for t in done:
         cutoff = str(np.datetime64(t.before_ns, "ns").astype("datetime64[s]")).replace("T", " ") + " UTC"
         what = f"trimmed {t.change.rows:,} rows" if t.change.rows else "nothing to trim"
-        yield (f"retention: stream {t.change.tag}: {what} older than {cutoff} "
-               f"(schema {t.schema.name} keeps {_duration(t.schema.retention)})")
+        yield (
+            f"retention: stream {t.change.tag}: {what} older than {cutoff} "
+            f"(schema {t.schema.name} keeps {_duration(t.schema.retention)})"
+        )
 
 
 def _duration(seconds: float) -> str:

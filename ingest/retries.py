@@ -56,8 +56,7 @@ class Retries:
             self._fail(group, CommitFailed(f"{exc}; nothing was acknowledged, send again"))
             return []
         if len(group) > 1:
-            log.warning("a group of %d submissions failed to commit (%s); committing them one by one",
-                        len(group), exc)
+            log.warning("a group of %d submissions failed to commit (%s); committing them one by one", len(group), exc)
             return group
         item = group[0]
         if item.salvage is None and not store_failure(exc):

@@ -25,7 +25,6 @@ from windvane.arrays import ColumnError, column_key
 from .errors import SchemaError
 
 
-
 class Kind(StrEnum):
     """What the streams of a schema hold; a schema file names it (``kind = "vibration"``).
 
@@ -59,7 +58,17 @@ EXTRA_POLICIES = ("keep", "drop", "reject")
 RESERVED = ("time", "extra")
 #: Field dtypes a schema may name: numpy's numeric names, "str" and "bytes".
 NUMERIC_DTYPES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
 )
 FIELD_DTYPES = NUMERIC_DTYPES + ("str", "bytes")
 VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
@@ -205,14 +214,23 @@ def _opt(doc: dict, key: str, kind: type | tuple[type, ...], default: Any, where
 
 def _type_words(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    words = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a table"}
+    words = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        list: "a list",
+        dict: "a table",
+    }
     return " or ".join(words.get(k, k.__name__) for k in kinds)
 
 
 def _check_keys(doc: dict, allowed: Iterable[str], where: str) -> None:
     unknown = sorted(set(doc) - set(allowed))
     if unknown:
-        raise SchemaError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+        raise SchemaError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
+        )
 
 
 def _field(doc: Any, where: str) -> Field:
@@ -222,8 +240,10 @@ def _field(doc: Any, where: str) -> Field:
     name = _need(doc, "name", str, where)
     where = f"{where} ({name!r})"
     if not name.strip() or not name.isprintable() or name in RESERVED:
-        raise SchemaError(f"{where}: a field name is printable text, not blank and not one of {', '.join(RESERVED)} "
-                          "(a name a store key cannot hold is stored escaped: see arrays.column_key)")
+        raise SchemaError(
+            f"{where}: a field name is printable text, not blank and not one of {', '.join(RESERVED)} "
+            "(a name a store key cannot hold is stored escaped: see arrays.column_key)"
+        )
     try:
         column_key(name)
     except ColumnError as exc:
@@ -239,14 +259,18 @@ def _field(doc: Any, where: str) -> Field:
         if fill is None and (dtype.startswith(("int", "uint")) or dtype == "bool"):
             # A missing integer has no natural marker (floats have NaN, strings ""):
             # make the user pick one rather than store a silent 0.
-            raise SchemaError(f"{where}: an optional {dtype} field needs 'fill', the value stored when it is missing "
-                              "(or make it required = true)")
+            raise SchemaError(
+                f"{where}: an optional {dtype} field needs 'fill', the value stored when it is missing "
+                "(or make it required = true)"
+            )
         if fill is not None:
             try:
                 fill = _coerce_fill(fill, dtype)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise SchemaError(f"{where}: fill {fill!r} is not a {dtype}: {exc}") from exc
-    return Field(name, dtype, _opt(doc, "unit", str, "", where), required, fill, _opt(doc, "description", str, "", where))
+    return Field(
+        name, dtype, _opt(doc, "unit", str, "", where), required, fill, _opt(doc, "description", str, "", where)
+    )
 
 
 def _coerce_fill(fill: Any, dtype: str) -> Any:
@@ -285,16 +309,21 @@ def _vibration(doc: Any, where: str) -> Vibration:
     if rate is not None and not rate > 0:
         raise SchemaError(f"{where}: sample_rate must be positive (samples per second)")
     return Vibration(
-        channels, dtype, None if rate is None else float(rate), _opt(doc, "unit", str, "", where),
-        _opt(doc, "samples_field", str, "samples", where), _opt(doc, "rate_field", str, "sample_rate", where),
+        channels,
+        dtype,
+        None if rate is None else float(rate),
+        _opt(doc, "unit", str, "", where),
+        _opt(doc, "samples_field", str, "samples", where),
+        _opt(doc, "rate_field", str, "sample_rate", where),
     )
 
 
 def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     """A :class:`Schema` from a parsed TOML document; ``name`` is the file's stem."""
     where = path or name
-    _check_keys(doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration",
-                      "retention"), where)
+    _check_keys(
+        doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration", "retention"), where
+    )
     kind = _need(doc, "kind", str, where)
     if kind not in KINDS:
         raise SchemaError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -305,7 +334,9 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
         patterns = tuple(tag_pattern(t) for t in tags)
     except ValueError as exc:
         raise SchemaError(f"{where}: {exc}") from None
-    fields = tuple(_field(f, f"{where} [[fields]] #{i + 1}") for i, f in enumerate(_opt(doc, "fields", list, [], where)))
+    fields = tuple(
+        _field(f, f"{where} [[fields]] #{i + 1}") for i, f in enumerate(_opt(doc, "fields", list, [], where))
+    )
     names = [f.name for f in fields]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -325,13 +356,26 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
             raise SchemaError(f"{where}: a vibration schema needs a [vibration] table (channels, dtype, sample_rate)")
         vibration = _vibration(doc["vibration"], where)
         if fields:
-            raise SchemaError(f"{where}: a vibration stream holds time and samples only; remove [[fields]] "
-                              "and send other values to a sensor stream")
+            raise SchemaError(
+                f"{where}: a vibration stream holds time and samples only; remove [[fields]] "
+                "and send other values to a sensor stream"
+            )
     elif "vibration" in doc:
-        raise SchemaError(f"{where}: [vibration] only belongs to kind = \"vibration\"")
-    return Schema(name, kind, tuple(tags), fields, extra, chunk_rows, codec, vibration,
-                  _opt(doc, "description", str, "", where), path, patterns,
-                  retention=_retention(_opt(doc, "retention", str, None, where), where))
+        raise SchemaError(f'{where}: [vibration] only belongs to kind = "vibration"')
+    return Schema(
+        name,
+        kind,
+        tuple(tags),
+        fields,
+        extra,
+        chunk_rows,
+        codec,
+        vibration,
+        _opt(doc, "description", str, "", where),
+        path,
+        patterns,
+        retention=_retention(_opt(doc, "retention", str, None, where), where),
+    )
 
 
 def _retention(text: str | None, where: str) -> float | None:
@@ -340,8 +384,10 @@ def _retention(text: str | None, where: str) -> float | None:
         return None
     found = _RETENTION.match(text)
     if not found or float(found.group(1)) <= 0:
-        raise SchemaError(f"{where}: retention {text!r} is not a duration: give a positive number and a unit, "
-                          "s, m, h, d or w (\"90d\", \"12h\", \"2w\")")
+        raise SchemaError(
+            f"{where}: retention {text!r} is not a duration: give a positive number and a unit, "
+            's, m, h, d or w ("90d", "12h", "2w")'
+        )
     return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
 
 
@@ -359,8 +405,11 @@ def _toml_value(value: Any) -> str:
 
 def schema_toml(schema: Schema) -> str:
     """``schema`` (a sensor or log schema) as the TOML text :func:`load_schema` reads back as it."""
-    lines = [f"kind = {_toml_value(schema.kind)}", f"tags = [{', '.join(map(_toml_value, schema.tags))}]",
-             f"extra = {_toml_value(schema.extra)}"]
+    lines = [
+        f"kind = {_toml_value(schema.kind)}",
+        f"tags = [{', '.join(map(_toml_value, schema.tags))}]",
+        f"extra = {_toml_value(schema.extra)}",
+    ]
     for f in schema.fields:
         lines += ["", "[[fields]]", f"name = {_toml_value(f.name)}", f"dtype = {_toml_value(f.dtype)}"]
         if f.required:

@@ -22,8 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.neostore.tids import tid_time
 
 from .auth import Users
@@ -82,10 +81,14 @@ def tune_malloc() -> bool:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError):
         libc = ""
-    if not libc.startswith("glibc") or any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+    if not libc.startswith("glibc") or any(
+        k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    ):
         return False
     mallopt = ctypes.CDLL(None).mallopt
-    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    )
 
 
 def listener_auth(config: ServiceConfig, *, forward: bool, shared_key: bool, http: str | None) -> dict[str, str]:
@@ -106,18 +109,25 @@ def listener_auth(config: ServiceConfig, *, forward: bool, shared_key: bool, htt
     if config.http_auth == "users" and not config.users:
         raise AuthError("--http-auth users needs --users FILE (the users file of HTTP Basic passwords and tokens)")
     if config.users and forward and not shared_key:
-        raise AuthError("--users without --shared-key: the Forward protocol checks users only inside its shared-key "
-                        "handshake (as fluentd's in_forward), so Forward would be open to anyone while HTTP asks for "
-                        "credentials; give --shared-key too, or --forward off to serve HTTP alone")
+        raise AuthError(
+            "--users without --shared-key: the Forward protocol checks users only inside its shared-key "
+            "handshake (as fluentd's in_forward), so Forward would be open to anyone while HTTP asks for "
+            "credentials; give --shared-key too, or --forward off to serve HTTP alone"
+        )
     http_users = bool(config.users) and config.http_auth != "none"
     if http and forward and shared_key and not http_users and config.http_auth != "none":
-        raise AuthError("--shared-key protects Forward only: HTTP would be open to anyone who can connect to "
-                        f"{http}; give --users FILE for HTTP Basic/Bearer credentials, --http off, or "
-                        "--http-auth none to serve HTTP unauthenticated on purpose")
+        raise AuthError(
+            "--shared-key protects Forward only: HTTP would be open to anyone who can connect to "
+            f"{http}; give --users FILE for HTTP Basic/Bearer credentials, --http off, or "
+            "--http-auth none to serve HTTP unauthenticated on purpose"
+        )
     out = {}
     if forward:
-        out["forward"] = (("shared key and user passwords" if config.users else "shared key") + " (handshake)"
-                          if shared_key else "none: open to anyone who can connect")
+        out["forward"] = (
+            ("shared key and user passwords" if config.users else "shared key") + " (handshake)"
+            if shared_key
+            else "none: open to anyone who can connect"
+        )
     if http:
         out["http"] = "users (Basic or Bearer)" if http_users else "none: open to anyone who can connect"
     return out
@@ -132,15 +142,19 @@ class Endpoint(Protocol):
 
 
 def _iso(when: float) -> str:
-    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds")
 
 
 #: Connection counters read from a listening endpoint's ``stats``: key -> (metric, help).
 ENDPOINT_COUNTERS = {
-    "timeouts": ("windvane_connection_timeouts_total",
-                 "Connections closed because a handshake, header, body or idle timeout expired."),
-    "refused": ("windvane_connections_refused_total",
-                "Connections refused or closed at once because the connection limit was reached."),
+    "timeouts": (
+        "windvane_connection_timeouts_total",
+        "Connections closed because a handshake, header, body or idle timeout expired.",
+    ),
+    "refused": (
+        "windvane_connections_refused_total",
+        "Connections refused or closed at once because the connection limit was reached.",
+    ),
 }
 
 
@@ -172,8 +186,13 @@ class Service:
         self.endpoints: list[Endpoint] = []  # those started by run(); /metrics reads their connection counters
         settings = config.committer
         self.committer = GroupCommitter(
-            self.store, self.schemas, interval=settings.interval, max_pending_bytes=settings.max_pending_bytes,
-            max_group_bytes=settings.max_group_bytes, key_window=settings.key_window, metrics=self.metrics,
+            self.store,
+            self.schemas,
+            interval=settings.interval,
+            max_pending_bytes=settings.max_pending_bytes,
+            max_group_bytes=settings.max_group_bytes,
+            key_window=settings.key_window,
+            metrics=self.metrics,
             decode_workers=default_decode_workers() if settings.decode_workers is None else settings.decode_workers,
         )
 
@@ -182,15 +201,23 @@ class Service:
     def health(self) -> dict[str, Any]:
         """``status`` "ok", or "failing" with ``error`` and ``message`` saying why while commits fail
         (from a failed commit to the next that succeeds); raises if the store cannot be read."""
-        out: dict[str, Any] = {"status": "ok", "schemas": len(self.schemas),
-                               "pending_bytes": self.committer.pending_bytes}
+        out: dict[str, Any] = {
+            "status": "ok",
+            "schemas": len(self.schemas),
+            "pending_bytes": self.committer.pending_bytes,
+        }
         failure = self.metrics.failure
         if failure is not None:
             # Not read from the store: a store that is down could keep this answer waiting.
-            return {**out, "status": "failing", "error": "commits_failing",
-                    "message": f"commits fail since {_iso(failure.since)} ({failure.failures} in a row): "
-                               f"{failure.reason}",
-                    "reason": failure.reason, "failing_since": failure.since, "failed_commits": failure.failures}
+            return {
+                **out,
+                "status": "failing",
+                "error": "commits_failing",
+                "message": f"commits fail since {_iso(failure.since)} ({failure.failures} in a row): {failure.reason}",
+                "reason": failure.reason,
+                "failing_since": failure.since,
+                "failed_commits": failure.failures,
+            }
         last = self.store.last_transaction()
         out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None
         return out
@@ -203,18 +230,29 @@ class Service:
         for quarantine in (False, True):
             for tag in arrays.list_streams(self.store, quarantine=quarantine):
                 with arrays.open_stream(self.store, tag, quarantine=quarantine) as stream:
-                    out.append({
-                        "tag": tag, "quarantine": quarantine, "path": stream.path, "rows": len(stream),
-                        "columns": {name: {"dtype": str(stream[name].dtype), "shape": list(stream[name].shape)}
-                                    for name in ["time", *stream.columns]},
-                        "schema": stream.attrs.get("schema"),
-                    })
+                    out.append(
+                        {
+                            "tag": tag,
+                            "quarantine": quarantine,
+                            "path": stream.path,
+                            "rows": len(stream),
+                            "columns": {
+                                name: {"dtype": str(stream[name].dtype), "shape": list(stream[name].shape)}
+                                for name in ["time", *stream.columns]
+                            },
+                            "schema": stream.attrs.get("schema"),
+                        }
+                    )
         return out
 
     # -- running ----------------------------------------------------------------------------
 
-    async def run(self, endpoints: Sequence[Endpoint], on_ready: Callable[[], None] | None = None,
-                  stop: asyncio.Event | None = None) -> None:
+    async def run(
+        self,
+        endpoints: Sequence[Endpoint],
+        on_ready: Callable[[], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
         """Start the committer and ``endpoints``, call ``on_ready``, serve until ``stop`` or SIGTERM/SIGINT.
 
         Shutting down stops the endpoints first (they wait for what they

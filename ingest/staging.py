@@ -86,8 +86,10 @@ def _salvaged(batch: Batch | Undecoded, reason: str) -> Validated:
     if isinstance(batch, Undecoded):
         rejected = [Rejected(time.time_ns(), reason, batch.payload, batch.source)]
     else:
-        rejected = [Rejected(int(t) if t != INVALID_TIME else time.time_ns(), reason, batch.raw_bytes(i),
-                             batch.source) for i, t in enumerate(batch.times)]
+        rejected = [
+            Rejected(int(t) if t != INVALID_TIME else time.time_ns(), reason, batch.raw_bytes(i), batch.source)
+            for i, t in enumerate(batch.times)
+        ]
     return Validated(tag, batch.size, None, rejected)
 
 
@@ -116,8 +118,18 @@ def gather(schemas: SchemaSet, group: list[Submission]) -> Group:
     """What ``group`` stores, its submissions' Undecoded items prepared already (see ``DecodePool.collect``)."""
     out = Group()
     # Batches decoded already (no workers, or a connector that decodes) are validated together.
-    validated = iter(validate_many(schemas, [batch for item in group if item.salvage is None
-                                             for batch in item.batches if not isinstance(batch, Undecoded)]))
+    validated = iter(
+        validate_many(
+            schemas,
+            [
+                batch
+                for item in group
+                if item.salvage is None
+                for batch in item.batches
+                if not isinstance(batch, Undecoded)
+            ],
+        )
+    )
     for item in group:
         accepted = quarantined = 0
         reasons: dict[str, None] = {}
@@ -150,11 +162,14 @@ class GroupWriter:
         """Per tag, the staged append of ``gathered``'s rows (``size``: the group's bytes)."""
         # Between commits: the writers of the group before may be committing still.
         self._writers.trim_if_due(size)
-        return {tag: streams.stage(self._writers, tag, _rows(self.schemas.for_tag(tag), parts))
-                for tag, parts in gathered.rows.items()}
+        return {
+            tag: streams.stage(self._writers, tag, _rows(self.schemas.for_tag(tag), parts))
+            for tag, parts in gathered.rows.items()
+        }
 
-    def write(self, group: list[Submission], gathered: Group,
-              staged: dict[str, arrays.Staged]) -> arrays.Transaction | None:
+    def write(
+        self, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged]
+    ) -> arrays.Transaction | None:
         """A transaction holding what ``gathered`` (of ``group``) stores (None if it stores nothing), not
         yet committed; :class:`KeysCommitted` (nothing written) if a key of ``group`` is committed already.
 
@@ -163,10 +178,12 @@ class GroupWriter:
         if not (gathered.rows or gathered.rejected or gathered.keys):
             return None
         events, rejects = gathered.counts()
-        tx = arrays.Transaction(self.store, message=f"ingest: {events} events, {rejects} quarantined",
-                                metadata={"events": events, "quarantined": rejects,
-                                          "submissions": len(gathered.receipts)},
-                                user="windvane-ingest")
+        tx = arrays.Transaction(
+            self.store,
+            message=f"ingest: {events} events, {rejects} quarantined",
+            metadata={"events": events, "quarantined": rejects, "submissions": len(gathered.receipts)},
+            user="windvane-ingest",
+        )
         try:
             # The commit lock, held from here to the commit: what the ledger reads stays the latest.
             gathered.head = tx.head()
@@ -204,8 +221,7 @@ class GroupWriter:
 
     def probe(self) -> None:
         """Commit the time alone (:data:`PROBE_KEY`): whether the store commits again; raises if not."""
-        tx = arrays.Transaction(self.store, message="ingest: store check after failed commits",
-                                user="windvane-ingest")
+        tx = arrays.Transaction(self.store, message="ingest: store check after failed commits", user="windvane-ingest")
         try:
             head = tx.head()
             tx.set(PROBE_KEY, json.dumps({"time": time.time()}).encode())

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays import stream_edit
 
 from .errors import IngestError
@@ -93,18 +92,20 @@ def rename(store: neostore.Store, old: str, new: str) -> Change:
         stream, quarantine, records = _existing(tx, old)
         taken = _parts(tx, new)
         if taken[0] or taken[1]:
-            raise StreamAdminError(f"there is a stream {new!r} already; remove it first (windvane streams rm {new}) "
-                                   "or pick another name")
+            raise StreamAdminError(
+                f"there is a stream {new!r} already; remove it first (windvane streams rm {new}) or pick another name"
+            )
         moved = []
         for present, q in ((stream, False), (quarantine, True)):
             if present:
-                moved.append(stream_edit.refill(tx, old, stream_edit.read_rows(tx, old, quarantine=q),
-                                                quarantine=q, to=new))
+                moved.append(
+                    stream_edit.refill(tx, old, stream_edit.read_rows(tx, old, quarantine=q), quarantine=q, to=new)
+                )
             else:
                 moved.append(0)
         values = tx.raw_get_many(records)
         tx.delete_many(records, raw=True)
-        tx.set_many({_import_records(new) + key[len(_import_records(old)):]: value for key, value in values.items()})
+        tx.set_many({_import_records(new) + key[len(_import_records(old)) :]: value for key, value in values.items()})
     return Change(old, moved[0], moved[1], len(records), tx.tid)
 
 

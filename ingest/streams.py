@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays import Column, StreamNotFoundError, column_key
 from windvane.arrays.stream import MISSING_ATTR, NAME_ATTR, TIME
 
@@ -136,17 +135,30 @@ def schema_columns(schema: Schema) -> list[Column]:
         attrs: dict[str, Any] = {"unit": v.unit} if v.unit else {}
         if v.sample_rate is not None:
             attrs["sample_rate"] = v.sample_rate
-        return [Column("samples", v.dtype, inner=(v.channels,), codec=number_codec(schema), attrs=attrs,
-                       dims=("time", "channel"))]
+        return [
+            Column(
+                "samples",
+                v.dtype,
+                inner=(v.channels,),
+                codec=number_codec(schema),
+                attrs=attrs,
+                dims=("time", "channel"),
+            )
+        ]
     columns = [
         # A schema's codec is for numbers; blosc's shuffle has nothing to do on text.
-        Column(column_key(f.name), f.dtype, codec=TEXT_CODEC if f.dtype in ("str", "bytes") else number_codec(schema),
-               attrs=_field_attrs(f))
+        Column(
+            column_key(f.name),
+            f.dtype,
+            codec=TEXT_CODEC if f.dtype in ("str", "bytes") else number_codec(schema),
+            attrs=_field_attrs(f),
+        )
         for f in schema.fields
     ]
     if schema.extra == "keep":
-        columns.append(Column("extra", "str", codec=TEXT_CODEC,
-                              attrs={"description": "undeclared fields of the record, as JSON"}))
+        columns.append(
+            Column("extra", "str", codec=TEXT_CODEC, attrs={"description": "undeclared fields of the record, as JSON"})
+        )
     return columns
 
 
@@ -210,12 +222,18 @@ def ready_unknown(tx: arrays.Transaction, writers: StreamWriters, schemas: Mappi
     tx.bind(keys)
     tx.read_ahead(keys)
     for schema, tags in unknown.items():
-        arrays.create_streams(tx, tags, columns[schema], attrs=_stream_attrs(schema), chunk_rows=schema.chunk_rows,
-                              exist_ok=True)
+        arrays.create_streams(
+            tx, tags, columns[schema], attrs=_stream_attrs(schema), chunk_rows=schema.chunk_rows, exist_ok=True
+        )
 
 
-def write(tx: arrays.Transaction, writers: StreamWriters, tag: str, schema: Schema,
-          columns: dict[str, Any] | list[dict[str, Any]] | arrays.Staged) -> None:
+def write(
+    tx: arrays.Transaction,
+    writers: StreamWriters,
+    tag: str,
+    schema: Schema,
+    columns: dict[str, Any] | list[dict[str, Any]] | arrays.Staged,
+) -> None:
     """Append ``columns`` (or what :func:`stage` made of them) to ``tag``'s stream through its kept writer.
 
     The stream is created (or given the schema's new columns) first; columns
@@ -260,6 +278,7 @@ def quarantine(tx: arrays.Transaction, writers: StreamWriters, tag: str, rejecte
     try:
         writer.append(tx, columns)
     except StreamNotFoundError:
-        arrays.create_stream(tx, tag, QUARANTINE_COLUMNS, attrs={"kind": "quarantine"},
-                             chunk_rows=QUARANTINE_CHUNK_ROWS, quarantine=True)
+        arrays.create_stream(
+            tx, tag, QUARANTINE_COLUMNS, attrs={"kind": "quarantine"}, chunk_rows=QUARANTINE_CHUNK_ROWS, quarantine=True
+        )
         writer.append(tx, columns)

@@ -85,8 +85,9 @@ class Outcomes:
         self._forget = forget
         self._release = release
 
-    def finish(self, group: list[Submission], *, receipts: list[Receipt] | None = None,
-               error: Exception | None = None) -> None:
+    def finish(
+        self, group: list[Submission], *, receipts: list[Receipt] | None = None, error: Exception | None = None
+    ) -> None:
         """Answer ``group``: each with its receipt (``receipts``, in order) or all with ``error``."""
         for i, item in enumerate(group):
             self._forget(item)

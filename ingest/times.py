@@ -28,7 +28,7 @@ import math
 import os
 import re
 from calendar import timegm
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -39,8 +39,20 @@ import pyarrow.compute as pc
 
 from .errors import IngestError
 
-__all__ = ["NS", "NS_PER_UNIT", "BadZone", "check_zone", "epoch_column_ns", "iso_column_ns", "iso_text",
-           "local_zone", "not_a_time", "time_ns", "unit_for", "wall_to_utc"]
+__all__ = [
+    "NS",
+    "NS_PER_UNIT",
+    "BadZone",
+    "check_zone",
+    "epoch_column_ns",
+    "iso_column_ns",
+    "iso_text",
+    "local_zone",
+    "not_a_time",
+    "time_ns",
+    "unit_for",
+    "wall_to_utc",
+]
 
 _INT64_MAX = (1 << 63) - 1
 # (magnitude below which, power of ten to nanoseconds): seconds, milliseconds, microseconds; else nanoseconds.
@@ -73,8 +85,8 @@ def time_ns(value: Any) -> int | None:
     if kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:  # fluentd EventTime
         return _in_range(int.from_bytes(value.data[:4], "big") * NS + int.from_bytes(value.data[4:], "big"))
     if kind is datetime:
-        moment = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
         return _in_range((delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1000)
     return None
 
@@ -84,8 +96,10 @@ def not_a_time(value: Any) -> str:
     text = repr(value)
     if len(text) > 80:
         text = text[:77] + "..."
-    return (f"the event time {text} is not a time: give epoch seconds, ms, us or ns, ISO 8601 text "
-            "(2024-05-01T12:00:00Z) or a fluentd EventTime")
+    return (
+        f"the event time {text} is not a time: give epoch seconds, ms, us or ns, ISO 8601 text "
+        "(2024-05-01T12:00:00Z) or a fluentd EventTime"
+    )
 
 
 def _in_range(ns: int) -> int | None:
@@ -141,8 +155,9 @@ def check_zone(name: str) -> str:
     try:
         pc.assume_timezone(pa.array([0], pa.timestamp("ns")), name)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise BadZone(f"unknown time zone {name!r} (expected an IANA name such as "
-                      f"'Europe/Paris' or 'UTC'): {exc}") from None
+        raise BadZone(
+            f"unknown time zone {name!r} (expected an IANA name such as 'Europe/Paris' or 'UTC'): {exc}"
+        ) from None
     return name
 
 

@@ -111,9 +111,7 @@ def finish(txn: Transaction) -> bytes:
             (tid,),
         )
         if cur.rowcount != 1:
-            raise errors.TransactionError(
-                f"transaction 0x{voted_tid(txn).hex()} vanished between vote and finish"
-            )
+            raise errors.TransactionError(f"transaction 0x{voted_tid(txn).hex()} vanished between vote and finish")
         cur.execute(
             "INSERT INTO obj (oid, tid, data_id, value_tid) "
             "SELECT oid, tid, data_id, value_tid FROM tobj WHERE tid = ?",
@@ -143,8 +141,9 @@ def settle_lost_commit(txn: Transaction, exc: BaseException) -> None:
     if not txn.store_.backend.is_connection_lost(exc):
         raise exc
     tid = voted_tid(txn)
-    log.warning("the connection was lost while transaction 0x%s committed; asking the database whether it did",
-                tid.hex())
+    log.warning(
+        "the connection was lost while transaction 0x%s committed; asking the database whether it did", tid.hex()
+    )
     try:
         committed = transaction_committed(txn.store_.backend, tid, txn.store_.in_doubt_timeout)
     except errors.DatabaseError as unreachable:
@@ -192,8 +191,7 @@ def _assign_tid(txn: Transaction, cur: Any) -> None:
     if txn.requested_tid is not None:
         if txn.requested_tid <= last:
             raise errors.TransactionError(
-                f"cannot commit with tid 0x{txn.requested_tid:016x}: "
-                f"it is not after the last transaction 0x{last:016x}"
+                f"cannot commit with tid 0x{txn.requested_tid:016x}: it is not after the last transaction 0x{last:016x}"
             )
         tid = txn.requested_tid
     else:

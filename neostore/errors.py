@@ -99,8 +99,14 @@ class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[
     ``data`` (the new value), which is what ZODB conflict resolution needs.
     """
 
-    def __init__(self, message: str | None = None, object: object = None,  # noqa: A002 - ZODB's keyword
-                 oid: bytes | None = None, serials: tuple[bytes, bytes] | None = None, data: bytes | None = None):
+    def __init__(
+        self,
+        message: str | None = None,
+        object: object = None,  # noqa: A002 - ZODB's keyword
+        oid: bytes | None = None,
+        serials: tuple[bytes, bytes] | None = None,
+        data: bytes | None = None,
+    ):
         # ZODB reads a class name out of ``data`` as if it were a pickle; a
         # Store holds any bytes, so a value that is not one must not make
         # the error itself fail.

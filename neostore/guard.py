@@ -40,6 +40,7 @@ def guarded(method: F) -> F:
     operation = method.__qualname__
 
     if inspect.isgeneratorfunction(method):
+
         @functools.wraps(method)
         def generate(self: HasBackend, *args: Any, **kwargs: Any) -> Iterator[Any]:
             try:
@@ -57,7 +58,6 @@ def guarded(method: F) -> F:
             _reraise(translate(self.guarded_backend, operation, exc), exc)
 
     return cast(F, call)
-
 
 
 def _reraise(error: errors.NeoStoreError | None, exc: Exception) -> NoReturn:

@@ -35,8 +35,7 @@ def transaction_committed(backend: Backend, tid: bytes, timeout: float) -> bool:
             backend.release_commit_lock(conn)
             return found
         except Exception as exc:
-            retry = isinstance(exc, (errors.DatabaseError, errors.CommitLockTimeout)) or \
-                backend.is_connection_lost(exc)
+            retry = isinstance(exc, (errors.DatabaseError, errors.CommitLockTimeout)) or backend.is_connection_lost(exc)
             if not retry:
                 raise
             if time.monotonic() + delay > deadline:

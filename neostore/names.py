@@ -178,9 +178,11 @@ class NameIndex:
         bound = "" if before is None else " AND m.tid < ?"
         # One SELECT a range, UNION ALL: each is a seek on the name key (an OR of ranges makes SQLite
         # scan every name, its OR optimisation needing rowid tables).
-        select = ("SELECT n.name, n.oid, o.tid, d.size FROM name n "
-                  f"JOIN obj o ON o.oid = n.oid AND o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = n.oid{bound}) "
-                  "JOIN data d ON d.id = o.data_id WHERE ")
+        select = (
+            "SELECT n.name, n.oid, o.tid, d.size FROM name n "
+            f"JOIN obj o ON o.oid = n.oid AND o.tid = (SELECT MAX(m.tid) FROM obj m WHERE m.oid = n.oid{bound}) "
+            "JOIN data d ON d.id = o.data_id WHERE "
+        )
         params: list[Any] = []
         for _, ps in ranges:
             params += [u64(before), *ps] if before is not None else ps

@@ -113,8 +113,15 @@ def pack(
 
 
 class _Pack:
-    def __init__(self, store: Store, conn: Any, pack_tid: int, stats: PackStats, target: float,
-                 progress: Callable[[str, int], None] | None):
+    def __init__(
+        self,
+        store: Store,
+        conn: Any,
+        pack_tid: int,
+        stats: PackStats,
+        target: float,
+        progress: Callable[[str, int], None] | None,
+    ):
         self.store, self.conn, self.pack_tid, self.stats = store, conn, pack_tid, stats
         self.backend = store.backend
         self.target = target
@@ -196,9 +203,7 @@ class _Pack:
                 if not ids:
                     return
                 position = ids[-1]
-                self.stats.data_deleted += delete_unreferenced_data(
-                    cur, ids, self.backend, self.removed
-                )
+                self.stats.data_deleted += delete_unreferenced_data(cur, ids, self.backend, self.removed)
             batcher.record(time.monotonic() - began, len(ids))
             self.progress("data", len(ids))
 
@@ -206,9 +211,7 @@ class _Pack:
         with self.batch() as cur:
             cur.execute("SELECT value FROM config WHERE name = 'pack_tid'")
             previous = int(cur.fetchone()[0])
-            cur.execute(
-                "UPDATE config SET value = ? WHERE name = 'pack_tid'", (str(max(previous, self.pack_tid)),)
-            )
+            cur.execute("UPDATE config SET value = ? WHERE name = 'pack_tid'", (str(max(previous, self.pack_tid)),))
 
     # -- garbage collection -----------------------------------------------------
 
@@ -256,9 +259,7 @@ class _Pack:
             for oid in frontier:
                 for value in self._live_values(oid):
                     found.update(u64(ref) for ref in references(value))
-            cur.executemany(
-                "UPDATE temp_packmark SET done = 1 WHERE oid = ?", [(oid,) for oid in frontier]
-            )
+            cur.executemany("UPDATE temp_packmark SET done = 1 WHERE oid = ?", [(oid,) for oid in frontier])
             if found:
                 cur.executemany(
                     f"{self.backend.insert_ignore} INTO temp_packmark (oid, done) VALUES (?, 0)",

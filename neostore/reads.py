@@ -141,7 +141,9 @@ class ValueReader:
         if compression != RAW:
             return self.load_serial(oid, p64(tid))[first:last]
         if not chunks:
-            (row,) = self._query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
+            (row,) = self._query(
+                "SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id)
+            )
             return bytes(row[0])
         piece = self.backend.split_size
         parts = []
@@ -173,8 +175,9 @@ class ValueReader:
         transaction added: reading the chain costs one round trip, not one
         per revision.
         """
-        bound, params = ("", (u64(oid), u64(after))) if before is None else (
-            " AND o.tid < ?", (u64(oid), u64(after), u64(before)))
+        bound, params = (
+            ("", (u64(oid), u64(after))) if before is None else (" AND o.tid < ?", (u64(oid), u64(after), u64(before)))
+        )
         rows = self._query(
             f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? AND o.tid > ?{bound} ORDER BY o.tid",

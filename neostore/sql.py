@@ -23,8 +23,9 @@ def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def delete_unreferenced_data(cur: Any, data_ids: Iterable[int], backend: Backend,
-                             removed: Counter[str] | None = None) -> int:
+def delete_unreferenced_data(
+    cur: Any, data_ids: Iterable[int], backend: Backend, removed: Counter[str] | None = None
+) -> int:
     """Delete the given data rows that no revision (finished or voted) references; return how many.
 
     ``removed``, if given, counts the rows deleted per table (split values' chunks too).

@@ -22,7 +22,6 @@ next process to take the commit lock discards them (and data only they
 referenced), so a transaction is either entirely there or not at all.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -307,8 +306,9 @@ class Store:
     # -- maintenance -------------------------------------------------------------
 
     @guarded
-    def pack(self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None,
-             **options: Any) -> PackStats:
+    def pack(
+        self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None, **options: Any
+    ) -> PackStats:
         """Remove what is invisible at ``tid`` and give the disk back; see :func:`neostore.pack.pack`."""
         from .pack import pack
 

@@ -80,7 +80,13 @@ class Transaction:
 
     @guarded
     def write(
-        self, oid: bytes, serial: bytes | None, value: bytes | None, *, compress: bool = True, check: bool = True,
+        self,
+        oid: bytes,
+        serial: bytes | None,
+        value: bytes | None,
+        *,
+        compress: bool = True,
+        check: bool = True,
         digest: bytes | None = None,
     ) -> None:
         """Set ``oid`` to ``value`` (None deletes it), expecting ``serial`` to be current.

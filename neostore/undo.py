@@ -49,9 +49,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
     for ioid, data_id in undone:
         pending = txn._writes.get(ioid)
         if pending is None:
-            cur.execute(
-                "SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,)
-            )
+            cur.execute("SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,))
             current_tid, current_data = cur.fetchone()
             same = current_data == data_id
         else:

@@ -119,8 +119,10 @@ def _insert_small(txn: Transaction, cur: Any, rows: list[Row]) -> None:
     small = [row for row in rows if len(row[3]) < PER_ROW_BYTES]
     if 0 < len(small) <= RETURNING_ROWS and backend.returning:
         # One statement that returns their ids: on MariaDB each statement is a round trip.
-        cur.execute(insert + ", ".join([row_values] * len(small)) + " RETURNING hash, id",
-                    [field for row in small for field in row])
+        cur.execute(
+            insert + ", ".join([row_values] * len(small)) + " RETURNING hash, id",
+            [field for row in small for field in row],
+        )
         _took(txn, cur.fetchall())
     elif small:
         cur.executemany(insert + row_values, small)

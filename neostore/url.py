@@ -78,9 +78,7 @@ def _parse_mariadb(url: str, parts: SplitResult, query: dict[str, str]) -> Store
         raise InvalidURLError(f"{url!r}: name one database, as in mariadb://user@host/windvane")
     engine_name = query.pop("engine", "innodb").lower()
     if engine_name not in MARIADB_ENGINES:
-        raise InvalidURLError(
-            f"{url!r}: unknown engine {engine_name!r}; choose one of {', '.join(MARIADB_ENGINES)}"
-        )
+        raise InvalidURLError(f"{url!r}: unknown engine {engine_name!r}; choose one of {', '.join(MARIADB_ENGINES)}")
     unix_socket = query.pop("unix_socket", None)
     try:
         port = parts.port

@@ -84,8 +84,9 @@ def _history_entries(store: Store, oid: bytes, size: int) -> list[dict[str, Any]
     return out
 
 
-def _undo_log(store: Store, first: int, last: int,
-              filter: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:  # noqa: A002
+def _undo_log(
+    store: Store, first: int, last: int, filter: Callable[[dict[str, Any]], bool] | None
+) -> list[dict[str, Any]]:  # noqa: A002
     """:meth:`NeoStorage.undoLog`'s entries, newest first; packed transactions end the log."""
     if last < 0:
         last = first - last
@@ -148,8 +149,15 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
 
     _transaction: Any  # the ZODB transaction being committed: BaseStorage's
 
-    def __init__(self, url: str | StoreURL, *, read_only: bool = False, pack_gc: bool = True,
-                 name: str | None = None, **options: Any):
+    def __init__(
+        self,
+        url: str | StoreURL,
+        *,
+        read_only: bool = False,
+        pack_gc: bool = True,
+        name: str | None = None,
+        **options: Any,
+    ):
         self._store = Store(url, read_only=read_only, **options)
         BaseStorage.__init__(self, name or self._store.url.display_name)
         self._is_read_only = read_only
@@ -269,8 +277,9 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
 
     # -- undo log ----------------------------------------------------------------
 
-    def undoLog(self, first: int = 0, last: int = -20,
-                filter: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:  # noqa: A002 - ZODB's name
+    def undoLog(
+        self, first: int = 0, last: int = -20, filter: Callable[[dict[str, Any]], bool] | None = None
+    ) -> list[dict[str, Any]]:  # noqa: A002 - ZODB's name
         """Undoable transactions, newest first, sliced ``[first:last]`` after ``filter``.
 
         A negative ``last`` means at most ``-last`` entries. Packed
@@ -296,8 +305,10 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         self._commit_lock.acquire()
         try:
             self._txn = self._store.begin(
-                _as_bytes(transaction.user), _as_bytes(transaction.description),
-                transaction.extension_bytes, tid=tid,
+                _as_bytes(transaction.user),
+                _as_bytes(transaction.description),
+                transaction.extension_bytes,
+                tid=tid,
             )
         except BaseException:
             self._commit_lock.release()
@@ -319,8 +330,9 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
             raise errors.Unsupported("versions are not supported")
         txn.write(oid, serial, data)
 
-    def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
-                prev_txn: bytes | None, transaction: Any) -> None:
+    def restore(
+        self, oid: bytes, serial: bytes, data: bytes | None, version: str, prev_txn: bytes | None, transaction: Any
+    ) -> None:
         """Write a revision copied from another storage, without conflict check."""
         if self._is_read_only:
             raise errors.ReadOnlyError()
@@ -405,8 +417,9 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
             # ZODB gives up with its own ConflictError: the same facts, as neostore's.
             raise errors.ConflictError(exc.message, oid=exc.oid, serials=exc.serials, data=data) from None
 
-    def _resolve_undo(self, oid: bytes, current: bytes, undone: bytes, data_before: bytes,
-                      committed_data: bytes = b"") -> bytes:
+    def _resolve_undo(
+        self, oid: bytes, current: bytes, undone: bytes, data_before: bytes, committed_data: bytes = b""
+    ) -> bytes:
         """Undo-time resolver: an unresolvable undo is an UndoError, not a conflict."""
         try:
             resolved: bytes = self.tryToResolveConflict(oid, current, undone, data_before, committed_data)

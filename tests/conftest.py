@@ -21,8 +21,8 @@ import tempfile
 
 import pytest
 
-from windvane.ops.mariadb_server import MariaDBServer
 from tests import mariadb as test_servers
+from windvane.ops.mariadb_server import MariaDBServer
 
 #: Fixtures that start or use a MariaDB server.
 MARIADB_FIXTURES = frozenset({"mariadb_server", "mariadb_url", "private_server"})

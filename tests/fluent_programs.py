@@ -28,8 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 VENDOR = REPO.parent / "shared" / "vendor"
 
 #: Debian 12 packages fluentd 1.14.6 runs on (its gems as Debian packages), and Fluent Bit's libraries.
-FLUENTD_DEBS = ("ruby ruby-msgpack ruby-cool.io ruby-serverengine ruby-yajl ruby-sigdump ruby-tzinfo "
-                "ruby-strptime ruby-http-parser.rb ruby-webrick ruby-concurrent")
+FLUENTD_DEBS = (
+    "ruby ruby-msgpack ruby-cool.io ruby-serverengine ruby-yajl ruby-sigdump ruby-tzinfo "
+    "ruby-strptime ruby-http-parser.rb ruby-webrick ruby-concurrent"
+)
 FLUENT_BIT_DEBS = "libyaml-0-2 libsqlite3-0 libssl3"
 
 
@@ -62,8 +64,14 @@ class Program:
         self.log_path = workdir / f"{name}.log"
         self._log = open(self.log_path, "ab")
         # A session of its own: the supervisor's worker and Fluent Bit's threads die with the group.
-        self.process = subprocess.Popen(argv, cwd=cwd or workdir, stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            argv,
+            cwd=cwd or workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def log(self, tail: int = 6000) -> str:
         """The end of the program's log (also after :meth:`stop`)."""
@@ -146,5 +154,13 @@ def start_fluent_bit(config: str, workdir: Path, name: str = "fluent-bit") -> Pr
     return program
 
 
-__all__ = ["FLUENTD_DEBS", "FLUENT_BIT_DEBS", "Program", "fluent_bit_binary", "fluentd_dir", "in_ci",
-           "start_fluent_bit", "start_fluentd"]
+__all__ = [
+    "FLUENTD_DEBS",
+    "FLUENT_BIT_DEBS",
+    "Program",
+    "fluent_bit_binary",
+    "fluentd_dir",
+    "in_ci",
+    "start_fluent_bit",
+    "start_fluentd",
+]

@@ -29,8 +29,14 @@ def packed_forward(tag: str, events: list[tuple[int, dict]], chunk_id: bytes) ->
     """One PackedForward message as out_forward frames it (entries as str32, option size and chunk)."""
     entries = b"".join(msgpack.packb([event_time(t), r], use_bin_type=True) for t, r in events)
     packer = msgpack.Packer(use_bin_type=True)
-    return (b"\x93" + packer.pack(tag) + b"\xdb" + struct.pack(">I", len(entries)) + entries
-            + packer.pack({"size": len(events), "chunk": chunk_id.decode()}))
+    return (
+        b"\x93"
+        + packer.pack(tag)
+        + b"\xdb"
+        + struct.pack(">I", len(entries))
+        + entries
+        + packer.pack({"size": len(events), "chunk": chunk_id.decode()})
+    )
 
 
 def chunk_id() -> bytes:

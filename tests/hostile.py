@@ -18,8 +18,11 @@ def metrics(server: Serve) -> dict[str, float]:
     """``GET /metrics`` of ``server`` as ``{'name{labels}': value}``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=30) as reply:
         text = reply.read().decode()
-    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def read_acks(sock: socket.socket, count: int) -> int:

@@ -40,16 +40,22 @@ def pausing_at(checkpoint: str, times: int) -> Callable[..., None]:
 
 def paused(checkpoint: str, *args: str, times: int = 1) -> subprocess.Popen:
     """``windvane ARGS`` stopped the ``times``-th time it reaches ``checkpoint``; AssertionError if it ends first."""
-    process = subprocess.Popen([sys.executable, "-m", "tests.paused_process", checkpoint, str(times), *args],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.paused_process", checkpoint, str(times), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     said = []
     for line in process.stderr:  # ends if the process does
         if line.startswith(PAUSED):
             return process
         said.append(line)
     process.wait(30)
-    raise AssertionError(f"windvane {' '.join(args)} ended ({process.returncode}) before reaching {checkpoint} "
-                         f"#{times}: {process.stdout.read()!r} {b''.join(said)!r}")
+    raise AssertionError(
+        f"windvane {' '.join(args)} ended ({process.returncode}) before reaching {checkpoint} "
+        f"#{times}: {process.stdout.read()!r} {b''.join(said)!r}"
+    )
 
 
 def main() -> None:

@@ -34,14 +34,36 @@ def free_port() -> int:
 class Serve:
     """One ``windvane serve`` process; its log goes to ``log_path``."""
 
-    def __init__(self, store: str, schemas: str | Path, log_path: str | Path, *args: str,
-                 forward: str | None = ANY_PORT, http: str | None = ANY_PORT, timeout: float = 60):
+    def __init__(
+        self,
+        store: str,
+        schemas: str | Path,
+        log_path: str | Path,
+        *args: str,
+        forward: str | None = ANY_PORT,
+        http: str | None = ANY_PORT,
+        timeout: float = 60,
+    ):
         self.log_path = Path(log_path)
-        command = [sys.executable, "-c", "import windvane; windvane.main()", "serve", "--store", store,
-                   "--schemas", str(schemas), "--forward", forward or "off", "--http", http or "off", *args]
+        command = [
+            sys.executable,
+            "-c",
+            "import windvane; windvane.main()",
+            "serve",
+            "--store",
+            store,
+            "--schemas",
+            str(schemas),
+            "--forward",
+            forward or "off",
+            "--http",
+            http or "off",
+            *args,
+        ]
         self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         self.addresses: dict[str, tuple[str, int]] = {}
         self.lines: list[str] = []  # what it printed up to "ready"
         deadline = time.monotonic() + timeout

@@ -40,8 +40,11 @@ def _walk(node: ast.AST, path: str, prefix: str):
 
 def test_no_function_over_60_lines_and_no_class_over_300():
     found = definitions()
-    too_long = [f"{path}: {kind} {name} has {lines} lines" for lines, kind, path, name in found
-                if lines > (MAX_CLASS if kind == "class" else MAX_FUNCTION)]
+    too_long = [
+        f"{path}: {kind} {name} has {lines} lines"
+        for lines, kind, path, name in found
+        if lines > (MAX_CLASS if kind == "class" else MAX_FUNCTION)
+    ]
     assert not too_long, "\n".join(too_long)
     largest = {kind: max((d for d in found if d[1] == kind), default=None) for kind in ("class", "function")}
     for kind, (lines, _, path, name) in largest.items():

@@ -1,15 +1,21 @@
-"""windvane: the command line.
+"""windvane: industrial big-data ingestion into chunked arrays on a deduplicating, history-preserving store.
 
-This package only wires the layers together (argument parsing, messages, exit
-codes); the work is done in the neostore package.  Exit codes: 0 success,
-1 failure (or "not running" for `db status`), 2 bad input or a missing
-prerequisite (among them a store that does not exist: commands that only
-read, and `store pack`, never create one), 3 `import` quarantined rows
-(without --allow-rejects).
+The library is in the subpackages, each importable on its own:
+``windvane.neostore`` (the object store), ``windvane.arrays`` (streams as
+chunked arrays), ``windvane.ingest`` (validation, batching, durable commits),
+``windvane.connectors`` (Forward, HTTP, MQTT, files) and ``windvane.export``.
+``windvane.cli`` is the ``windvane`` command and ``windvane.ops`` what it runs
+beside the library (a private MariaDB server, the demo, store reports).
+Importing this package imports none of them.
 """
 
 from __future__ import annotations
 
-from windvane.cli import cli, main
+__all__ = ["main"]
 
-__all__ = ["cli", "main"]
+
+def main() -> None:
+    """Run the ``windvane`` command line (the console script's entry point); see ``windvane --help``."""
+    from windvane.cli import main as run
+
+    run()

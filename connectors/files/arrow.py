@@ -110,13 +110,18 @@ class ArrowReader:
                 row += batch.num_rows
 
     def _part(self, table: pa.Table, end: int) -> Part:
-        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit,
-                                   self.options.timezone or "UTC")
+        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit, self.options.timezone or "UTC")
         rejected = []
         if len(wrong):
             values = table.column(self.time_column)
-            rejected = [(INVALID_TIME, _row_json(table, int(i)), f"column {self.time_column!r}: "
-                         f"{values[int(i)].as_py()!r} is not a time") for i in wrong]
+            rejected = [
+                (
+                    INVALID_TIME,
+                    _row_json(table, int(i)),
+                    f"column {self.time_column!r}: {values[int(i)].as_py()!r} is not a time",
+                )
+                for i in wrong
+            ]
             keep = np.ones(table.num_rows, dtype=bool)
             keep[wrong] = False
             table, times = table.filter(pa.array(keep)), times[keep]

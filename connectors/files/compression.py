@@ -145,8 +145,13 @@ class ZstdStream:
     def close(self) -> None:
         self.file.close()
 
-_OPENERS = {"gzip": lambda p: gzip.open(p, "rb"), "zstd": ZstdStream, "bzip2": lambda p: bz2.open(p, "rb"),
-            "xz": lambda p: lzma.open(p, "rb")}
+
+_OPENERS = {
+    "gzip": lambda p: gzip.open(p, "rb"),
+    "zstd": ZstdStream,
+    "bzip2": lambda p: bz2.open(p, "rb"),
+    "xz": lambda p: lzma.open(p, "rb"),
+}
 
 
 def open_data(path: str | Path) -> BinaryIO | _Decompressed:

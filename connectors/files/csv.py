@@ -125,9 +125,9 @@ class _Rows:
 class CsvReader:
     """``reader(start)`` yields :class:`Part` objects of a CSV file from byte offset ``start``."""
 
-    def __init__(self, path: str | Path, options: ReaderOptions = ReaderOptions(), *, delimiter: str = ","):
+    def __init__(self, path: str | Path, options: ReaderOptions | None = None, *, delimiter: str = ","):
         self.path = str(path)
-        self.options = options
+        self.options = options if options is not None else ReaderOptions()
         self.block_bytes = options.block_bytes
         self.delimiter = delimiter
         header, self.header_end = self._header()
@@ -148,9 +148,12 @@ class CsvReader:
         line = head[:end].removeprefix(b"\xef\xbb\xbf")
         if not line.strip():
             raise FileFormatError(f"{self.path}: empty file, or no header row")
-        header = pacsv.read_csv(pa.py_buffer(line), read_options=pacsv.ReadOptions(autogenerate_column_names=True),
-                                parse_options=pacsv.ParseOptions(delimiter=self.delimiter),
-                                convert_options=pacsv.ConvertOptions(column_types={}, strings_can_be_null=False))
+        header = pacsv.read_csv(
+            pa.py_buffer(line),
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+            parse_options=pacsv.ParseOptions(delimiter=self.delimiter),
+            convert_options=pacsv.ConvertOptions(column_types={}, strings_can_be_null=False),
+        )
         return [header.column(i)[0].as_py() for i in range(header.num_columns)], end
 
     def file_types(self) -> dict[str, pa.DataType]:
@@ -221,11 +224,16 @@ class CsvReader:
         return pacsv.read_csv(
             pa.py_buffer(block),
             # Parallel blocks of 1 MiB use every core; one block in one thread numbers the rows.
-            read_options=pacsv.ReadOptions(column_names=self.names, use_threads=threads,
-                                           block_size=1 << 20 if threads else max(len(block) + 1, 1 << 20)),
-            parse_options=pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True,
-                                             invalid_row_handler=invalid),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=text))
+            read_options=pacsv.ReadOptions(
+                column_names=self.names,
+                use_threads=threads,
+                block_size=1 << 20 if threads else max(len(block) + 1, 1 << 20),
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter=self.delimiter, newlines_in_values=True, invalid_row_handler=invalid
+            ),
+            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=text),
+        )
 
     def _part(self, block: bytes, ends: np.ndarray, end: int, nbytes: int) -> Part:
         rows = _Rows(block, ends)
@@ -238,8 +246,9 @@ class CsvReader:
             bad.clear()
             text = {n: pa.string() for n in self.names}
             table = self._parse(block, text, bad, text=True)
-            table = table.set_column(self.names.index(self.time_column), self.time_column,
-                                     pc.fill_null(table.column(self.time_column), ""))
+            table = table.set_column(
+                self.names.index(self.time_column), self.time_column, pc.fill_null(table.column(self.time_column), "")
+            )
         if not self._inferred:
             # The first block's types hold for the whole file (a column with no value yet stays open).
             self.types.update({f.name: f.type for f in table.schema if not pa.types.is_null(f.type)})
@@ -248,16 +257,23 @@ class CsvReader:
         skipped = {number - 1 for number, _ in bad}
         index = np.array([i for i in range(len(rows)) if i not in skipped], dtype=np.int64) if skipped else None
         if len(index if index is not None else rows) != table.num_rows:
-            raise FileFormatError(f"{self.path}: {table.num_rows} rows parsed where {len(rows)} were found "
-                                  f"before byte {end}; the file's quoting is not CSV")
+            raise FileFormatError(
+                f"{self.path}: {table.num_rows} rows parsed where {len(rows)} were found "
+                f"before byte {end}; the file's quoting is not CSV"
+            )
         times, wrong = time_ns(table.column(self.time_column), self._unit, self.options.timezone or "UTC")
         if len(wrong):
             values = table.column(self.time_column)
             for i in wrong:
                 i = int(i)
-                rejected.append((INVALID_TIME, rows.raw(index[i] if index is not None else i),
-                                 f"column {self.time_column!r}: {values[i].as_py()!r} is not a time "
-                                 "(ISO 8601 or an epoch number)"))
+                rejected.append(
+                    (
+                        INVALID_TIME,
+                        rows.raw(index[i] if index is not None else i),
+                        f"column {self.time_column!r}: {values[i].as_py()!r} is not a time "
+                        "(ISO 8601 or an epoch number)",
+                    )
+                )
             keep = np.ones(table.num_rows, dtype=bool)
             keep[wrong] = False
             table, times = table.filter(pa.array(keep)), times[keep]

@@ -44,18 +44,27 @@ class Format:
 FORMATS: dict[str, Format] = {}
 
 
-def register(name: str, extensions: Sequence[str], make: Callable[[str, ReaderOptions], Callable[[Any], Any]],
-             *, vibration: bool = False, names: Sequence[str] = (), compressed: bool = False) -> None:
+def register(
+    name: str,
+    extensions: Sequence[str],
+    make: Callable[[str, ReaderOptions], Callable[[Any], Any]],
+    *,
+    vibration: bool = False,
+    names: Sequence[str] = (),
+    compressed: bool = False,
+) -> None:
     """Make format ``name`` known, chosen by ``--format name``, one of ``extensions`` or of the file ``names``."""
     if name in FORMATS:
         raise ConnectorConfigError(f"file format {name!r} is registered twice")
     taken = {e: f.name for f in FORMATS.values() for e in (*f.extensions, *f.names)}
     clash = [e for e in (*extensions, *names) if e.lower() in taken]
     if clash:
-        raise ConnectorConfigError(f"extension(s) or name(s) {clash} of format {name!r} already select "
-                         f"{[taken[e.lower()] for e in clash]}")
-    FORMATS[name] = Format(name, tuple(e.lower() for e in extensions), make, vibration,
-                           tuple(n.lower() for n in names), compressed)
+        raise ConnectorConfigError(
+            f"extension(s) or name(s) {clash} of format {name!r} already select {[taken[e.lower()] for e in clash]}"
+        )
+    FORMATS[name] = Format(
+        name, tuple(e.lower() for e in extensions), make, vibration, tuple(n.lower() for n in names), compressed
+    )
 
 
 register("csv", (".csv",), csv_reader, compressed=True)
@@ -70,8 +79,13 @@ register("jsonl", (".jsonl", ".ndjson"), log_reader("jsonl"), compressed=True)
 # RFC 3164; ".log" says nothing of the format (--format), but rsyslog's and syslogd's files are named so:
 register("syslog", (), log_reader("syslog"), names=("syslog", "messages"), compressed=True)
 register("syslog5424", (), log_reader("syslog5424"), compressed=True)
-register("combined", (), log_reader("combined"), names=("access.log", "access_log"),  # nginx/Apache access logs
-         compressed=True)
+register(
+    "combined",
+    (),
+    log_reader("combined"),
+    names=("access.log", "access_log"),  # nginx/Apache access logs
+    compressed=True,
+)
 
 
 def format_for(path: str | Path, name: str | None = None) -> Format:
@@ -82,8 +96,9 @@ def format_for(path: str | Path, name: str | None = None) -> Format:
     compression = compression_of(path) if Path(path).is_file() else None
     fmt = _by_name(name) if name is not None else _by_file_name(path, compression)
     if compression is not None and not fmt.compressed:
-        raise FileFormatError(f"{path}: compressed file ({compression}); the {fmt.name} reader seeks in its file, "
-                              "so decompress it first")
+        raise FileFormatError(
+            f"{path}: compressed file ({compression}); the {fmt.name} reader seeks in its file, so decompress it first"
+        )
     return fmt
 
 
@@ -102,5 +117,7 @@ def _by_file_name(path: str | Path, compression: str | None) -> Format:
             return fmt
     known = ", ".join(f"{e} ({f.name})" for f in FORMATS.values() for e in (*f.extensions, *f.names))
     what = f"compressed file ({compression}) holding {plain!r}; " if compression else ""
-    raise FileFormatError(f"{path}: {what}cannot tell the format from the extension {suffix or '(none)'!r}; "
-                          f"pass --format ({', '.join(sorted(FORMATS))}). Known extensions and names: {known}")
+    raise FileFormatError(
+        f"{path}: {what}cannot tell the format from the extension {suffix or '(none)'!r}; "
+        f"pass --format ({', '.join(sorted(FORMATS))}). Known extensions and names: {known}"
+    )

@@ -48,8 +48,10 @@ def find_time_column(names: Sequence[str], wanted: str | None, where: str) -> st
     for name in TIME_NAMES:
         if name in lowered:
             return lowered[name]
-    raise FileFormatError(f"{where}: no time column (one of {', '.join(TIME_NAMES)}); the columns are "
-                          f"{list(names)}: name it with --time-column")
+    raise FileFormatError(
+        f"{where}: no time column (one of {', '.join(TIME_NAMES)}); the columns are "
+        f"{list(names)}: name it with --time-column"
+    )
 
 
 def unit_for(values: pa.Array, unit: str | None) -> str:
@@ -104,8 +106,9 @@ def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
     raise FileFormatError(f"a time column of type {type_} is neither text, a number nor a timestamp")
 
 
-def time_ns(values: pa.Array | pa.ChunkedArray, unit: str | None = None,
-            zone: str = "UTC") -> tuple[np.ndarray, np.ndarray]:
+def time_ns(
+    values: pa.Array | pa.ChunkedArray, unit: str | None = None, zone: str = "UTC"
+) -> tuple[np.ndarray, np.ndarray]:
     """``(times, bad)``: int64 ns since the epoch per value, and the indices of values that are not times.
 
     ``unit``: the epoch unit of numbers (None: by magnitude); ``zone``: the
@@ -125,7 +128,7 @@ def time_ns(values: pa.Array | pa.ChunkedArray, unit: str | None = None,
     nulls: list[np.ndarray] = []
 
     def converted(start: int, got: pa.Array) -> None:
-        times[start:start + len(got)] = got.fill_null(0).to_numpy()
+        times[start : start + len(got)] = got.fill_null(0).to_numpy()
         nulls.append(start + np.flatnonzero(got.is_null().to_numpy(zero_copy_only=False)))
 
     bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone), converted), *nulls])

@@ -104,10 +104,15 @@ def read_info(path: str | Path) -> WavInfo:
                 if tag == _EXTENSIBLE and size >= 40:
                     tag = struct.unpack("<H", body[24:26])[0]  # the subformat GUID starts with the format tag
                 floating = tag == _FLOAT
-                if tag not in (_PCM, _FLOAT) or (floating and bits not in (32, 64)) or (
-                        not floating and bits not in (8, 16, 24, 32)):
-                    raise FileFormatError(f"{path}: format tag {tag} with {bits} bits is not supported "
-                                          "(PCM 8/16/24/32-bit integers, IEEE float 32/64-bit)")
+                if (
+                    tag not in (_PCM, _FLOAT)
+                    or (floating and bits not in (32, 64))
+                    or (not floating and bits not in (8, 16, 24, 32))
+                ):
+                    raise FileFormatError(
+                        f"{path}: format tag {tag} with {bits} bits is not supported "
+                        "(PCM 8/16/24/32-bit integers, IEEE float 32/64-bit)"
+                    )
                 if channels < 1 or rate < 1:
                     raise FileFormatError(f"{path}: {channels} channels at {rate} Hz")
                 fmt = (tag, channels, rate, bits, floating)
@@ -170,8 +175,13 @@ class WavReader:
                 times = frame_times(self.start_ns, frame, count, info.rate)
                 frame += count
                 nbytes = count * info.frame_bytes + (info.data_offset if frame == count else 0)
-                yield Part(pa.table({"time": pa.array(times, pa.int64())}), frame, nbytes,
-                           samples=samples, sample_rate=float(info.rate))
+                yield Part(
+                    pa.table({"time": pa.array(times, pa.int64())}),
+                    frame,
+                    nbytes,
+                    samples=samples,
+                    sample_rate=float(info.rate),
+                )
 
 
 def wav_reader(path: str | Path, options: ReaderOptions) -> WavReader:

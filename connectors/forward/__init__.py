@@ -31,8 +31,12 @@ __all__ = [
     "decode_message",
 ]
 
-__getattr__ = lazy_attributes(__name__, {
-    **dict.fromkeys(("INVALID_TIME", "Decoded", "ForwardDecoder", "FrameReader", "ack_bytes", "decode_message"),
-                    "decode"),
-    "ForwardServer": "server",
-})
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("INVALID_TIME", "Decoded", "ForwardDecoder", "FrameReader", "ack_bytes", "decode_message"), "decode"
+        ),
+        "ForwardServer": "server",
+    },
+)

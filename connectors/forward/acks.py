@@ -74,11 +74,17 @@ class Acknowledging(ConnectionState):
         chunks = repr(keys[0]) if len(keys) == 1 else f"{len(keys)} chunks, {keys[0]!r} first"
         events = _events([b for batches, _ in items for b in batches])
         if isinstance(exc, CommitFailed):
-            log.error("commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
-                      events, self.peer, chunks, exc)
+            log.error(
+                "commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
+                events,
+                self.peer,
+                chunks,
+                exc,
+            )
         else:
-            log.error("sink failed on %s events from %s (%s); not acknowledged", events, self.peer, chunks,
-                      exc_info=exc)
+            log.error(
+                "sink failed on %s events from %s (%s); not acknowledged", events, self.peer, chunks, exc_info=exc
+            )
 
     async def _ack_in_order(self) -> None:
         """Await the submissions in arrival order and write their acks, until the end marker (task None)."""

@@ -44,7 +44,9 @@ class Authenticating(Timers):
             self.server.counters.preauth_oversize += 1
             log.warning(
                 "Forward connection from %s sent over %d bytes without completing the handshake (a PING is "
-                "far smaller); closing", self.peer, MAX_PING_BYTES,
+                "far smaller); closing",
+                self.peer,
+                MAX_PING_BYTES,
             )
             self._close_now()
         return b""
@@ -66,7 +68,10 @@ class Authenticating(Timers):
         self.stats["rejected_auth"] += 1
         log.warning(
             "Forward handshake from %s refused: %s (client hostname %r, user %r)",
-            self.peer, pong[2], self.handshake.client_hostname, self.handshake.username,
+            self.peer,
+            pong[2],
+            self.handshake.client_hostname,
+            self.handshake.username,
         )
         self._stop_reading()
         self.wake.set()

@@ -114,8 +114,11 @@ def _time_faults(times: array, values: list) -> dict[int, str] | None:
     """Why each time of ``times`` that is :data:`INVALID_TIME` is not a time, naming its value; None if none is."""
     if not len(times) or min(times) != INVALID_TIME:
         return None
-    return {i: not_a_time(bytes(v) if type(v) is EventTimeBytes else v)
-            for i, (ns, v) in enumerate(zip(times, values)) if ns == INVALID_TIME}
+    return {
+        i: not_a_time(bytes(v) if type(v) is EventTimeBytes else v)
+        for i, (ns, v) in enumerate(zip(times, values))
+        if ns == INVALID_TIME
+    }
 
 
 def _times_ns(values: list) -> array:
@@ -215,14 +218,19 @@ def decode_message(
             tag, entries, option = packed
             if defer and (_compressed(option) or _small_events(entries)):
                 return _deferred(tag, entries, option, len(frame), decompressed_size_limit)
-            return _packed_message(tag, entries, option, len(frame), decompressed_size_limit, record_types,
-                                   _entries_room(frame, entries))
-    return decode_value(parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit,
-                        record_types=record_types)
+            return _packed_message(
+                tag, entries, option, len(frame), decompressed_size_limit, record_types, _entries_room(frame, entries)
+            )
+    return decode_value(
+        parse_frame(frame, json_mode), frame, decompressed_size_limit=decompressed_size_limit, record_types=record_types
+    )
 
 
 def decode_value(
-    value: Any, frame: bytes, *, decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
+    value: Any,
+    frame: bytes,
+    *,
+    decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     record_types: Callable[[str], type | None] | None = None,
 ) -> Decoded | None:
     """Decode a message already parsed into ``value`` from the bytes ``frame``; see :func:`decode_message`."""
@@ -281,9 +289,15 @@ def _text_keys(option: dict | None) -> dict | None:
     return out
 
 
-def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, limit: int,
-                    record_types: Callable[[str], type | None] | None = None,
-                    room: tuple[bytearray | memoryview, int] | None = None) -> Decoded:
+def _packed_message(
+    tag: str,
+    payload: bytes,
+    option: dict | None,
+    size: int,
+    limit: int,
+    record_types: Callable[[str], type | None] | None = None,
+    room: tuple[bytearray | memoryview, int] | None = None,
+) -> Decoded:
     compressed = option.get("compressed") if option else None
     mode = "packed"
     if compressed is not None and compressed != "text":
@@ -295,8 +309,9 @@ def _packed_message(tag: str, payload: bytes, option: dict | None, size: int, li
     return _decoded(decode_packed(tag, payload, size, record_type, events, room=room), option, mode)
 
 
-def _entries_room(frame: bytes | bytearray | memoryview, entries: memoryview
-                  ) -> tuple[bytearray | memoryview, int] | None:
+def _entries_room(
+    frame: bytes | bytearray | memoryview, entries: memoryview
+) -> tuple[bytearray | memoryview, int] | None:
     """``(frame, where its entries start)`` if ``frame`` is writable (a bulk message, see :class:`_Bulk`)
     and its ``entries`` follow a 5-byte str32/bin32 header, where an array header fits; else None."""
     if not (type(frame) is bytearray or (type(frame) is memoryview and not frame.readonly)):
@@ -307,8 +322,9 @@ def _entries_room(frame: bytes | bytearray | memoryview, entries: memoryview
     return frame, found[0] - len(entries)
 
 
-def decode_entries(payload: bytes, tag: str, size: int, compressed: Any, limit: int,
-                   record_type: type | None = None) -> list[Batch]:
+def decode_entries(
+    payload: bytes, tag: str, size: int, compressed: Any, limit: int, record_type: type | None = None
+) -> list[Batch]:
     """The Batch of PackedForward ``payload`` (decompressed first if ``compressed``); run by ingest's workers."""
     if compressed is not None and compressed != "text":
         payload = decompress_entries(payload, compressed, limit, tag)
@@ -414,8 +430,15 @@ def _decode_forward(tag: str, entries: list, frame: bytes) -> Batch:
             raise MalformedMessage(f"Forward entry {i} of tag {tag!r} is {_kind(entry)}, expected [time, record]")
     stamps = list(map(_first, entries))
     times = _times_ns(stamps)
-    return Batch(tag, times, list(map(_second, entries)), _ForwardRaw(frame), SOURCE, len(frame),
-                 faults=_time_faults(times, stamps))
+    return Batch(
+        tag,
+        times,
+        list(map(_second, entries)),
+        _ForwardRaw(frame),
+        SOURCE,
+        len(frame),
+        faults=_time_faults(times, stamps),
+    )
 
 
 class _FramesRaw:
@@ -456,8 +479,15 @@ class _ForwardRaw:
         return self._frame[self._offsets[i] : self._offsets[i + 1]]
 
 
-def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_type: type | None = None,
-                  events: Any = None, *, room: tuple[bytearray | memoryview, int] | None = None) -> Batch:
+def decode_packed(
+    tag: str,
+    payload: bytes | memoryview,
+    size: int = 0,
+    record_type: type | None = None,
+    events: Any = None,
+    *,
+    room: tuple[bytearray | memoryview, int] | None = None,
+) -> Batch:
     """Decode concatenated msgpack ``[time, record]`` entries (PackedForward) in one Unpacker pass.
 
     The entries are listed by msgpack in C, checked and split with C-level
@@ -503,8 +533,13 @@ def decode_packed(tag: str, payload: bytes | memoryview, size: int = 0, record_t
 
 def _count_entries(payload: bytes | memoryview) -> int | None:
     """How many whole msgpack values ``payload`` holds, or None if it ends inside one or cannot be read."""
-    up = msgpack.Unpacker(None, max_buffer_size=max(len(payload), 1), strict_map_key=False,
-                          max_array_len=MAX_CONTAINER_LEN, max_map_len=MAX_CONTAINER_LEN)
+    up = msgpack.Unpacker(
+        None,
+        max_buffer_size=max(len(payload), 1),
+        strict_map_key=False,
+        max_array_len=MAX_CONTAINER_LEN,
+        max_map_len=MAX_CONTAINER_LEN,
+    )
     up.feed(payload)
     skip = up.skip
     count = 0
@@ -523,8 +558,14 @@ def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder:
     return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])
 
 
-def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type: type,
-                  events: Any = None, room: tuple[bytearray | memoryview, int] | None = None) -> Batch | None:
+def _decode_typed(
+    tag: str,
+    payload: bytes | memoryview,
+    size: int,
+    record_type: type,
+    events: Any = None,
+    room: tuple[bytearray | memoryview, int] | None = None,
+) -> Batch | None:
     """The entries with records of ``record_type``, decoded and checked by msgspec in C; None if any does not fit.
 
     msgspec reads one value, so the entries get an array header in front:
@@ -558,12 +599,24 @@ def _decode_typed(tag: str, payload: bytes | memoryview, size: int, record_type:
         return None  # EventTimes mixed with numbers: rare, the plain way converts them one by one
     else:
         times = _times_ns(stamps)
-    return Batch(tag, times, list(map(_second, entries)), _PackedRaw(payload), SOURCE, size, typed=True,
-                 faults=_time_faults(times, stamps))
+    return Batch(
+        tag,
+        times,
+        list(map(_second, entries)),
+        _PackedRaw(payload),
+        SOURCE,
+        size,
+        typed=True,
+        faults=_time_faults(times, stamps),
+    )
 
 
-def _decode_counted(decoder: msgspec.msgpack.Decoder, payload: bytes | memoryview, count: int,
-                    room: tuple[bytearray | memoryview, int] | None) -> list | None:
+def _decode_counted(
+    decoder: msgspec.msgpack.Decoder,
+    payload: bytes | memoryview,
+    count: int,
+    room: tuple[bytearray | memoryview, int] | None,
+) -> list | None:
     """``payload`` decoded by ``decoder`` as an array of ``count`` entries, or None if it is not one or an
     entry does not fit (invalid UTF-8 included)."""
     header = b"\xdd" + count.to_bytes(4, "big")
@@ -710,8 +763,13 @@ def merge_batches(batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
         ):
             if not owned[-1]:
                 last = Batch(
-                    last.tag, array("q", last.times), list(last.records), _FramesRaw(list(last.raw.frames)),
-                    last.source, last.size, faults=last.faults,
+                    last.tag,
+                    array("q", last.times),
+                    list(last.records),
+                    _FramesRaw(list(last.raw.frames)),
+                    last.source,
+                    last.size,
+                    faults=last.faults,
                 )
                 out[-1] = last
                 owned[-1] = True

@@ -117,5 +117,3 @@ def _zstd_incomplete(data: memoryview) -> str | None:
         if pos > end:
             return "truncated (the checksum is cut)"
     return None
-
-

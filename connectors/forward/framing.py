@@ -175,8 +175,9 @@ class _MsgpackFramer:
             # holding only what follows it (at most this slice).
             self._restart(buf)
         if len(self._buf) > self._limit:
-            raise _oversize(_tag_from_head(bytes(self._buf[:HEAD_BYTES])), len(self._buf), self._limit,
-                            "incomplete message")
+            raise _oversize(
+                _tag_from_head(bytes(self._buf[:HEAD_BYTES])), len(self._buf), self._limit, "incomplete message"
+            )
 
     def _restart(self, pending: bytes | bytearray) -> None:
         """New buffers holding only ``pending``, the start of the next message."""
@@ -272,7 +273,7 @@ class _Bulk:
         end = self._option_end(view)
         if end is None:
             self.add(view)
-            return None, view[len(view):]
+            return None, view[len(view) :]
         self.add(view[:end])
         return self._frame(), view[end:]
 
@@ -290,12 +291,14 @@ class _Bulk:
                 self._option.skip()
             except msgpack.OutOfData:
                 if self.entries_end + self._option_fed > self.limit:
-                    raise _oversize(_tag_from_head(self.head), self.entries_end + self._option_fed, self.limit,
-                                    "incomplete message") from None
+                    raise _oversize(
+                        _tag_from_head(self.head), self.entries_end + self._option_fed, self.limit, "incomplete message"
+                    ) from None
                 continue
             except Exception as exc:  # msgpack's own: FormatError, StackError, ValueError
                 raise MalformedMessage(
-                    f"unreadable msgpack at byte {self.entries_end + self._option.tell()}: {exc}") from exc
+                    f"unreadable msgpack at byte {self.entries_end + self._option.tell()}: {exc}"
+                ) from exc
             size = self.entries_end + self._option.tell()
             if size > self.limit:
                 raise _oversize(_tag_from_head(self.head), size, self.limit, "message")
@@ -357,7 +360,7 @@ class _JsonFramer:
                     break
                 if buf[pos] not in b"[{":
                     raise MalformedMessage(
-                        f"JSON stream: expected '[' or '{{' where a message starts, got {bytes(buf[pos:pos + 1])!r}"
+                        f"JSON stream: expected '[' or '{{' where a message starts, got {bytes(buf[pos : pos + 1])!r}"
                     )
                 self._start = pos
                 self._depth = 1
@@ -397,5 +400,3 @@ class _JsonFramer:
         self._scan = pos - keep
         if self._start >= 0:
             self._start = 0
-
-

@@ -112,7 +112,13 @@ class Handshake:
 
 
 def ping(
-    helo: Any, *, client_hostname: str, shared_key: str, username: str = "", password: str = "", salt: bytes | None = None
+    helo: Any,
+    *,
+    client_hostname: str,
+    shared_key: str,
+    username: str = "",
+    password: str = "",
+    salt: bytes | None = None,
 ) -> list:
     """The PING a client sends for ``helo`` (for tests and tools; out_forward builds the same)."""
     options = helo[1]

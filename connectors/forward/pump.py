@@ -100,8 +100,14 @@ class Pumping(Acknowledging):
 
     def _decode(self, frame: bytes, json_mode: bool, packed: tuple | None) -> Decoded | None:
         """``frame`` decoded as the server is configured to (``packed``: what :func:`read_packed` read of it)."""
-        return decode_message(frame, json_mode=json_mode, decompressed_size_limit=self.server.inflate_limit,
-                              defer=self.server.defer, packed=packed, record_types=self.server.record_types)
+        return decode_message(
+            frame,
+            json_mode=json_mode,
+            decompressed_size_limit=self.server.inflate_limit,
+            defer=self.server.defer,
+            packed=packed,
+            record_types=self.server.record_types,
+        )
 
     async def _reserve_inflated(self, frame: bytes, tag: str, codec: str, payload: memoryview) -> int | None:
         """Reserve the decompressed size of a compressed message in the budget (found without keeping the
@@ -109,10 +115,15 @@ class Pumping(Acknowledging):
         limit = self.server.inflate_limit
         size = await asyncio.to_thread(inflated_size, payload, (codec,), limit)
         if size > limit:
-            self._report(OversizeMessage(
-                f"decompressed entries of tag {tag!r} exceed the limit of {limit} bytes (decompressed_size_limit, "
-                f"at most what the memory budget holds decoded)", tag=tag, limit=limit, size=size,
-            ))
+            self._report(
+                OversizeMessage(
+                    f"decompressed entries of tag {tag!r} exceed the limit of {limit} bytes (decompressed_size_limit, "
+                    f"at most what the memory budget holds decoded)",
+                    tag=tag,
+                    limit=limit,
+                    size=size,
+                )
+            )
             return None
         held = held_for(size)
         await self.budget.reserve(held)

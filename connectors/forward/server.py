@@ -142,8 +142,17 @@ class ForwardServer:
         self._connections: set[Connection] = set()
         self._stats = dict.fromkeys(
             (
-                "connections", "connections_total", "messages", "events", "bytes", "acks",
-                "malformed", "rejected_auth", "oversize", "commit_failed", "heartbeats",
+                "connections",
+                "connections_total",
+                "messages",
+                "events",
+                "bytes",
+                "acks",
+                "malformed",
+                "rejected_auth",
+                "oversize",
+                "commit_failed",
+                "heartbeats",
             ),
             0,
         )
@@ -166,8 +175,13 @@ class ForwardServer:
         loop = asyncio.get_running_loop()
         for attempt in range(20):
             listener = Listener(
-                lambda: Connection(self), self.host, self.requested_port, name="Forward", ssl=self.ssl,
-                max_connections=self.limits.max_connections, handshake_timeout=self.limits.handshake_timeout,
+                lambda: Connection(self),
+                self.host,
+                self.requested_port,
+                name="Forward",
+                ssl=self.ssl,
+                max_connections=self.limits.max_connections,
+                handshake_timeout=self.limits.handshake_timeout,
                 counters=self.counters,
             )
             await listener.start()

@@ -46,9 +46,7 @@ class ConnectionState:
         self.inflight: deque[tuple[asyncio.Task | None, list[bytes | None], int]] = deque()
         self.in_flight_messages = 0
         self.acking = True  # False from a message found malformed by the sink on: nothing after it is acked
-        self.handshake = (
-            Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
-        )
+        self.handshake = Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.stopped = False  # no more reading: error, EOF, shutdown
@@ -96,7 +94,10 @@ class ConnectionState:
             self.stats["oversize"] += 1
             log.error(
                 "oversize Forward message from %s, tag %r: over the limit of %d bytes; dropped, no ack, closing: %s",
-                self.peer, exc.tag, exc.limit, exc,
+                self.peer,
+                exc.tag,
+                exc.limit,
+                exc,
             )
         else:
             self.stats["malformed"] += 1

@@ -46,8 +46,11 @@ class Timers(ConnectionState):
         if self.handshake is None or self.lost:
             return
         self.server.counters.handshake_timeouts += 1
-        log.warning("Forward connection from %s did not complete the handshake in %g s; closing",
-                    self.peer, self.server.limits.handshake_timeout)
+        log.warning(
+            "Forward connection from %s did not complete the handshake in %g s; closing",
+            self.peer,
+            self.server.limits.handshake_timeout,
+        )
         self._close_now()
 
     def _idle_check(self) -> None:
@@ -81,6 +84,8 @@ class Timers(ConnectionState):
         log.warning(
             "Forward connection from %s stalled holding an incomplete frame of %d bytes while the memory budget "
             "(%d bytes) is full of incomplete frames; closing it so the others can go on",
-            self.peer, self.frames.buffered, self.budget.limit,
+            self.peer,
+            self.frames.buffered,
+            self.budget.limit,
         )
         self._close_now()

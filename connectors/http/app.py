@@ -158,9 +158,18 @@ def make_app(
     inflated by aiohttp without the decompressed size limit, then refused.
     """
     limits = limits or Limits()
-    state = _State(sink, users, body_size_limit, decompressed_size_limit, health, metrics, streams,
-                   defer=bool(getattr(sink, "accepts_undecoded", False)), limits=limits,
-                   budget=budget or MemoryBudget(limits.memory_budget))
+    state = _State(
+        sink,
+        users,
+        body_size_limit,
+        decompressed_size_limit,
+        health,
+        metrics,
+        streams,
+        defer=bool(getattr(sink, "accepts_undecoded", False)),
+        limits=limits,
+        budget=budget or MemoryBudget(limits.memory_budget),
+    )
     app = web.Application(middlewares=[_errors_middleware], client_max_size=body_size_limit)
     app[STATE] = state
     app.router.add_get("/", _root)
@@ -225,7 +234,9 @@ async def _replied(request: web.Request, handler: Callable) -> web.StreamRespons
         )
     except CommitFailed as exc:
         log.warning("commit failed for %s %s: %s", request.method, request.path, exc)
-        resp = _json_response(500, {"error": "commit_failed", "message": f"{exc}; nothing of this request was stored: retry it"})
+        resp = _json_response(
+            500, {"error": "commit_failed", "message": f"{exc}; nothing of this request was stored: retry it"}
+        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -249,7 +260,9 @@ def _authenticate(users: Users | None, header: str | None) -> str | None:
     if not users:
         return None
     if not header:
-        raise Unauthorized("unauthorized", "credentials required: send HTTP Basic user:password or Authorization: Bearer <token>")
+        raise Unauthorized(
+            "unauthorized", "credentials required: send HTTP Basic user:password or Authorization: Bearer <token>"
+        )
     scheme, _, credentials = header.strip().partition(" ")
     scheme = scheme.lower()
     credentials = credentials.strip()
@@ -273,7 +286,8 @@ def _check_length(request: web.Request, limit: int) -> None:
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(
-            "body_too_large", f"Content-Length {length} exceeds the body size limit of {limit} bytes; send smaller requests"
+            "body_too_large",
+            f"Content-Length {length} exceeds the body size limit of {limit} bytes; send smaller requests",
         )
 
 
@@ -283,7 +297,9 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
     expect = request.headers.get("Expect", "")
     try:
         if expect.lower() != "100-continue":
-            raise ExpectationFailed("expectation_failed", f"Expect: {expect[:60]!r} is not supported; only 100-continue is")
+            raise ExpectationFailed(
+                "expectation_failed", f"Expect: {expect[:60]!r} is not supported; only 100-continue is"
+            )
         _authenticate(state.users, request.headers.get("Authorization"))
         _check_length(request, state.body_size_limit)
         _admit(state, held_for(request.content_length or 0), Charges(state.budget))
@@ -334,7 +350,10 @@ async def _read_body(request: web.Request, state: _State, charges: Charges) -> b
                     return b"".join(chunks)
                 total += len(chunk)
                 if total > limit:
-                    raise PayloadTooLarge("body_too_large", f"the body exceeds the body size limit of {limit} bytes; send smaller requests")
+                    raise PayloadTooLarge(
+                        "body_too_large",
+                        f"the body exceeds the body size limit of {limit} bytes; send smaller requests",
+                    )
                 _admit(state, len(chunk), charges)
                 charges.add("partial", len(chunk))
                 chunks.append(chunk)
@@ -370,19 +389,37 @@ def _idempotency_key(request: web.Request) -> bytes | None:
         return None
     key = value.encode("utf-8", "surrogateescape")
     if len(key) > MAX_IDEMPOTENCY_KEY:
-        raise BadRequest("bad_idempotency_key", f"the Idempotency-Key is {len(key)} bytes; at most {MAX_IDEMPOTENCY_KEY} are allowed")
+        raise BadRequest(
+            "bad_idempotency_key", f"the Idempotency-Key is {len(key)} bytes; at most {MAX_IDEMPOTENCY_KEY} are allowed"
+        )
     return key
 
 
 # ---------------------------------------------------------------- handlers
 
 
-def _decode(wendelin: bool, body: bytes, content_type: str | None, encoding: str | None, path: str, query: dict[str, str], limit: int) -> list[Batch]:
+def _decode(
+    wendelin: bool,
+    body: bytes,
+    content_type: str | None,
+    encoding: str | None,
+    path: str,
+    query: dict[str, str],
+    limit: int,
+) -> list[Batch]:
     return decode_body(body, wendelin, content_type, encoding, path, query, limit, time.time_ns())
 
 
-def decode_body(body: bytes, wendelin: bool, content_type: str | None, encoding: str | None, path: str,
-                query: dict[str, str], limit: int, now: int) -> list[Batch]:
+def decode_body(
+    body: bytes,
+    wendelin: bool,
+    content_type: str | None,
+    encoding: str | None,
+    path: str,
+    query: dict[str, str],
+    limit: int,
+    now: int,
+) -> list[Batch]:
     """The batches of a request body (``now``: its arrival time); also run by ingest's workers (module level)."""
     data = decompress(body, encoding, limit)
     if wendelin:
@@ -415,7 +452,15 @@ async def _ingest_body(request: web.Request, state: _State, key: bytes | None, b
     query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
     if "time_key" not in query and request.headers.get("User-Agent", "").startswith(FLUENT_BIT_AGENT):
         query["time_key"] = "date"  # Fluent Bit's json_date_key, which its JSON formats add to every record
-    args = (wendelin, body, request.headers.get("Content-Type"), request.headers.get("Content-Encoding"), path, query, state.inflate_limit)
+    args = (
+        wendelin,
+        body,
+        request.headers.get("Content-Type"),
+        request.headers.get("Content-Encoding"),
+        path,
+        query,
+        state.inflate_limit,
+    )
     if state.defer:
         return await _ingest_undecoded(state, key, *args)
     if len(body) > INLINE_DECODE_BYTES:
@@ -426,7 +471,12 @@ async def _ingest_body(request: web.Request, state: _State, key: bytes | None, b
     if batches:
         receipt = await state.sink.submit(batches, key=key, wait=False)
         state.events += count_events(batches)
-        accepted, quarantined, duplicate, reasons = receipt.accepted, receipt.quarantined, receipt.duplicate, receipt.reasons
+        accepted, quarantined, duplicate, reasons = (
+            receipt.accepted,
+            receipt.quarantined,
+            receipt.duplicate,
+            receipt.reasons,
+        )
     else:
         accepted, quarantined, duplicate, reasons = 0, 0, False, ()
     if wendelin:
@@ -439,12 +489,27 @@ async def _ingest_body(request: web.Request, state: _State, key: bytes | None, b
     return _json_response(200, reply)
 
 
-async def _ingest_undecoded(state: _State, key: bytes | None, wendelin: bool, body: bytes, content_type: str | None,
-                            encoding: str | None, path: str, query: dict[str, str], limit: int) -> web.Response:
+async def _ingest_undecoded(
+    state: _State,
+    key: bytes | None,
+    wendelin: bool,
+    body: bytes,
+    content_type: str | None,
+    encoding: str | None,
+    path: str,
+    query: dict[str, str],
+    limit: int,
+) -> web.Response:
     """:func:`_ingest` with the body decoded by the sink's workers, not on the event loop."""
     tag = query.get("reference", "") if wendelin else tag_for_path(path)
-    undecoded = Undecoded(tag, body, decode_body, (wendelin, content_type, encoding, path, query, limit, time.time_ns()),
-                          "http", len(body))
+    undecoded = Undecoded(
+        tag,
+        body,
+        decode_body,
+        (wendelin, content_type, encoding, path, query, limit, time.time_ns()),
+        "http",
+        len(body),
+    )
     state.bytes += len(body)
     try:
         receipt = await state.sink.submit([undecoded], key=key, wait=False)
@@ -475,7 +540,9 @@ async def _health(request: web.Request) -> web.Response:
             extra = await asyncio.to_thread(state.health)
         except Exception as exc:  # a failing health check is the answer, not a server error
             log.warning("health check failed: %s", exc)
-            return _json_response(503, {"status": "error", "error": "unhealthy", "message": f"health check failed: {exc}"})
+            return _json_response(
+                503, {"status": "error", "error": "unhealthy", "message": f"health check failed: {exc}"}
+            )
         reply.update(extra or {})
     if reply.get("status") == "ok":
         return _json_response(200, reply)
@@ -486,11 +553,33 @@ async def _health(request: web.Request) -> web.Response:
 
 def _own_samples(state: _State) -> list[Sample]:
     samples = [
-        Sample("windvane_http_responses_total", "HTTP responses of the ingestion endpoint by status.", "counter", {"code": str(code)}, n)
+        Sample(
+            "windvane_http_responses_total",
+            "HTTP responses of the ingestion endpoint by status.",
+            "counter",
+            {"code": str(code)},
+            n,
+        )
         for code, n in sorted(state.responses.items())
     ]
-    samples.append(Sample("windvane_http_events_total", "Events decoded from HTTP requests and handed to ingest.", "counter", {}, state.events))
-    samples.append(Sample("windvane_http_received_bytes_total", "Request body bytes received, as sent (compressed).", "counter", {}, state.bytes))
+    samples.append(
+        Sample(
+            "windvane_http_events_total",
+            "Events decoded from HTTP requests and handed to ingest.",
+            "counter",
+            {},
+            state.events,
+        )
+    )
+    samples.append(
+        Sample(
+            "windvane_http_received_bytes_total",
+            "Request body bytes received, as sent (compressed).",
+            "counter",
+            {},
+            state.bytes,
+        )
+    )
     samples.extend(Sample(*sample) for sample in state.budget.samples())  # the process's, shared with Forward
     return samples
 
@@ -578,8 +667,11 @@ class _HeaderGuard(ProtocolProxy):
         if self.requests:
             return
         self.state.counters.header_timeouts += 1
-        log.info("HTTP request headers from %s not received within %g s (header timeout); closing",
-                 self._peer(), self.state.limits.header_timeout)
+        log.info(
+            "HTTP request headers from %s not received within %g s (header timeout); closing",
+            self._peer(),
+            self.state.limits.header_timeout,
+        )
         self._close()
 
     def _idle(self) -> None:
@@ -610,7 +702,14 @@ class HttpServer:
     the TLS handshake timeout) and timed by a :class:`_HeaderGuard`.
     """
 
-    def __init__(self, app: web.Application, host: str = HttpConfig.host, port: int = HttpConfig.port, *, ssl: _ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        host: str = HttpConfig.host,
+        port: int = HttpConfig.port,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+    ) -> None:
         self._app = app
         self._state = app[STATE]
         self._host = host
@@ -627,14 +726,26 @@ class HttpServer:
         # auto_decompress=False: aiohttp would inflate gzip/deflate bodies itself,
         # with no limit on the decompressed size; decode.decompress enforces one.
         # aiohttp's own keep-alive timer is only a backstop: the guard closes idle connections first, and counts them.
-        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, auto_decompress=False,
-                               keepalive_timeout=2 * limits.idle_timeout)
+        runner = web.AppRunner(
+            self._app,
+            access_log=None,
+            handle_signals=False,
+            auto_decompress=False,
+            keepalive_timeout=2 * limits.idle_timeout,
+        )
         await runner.setup()
         handlers = runner.server
         assert handlers is not None
-        listener = Listener(lambda: _HeaderGuard(handlers(), state), self._host, self._port, name="HTTP",
-                            ssl=self._ssl, max_connections=limits.max_connections,
-                            handshake_timeout=limits.handshake_timeout, counters=state.counters)
+        listener = Listener(
+            lambda: _HeaderGuard(handlers(), state),
+            self._host,
+            self._port,
+            name="HTTP",
+            ssl=self._ssl,
+            max_connections=limits.max_connections,
+            handshake_timeout=limits.handshake_timeout,
+            counters=state.counters,
+        )
         try:
             await listener.start()
         except BaseException:

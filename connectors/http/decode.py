@@ -59,7 +59,6 @@ from urllib.parse import parse_qsl
 import msgpack
 
 from windvane.ingest.batch import Batch
-
 from windvane.ingest.times import NS as _NS
 from windvane.ingest.times import not_a_time, time_ns
 
@@ -117,13 +116,16 @@ def _query_time(query: Mapping[str, str], now_ns: int) -> int | None:
         return None
     ns = time_ns(text)
     if ns is None:
-        raise BadRequest("bad_time", f"the time query parameter must be Unix seconds such as 1700000000.5 or "
-                                     f"ISO 8601, not {text[:40]!r}")
+        raise BadRequest(
+            "bad_time",
+            f"the time query parameter must be Unix seconds such as 1700000000.5 or ISO 8601, not {text[:40]!r}",
+        )
     return now_ns if ns == 0 else ns
 
 
-def _take_times(records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded
-                ) -> tuple[list[int], dict[int, str]]:
+def _take_times(
+    records: list[Any], fixed_ns: int | None, now_ns: int, key: str, decoded: _Decoded
+) -> tuple[list[int], dict[int, str]]:
     """One time per record, removing the ``key`` field (str or bin) it was read from, and the faults.
 
     ``?time=`` fixes them all; else the time the body gave the record
@@ -259,7 +261,9 @@ def _check_zstd_frames(data: bytes) -> None:
 
     def need(count: int) -> None:
         if pos + count > n:
-            raise BadRequest("truncated_body", f"the zstd body is truncated: a frame needs byte {pos + count}, the body has {n}")
+            raise BadRequest(
+                "truncated_body", f"the zstd body is truncated: a frame needs byte {pos + count}, the body has {n}"
+            )
 
     if not n:
         raise BadRequest("truncated_body", "the zstd body is empty")
@@ -275,7 +279,9 @@ def _check_zstd_frames(data: bytes) -> None:
             pos += size
             continue
         if magic != _ZSTD_MAGIC:
-            raise BadRequest("bad_encoding", f"the body is not valid zstd data: no frame magic number at byte {pos - 4}")
+            raise BadRequest(
+                "bad_encoding", f"the body is not valid zstd data: no frame magic number at byte {pos - 4}"
+            )
         need(1)
         fhd = data[pos]
         pos += 1
@@ -289,7 +295,9 @@ def _check_zstd_frames(data: bytes) -> None:
             pos += 3
             kind, size = block >> 1 & 3, block >> 3
             if kind == 3:
-                raise BadRequest("bad_encoding", f"the body is not valid zstd data: reserved block type at byte {pos - 3}")
+                raise BadRequest(
+                    "bad_encoding", f"the body is not valid zstd data: reserved block type at byte {pos - 3}"
+                )
             size = 1 if kind == 1 else size
             need(size)
             pos += size
@@ -535,7 +543,13 @@ def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
         for obj in unpacker:
             objs.append(obj)
             offsets.append(unpacker.tell())
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError, MemoryError) as exc:  # TypeError: a map key that is a map
+    except (
+        ValueError,
+        TypeError,
+        msgpack.UnpackException,
+        RecursionError,
+        MemoryError,
+    ) as exc:  # TypeError: a map key that is a map
         raise BadRequest("bad_msgpack", f"{what} is not valid msgpack after byte {offsets[-1]}: {exc}") from None
     if offsets[-1] != len(data):
         raise BadRequest(
@@ -667,8 +681,11 @@ def decode_in_http(
         return []
     key = query.get("time_key") or "time"
     times, faults = _take_times(decoded.records, fixed, now, key, decoded)
-    return [Batch(tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size,
-                  faults=faults or None)]
+    return [
+        Batch(
+            tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size, faults=faults or None
+        )
+    ]
 
 
 _FORM_START = re.compile(rb"[A-Za-z_][A-Za-z0-9_.%+-]*=")
@@ -695,7 +712,9 @@ def decode_wendelin(
     now = _time.time_ns() if now_ns is None else now_ns
     tag = query.get("reference", "")
     if not tag:
-        raise BadRequest("missing_reference", "POST .../ingest?reference=<tag>: the reference query parameter is missing")
+        raise BadRequest(
+            "missing_reference", "POST .../ingest?reference=<tag>: the reference query parameter is missing"
+        )
     media, params = _media_type(content_type)
     data = body
     if media == _FORM and _FORM_START.match(body):
@@ -703,7 +722,9 @@ def decode_wendelin(
     elif media == _MULTIPART:
         data = _parse_multipart(body, params).get("data_chunk", b"")
     if not data:
-        raise BadRequest("empty_body", "the body (or its data_chunk field) is empty: send a msgpack stream of [time, record]")
+        raise BadRequest(
+            "empty_body", "the body (or its data_chunk field) is empty: send a msgpack stream of [time, record]"
+        )
     objs, offsets = _unpack_stream(data, "the data chunk")
     times: list[int] = []
     records: list[Any] = []
@@ -721,7 +742,16 @@ def decode_wendelin(
         records.append(obj)
     if not records:
         return []
-    return [Batch(tag, times, records, lambda i: data[offsets[i] : offsets[i + 1]], SOURCE, len(body) if size is None else size)]
+    return [
+        Batch(
+            tag,
+            times,
+            records,
+            lambda i: data[offsets[i] : offsets[i + 1]],
+            SOURCE,
+            len(body) if size is None else size,
+        )
+    ]
 
 
 def count_events(batches: Sequence[Batch]) -> int:

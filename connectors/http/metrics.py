@@ -65,7 +65,9 @@ def render_metrics(samples: Iterable[tuple[str, str, str, Mapping[str, Any], flo
         try:
             name, help_text, kind, labels, value = sample
         except (TypeError, ValueError):
-            raise InvalidMetric(f"a metrics sample must be (name, help, type, labels, value), got {sample!r:.200}") from None
+            raise InvalidMetric(
+                f"a metrics sample must be (name, help, type, labels, value), got {sample!r:.200}"
+            ) from None
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidMetric(f"metric name {name!r} is not a Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         if kind not in TYPES:

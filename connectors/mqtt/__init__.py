@@ -31,7 +31,10 @@ __all__ = [
     "topic_to_tag",
 ]
 
-__getattr__ = lazy_attributes(__name__, {
-    **dict.fromkeys(("UnreadablePayload", "decode_payload", "topic_to_tag"), "decode"),
-    **dict.fromkeys(("MqttSubscriber", "message_key"), "subscriber"),
-})
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(("UnreadablePayload", "decode_payload", "topic_to_tag"), "decode"),
+        **dict.fromkeys(("MqttSubscriber", "message_key"), "subscriber"),
+    },
+)

@@ -34,8 +34,10 @@ def parse_broker_url(url: str) -> BrokerAddress:
     """The :class:`BrokerAddress` of ``url``; :class:`BrokerUrlError` naming the fault otherwise."""
     parts = urlsplit(url.strip())
     if parts.scheme not in DEFAULT_PORTS:
-        raise BrokerUrlError(f"MQTT broker URL {url!r}: the scheme must be mqtt:// or mqtts:// "
-                             f"(e.g. {_EXAMPLE}), not {parts.scheme + '://' if parts.scheme else 'missing'}")
+        raise BrokerUrlError(
+            f"MQTT broker URL {url!r}: the scheme must be mqtt:// or mqtts:// "
+            f"(e.g. {_EXAMPLE}), not {parts.scheme + '://' if parts.scheme else 'missing'}"
+        )
     try:
         port = parts.port
     except ValueError:
@@ -43,14 +45,17 @@ def parse_broker_url(url: str) -> BrokerAddress:
     if not parts.hostname:
         raise BrokerUrlError(f"MQTT broker URL {url!r} names no host (e.g. {_EXAMPLE})")
     if parts.path not in ("", "/"):
-        raise BrokerUrlError(f"MQTT broker URL {url!r}: unexpected path {parts.path!r}; "
-                             f"topics are given with --mqtt-topic")
+        raise BrokerUrlError(
+            f"MQTT broker URL {url!r}: unexpected path {parts.path!r}; topics are given with --mqtt-topic"
+        )
     query = parse_qs(parts.query)
     unknown = set(query) - {"ca"}
     if unknown or (query and parts.scheme != "mqtts"):
         raise BrokerUrlError(f"MQTT broker URL {url!r}: the only query parameter is ca=/path/ca.pem, for mqtts://")
     return BrokerAddress(
-        host=parts.hostname, port=port or DEFAULT_PORTS[parts.scheme], tls=parts.scheme == "mqtts",
+        host=parts.hostname,
+        port=port or DEFAULT_PORTS[parts.scheme],
+        tls=parts.scheme == "mqtts",
         username=unquote(parts.username) if parts.username is not None else None,
         password=unquote(parts.password) if parts.password is not None else None,
         ca=query["ca"][-1] if "ca" in query else None,
@@ -66,8 +71,9 @@ def check_topic_filter(pattern: str) -> str:
     levels = pattern.split("/")
     for i, level in enumerate(levels):
         if "#" in level and (level != "#" or i != len(levels) - 1):
-            raise TopicFilterError(f"MQTT topic filter {pattern!r}: '#' must be a whole level and the last one "
-                                   f"(e.g. 'plant/#')")
+            raise TopicFilterError(
+                f"MQTT topic filter {pattern!r}: '#' must be a whole level and the last one (e.g. 'plant/#')"
+            )
         if "+" in level and level != "+":
             raise TopicFilterError(f"MQTT topic filter {pattern!r}: '+' must be a whole level (e.g. 'plant/+/scada')")
     return pattern

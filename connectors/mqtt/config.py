@@ -9,8 +9,16 @@ from typing import Any
 DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
 #: The :class:`MqttConfig` fields that tune the subscriber's session (keyword arguments of ``MqttSubscriber``).
-SESSION_SETTINGS = ("receive_maximum", "session_expiry", "max_pending_bytes", "max_in_flight", "keepalive",
-                    "min_retry", "max_retry", "connect_timeout")
+SESSION_SETTINGS = (
+    "receive_maximum",
+    "session_expiry",
+    "max_pending_bytes",
+    "max_in_flight",
+    "keepalive",
+    "min_retry",
+    "max_retry",
+    "connect_timeout",
+)
 
 
 @dataclass(frozen=True)

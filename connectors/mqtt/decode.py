@@ -138,9 +138,9 @@ def _msgpack_items(payload: bytes) -> tuple[Any, list[tuple[Any, bytes]] | None]
     for _ in range(unpacker.read_array_header()):
         start = unpacker.tell()
         value = unpacker.unpack()
-        items.append((value, payload[start:unpacker.tell()]))
+        items.append((value, payload[start : unpacker.tell()]))
     if unpacker.tell() != len(payload):
-        raise msgpack.ExtraData(None, payload[unpacker.tell():])
+        raise msgpack.ExtraData(None, payload[unpacker.tell() :])
     return [value for value, _ in items], items
 
 
@@ -172,7 +172,7 @@ def decode_payload(payload: bytes, arrival_ns: int) -> Events:
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:  # JSON errors are ValueErrors
         return Events([arrival_ns], [UnreadablePayload(_why(exc))], [payload])
     out = Events([], [], [])
-    for value, raw in ([(doc, payload)] if items is None or _pair(doc) is not None else items):
+    for value, raw in [(doc, payload)] if items is None or _pair(doc) is not None else items:
         time, record, fault = _timed(value, arrival_ns)
         if fault is not None:
             out.faults[len(out.records)] = fault

@@ -118,8 +118,10 @@ def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
             records += d.events.records
             raws += d.events.raws
             size[0] += d.size
-    return [Batch(tag, times, records, raws.__getitem__, SOURCE, size[0], faults=faults or None)
-            for tag, (times, records, raws, size, faults) in by_tag.items()]
+    return [
+        Batch(tag, times, records, raws.__getitem__, SOURCE, size[0], faults=faults or None)
+        for tag, (times, records, raws, size, faults) in by_tag.items()
+    ]
 
 
 class MqttSubscriber:
@@ -180,8 +182,9 @@ class MqttSubscriber:
         return self.broker.port
 
     def _new_client(self) -> paho.Client:
-        client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=paho.MQTTv5,
-                             manual_ack=True)
+        client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=paho.MQTTv5, manual_ack=True
+        )
         if self.broker.username is not None:
             client.username_pw_set(self.broker.username, self.broker.password)
         if self.broker.tls:
@@ -206,8 +209,14 @@ class MqttSubscriber:
         properties.SessionExpiryInterval = self.session_expiry
         properties.ReceiveMaximum = self.receive_maximum
         try:
-            await asyncio.to_thread(self._client.connect, self.broker.host, self.broker.port, self.keepalive,
-                                    clean_start=False, properties=properties)
+            await asyncio.to_thread(
+                self._client.connect,
+                self.broker.host,
+                self.broker.port,
+                self.keepalive,
+                clean_start=False,
+                properties=properties,
+            )
         except (OSError, ValueError) as exc:
             raise BrokerUnavailable(f"cannot reach the MQTT broker at {self.broker}: {exc}") from exc
         self._client.loop_start()
@@ -216,8 +225,10 @@ class MqttSubscriber:
         except BaseException as exc:
             await asyncio.to_thread(self._stop_network)
             if isinstance(exc, asyncio.TimeoutError):
-                raise BrokerUnavailable(f"the MQTT broker at {self.broker} did not accept the connection and "
-                                        f"subscriptions within {self.connect_timeout:g} s") from None
+                raise BrokerUnavailable(
+                    f"the MQTT broker at {self.broker} did not accept the connection and "
+                    f"subscriptions within {self.connect_timeout:g} s"
+                ) from None
             raise
         self._pump_task = asyncio.create_task(self._pump(), name="windvane-mqtt-pump")
 
@@ -237,8 +248,13 @@ class MqttSubscriber:
                 await self._pump_task
         await asyncio.gather(*(task for task, _ in list(self._outstanding)), return_exceptions=True)
         await asyncio.to_thread(self._stop_network)
-        log.info("mqtt: closed the session %r at %s: %d message(s) stored, %d redelivered copies recognised",
-                 self.client_id, self.broker, self.stored, self.redelivered_duplicates)
+        log.info(
+            "mqtt: closed the session %r at %s: %d message(s) stored, %d redelivered copies recognised",
+            self.client_id,
+            self.broker,
+            self.stored,
+            self.redelivered_duplicates,
+        )
 
     def _stop_network(self) -> None:
         # DISCONNECT after the PUBACKs queued; the session outlives it (its expiry interval is not 0).
@@ -256,13 +272,21 @@ class MqttSubscriber:
             self._resolve_ready(BrokerUnavailable(message))
             return
         if not self._connected_once:
-            log.info("mqtt: connected to %s as %r (%s session)", self.broker, self.client_id,
-                     "resumed" if flags.session_present else "new")
+            log.info(
+                "mqtt: connected to %s as %r (%s session)",
+                self.broker,
+                self.client_id,
+                "resumed" if flags.session_present else "new",
+            )
         elif flags.session_present:
             log.info("mqtt: reconnected to %s, session resumed", self.broker)
         else:
-            log.warning("mqtt: reconnected to %s but the broker did not keep the session of %r: what was published "
-                        "meanwhile is lost unless the broker persists sessions", self.broker, self.client_id)
+            log.warning(
+                "mqtt: reconnected to %s but the broker did not keep the session of %r: what was published "
+                "meanwhile is lost unless the broker persists sessions",
+                self.broker,
+                self.client_id,
+            )
         self._connected_once = True
         # Subscribing again is harmless (retain handling 1: retained messages only for a new subscription) and
         # restores the subscriptions if the broker lost the session.
@@ -272,8 +296,12 @@ class MqttSubscriber:
 
     def _on_connect_fail(self, _client: paho.Client, _userdata: Any) -> None:
         if not self._closing:
-            log.warning("mqtt: cannot reach the broker at %s; retrying with backoff (%g s to %g s)",
-                        self.broker, self.min_retry, self.max_retry)
+            log.warning(
+                "mqtt: cannot reach the broker at %s; retrying with backoff (%g s to %g s)",
+                self.broker,
+                self.min_retry,
+                self.max_retry,
+            )
 
     def _on_subscribe(self, _client: paho.Client, _userdata: Any, mid: int, reasons: list, _properties: Any) -> None:
         topics = self._subscriptions.pop(mid, self.topics)
@@ -289,8 +317,13 @@ class MqttSubscriber:
         with self._lock:
             self._connection += 1
         if not self._closing:
-            log.warning("mqtt: lost the connection to %s (%s); reconnecting with backoff (%g s to %g s)",
-                        self.broker, reason, self.min_retry, self.max_retry)
+            log.warning(
+                "mqtt: lost the connection to %s (%s); reconnecting with backoff (%g s to %g s)",
+                self.broker,
+                reason,
+                self.min_retry,
+                self.max_retry,
+            )
 
     def _resolve_ready(self, error: Exception | None) -> None:
         def resolve() -> None:
@@ -299,6 +332,7 @@ class MqttSubscriber:
                     self._ready.set_result(None)
                 else:
                     self._ready.set_exception(error)
+
         if self._loop is not None:
             self._loop.call_soon_threadsafe(resolve)
 
@@ -311,10 +345,14 @@ class MqttSubscriber:
         else:
             events = decode_payload(message.payload, time.time_ns())
         size = len(message.payload) + len(topic)
-        key = (message_key(self.client_id, message.mid, topic, message.payload)
-               if message.qos == 1 and events.records else None)
-        delivery = _Delivery(topic_to_tag(topic), events, size, message.mid, message.qos, bool(message.dup), key,
-                             self._connection)
+        key = (
+            message_key(self.client_id, message.mid, topic, message.payload)
+            if message.qos == 1 and events.records
+            else None
+        )
+        delivery = _Delivery(
+            topic_to_tag(topic), events, size, message.mid, message.qos, bool(message.dup), key, self._connection
+        )
         with self._room:
             while self._buffered >= self.max_pending_bytes and not self._closing:
                 self._room.wait()  # the socket is not read meanwhile: TCP pushes back on the broker
@@ -376,8 +414,12 @@ class MqttSubscriber:
                     raise
                 # Retrying a run that was partly committed is safe: checked keys are found, and a failed
                 # submission stored nothing.
-                log.error("mqtt: %d message(s) could not be committed (%s); not acknowledged, retrying in %g s",
-                          len(run), exc, delay)
+                log.error(
+                    "mqtt: %d message(s) could not be committed (%s); not acknowledged, retrying in %g s",
+                    len(run),
+                    exc,
+                    delay,
+                )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(2 * delay, self.max_retry)
@@ -391,8 +433,10 @@ class MqttSubscriber:
             if error is None:
                 duplicates = task.result()
                 if duplicates:
-                    log.info("mqtt: %d redelivered message(s) were committed before: acknowledged, not stored again",
-                             duplicates)
+                    log.info(
+                        "mqtt: %d redelivered message(s) were committed before: acknowledged, not stored again",
+                        duplicates,
+                    )
                 self.redelivered_duplicates += duplicates
                 self.stored += len(run) - duplicates
                 self._acknowledge(run)

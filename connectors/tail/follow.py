@@ -141,8 +141,11 @@ def rotated_files(path: str) -> list[str]:
     """Files beside ``path`` whose names extend it (``PATH.1``, ``PATH-20261123``), uncompressed, newest first."""
     p = Path(path)
     try:
-        found = [e for e in os.scandir(p.parent) if e.name.startswith(p.name) and e.name != p.name
-                 and not e.name.endswith(COMPRESSED) and e.is_file()]
+        found = [
+            e
+            for e in os.scandir(p.parent)
+            if e.name.startswith(p.name) and e.name != p.name and not e.name.endswith(COMPRESSED) and e.is_file()
+        ]
     except OSError:
         return []
     return [e.path for e in sorted(found, key=lambda e: e.stat().st_mtime, reverse=True)]
@@ -156,7 +159,7 @@ def find_continuation(path: str, position: FilePosition, *, exclude_inode: bool 
     truncated).
     """
     candidates = [path, *rotated_files(path)]
-    for same_inode in ((False,) if exclude_inode else (True, False)):
+    for same_inode in (False,) if exclude_inode else (True, False):
         for candidate in candidates:
             if exclude_inode:
                 try:
@@ -203,14 +206,18 @@ class Follower:
     def _resume(self, stored: FilePosition) -> None:
         found = find_continuation(self.path, stored)
         if found is None:
-            log.warning("%s: the file of the stored position (inode %d, offset %d) is no longer there (rotated "
-                        "away and removed or compressed, or truncated, while stopped); lines it held after that "
-                        "offset, if any, are lost. Following %s from its beginning", self.path, stored.ino,
-                        stored.offset, self.path)
+            log.warning(
+                "%s: the file of the stored position (inode %d, offset %d) is no longer there (rotated "
+                "away and removed or compressed, or truncated, while stopped); lines it held after that "
+                "offset, if any, are lost. Following %s from its beginning",
+                self.path,
+                stored.ino,
+                stored.offset,
+                self.path,
+            )
             return
         if found != self.path:
-            log.info("%s was rotated while stopped: finishing %s from offset %d first", self.path, found,
-                     stored.offset)
+            log.info("%s was rotated while stopped: finishing %s from offset %d first", self.path, found, stored.offset)
             self._then_path = True
         self._open(found, stored.offset, stored.line)
 
@@ -235,8 +242,11 @@ class Follower:
             self._changed_at = now
         if now - self._changed_at < self.rotate_wait or not os.path.exists(self.path):
             return None
-        log.info("%s was rotated (renamed): read the old file to its end (offset %d), following the new one",
-                 self.path, current.offset)
+        log.info(
+            "%s was rotated (renamed): read the old file to its end (offset %d), following the new one",
+            self.path,
+            current.offset,
+        )
         return self._switch(read_lines(current.f, limit, final=True))
 
     def _switch(self, last: bytes) -> Chunk | None:
@@ -250,13 +260,23 @@ class Follower:
     def _truncated(self, current: _Open) -> None:
         copy = find_continuation(self.path, current.position(), exclude_inode=True)
         if copy is None:
-            log.warning("%s was truncated at offset %d (copytruncate) and no copy beside it holds the rest: "
-                        "reading it again from its beginning; lines written after offset %d before the "
-                        "truncation are lost", current.path, current.offset, current.offset)
+            log.warning(
+                "%s was truncated at offset %d (copytruncate) and no copy beside it holds the rest: "
+                "reading it again from its beginning; lines written after offset %d before the "
+                "truncation are lost",
+                current.path,
+                current.offset,
+                current.offset,
+            )
             current.restart()
             return
-        log.info("%s was truncated (copytruncate): finishing the copy %s from offset %d, then %s from 0",
-                 current.path, copy, current.offset, current.path)
+        log.info(
+            "%s was truncated (copytruncate): finishing the copy %s from offset %d, then %s from 0",
+            current.path,
+            copy,
+            current.offset,
+            current.path,
+        )
         position = current.position()
         current.close()
         self._open(copy, position.offset, position.line)

@@ -93,8 +93,14 @@ class TailTotals:
 class Tailer:
     """Runs the follow-parse-commit loop of one file; ``echo`` prints progress lines."""
 
-    def __init__(self, follower: Follower, settings: TailSettings, commit: Commit,
-                 echo: Callable[[str], None] = print, committed: FilePosition | None = None):
+    def __init__(
+        self,
+        follower: Follower,
+        settings: TailSettings,
+        commit: Commit,
+        echo: Callable[[str], None] = print,
+        committed: FilePosition | None = None,
+    ):
         self.follower = follower
         self.settings = settings
         self.commit = commit
@@ -116,9 +122,12 @@ class Tailer:
             if chunk is not None:
                 self._parse(chunk.data, chunk.first_line, chunk.position)
             now = time.monotonic()
-            due = self._pending and (stopping or self._pending_lines >= s.commit_lines
-                                     or self._pending_bytes >= s.max_pending_bytes
-                                     or now - self._first_at >= s.commit_ms / 1000)
+            due = self._pending and (
+                stopping
+                or self._pending_lines >= s.commit_lines
+                or self._pending_bytes >= s.max_pending_bytes
+                or now - self._first_at >= s.commit_ms / 1000
+            )
             moved = not self._pending and self.follower.position not in (None, self.totals.position)
             if due or moved:
                 self._commit(self._pending[-1].end if due else self.follower.position.to_dict())
@@ -141,8 +150,12 @@ class Tailer:
     def _commit(self, position: dict[str, Any]) -> None:
         rows, rejected = self.commit(self._pending, position)
         t = self.totals
-        t.rows, t.rejected, t.lines, t.commits = t.rows + rows, t.rejected + rejected, \
-            t.lines + self._pending_lines, t.commits + 1
+        t.rows, t.rejected, t.lines, t.commits = (
+            t.rows + rows,
+            t.rejected + rejected,
+            t.lines + self._pending_lines,
+            t.commits + 1,
+        )
         t.position = FilePosition.from_dict(position)
         self._pending, self._pending_lines, self._pending_bytes = [], 0, 0
         self._report()
@@ -155,6 +168,8 @@ class Tailer:
             return
         if force or now - when >= self.settings.report_seconds:
             where = f"line {t.position.line}, offset {t.position.offset}" if t.position else "nothing read"
-            self.echo(f"committed {t.rows - rows:,} rows, {t.rejected - rejected:,} rejected "
-                      f"({t.rows:,} and {t.rejected:,} in all); at {where}")
+            self.echo(
+                f"committed {t.rows - rows:,} rows, {t.rejected - rejected:,} rejected "
+                f"({t.rows:,} and {t.rejected:,} in all); at {where}"
+            )
             self._reported = (now, t.rows, t.rejected)

@@ -18,8 +18,11 @@ from windvane.arrays.stream import MISSING_ATTR
 from ..blocks import ColumnLayout
 
 #: The CF attributes of an exported ``time`` variable: xarray decodes it to datetime64[ns].
-TIME_ATTRS = {"standard_name": "time", "units": "nanoseconds since 1970-01-01T00:00:00Z",
-              "calendar": "proleptic_gregorian"}
+TIME_ATTRS = {
+    "standard_name": "time",
+    "units": "nanoseconds since 1970-01-01T00:00:00Z",
+    "calendar": "proleptic_gregorian",
+}
 
 
 def time_values(table: pa.Table) -> np.ndarray:

@@ -25,7 +25,6 @@ import pyarrow.csv as pacsv
 
 from ..blocks import Layout
 
-
 _NAIVE = len("2024-05-01 12:00:00.123456789")  # what arrow prints for any ns time (years 1677-2262)
 _OFFSET = np.frombuffer(b"+00:00", dtype=np.uint8)
 
@@ -42,7 +41,7 @@ def iso_times(values: pa.ChunkedArray | pa.Array) -> pa.Array:
         return pc.binary_join_element_wise(pc.strftime(values, format="%Y-%m-%dT%H:%M:%S"), "+00:00", "")
     width = _NAIVE + len(_OFFSET)
     out = np.empty((len(text), width), dtype=np.uint8)
-    out[:, :_NAIVE] = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]].reshape(-1, _NAIVE)
+    out[:, :_NAIVE] = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(-1, _NAIVE)
     out[:, 10] = ord("T")
     out[:, _NAIVE:] = _OFFSET
     starts = np.arange(0, width * (len(text) + 1), width, dtype=np.int64)
@@ -50,8 +49,9 @@ def iso_times(values: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def _base64(values: pa.ChunkedArray) -> pa.Array:
-    return pa.array([None if v is None else base64.b64encode(v).decode("ascii") for v in values.to_pylist()],
-                    pa.large_string())
+    return pa.array(
+        [None if v is None else base64.b64encode(v).decode("ascii") for v in values.to_pylist()], pa.large_string()
+    )
 
 
 class Writer:
@@ -63,8 +63,9 @@ class Writer:
         first = self._text_table(layout.schema.empty_table())
         self._sink = pa.OSFile(path, "wb")
         try:
-            self._writer = pacsv.CSVWriter(self._sink, first.schema,
-                                           write_options=pacsv.WriteOptions(quoting_style="needed"))
+            self._writer = pacsv.CSVWriter(
+                self._sink, first.schema, write_options=pacsv.WriteOptions(quoting_style="needed")
+            )
         except BaseException:
             self._sink.close()
             raise

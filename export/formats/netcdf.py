@@ -81,8 +81,10 @@ def _dimensions(layout: Layout) -> dict[str, int | None]:
     for column in layout.columns:
         for name, size in zip(column.dims[1:], column.inner):
             if dims.setdefault(name, size) != size:
-                raise ExportError(f"columns of stream {layout.tag!r} use dimension {name!r} with sizes {dims[name]} "
-                                  f"and {size}; netCDF needs one size per dimension: export another format")
+                raise ExportError(
+                    f"columns of stream {layout.tag!r} use dimension {name!r} with sizes {dims[name]} "
+                    f"and {size}; netCDF needs one size per dimension: export another format"
+                )
     return dims
 
 
@@ -97,7 +99,9 @@ class Writer(ChunkWriter):
             import h5netcdf
             import h5py
         except ImportError as exc:
-            raise ExportError(f"netCDF export needs h5netcdf and h5py ({exc}); install them: pip install h5netcdf h5py") from None
+            raise ExportError(
+                f"netCDF export needs h5netcdf and h5py ({exc}); install them: pip install h5netcdf h5py"
+            ) from None
         self._layout = layout
         dims = _dimensions(layout)
         self._file = h5netcdf.File(path, "w")
@@ -105,8 +109,9 @@ class Writer(ChunkWriter):
             self._file.dimensions = dims
             self._file.attrs.update({k: attribute(v) for k, v in {**layout.attrs, "stream": layout.tag}.items()})
             deflate = {"compression": "gzip", "compression_opts": DEFLATE_LEVEL, "shuffle": True}
-            self._vars = {"time": self._file.create_variable("time", ("time",), np.int64, chunks=(chunks["time"],),
-                                                             **deflate)}
+            self._vars = {
+                "time": self._file.create_variable("time", ("time",), np.int64, chunks=(chunks["time"],), **deflate)
+            }
             self._vars["time"].attrs.update(TIME_ATTRS)
             bytes_type = None
             for c in layout.columns:
@@ -143,8 +148,10 @@ class Writer(ChunkWriter):
                 try:
                     var[start:stop] = data.astype(object)
                 except ValueError as exc:  # HDF5 strings end at a NUL
-                    raise ExportError(f"column {c.name!r} holds text netCDF cannot store ({exc}); "
-                                      "export it as parquet, arrow, csv or zarr") from None
+                    raise ExportError(
+                        f"column {c.name!r} holds text netCDF cannot store ({exc}); "
+                        "export it as parquet, arrow, csv or zarr"
+                    ) from None
             else:
                 var[start:stop] = data.astype(np.int8) if c.dtype == bool else data
 

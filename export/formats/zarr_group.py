@@ -44,23 +44,38 @@ class Writer(ChunkWriter):
         with warnings.catch_warnings():
             # variable_length_bytes has no zarr v3 spec yet; zarr writes and reads it all the same.
             warnings.simplefilter("ignore", UnstableSpecificationWarning)
-            self._arrays = {"time": group.create_array(
-                "time", shape=(rows,), dtype="int64", chunks=(chunk,), dimension_names=("time",),
-                compressors=layout.time_codecs[1:], attributes=TIME_ATTRS)}
+            self._arrays = {
+                "time": group.create_array(
+                    "time",
+                    shape=(rows,),
+                    dtype="int64",
+                    chunks=(chunk,),
+                    dimension_names=("time",),
+                    compressors=layout.time_codecs[1:],
+                    attributes=TIME_ATTRS,
+                )
+            }
             for c in layout.columns:
                 dtype = "str" if c.kind == "str" else VariableLengthBytes() if c.kind == "bytes" else c.dtype
                 self._arrays[c.key] = group.create_array(
-                    c.key, shape=(rows, *c.inner), dtype=dtype, chunks=(chunk, *c.inner), dimension_names=c.dims,
-                    serializer=c.codecs[0], compressors=c.codecs[1:],
-                    attributes={k: attribute(v) for k, v in c.attrs.items()})
+                    c.key,
+                    shape=(rows, *c.inner),
+                    dtype=dtype,
+                    chunks=(chunk, *c.inner),
+                    dimension_names=c.dims,
+                    serializer=c.codecs[0],
+                    compressors=c.codecs[1:],
+                    attributes={k: attribute(v) for k, v in c.attrs.items()},
+                )
 
     def _append(self, table: pa.Table, start: int, stop: int) -> None:
         values = {"time": time_values(table)}
         values.update((c.key, column_values(table, c)) for c in self._layout.columns)
 
         async def write_all() -> None:
-            await asyncio.gather(*(self._arrays[name].async_array.setitem(slice(start, stop), data)
-                                   for name, data in values.items()))
+            await asyncio.gather(
+                *(self._arrays[name].async_array.setitem(slice(start, stop), data) for name, data in values.items())
+            )
 
         sync(write_all())
 

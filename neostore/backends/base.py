@@ -179,8 +179,9 @@ class Backend(ABC):
         return None  # most engines hold nothing but their connections
 
 
-def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, autoinc: str,
-                      small_rows: str, big_rows: str) -> list[str]:
+def schema_statements(
+    *, uint: str, blob: str, hash_type: str, name_type: str, autoinc: str, small_rows: str, big_rows: str
+) -> list[str]:
     """The CREATE TABLE statements both engines share, in their own type names.
 
     ``small_rows``/``big_rows`` are the table options for tables of small
@@ -201,8 +202,7 @@ def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, a
     return [
         f"CREATE TABLE IF NOT EXISTS config (name VARCHAR(64) NOT NULL PRIMARY KEY, "
         f"value VARCHAR(255) NOT NULL){small_rows}",
-        f"CREATE TABLE IF NOT EXISTS oidgen (id INTEGER NOT NULL PRIMARY KEY, "
-        f"next_oid {uint} NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS oidgen (id INTEGER NOT NULL PRIMARY KEY, next_oid {uint} NOT NULL){small_rows}",
         f"CREATE TABLE IF NOT EXISTS trans (tid {uint} NOT NULL PRIMARY KEY, "
         f"packed SMALLINT NOT NULL DEFAULT 0, user {blob} NOT NULL, description {blob} NOT NULL, "
         f"ext {blob} NOT NULL){small_rows}",
@@ -221,7 +221,6 @@ def schema_statements(*, uint: str, blob: str, hash_type: str, name_type: str, a
         f"CREATE TABLE IF NOT EXISTS tobj (tid {uint} NOT NULL, oid {uint} NOT NULL, "
         f"data_id {uint} NULL, value_tid {uint} NULL, PRIMARY KEY (tid, oid)){small_rows}",
         "CREATE INDEX IF NOT EXISTS tobj_data ON tobj (data_id)",
-        f"CREATE TABLE IF NOT EXISTS name (name {name_type} NOT NULL PRIMARY KEY, "
-        f"oid {uint} NOT NULL){small_rows}",
+        f"CREATE TABLE IF NOT EXISTS name (name {name_type} NOT NULL PRIMARY KEY, oid {uint} NOT NULL){small_rows}",
         "CREATE UNIQUE INDEX IF NOT EXISTS name_oid ON name (oid)",
     ]

@@ -25,7 +25,7 @@ _PACKED_TABLES = ("obj", "data", "bigdata")
 _REBUILD_ADVICE = {
     1205: "a transaction kept using the table longer than the rebuild waits; pack again later",
     1799: "more was written to the table meanwhile than innodb_online_alter_log_max_size holds; "
-          "pack again when writes are quieter, or raise that setting",
+    "pack again when writes are quieter, or raise that setting",
     1021: "the copy needs free disk about the size of the rows left",
     1114: "the copy needs free disk about the size of the rows left",
 }
@@ -178,8 +178,7 @@ class MariaDBBackend(Backend):
         cur.close()
         if got != 1:
             raise CommitLockTimeout(
-                f"another writer held the commit lock of database {self.url.database} "
-                f"for more than {timeout:g} s"
+                f"another writer held the commit lock of database {self.url.database} for more than {timeout:g} s"
             )
 
     def release_commit_lock(self, conn: Any) -> None:

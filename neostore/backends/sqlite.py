@@ -239,8 +239,10 @@ class SQLiteBackend(Backend):
         for directory, size in needed.values():
             free = shutil.disk_usage(directory).free
             if free < size:
-                return [f"{self.path} was not rewritten: that needs {size / 1e6:.1f} MB free in {directory}, "
-                        f"which has {free / 1e6:.1f} MB"]
+                return [
+                    f"{self.path} was not rewritten: that needs {size / 1e6:.1f} MB free in {directory}, "
+                    f"which has {free / 1e6:.1f} MB"
+                ]
         with self._locked(conn, lock_timeout):
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("VACUUM")

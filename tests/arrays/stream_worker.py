@@ -28,9 +28,8 @@ import argparse
 
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
 from tests.arrays.arrays_worker import append_until
+from windvane import arrays, neostore
 
 COLUMNS = [
     arrays.Column("value", "float64"),

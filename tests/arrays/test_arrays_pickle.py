@@ -34,8 +34,9 @@ print(before, store_open(path), x.shape, value.tobytes().hex())
 
 def run_child(x, cwd, path: str = "") -> tuple[bool, bool, np.ndarray]:
     """Compute the pickled ``x`` in a subprocess in ``cwd``: (store open before compute, after, the values)."""
-    result = subprocess.run([sys.executable, "-c", CHILD, path], input=pickle.dumps(x), capture_output=True, cwd=cwd,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, path], input=pickle.dumps(x), capture_output=True, cwd=cwd, timeout=120
+    )
     assert result.returncode == 0, result.stderr.decode()
     words = result.stdout.decode().split()
     values = np.frombuffer(bytes.fromhex(words[-1]), dtype=x.dtype).reshape(x.shape)

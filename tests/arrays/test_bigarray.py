@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 import zarr
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays.keys import Snapshot
 
 RNG = np.random.default_rng(20260212)
@@ -87,7 +86,11 @@ def test_create_arguments(store):
     assert [c["name"] for c in none.codec] == ["bytes"]
     tuned = arrays.create(store, "e", (4,), "float32", codec={"name": "blosc", "clevel": 5, "cname": "lz4"})
     assert tuned.codec[1]["configuration"] == {
-        "typesize": 4, "cname": "lz4", "clevel": 5, "shuffle": "shuffle", "blocksize": 0
+        "typesize": 4,
+        "cname": "lz4",
+        "clevel": 5,
+        "shuffle": "shuffle",
+        "blocksize": 0,
     }
     with pytest.raises(arrays.UnsupportedArrayError, match="lzma"):
         arrays.create(store, "f", (4,), "float32", codec="lzma")
@@ -104,10 +107,28 @@ def test_create_arguments(store):
 # -- reading ---------------------------------------------------------------------------------
 
 SELECTIONS_2D = [
-    (), (Ellipsis,), 0, -1, 12, slice(None), slice(3, 17), slice(-5, None), slice(None, None, 2),
-    slice(None, None, -1), slice(20, 2, -3), slice(1, 40, 7), slice(5, 5), (slice(None), 0), (Ellipsis, -2),
-    (slice(2, 9), slice(1, 4)), (-3, slice(None, None, -2)), (slice(None, None, 11), slice(None, None, 3)),
-    (7, 4), (slice(30, 1, -9), 2), (Ellipsis, slice(0, 5, 4)), (slice(39, None), Ellipsis),
+    (),
+    (Ellipsis,),
+    0,
+    -1,
+    12,
+    slice(None),
+    slice(3, 17),
+    slice(-5, None),
+    slice(None, None, 2),
+    slice(None, None, -1),
+    slice(20, 2, -3),
+    slice(1, 40, 7),
+    slice(5, 5),
+    (slice(None), 0),
+    (Ellipsis, -2),
+    (slice(2, 9), slice(1, 4)),
+    (-3, slice(None, None, -2)),
+    (slice(None, None, 11), slice(None, None, 3)),
+    (7, 4),
+    (slice(30, 1, -9), 2),
+    (Ellipsis, slice(0, 5, 4)),
+    (slice(39, None), Ellipsis),
 ]
 
 
@@ -305,8 +326,15 @@ def test_xarray_opens_a_stream_group(store_url):
     pressure = sensor_block(rows, 1, seed=2)[:, 0]
     with arrays.transaction(store_url, message="stream") as tx:
         arrays.create(tx, "site/stream/time", (0,), "int64", chunks=1000, dims=("time",)).append(time_axis)
-        arrays.create(tx, "site/stream/temperature", (0, 4), "float32", chunks=(1000, 4), dims=("time", "channel"),
-                      attributes={"units": "degC"}).append(temperature)
+        arrays.create(
+            tx,
+            "site/stream/temperature",
+            (0, 4),
+            "float32",
+            chunks=(1000, 4),
+            dims=("time", "channel"),
+            attributes={"units": "degC"},
+        ).append(temperature)
         arrays.create(tx, "site/stream/pressure", (0,), "float32", chunks=700, dims=("time",)).append(pressure)
     ds = xr.open_zarr(arrays.ZarrStore(store_url, read_only=True), group="site/stream", consolidated=False)
     assert set(ds.data_vars) == {"temperature", "pressure"} and list(ds.coords) == ["time"]
@@ -331,8 +359,15 @@ def test_zarr_reads_bigarrays_byte_for_byte(store_url):
     np.testing.assert_array_equal(z[...], ref)
     # zarr's own encoding of the same chunks gives the same bytes (so both dedup alike).
     mem = zarr.storage.MemoryStore()
-    zarr.create_array(mem, name="x", shape=(2500, 8), chunks=(1000, 8), dtype="float32", fill_value=np.nan,
-                      compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"))[...] = ref
+    zarr.create_array(
+        mem,
+        name="x",
+        shape=(2500, 8),
+        chunks=(1000, 8),
+        dtype="float32",
+        fill_value=np.nan,
+        compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"),
+    )[...] = ref
     with neostore.open(store_url) as s:
         ours = Snapshot(s).get_many([f"g/x/c/{i}/0" for i in range(3)])
     theirs = [mem._store_dict[f"x/c/{i}/0"].to_bytes() for i in range(3)]
@@ -340,14 +375,22 @@ def test_zarr_reads_bigarrays_byte_for_byte(store_url):
 
 
 @pytest.mark.parametrize(
-    "compressors", [None, zarr.codecs.ZstdCodec(level=5), zarr.codecs.GzipCodec(level=3), ()],
+    "compressors",
+    [None, zarr.codecs.ZstdCodec(level=5), zarr.codecs.GzipCodec(level=3), ()],
     ids=["default", "zstd", "gzip", "uncompressed"],
 )
 def test_bigarray_reads_and_appends_to_zarr_arrays(sqlite_url, compressors):
     ref = RNG.normal(size=(50, 6))
     kwargs = {} if compressors is None else {"compressors": compressors}
-    z = zarr.create_array(arrays.ZarrStore(sqlite_url), name="z/arr", shape=ref.shape, chunks=(8, 4),
-                          dtype="float64", fill_value=-1.0, **kwargs)
+    z = zarr.create_array(
+        arrays.ZarrStore(sqlite_url),
+        name="z/arr",
+        shape=ref.shape,
+        chunks=(8, 4),
+        dtype="float64",
+        fill_value=-1.0,
+        **kwargs,
+    )
     z[...] = ref
     with arrays.open(sqlite_url, "z/arr") as a:
         assert a.chunks == (8, 4) and a.fill_value == -1.0
@@ -362,8 +405,9 @@ def test_bigarray_reads_and_appends_to_zarr_arrays(sqlite_url, compressors):
 def test_unsupported_zarr_arrays_are_named(sqlite_url):
     zs = arrays.ZarrStore(sqlite_url)
     zarr.create_array(zs, name="sharded", shape=(100,), chunks=(10,), shards=(50,), dtype="int32")
-    zarr.create_array(zs, name="checked", shape=(10,), chunks=(5,), dtype="int32",
-                      compressors=zarr.codecs.Crc32cCodec())
+    zarr.create_array(
+        zs, name="checked", shape=(10,), chunks=(5,), dtype="int32", compressors=zarr.codecs.Crc32cCodec()
+    )
     with pytest.raises(arrays.UnsupportedArrayError, match="sharding_indexed"):
         arrays.open(sqlite_url, "sharded")
     with pytest.raises(arrays.UnsupportedArrayError, match="crc32c"):
@@ -461,7 +505,7 @@ def test_time_travel(store_url):
             states.append(a[:])
             tids.append(a.tid)
             time.sleep(0.01)
-            times.append(datetime.now(timezone.utc))
+            times.append(datetime.now(UTC))
             time.sleep(0.01)
         a[0] = [-1, -1]
     finally:
@@ -481,7 +525,7 @@ def test_time_travel(store_url):
         with pytest.raises(arrays.ReadOnlyArrayError):
             old[0] = 5
     with pytest.raises(arrays.ArrayNotFoundError):
-        arrays.open(store_url, "x", at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+        arrays.open(store_url, "x", at=datetime(2000, 1, 1, tzinfo=UTC))
     with pytest.raises(arrays.SnapshotError, match="8 bytes"):
         arrays.open(store_url, "x", at=b"\x01")
     with pytest.raises(arrays.SnapshotError, match="str"):
@@ -499,11 +543,14 @@ def test_history_lists_commits_with_messages(store):
         b[:] = b[:] + 0.1
     commits = arrays.history(store, "plant/line1")
     assert [c.message for c in commits] == [
-        "create array plant/line1", "morning shift", "append 12 rows to plant/line1", "calibration"
+        "create array plant/line1",
+        "morning shift",
+        "append 12 rows to plant/line1",
+        "calibration",
     ]
     assert commits[1].metadata == {"operator": "ana"} and commits[2].metadata == {}
     assert commits[3].user == "lab" and commits[3].metadata == {"offset": 0.1}
-    assert all(c.time.tzinfo is timezone.utc for c in commits)
+    assert all(c.time.tzinfo is UTC for c in commits)
     assert [c.tid for c in commits] == sorted(c.tid for c in commits)
     assert commits[0].time <= commits[-1].time
     with pytest.raises(arrays.ArrayNotFoundError):
@@ -538,7 +585,7 @@ def test_cache_stays_within_its_budget(store):
     a = arrays.create(store, "x", (0, 8), "float32", chunks=(1024, 8))  # 32 KiB chunks
     a.append(sensor_block(64 * 1024))
     b = arrays.open(store, "x", cache_bytes=10 * 32 * 1024)
-    for _, block in b.blocks():
+    for _ in b.blocks():
         assert b.cache.nbytes <= b.cache.budget
     stats = b.cache.stats()
     assert stats["entries"] == 10 and stats["evictions"] == 64 - 10
@@ -597,8 +644,10 @@ def test_dedup_of_one_gib(tmp_path):
     size_second = path.stat().st_size
     growth = (values_second - values_first) / values_first
     file_growth = (size_second - size_first) / size_first
-    print(f"1 GiB twice: stored values {values_first} -> {values_second} bytes (+{growth:.4%}); "
-          f"database file {size_first} -> {size_second} bytes (+{file_growth:.4%})")
+    print(
+        f"1 GiB twice: stored values {values_first} -> {values_second} bytes (+{growth:.4%}); "
+        f"database file {size_first} -> {size_second} bytes (+{file_growth:.4%})"
+    )
     assert values_first > (1 << 30) // 4  # the first copy really is stored (compressed)
     assert growth < 0.02
     assert file_growth < 0.02

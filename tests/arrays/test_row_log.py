@@ -11,18 +11,16 @@ import numpy as np
 import pytest
 import zarr
 
-from windvane import arrays
-from windvane import neostore
+from tests.arrays.stream_worker import COLUMNS, row_values
+from windvane import arrays, neostore
 from windvane.arrays import row_log
 from windvane.arrays.keys import Snapshot
-from tests.arrays.stream_worker import COLUMNS, row_values
 
 
 def _concat(parts: list[dict]) -> dict[str, np.ndarray]:
     out = {}
     for name in parts[0]:
-        values = [np.asarray(p[name], dtype=object) if name in ("label", "raw") else np.asarray(p[name])
-                  for p in parts]
+        values = [np.asarray(p[name], dtype=object) if name in ("label", "raw") else np.asarray(p[name]) for p in parts]
         out[name] = np.concatenate(values)
     return out
 
@@ -67,8 +65,9 @@ def test_readers_see_every_row_across_chunk_boundaries(store_url):
 
 def test_a_commit_stores_what_it_appends(store_url):
     """500 one-row commits: the bytes each commit adds do not grow with the commits before it."""
-    arrays.create_stream(store_url, "trickle", [arrays.Column("value", "float64"), arrays.Column("msg", "str")],
-                         chunk_rows=16384).close()
+    arrays.create_stream(
+        store_url, "trickle", [arrays.Column("value", "float64"), arrays.Column("msg", "str")], chunk_rows=16384
+    ).close()
     with neostore.open(store_url) as store:
         writer = arrays.StreamWriter(store, "trickle")
         stored = []

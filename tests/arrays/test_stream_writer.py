@@ -12,13 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
-from windvane.arrays import Column
-from windvane.arrays.keys import Snapshot
 from tests.arrays.stream_worker import COLUMNS as WORKER_COLUMNS
 from tests.arrays.stream_worker import row_values
 from tests.arrays.test_streams import COLUMNS, check_aligned, race_two_appenders, read_line, rows, start_worker
+from windvane import arrays, neostore
+from windvane.arrays import Column
+from windvane.arrays.keys import Snapshot
 
 # Append sizes that start, fill, cross and exactly end chunks of 16 rows.
 SIZES = [1, 1, 3, 11, 16, 17, 2, 40, 15, 1, 32, 0, 5, 64, 1]
@@ -492,7 +491,7 @@ def test_change_log_answers_like_the_store_and_keeps_one_entry_per_object(sqlite
         assert asked > 500
         assert len(log._last) <= len(every)  # noqa: SLF001 - the memory bound is the point
         before = tids[-1]
-        for n in range(3000):  # our own commits, recorded as they finish: objects, not commits, are kept
+        for _ in range(3000):  # our own commits, recorded as they finish: objects, not commits, are kept
             tid = neostore.p64(neostore.u64(before) + 1)
             log.record(tid, every, after=before)
             before = tid

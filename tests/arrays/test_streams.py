@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import zarr
 
-from windvane import arrays
-from windvane import neostore
+from tests.arrays.stream_worker import COLUMNS as WORKER_COLUMNS
+from windvane import arrays, neostore
 from windvane.arrays import Column
 from windvane.arrays.keys import Snapshot
-from tests.arrays.stream_worker import COLUMNS as WORKER_COLUMNS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLUMNS = [
@@ -131,8 +130,12 @@ def test_snapshot_is_one_tid_for_every_array(store_url):
 
 def start_worker(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.arrays.stream_worker", *args], cwd=REPO,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "tests.arrays.stream_worker", *args],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -266,15 +269,26 @@ def test_zarr_and_xarray_read_a_stream_group(store_url):
 def test_add_column_backfills(store_url):
     with arrays.create_stream(store_url, "grow", [Column("a", "float32")], chunk_rows=8) as s:
         s.append({"time": np.arange(10), "a": np.arange(10)})
-        new = [s.add_column(Column(name, dtype)) for name, dtype in
-               [("f", "float64"), ("i", "int32"), ("s", "str"), ("b", "bytes"), ("v", "float32")]]
+        new = [
+            s.add_column(Column(name, dtype))
+            for name, dtype in [("f", "float64"), ("i", "int32"), ("s", "str"), ("b", "bytes"), ("v", "float32")]
+        ]
         assert [len(a) for a in new] == [10] * 5 and s.columns == ["a", "f", "i", "s", "b", "v"]
         assert np.isnan(s["f"][:]).all() and (s["i"][:] == 0).all()
         assert s["s"][:].tolist() == [""] * 10 and s["b"][:].tolist() == [b""] * 10
         with pytest.raises(arrays.ColumnError, match=r"missing column\(s\) \['f', 'i', 's', 'b', 'v'\]"):
             s.append({"time": [10], "a": [1.0]})
-        s.append({"time": [10, 11], "a": [1, 2], "f": [0.5, 1.5], "i": [7, 8], "s": ["x", "y"], "b": [b"\x00", b""],
-                  "v": [1, 2]})
+        s.append(
+            {
+                "time": [10, 11],
+                "a": [1, 2],
+                "f": [0.5, 1.5],
+                "i": [7, 8],
+                "s": ["x", "y"],
+                "b": [b"\x00", b""],
+                "v": [1, 2],
+            }
+        )
         with pytest.raises(arrays.ColumnError, match="already"):
             s.add_column(Column("f", "float64"))
     with arrays.open_stream(store_url, "grow") as again:
@@ -348,17 +362,23 @@ def test_reading_a_store_that_does_not_exist_creates_none(tmp_path, store_url):
     """
     missing = f"sqlite:///{tmp_path}/absent.db" if store_url.startswith("sqlite:") else store_url
     database = neostore.parse_url(missing).database
-    reads = [lambda: arrays.open_stream(missing, "turbine1"), lambda: arrays.list_streams(missing),
-             lambda: arrays.open(missing, "streams/turbine1/time"), lambda: arrays.history(missing, "streams/turbine1"),
-             lambda: arrays.open_stream(missing, "turbine1", at=time.time())]
+    reads = [
+        lambda: arrays.open_stream(missing, "turbine1"),
+        lambda: arrays.list_streams(missing),
+        lambda: arrays.open(missing, "streams/turbine1/time"),
+        lambda: arrays.history(missing, "streams/turbine1"),
+        lambda: arrays.open_stream(missing, "turbine1", at=time.time()),
+    ]
     for read in reads:
         with pytest.raises(neostore.StoreNotFoundError) as caught:
             read()
         if missing.startswith("sqlite:"):
             assert str(caught.value) == f"no store at {missing}: {tmp_path}/absent.db does not exist"
         else:
-            assert str(caught.value) == (f"no store in database {database!r} on the MariaDB server at "
-                                         f"{neostore.parse_url(missing).unix_socket}: it holds no neostore tables")
+            assert str(caught.value) == (
+                f"no store in database {database!r} on the MariaDB server at "
+                f"{neostore.parse_url(missing).unix_socket}: it holds no neostore tables"
+            )
     if missing.startswith("sqlite:"):
         assert os.listdir(tmp_path) == []
     else:
@@ -397,8 +417,14 @@ def test_list_streams(store_url):
 
 def test_append_to_20_streams_in_one_transaction(store_url):
     """The ingest pattern: 1,000 rows x 6 columns (2 float, 1 int, 3 str) into 20 streams per transaction."""
-    columns = [Column("a", "float64"), Column("b", "float64"), Column("c", "int64"),
-               Column("host", "str"), Column("request", "str"), Column("line", "str")]
+    columns = [
+        Column("a", "float64"),
+        Column("b", "float64"),
+        Column("c", "int64"),
+        Column("host", "str"),
+        Column("request", "str"),
+        Column("line", "str"),
+    ]
     n = 1000
     with arrays.transaction(store_url) as tx:
         for k in range(20):
@@ -406,10 +432,15 @@ def test_append_to_20_streams_in_one_transaction(store_url):
 
     def block(seq: int) -> dict[str, object]:
         t = np.arange(seq * n, (seq + 1) * n, dtype=np.int64)
-        return {"time": t, "a": t * 0.5, "b": t * 0.25, "c": t,
-                "host": [f"host-{i % 17}" for i in range(n)],
-                "request": [f"GET /api/v1/items/{i} HTTP/1.1" for i in range(n)],
-                "line": [f'level=info msg="request {i} done" dur={i % 97}ms' for i in range(n)]}
+        return {
+            "time": t,
+            "a": t * 0.5,
+            "b": t * 0.25,
+            "c": t,
+            "host": [f"host-{i % 17}" for i in range(n)],
+            "request": [f"GET /api/v1/items/{i} HTTP/1.1" for i in range(n)],
+            "line": [f'level=info msg="request {i} done" dur={i % 97}ms' for i in range(n)],
+        }
 
     seconds = []
     for seq in range(5):
@@ -442,10 +473,15 @@ def test_thousands_of_streams_created_in_one_transaction(sqlite_url):
             arrays.create_stream(tx, tags[7], [Column("v", "float64")])
         assert arrays.list_streams(tx) == tags  # the registry as it will be, before it is written
         assert [e.key for e in tx.list("streams/plant.s0042/")] == [
-            "streams/plant.s0042/time/zarr.json", "streams/plant.s0042/v/zarr.json", "streams/plant.s0042/zarr.json"]
+            "streams/plant.s0042/time/zarr.json",
+            "streams/plant.s0042/v/zarr.json",
+            "streams/plant.s0042/zarr.json",
+        ]
         tx.delete("streams/plant.s0042/v/zarr.json")
         assert [e.key for e in tx.list("streams/plant.s0042/")] == [
-            "streams/plant.s0042/time/zarr.json", "streams/plant.s0042/zarr.json"]
+            "streams/plant.s0042/time/zarr.json",
+            "streams/plant.s0042/zarr.json",
+        ]
         assert arrays.list_streams(store) == ["plant.s0000"]  # nothing visible before the commit
         tx.commit()
         assert arrays.list_streams(store) == tags

@@ -15,8 +15,7 @@ import pytest
 import zarr
 from zarr.core.dtype import VariableLengthBytes
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays.keys import Snapshot
 
 STRINGS = ["", "a", "héllo wörld", "日本語のログ", "emoji 🚀", "x" * 100_000, "tab\tnew\nline", "nul\x00inside", ""]
@@ -132,8 +131,9 @@ def test_codec_selection(sqlite_url, codec):
     with arrays.create(sqlite_url, "c", (0,), str, chunks=128, codec=codec) as a:
         a.append(values)
         names = [c["name"] for c in a.codec]
-    assert names[0] == "vlen-utf8" and names[1:] == ([] if codec == "none" else [
-        "zstd" if codec is None else codec if isinstance(codec, str) else codec["name"]])
+    assert names[0] == "vlen-utf8" and names[1:] == (
+        [] if codec == "none" else ["zstd" if codec is None else codec if isinstance(codec, str) else codec["name"]]
+    )
     with arrays.open(sqlite_url, "c") as b:
         assert b[:].tolist() == values
     z = zarr.open_array(arrays.ZarrStore(sqlite_url, read_only=True), path="c", mode="r")

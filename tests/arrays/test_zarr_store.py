@@ -8,7 +8,7 @@ import pickle
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +19,7 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.core.buffer import cpu, default_buffer_prototype
 from zarr.testing.store import StoreTests
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.arrays.errors import SnapshotError
 from windvane.arrays.group_commit import Change, GroupCommit
 from windvane.arrays.keys import Snapshot
@@ -179,8 +178,14 @@ def test_codec_compressed_chunks_are_stored_raw(sqlite_url: str) -> None:
     """Blosc chunks skip neostore's zstd, so ranged reads of shards stay in the database."""
     store = ZarrStore(sqlite_url)
     data = np.tile(np.arange(1000, dtype="f4"), 100).reshape(100, 1000)
-    z = zarr.create_array(store, name="a", shape=data.shape, chunks=(50, 1000), dtype="f4",
-                          compressors=zarr.codecs.BloscCodec(cname="zstd", shuffle="shuffle"))
+    z = zarr.create_array(
+        store,
+        name="a",
+        shape=data.shape,
+        chunks=(50, 1000),
+        dtype="f4",
+        compressors=zarr.codecs.BloscCodec(cname="zstd", shuffle="shuffle"),
+    )
     z[:] = data
     np.testing.assert_array_equal(zarr.open_array(ZarrStore(sqlite_url), path="a")[:], data)
     with neostore.open(sqlite_url) as direct:
@@ -201,7 +206,7 @@ def test_time_travel_reads_old_values(url: str) -> None:
     with neostore.open(url) as direct:
         first = direct.last_transaction()
     time.sleep(0.05)
-    moment = datetime.now(timezone.utc)
+    moment = datetime.now(UTC)
     time.sleep(0.05)
     z[:10] = -1
     z.resize((30,))
@@ -300,8 +305,9 @@ def test_xarray_round_trip(url: str) -> None:
         coords={"time": time_index, "sensor": [10, 11, 12, 13]},
         attrs={"site": "north"},
     )
-    ds.to_zarr(ZarrStore(url), group="stream", mode="w", consolidated=False,
-               encoding={"temperature": {"chunks": (50, 4)}})
+    ds.to_zarr(
+        ZarrStore(url), group="stream", mode="w", consolidated=False, encoding={"temperature": {"chunks": (50, 4)}}
+    )
     back = xr.open_zarr(ZarrStore(url, read_only=True), group="stream", consolidated=False)
     xr.testing.assert_identical(back.load(), ds)
     np.testing.assert_array_equal(back.temperature.values, ds.temperature.values)

@@ -7,9 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
 from tests.cli.test_cli_store import windvane
+from windvane import arrays, neostore
 
 
 def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):
@@ -32,7 +31,7 @@ def test_ls_lists_arrays_with_shape_type_and_chunks(sqlite_url):
 
 
 def test_history_lists_commits_and_refuses_unknown_arrays(sqlite_url):
-    with arrays.create(sqlite_url, "s/x", (0,), "float64") as a:
+    with arrays.create(sqlite_url, "s/x", (0,), "float64"):
         with arrays.transaction(sqlite_url, message="calibrated batch", metadata={"batch": 7}) as tx:
             arrays.open(tx, "s/x").append(np.arange(5.0))
     result = windvane("arrays", "history", sqlite_url, "s/x")

@@ -17,19 +17,34 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-HEAVY = ("numpy", "zarr", "pyarrow", "pandas", "dask", "xarray", "arrays", "neostore", "aiohttp", "msgspec",
-         "zstandard", "blake3", "asyncio", "mariadb", "paho")
+HEAVY = (
+    "numpy",
+    "zarr",
+    "pyarrow",
+    "pandas",
+    "dask",
+    "xarray",
+    "windvane.arrays",
+    "windvane.neostore",
+    "aiohttp",
+    "msgspec",
+    "zstandard",
+    "blake3",
+    "asyncio",
+    "mariadb",
+    "paho",
+)
 
 #: Runs the CLI with the arguments given, then prints the heavy modules it loaded, as JSON.
-PROBE = """
+PROBE = f"""
 import json, sys
-import windvane
+import windvane.cli
 try:
-    windvane.cli.main(sys.argv[1:], prog_name="windvane")
+    windvane.cli.cli.main(sys.argv[1:], prog_name="windvane")
 except SystemExit as exc:
     code = exc.code
-print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}))
-""" % (HEAVY,)
+print(json.dumps({{"code": code, "loaded": sorted(m for m in {HEAVY!r} if m in sys.modules)}}))
+"""
 
 
 def loaded_by(*args: str) -> tuple[int, list[str], str]:
@@ -40,7 +55,7 @@ def loaded_by(*args: str) -> tuple[int, list[str], str]:
 
 def commands() -> list[list[str]]:
     """Every command and group of the CLI, as the words that name it."""
-    import windvane
+    from windvane.cli import cli
 
     found: list[list[str]] = []
 
@@ -50,7 +65,7 @@ def commands() -> list[list[str]]:
             if hasattr(command, "commands"):
                 walk(command, [*words, name])
 
-    walk(windvane.cli, [])
+    walk(cli, [])
     return found
 
 

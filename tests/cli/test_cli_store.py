@@ -21,11 +21,18 @@ def windvane(*args: str) -> subprocess.CompletedProcess:
 
 def test_read_commands_never_create_a_store(tmp_path):
     url = f"sqlite:///{tmp_path}/absent.db"
-    said = (f"Error: no store at {url}: {tmp_path}/absent.db does not exist "
-            "(only writing commands such as import, serve and tail create a store)\n")
-    for command in (["store", "info", url], ["info", "--store", url], ["info", "--store", url, "--json"],
-                    ["arrays", "ls", url], ["arrays", "history", url, "turbine1/vibration"],
-                    ["store", "pack", url, "--keep-days", "1"]):
+    said = (
+        f"Error: no store at {url}: {tmp_path}/absent.db does not exist "
+        "(only writing commands such as import, serve and tail create a store)\n"
+    )
+    for command in (
+        ["store", "info", url],
+        ["info", "--store", url],
+        ["info", "--store", url, "--json"],
+        ["arrays", "ls", url],
+        ["arrays", "history", url, "turbine1/vibration"],
+        ["store", "pack", url, "--keep-days", "1"],
+    ):
         result = windvane(*command)
         assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
     assert os.listdir(tmp_path) == []  # no file, no -wal, no .lock
@@ -35,10 +42,16 @@ def test_read_commands_never_create_a_mariadb_database(mariadb_server):
     import mariadb
 
     url = f"mariadb://root@/never_made_cli?unix_socket={mariadb_server.socket}"
-    said = (f"Error: no store in database 'never_made_cli' on the MariaDB server at {mariadb_server.socket}: the "
-            "database does not exist (only writing commands such as import, serve and tail create a store)\n")
-    for command in (["store", "info", url], ["info", "--store", url], ["arrays", "ls", url],
-                    ["store", "pack", url, "--keep-days", "0"]):
+    said = (
+        f"Error: no store in database 'never_made_cli' on the MariaDB server at {mariadb_server.socket}: the "
+        "database does not exist (only writing commands such as import, serve and tail create a store)\n"
+    )
+    for command in (
+        ["store", "info", url],
+        ["info", "--store", url],
+        ["arrays", "ls", url],
+        ["store", "pack", url, "--keep-days", "0"],
+    ):
         result = windvane(*command)
         assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
     conn = mariadb.connect(user="root", unix_socket=mariadb_server.socket)
@@ -100,8 +113,11 @@ def test_pack_says_how_much_disk_it_gave_back(sqlite_url):
     before = os.path.getsize(path)
     result = windvane("store", "pack", sqlite_url, "--keep-days", "0")
     assert result.returncode == 0, result.stderr
-    said = re.search(r"^gave back ([\d.]+) MB of disk: the store takes ([\d.]+) MB \(it took ([\d.]+) MB\)$",
-                     result.stdout, re.MULTILINE)
+    said = re.search(
+        r"^gave back ([\d.]+) MB of disk: the store takes ([\d.]+) MB \(it took ([\d.]+) MB\)$",
+        result.stdout,
+        re.MULTILINE,
+    )
     freed, takes, took = map(float, said.groups())
     assert freed >= 8.9 and abs(took - takes - freed) <= 0.1
     assert takes == round(os.path.getsize(path) / 1e6, 1) and before - os.path.getsize(path) >= 8_900_000
@@ -120,9 +136,11 @@ def test_pack_removes_history_only_as_far_as_told(sqlite_url):
             txn.write(oid, serials[-1], b"revision %d" % i)
             txn.vote()
             serials.append(txn.finish())
-    said = ("Error: say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS days "
-            "stays readable; 0 keeps only the latest) or --before TIME (the states before TIME are removed): "
-            "pack removes history for good\n")
+    said = (
+        "Error: say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS days "
+        "stays readable; 0 keeps only the latest) or --before TIME (the states before TIME are removed): "
+        "pack removes history for good\n"
+    )
     for flags in ([], ["--keep-days", "1", "--before", "2024-01-01"]):
         result = windvane("store", "pack", sqlite_url, *flags)
         assert (result.returncode, result.stdout, result.stderr) == (2, "", said), flags

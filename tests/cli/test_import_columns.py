@@ -17,9 +17,8 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-from windvane import arrays
-from windvane import neostore
-import windvane
+from windvane import arrays, neostore
+from windvane.cli import cli as windvane_cli
 from windvane.ingest import Batch
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.errors import SchemaError
@@ -30,7 +29,7 @@ INT64_MIN = -9223372036854775808
 
 
 def run(*args: str):
-    return CliRunner().invoke(windvane.cli, list(args), catch_exceptions=False)
+    return CliRunner().invoke(windvane_cli, list(args), catch_exceptions=False)
 
 
 def imported(url: str, path, *args: str, tag: str = "t", rejects: bool = False):
@@ -49,7 +48,8 @@ def quarantined(url: str, tag: str = "t") -> list[tuple[str, bytes]]:
 
 
 UNITS_CSV = "Time,Water flow [l/s],POA [W/m²]\n" + "".join(
-    f"2024-06-01T12:00:{i:02d}Z,{1.25 + i},{800 + i}\n" for i in range(5))
+    f"2024-06-01T12:00:{i:02d}Z,{1.25 + i},{800 + i}\n" for i in range(5)
+)
 
 
 def test_csv_headers_with_slashes_keep_their_names_end_to_end(sqlite_url, tmp_path):
@@ -82,8 +82,9 @@ def test_csv_headers_with_slashes_keep_their_names_end_to_end(sqlite_url, tmp_pa
 
 def test_parquet_column_names_a_key_cannot_hold(sqlite_url, tmp_path):
     path = tmp_path / "plant.parquet"
-    pq.write_table(pa.table({"time": [T0, T0 + 1], "a/b..c": [1.5, 2.5], "zarr.json": ["x", "y"],
-                             "tab\there": [7, 8]}), path)
+    pq.write_table(
+        pa.table({"time": [T0, T0 + 1], "a/b..c": [1.5, 2.5], "zarr.json": ["x", "y"], "tab\there": [7, 8]}), path
+    )
     imported(sqlite_url, path, "--time-unit", "s")
     s = arrays.open_stream(sqlite_url, "t")
     assert s.columns == ["a%2Fb%2E%2Ec", "zarr%2Ejson", "tab%09here"]
@@ -99,11 +100,14 @@ def test_rename_names_a_column_otherwise(sqlite_url, tmp_path):
     assert s.columns == ["flow_ls", "poa"] and s["poa"][:].tolist() == [800, 801, 802, 803, 804]
 
 
-@pytest.mark.parametrize("rename,message", [
-    ("flow=x", "--rename flow=x: the file has no column 'flow'; it has ['Time', 'Water flow [l/s]', 'POA [W/m²]']"),
-    ("POA [W/m²]=Time", "--rename POA [W/m²]=Time: the file has a column 'Time' already"),
-    ("flow", "--rename 'flow': write it as OLD=NEW, both names not empty"),
-])
+@pytest.mark.parametrize(
+    "rename,message",
+    [
+        ("flow=x", "--rename flow=x: the file has no column 'flow'; it has ['Time', 'Water flow [l/s]', 'POA [W/m²]']"),
+        ("POA [W/m²]=Time", "--rename POA [W/m²]=Time: the file has a column 'Time' already"),
+        ("flow", "--rename 'flow': write it as OLD=NEW, both names not empty"),
+    ],
+)
 def test_rename_errors_exit_2(sqlite_url, tmp_path, rename, message):
     path = tmp_path / "plant.csv"
     path.write_text(UNITS_CSV, encoding="utf-8")
@@ -116,16 +120,22 @@ def test_the_printed_schema_pins_the_types_of_a_new_stream(sqlite_url, tmp_path)
     path = tmp_path / "plant.csv"
     path.write_text(UNITS_CSV, encoding="utf-8")
     result = imported(sqlite_url, path)
-    hint = (f"stream 't' is new: its columns are typed from {path} (integer and bool columns store a missing "
-            "value as their 'fill'). To pin them, save this as t.toml and pass --schema t.toml:\n")
+    hint = (
+        f"stream 't' is new: its columns are typed from {path} (integer and bool columns store a missing "
+        "value as their 'fill'). To pin them, save this as t.toml and pass --schema t.toml:\n"
+    )
     assert hint in result.stderr
     toml = result.stderr.split(hint, 1)[1].split(f"{path}:", 1)[0]
-    assert toml == ('kind = "sensor"\ntags = ["t"]\nextra = "reject"\n\n'
-                    '[[fields]]\nname = "Water flow [l/s]"\ndtype = "float64"\n\n'
-                    f'[[fields]]\nname = "POA [W/m²]"\ndtype = "int64"\nfill = {INT64_MIN}\n')
+    assert toml == (
+        'kind = "sensor"\ntags = ["t"]\nextra = "reject"\n\n'
+        '[[fields]]\nname = "Water flow [l/s]"\ndtype = "float64"\n\n'
+        f'[[fields]]\nname = "POA [W/m²]"\ndtype = "int64"\nfill = {INT64_MIN}\n'
+    )
     (tmp_path / "t.toml").write_text(toml, encoding="utf-8")
     assert [(f.name, f.dtype, f.fill) for f in load_schema(tmp_path / "t.toml").fields] == [
-        ("Water flow [l/s]", "float64", None), ("POA [W/m²]", "int64", INT64_MIN)]
+        ("Water flow [l/s]", "float64", None),
+        ("POA [W/m²]", "int64", INT64_MIN),
+    ]
     again = imported(sqlite_url, path, "--schema", str(tmp_path / "t.toml"), tag="pinned")
     assert "is new" not in again.stderr
     assert arrays.open_stream(sqlite_url, "pinned").to_pandas().equals(arrays.open_stream(sqlite_url, "t").to_pandas())
@@ -135,10 +145,13 @@ def test_blank_and_repeated_header_cells_are_named_by_position(sqlite_url, tmp_p
     path = tmp_path / "logger.csv"
     path.write_text("time,,temp,temp\n2024-01-01T00:00:00Z,1,20.5,21.5\n2024-01-01T00:00:01Z,2,20.25,21.25\n")
     result = imported(sqlite_url, path)
-    assert (f"note: {path}: column 2 has no name: it is named 'column_2' (--rename column_2=NAME names it "
-            "otherwise)\n") in result.stderr
-    assert (f"note: {path}: column 4 has the name of column 3, 'temp': it is named 'column_4' "
-            "(--rename column_4=NAME names it otherwise)\n") in result.stderr
+    assert (
+        f"note: {path}: column 2 has no name: it is named 'column_2' (--rename column_2=NAME names it otherwise)\n"
+    ) in result.stderr
+    assert (
+        f"note: {path}: column 4 has the name of column 3, 'temp': it is named 'column_4' "
+        "(--rename column_4=NAME names it otherwise)\n"
+    ) in result.stderr
     frame = arrays.open_stream(sqlite_url, "t").to_pandas()
     assert frame.to_dict("list") == {"column_2": [1, 2], "temp": [20.5, 20.25], "column_4": [21.5, 21.25]}
     imported(sqlite_url, path, "--rename", "column_4=temp_2", tag="renamed")
@@ -147,8 +160,10 @@ def test_blank_and_repeated_header_cells_are_named_by_position(sqlite_url, tmp_p
 
 def test_blank_and_repeated_parquet_column_names(sqlite_url, tmp_path):
     path = tmp_path / "logger.parquet"
-    table = pa.Table.from_arrays([pa.array([T0, T0 + 1]), pa.array([1, 2]), pa.array([3.5, 4.5]),
-                                  pa.array(["a", "b"])], names=["time", "", "x", "x"])
+    table = pa.Table.from_arrays(
+        [pa.array([T0, T0 + 1]), pa.array([1, 2]), pa.array([3.5, 4.5]), pa.array(["a", "b"])],
+        names=["time", "", "x", "x"],
+    )
     pq.write_table(table, path)
     result = imported(sqlite_url, path, "--time-unit", "s")
     assert f"note: {path}: column 4 has the name of column 3, 'x': it is named 'column_4'" in result.stderr
@@ -212,10 +227,9 @@ def test_a_later_file_that_does_not_fit_the_stream_says_which_column(sqlite_url,
 
 def test_missing_integers_and_bools_are_stored_with_their_fill(sqlite_url, tmp_path):
     path = tmp_path / "counts.csv"
-    path.write_text("time,count,ok,label\n"
-                    "2024-01-01T00:00:00Z,1,true,a\n"
-                    "2024-01-01T00:00:01Z,,,\n"
-                    "2024-01-01T00:00:02Z,3,false,c\n")
+    path.write_text(
+        "time,count,ok,label\n2024-01-01T00:00:00Z,1,true,a\n2024-01-01T00:00:01Z,,,\n2024-01-01T00:00:02Z,3,false,c\n"
+    )
     result = imported(sqlite_url, path)
     assert f"{path}: 3 rows, 0 rejected" in result.stdout
     assert f'name = "count"\ndtype = "int64"\nfill = {INT64_MIN}\n' in result.stderr
@@ -237,8 +251,16 @@ def test_missing_integers_and_bools_are_stored_with_their_fill(sqlite_url, tmp_p
 
 def test_missing_integers_of_a_parquet_file(sqlite_url, tmp_path):
     path = tmp_path / "counts.parquet"
-    pq.write_table(pa.table({"time": [T0, T0 + 1, T0 + 2], "n": pa.array([5, None, 7], pa.int32()),
-                             "u": pa.array([1, 2, None], pa.uint16())}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "time": [T0, T0 + 1, T0 + 2],
+                "n": pa.array([5, None, 7], pa.int32()),
+                "u": pa.array([1, 2, None], pa.uint16()),
+            }
+        ),
+        path,
+    )
     result = imported(sqlite_url, path, "--time-unit", "s")
     assert f"{path}: 3 rows, 0 rejected" in result.stdout
     s = arrays.open_stream(sqlite_url, "t")
@@ -248,8 +270,9 @@ def test_missing_integers_of_a_parquet_file(sqlite_url, tmp_path):
     assert frame["n"].tolist() == [5, pd.NA, 7] and frame["u"].tolist() == [1, 2, pd.NA]
     # A second file into the stream knows the fill from the stream.
     later = tmp_path / "later.parquet"
-    pq.write_table(pa.table({"time": [T0 + 3], "n": pa.array([None], pa.int32()), "u": pa.array([9], pa.uint16())}),
-                   later)
+    pq.write_table(
+        pa.table({"time": [T0 + 3], "n": pa.array([None], pa.int32()), "u": pa.array([9], pa.uint16())}), later
+    )
     imported(sqlite_url, later, "--time-unit", "s")
     assert arrays.open_stream(sqlite_url, "t")["n"][:].tolist() == [5, -2147483648, 7, -2147483648]
 
@@ -274,21 +297,37 @@ def test_a_name_too_long_for_a_key_is_a_clear_error(sqlite_url, tmp_path):
     path = tmp_path / "long.csv"
     path.write_text(f"time,{'flow ' * 60}\n{T0},1\n")
     result = run("import", str(path), "--store", sqlite_url, "--tag", "t")
-    assert result.exit_code == 2 and "is 300 bytes of UTF-8; the limit is 255; name the column otherwise with " \
-        "--rename OLD=NEW" in result.stderr, result.output
+    assert (
+        result.exit_code == 2
+        and "is 300 bytes of UTF-8; the limit is 255; name the column otherwise with --rename OLD=NEW" in result.stderr
+    ), result.output
 
 
 async def test_served_records_with_such_field_names_are_stored_by_key(sqlite_url):
     """A schema file may name fields as files do: records through the committer land under the escaped key."""
-    schema = parse_schema({"kind": "sensor", "tags": ["plant.**"], "fields": [
-        {"name": "Water flow [l/s]", "dtype": "float64"}, {"name": "n", "dtype": "int32", "fill": -1}]}, name="plant")
+    schema = parse_schema(
+        {
+            "kind": "sensor",
+            "tags": ["plant.**"],
+            "fields": [{"name": "Water flow [l/s]", "dtype": "float64"}, {"name": "n", "dtype": "int32", "fill": -1}],
+        },
+        name="plant",
+    )
     with neostore.open(sqlite_url) as store:
         committer = GroupCommitter(store, SchemaSet((schema,)))
         committer.start()
         try:
-            receipt = await committer.submit([Batch("plant.a", [T0, T0 + 1], [{"Water flow [l/s]": 1.5, "n": 3},
-                                                                               {"Water flow [l/s]": 2.5}],
-                                                    source="test", size=100)])
+            receipt = await committer.submit(
+                [
+                    Batch(
+                        "plant.a",
+                        [T0, T0 + 1],
+                        [{"Water flow [l/s]": 1.5, "n": 3}, {"Water flow [l/s]": 2.5}],
+                        source="test",
+                        size=100,
+                    )
+                ]
+            )
         finally:
             committer.close()
         assert (receipt.accepted, receipt.quarantined) == (2, 0)

@@ -15,11 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
-from windvane.ingest import imports
 from tests import paused_process
 from tests.serve_process import REPO
+from windvane import arrays, neostore
+from windvane.ingest import imports
 
 T0 = 1_700_000_000_000_000_000
 
@@ -130,8 +129,12 @@ def test_commit_part_keeps_any_position_value(sqlite_url):
     position = {"inode": 1234, "offset": 99, "fingerprint": "abc"}
     with neostore.open(sqlite_url) as store:
         writers = imports.streams.StreamWriters(store)
-        part = Part(pa.table({"time": [T0, T0 + 1], "msg": ["a", "ü"]}), 99, 99,
-                    rejected=[(T0 + 2, b"garbage line", "not JSON")])
+        part = Part(
+            pa.table({"time": [T0, T0 + 1], "msg": ["a", "ü"]}),
+            99,
+            99,
+            rejected=[(T0 + 2, b"garbage line", "not JSON")],
+        )
         done = imports.commit_part(writers, "tail.x", schema, part, "src", position, identity={"dev": 1})
         assert (done.rows, done.rejected) == (2, 1) and done.tid is not None
         got = imports.read_position(store, "tail.x", "src")
@@ -141,14 +144,17 @@ def test_commit_part_keeps_any_position_value(sqlite_url):
     assert q["raw"][:].tolist() == [b"garbage line"] and q["reason"][:].tolist() == ["not JSON"]
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda d: [str(d / "missing.csv")], "does not exist"),
-    (lambda d: [str(d / "x.unknown")], "cannot tell the format from the extension '.unknown'"),
-    (lambda d: [str(d / "x.csv"), "--format", "yaml"], "unknown format 'yaml'"),
-    (lambda d: [str(d / "notime.csv")], "no time column"),
-    (lambda d: [str(d / "x.csv"), "--schema", str(d / "bad.toml")], "kind 'nope' is not one of"),
-    (lambda d: [str(d / "x.csv"), "--start", "noon"], "--start 'noon' is not an ISO 8601 time"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda d: [str(d / "missing.csv")], "does not exist"),
+        (lambda d: [str(d / "x.unknown")], "cannot tell the format from the extension '.unknown'"),
+        (lambda d: [str(d / "x.csv"), "--format", "yaml"], "unknown format 'yaml'"),
+        (lambda d: [str(d / "notime.csv")], "no time column"),
+        (lambda d: [str(d / "x.csv"), "--schema", str(d / "bad.toml")], "kind 'nope' is not one of"),
+        (lambda d: [str(d / "x.csv"), "--start", "noon"], "--start 'noon' is not an ISO 8601 time"),
+    ],
+)
 def test_cli_errors_exit_2_with_a_clear_message(sqlite_url, tmp_path, make, message):
     (tmp_path / "x.unknown").write_text("?")
     (tmp_path / "x.csv").write_text(f"time,v\n{T0},1\n")

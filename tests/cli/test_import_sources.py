@@ -17,13 +17,13 @@ import zstandard
 from click.testing import CliRunner
 
 from windvane import arrays
-import windvane
+from windvane.cli import cli as windvane_cli
 
 T0 = 1_700_000_000_000_000_000
 
 
 def run(*args: str):
-    return CliRunner().invoke(windvane.cli, ["import", *args], catch_exceptions=False)
+    return CliRunner().invoke(windvane_cli, ["import", *args], catch_exceptions=False)
 
 
 def stream_rows(url: str, tag: str, *, quarantine: bool = False) -> int:
@@ -49,9 +49,11 @@ def test_an_import_whose_every_row_is_rejected_exits_3_and_says_where_they_are(s
     result = run(str(bad), "--store", sqlite_url, "--tag", "t")
     assert result.exit_code == 3, result.output
     assert f"{bad}: 0 rows, 2 rejected" in result.stdout
-    assert ("2 rows rejected into the quarantine stream 'quarantine/t'; read them with "
-            f"`windvane export t --quarantine --store {sqlite_url} --to rejects.csv --format csv`; "
-            "--allow-rejects makes this exit 0") in result.stderr
+    assert (
+        "2 rows rejected into the quarantine stream 'quarantine/t'; read them with "
+        f"`windvane export t --quarantine --store {sqlite_url} --to rejects.csv --format csv`; "
+        "--allow-rejects makes this exit 0"
+    ) in result.stderr
     assert stream_rows(sqlite_url, "t") == 1 and stream_rows(sqlite_url, "t", quarantine=True) == 2
     q = arrays.open_stream(sqlite_url, "t", quarantine=True)
     assert q["raw"][:].tolist() == [f"{T0 + 1},x".encode(), f"{T0 + 2},y".encode()]
@@ -94,8 +96,9 @@ def test_a_copy_under_another_name_is_not_imported_again_unless_again(sqlite_url
     assert run(str(original), "--store", sqlite_url, "--tag", "d").exit_code == 0
     result = run(str(copy), "--store", sqlite_url, "--tag", "d")
     assert result.exit_code == 0, result.output
-    assert result.stdout == (f"{copy}: already imported: the same content as {original}; nothing imported "
-                             "(--again imports it again)\n")
+    assert result.stdout == (
+        f"{copy}: already imported: the same content as {original}; nothing imported (--again imports it again)\n"
+    )
     assert stream_rows(sqlite_url, "d") == 1000
     again = run(str(copy), "--store", sqlite_url, "--tag", "d", "--again")
     assert again.exit_code == 0 and f"{copy}: 1,000 rows, 0 rejected" in again.stdout
@@ -136,8 +139,13 @@ def test_a_finished_import_without_its_content_recorded_records_it_when_run_agai
     original.write_text(csv_text(10))
     copy.write_bytes(original.read_bytes())
     with neostore.open(sqlite_url) as store:  # as the engine is driven without content (windvane tail's way)
-        imports.import_source(store, "o", csv_reader(str(original), ReaderOptions()),
-                              source_id=imports.source_id_for(original), identity=imports.fingerprint(original))
+        imports.import_source(
+            store,
+            "o",
+            csv_reader(str(original), ReaderOptions()),
+            source_id=imports.source_id_for(original),
+            identity=imports.fingerprint(original),
+        )
     result = run(str(original), "--store", sqlite_url, "--tag", "o")
     assert result.exit_code == 0 and "already imported, nothing new" in result.stdout
     result = run(str(copy), "--store", sqlite_url, "--tag", "o")
@@ -164,22 +172,43 @@ def jsonl_lines(n: int) -> bytes:
     return b"".join(f'{{"time": {T0 + i}, "n": {i}, "msg": "m{i}"}}\n'.encode() for i in range(n))
 
 
-@pytest.mark.parametrize("name,compress,content,column,values", [
-    ("day.csv.gz", gz, csv_text(500).encode(), "id", list(range(500))),
-    ("day.csv.zst", zst, csv_text(500).encode(), "id", list(range(500))),
-    ("frames.csv.zst", lambda d: zst(d[:3001]) + zst(d[3001:]), csv_text(500).encode(), "id", list(range(500))),
-    ("day.csv.bz2", bz2.compress, csv_text(500).encode(), "id", list(range(500))),
-    ("day.csv.xz", lzma.compress, csv_text(500).encode(), "id", list(range(500))),
-    ("events.jsonl.gz", gz, jsonl_lines(300), "n", list(range(300))),
-    ("events.jsonl.zst", zst, jsonl_lines(300), "n", list(range(300))),
-    ("syslog.1.gz", gz, syslog_lines(200), "message", [f"message {i}" for i in range(200)]),
-    ("access.log.2.gz", gz,
-     b"".join(f'10.0.0.{i} - - [23/Nov/2026:12:00:{i:02d} +0100] "GET /p/{i} HTTP/1.1" 200 {i} "-" "a"\n'.encode()
-              for i in range(50)), "path", [f"/p/{i}" for i in range(50)]),
-], ids=["csv-gzip", "csv-zstd", "csv-zstd-two-frames", "csv-bzip2", "csv-xz", "jsonl-gzip", "jsonl-zstd", "rotated-syslog",
-        "rotated-access-log"])
-def test_compressed_files_are_read_and_their_format_told_through_the_suffix(sqlite_url, tmp_path, name, compress,
-                                                                          content, column, values):
+@pytest.mark.parametrize(
+    "name,compress,content,column,values",
+    [
+        ("day.csv.gz", gz, csv_text(500).encode(), "id", list(range(500))),
+        ("day.csv.zst", zst, csv_text(500).encode(), "id", list(range(500))),
+        ("frames.csv.zst", lambda d: zst(d[:3001]) + zst(d[3001:]), csv_text(500).encode(), "id", list(range(500))),
+        ("day.csv.bz2", bz2.compress, csv_text(500).encode(), "id", list(range(500))),
+        ("day.csv.xz", lzma.compress, csv_text(500).encode(), "id", list(range(500))),
+        ("events.jsonl.gz", gz, jsonl_lines(300), "n", list(range(300))),
+        ("events.jsonl.zst", zst, jsonl_lines(300), "n", list(range(300))),
+        ("syslog.1.gz", gz, syslog_lines(200), "message", [f"message {i}" for i in range(200)]),
+        (
+            "access.log.2.gz",
+            gz,
+            b"".join(
+                f'10.0.0.{i} - - [23/Nov/2026:12:00:{i:02d} +0100] "GET /p/{i} HTTP/1.1" 200 {i} "-" "a"\n'.encode()
+                for i in range(50)
+            ),
+            "path",
+            [f"/p/{i}" for i in range(50)],
+        ),
+    ],
+    ids=[
+        "csv-gzip",
+        "csv-zstd",
+        "csv-zstd-two-frames",
+        "csv-bzip2",
+        "csv-xz",
+        "jsonl-gzip",
+        "jsonl-zstd",
+        "rotated-syslog",
+        "rotated-access-log",
+    ],
+)
+def test_compressed_files_are_read_and_their_format_told_through_the_suffix(
+    sqlite_url, tmp_path, name, compress, content, column, values
+):
     path = tmp_path / name
     path.write_bytes(compress(content))
     result = run(str(path), "--store", sqlite_url, "--tag", "c")
@@ -197,16 +226,32 @@ def test_compression_is_told_by_the_magic_bytes_not_the_name(sqlite_url, tmp_pat
     assert arrays.open_stream(sqlite_url, "m")["label"][:].tolist() == [f"row {i}" for i in range(20)]
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("blob.gz", gz(b"time,v\n1,2\n"), "blob.gz: compressed file (gzip) holding 'blob'; cannot tell the format "
-                                      "from the extension '(none)'"),
-    ("table.parquet.gz", gz(b"PAR1"), "table.parquet.gz: compressed file (gzip); the parquet reader seeks in its "
-                                      "file, so decompress it first"),
-    ("cut.csv.gz", gz(csv_text(2000).encode())[:3000],
-     "cut.csv.gz: compressed file (gzip) cannot be read: Compressed file ended before the end-of-stream marker"),
-    ("cut.csv.zst", zst(csv_text(2000).encode())[:3000],
-     "cut.csv.zst: compressed file (zstd) cannot be read: the file ends inside a zstd frame (truncated)"),
-], ids=["unknown", "parquet", "cut-gzip", "cut-zstd"])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        (
+            "blob.gz",
+            gz(b"time,v\n1,2\n"),
+            "blob.gz: compressed file (gzip) holding 'blob'; cannot tell the format from the extension '(none)'",
+        ),
+        (
+            "table.parquet.gz",
+            gz(b"PAR1"),
+            "table.parquet.gz: compressed file (gzip); the parquet reader seeks in its file, so decompress it first",
+        ),
+        (
+            "cut.csv.gz",
+            gz(csv_text(2000).encode())[:3000],
+            "cut.csv.gz: compressed file (gzip) cannot be read: Compressed file ended before the end-of-stream marker",
+        ),
+        (
+            "cut.csv.zst",
+            zst(csv_text(2000).encode())[:3000],
+            "cut.csv.zst: compressed file (zstd) cannot be read: the file ends inside a zstd frame (truncated)",
+        ),
+    ],
+    ids=["unknown", "parquet", "cut-gzip", "cut-zstd"],
+)
 def test_compressed_files_that_cannot_be_read_say_so(sqlite_url, tmp_path, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)

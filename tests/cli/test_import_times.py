@@ -9,8 +9,8 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windvane import arrays
 from tests.cli.test_import_process import run_import
+from windvane import arrays
 
 NS = 10**9
 
@@ -29,16 +29,20 @@ def test_timezone_applies_to_csv_and_jsonl_times_without_a_zone(sqlite_url, tmp_
     csv.write_text("time,v\n2024-07-01T12:00:00,1\n2024-07-01T12:00:00Z,2\n2024-01-15 08:30:00,3\n")
     out = run_import(str(csv), "--store", sqlite_url, "--tag", "paris", "--timezone", "Europe/Paris")
     assert out.returncode == 0, out.stderr
-    assert times(sqlite_url, "paris") == [ns("2024-07-01T10:00:00+00:00"), ns("2024-07-01T12:00:00+00:00"),
-                                          ns("2024-01-15T07:30:00+00:00")]
+    assert times(sqlite_url, "paris") == [
+        ns("2024-07-01T10:00:00+00:00"),
+        ns("2024-07-01T12:00:00+00:00"),
+        ns("2024-01-15T07:30:00+00:00"),
+    ]
     jsonl = tmp_path / "ny.jsonl"
     jsonl.write_text('{"time": "2024-07-01T12:00:00", "v": 1}\n{"time": "2024-07-01T12:00:00+00:00", "v": 2}\n')
     out = run_import(str(jsonl), "--store", sqlite_url, "--tag", "ny", "--timezone", "America/New_York")
     assert out.returncode == 0, out.stderr
     assert times(sqlite_url, "ny") == [ns("2024-07-01T16:00:00+00:00"), ns("2024-07-01T12:00:00+00:00")]
     parquet = tmp_path / "naive.parquet"
-    pq.write_table(pa.table({"time": pa.array([ns("2024-07-01T12:00:00+00:00")], pa.timestamp("ns")), "v": [1]}),
-                   parquet)
+    pq.write_table(
+        pa.table({"time": pa.array([ns("2024-07-01T12:00:00+00:00")], pa.timestamp("ns")), "v": [1]}), parquet
+    )
     out = run_import(str(parquet), "--store", sqlite_url, "--tag", "naive", "--timezone", "Asia/Tokyo")
     assert out.returncode == 0, out.stderr
     assert times(sqlite_url, "naive") == [ns("2024-07-01T03:00:00+00:00")]
@@ -55,10 +59,12 @@ def test_an_unknown_timezone_exits_2_naming_it(sqlite_url, tmp_path):
 def test_rfc3164_years_come_from_the_files_modification_time(sqlite_url, tmp_path):
     log = tmp_path / "messages.1"
     log.write_text("<13>Dec 24 18:00:00 host app: the year before\n<13>Mar 10 06:00:00 host app: that spring\n")
-    written = dt.datetime(2019, 3, 15, 12, 0, tzinfo=dt.timezone.utc).timestamp()
+    written = dt.datetime(2019, 3, 15, 12, 0, tzinfo=dt.UTC).timestamp()
     os.utime(log, (written, written))
     out = run_import(str(log), "--store", sqlite_url, "--tag", "old", "--format", "syslog", "--timezone", "UTC")
     assert out.returncode == 0, out.stderr
     assert times(sqlite_url, "old") == [ns("2018-12-24T18:00:00+00:00"), ns("2019-03-10T06:00:00+00:00")]
-    assert (f"{log}: RFC 3164 times carry no year: taken in 2019, the year of the file's modification time "
-            "(2019-03-15); lines dated after that, in 2018") in out.stdout
+    assert (
+        f"{log}: RFC 3164 times carry no year: taken in 2019, the year of the file's modification time "
+        "(2019-03-15); lines dated after that, in 2018"
+    ) in out.stdout

@@ -18,21 +18,23 @@ import sys
 import msgpack
 import pytest
 
-from windvane import arrays
-from windvane import neostore
 from tests import paused_process
-from tests.forward_sender import chunk_id, packed_forward
-from tests.serve_process import REPO, Serve
 from tests.cli.test_serve import forward_send, post
 from tests.cli.test_stream_admin import SCHEMA, T0, S, cli
+from tests.forward_sender import chunk_id, packed_forward
+from tests.serve_process import REPO, Serve
+from windvane import arrays, neostore
 
 STRICT = SCHEMA.format(retention="")
 #: The fix: the field the records carry is declared (a new column, back-filled for the rows stored before).
-FIXED = STRICT + """
+FIXED = (
+    STRICT
+    + """
 [[fields]]
 name = "temp"
 dtype = "float32"
 """
+)
 #: A "fix" that contradicts the stream: n as text.
 CONTRADICTING = STRICT.replace('name = "n"\ndtype = "int64"', 'name = "n"\ndtype = "str"')
 
@@ -55,7 +57,17 @@ def quarantined(url: str, tmp_path, count: int, start: int = 0) -> None:
     """Import records ``start`` to ``start + count`` with STRICT: all quarantined, verbatim."""
     path = tmp_path / f"records-{start}.jsonl"
     path.write_text("".join(json.dumps(record(i)) + "\n" for i in range(start, start + count)))
-    result = cli("import", str(path), "--store", url, "--tag", "plant.a", "--schema", schema(tmp_path, STRICT, "strict"), "--allow-rejects")
+    result = cli(
+        "import",
+        str(path),
+        "--store",
+        url,
+        "--tag",
+        "plant.a",
+        "--schema",
+        schema(tmp_path, STRICT, "strict"),
+        "--allow-rejects",
+    )
     assert result.exit_code == 0 and f"0 rows, {count:,} rejected" in result.output, result.output
 
 
@@ -121,8 +133,10 @@ def test_replay_moves_what_fits_in_one_commit_and_again_moves_nothing(store_url,
     after = head(store_url)
     again = cli("quarantine", "replay", "plant.a", "--schema", schema(tmp_path, FIXED, "fixed"), "--store", store_url)
     assert again.exit_code == 0
-    assert "replayed 0 records of quarantine/plant.a into stream plant.a (nothing changed, nothing committed); " \
-           "5 stay in quarantine" in again.output
+    assert (
+        "replayed 0 records of quarantine/plant.a into stream plant.a (nothing changed, nothing committed); "
+        "5 stay in quarantine" in again.output
+    )
     assert head(store_url) == after
     assert_moved_exactly_once(store_url, 50)
     # Without --schema, the schema is what the stream's columns imply, as `windvane import` infers one:
@@ -162,12 +176,17 @@ def test_replay_errors_exit_2_naming_the_problem(sqlite_url, tmp_path):
     no_schema = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert no_schema.exit_code == 2
     assert "there is no stream 'plant.a' to take the schema from: give one with --schema" in no_schema.output
-    assert cli("quarantine", "replay", "plant.a", "--schema", schema(tmp_path, FIXED, "fixed"),
-               "--store", sqlite_url).exit_code == 0
+    assert (
+        cli(
+            "quarantine", "replay", "plant.a", "--schema", schema(tmp_path, FIXED, "fixed"), "--store", sqlite_url
+        ).exit_code
+        == 0
+    )
     quarantined(sqlite_url, tmp_path, 10, start=10)
     middle = head(sqlite_url)
-    clash = cli("quarantine", "replay", "plant.a", "--schema", schema(tmp_path, CONTRADICTING, "bad"),
-                "--store", sqlite_url)
+    clash = cli(
+        "quarantine", "replay", "plant.a", "--schema", schema(tmp_path, CONTRADICTING, "bad"), "--store", sqlite_url
+    )
     assert clash.exit_code == 2
     assert "stream 'plant.a' has other types for column(s) n (int64 in the stream, str here)" in clash.output
     assert head(sqlite_url) == middle and before != middle
@@ -200,8 +219,17 @@ def test_replay_reads_records_that_arrived_over_forward_and_http(sqlite_url, tmp
 def test_replay_keeps_what_it_cannot_read_with_the_reason(sqlite_url, tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text(f"time,speed,n\n{T0},1.5,1\n{T0 + 1},fast,2\n")
-    result = cli("import", str(path), "--store", sqlite_url, "--tag", "plant.a", "--schema",
-                 schema(tmp_path, STRICT, "strict"), "--allow-rejects")
+    result = cli(
+        "import",
+        str(path),
+        "--store",
+        sqlite_url,
+        "--tag",
+        "plant.a",
+        "--schema",
+        schema(tmp_path, STRICT, "strict"),
+        "--allow-rejects",
+    )
     assert result.exit_code == 0 and "1 rejected" in result.output, result.output
     again = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert again.exit_code == 0, again.output
@@ -216,8 +244,12 @@ def replay_args(url: str, tmp_path) -> tuple[str, ...]:
 
 
 def replay_process(url: str, tmp_path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import windvane; windvane.main()", *replay_args(url, tmp_path)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", "import windvane; windvane.main()", *replay_args(url, tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def replay_done(url: str, tmp_path) -> str:

@@ -18,9 +18,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from windvane import arrays
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import REPO, Serve
+from windvane import arrays
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "forward"
 
@@ -168,9 +168,20 @@ def test_forward_oversize_chunk_is_refused(serve, store_url, schemas, tmp_path):
     assert forward_send(s.forward_port, packed_forward("app.big", [(1, {"seq": 1})], cid), expect_ack=True) == cid
 
 
-@pytest.mark.parametrize("name", ["fluentd_packed_text", "fluentd_packed_gzip", "fluentd_packed_zstd",
-                                  "fluentbit_forward", "fluentbit_compressed_gzip",
-                                  "fluentbit_message", "fluentbit_message_metadata", "message_ext8_time", "fluent_logger_python"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fluentd_packed_text",
+        "fluentd_packed_gzip",
+        "fluentd_packed_zstd",
+        "fluentbit_forward",
+        "fluentbit_compressed_gzip",
+        "fluentbit_message",
+        "fluentbit_message_metadata",
+        "message_ext8_time",
+        "fluent_logger_python",
+    ],
+)
 def test_fixtures_of_real_senders_are_accepted(serve, store_url, name):
     expected = json.loads((FIXTURES / "expected.json").read_text())
     s = serve()
@@ -213,8 +224,9 @@ def test_bad_credentials_are_refused(serve, store_url, tmp_path):
     assert post(s.http_port, "/app/auth", b'{"seq": 2}\n', {"Authorization": "Bearer a-long-token"})[0] == 200
     # Forward: a client that skips the handshake gets nothing acknowledged.
     cid = chunk_id()
-    assert forward_send(s.forward_port, packed_forward("app.auth", [(1, {"seq": 9})], cid),
-                        expect_ack=False, timeout=3) != msgpack.packb({"ack": cid.decode()})
+    assert forward_send(
+        s.forward_port, packed_forward("app.auth", [(1, {"seq": 9})], cid), expect_ack=False, timeout=3
+    ) != msgpack.packb({"ack": cid.decode()})
     assert column(store_url, "app.auth", "seq") == [1, 2]
 
 
@@ -244,8 +256,13 @@ def test_unrouted_tags_are_kept_in_quarantine(serve, store_url):
 
 
 def windvane(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "import windvane; windvane.main()", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", "import windvane; windvane.main()", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_bad_input_exits_2_with_the_reason(tmp_path, schemas):
@@ -256,9 +273,11 @@ def test_cli_bad_input_exits_2_with_the_reason(tmp_path, schemas):
     assert result.returncode == 2 and "kind 'radar' is not one of" in result.stderr
     result = windvane("serve", "--store", "postgres://x/y", "--schemas", str(schemas))
     assert result.returncode == 2 and "postgres" in result.stderr
-    result = windvane("serve", "--store", f"sqlite:///{tmp_path}/s.db", "--schemas", str(schemas),
-                      "--forward", "127.0.0.1:notaport")
+    result = windvane(
+        "serve", "--store", f"sqlite:///{tmp_path}/s.db", "--schemas", str(schemas), "--forward", "127.0.0.1:notaport"
+    )
     assert result.returncode == 2 and "not a number" in result.stderr
-    result = windvane("serve", "--store", f"sqlite:///{tmp_path}/s.db", "--schemas", str(schemas),
-                      "--forward", "off", "--http", "off")
+    result = windvane(
+        "serve", "--store", f"sqlite:///{tmp_path}/s.db", "--schemas", str(schemas), "--forward", "off", "--http", "off"
+    )
     assert result.returncode == 2 and "nothing to serve" in result.stderr

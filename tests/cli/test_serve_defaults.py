@@ -13,7 +13,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import windvane
+from windvane.cli import cli as windvane_cli
 from windvane.connectors.forward import ForwardConfig
 from windvane.connectors.http import HttpConfig
 from windvane.connectors.limits import Limits
@@ -54,7 +54,7 @@ def test_the_serve_page_states_the_defaults_the_config_classes_hold():
 
 
 def test_serve_help_shows_the_defaults_of_the_config_classes():
-    result = CliRunner().invoke(windvane.cli, ["serve", "--help"], terminal_width=200)
+    result = CliRunner().invoke(windvane_cli, ["serve", "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     text = re.sub(r"\s+", " ", result.output)
     for option, default in [

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from windvane import arrays
-from windvane import neostore
-import windvane
+from windvane import arrays, neostore
+from windvane.cli import cli as windvane_cli
 from windvane.ingest import schema
 from windvane.ops import info
 
@@ -36,7 +35,7 @@ required = true
 
 
 def cli(*args: str):
-    return CliRunner().invoke(windvane.cli, list(args), catch_exceptions=False)
+    return CliRunner().invoke(windvane_cli, list(args), catch_exceptions=False)
 
 
 def write_jsonl(path, records: list[dict]) -> str:
@@ -90,14 +89,24 @@ def test_streams_lists_rows_time_range_and_stored_bytes(sqlite_url, tmp_path):
     assert lines[0].split() == ["stream", "rows", "first", "last", "stored", "with", "history"]
     by_name = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(by_name) == {"plant.a", "plant.b", "quarantine/plant.b"}
-    assert by_name["plant.a"] == ["plant.a", "3", "2024-05-01", "12:00:00", "UTC", "2024-05-01", "12:00:02", "UTC",
-                                  f"{found['plant.a'].stored_bytes:,}", f"{found['plant.a'].history_bytes:,}"]
+    assert by_name["plant.a"] == [
+        "plant.a",
+        "3",
+        "2024-05-01",
+        "12:00:00",
+        "UTC",
+        "2024-05-01",
+        "12:00:02",
+        "UTC",
+        f"{found['plant.a'].stored_bytes:,}",
+        f"{found['plant.a'].history_bytes:,}",
+    ]
     assert by_name["plant.b"][1] == "2"
     assert by_name["quarantine/plant.b"][1] == "1"
 
 
 def test_streams_without_a_store_says_so():
-    result = CliRunner(env={"WINDVANE_STORE": None}).invoke(windvane.cli, ["streams"])
+    result = CliRunner(env={"WINDVANE_STORE": None}).invoke(windvane_cli, ["streams"])
     assert result.exit_code == 2
     assert "give the store whose streams to list: --store URL" in result.output
 
@@ -121,7 +130,9 @@ def test_rm_removes_stream_quarantine_and_positions_in_one_commit_history_keeps_
     assert arrays.list_streams(store_url, at=before) == ["plant.a", "plant.b"]
     assert column(store_url, "plant.b", "n") == [0, 1]  # the other stream is untouched
     # Its import position went with it: importing the file again stores it again.
-    again = cli("import", path, "--store", store_url, "--tag", "plant.a", "--schema", schema_file(tmp_path), "--allow-rejects")
+    again = cli(
+        "import", path, "--store", store_url, "--tag", "plant.a", "--schema", schema_file(tmp_path), "--allow-rejects"
+    )
     assert again.exit_code == 0 and "already imported" not in again.output, again.output
     assert column(store_url, "plant.a", "n") == [0, 1, 2]
 
@@ -140,8 +151,7 @@ def test_mv_renames_stream_quarantine_and_positions_history_keeps_the_old_name(s
     before = head(store_url)
     result = cli("streams", "mv", "plant.a", "plant.renamed", "--store", store_url)
     assert result.exit_code == 0, result.output
-    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined records, 2 import records)" \
-        in result.output
+    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined records, 2 import records)" in result.output
     assert arrays.list_streams(store_url) == ["plant.renamed"]
     assert arrays.list_streams(store_url, quarantine=True) == ["plant.renamed"]
     assert column(store_url, "plant.renamed", "n") == [0, 1, 2, 3]
@@ -153,7 +163,17 @@ def test_mv_renames_stream_quarantine_and_positions_history_keeps_the_old_name(s
     with pytest.raises(arrays.StreamNotFoundError):
         arrays.open_stream(store_url, "plant.a")
     # The renamed stream appends as any other, and its import position moved with it.
-    again = cli("import", path, "--store", store_url, "--tag", "plant.renamed", "--schema", schema_file(tmp_path), "--allow-rejects")
+    again = cli(
+        "import",
+        path,
+        "--store",
+        store_url,
+        "--tag",
+        "plant.renamed",
+        "--schema",
+        schema_file(tmp_path),
+        "--allow-rejects",
+    )
     assert again.exit_code == 0 and "already imported" in again.output, again.output
     more = imported(store_url, tmp_path, "plant.renamed", rows(2, start=10), "more.jsonl")
     assert more and column(store_url, "plant.renamed", "n") == [0, 1, 2, 3, 10, 11]
@@ -248,11 +268,12 @@ def test_store_pack_with_a_bad_retention_exits_2_and_packs_nothing(sqlite_url, t
 
 
 def test_a_running_serve_stores_a_tag_whose_stream_was_renamed_or_removed_under_it(sqlite_url, tmp_path):
-    from tests.serve_process import Serve
     from tests.cli.test_serve import post
+    from tests.serve_process import Serve
 
     schema_file(tmp_path)
     with Serve(sqlite_url, tmp_path / "schemas", tmp_path / "serve.log", "--decode-workers", "0") as server:
+
         def send(i: int) -> dict:
             status, _, reply = post(server.http_port, "/plant.a", json.dumps(rows(1, start=i)[0]).encode() + b"\n")
             assert status == 200, reply

@@ -19,8 +19,11 @@ def connector_exceptions() -> dict[str, type]:
     for info in pkgutil.walk_packages(windvane.connectors.__path__, "windvane.connectors."):
         module = importlib.import_module(info.name)
         for value in vars(module).values():
-            if inspect.isclass(value) and issubclass(value, BaseException) and \
-                    value.__module__.startswith("windvane.connectors"):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__.startswith("windvane.connectors")
+            ):
                 found[f"{value.__module__}.{value.__qualname__}"] = value
     return found
 

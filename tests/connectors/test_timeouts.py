@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgpack
 
-from windvane.connectors.forward.handshake import ping
 from tests.hostile import acked, closed_by_server, metrics
 from tests.serve_process import Serve
+from windvane.connectors.forward.handshake import ping
 
 SCHEMA = """
 kind = "log"
@@ -65,7 +65,9 @@ def refused(counters: dict[str, float], endpoint: str) -> float:
 
 
 def test_forward_handshake_and_idle_timeouts(tmp_path):
-    with start(tmp_path, "--shared-key", "k3y", "--http-auth", "none", "--handshake-timeout", "1", "--idle-timeout", "2") as server:
+    with start(
+        tmp_path, "--shared-key", "k3y", "--http-auth", "none", "--handshake-timeout", "1", "--idle-timeout", "2"
+    ) as server:
         with connect(server.forward_port) as silent:
             # Never answers the HELO: closed after the handshake timeout.
             assert msgpack.unpackb(silent.recv(4096), raw=False)[0] == "HELO"
@@ -112,15 +114,19 @@ def test_http_header_body_and_idle_timeouts(tmp_path):
         with connect(port) as slow_headers, connect(port) as slow_body:
             slow_headers.sendall(b"POST /app.web HTTP/1.1\r\nHost: windvane\r\n")  # never ends its headers
             status, headers, body = http_exchange(
-                slow_body, b"POST /app.web HTTP/1.1\r\nHost: windvane\r\nContent-Type: application/json\r\n"
-                           b"Content-Length: 100\r\n\r\n{\"message\": ")  # never ends its body
+                slow_body,
+                b"POST /app.web HTTP/1.1\r\nHost: windvane\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"message": ',
+            )  # never ends its body
             assert (status, json.loads(body)["error"], headers["connection"].lower()) == (408, "body_timeout", "close")
             assert closed_by_server(slow_body)
             assert closed_by_server(slow_headers)
         with connect(port) as idle, connect(port) as kept_alive:
             status, _, body = http_exchange(
-                kept_alive, b"POST /app.web HTTP/1.1\r\nHost: windvane\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: 19\r\n\r\n{\"message\": \"kept\"}")
+                kept_alive,
+                b"POST /app.web HTTP/1.1\r\nHost: windvane\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 19\r\n\r\n{"message": "kept"}',
+            )
             assert (status, json.loads(body)) == (200, {"accepted": 1, "quarantined": 0})
             assert closed_by_server(kept_alive)  # idle after its request
             assert closed_by_server(idle)  # never sent anything

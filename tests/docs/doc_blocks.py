@@ -77,7 +77,7 @@ def code_blocks(doc: Path) -> list[Block]:
         j = i + 1
         while j < len(lines) and not lines[j].strip().startswith(fence):
             # A line indented less than its fence loses only the indent it has.
-            body.append(lines[j][min(indent, len(lines[j]) - len(lines[j].lstrip())):])
+            body.append(lines[j][min(indent, len(lines[j]) - len(lines[j].lstrip())) :])
             j += 1
         blocks.append(Block(doc, i + 1, opening["info"].lower(), "\n".join(body) + "\n", section))
         i = j + 1

@@ -90,7 +90,8 @@ def exemption(block: Block, command: Command) -> Exemption | None:
 def documents() -> list[Path]:
     """The Markdown documents with a block this module runs."""
     return [
-        doc for doc in markdown_files(REPO)
+        doc
+        for doc in markdown_files(REPO)
         if any(block.lang in PYTHON or (block.lang in SHELL and windvane_commands(block)) for block in code_blocks(doc))
     ]
 
@@ -98,12 +99,17 @@ def documents() -> list[Path]:
 def run_windvane(command: Command, cwd: Path) -> None:
     # File patterns are expanded as the shell would, in the directory the command runs in.
     args = [
-        arg for pattern in command.args
+        arg
+        for pattern in command.args
         for arg in (sorted(glob.glob(pattern, root_dir=cwd)) or [pattern] if glob.has_magic(pattern) else [pattern])
     ]
     result = subprocess.run(
         [sys.executable, "-c", "import windvane; windvane.main()", *args],
-        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, f"line {command.line}: {command.text}\n{result.stdout}{result.stderr}"
 
@@ -127,7 +133,9 @@ def quick_start(tmp_path_factory) -> Path:
     """A directory in which the windvane commands of the README's Quick start ran (`windvane demo`)."""
     cwd = tmp_path_factory.mktemp("quick-start")
     commands = [
-        command for block in code_blocks(README) if block.section == QUICK_START and block.lang in SHELL
+        command
+        for block in code_blocks(README)
+        if block.section == QUICK_START and block.lang in SHELL
         for command in windvane_commands(block)
     ]
     assert commands, "the README's Quick start runs no windvane command"
@@ -147,8 +155,11 @@ def test_the_readme_has_blocks_to_run():
 def test_the_docs_pages_blocks_run_too():
     """Every page under docs/ with a python block or a windvane command is one of the documents run below."""
     pages = [
-        page for page in sorted((REPO / "docs").glob("*.md"))
-        if any(block.lang in PYTHON or (block.lang in SHELL and windvane_commands(block)) for block in code_blocks(page))
+        page
+        for page in sorted((REPO / "docs").glob("*.md"))
+        if any(
+            block.lang in PYTHON or (block.lang in SHELL and windvane_commands(block)) for block in code_blocks(page)
+        )
     ]
     assert {"neostore.md", "arrays.md", "serve.md", "exports.md", "operations.md"} <= {page.name for page in pages}
     assert set(pages) <= set(documents())
@@ -179,7 +190,11 @@ def test_code_blocks_run_as_written(doc, quick_start, tmp_path):
         if block.lang in PYTHON:
             result = subprocess.run(
                 [sys.executable, "-c", block.text],
-                cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300,
+                cwd=tmp_path,
+                env=ENV,
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             assert result.returncode == 0, f"{block.where(REPO)}:\n{block.text}\n{result.stderr}"
         elif block.lang in SHELL:

@@ -27,11 +27,11 @@ import pytest
 import xarray as xr
 import zarr
 
+from tests.serve_process import REPO
 from windvane import arrays
 from windvane import export as exporting
 from windvane.export import export
 from windvane.ingest.streams import QUARANTINE_COLUMNS
-from tests.serve_process import REPO
 
 # zarr warns that its variable_length_bytes (the bytes columns) has no v3 spec yet, on every read.
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
@@ -42,8 +42,20 @@ CHUNK_ROWS = 64
 FORMATS = ["parquet", "arrow", "csv", "zarr", "netcdf"]
 EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "csv": ".csv", "zarr": ".zarr", "netcdf": ".nc"}
 
-TEXTS = ["", "plain", "a,b", 'say "hi"', "line1\nline2", "crlf\r\nend", "ünïcödé ✓ 日本語", "  spaced  ", "NaN", "null",
-         '","', "\ttab"]
+TEXTS = [
+    "",
+    "plain",
+    "a,b",
+    'say "hi"',
+    "line1\nline2",
+    "crlf\r\nend",
+    "ünïcödé ✓ 日本語",
+    "  spaced  ",
+    "NaN",
+    "null",
+    '","',
+    "\ttab",
+]
 BLOBS = [b"", b"\x00", b"\xff\xfe\x00raw", b"a,b\n", b'"q"', "é".encode(), b"\x00\x00\x00"]
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 5e-324, np.finfo(np.float64).max, 0.1]
 
@@ -81,15 +93,17 @@ def mixed_rows(start: int, n: int) -> dict:
 
 
 def make_mixed(url: str, tag: str = "plant.mixed", rows: int = ROWS) -> None:
-    stream = arrays.create_stream(url, tag, MIXED_COLUMNS, attrs={"site": "north", "kind": "sensor"},
-                                  chunk_rows=CHUNK_ROWS)
+    stream = arrays.create_stream(
+        url, tag, MIXED_COLUMNS, attrs={"site": "north", "kind": "sensor"}, chunk_rows=CHUNK_ROWS
+    )
     stream.append(mixed_rows(0, rows))
     stream.close()
 
 
 def make_vibration(url: str, tag: str = "plant.vibration", rows: int = ROWS) -> None:
-    column = arrays.Column("samples", "float32", inner=(3,), dims=("time", "channel"),
-                           attrs={"sample_rate": 25600.0, "unit": "m/s^2"})
+    column = arrays.Column(
+        "samples", "float32", inner=(3,), dims=("time", "channel"), attrs={"sample_rate": 25600.0, "unit": "m/s^2"}
+    )
     stream = arrays.create_stream(url, tag, [column], attrs={"kind": "vibration"}, chunk_rows=CHUNK_ROWS)
     i = np.arange(rows)
     samples = np.stack([np.sin(i / 3.0), np.cos(i / 5.0), i / 7.0], axis=1).astype(np.float32)
@@ -143,16 +157,20 @@ def _from_csv(path: str, expected: dict[str, np.ndarray]) -> dict:
         kind = pa.string() if want.dtype.kind in "TO" else pa.from_numpy_dtype(want.dtype)
         for pos in np.ndindex(*want.shape[1:]):
             types[f"{name}[{','.join(map(str, pos))}]" if pos else name] = kind
-    table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                           convert_options=pacsv.ConvertOptions(column_types=types, null_values=[]))
+    table = pacsv.read_csv(
+        path,
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(column_types=types, null_values=[]),
+    )
     assert table.schema.field("time").type == pa.timestamp("ns", tz="UTC")
     got = {"time": table.column("time").cast(pa.int64()).to_numpy()}
     for name, want in expected.items():
         if name == "time":
             continue
         if want.ndim > 1:
-            parts = [table.column(f"{name}[{','.join(map(str, pos))}]").to_numpy()
-                     for pos in np.ndindex(*want.shape[1:])]
+            parts = [
+                table.column(f"{name}[{','.join(map(str, pos))}]").to_numpy() for pos in np.ndindex(*want.shape[1:])
+            ]
             got[name] = np.stack(parts, axis=1).reshape(want.shape)
         elif want.dtype == object:
             got[name] = [base64.b64decode(v) for v in table.column(name).to_pylist()]
@@ -273,8 +291,9 @@ def test_start_stop_select_rows_by_time_in_any_order(sqlite_url, tmp_path, fmt):
     path = target(tmp_path, fmt)
     # --start as ISO 8601 with an offset, --stop as epoch seconds
     iso = str(np.datetime64(start - 2 * 3600 * 10**9, "ns")) + "-02:00"
-    result = export(sqlite_url, "plant.mixed", path, fmt, start=iso, stop=f"{stop // 10**9}.{stop % 10**9:09d}",
-                    block_bytes=1)
+    result = export(
+        sqlite_url, "plant.mixed", path, fmt, start=iso, stop=f"{stop // 10**9}.{stop % 10**9:09d}", block_bytes=1
+    )
     assert (result.rows, result.scanned) == (keep.sum(), ROWS)
     want = selected(expected, keep)
     for got in read_back(fmt, path, want, dims_of(sqlite_url, "plant.mixed")):
@@ -294,13 +313,22 @@ def test_a_range_with_no_rows_writes_an_empty_file_of_the_same_columns(sqlite_ur
 
 def sensor_stream(url: str, tag: str, rows: int) -> int:
     """A stream of sensor-like numbers (times 1 ms apart, a slow sine rounded to 0.01, a counter): its raw bytes."""
-    columns = [arrays.Column("speed", "float32"), arrays.Column("samples", "float64", inner=(2,), dims=("time", "axis")),
-               arrays.Column("count", "int32")]
+    columns = [
+        arrays.Column("speed", "float32"),
+        arrays.Column("samples", "float64", inner=(2,), dims=("time", "axis")),
+        arrays.Column("count", "int32"),
+    ]
     with arrays.create_stream(url, tag, columns) as stream:
         i = np.arange(rows)
         speed = np.round(10 + 5 * np.sin(i / 5000.0), 2).astype(np.float32)
-        stream.append({"time": T0 + i * 10**6, "speed": speed, "samples": np.stack([speed * 2, -speed], axis=1),
-                       "count": (i // 1000).astype(np.int32)})
+        stream.append(
+            {
+                "time": T0 + i * 10**6,
+                "speed": speed,
+                "samples": np.stack([speed * 2, -speed], axis=1),
+                "count": (i // 1000).astype(np.int32),
+            }
+        )
     return rows * (8 + 4 + 16 + 4)
 
 
@@ -336,7 +364,9 @@ def test_netcdf_is_compressed_and_chunked_by_size(sqlite_url, tmp_path, rows):
 def test_times_parse_iso_naive_as_utc_and_epoch_seconds_exactly():
     from windvane.export.times import parse_time, time_range
 
-    assert parse_time("2024-05-01") == parse_time("2024-05-01T00:00:00Z") == parse_time(1714521600) == 1714521600 * 10**9
+    assert (
+        parse_time("2024-05-01") == parse_time("2024-05-01T00:00:00Z") == parse_time(1714521600) == 1714521600 * 10**9
+    )
     assert parse_time("2024-05-01T02:00:00.000000001+02:00") == 1714521600 * 10**9 + 1
     assert parse_time("1714521600.000000001") == 1714521600 * 10**9 + 1
     assert parse_time("-1.5") == -1_500_000_000
@@ -381,8 +411,14 @@ def test_an_existing_target_is_refused_unless_overwrite(sqlite_url, tmp_path):
 
 def test_a_quarantine_stream_exports_with_its_raw_bytes(sqlite_url, tmp_path):
     quarantine = arrays.create_stream(sqlite_url, "plant.mixed", list(QUARANTINE_COLUMNS), quarantine=True)
-    quarantine.append({"time": [T0, T0 + 1], "reason": ["not JSON", "field 'x': 'abc' is no float64"],
-                       "raw": [b"\x00\xffgarbage", b'{"x": "abc"}'], "source": ["http", "forward"]})
+    quarantine.append(
+        {
+            "time": [T0, T0 + 1],
+            "reason": ["not JSON", "field 'x': 'abc' is no float64"],
+            "raw": [b"\x00\xffgarbage", b'{"x": "abc"}'],
+            "source": ["http", "forward"],
+        }
+    )
     quarantine.close()
     with pytest.raises(exporting.UnknownStream, match="add --quarantine to export it"):
         export(sqlite_url, "plant.mixed", tmp_path / "q.arrow", "arrow")
@@ -441,8 +477,13 @@ def big_stream(tmp_path_factory) -> str:
 @pytest.mark.parametrize("fmt", ["parquet", "netcdf"])
 def test_memory_stays_bounded_far_below_the_stream_size(big_stream, tmp_path, fmt):
     control = "yes" if fmt == "parquet" else "no"
-    out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, big_stream, fmt, target(tmp_path, fmt), control],
-                         cwd=REPO, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, big_stream, fmt, target(tmp_path, fmt), control],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr
     raw, growth, whole = map(int, out.stdout.split())
     assert raw > 180e6

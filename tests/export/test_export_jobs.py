@@ -18,12 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
-from windvane import export as exporting
-from windvane.export import export, jobs, read_job
 from tests import paused_process
-from tests.serve_process import REPO
 from tests.export.test_export import (
     MIXED_COLUMNS,
     assert_same,
@@ -33,6 +28,10 @@ from tests.export.test_export import (
     read_back,
     stored,
 )
+from tests.serve_process import REPO
+from windvane import arrays, neostore
+from windvane import export as exporting
+from windvane.export import export, jobs, read_job
 
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
@@ -86,8 +85,9 @@ def three_rounds(url: str, tmp_path, fmt: str) -> None:
             total += more
         result = export(url, TAG, out, fmt, job="nightly", block_bytes=1)
         assert (result.first_row, result.stop_row, result.rows) == (total - (more or 100), total, more or 100)
-        assert result.files == [str(out / exporting.part_name(exporting.format_named(fmt), total - (more or 100),
-                                                                  total))]
+        assert result.files == [
+            str(out / exporting.part_name(exporting.format_named(fmt), total - (more or 100), total))
+        ]
         assert_exported_exactly_once(url, out, fmt)
         with neostore.open(url) as store:
             job = read_job(store, "nightly")
@@ -99,19 +99,39 @@ def three_rounds(url: str, tmp_path, fmt: str) -> None:
 
 def paused(url: str, out, stage: str) -> subprocess.Popen:
     """`windvane export --job` stopped at its checkpoint ``export.<stage>``."""
-    return paused_process.paused(f"export.{stage}", "export", TAG, "--store", url, "--to", str(out),
-                                 "--format", "parquet", "--job", "hourly")
+    return paused_process.paused(
+        f"export.{stage}", "export", TAG, "--store", url, "--to", str(out), "--format", "parquet", "--job", "hourly"
+    )
 
 
 def run_job(url: str, out) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "import windvane; windvane.main()", "export", TAG, "--store", url,
-                           "--to", str(out), "--format", "parquet", "--job", "hourly"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import windvane; windvane.main()",
+            "export",
+            TAG,
+            "--store",
+            url,
+            "--to",
+            str(out),
+            "--format",
+            "parquet",
+            "--job",
+            "hourly",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("stage,backend", [("before_done", "sqlite"), ("before_done", "mariadb"),
-                                           ("before_rename", "sqlite")])
+@pytest.mark.parametrize(
+    "stage,backend", [("before_done", "sqlite"), ("before_done", "mariadb"), ("before_rename", "sqlite")]
+)
 def test_kill_9_between_writing_and_recording_then_rerun_exports_each_row_once(request, tmp_path, stage, backend):
     url = request.getfixturevalue(f"{backend}_url")
     make_mixed(url, TAG, rows=120)
@@ -149,10 +169,12 @@ def test_a_job_runs_with_its_stream_format_and_directory_only(sqlite_url, tmp_pa
     make_mixed(sqlite_url, TAG, rows=50)
     make_mixed(sqlite_url, "plant.other", rows=5)
     export(sqlite_url, TAG, tmp_path / "a", "parquet", job="j")
-    for args, what in (((TAG, tmp_path / "a", "csv"), "format 'parquet' (this run: 'csv')"),
-                       (("plant.other", tmp_path / "a", "parquet"), "stream 'plant.mixed' (this run: 'plant.other')"),
-                       ((TAG, tmp_path / "b", "parquet"), "target"),
-                       ((TAG, tmp_path / "a", "parquet", {"start": "2024-01-01"}), "start None")):
+    for args, what in (
+        ((TAG, tmp_path / "a", "csv"), "format 'parquet' (this run: 'csv')"),
+        (("plant.other", tmp_path / "a", "parquet"), "stream 'plant.mixed' (this run: 'plant.other')"),
+        ((TAG, tmp_path / "b", "parquet"), "target"),
+        ((TAG, tmp_path / "a", "parquet", {"start": "2024-01-01"}), "start None"),
+    ):
         with pytest.raises(exporting.JobMismatch, match=re.escape(what)):
             export(sqlite_url, *args[:3], job="j", **(args[3] if len(args) > 3 else {}))
     assert not (tmp_path / "b").exists()

@@ -36,7 +36,9 @@ class CommitCutter:
         self.listen = listen
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.ingest.socket_proxy", listen, upstream],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         )
         assert self._ask("ping") == "pong"

@@ -30,8 +30,9 @@ LOG = parse_schema(
 
 
 def test_clean_batch_is_columns_in_order():
-    records = [{"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0, "blob": bytes([i])}
-               for i in range(5)]
+    records = [
+        {"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0, "blob": bytes([i])} for i in range(5)
+    ]
     columns, rejected = batch_columns(LOG, Batch("app", [10, 11, 12, 13, 14], records))
     assert rejected == []
     c = columns.columns
@@ -92,12 +93,26 @@ def test_extra_fields_policies():
     batch = Batch("app", [1, 2], [{"seq": 1, "host": "h1", "n": 2}, {"seq": 2}])
     keep, _ = batch_columns(LOG, batch)
     assert keep.columns["extra"] == ['{"host":"h1","n":2}', ""]
-    drop = parse_schema({"kind": "log", "tags": ["x"], "extra": "drop",
-                         "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="d")
+    drop = parse_schema(
+        {
+            "kind": "log",
+            "tags": ["x"],
+            "extra": "drop",
+            "fields": [{"name": "seq", "dtype": "int64", "required": True}],
+        },
+        name="d",
+    )
     columns, rejected = batch_columns(drop, batch)
     assert rejected == [] and set(columns.columns) == {"time", "seq"}
-    strict = parse_schema({"kind": "log", "tags": ["x"], "extra": "reject",
-                           "fields": [{"name": "seq", "dtype": "int64", "required": True}]}, name="strict")
+    strict = parse_schema(
+        {
+            "kind": "log",
+            "tags": ["x"],
+            "extra": "reject",
+            "fields": [{"name": "seq", "dtype": "int64", "required": True}],
+        },
+        name="strict",
+    )
     columns, rejected = batch_columns(strict, batch)
     assert columns.columns["seq"].tolist() == [2]
     assert "undeclared field(s) host, n (schema strict declares: seq)" in rejected[0].reason
@@ -108,23 +123,35 @@ def test_every_record_bad_gives_no_columns():
     assert columns is None and len(rejected) == 2
 
 
-VIB = parse_schema({"kind": "vibration", "tags": ["v"], "vibration": {"channels": 2, "dtype": "float32",
-                                                                    "sample_rate": 1000}}, name="vib")
+VIB = parse_schema(
+    {"kind": "vibration", "tags": ["v"], "vibration": {"channels": 2, "dtype": "float32", "sample_rate": 1000}},
+    name="vib",
+)
 
 
 def test_vibration_blocks_become_sample_rows_with_times():
     block = np.arange(8, dtype="<f4").reshape(4, 2)
-    batch = Batch("v", [1_000_000_000, 2_000_000_000], [
-        {"samples": block.tobytes(), "sample_rate": 1000},
-        {"samples": [[9.0, 10.0], [11.0, 12.0]]},
-    ])
+    batch = Batch(
+        "v",
+        [1_000_000_000, 2_000_000_000],
+        [
+            {"samples": block.tobytes(), "sample_rate": 1000},
+            {"samples": [[9.0, 10.0], [11.0, 12.0]]},
+        ],
+    )
     columns, rejected = batch_columns(VIB, batch)
     assert rejected == []
     assert columns.rows == 6
     np.testing.assert_array_equal(columns.columns["samples"][:4], block)
     np.testing.assert_array_equal(columns.columns["samples"][4:], [[9, 10], [11, 12]])
     assert columns.columns["time"].tolist() == [
-        1_000_000_000, 1_001_000_000, 1_002_000_000, 1_003_000_000, 2_000_000_000, 2_001_000_000]
+        1_000_000_000,
+        1_001_000_000,
+        1_002_000_000,
+        1_003_000_000,
+        2_000_000_000,
+        2_001_000_000,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -154,7 +181,8 @@ def test_events_with_unreadable_times_are_quarantined():
     columns, rejected = batch_columns(LOG, batch)
     assert columns.columns["seq"].tolist() == [1, 3] and columns.columns["time"].tolist() == [5, 7]
     assert [(r.raw, r.reason) for r in rejected] == [
-        (b"b", "the event time is not an integer, a float or an EventTime within range")]
+        (b"b", "the event time is not an integer, a float or an EventTime within range")
+    ]
 
 
 # -- text as msgpack bin (fluentd's worker runs in ASCII-8BIT: in_tail's text arrives as bin) ----------
@@ -194,14 +222,17 @@ def test_bin_names_and_text_store_as_their_str_twins(mixed):
     assert got.columns["extra"][1] == '{"note":{"nested":["a",{"k":"é"}]}}'
 
 
-@pytest.mark.parametrize("record, reason", [
-    ({b"seq": 1, b"msg": b"caf\xe9"}, "field 'msg': bytes that are not valid UTF-8 text"),
-    ({b"seq": 1, b"\xff\xfe": b"x"}, "field name bytes b'\\xff\\xfe' is not valid UTF-8"),
-    ({"seq": 1, "msg": "lone \udc80"}, "field 'msg': text that is not valid UTF-8"),
-    ({"seq": 1, "blob": "lone \udc80"}, "field 'blob': text that is not valid UTF-8"),
-    ({"seq": 1, "other": "lone \udc80"}, "undeclared fields hold text that is not valid UTF-8"),
-    ({b"seq": b"1"}, "field 'seq': expected int64, got bytes b'1'"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({b"seq": 1, b"msg": b"caf\xe9"}, "field 'msg': bytes that are not valid UTF-8 text"),
+        ({b"seq": 1, b"\xff\xfe": b"x"}, "field name bytes b'\\xff\\xfe' is not valid UTF-8"),
+        ({"seq": 1, "msg": "lone \udc80"}, "field 'msg': text that is not valid UTF-8"),
+        ({"seq": 1, "blob": "lone \udc80"}, "field 'blob': text that is not valid UTF-8"),
+        ({"seq": 1, "other": "lone \udc80"}, "undeclared fields hold text that is not valid UTF-8"),
+        ({b"seq": b"1"}, "field 'seq': expected int64, got bytes b'1'"),
+    ],
+)
 def test_text_that_is_not_utf8_rejects_its_record_only(record, reason):
     good = _as_bin({"seq": 9, "msg": "fine"})
     raw = msgpack.packb([5, record], use_bin_type=True, unicode_errors="surrogateescape")
@@ -217,10 +248,13 @@ def test_undeclared_fields_nested_too_deeply_for_json_reject_their_record_only()
     for _ in range(5000):
         inner[b"n"] = {}
         inner = inner[b"n"]
-    columns, rejected = batch_columns(LOG, Batch("app", [1, 2], [{b"seq": 1, b"deep": deep}, {b"seq": 2}],
-                                              raw=lambda i: b"raw%d" % i))
+    columns, rejected = batch_columns(
+        LOG, Batch("app", [1, 2], [{b"seq": 1, b"deep": deep}, {b"seq": 2}], raw=lambda i: b"raw%d" % i)
+    )
     assert columns.columns["seq"].tolist() == [2]
-    assert [(r.reason, r.raw) for r in rejected] == [("undeclared fields are nested too deeply to keep as JSON", b"raw0")]
+    assert [(r.reason, r.raw) for r in rejected] == [
+        ("undeclared fields are nested too deeply to keep as JSON", b"raw0")
+    ]
 
 
 def test_batches_validated_together_give_what_each_gives_alone():
@@ -234,28 +268,54 @@ def test_batches_validated_together_give_what_each_gives_alone():
     from windvane.ingest.record_types import record_type
     from windvane.ingest.schema import SchemaSet
 
-    vibration = parse_schema({"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 2, "sample_rate": 100}},
-                             name="vibration")
+    vibration = parse_schema(
+        {"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 2, "sample_rate": 100}}, name="vibration"
+    )
     schemas = SchemaSet((LOG, vibration))
     typed = record_type(LOG)
     block = {"samples": np.arange(4, dtype="<f4").tobytes()}
 
     def batches(misfit: bool) -> list[Batch]:
-        out = [Batch(f"app.s{k}", [k, k + 1], [{"seq": k, "msg": f"m{k}", "ok": True},
-                                              {"seq": -k, "blob": bytes([k]), "value": k / 4}])
-               for k in range(40)]
-        out += [Batch(f"app.t{k}", [100 + k], [msgspec.msgpack.decode(msgpack.packb({"seq": k, "msg": "typed"}), type=typed)], typed=True) for k in range(5)]
-        out += [Batch("nobody.takes", [7], [{"seq": 1}]), Batch("bad/tag", [8], [{"seq": 2}]),
-                Batch("vib.a", [9], [block]), Batch("app.empty", [], [])]
+        out = [
+            Batch(
+                f"app.s{k}",
+                [k, k + 1],
+                [{"seq": k, "msg": f"m{k}", "ok": True}, {"seq": -k, "blob": bytes([k]), "value": k / 4}],
+            )
+            for k in range(40)
+        ]
+        out += [
+            Batch(
+                f"app.t{k}",
+                [100 + k],
+                [msgspec.msgpack.decode(msgpack.packb({"seq": k, "msg": "typed"}), type=typed)],
+                typed=True,
+            )
+            for k in range(5)
+        ]
+        out += [
+            Batch("nobody.takes", [7], [{"seq": 1}]),
+            Batch("bad/tag", [8], [{"seq": 2}]),
+            Batch("vib.a", [9], [block]),
+            Batch("app.empty", [], []),
+        ]
         if misfit:
             out[17] = Batch("app.s17", [17, 18], [{"seq": 17}, {"seq": "seventeen"}])
         return out
 
     def outcome(v) -> tuple:
-        columns = None if v.columns is None else {
-            k: [repr(x) for x in np.asarray(c).tolist()] for k, c in v.columns.columns.items()}  # NaN == NaN
-        return v.tag, v.size, None if v.columns is None else v.columns.rows, columns, [
-            (r.time, r.reason, r.raw) for r in v.rejected]
+        columns = (
+            None
+            if v.columns is None
+            else {k: [repr(x) for x in np.asarray(c).tolist()] for k, c in v.columns.columns.items()}
+        )  # NaN == NaN
+        return (
+            v.tag,
+            v.size,
+            None if v.columns is None else v.columns.rows,
+            columns,
+            [(r.time, r.reason, r.raw) for r in v.rejected],
+        )
 
     for misfit in (False, True):
         together = [outcome(v) for v in validate_many(schemas, batches(misfit))]

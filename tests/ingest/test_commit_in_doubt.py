@@ -19,16 +19,20 @@ import pytest
 import transaction
 import ZODB
 
-from windvane import arrays
-from windvane import neostore
+from tests.ingest.socket_proxy import CommitCutter
+from tests.mariadb import socket_of
+from windvane import arrays, neostore
 from windvane.ingest import Batch, CommitFailed
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.schema import SchemaSet, parse_schema
-from tests.mariadb import socket_of
-from tests.ingest.socket_proxy import CommitCutter
 
-SCHEMAS = SchemaSet([parse_schema({"kind": "log", "tags": ["m.**"], "fields": [{"name": "v", "dtype": "int64", "required": True}]},
-                                   name="m")])
+SCHEMAS = SchemaSet(
+    [
+        parse_schema(
+            {"kind": "log", "tags": ["m.**"], "fields": [{"name": "v", "dtype": "int64", "required": True}]}, name="m"
+        )
+    ]
+)
 
 
 @pytest.fixture
@@ -125,8 +129,13 @@ def test_zodb_tpc_finish_whose_answer_was_lost_succeeds(cutter):
 
 
 def batch(start: int, n: int) -> Batch:
-    return Batch("m.a", [1_700_000_000_000_000_000 + i for i in range(start, start + n)],
-                 [{"v": i} for i in range(start, start + n)], source="test", size=16 * n)
+    return Batch(
+        "m.a",
+        [1_700_000_000_000_000_000 + i for i in range(start, start + n)],
+        [{"v": i} for i in range(start, start + n)],
+        source="test",
+        size=16 * n,
+    )
 
 
 async def test_ingest_acknowledges_a_commit_whose_answer_was_lost_once(cutter):

@@ -11,8 +11,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.ingest import Backpressure, Batch, CommitFailed
 from windvane.ingest.committer import INVALID_TAG, GroupCommitter
 from windvane.ingest.schema import SchemaSet, parse_schema
@@ -29,15 +28,17 @@ LOG = parse_schema(
     },
     name="log",
 )
-VIB = parse_schema({"kind": "vibration", "tags": ["vib.**"],
-                    "vibration": {"channels": 3, "sample_rate": 100}}, name="vib")
+VIB = parse_schema(
+    {"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 3, "sample_rate": 100}}, name="vib"
+)
 SCHEMAS = SchemaSet((LOG, VIB))
 
 
 def batch(tag: str, start: int, n: int, **extra) -> Batch:
     records = [{"seq": i, "msg": f"event {i} é", "value": i / 4, **extra} for i in range(start, start + n)]
-    return Batch(tag, [1_700_000_000_000_000_000 + i for i in range(start, start + n)], records, source="test",
-                 size=100 * n)
+    return Batch(
+        tag, [1_700_000_000_000_000_000 + i for i in range(start, start + n)], records, source="test", size=100 * n
+    )
 
 
 @pytest.fixture
@@ -61,8 +62,9 @@ def read(store, tag, quarantine=False):
 async def test_concurrent_submissions_share_a_commit_and_are_stored_exactly(store):
     c = committer(store, interval=0.05)
     try:
-        receipts = await asyncio.gather(*(c.submit([batch("app.a", i * 100, 100)]) for i in range(10)),
-                                        c.submit([batch("app.b", 0, 7)]))
+        receipts = await asyncio.gather(
+            *(c.submit([batch("app.a", i * 100, 100)]) for i in range(10)), c.submit([batch("app.b", 0, 7)])
+        )
     finally:
         c.close()
     assert {r.tid for r in receipts} == {receipts[0].tid}, "one group commit for all of them"
@@ -117,7 +119,7 @@ async def test_rows_of_one_submission_stay_contiguous(store):
         c.close()
     seq = read(store, "app.a")["seq"]
     for start in range(0, 1000, 50):
-        block = seq[start:start + 50]
+        block = seq[start : start + 50]
         assert block.tolist() == list(range(block[0], block[0] + 50))
 
 
@@ -178,8 +180,9 @@ async def test_idempotency_key_stores_once_even_across_restarts(store):
 async def test_resubmission_while_in_flight_waits_for_the_first(store):
     c = committer(store, interval=0.2)
     try:
-        first, second = await asyncio.gather(c.submit([batch("app.f", 0, 3)], key=b"k"),
-                                             c.submit([batch("app.f", 0, 3)], key=b"k"))
+        first, second = await asyncio.gather(
+            c.submit([batch("app.f", 0, 3)], key=b"k"), c.submit([batch("app.f", 0, 3)], key=b"k")
+        )
     finally:
         c.close()
     assert not first.duplicate and second.duplicate and second.tid == first.tid
@@ -233,8 +236,9 @@ async def test_vibration_blocks_are_stored_as_sample_rows(store):
     c = committer(store)
     blocks = [np.random.default_rng(i).random((50, 3), dtype=np.float32) for i in range(3)]
     try:
-        receipt = await c.submit([Batch("vib.t1", [i * 1_000_000_000 for i in range(3)],
-                                        [{"samples": b.tobytes()} for b in blocks])])
+        receipt = await c.submit(
+            [Batch("vib.t1", [i * 1_000_000_000 for i in range(3)], [{"samples": b.tobytes()} for b in blocks])]
+        )
     finally:
         c.close()
     assert receipt.accepted == 150
@@ -261,8 +265,10 @@ def test_a_field_added_to_the_schema_becomes_a_back_filled_column_of_a_kept_writ
 
     fields = [{"name": "value", "dtype": "float64"}]
     before = parse_schema({"kind": "sensor", "tags": ["plant.**"], "fields": fields}, name="sensor")
-    after = parse_schema({"kind": "sensor", "tags": ["plant.**"],
-                          "fields": [*fields, {"name": "status", "dtype": "int32", "fill": -1}]}, name="sensor")
+    after = parse_schema(
+        {"kind": "sensor", "tags": ["plant.**"], "fields": [*fields, {"name": "status", "dtype": "int32", "fill": -1}]},
+        name="sensor",
+    )
     writers = streams.StreamWriters(store)
     for second, schema in enumerate([before, before, after, after]):
         row = {"time": np.array([second], dtype=np.int64), "value": np.array([second / 10])}
@@ -284,18 +290,32 @@ def test_many_streams_keep_their_writers_within_the_bound_on_rows_held(store):
     then again only when a chunk fills (its rows come back from the row log), and every row is exact."""
     from windvane.ingest import streams
 
-    schema = parse_schema({"kind": "sensor", "tags": ["plant.**"], "chunk_rows": 16,
-                           "fields": [{"name": "value", "dtype": "float64"}, {"name": "note", "dtype": "str"}]},
-                          name="sensor")
+    schema = parse_schema(
+        {
+            "kind": "sensor",
+            "tags": ["plant.**"],
+            "chunk_rows": 16,
+            "fields": [{"name": "value", "dtype": "float64"}, {"name": "note", "dtype": "str"}],
+        },
+        name="sensor",
+    )
     tags = [f"plant.s{k:02d}" for k in range(50)]
     writers = streams.StreamWriters(store, max_bytes=8192)
     rounds = 40
     for second in range(rounds):
         with arrays.transaction(store) as tx:
             for k, tag in enumerate(tags):
-                streams.write(tx, writers, tag, schema, {"time": np.array([second], dtype=np.int64),
-                                                         "value": np.array([k + second / 100]),
-                                                         "note": [f"{tag} at {second}"]})
+                streams.write(
+                    tx,
+                    writers,
+                    tag,
+                    schema,
+                    {
+                        "time": np.array([second], dtype=np.int64),
+                        "value": np.array([k + second / 100]),
+                        "note": [f"{tag} at {second}"],
+                    },
+                )
         writers.trim()
         assert writers.held_bytes() <= writers.max_bytes
     assert len(writers) == len(tags)
@@ -319,8 +339,13 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
     tags = [f"app.new{k:03d}" for k in range(300)]
     with arrays.transaction(store) as tx:  # one of them exists already, with a row
         arrays.create_stream(tx, tags[7], streams.schema_columns(LOG))
-        streams.write(tx, streams.StreamWriters(store), tags[7], LOG, {
-            "time": np.array([-1], dtype=np.int64), "seq": np.array([-1]), "msg": ["old"], "value": np.array([0.5])})
+        streams.write(
+            tx,
+            streams.StreamWriters(store),
+            tags[7],
+            LOG,
+            {"time": np.array([-1], dtype=np.int64), "seq": np.array([-1]), "msg": ["old"], "value": np.array([0.5])},
+        )
     writers = streams.StreamWriters(store)
     reads = []
     query = store._query
@@ -334,9 +359,18 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
         assert arrays.list_streams(store) == [tags[7]]  # and no object of the new ones exists for readers yet
         del reads[:]
         for k, tag in [*enumerate(tags[:7]), *enumerate(tags[8:], 8), (7, tags[7])]:
-            streams.write(tx, writers, tag, LOG, {"time": np.array([k], dtype=np.int64),
-                                                  "seq": np.array([k]), "msg": [f"m{k}"],
-                                                  "value": np.array([k / 2])})
+            streams.write(
+                tx,
+                writers,
+                tag,
+                LOG,
+                {
+                    "time": np.array([k], dtype=np.int64),
+                    "seq": np.array([k]),
+                    "msg": [f"m{k}"],
+                    "value": np.array([k / 2]),
+                },
+            )
             if k == 299:
                 assert reads == []  # each new stream's writer loaded from what was read ahead or written
     assert readying <= 12, readiness  # a few statements for 300 streams (binding, reading, path checks)
@@ -345,6 +379,9 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
         got = read(store, tag)
         old = ([-1], ["old"], [0.5]) if k == 7 else ([], [], [])
         assert (got["seq"].tolist(), got["msg"].tolist(), got["value"].tolist()) == (
-            old[0] + [k], old[1] + [f"m{k}"], old[2] + [k / 2])
+            old[0] + [k],
+            old[1] + [f"m{k}"],
+            old[2] + [k / 2],
+        )
     # Their writers know them now: the next group binds nothing for them.
     assert all(writers.get(tag).held_columns is not None for tag in tags)

@@ -19,8 +19,7 @@ import time
 import msgpack
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.connectors.forward.decode import decode_entries
 from windvane.connectors.forward.errors import MalformedMessage
 from windvane.connectors.forward.server import ForwardServer
@@ -29,9 +28,14 @@ from windvane.ingest import CommitFailed, UndecodableBatch, Undecoded
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.schema import SchemaSet, parse_schema
 
-LOG = parse_schema({"kind": "log", "tags": ["app.**"],
-                    "fields": [{"name": "seq", "dtype": "int64", "required": True}, {"name": "msg", "dtype": "str"}]},
-                   name="log")
+LOG = parse_schema(
+    {
+        "kind": "log",
+        "tags": ["app.**"],
+        "fields": [{"name": "seq", "dtype": "int64", "required": True}, {"name": "msg", "dtype": "str"}],
+    },
+    name="log",
+)
 SCHEMAS = SchemaSet((LOG,))
 T = 1_700_000_000
 
@@ -197,8 +201,9 @@ def _outcome(result) -> tuple:
 
 
 @pytest.mark.parametrize("pad, to_worker", [(1500, True), (0, False)], ids=["to-a-worker", "in-the-committer"])
-async def test_many_small_submissions_prepared_together_answer_as_prepared_alone(tmp_path, committer, store, pad,
-                                                                                  to_worker):
+async def test_many_small_submissions_prepared_together_answer_as_prepared_alone(
+    tmp_path, committer, store, pad, to_worker
+):
     """At least BATCH_PREPARE_MIN small submissions in one call, INLINE_PREPARE_BYTES between them, go to a
     worker together; fewer bytes (sensors' one-event chunks) are prepared in the committer thread, with
     the rest of their group. Either way each gets what the committer thread makes of it alone, and
@@ -233,8 +238,10 @@ async def test_many_small_submissions_prepared_together_answer_as_prepared_alone
 @pytest.mark.crash
 async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepared(committer, store):
     payload = entries({"seq": 1, "msg": "x" * (committer.INLINE_PREPARE_BYTES // committer.BATCH_PREPARE_MIN)})[0]
-    items = [([Undecoded("app.k", payload, _sleepy_decode, (60.0,), "test", len(payload))], f"k{k}".encode())
-             for k in range(committer.BATCH_PREPARE_MIN)]
+    items = [
+        ([Undecoded("app.k", payload, _sleepy_decode, (60.0,), "test", len(payload))], f"k{k}".encode())
+        for k in range(committer.BATCH_PREPARE_MIN)
+    ]
     pending = asyncio.ensure_future(committer.submit_many(items))
     await asyncio.sleep(0.5)  # the worker is now inside the first sleep
     for pid in list(committer.decoding.preparer._pool._processes):

@@ -21,14 +21,13 @@ import urllib.request
 import msgpack
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
+from tests.cli.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.forward_sender import chunk_id, packed_forward
+from tests.ingest.test_committer import SCHEMAS, batch, read
+from tests.serve_process import Serve
+from windvane import arrays, neostore
 from windvane.ingest import Batch
 from windvane.ingest.committer import GroupCommitter
-from tests.forward_sender import chunk_id, packed_forward
-from tests.serve_process import Serve
-from tests.ingest.test_committer import SCHEMAS, batch, read
-from tests.cli.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
 
 
 def health(server: Serve) -> tuple[int, dict]:

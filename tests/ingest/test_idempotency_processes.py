@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import threading
 
+from tests.cli.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.forward_sender import chunk_id, packed_forward
+from tests.ingest.test_committer import read
+from tests.ingest.test_health import metric, metrics
+from tests.serve_process import Serve
 from windvane import neostore
 from windvane.ingest import Batch
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.ledger import KeyLedger
 from windvane.ingest.schema import SchemaSet, parse_schema
-from tests.forward_sender import chunk_id, packed_forward
-from tests.serve_process import Serve
-from tests.ingest.test_health import metric, metrics
-from tests.ingest.test_committer import read
-from tests.cli.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
 
 T0 = 1_700_000_000_000_000_000
 
@@ -60,8 +60,10 @@ def test_a_chunk_resent_to_a_b_a_is_stored_once_and_acknowledged_each_time(store
         assert _duplicates(b) == 2
         # B keeps its own commits working beside A's.
         other = chunk_id()
-        assert forward_send(b.forward_port, packed_forward("app.resent", [(T0 + 5, {"seq": 5})], other),
-                            expect_ack=True) == other
+        assert (
+            forward_send(b.forward_port, packed_forward("app.resent", [(T0 + 5, {"seq": 5})], other), expect_ack=True)
+            == other
+        )
         assert a.stop() == 0 and b.stop() == 0
     assert column(store_url, "app.resent", "seq") == [0, 1, 2, 5]
     assert column(store_url, "app.posted", "seq") == [10, 11]
@@ -91,8 +93,13 @@ def test_chunks_sent_to_both_services_at_once_are_each_stored_once(sqlite_url, s
     assert sorted(column(sqlite_url, "app.race", "seq")) == list(range(16))
 
 
-SCHEMAS = SchemaSet([parse_schema({"kind": "log", "tags": ["m.**"],
-                                   "fields": [{"name": "v", "dtype": "int64", "required": True}]}, name="m")])
+SCHEMAS = SchemaSet(
+    [
+        parse_schema(
+            {"kind": "log", "tags": ["m.**"], "fields": [{"name": "v", "dtype": "int64", "required": True}]}, name="m"
+        )
+    ]
+)
 
 
 def _batch(i: int) -> Batch:

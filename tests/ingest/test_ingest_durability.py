@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from windvane import arrays
 from tests.forward_sender import ResendingSender, chunk_id, packed_forward
 from tests.serve_process import Serve, free_port
+from windvane import arrays
 
 pytestmark = pytest.mark.crash
 

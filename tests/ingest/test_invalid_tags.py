@@ -11,11 +11,11 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from windvane import arrays
-from windvane.ingest.prepare import INVALID_TAG, tag_problem
+from tests.cli.test_serve import column, forward_send, post
 from tests.forward_sender import chunk_id, packed_forward
 from tests.serve_process import Serve
-from tests.cli.test_serve import column, forward_send, post
+from windvane import arrays
+from windvane.ingest.prepare import INVALID_TAG, tag_problem
 
 T0 = 1_700_000_000_000_000_000
 

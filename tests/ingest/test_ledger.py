@@ -6,8 +6,7 @@ import time
 
 import msgpack
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.ingest.ledger import BUCKET_KEYS, PREFIX, KeyLedger
 
 

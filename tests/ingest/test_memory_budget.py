@@ -26,10 +26,10 @@ from pathlib import Path
 
 import msgpack
 
-from windvane import arrays
 from tests.forward_sender import chunk_id, event_time, packed_forward
 from tests.hostile import closed_by_server, metrics, run_clients, send_and_read_acks
 from tests.serve_process import Serve
+from windvane import arrays
 
 MIB = 1 << 20
 BUDGET_MIB = 32  # --memory-budget of the scaled attacks
@@ -39,6 +39,7 @@ DEFAULT_BUDGET_MIB = 256
 def bound_kib(budget_mib: int) -> int:
     """The goal: the serving process's resident memory stays below budget + 300 MB."""
     return (budget_mib * MIB + 300_000_000) // 1024
+
 
 SCHEMA = """
 kind = "log"
@@ -72,8 +73,9 @@ def start(tmp_path: Path, *args: str, budget_mib: int | None = BUDGET_MIB, chunk
     schemas.mkdir(exist_ok=True)
     (schemas / "app.toml").write_text(SCHEMA.format(chunk_rows=f"chunk_rows = {chunk_rows}" if chunk_rows else ""))
     budget = ["--memory-budget", str(budget_mib)] if budget_mib else []
-    return Serve(f"sqlite:///{tmp_path}/store.db", schemas, tmp_path / "serve.log", *budget,
-                 "--decode-workers", "0", *args)
+    return Serve(
+        f"sqlite:///{tmp_path}/store.db", schemas, tmp_path / "serve.log", *budget, "--decode-workers", "0", *args
+    )
 
 
 def messages(tmp_path: Path, tag: str) -> list[str]:
@@ -127,9 +129,13 @@ def test_acknowledged_big_events_to_many_tags_are_not_kept(tmp_path):
     tags, size = 40, 8 * MIB
     with start(tmp_path, chunk_rows=None) as server:
         acks: list[int] = []
-        run_clients(send_and_read_acks,
-                    [(server.forward_port, [big_events(f"app.t{i}.{j}", size, 1)[0] for j in range(tags // 4)], acks)
-                     for i in range(4)])
+        run_clients(
+            send_and_read_acks,
+            [
+                (server.forward_port, [big_events(f"app.t{i}.{j}", size, 1)[0] for j in range(tags // 4)], acks)
+                for i in range(4)
+            ],
+        )
         after = memory(server.process.pid)["VmRSS"]
         assert server.stop() == 0, server.log()
     assert acks == [tags // 4] * 4
@@ -145,9 +151,13 @@ def test_pipelined_tiny_chunks_on_many_connections(tmp_path):
     # limit allows wait at once: over 450 MB, past the bound of 333 MB.
     connections, count = 16, 12_000
     with start(tmp_path, chunk_rows=None) as server:
-        acks, peak, counters = pipelined(server, [
-            [[packed_forward(f"app.t{i}", [(time.time_ns(), {"message": "x"})], chunk_id())] for _ in range(count)]
-            for i in range(connections)])
+        acks, peak, counters = pipelined(
+            server,
+            [
+                [[packed_forward(f"app.t{i}", [(time.time_ns(), {"message": "x"})], chunk_id())] for _ in range(count)]
+                for i in range(connections)
+            ],
+        )
         assert server.stop() == 0, server.log()
     assert acks == [count] * connections
     bound = bound_kib(BUDGET_MIB)
@@ -335,6 +345,12 @@ def test_a_serving_process_reuses_freed_blocks_instead_of_faulting_in_new_pages(
     assert tuned == "True"
     # 50 rounds of 2,304 pages: most fault in anew untuned (76,720 measured), a few stragglers tuned (1,504).
     assert int(before) > 25_000 and int(after) < int(before) // 20, out.stdout
-    out = subprocess.run([sys.executable, "-c", CHURN], cwd=REPO, env={**env, "MALLOC_TRIM_THRESHOLD_": str(1 << 20)},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHURN],
+        cwd=REPO,
+        env={**env, "MALLOC_TRIM_THRESHOLD_": str(1 << 20)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split()[1] == "False"

@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import struct
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import msgpack
 import pytest
 
-from windvane import arrays
-from windvane import neostore
-from windvane.ingest.prepare import INVALID_TAG
 from tests.fluent_programs import start_fluentd
 from tests.serve_process import Serve, free_port
+from windvane import arrays, neostore
+from windvane.ingest.prepare import INVALID_TAG
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -69,8 +66,13 @@ def _entry(seconds: int, record: bytes) -> bytes:
 
 
 def _good(seq: int) -> bytes:
-    return _map([(_bin(b"seq"), msgpack.packb(seq)), (_bin(b"msg"), _bin(f"good {seq} é✓".encode())),
-                 (_bin(b"value"), msgpack.packb(seq / 4))])
+    return _map(
+        [
+            (_bin(b"seq"), msgpack.packb(seq)),
+            (_bin(b"msg"), _bin(f"good {seq} é✓".encode())),
+            (_bin(b"value"), msgpack.packb(seq / 4)),
+        ]
+    )
 
 
 def _nested(depth: int) -> bytes:
@@ -82,18 +84,33 @@ def _nested(depth: int) -> bytes:
 
 #: (what, record bytes, a word the quarantine reason must hold); seq 1000 + i
 DEFECTS = [
-    ("str that is not UTF-8", _map([(_bin(b"seq"), msgpack.packb(1000)), (_bin(b"msg"), b"\xa4ab\xff\xfe")]),
-     "not valid UTF-8"),
-    ("bin that is not UTF-8", _map([(_bin(b"seq"), msgpack.packb(1001)), (_bin(b"msg"), _bin(b"\xc3\x28"))]),
-     "not valid UTF-8"),
-    ("field name that is not UTF-8", _map([(_bin(b"seq"), msgpack.packb(1002)), (_bin(b"\xff"), _bin(b"x"))]),
-     "field name"),
+    (
+        "str that is not UTF-8",
+        _map([(_bin(b"seq"), msgpack.packb(1000)), (_bin(b"msg"), b"\xa4ab\xff\xfe")]),
+        "not valid UTF-8",
+    ),
+    (
+        "bin that is not UTF-8",
+        _map([(_bin(b"seq"), msgpack.packb(1001)), (_bin(b"msg"), _bin(b"\xc3\x28"))]),
+        "not valid UTF-8",
+    ),
+    (
+        "field name that is not UTF-8",
+        _map([(_bin(b"seq"), msgpack.packb(1002)), (_bin(b"\xff"), _bin(b"x"))]),
+        "field name",
+    ),
     ("wrong type", _map([(_bin(b"seq"), _bin(b"one thousand and three"))]), "expected int64"),
     ("missing field", _map([(_bin(b"msg"), _bin(b"no seq"))]), "required field 'seq'"),
-    ("nested 1000 maps deep", _map([(_bin(b"seq"), msgpack.packb(1005)), (_bin(b"deep"), _nested(1000))]),
-     "nested too deeply"),
-    ("undeclared text not UTF-8", _map([(_bin(b"seq"), msgpack.packb(1006)), (b"\xa1k", b"\xa2\xed\xa0")]),
-     "not valid UTF-8"),
+    (
+        "nested 1000 maps deep",
+        _map([(_bin(b"seq"), msgpack.packb(1005)), (_bin(b"deep"), _nested(1000))]),
+        "nested too deeply",
+    ),
+    (
+        "undeclared text not UTF-8",
+        _map([(_bin(b"seq"), msgpack.packb(1006)), (b"\xa1k", b"\xa2\xed\xa0")]),
+        "not valid UTF-8",
+    ),
     ("not a map", msgpack.packb([1, 2, 3]), "must be a map"),
 ]
 HUGE = "h" * (4 << 20)  # a 4 MiB string: stored, it is a valid value
@@ -174,8 +191,9 @@ def test_unnameable_tags_and_poisoned_chunks_do_not_stall_a_normal_sender(serve)
     # A hostile sender keeps sending chunks that once made every commit fail; a normal sender on
     # another connection is acknowledged throughout, and every hostile chunk is acknowledged too.
     hostile = [_chunk(LONG_TAG, [_entry(1_700_000_000, _good(i))], b"L%015d" % i) for i in range(20)]
-    hostile += [_chunk("app.bad", [_entry(1_700_000_000, DEFECTS[j % len(DEFECTS)][1])], b"B%015d" % j)
-                for j in range(40)]
+    hostile += [
+        _chunk("app.bad", [_entry(1_700_000_000, DEFECTS[j % len(DEFECTS)][1])], b"B%015d" % j) for j in range(40)
+    ]
     normal = [_chunk("app.normal", [_entry(1_700_000_000 + n, _good(n))], b"N%015d" % n) for n in range(50)]
     result: dict[str, list] = {}
 
@@ -199,8 +217,9 @@ def test_http_records_that_once_failed_the_commit_are_quarantined_not_500(serve)
     # Nested deeper than Python's JSON parser recurses is a 400 naming it; 200 levels parse and are kept.
     deep = '{"seq": 3, "deep": ' + '{"n": ' * 200 + "1" + "}" * 200 + "}"
     body = ('[{"seq": 1, "msg": "fine"}, {"seq": 2, "msg": "\\udc80 lone surrogate"}, ' + deep + "]").encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{serve.http_port}/app.http", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{serve.http_port}/app.http", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as r:
             status, reply = r.status, json.loads(r.read())
@@ -228,8 +247,10 @@ required = true
 
 def _defect_lines() -> tuple[list[bytes], list[int], int]:
     """JSON lines for fluentd to tail: good ones, and one of each defect it can carry; (lines, good seqs, bad)."""
-    good = [json.dumps({"seq": i, "msg": f"line {i} Grüße 温度 ✓", "value": i * 0.25}, ensure_ascii=False).encode()
-            for i in range(20)]
+    good = [
+        json.dumps({"seq": i, "msg": f"line {i} Grüße 温度 ✓", "value": i * 0.25}, ensure_ascii=False).encode()
+        for i in range(20)
+    ]
     deep = b'{"seq": 105, "deep": ' + b'{"n": ' * 900 + b"1" + b"}" * 900 + b"}"
     bad = [
         b'{"seq": "one hundred and one", "msg": "wrong type"}',
@@ -245,7 +266,9 @@ def _defect_lines() -> tuple[list[bytes], list[int], int]:
 
 
 #: Raw lines (fluentd's ``none`` parser sends each as ``message``, bin): UTF-8 ones and Latin-1 ones.
-RAW_LINES = [f"plain line {i} ✓".encode() for i in range(5)] + [b"caf\xe9 latin-1 " + bytes([0xe0 + i]) for i in range(3)]
+RAW_LINES = [f"plain line {i} ✓".encode() for i in range(5)] + [
+    b"caf\xe9 latin-1 " + bytes([0xE0 + i]) for i in range(3)
+]
 
 
 @pytest.mark.clients
@@ -262,7 +285,7 @@ def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
 <source>
   @type tail
   path {source}
-  pos_file {tmp_path / 'events.pos'}
+  pos_file {tmp_path / "events.pos"}
   read_from_head true
   tag app.fluentd
   <parse>
@@ -272,7 +295,7 @@ def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
 <source>
   @type tail
   path {raw_source}
-  pos_file {tmp_path / 'raw.pos'}
+  pos_file {tmp_path / "raw.pos"}
   read_from_head true
   tag raw.fluentd
   <parse>
@@ -294,8 +317,12 @@ def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
   </server>
 </match>
 """
-    expected = {("app.fluentd", False): len(good), ("app.fluentd", True): bad_count,
-                ("raw.fluentd", False): 5, ("raw.fluentd", True): 3}
+    expected = {
+        ("app.fluentd", False): len(good),
+        ("app.fluentd", True): bad_count,
+        ("raw.fluentd", False): 5,
+        ("raw.fluentd", True): 3,
+    }
     with Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}") as serve:
         # in_tail reads each whole file at start (read_from_head): one buffer chunk per tag.
         source.write_bytes(b"\n".join(lines) + b"\n")

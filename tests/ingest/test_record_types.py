@@ -25,8 +25,10 @@ FIELDS = [
     {"name": "blob", "dtype": "bytes"},
     {"name": "latency-ms", "dtype": "uint8", "fill": 0},  # not an identifier
 ]
-SCHEMAS = {extra: parse_schema({"kind": "log", "tags": ["app.**"], "fields": FIELDS, "extra": extra}, name=f"log_{extra}")
-           for extra in ("keep", "drop", "reject")}
+SCHEMAS = {
+    extra: parse_schema({"kind": "log", "tags": ["app.**"], "fields": FIELDS, "extra": extra}, name=f"log_{extra}")
+    for extra in ("keep", "drop", "reject")
+}
 EVENT_TIME = msgpack.ExtType(0, (1_700_000_000).to_bytes(4, "big") + (123).to_bytes(4, "big"))
 
 
@@ -67,28 +69,44 @@ def assert_same_storage(schema, payload: bytes) -> bool:
 
 
 def test_fitting_records_take_the_typed_way_and_store_the_same():
-    entries = [[EVENT_TIME, {"seq": i, "msg": f"m{i}", "value": i / 2, "code": i, "ok": i % 2 == 0,
-                             "blob": bytes([i]), "latency-ms": 200}] for i in range(50)]
+    entries = [
+        [
+            EVENT_TIME,
+            {
+                "seq": i,
+                "msg": f"m{i}",
+                "value": i / 2,
+                "code": i,
+                "ok": i % 2 == 0,
+                "blob": bytes([i]),
+                "latency-ms": 200,
+            },
+        ]
+        for i in range(50)
+    ]
     entries.append([EVENT_TIME, {"seq": 50}])  # optional fields absent: their fills
     entries.append([EVENT_TIME, {"seq": 51, "msg": None, "value": 3}])  # nil is absent; an int in a float field
     for schema in SCHEMAS.values():
         assert assert_same_storage(schema, packed(entries))
 
 
-@pytest.mark.parametrize("record", [
-    {"msg": "no seq"},
-    {"seq": None},
-    {"seq": 1, "code": 40_000},  # out of int16
-    {"seq": 1, "latency-ms": -1},
-    {"seq": True},  # bool is not an integer here
-    {"seq": 1, "value": False},
-    {"seq": 1, "msg": b"bin, not str"},
-    {"seq": 1, "blob": "str in a bytes field"},  # stored (encoded) by the checked way
-    {"seq": 1, "undeclared": 2},
-    {1: 2, "seq": 1},
-    "not a map",
-    None,
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"msg": "no seq"},
+        {"seq": None},
+        {"seq": 1, "code": 40_000},  # out of int16
+        {"seq": 1, "latency-ms": -1},
+        {"seq": True},  # bool is not an integer here
+        {"seq": 1, "value": False},
+        {"seq": 1, "msg": b"bin, not str"},
+        {"seq": 1, "blob": "str in a bytes field"},  # stored (encoded) by the checked way
+        {"seq": 1, "undeclared": 2},
+        {1: 2, "seq": 1},
+        "not a map",
+        None,
+    ],
+)
 def test_any_misfit_sends_the_batch_the_checked_way(record):
     entries = [[EVENT_TIME, {"seq": 0}], [EVENT_TIME, record]]
     for schema in SCHEMAS.values():
@@ -96,10 +114,21 @@ def test_any_misfit_sends_the_batch_the_checked_way(record):
         assert not was_typed or (schema.extra == "drop" and record == {"seq": 1, "undeclared": 2})
 
 
-@pytest.mark.parametrize("time", [
-    1_700_000_000, 1_700_000_000.25, 0, None, [EVENT_TIME, {"meta": 1}], b"12345678", "soon", True,
-    msgpack.ExtType(1, b"x"), 2**62,  # the last: seconds beyond int64 nanoseconds
-])
+@pytest.mark.parametrize(
+    "time",
+    [
+        1_700_000_000,
+        1_700_000_000.25,
+        0,
+        None,
+        [EVENT_TIME, {"meta": 1}],
+        b"12345678",
+        "soon",
+        True,
+        msgpack.ExtType(1, b"x"),
+        2**62,  # the last: seconds beyond int64 nanoseconds
+    ],
+)
 def test_every_time_form_is_read_as_the_checked_way_reads_it(time):
     entries = [[time, {"seq": 1}], [EVENT_TIME, {"seq": 2}]]
     payload = packed(entries)
@@ -119,17 +148,24 @@ def test_invalid_utf8_goes_the_checked_way():
 
 def test_truncated_entries_are_still_refused():
     from windvane.connectors.forward.errors import MalformedMessage
+
     payload = packed([[EVENT_TIME, {"seq": 1}]])
     with pytest.raises(MalformedMessage, match="truncated"):
         decode_packed("app.x", payload[:-2], 0, record_type(SCHEMAS["keep"]))
 
 
 VIBRATION = {
-    "fixed rate": parse_schema({"kind": "vibration", "tags": ["app.**"],
-                                "vibration": {"channels": 3, "sample_rate": 100}}, name="vib_fixed"),
-    "rate per block": parse_schema({"kind": "vibration", "tags": ["app.**"],
-                                    "vibration": {"channels": 2, "samples_field": "s", "rate_field": "hz"}},
-                                   name="vib_rated"),
+    "fixed rate": parse_schema(
+        {"kind": "vibration", "tags": ["app.**"], "vibration": {"channels": 3, "sample_rate": 100}}, name="vib_fixed"
+    ),
+    "rate per block": parse_schema(
+        {
+            "kind": "vibration",
+            "tags": ["app.**"],
+            "vibration": {"channels": 2, "samples_field": "s", "rate_field": "hz"},
+        },
+        name="vib_rated",
+    ),
 }
 
 
@@ -159,55 +195,79 @@ def test_a_wrong_count_of_events_from_the_sender_changes_nothing(events):
     assert not rejected and same(columns.columns["samples"], plain.columns["samples"])
 
 
-@pytest.mark.parametrize("record", [
-    {"samples": block(10, 3)[:-1]},  # not whole frames
-    {"samples": b""},
-    {"samples": None},
-    {"samples": "str, not bin"},
-    {"samples": [[1.0, 2.0, 3.0]]},  # lists: the checked way
-    {"samples": block(10, 3), "sample_rate": 50},  # differs from the schema's
-    {"samples": block(10, 3), "sample_rate": True},
-    {"samples": block(10, 3), "sample_rate": float("nan")},
-    {b"samples": block(10, 3)},  # a bin key, as a sender in ASCII-8BIT writes it
-    {"other": 1},
-    "not a map",
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"samples": block(10, 3)[:-1]},  # not whole frames
+        {"samples": b""},
+        {"samples": None},
+        {"samples": "str, not bin"},
+        {"samples": [[1.0, 2.0, 3.0]]},  # lists: the checked way
+        {"samples": block(10, 3), "sample_rate": 50},  # differs from the schema's
+        {"samples": block(10, 3), "sample_rate": True},
+        {"samples": block(10, 3), "sample_rate": float("nan")},
+        {b"samples": block(10, 3)},  # a bin key, as a sender in ASCII-8BIT writes it
+        {"other": 1},
+        "not a map",
+    ],
+)
 def test_any_misfit_block_is_stored_or_refused_as_the_checked_way_does(record):
     entries = [[EVENT_TIME, {"samples": block(10, 3)}], [EVENT_TIME, record]]
     assert_same_storage(VIBRATION["fixed rate"], packed(entries))
 
 
-_blocks = st.one_of(st.integers(0, 30).map(lambda n: block(n, 2, n)), st.binary(max_size=20), st.none(),
-                    st.text(max_size=4), st.lists(st.lists(st.floats(-10, 10), min_size=2, max_size=2), max_size=3))
+_blocks = st.one_of(
+    st.integers(0, 30).map(lambda n: block(n, 2, n)),
+    st.binary(max_size=20),
+    st.none(),
+    st.text(max_size=4),
+    st.lists(st.lists(st.floats(-10, 10), min_size=2, max_size=2), max_size=3),
+)
 _rates = st.one_of(st.none(), st.integers(-2, 2**64 - 1), st.floats(allow_nan=True), st.booleans(), st.text(max_size=2))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(entries=st.lists(st.tuples(st.one_of(st.just(EVENT_TIME), st.integers(1, 2**40)),
-                                  st.fixed_dictionaries({"s": _blocks}, optional={"hz": _rates, "x": st.integers(-(2**63), 2**64 - 1)}))
-                        .map(list), max_size=5))
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.one_of(st.just(EVENT_TIME), st.integers(1, 2**40)),
+            st.fixed_dictionaries({"s": _blocks}, optional={"hz": _rates, "x": st.integers(-(2**63), 2**64 - 1)}),
+        ).map(list),
+        max_size=5,
+    )
+)
 def test_typed_and_checked_ways_store_the_same_blocks(entries):
     assert_same_storage(VIBRATION["rate per block"], packed(entries))
 
 
 _values = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=True),
-    st.text(max_size=8), st.binary(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.binary(max_size=8),
 )
 _records = st.one_of(
-    st.fixed_dictionaries({"seq": st.integers(-5, 5)},
-                          optional={name: _values for name in ("msg", "value", "code", "ok", "blob", "latency-ms")}),
-    st.fixed_dictionaries({"seq": st.integers(-5, 5)}, optional={"msg": st.text(max_size=4),
-                                                                  "value": st.floats(-1e6, 1e6) | st.integers(-(2**63), 2**64 - 1),
-                                                                  "code": st.integers(-100, 100)}),
+    st.fixed_dictionaries(
+        {"seq": st.integers(-5, 5)},
+        optional={name: _values for name in ("msg", "value", "code", "ok", "blob", "latency-ms")},
+    ),
+    st.fixed_dictionaries(
+        {"seq": st.integers(-5, 5)},
+        optional={
+            "msg": st.text(max_size=4),
+            "value": st.floats(-1e6, 1e6) | st.integers(-(2**63), 2**64 - 1),
+            "code": st.integers(-100, 100),
+        },
+    ),
     st.dictionaries(st.sampled_from(["seq", "msg", "other"]), _values, max_size=3),
 )
 _times = st.one_of(st.just(EVENT_TIME), st.integers(1, 2**40), st.floats(1, 2**40))  # not 0: "now" differs
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(entries=st.lists(st.tuples(_times, _records).map(list), max_size=8),
-       extra=st.sampled_from(sorted(SCHEMAS)))
+@given(entries=st.lists(st.tuples(_times, _records).map(list), max_size=8), extra=st.sampled_from(sorted(SCHEMAS)))
 def test_typed_and_checked_ways_store_the_same(entries, extra):
     assert_same_storage(SCHEMAS[extra], packed(entries))
 

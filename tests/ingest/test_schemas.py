@@ -105,14 +105,16 @@ def test_first_matching_file_wins(tmp_path):
 def test_number_codecs_follow_the_schema_with_lz4_for_vibration(sqlite_url):
     import json
 
-    from windvane import arrays
-    from windvane import neostore
+    from windvane import arrays, neostore
     from windvane.arrays.keys import Snapshot
     from windvane.ingest.streams import LZ4_CODEC, schema_columns
 
     vibration = {"kind": "vibration", "tags": ["v"], "vibration": {"channels": 3, "sample_rate": 100}}
-    sensor = {"kind": "sensor", "tags": ["s"], "fields": [{"name": "p", "dtype": "float32"},
-                                                          {"name": "site", "dtype": "str"}]}
+    sensor = {
+        "kind": "sensor",
+        "tags": ["s"],
+        "fields": [{"name": "p", "dtype": "float32"}, {"name": "site", "dtype": "str"}],
+    }
     assert schema_columns(parse_schema(vibration, name="v"))[0].codec == LZ4_CODEC
     assert schema_columns(parse_schema({**vibration, "codec": "blosc"}, name="v"))[0].codec == "blosc"
     sensor_columns = schema_columns(parse_schema(sensor, name="s"))

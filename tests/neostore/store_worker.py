@@ -335,7 +335,10 @@ def run_reader(args: argparse.Namespace) -> None:
                 violations.append(f"{where}: went back from {previous[index]} to {int(va)}")
             previous[index] = int(va)
         snapshots.append(snapshot.hex())
-    say("result", json.dumps({"snapshots": len(snapshots), "distinct": len(set(snapshots)), "violations": violations[:20]}))
+    say(
+        "result",
+        json.dumps({"snapshots": len(snapshots), "distinct": len(set(snapshots)), "violations": violations[:20]}),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

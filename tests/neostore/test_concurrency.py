@@ -13,9 +13,9 @@ import contextlib
 
 import pytest
 
+from tests.neostore.store_worker import Worker, hex_list
 from windvane import neostore
 from windvane.neostore import u64
-from tests.neostore.store_worker import Worker, hex_list
 
 MARIADB_SECONDS = 30  # how long the writers run on MariaDB
 SQLITE_SECONDS = 5  # ... and on SQLite (one file, one writer at a time)

@@ -20,9 +20,6 @@ import time
 
 import pytest
 
-from windvane import neostore
-from windvane.neostore.backends import backend_for
-from windvane.neostore.tids import tid_time
 from tests.neostore.store_worker import (
     Worker,
     commit_numbered,
@@ -31,6 +28,9 @@ from tests.neostore.store_worker import (
     txn_number,
     value_for,
 )
+from windvane import neostore
+from windvane.neostore.backends import backend_for
+from windvane.neostore.tids import tid_time
 
 pytestmark = pytest.mark.crash
 

@@ -117,7 +117,9 @@ def test_load_many_reads_a_snapshot_and_can_skip_missing_objects(store_url):
         t2 = commit(store, {a: b"a2", c: b"c2"})
         assert list(store.load_many([a, b])) == [(b"a2", t2), (b"b1", t1)]
         assert list(store.load_many([a, b, c], before=t2, skip_missing=True)) == [
-            (b"a1", t1), (b"b1", t1), (None, None)
+            (b"a1", t1),
+            (b"b1", t1),
+            (None, None),
         ]
         with pytest.raises(neostore.POSKeyError):
             list(store.load_many([c], before=t2))
@@ -132,11 +134,20 @@ def test_load_range_slices_raw_values_in_the_database(store_url):
         txn.write(packed, None, b"0123456789" * 1000)  # compressible: stored zstd
         txn.vote()
         t1 = txn.finish()
-        (row,) = store._query("SELECT d.compression FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?",
-                              (u64(oid),))
+        (row,) = store._query(
+            "SELECT d.compression FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?", (u64(oid),)
+        )
         assert row[0] == RAW
-        for start, stop in [(0, 10), (100, 3000), (-17, None), (5000, None), (-20000, None), (10230, 99999),
-                            (50, 50), (20000, 30000)]:
+        for start, stop in [
+            (0, 10),
+            (100, 3000),
+            (-17, None),
+            (5000, None),
+            (-20000, None),
+            (10230, 99999),
+            (50, 50),
+            (20000, 30000),
+        ]:
             assert store.load_range(oid, start, stop) == value[start:stop]
         assert store.load_range(packed, 15, 25) == b"5678901234"
         commit(store, {oid: b"replaced"})

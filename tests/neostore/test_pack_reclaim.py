@@ -19,10 +19,10 @@ import time
 import pytest
 import transaction.interfaces
 
-from windvane import neostore
-from windvane.neostore import p64
 from tests.neostore.store_worker import Worker, hex_list
 from tests.neostore.test_concurrency import create_counters
+from windvane import neostore
+from windvane.neostore import p64
 
 MB = 1_000_000
 VALUE = 512 * 1024
@@ -97,8 +97,12 @@ def test_pack_gives_the_disk_back_while_others_read_and_write(backend, request):
                 worker.expect("ready")
             for worker in [*writers, reader]:
                 worker.send("go")
-            stats = store.pack(store.last_transaction(), progress=lambda phase, count: phase == "reclaim"
-                               and wait_for_a_commit_after(store, store.last_transaction()))
+            stats = store.pack(
+                store.last_transaction(),
+                progress=lambda phase, count: (
+                    phase == "reclaim" and wait_for_a_commit_after(store, store.last_transaction())
+                ),
+            )
             txn = store.begin(b"test", b"after the pack")
             txn.write(store.new_oid(), None, b"marker")
             txn.vote()
@@ -106,11 +110,14 @@ def test_pack_gives_the_disk_back_while_others_read_and_write(backend, request):
             results = [worker.result(timeout=WORKER_SECONDS + 120) for worker in writers]
             snapshots = reader.result(timeout=WORKER_SECONDS + 120)
         after = files_size(url, request)
-        during = sum(neostore.u64(stats.pack_tid) < int(tid, 16) < neostore.u64(after_pack)
-                     for r in results for tid in r["tids"])
-        print(f"{backend}: files {before / MB:.1f} MB -> {after / MB:.1f} MB; pack reports "
-              f"{stats.bytes_freed / MB:.1f} MB freed ({stats.disk_before / MB:.1f} -> {stats.disk_after / MB:.1f}) "
-              f"in {stats.seconds:.2f} s; {during} commits of other processes landed meanwhile")
+        during = sum(
+            neostore.u64(stats.pack_tid) < int(tid, 16) < neostore.u64(after_pack) for r in results for tid in r["tids"]
+        )
+        print(
+            f"{backend}: files {before / MB:.1f} MB -> {after / MB:.1f} MB; pack reports "
+            f"{stats.bytes_freed / MB:.1f} MB freed ({stats.disk_before / MB:.1f} -> {stats.disk_after / MB:.1f}) "
+            f"in {stats.seconds:.2f} s; {during} commits of other processes landed meanwhile"
+        )
 
         # Four revisions of 16 values and one of the split value were dropped: ~42.5 MB.
         assert stats.revisions_deleted >= 16 * 4 + 1
@@ -195,8 +202,12 @@ def test_mariadb_table_in_use_too_long_is_left_as_it_was_and_said(mariadb_url, m
         store.backend.rebuild_lock_wait = 1  # instead of 10 s
         # Another session's open transaction has read `data`: the rebuild
         # cannot take the table from it.
-        other = mariadb.connect(user="root", unix_socket=mariadb_server.socket,
-                                database=neostore.parse_url(mariadb_url).database, autocommit=False)
+        other = mariadb.connect(
+            user="root",
+            unix_socket=mariadb_server.socket,
+            database=neostore.parse_url(mariadb_url).database,
+            autocommit=False,
+        )
         try:
             other.cursor().execute("SELECT COUNT(*) FROM data")
             stats = store.pack(store.last_transaction(), vacuum=True)
@@ -205,13 +216,13 @@ def test_mariadb_table_in_use_too_long_is_left_as_it_was_and_said(mariadb_url, m
             other.close()
         assert len(stats.notes) == 1
         assert stats.notes[0].startswith("table data was not rebuilt: Lock wait timeout exceeded")
-        assert stats.notes[0].endswith("(a transaction kept using the table longer than the rebuild waits; "
-                                       "pack again later)")
+        assert stats.notes[0].endswith(
+            "(a transaction kept using the table longer than the rebuild waits; pack again later)"
+        )
         for oid, value in latest.items():
             assert store.load(oid)[0] == value
         stats = store.pack(store.last_transaction(), vacuum=True)  # once the table is free
         assert stats.notes == [] and stats.bytes_freed > 3 * VALUE  # the four values dropped before
-
 
 
 class Deadlock:
@@ -229,8 +240,10 @@ class Deadlock:
         import mariadb
 
         def connect():
-            return mariadb.connect(user="root", unix_socket=server.socket,
-                                   database=neostore.parse_url(url).database, autocommit=False)
+            return mariadb.connect(
+                user="root", unix_socket=server.socket, database=neostore.parse_url(url).database, autocommit=False
+            )
+
         self.conn, self.probe = connect(), connect()
         self.conn.autocommit = self.probe.autocommit = True
         self.conn.cursor().execute("CREATE TABLE IF NOT EXISTS ballast (n INT PRIMARY KEY)")
@@ -257,8 +270,10 @@ class Deadlock:
         cur = self.probe.cursor()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-                        "WHERE INFO LIKE 'INSERT INTO data %' AND TIME_MS > 300 AND ID != CONNECTION_ID()")
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                "WHERE INFO LIKE 'INSERT INTO data %' AND TIME_MS > 300 AND ID != CONNECTION_ID()"
+            )
             if cur.fetchone()[0]:
                 return
             time.sleep(0.05)
@@ -266,8 +281,10 @@ class Deadlock:
 
     @staticmethod
     def _insert(cur, value: bytes) -> None:
-        cur.execute("INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, 0, 1, 0, ?)",
-                    (neostore.values.value_hash(value), b"not the value"))
+        cur.execute(
+            "INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, 0, 1, 0, ?)",
+            (neostore.values.value_hash(value), b"not the value"),
+        )
 
 
 def test_a_transaction_the_database_rolls_back_runs_again(mariadb_url, mariadb_server, caplog):
@@ -290,8 +307,10 @@ def test_a_transaction_the_database_rolls_back_runs_again(mariadb_url, mariadb_s
 
 def test_a_rolled_back_transaction_that_uploaded_early_says_run_it_again(mariadb_url, mariadb_server):
     first, second = os.urandom(1000), os.urandom(1000)
-    with neostore.open(mariadb_url, flush_bytes=1) as store, \
-            contextlib.closing(Deadlock(mariadb_server, mariadb_url)) as other:
+    with (
+        neostore.open(mariadb_url, flush_bytes=1) as store,
+        contextlib.closing(Deadlock(mariadb_server, mariadb_url)) as other,
+    ):
         before = store.last_transaction()
         oids = [p64(oid) for oid in store.new_oids(2)]
         other.hold(second)

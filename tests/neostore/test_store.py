@@ -240,9 +240,7 @@ def test_oids_are_unique_across_processes(store_url):
         print(json.dumps([neostore.u64(store.new_oid()) for _ in range(300)]))
         """
     )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", script, store_url], stdout=subprocess.PIPE) for _ in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", script, store_url], stdout=subprocess.PIPE) for _ in range(3)]
     seen = []
     for proc in procs:
         out, _ = proc.communicate(timeout=120)
@@ -454,7 +452,9 @@ def test_corrupt_row_names_oid_and_tid(store_url):
         # Damage the rows behind the store's back, as a failing disk or a stray UPDATE would.
         conn = store.backend.connect(for_writing=True)
         cur = store.backend.blob_cursor(conn)
-        cur.execute("UPDATE data SET value = ? WHERE hash = ?", (b"precious " * 9 + b"precioux ", value_hash(b"precious " * 10)))
+        cur.execute(
+            "UPDATE data SET value = ? WHERE hash = ?", (b"precious " * 9 + b"precioux ", value_hash(b"precious " * 10))
+        )
         cur.execute("UPDATE data SET value = ? WHERE hash = ?", (b"\x28\xb5\x2f\xfd garbage", value_hash(SENSOR_LIKE)))
         conn.commit()
         store.backend.close_connection(conn)
@@ -526,15 +526,19 @@ def test_opens_that_read_never_create_a_mariadb_store(mariadb_server):
     for options in ({"read_only": True}, {"create": False}):
         with pytest.raises(neostore.StoreNotFoundError) as caught:
             neostore.open(url, **options)
-        assert str(caught.value) == (f"no store in database 'never_made' on the MariaDB server at "
-                                     f"{mariadb_server.socket}: the database does not exist")
+        assert str(caught.value) == (
+            f"no store in database 'never_made' on the MariaDB server at "
+            f"{mariadb_server.socket}: the database does not exist"
+        )
     cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'never_made'")
     assert cur.fetchone()[0] == 0
     cur.execute("CREATE DATABASE never_made")
     with pytest.raises(neostore.StoreNotFoundError) as caught:
         neostore.open(url, read_only=True)
-    assert str(caught.value) == (f"no store in database 'never_made' on the MariaDB server at "
-                                 f"{mariadb_server.socket}: it holds no neostore tables")
+    assert str(caught.value) == (
+        f"no store in database 'never_made' on the MariaDB server at "
+        f"{mariadb_server.socket}: it holds no neostore tables"
+    )
     cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'never_made'")
     assert cur.fetchone()[0] == 0
     cur.execute("DROP DATABASE never_made")
@@ -602,8 +606,14 @@ def test_pack_collects_unreachable_objects_when_given_references(store_url):
         def refs(value):
             return [bytes.fromhex(h) for h in value.decode().split(",")[1:] if h]
 
-        t1 = commit(store, {root: (None, b"root," + child.hex().encode() + b"," + orphan.hex().encode()),
-                            child: (None, b"child,"), orphan: (None, b"orphan,")})
+        t1 = commit(
+            store,
+            {
+                root: (None, b"root," + child.hex().encode() + b"," + orphan.hex().encode()),
+                child: (None, b"child,"),
+                orphan: (None, b"orphan,"),
+            },
+        )
         t2 = commit(store, {root: (t1, b"root," + child.hex().encode())})
         stats = store.pack(t2, references=refs)
         assert stats.objects_collected == 1

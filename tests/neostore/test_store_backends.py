@@ -18,8 +18,9 @@ def test_a_backend_that_leaves_a_capability_out_cannot_be_made():
         """A third engine that implements every method but states none of the capabilities."""
 
         kind = "third"
-        connect = begin = create_schema = acquire_commit_lock = release_commit_lock = has_table = \
-            disk_size = reclaim = close_connection = lambda self, *args, **kw: None
+        connect = begin = create_schema = acquire_commit_lock = release_commit_lock = has_table = disk_size = (
+            reclaim
+        ) = close_connection = lambda self, *args, **kw: None
 
     with pytest.raises(TypeError, match="abstract") as missing:
         Third()
@@ -39,8 +40,13 @@ def test_the_engines_state_their_capabilities(store_url):
             "sqlite": (True, "MAX", "INSERT OR IGNORE", "BIGINT", "DROP TABLE"),
             "mariadb": (False, "GREATEST", "INSERT IGNORE", "BIGINT UNSIGNED", "DROP TEMPORARY TABLE"),
         }[backend.kind]
-        assert (backend.single_writer, backend.greatest, backend.insert_ignore, backend.uint_type,
-                backend.drop_temporary_table) == expected
+        assert (
+            backend.single_writer,
+            backend.greatest,
+            backend.insert_ignore,
+            backend.uint_type,
+            backend.drop_temporary_table,
+        ) == expected
 
 
 def test_a_name_bound_under_the_commit_lock_lives_or_dies_with_the_transaction_as_single_writer_says(store_url):
@@ -80,7 +86,10 @@ def test_gc_pack_makes_and_drops_its_mark_table_in_the_engines_spelling(store_ur
 
 def test_no_neostore_module_branches_on_the_engines_name():
     source = Path(neostore.__file__).parent
-    branches = [f"{path.name}:{number}" for path in sorted(source.rglob("*.py"))
-                for number, line in enumerate(path.read_text().splitlines(), 1)
-                if re.search(r"\.kind\s*[!=]=|kind\s+in\s", line)]
+    branches = [
+        f"{path.name}:{number}"
+        for path in sorted(source.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.kind\s*[!=]=|kind\s+in\s", line)
+    ]
     assert branches == []

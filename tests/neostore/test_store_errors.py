@@ -41,8 +41,11 @@ def exported_exceptions() -> dict[str, type]:
         names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
         for name in names:
             value = getattr(module, name)
-            if inspect.isclass(value) and issubclass(value, BaseException) and \
-                    value.__module__.startswith("windvane.neostore"):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__.startswith("windvane.neostore")
+            ):
                 found[f"{value.__module__}.{value.__qualname__}"] = value
     return found
 
@@ -165,9 +168,11 @@ def test_the_mariadb_server_managers_errors_have_their_own_root():
     from windvane.ops.errors import OpsError
 
     server = windvane.ops.mariadb_server
-    errors = [value for value in vars(server).values()
-              if inspect.isclass(value) and issubclass(value, BaseException)
-              and value.__module__.startswith("windvane.ops")]
+    errors = [
+        value
+        for value in vars(server).values()
+        if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__.startswith("windvane.ops")
+    ]
     assert server.ServerError in errors and len(errors) > 1
     assert all(issubclass(cls, OpsError) for cls in errors)
 

@@ -127,6 +127,11 @@ def test_names_and_pack_use_no_private_part_of_the_store():
 def test_every_write_outside_a_transaction_takes_its_writer_through_writer():
     """Only a Store transaction, which keeps its writer from its first write to its end, takes one by hand."""
     source = Path(neostore.__file__).parent
-    takers = [f"{path.name}:{number}" for path in sorted(source.rglob("*.py")) if path.name != "pool.py"
-              for number, line in enumerate(path.read_text().splitlines(), 1) if "take_writer(" in line]
+    takers = [
+        f"{path.name}:{number}"
+        for path in sorted(source.rglob("*.py"))
+        if path.name != "pool.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "take_writer(" in line
+    ]
     assert len(takers) == 1 and takers[0].startswith("session.py:")

@@ -67,7 +67,9 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
 
 
 def test_defaults_and_name_without_password(mariadb_url: str) -> None:
-    storage = ZODB.config.storageFromString(f"%import windvane.neostore\n<neostore>\n  url {mariadb_url}\n</neostore>\n")
+    storage = ZODB.config.storageFromString(
+        f"%import windvane.neostore\n<neostore>\n  url {mariadb_url}\n</neostore>\n"
+    )
     try:
         assert not storage.isReadOnly() and storage._pack_gc is True
         assert storage.getName().startswith("mariadb:") and "@" not in storage.getName()

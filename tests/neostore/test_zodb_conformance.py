@@ -50,9 +50,9 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import load_current
 
-from windvane.neostore.zodb import NeoStorage
 from tests import mariadb as test_servers
 from tests.conftest import fresh_database
+from windvane.neostore.zodb import NeoStorage
 
 #: Test name -> why it cannot pass. Empty: every mixin test runs and passes.
 EXPECTED_FAILURES: dict[str, str] = {}

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
+from tests.notebooks.test_notebooks import make_demo_store, results_of, run_notebook
 from windvane import arrays
 from windvane.ops import demo
-from tests.notebooks.test_notebooks import make_demo_store, results_of, run_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +40,15 @@ def demo_store(tmp_path_factory) -> str:
 @pytest.fixture
 def cluster():
     """A fresh cluster per test: which workers have the store open says what that test did."""
-    with LocalCluster(n_workers=3, processes=True, threads_per_worker=1, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=3, processes=True, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         yield cluster, client
 
 
 def test_the_vibration_notebook_gives_the_same_results_on_the_cluster(demo_store, cluster):
-    path = demo_store[len("sqlite:///"):]
+    path = demo_store[len("sqlite:///") :]
     assert not any(cluster[1].run(store_file_open, path).values())
     local = results_of(run_notebook("vibration", demo_store))
     remote = results_of(run_notebook("vibration", demo_store, WINDVANE_DASK_SCHEDULER=cluster[0].scheduler_address))
@@ -54,8 +56,18 @@ def test_the_vibration_notebook_gives_the_same_results_on_the_cluster(demo_store
     # The notebook's own process read every chunk alone; on the cluster it read none: the workers did.
     assert local["chunks_read_here"] >= 4 and remote["chunks_read_here"] == 0
     # What is discrete is exact: the same graph is built either way, and the same chunks are read.
-    for key in ("rows", "sample_rate", "stream_bytes", "cache_bytes", "shaft_hz_measured", "spectrum_peak_hz",
-                "fault_hz", "detected_fault", "detected_peak_hz", "harmonics"):
+    for key in (
+        "rows",
+        "sample_rate",
+        "stream_bytes",
+        "cache_bytes",
+        "shaft_hz_measured",
+        "spectrum_peak_hz",
+        "fault_hz",
+        "detected_fault",
+        "detected_peak_hz",
+        "harmonics",
+    ):
         assert remote[key] == local[key], key
     # Floats agree to rounding: most runs are bit for bit, but not all (numpy's FFT and reductions may take
     # other vectorised paths on buffers aligned differently in another process: last-bit differences seen).
@@ -72,7 +84,7 @@ def test_the_vibration_notebook_gives_the_same_results_on_the_cluster(demo_store
 
 def test_every_worker_reads_the_sqlite_file_itself(demo_store, cluster):
     _, client = cluster
-    path = demo_store[len("sqlite:///"):]
+    path = demo_store[len("sqlite:///") :]
     with arrays.open_stream(demo_store, demo.VIBRATION_TAG) as stream:
         samples = stream["samples"]
         x = samples.to_dask()
@@ -84,8 +96,10 @@ def test_every_worker_reads_the_sqlite_file_itself(demo_store, cluster):
     # One slice per worker, pinned to it, all submitted at once: three processes read the file concurrently.
     workers = sorted(client.scheduler_info()["workers"])
     bounds = np.linspace(0, len(expected), len(workers) + 1).astype(int)
-    futures = [client.compute(x[lo:hi].astype(np.float64).sum(axis=0), workers=[w])
-               for w, lo, hi in zip(workers, bounds[:-1], bounds[1:])]
+    futures = [
+        client.compute(x[lo:hi].astype(np.float64).sum(axis=0), workers=[w])
+        for w, lo, hi in zip(workers, bounds[:-1], bounds[1:])
+    ]
     sums = client.gather(futures)
     for got, lo, hi in zip(sums, bounds[:-1], bounds[1:]):
         np.testing.assert_allclose(got, expected[lo:hi].sum(axis=0), rtol=RTOL)

@@ -15,7 +15,7 @@ import os
 import re
 import wave
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
+from tests.ops.test_info import windvane
 from windvane import arrays
 from windvane.ops import demo
-from tests.ops.test_info import windvane
 
 pytestmark = pytest.mark.slow
 
@@ -135,11 +135,15 @@ def test_sensors_counts_resamples_and_flags(executed, demo_store):
     assert results["turbines"] == names
     for name in names:
         with arrays.open_stream(demo_store, f"turbine.{name}.scada") as stream:
-            assert results["rows"][name] == len(stream) == sum(r["Wind_turbine_name"] == name and r["P_avg"] != ""
-                                                               for r in rows)
+            assert (
+                results["rows"][name]
+                == len(stream)
+                == sum(r["Wind_turbine_name"] == name and r["P_avg"] != "" for r in rows)
+            )
         power = [np.float32(r["P_avg"]) for r in rows if r["Wind_turbine_name"] == name and r["P_avg"]]
-        assert results["energy_mwh"][name] == pytest.approx(float(np.sum(power, dtype=np.float64)) / 6 / 1000,
-                                                            rel=1e-12)
+        assert results["energy_mwh"][name] == pytest.approx(
+            float(np.sum(power, dtype=np.float64)) / 6 / 1000, rel=1e-12
+        )
     assert results["quarantined"] == {"R80711": 4, "R80721": 0, "R80736": 0, "R80790": 0}
     assert results["hourly_points"] == dict.fromkeys(names, 7 * 24)
     assert results["incomplete_hours"]["R80711"] == 2  # 14:00 and 15:00 on 2014-02-07 lack rows
@@ -148,15 +152,20 @@ def test_sensors_counts_resamples_and_flags(executed, demo_store):
     turbine = results["hourly_power_kw"]["turbine"]
     for r in rows:
         if r["Wind_turbine_name"] == turbine and r["P_avg"]:
-            when = datetime.fromisoformat(r["Date_time"]).astimezone(timezone.utc).replace(minute=0)
+            when = datetime.fromisoformat(r["Date_time"]).astimezone(UTC).replace(minute=0)
             hourly.setdefault(when, []).append(float(np.float32(r["P_avg"])))
     expected = [np.mean(v) for _, v in sorted(hourly.items())]
     np.testing.assert_allclose(results["hourly_power_kw"]["values"], expected, rtol=1e-12)
     # The flags: R80711 restarting after its outage is among them, and each flagged row is what the CSV says.
     flagged = {(f["turbine"], f["time"]): f for f in results["flagged"]}
     assert ("R80711", "2014-02-07T15:20:00") in flagged and ("R80711", "2014-02-07T15:30:00") in flagged
-    by_key = {(r["Wind_turbine_name"], datetime.fromisoformat(r["Date_time"]).astimezone(timezone.utc)
-               .strftime("%Y-%m-%dT%H:%M:%S")): r for r in rows}
+    by_key = {
+        (
+            r["Wind_turbine_name"],
+            datetime.fromisoformat(r["Date_time"]).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+        ): r
+        for r in rows
+    }
     for key, f in flagged.items():
         assert f["z"] < -4
         assert f["pitch"] == pytest.approx(float(np.float32(by_key[key]["Ba_avg"])))
@@ -183,7 +192,11 @@ def test_logs_error_rates_match_the_sample_file(executed):
         service = r["path"].split("?")[0].split("/")[1]
         services.setdefault(service, []).append(r["status"])
     assert results["per_service"] == {
-        name: {"requests": len(s), "errors_5xx": sum(x >= 500 for x in s), "error_rate": sum(x >= 500 for x in s) / len(s)}
+        name: {
+            "requests": len(s),
+            "errors_5xx": sum(x >= 500 for x in s),
+            "error_rate": sum(x >= 500 for x in s) / len(s),
+        }
         for name, s in services.items()
     }
     assert results["per_host"] == {"web1": {"requests": len(records), "errors_5xx": errors}}

@@ -16,16 +16,16 @@ import subprocess
 import sys
 import wave
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.ops.test_info import sqlite_stored, windvane
 from windvane import arrays
 from windvane.ops import demo
-from tests.ops.test_info import sqlite_stored, windvane
 
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"
 STREAM_HEADER = re.compile(r"^(stream|quarantine) (\S+)  \((\S+)\)$")
@@ -85,12 +85,17 @@ def test_printed_streams_are_what_the_store_holds(ran):
     bad_logs = sum(record.get("latency_ms") == "-" for _, record in log_records())
     with wave.open(str(SAMPLES / demo.VIBRATION_SAMPLE)) as w:
         frames = w.getnframes()
-    expected = {**{(tag, False): n for tag, n in scada.items()}, **{(tag, True): n for tag, n in empty.items()},
-                (demo.VIBRATION_TAG, False): frames, (demo.LOG_TAG, False): len(log_records()) - bad_logs,
-                (demo.LOG_TAG, True): bad_logs}
+    expected = {
+        **{(tag, False): n for tag, n in scada.items()},
+        **{(tag, True): n for tag, n in empty.items()},
+        (demo.VIBRATION_TAG, False): frames,
+        (demo.LOG_TAG, False): len(log_records()) - bad_logs,
+        (demo.LOG_TAG, True): bad_logs,
+    }
     assert {key: s["rows"] for key, s in printed.items()} == expected
-    assert sorted(printed) == sorted([(t, False) for t in arrays.list_streams(url)]
-                                     + [(t, True) for t in arrays.list_streams(url, quarantine=True)])
+    assert sorted(printed) == sorted(
+        [(t, False) for t in arrays.list_streams(url)] + [(t, True) for t in arrays.list_streams(url, quarantine=True)]
+    )
     for (tag, quarantine), shown in printed.items():
         with arrays.open_stream(url, tag, quarantine=quarantine) as stream:
             assert len(stream) == shown["rows"]
@@ -111,7 +116,8 @@ def test_printed_store_figures_match_its_tables(ran):
         ((transactions,),) = db.execute("SELECT COUNT(*) FROM trans")
         ((stored,),) = db.execute("SELECT SUM(LENGTH(value)) FROM data")
         ((referenced, distinct),) = db.execute(
-            "SELECT SUM(d.size), (SELECT SUM(size) FROM data) FROM obj o JOIN data d ON d.id = o.data_id")
+            "SELECT SUM(d.size), (SELECT SUM(size) FROM data) FROM obj o JOIN data d ON d.id = o.data_id"
+        )
     assert f"transactions:    {transactions:,}\n" in out
     assert f"({stored:,} bytes stored)" in out
     assert f"dedup ratio:     {referenced / distinct:.2f} (" in out
@@ -128,11 +134,16 @@ def test_first_and_last_records_are_the_samples(ran):
         tag = f"turbine.{row['Wind_turbine_name']}.scada"
         with arrays.open_stream(url, tag) as stream:
             got = stream.to_pandas(len(stream) - 1) if row is rows[-1] else stream.to_pandas(0, 1)
-        when = datetime.fromisoformat(row["Date_time"]).astimezone(timezone.utc)
+        when = datetime.fromisoformat(row["Date_time"]).astimezone(UTC)
         assert got.index[0].to_pydatetime() == when
-        for field, column in [("power", "P_avg"), ("wind_speed", "Ws_avg"), ("pitch", "Ba_avg"),
-                              ("outdoor_temperature", "Ot_avg"), ("wind_direction", "Wa_avg"),
-                              ("nacelle_angle", "Ya_avg")]:
+        for field, column in [
+            ("power", "P_avg"),
+            ("wind_speed", "Ws_avg"),
+            ("pitch", "Ba_avg"),
+            ("outdoor_temperature", "Ot_avg"),
+            ("wind_direction", "Wa_avg"),
+            ("nacelle_angle", "Ya_avg"),
+        ]:
             assert got[field].iloc[0] == np.float32(row[column])
         assert json.loads(got["extra"].iloc[0]) == {"vane": float(row["Va_avg"])}
     with arrays.open_stream(url, "turbine.R80711.scada", quarantine=True) as q:
@@ -144,7 +155,7 @@ def test_first_and_last_records_are_the_samples(ran):
         samples, times = stream["samples"], stream["time"]
         np.testing.assert_array_equal(samples[0], counts[0].astype(np.float32) / np.float32(1000))
         np.testing.assert_array_equal(samples[-1], counts[-1].astype(np.float32) / np.float32(1000))
-        start = int(datetime(2014, 2, 5, 12, tzinfo=timezone.utc).timestamp()) * 10**9
+        start = int(datetime(2014, 2, 5, 12, tzinfo=UTC).timestamp()) * 10**9
         assert times[0] == start
         assert times[-1] == start + round((len(counts) - 1) * 10**9 / rate)
     records = log_records()
@@ -157,8 +168,9 @@ def test_first_and_last_records_are_the_samples(ran):
                 assert stream[field][i] == record[field]
             latency = stream["latency_ms"][i]
             assert np.isnan(latency) if "latency_ms" not in record else latency == np.float32(record["latency_ms"])
-            assert json.loads(stream["extra"][i]) == {k: v for k, v in record.items() if k not in (
-                "time", "host", "level", "message", "status", "latency_ms")}
+            assert json.loads(stream["extra"][i]) == {
+                k: v for k, v in record.items() if k not in ("time", "host", "level", "message", "status", "latency_ms")
+            }
     with arrays.open_stream(url, demo.LOG_TAG, quarantine=True) as q:
         assert q["raw"][0] == bad[0][0] and q["raw"][-1] == bad[-1][0]  # verbatim, as posted
         assert "latency_ms" in q["reason"][0]
@@ -172,9 +184,13 @@ def test_the_notebook_snippet_runs(ran):
     result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     printed = parse_report(out)
-    assert result.stdout.split() == [str(printed[("turbine.R80736.scada", False)]["rows"]), "(25600,", "3)",
-                                     str(printed[(demo.LOG_TAG, False)]["rows"]),
-                                     str(printed[(demo.LOG_TAG, True)]["rows"])]
+    assert result.stdout.split() == [
+        str(printed[("turbine.R80736.scada", False)]["rows"]),
+        "(25600,",
+        "3)",
+        str(printed[(demo.LOG_TAG, False)]["rows"]),
+        str(printed[(demo.LOG_TAG, True)]["rows"]),
+    ]
 
 
 def test_keep_adds_and_a_new_run_starts_afresh(ran):
@@ -214,8 +230,11 @@ def test_what_metrics_count_as_committed_survives_kill_9(tmp_path):
     assert sent.records == sum(expected.values()) == len(scada_rows())
     for tag, count in expected.items():
         stored = len(arrays.open_stream(url, tag)) if tag in arrays.list_streams(url) else 0
-        quarantined = len(arrays.open_stream(url, tag, quarantine=True)) if tag in arrays.list_streams(
-            url, quarantine=True) else 0
+        quarantined = (
+            len(arrays.open_stream(url, tag, quarantine=True))
+            if tag in arrays.list_streams(url, quarantine=True)
+            else 0
+        )
         assert stored + quarantined == count
 
 
@@ -225,6 +244,8 @@ def test_the_demo_schemas_are_the_repositorys():
     copies = Path(__file__).resolve().parents[2] / "windvane" / "ops" / "samples" / "schemas"
     assert sorted(p.name for p in copies.glob("*.toml")) == sorted(p.name for p in shipped.glob("*.toml"))
     for copy in copies.glob("*.toml"):
+
         def body(path):
             return [line for line in path.read_text().splitlines() if not line.startswith("#")]
+
         assert body(copy) == body(shipped / copy.name), copy.name

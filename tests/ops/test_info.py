@@ -17,14 +17,16 @@ import sys
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import ingest
-from windvane import neostore
+from windvane import arrays, ingest, neostore
 
 WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
 T0 = 1_700_000_000 * 10**9
-COLUMNS = [arrays.Column("power", "float32"), arrays.Column("axes", "int16", inner=(3,)),
-           arrays.Column("message", "str"), arrays.Column("raw", "bytes")]
+COLUMNS = [
+    arrays.Column("power", "float32"),
+    arrays.Column("axes", "int16", inner=(3,)),
+    arrays.Column("message", "str"),
+    arrays.Column("raw", "bytes"),
+]
 
 
 def windvane(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -34,9 +36,13 @@ def windvane(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
 def rows(start: int, n: int) -> dict:
     """``n`` rows of :data:`COLUMNS` from row ``start``: deterministic, so two streams can hold the same."""
     i = np.arange(start, start + n)
-    return {"time": T0 + i * 10**9, "power": (i * 0.5).astype("float32"),
-            "axes": np.stack([i, -i, i % 7], axis=1).astype("int16"),
-            "message": [f"événement {k}" for k in i], "raw": [bytes([k % 256]) * (k % 5) for k in i]}
+    return {
+        "time": T0 + i * 10**9,
+        "power": (i * 0.5).astype("float32"),
+        "axes": np.stack([i, -i, i % 7], axis=1).astype("int16"),
+        "message": [f"événement {k}" for k in i],
+        "raw": [bytes([k % 256]) * (k % 5) for k in i],
+    }
 
 
 def fill(url: str) -> None:
@@ -92,14 +98,18 @@ def test_info_json_describes_every_stream(store_url):
     copy = streams[("copy", False)]
     assert copy["stored_bytes"] == a["stored_bytes"] and copy["raw_bytes"] == a["raw_bytes"]
     assert found["referenced_bytes"] > found["value_bytes"] and found["dedup_ratio"] == pytest.approx(
-        found["referenced_bytes"] / found["value_bytes"])
+        found["referenced_bytes"] / found["value_bytes"]
+    )
     history = arrays.history(store_url, "quarantine/a")
     assert found["last_commit"]["tid"] == history[-1].tid.hex()
     assert found["last_commit"]["message"] == history[-1].message
     with neostore.open(store_url) as store:
         counts = store.counts()
         assert (found["transactions"], found["revisions"], found["values"]) == (
-            counts["trans"], counts["obj"], counts["data"])
+            counts["trans"],
+            counts["obj"],
+            counts["data"],
+        )
         assert found["stored_bytes"] == store.value_size()
     if store_url.startswith("sqlite:"):
         path = neostore.parse_url(store_url).path
@@ -141,11 +151,15 @@ def test_rows_without_a_time_are_said_to_have_none(tmp_path, sqlite_url):
     assert blocks["quarantine t1  (quarantine/t1)"] == "  rows: 1, no time"
     assert blocks["stream t1  (streams/t1)"] == "  rows: 1, 2024-01-01 00:00:00 UTC .. 2024-01-01 00:00:00 UTC"
     assert blocks["stream mixed  (streams/mixed)"] == (
-        "  rows: 7, 2023-11-14 22:13:20.000000005 UTC .. 2023-11-14 22:13:20.000000003 UTC")
+        "  rows: 7, 2023-11-14 22:13:20.000000005 UTC .. 2023-11-14 22:13:20.000000003 UTC"
+    )
     found = json.loads(windvane("info", "--store", sqlite_url, "--json").stdout)
     spans = {(s["tag"], s["quarantine"]): (s["first_time"], s["last_time"]) for s in found["streams"]}
-    assert spans == {("t1", True): (None, None), ("t1", False): (1704067200 * 10**9,) * 2,
-                     ("mixed", False): (T0 + 5, T0 + 3)}
+    assert spans == {
+        ("t1", True): (None, None),
+        ("t1", False): (1704067200 * 10**9,) * 2,
+        ("mixed", False): (T0 + 5, T0 + 3),
+    }
 
 
 def test_info_refuses_what_is_not_a_store(tmp_path):
@@ -183,6 +197,10 @@ def test_value_usage_counts_shared_values_once(store_url):
         assert (under_x.references, under_x.values, under_x.stored_bytes) == (3, 2, len(a) + len(b))
         latest = store.value_usage(b"x/", latest=True)
         assert (latest.references, latest.values, latest.referenced_bytes, latest.stored_bytes) == (
-            2, 2, len(a) + len(b), len(a) + len(b))
+            2,
+            2,
+            len(a) + len(b),
+            len(a) + len(b),
+        )
         assert store.value_usage(b"z/") == neostore.store.ValueUsage(0, 0, 0, 0, 0)
         assert store.value_usage(b"z/").dedup_ratio == 1.0

@@ -18,11 +18,11 @@ import click.testing
 import psutil
 import pytest
 
-import windvane
 import windvane.ops.mariadb_programs
+from tests.mariadb import TEST_OVERRIDES, connect, fresh_database, start_test_server, stop_test_server
+from windvane.cli import cli as windvane_cli
 from windvane.ops import mariadb_server as dbserver
 from windvane.ops.mariadb_server import MariaDBServer, ServerConfigError, ServerStartError, render_config
-from tests.mariadb import TEST_OVERRIDES, connect, fresh_database, start_test_server, stop_test_server
 
 ROCKSDB_INSTALLED = dbserver.rocksdb_installed()
 
@@ -202,9 +202,7 @@ def test_datadir_with_foreign_files_is_not_initialised(tmp_path):
 def test_failed_start_quotes_error_log(tmp_path):
     srv = MariaDBServer(tmp_path / "db", overrides={**TEST_OVERRIDES, "no_such_option": "1"})
     try:
-        with pytest.raises(
-            ServerStartError, match=r"(?s)exited during startup.*unknown variable 'no_such_option=1'"
-        ):
+        with pytest.raises(ServerStartError, match=r"(?s)exited during startup.*unknown variable 'no_such_option=1'"):
             srv.start(timeout=60)
         assert not srv.status().running
     finally:
@@ -311,9 +309,7 @@ def test_cli_mariadbd_missing_exits_2(tmp_path, monkeypatch):
     # No mariadbd anywhere: an empty PATH and no fallback directories.
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(windvane.ops.mariadb_programs, "SEARCH_DIRS", ())
-    result = click.testing.CliRunner().invoke(
-        windvane.cli, ["db", "start", "--datadir", str(tmp_path / "db")]
-    )
+    result = click.testing.CliRunner().invoke(windvane_cli, ["db", "start", "--datadir", str(tmp_path / "db")])
     assert result.exit_code == 2
     assert "apt-get install mariadb-server" in result.output
 
@@ -339,9 +335,7 @@ def test_cli_start_without_connector_exits_2_and_starts_nothing(tmp_path):
     # a `mariadb` package first on the path that fails to import.
     shadow = tmp_path / "no-connector" / "mariadb"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'mariadb'\", name='mariadb')\n"
-    )
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mariadb'\", name='mariadb')\n")
     datadir = tmp_path / "db"
     env = {**os.environ, "PYTHONPATH": str(shadow.parent)}
     try:

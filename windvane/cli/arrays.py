@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windvane.cli.root import STORE_URL, BadInput, open_store, cli
+from windvane.cli.root import STORE_URL, BadInput, cli, open_store
 
 
 @cli.group(name="arrays")

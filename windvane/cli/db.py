@@ -53,8 +53,7 @@ def db() -> None:
     "--port",
     type=click.IntRange(1, 65535),
     default=None,
-    help="Also listen on 127.0.0.1:PORT (root has no password: single-user machines only). "
-    "Default: unix socket only.",
+    help="Also listen on 127.0.0.1:PORT (root has no password: single-user machines only). Default: unix socket only.",
 )
 @_timeout("Seconds to wait for the server to accept connections.")
 def start(datadir: str, port: int | None, timeout: float) -> None:

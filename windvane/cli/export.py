@@ -7,23 +7,58 @@ import click
 from windvane.cli.root import BadInput, cli, interrupted
 
 
-@cli.command(name="export", short_help="Export a stream to Parquet, Arrow, CSV, zarr or netCDF; incremental with --job.")
+@cli.command(
+    name="export", short_help="Export a stream to Parquet, Arrow, CSV, zarr or netCDF; incremental with --job."
+)
 @click.argument("stream")
-@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
-@click.option("--to", "target", required=True, metavar="PATH",
-              help="The file to write (a directory for zarr); with --job, the directory of its part files.")
-@click.option("--format", "format_name", required=True, metavar="FORMAT",
-              help="parquet, arrow (IPC file), csv, zarr (v3 directory) or netcdf (netCDF-4).")
-@click.option("--start", default=None, metavar="TIME",
-              help="Only rows at or after TIME: ISO 8601 (no zone means UTC) or epoch seconds.")
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    metavar="PATH",
+    help="The file to write (a directory for zarr); with --job, the directory of its part files.",
+)
+@click.option(
+    "--format",
+    "format_name",
+    required=True,
+    metavar="FORMAT",
+    help="parquet, arrow (IPC file), csv, zarr (v3 directory) or netcdf (netCDF-4).",
+)
+@click.option(
+    "--start",
+    default=None,
+    metavar="TIME",
+    help="Only rows at or after TIME: ISO 8601 (no zone means UTC) or epoch seconds.",
+)
 @click.option("--stop", default=None, metavar="TIME", help="Only rows before TIME.")
-@click.option("--job", default=None, metavar="NAME",
-              help="Incremental: export the rows committed since job NAME's last run, as a new part file in --to.")
+@click.option(
+    "--job",
+    default=None,
+    metavar="NAME",
+    help="Incremental: export the rows committed since job NAME's last run, as a new part file in --to.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace --to if it exists (without --job).")
 @click.option("--quarantine", is_flag=True, help="Export the stream's quarantine stream (rejected records).")
-def export_stream(stream: str, store_url: str, target: str, format_name: str, start: str | None, stop: str | None,
-                  job: str | None, overwrite: bool, quarantine: bool) -> None:
+def export_stream(
+    stream: str,
+    store_url: str,
+    target: str,
+    format_name: str,
+    start: str | None,
+    stop: str | None,
+    job: str | None,
+    overwrite: bool,
+    quarantine: bool,
+) -> None:
     """Export STREAM from one snapshot (the newest commit when it starts), block by block, in bounded memory.
 
     With --job, each run writes the rows committed since the job's last run
@@ -31,11 +66,10 @@ def export_stream(stream: str, store_url: str, target: str, format_name: str, st
     is killed (the next run rewrites the part it left unfinished); the job's
     state is kept in the store.
     """
-    from windvane import neostore
-
     import sys
 
     from windvane import export as exporting
+    from windvane import neostore
 
     bar = None
 
@@ -47,8 +81,18 @@ def export_stream(stream: str, store_url: str, target: str, format_name: str, st
         bar.update(done - bar.pos)
 
     try:
-        result = exporting.export(store_url, stream, target, format_name, start=start, stop=stop, job=job,
-                                  overwrite=overwrite, quarantine=quarantine, progress=progress)
+        result = exporting.export(
+            store_url,
+            stream,
+            target,
+            format_name,
+            start=start,
+            stop=stop,
+            job=job,
+            overwrite=overwrite,
+            quarantine=quarantine,
+            progress=progress,
+        )
     except exporting.ExportError as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:
@@ -66,9 +110,11 @@ def _export_summary(result) -> str:
     if result.job is not None and not result.files and result.redone is None and result.first_row == result.stop_row:
         return f"job {result.job}: nothing new in stream {result.stream} since row {result.stop_row:,}"
     where = ", ".join(result.files) or "none (no row in the time range)"
-    line = (f"exported {result.rows:,} rows of {result.stream} ({result.nbytes / 1e6:.1f} MB raw, "
-            f"{result.file_bytes / 1e6:.1f} MB written) in {result.seconds:.1f} s ({result.mbps:.1f} MB/s) "
-            f"to {len(result.files)} file{'s' if len(result.files) != 1 else ''}: {where}")
+    line = (
+        f"exported {result.rows:,} rows of {result.stream} ({result.nbytes / 1e6:.1f} MB raw, "
+        f"{result.file_bytes / 1e6:.1f} MB written) in {result.seconds:.1f} s ({result.mbps:.1f} MB/s) "
+        f"to {len(result.files)} file{'s' if len(result.files) != 1 else ''}: {where}"
+    )
     if result.job is not None:
         line += f"; job {result.job}: rows {result.first_row:,} to {result.stop_row:,}"
         if result.redone is not None:

@@ -15,44 +15,97 @@ if TYPE_CHECKING:
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...",
-                type=click.Path(exists=True, dir_okay=False, path_type=str))
-@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.argument(
+    "paths", nargs=-1, required=True, metavar="PATH...", type=click.Path(exists=True, dir_okay=False, path_type=str)
+)
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 @click.option("--tag", required=True, help="The stream to import into (created on first use).")
-@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
-                   "else the types of the first file.")
-@click.option("--format", "format_name", default=None,
-              help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
-                   "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz).")
-@click.option("--time-column", default=None, metavar="NAME",
-              help="Column holding each row's time. Default: time, timestamp, ts, datetime or date.")
-@click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None,
-              help="Unit of epoch-number times. Default: chosen by magnitude.")
-@click.option("--start", "start_time", default=None, metavar="TIME",
-              help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
-                   "in the order given, each starting where the one before ended. Default: each file's BWF "
-                   "origination time, else its modification time minus its duration.")
-@click.option("--timezone", default=None, metavar="ZONE",
-              help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
-                   "Default: UTC, and this machine's zone for RFC 3164 syslog.")
-@click.option("--restart", is_flag=True,
-              help="Import a file that changed since it was partly imported from its beginning.")
-@click.option("--again", is_flag=True,
-              help="Import the files from their beginning even if they, or files of the same content, "
-                   "were imported into TAG before.")
-@click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True,
-              help="MB of file per commit.")
-@click.option("--allow-rejects", is_flag=True,
-              help="Exit 0 even if rows were quarantined (they are still counted and reported).")
-@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
-              help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
-                   "A blank or repeated header cell names its column column_<n> (n: its position).")
-def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: str | None,
-                 format_name: str | None, time_column: str | None, time_unit: str | None,
-                 start_time: str | None, timezone: str | None, restart: bool, again: bool, commit_mb: int,
-                 allow_rejects: bool, renames: tuple[str, ...]) -> None:
+@click.option(
+    "--schema",
+    "schema_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+    "else the types of the first file.",
+)
+@click.option(
+    "--format",
+    "format_name",
+    default=None,
+    help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
+    "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz).",
+)
+@click.option(
+    "--time-column",
+    default=None,
+    metavar="NAME",
+    help="Column holding each row's time. Default: time, timestamp, ts, datetime or date.",
+)
+@click.option(
+    "--time-unit",
+    type=click.Choice(["s", "ms", "us", "ns"]),
+    default=None,
+    help="Unit of epoch-number times. Default: chosen by magnitude.",
+)
+@click.option(
+    "--start",
+    "start_time",
+    default=None,
+    metavar="TIME",
+    help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
+    "in the order given, each starting where the one before ended. Default: each file's BWF "
+    "origination time, else its modification time minus its duration.",
+)
+@click.option(
+    "--timezone",
+    default=None,
+    metavar="ZONE",
+    help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
+    "Default: UTC, and this machine's zone for RFC 3164 syslog.",
+)
+@click.option(
+    "--restart", is_flag=True, help="Import a file that changed since it was partly imported from its beginning."
+)
+@click.option(
+    "--again",
+    is_flag=True,
+    help="Import the files from their beginning even if they, or files of the same content, "
+    "were imported into TAG before.",
+)
+@click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True, help="MB of file per commit.")
+@click.option(
+    "--allow-rejects", is_flag=True, help="Exit 0 even if rows were quarantined (they are still counted and reported)."
+)
+@click.option(
+    "--rename",
+    "renames",
+    multiple=True,
+    metavar="OLD=NEW",
+    help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
+    "A blank or repeated header cell names its column column_<n> (n: its position).",
+)
+def import_files(
+    paths: tuple[str, ...],
+    store_url: str,
+    tag: str,
+    schema_path: str | None,
+    format_name: str | None,
+    time_column: str | None,
+    time_unit: str | None,
+    start_time: str | None,
+    timezone: str | None,
+    restart: bool,
+    again: bool,
+    commit_mb: int,
+    allow_rejects: bool,
+    renames: tuple[str, ...],
+) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
@@ -92,13 +145,24 @@ def import_files(paths: tuple[str, ...], store_url: str, tag: str, schema_path: 
             schema = imports.resolve_schema(st, tag, schema)
             with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
                 for path, fmt in zip(paths, formats):
-                    reader = _open_reader(path, fmt, schema, ReaderOptions(
-                        time_column, time_unit, start_ns, block_bytes=min(16 << 20, commit_mb << 19),
-                        rename=rename, timezone=timezone))
+                    reader = _open_reader(
+                        path,
+                        fmt,
+                        schema,
+                        ReaderOptions(
+                            time_column,
+                            time_unit,
+                            start_ns,
+                            block_bytes=min(16 << 20, commit_mb << 19),
+                            rename=rename,
+                            timezone=timezone,
+                        ),
+                    )
                     if start_ns is not None and fmt.vibration:
                         start_ns = reader.end_ns  # one --start for several recordings: end to end
-                    result = _import_reader(st, writers, bar, tag, path, reader, schema, restart=restart,
-                                            again=again, commit_mb=commit_mb)
+                    result = _import_reader(
+                        st, writers, bar, tag, path, reader, schema, restart=restart, again=again, commit_mb=commit_mb
+                    )
                     schema = result.schema or schema
                     _report_file(tag, path, fmt, schema, result)
                     rejected += result.rejected
@@ -118,8 +182,14 @@ def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool)
         click.echo(message, err=True)
 
 
-def _import_options(paths: tuple[str, ...], format_name: str | None, schema_path: str | None,
-                    timezone: str | None, start_time: str | None, renames: tuple[str, ...]) -> tuple:
+def _import_options(
+    paths: tuple[str, ...],
+    format_name: str | None,
+    schema_path: str | None,
+    timezone: str | None,
+    start_time: str | None,
+    renames: tuple[str, ...],
+) -> tuple:
     """``(rename, schema, formats, start_ns)`` from `windvane import`'s options; BadInput if one is wrong."""
     from windvane.connectors.files import FileFormatError
     from windvane.connectors.files.formats import format_for
@@ -155,8 +225,9 @@ def _open_reader(path: str, fmt, schema, options: ReaderOptions):
     return reader
 
 
-def _import_reader(st, writers, bar, tag: str, path: str, reader, schema, *, restart: bool, again: bool,
-                   commit_mb: int):
+def _import_reader(
+    st, writers, bar, tag: str, path: str, reader, schema, *, restart: bool, again: bool, commit_mb: int
+):
     """Import what ``reader`` reads of ``path`` into ``tag`` (ingest.imports.import_source); the progress bar
     is advanced by the file's bytes."""
     import os
@@ -167,11 +238,21 @@ def _import_reader(st, writers, bar, tag: str, path: str, reader, schema, *, res
     identity = imports.fingerprint(path)
     compressed = compression_of(path) is not None  # its parts count the bytes it holds
     result = imports.import_source(
-        st, tag, reader, source_id=imports.source_id_for(path), identity=identity, schema=schema,
+        st,
+        tag,
+        reader,
+        source_id=imports.source_id_for(path),
+        identity=identity,
+        schema=schema,
         progress=None if compressed else bar.update,
         same_source=lambda stored, p=path: imports.same_file(stored, p),
-        restart=restart, commit_bytes=commit_mb << 20, writers=writers,
-        content=imports.content_hash(path), name=os.path.abspath(path), again=again)
+        restart=restart,
+        commit_bytes=commit_mb << 20,
+        writers=writers,
+        content=imports.content_hash(path),
+        name=os.path.abspath(path),
+        again=again,
+    )
     size = os.path.getsize(path)
     bar.update(size if compressed else max(0, size - result.nbytes))
     return result
@@ -192,9 +273,11 @@ def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
 
     from windvane.arrays.stream import stream_path
 
-    return (f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
-            f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
-            "--to rejects.csv --format csv`")
+    return (
+        f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
+        f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
+        "--to rejects.csv --format csv`"
+    )
 
 
 def _renames(renames: tuple[str, ...]) -> dict[str, str]:
@@ -214,9 +297,11 @@ def _inferred_schema(tag: str, path: str, schema) -> str:
     """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
     from windvane.ingest.schema import schema_toml
 
-    return (f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
-            f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
-            + schema_toml(schema).rstrip("\n"))
+    return (
+        f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
+        f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
+        + schema_toml(schema).rstrip("\n")
+    )
 
 
 def _syslog_years(path: str) -> str:
@@ -224,20 +309,26 @@ def _syslog_years(path: str) -> str:
     import datetime
     import os
 
-    written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
-    return (f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
-            f"time ({written:%Y-%m-%d}); lines dated after that, in {written.year - 1}")
+    written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.UTC)
+    return (
+        f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
+        f"time ({written:%Y-%m-%d}); lines dated after that, in {written.year - 1}"
+    )
 
 
 def _import_summary(path: str, result) -> str:
     """One line per imported file: rows, rejects, MB, MB/s, where it resumed."""
     if result.duplicate_of is not None and not result.commits:
-        return (f"{path}: already imported: the same content as {result.duplicate_of}; nothing imported "
-                "(--again imports it again)")
+        return (
+            f"{path}: already imported: the same content as {result.duplicate_of}; nothing imported "
+            "(--again imports it again)"
+        )
     if result.resumed_from is not None and not (result.rows or result.rejected):
         return f"{path}: already imported, nothing new after position {result.resumed_from}"
-    line = (f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
-            f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)")
+    line = (
+        f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
+        f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)"
+    )
     if result.resumed_from is not None:
         line += f", resumed from position {result.resumed_from}"
         if result.duplicate_of is not None:
@@ -249,26 +340,75 @@ def _import_summary(path: str, result) -> str:
 
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 @click.option("--tag", required=True, help="The stream to append to (created on first use).")
-@click.option("--format", "format_name", default="jsonl", show_default=True,
-              help="Log format: jsonl, syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs).")
-@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
-                   "else the types of the first lines.")
-@click.option("--timezone", default=None, metavar="ZONE",
-              help="IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.")
-@click.option("--commit-lines", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="Commit after this many lines ...")
-@click.option("--commit-ms", type=click.FloatRange(min=1), default=1000, show_default=True,
-              help="... or this many ms after the first line of a batch was read, whichever comes first.")
-@click.option("--poll-ms", type=click.FloatRange(10, 10_000), default=200, show_default=True,
-              help="How often to look for new lines when there are none.")
-@click.option("--rotate-wait", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.")
-def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str | None, timezone: str | None,
-         commit_lines: int, commit_ms: float, poll_ms: float, rotate_wait: float) -> None:
+@click.option(
+    "--format",
+    "format_name",
+    default="jsonl",
+    show_default=True,
+    help="Log format: jsonl, syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs).",
+)
+@click.option(
+    "--schema",
+    "schema_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
+    "else the types of the first lines.",
+)
+@click.option(
+    "--timezone",
+    default=None,
+    metavar="ZONE",
+    help="IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.",
+)
+@click.option(
+    "--commit-lines",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Commit after this many lines ...",
+)
+@click.option(
+    "--commit-ms",
+    type=click.FloatRange(min=1),
+    default=1000,
+    show_default=True,
+    help="... or this many ms after the first line of a batch was read, whichever comes first.",
+)
+@click.option(
+    "--poll-ms",
+    type=click.FloatRange(10, 10_000),
+    default=200,
+    show_default=True,
+    help="How often to look for new lines when there are none.",
+)
+@click.option(
+    "--rotate-wait",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.",
+)
+def tail(
+    path: str,
+    store_url: str,
+    tag: str,
+    format_name: str,
+    schema_path: str | None,
+    timezone: str | None,
+    commit_lines: int,
+    commit_ms: float,
+    poll_ms: float,
+    rotate_wait: float,
+) -> None:
     """Follow the log file PATH as it grows and commit its lines into stream TAG.
 
     Rows and the position reached (file identity, byte offset) are committed
@@ -311,8 +451,13 @@ def tail(path: str, store_url: str, tag: str, format_name: str, schema_path: str
         where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
         click.echo(f"following {path} into {tag} ({format_name}) from {where}")
         try:
-            Tailer(follower, settings, _tail_commit(StreamWriters(st), tag, schema, source_id, path),
-                   lambda line: click.echo(line), committed).run(stop)
+            Tailer(
+                follower,
+                settings,
+                _tail_commit(StreamWriters(st), tag, schema, source_id, path),
+                lambda line: click.echo(line),
+                committed,
+            ).run(stop)
         except imports.SchemaMismatch as exc:
             raise click.ClickException(f"{exc}; nothing of the last batch was committed, the position stays") from exc
         finally:
@@ -332,8 +477,16 @@ def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
             first = next((p for p in parts if p.table.num_rows), None)
             chosen[0] = imports.infer_schema(tag, first) if first is not None else None
         # Until some line parsed there are only rejects, which need no schema: any will do.
-        done = imports.commit_parts(writers, tag, chosen[0] or Schema(tag, Kind.LOG, (tag,), extra="reject"), parts,
-                                    source_id, position, source="tail", message=f"tail {path}")
+        done = imports.commit_parts(
+            writers,
+            tag,
+            chosen[0] or Schema(tag, Kind.LOG, (tag,), extra="reject"),
+            parts,
+            source_id,
+            position,
+            source="tail",
+            message=f"tail {path}",
+        )
         return done.rows, done.rejected
 
     return commit

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import click
 
-from windvane.cli.root import BadInput, open_store, cli
+from windvane.cli.root import BadInput, cli, open_store
 
 
 @cli.command(name="info", short_help="What a store's streams hold: rows, shapes, bytes raw and stored, dedup.")
-@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines instead of text.")
 def store_contents(store_url: str, as_json: bool) -> None:
     """Describe the store at --store and every stream in it, quarantine streams included.
@@ -20,10 +26,9 @@ def store_contents(store_url: str, as_json: bool) -> None:
     dedup ratio and the last commit. Reads only: exit code 2 if there is no
     store at --store (none is created).
     """
-    from windvane import neostore
-
     import json
 
+    from windvane import neostore
     from windvane.ops import info as contents
 
     with open_store(store_url, read_only=True) as st:
@@ -39,9 +44,14 @@ def store_contents(store_url: str, as_json: bool) -> None:
 
 
 @cli.command(short_help="Serve a fresh SQLite store, send it sample data with real clients, show what it stored.")
-@click.option("--dir", "directory", default="var", show_default=True,
-              type=click.Path(file_okay=False, path_type=str),
-              help="Where the demo's store (demo.db) and the service's log (demo-serve.log) go.")
+@click.option(
+    "--dir",
+    "directory",
+    default="var",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=str),
+    help="Where the demo's store (demo.db) and the service's log (demo-serve.log) go.",
+)
 @click.option("--keep", is_flag=True, help="Add to the store an earlier demo left in --dir instead of starting afresh.")
 def demo(directory: str, keep: bool) -> None:
     """Start `windvane serve` on DIR/demo.db (SQLite, made afresh) and send it the shipped samples.
@@ -55,20 +65,26 @@ def demo(directory: str, keep: bool) -> None:
     stage, and how to open the data in a notebook.
     """
     from windvane import neostore
-
     from windvane.ops import demo as walkthrough
     from windvane.ops import info as contents
 
     err = click.get_text_stream("stderr")
     try:
         result = walkthrough.run(
-            directory, keep=keep, say=lambda line: click.echo(line, err=True),
+            directory,
+            keep=keep,
+            say=lambda line: click.echo(line, err=True),
             progress=lambda label, length: click.progressbar(length=length, label=label, file=err),
         )
     except walkthrough.DemoDirectoryError as exc:
         raise BadInput(str(exc)) from exc
     except (walkthrough.DemoError, neostore.NeoStoreError) as exc:
         raise click.ClickException(str(exc)) from exc
-    for line in (*contents.report_lines(result.info), "", *walkthrough.throughput_lines(result), "",
-                 *walkthrough.notebook_lines(result)):
+    for line in (
+        *contents.report_lines(result.info),
+        "",
+        *walkthrough.throughput_lines(result),
+        "",
+        *walkthrough.notebook_lines(result),
+    ):
         click.echo(line)

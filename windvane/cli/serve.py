@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from windvane import ingest
+from windvane.cli.root import BadInput, cli
 from windvane.connectors.forward.config import ForwardConfig
 from windvane.connectors.http.config import HttpConfig
 from windvane.connectors.limits import Limits
 from windvane.connectors.mqtt.config import MqttConfig
 from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceConfig
-from windvane.cli.root import BadInput, cli
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 
 def _seconds(flag: str, default: float, help_text: str) -> Callable:
     """A ``serve`` option of a positive number of seconds."""
-    return click.option(flag, default=default, show_default=True, metavar="SECONDS",
-                        type=click.FloatRange(0, min_open=True), help=help_text)
+    return click.option(
+        flag,
+        default=default,
+        show_default=True,
+        metavar="SECONDS",
+        type=click.FloatRange(0, min_open=True),
+        help=help_text,
+    )
 
 
 @dataclass(frozen=True)
@@ -41,69 +47,171 @@ class ServeConfig:
 
 
 @cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
-@click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
-@click.option("--schemas", required=True, type=click.Path(exists=True, file_okay=False, path_type=str),
-              help="Directory of stream schemas (*.toml): which tags go to which stream, with which fields.")
-@click.option("--forward", default=ForwardConfig().address, show_default=True, metavar="HOST:PORT",
-              help="Where to accept the fluentd Forward protocol (TCP, and UDP heartbeats); 'off' to disable.")
-@click.option("--http", "http_address", default=HttpConfig().address, show_default=True, metavar="HOST:PORT",
-              help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.")
-@click.option("--shared-key", envvar="WINDVANE_SHARED_KEY", show_envvar=True,
-              help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake. It protects "
-                   "Forward only: with HTTP on, give --users too (or --http-auth none, or --http off).")
-@click.option("--users", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="TOML file of users ([users.NAME] with password = \"...\" and/or tokens = [\"...\"]): HTTP asks "
-                   "for Basic or Bearer credentials; Forward checks user passwords in its handshake, which needs "
-                   "--shared-key (or --forward off).")
-@click.option("--http-auth", type=click.Choice(["users", "none"]), default=None,
-              help="How HTTP authenticates: 'users' (--users, the default when given) or 'none' (open: needed to "
-                   "serve HTTP unauthenticated beside a Forward protected by --shared-key).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).")
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
+@click.option(
+    "--schemas",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=str),
+    help="Directory of stream schemas (*.toml): which tags go to which stream, with which fields.",
+)
+@click.option(
+    "--forward",
+    default=ForwardConfig().address,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to accept the fluentd Forward protocol (TCP, and UDP heartbeats); 'off' to disable.",
+)
+@click.option(
+    "--http",
+    "http_address",
+    default=HttpConfig().address,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to accept HTTP posts (fluentd in_http and fluent-plugin-wendelin); 'off' to disable.",
+)
+@click.option(
+    "--shared-key",
+    envvar="WINDVANE_SHARED_KEY",
+    show_envvar=True,
+    help="Forward protocol shared key: clients must complete the HELO/PING/PONG handshake. It protects "
+    "Forward only: with HTTP on, give --users too (or --http-auth none, or --http off).",
+)
+@click.option(
+    "--users",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help='TOML file of users ([users.NAME] with password = "..." and/or tokens = ["..."]): HTTP asks '
+    "for Basic or Bearer credentials; Forward checks user passwords in its handshake, which needs "
+    "--shared-key (or --forward off).",
+)
+@click.option(
+    "--http-auth",
+    type=click.Choice(["users", "none"]),
+    default=None,
+    help="How HTTP authenticates: 'users' (--users, the default when given) or 'none' (open: needed to "
+    "serve HTTP unauthenticated beside a Forward protected by --shared-key).",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="PEM certificate chain: serve Forward and HTTP over TLS (with --tls-key).",
+)
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=str), help="PEM private key.")
-@click.option("--commit-interval", default=CommitterConfig.interval * 1000, show_default=True, metavar="MS",
-              type=click.FloatRange(0, 10_000),
-              help="Milliseconds to wait after a group's first arrival for more before committing. Groups form "
-                   "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.")
-@click.option("--decode-workers", type=click.IntRange(0, 64), default=None, metavar="N",
-              help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
-                   f"works; 0 decodes in the serving process. Default: one per core (at most {MAX_DECODE_WORKERS}), "
-                   "0 on one core.")
-@click.option("--mqtt", "mqtt_url", default=None, metavar="URL",
-              help="MQTT broker to subscribe to: mqtt://[user:password@]host[:port] or mqtts://...[?ca=ca.pem]. "
-                   "QoS 1 messages are acknowledged once committed; topic a/b/c is tag a.b.c.")
-@click.option("--mqtt-topic", "mqtt_topics", multiple=True, metavar="PATTERN",
-              help=f"MQTT topic filter to subscribe to (repeatable). Default: {' '.join(MqttConfig.topics)!r}, "
-                   "every topic.")
-@click.option("--mqtt-client-id", default=None, metavar="ID",
-              help="Client id of the persistent MQTT session (what the broker keeps for windvane while it is "
-                   "down). Default: derived from the store URL, so a restart resumes the same session.")
-@click.option("--memory-budget", default=Limits.memory_budget >> 20, show_default=True, metavar="MIB",
-              type=click.IntRange(1, 1 << 20),
-              help="Mebibytes of client data held in memory and not yet committed, for all Forward and HTTP "
-                   "connections together (frames being read, decompressed payloads, requests waiting for their "
-                   "commit). Past it Forward connections are not read and HTTP requests get 503 until commits "
-                   "catch up.")
-@click.option("--max-connections", default=Limits.max_connections, show_default=True, metavar="N",
-              type=click.IntRange(1), help="Connections open at once on each of Forward and HTTP; more are "
-                                           "closed as soon as they are accepted.")
-@_seconds("--handshake-timeout", Limits.handshake_timeout,
-          "Seconds a client has to complete the TLS handshake and, with --shared-key, the Forward HELO/PING/PONG.")
-@_seconds("--idle-timeout", Limits.idle_timeout,
-          "Seconds a Forward or HTTP connection may stay open sending nothing while nothing is owed to it. Keep it "
-          "above the clients' flush interval (fluentd: 60 s) so they can reuse connections.")
-@_seconds("--header-timeout", Limits.header_timeout,
-          "Seconds an HTTP request's headers may take from their first byte; then the connection is closed.")
-@_seconds("--body-timeout", Limits.body_timeout,
-          "Seconds an HTTP request's body may take once its headers are in; then it is answered 408.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_key: str | None, users: str | None,
-          http_auth: str | None, tls_cert: str | None, tls_key: str | None, commit_interval: float, decode_workers: int | None,
-          mqtt_url: str | None, mqtt_topics: tuple[str, ...], mqtt_client_id: str | None, memory_budget: int,
-          max_connections: int, handshake_timeout: float, idle_timeout: float, header_timeout: float,
-          body_timeout: float, log_level: str) -> None:
+@click.option(
+    "--commit-interval",
+    default=CommitterConfig.interval * 1000,
+    show_default=True,
+    metavar="MS",
+    type=click.FloatRange(0, 10_000),
+    help="Milliseconds to wait after a group's first arrival for more before committing. Groups form "
+    "anyway from what arrives while the previous commit runs; a wait saves commits at some latency.",
+)
+@click.option(
+    "--decode-workers",
+    type=click.IntRange(0, 64),
+    default=None,
+    metavar="N",
+    help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
+    f"works; 0 decodes in the serving process. Default: one per core (at most {MAX_DECODE_WORKERS}), "
+    "0 on one core.",
+)
+@click.option(
+    "--mqtt",
+    "mqtt_url",
+    default=None,
+    metavar="URL",
+    help="MQTT broker to subscribe to: mqtt://[user:password@]host[:port] or mqtts://...[?ca=ca.pem]. "
+    "QoS 1 messages are acknowledged once committed; topic a/b/c is tag a.b.c.",
+)
+@click.option(
+    "--mqtt-topic",
+    "mqtt_topics",
+    multiple=True,
+    metavar="PATTERN",
+    help=f"MQTT topic filter to subscribe to (repeatable). Default: {' '.join(MqttConfig.topics)!r}, every topic.",
+)
+@click.option(
+    "--mqtt-client-id",
+    default=None,
+    metavar="ID",
+    help="Client id of the persistent MQTT session (what the broker keeps for windvane while it is "
+    "down). Default: derived from the store URL, so a restart resumes the same session.",
+)
+@click.option(
+    "--memory-budget",
+    default=Limits.memory_budget >> 20,
+    show_default=True,
+    metavar="MIB",
+    type=click.IntRange(1, 1 << 20),
+    help="Mebibytes of client data held in memory and not yet committed, for all Forward and HTTP "
+    "connections together (frames being read, decompressed payloads, requests waiting for their "
+    "commit). Past it Forward connections are not read and HTTP requests get 503 until commits "
+    "catch up.",
+)
+@click.option(
+    "--max-connections",
+    default=Limits.max_connections,
+    show_default=True,
+    metavar="N",
+    type=click.IntRange(1),
+    help="Connections open at once on each of Forward and HTTP; more are closed as soon as they are accepted.",
+)
+@_seconds(
+    "--handshake-timeout",
+    Limits.handshake_timeout,
+    "Seconds a client has to complete the TLS handshake and, with --shared-key, the Forward HELO/PING/PONG.",
+)
+@_seconds(
+    "--idle-timeout",
+    Limits.idle_timeout,
+    "Seconds a Forward or HTTP connection may stay open sending nothing while nothing is owed to it. Keep it "
+    "above the clients' flush interval (fluentd: 60 s) so they can reuse connections.",
+)
+@_seconds(
+    "--header-timeout",
+    Limits.header_timeout,
+    "Seconds an HTTP request's headers may take from their first byte; then the connection is closed.",
+)
+@_seconds(
+    "--body-timeout",
+    Limits.body_timeout,
+    "Seconds an HTTP request's body may take once its headers are in; then it is answered 408.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+def serve(
+    store_url: str,
+    schemas: str,
+    forward: str,
+    http_address: str,
+    shared_key: str | None,
+    users: str | None,
+    http_auth: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    commit_interval: float,
+    decode_workers: int | None,
+    mqtt_url: str | None,
+    mqtt_topics: tuple[str, ...],
+    mqtt_client_id: str | None,
+    memory_budget: int,
+    max_connections: int,
+    handshake_timeout: float,
+    idle_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    log_level: str,
+) -> None:
     """Receive data and commit it durably: acknowledge only what is committed.
 
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
@@ -115,22 +223,29 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     to start with Forward protected and HTTP open unless told so.
     """
     import asyncio
-    from windvane import neostore
-    from windvane.ingest.service import Service, listener_auth, tune_interpreter
 
+    from windvane import neostore
     from windvane.connectors.mqtt import MqttError
     from windvane.connectors.tls import TlsConfig
+    from windvane.ingest.service import Service, listener_auth, tune_interpreter
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     off = ("", "off", "none")
-    limits = Limits(memory_budget=memory_budget << 20, max_connections=max_connections,
-                    handshake_timeout=handshake_timeout, idle_timeout=idle_timeout, header_timeout=header_timeout,
-                    body_timeout=body_timeout)
+    limits = Limits(
+        memory_budget=memory_budget << 20,
+        max_connections=max_connections,
+        handshake_timeout=handshake_timeout,
+        idle_timeout=idle_timeout,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
     # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
-    committer = CommitterConfig(interval=commit_interval / 1000, max_pending_bytes=limits.memory_budget,
-                                decode_workers=decode_workers)
-    service_config = ServiceConfig(store=store_url, schemas=schemas, users=users, http_auth=http_auth,
-                                   committer=committer)
+    committer = CommitterConfig(
+        interval=commit_interval / 1000, max_pending_bytes=limits.memory_budget, decode_workers=decode_workers
+    )
+    service_config = ServiceConfig(
+        store=store_url, schemas=schemas, users=users, http_auth=http_auth, committer=committer
+    )
     if forward.lower() in off and http_address.lower() in off and not mqtt_url:
         raise BadInput("--forward and --http are off and no --mqtt broker is given: nothing to serve")
     if bool(tls_cert) != bool(tls_key):
@@ -139,16 +254,20 @@ def serve(store_url: str, schemas: str, forward: str, http_address: str, shared_
     try:
         # Refuse a bad address, broker URL, topic or authentication before opening anything.
         config = ServeConfig(
-            service=service_config, limits=limits,
+            service=service_config,
+            limits=limits,
             forward=None if forward.lower() in off else ForwardConfig.at(forward, shared_key=shared_key, tls=tls),
             http=None if http_address.lower() in off else HttpConfig.at(http_address, tls=tls),
             mqtt=MqttConfig(mqtt_url, mqtt_topics or MqttConfig.topics, mqtt_client_id) if mqtt_url else None,
         )
         if config.mqtt:
             _check_mqtt(config.mqtt)
-        auth = listener_auth(service_config, forward=config.forward is not None,
-                             shared_key=bool(config.forward and config.forward.shared_key),
-                             http=config.http.address if config.http else None)
+        auth = listener_auth(
+            service_config,
+            forward=config.forward is not None,
+            shared_key=bool(config.forward and config.forward.shared_key),
+            http=config.http.address if config.http else None,
+        )
         ssl = tls.server_context() if tls else None  # one context for Forward and HTTP
         service = Service(service_config)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
@@ -183,24 +302,46 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
     auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
         f = config.forward
-        forward = ForwardServer(service.committer, f.host, f.port, shared_key=f.shared_key, users=service.users,
-                                ssl=ssl, chunk_size_limit=f.chunk_size_limit,
-                                decompressed_size_limit=f.decompressed_size_limit, limits=limits, budget=budget)
+        forward = ForwardServer(
+            service.committer,
+            f.host,
+            f.port,
+            shared_key=f.shared_key,
+            users=service.users,
+            ssl=ssl,
+            chunk_size_limit=f.chunk_size_limit,
+            decompressed_size_limit=f.decompressed_size_limit,
+            limits=limits,
+            budget=budget,
+        )
         endpoints.append(forward)
         lines.append(("forward", forward, f.host))
     if config.http:
         h = config.http
-        app = make_app(service.committer, users=service.http_users, body_size_limit=h.body_size_limit,
-                       decompressed_size_limit=h.decompressed_size_limit, health=service.health,
-                       metrics=service.metric_samples, streams=service.streams, limits=limits, budget=budget)
+        app = make_app(
+            service.committer,
+            users=service.http_users,
+            body_size_limit=h.body_size_limit,
+            decompressed_size_limit=h.decompressed_size_limit,
+            health=service.health,
+            metrics=service.metric_samples,
+            streams=service.streams,
+            limits=limits,
+            budget=budget,
+        )
         http = HttpServer(app, h.host, h.port, ssl=ssl)
         endpoints.append(http)
         lines.append(("http", http, h.host))
     if config.mqtt:
         m = config.mqtt
         broker = parse_broker_url(m.url)
-        mqtt = MqttSubscriber(service.committer, broker, m.topics,
-                              client_id=m.client_id or default_client_id(config.service.store), **m.session())
+        mqtt = MqttSubscriber(
+            service.committer,
+            broker,
+            m.topics,
+            client_id=m.client_id or default_client_id(config.service.store),
+            **m.session(),
+        )
         endpoints.append(mqtt)
         lines.append(("mqtt", mqtt, broker.host))
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from windvane import ingest
-from windvane.cli.root import STORE_URL, BadInput, open_store, cli
+from windvane.cli.root import STORE_URL, BadInput, cli, open_store
 
 if TYPE_CHECKING:
     from windvane import neostore
@@ -69,8 +69,7 @@ def info(url: str) -> None:
 @click.option(
     "--zodb-gc/--no-zodb-gc",
     default=False,
-    help="Also delete objects unreachable from the root. Only for stores written through ZODB "
-    "(values are pickles).",
+    help="Also delete objects unreachable from the root. Only for stores written through ZODB (values are pickles).",
 )
 @click.option(
     "--reclaim/--no-reclaim",
@@ -87,11 +86,22 @@ def info(url: str) -> None:
     "incremental vacuum is rewritten once (needs free disk of twice its data; writers wait until it is "
     "done); on MariaDB every table pack deletes from is rebuilt, however little it lost.",
 )
-@click.option("--schemas", "schemas_dir", type=click.Path(exists=True, file_okay=False, path_type=str),
-              help="Directory of stream schemas: first trim each stream whose schema has a retention "
-                   "(retention = \"90d\") of its rows older than that, one commit per stream, and say what was trimmed.")
-def pack(url: str, keep_days: float | None, before: str | None, zodb_gc: bool, reclaim: bool,
-         vacuum: bool, schemas_dir: str | None) -> None:
+@click.option(
+    "--schemas",
+    "schemas_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=str),
+    help="Directory of stream schemas: first trim each stream whose schema has a retention "
+    '(retention = "90d") of its rows older than that, one commit per stream, and say what was trimmed.',
+)
+def pack(
+    url: str,
+    keep_days: float | None,
+    before: str | None,
+    zodb_gc: bool,
+    reclaim: bool,
+    vacuum: bool,
+    schemas_dir: str | None,
+) -> None:
     """Remove the history older than --keep-days (or --before), and values nothing uses,
     then give the disk they took back to the file system.
 
@@ -143,8 +153,9 @@ def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: 
             else:
                 bar.update(n)
 
-        return st.pack(tid, references=references, keep=pack_keep(st, tid), reclaim=reclaim, vacuum=vacuum,
-                       progress=progress)
+        return st.pack(
+            tid, references=references, keep=pack_keep(st, tid), reclaim=reclaim, vacuum=vacuum, progress=progress
+        )
 
 
 def _pack_report(stats, reclaim: bool) -> None:
@@ -154,11 +165,12 @@ def _pack_report(stats, reclaim: bool) -> None:
         f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
     )
     if reclaim:
-        click.echo(f"gave back {stats.bytes_freed / 1e6:.1f} MB of disk: the store takes "
-                   f"{stats.disk_after / 1e6:.1f} MB (it took {stats.disk_before / 1e6:.1f} MB)")
+        click.echo(
+            f"gave back {stats.bytes_freed / 1e6:.1f} MB of disk: the store takes "
+            f"{stats.disk_after / 1e6:.1f} MB (it took {stats.disk_before / 1e6:.1f} MB)"
+        )
     else:
-        click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it "
-                   "for new data")
+        click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it for new data")
     for note in stats.notes:
         click.echo(note)
 
@@ -179,9 +191,11 @@ def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
 def _pack_before(keep_days: float | None, before: str | None) -> float | None:
     """--before as a Unix time (None with --keep-days): `store pack` takes exactly one of the two."""
     if (keep_days is None) == (before is None):
-        raise BadInput("say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
-                       "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
-                       "are removed): pack removes history for good")
+        raise BadInput(
+            "say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
+            "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
+            "are removed): pack removes history for good"
+        )
     if before is None:
         return None
     from windvane.export.times import BadTime, parse_time

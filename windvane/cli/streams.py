@@ -7,16 +7,26 @@ from collections.abc import Callable
 import click
 
 from windvane import ingest
-from windvane.cli.root import BadInput, open_store, cli
+from windvane.cli.root import BadInput, cli, open_store
 
-
-STORE_OPTION = click.option("--store", "store_url", required=True, envvar="WINDVANE_STORE", show_envvar=True,
-                            help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+STORE_OPTION = click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 
 
 @cli.group(name="streams", invoke_without_command=True)
-@click.option("--store", "store_url", envvar="WINDVANE_STORE", show_envvar=True,
-              help="Store URL whose streams to list: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...")
+@click.option(
+    "--store",
+    "store_url",
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL whose streams to list: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 @click.pass_context
 def streams_group(ctx: click.Context, store_url: str | None) -> None:
     """List the streams of the store at --store (rows, time range, bytes stored); remove, rename or trim one.
@@ -51,9 +61,7 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
 
 def _stream_change(store_url: str, change: Callable) -> object:
     """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
-    from windvane import arrays
-    from windvane import neostore
-
+    from windvane import arrays, neostore
     from windvane.ingest import stream_admin
 
     try:
@@ -79,8 +87,10 @@ def remove_stream(tag: str, store_url: str) -> None:
     from windvane.ingest import stream_admin
 
     change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
-    click.echo(f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
-               "earlier reads still see it until `windvane store pack`")
+    click.echo(
+        f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
+        "earlier reads still see it until `windvane store pack`"
+    )
 
 
 @streams_group.command(name="mv", short_help="Rename a stream (with its quarantine and import records).")
@@ -100,8 +110,12 @@ def rename_stream(old: str, new: str, store_url: str) -> None:
 
 @streams_group.command(name="trim", short_help="Drop a stream's rows older than a time.")
 @click.argument("tag")
-@click.option("--before", required=True, metavar="TIME",
-              help="Drop the rows whose time is before TIME: ISO 8601 (no zone means UTC) or epoch seconds.")
+@click.option(
+    "--before",
+    required=True,
+    metavar="TIME",
+    help="Drop the rows whose time is before TIME: ISO 8601 (no zone means UTC) or epoch seconds.",
+)
 @STORE_OPTION
 def trim_stream(tag: str, before: str, store_url: str) -> None:
     """Drop the rows of stream TAG whose time is before --before, in one commit (none if no row is that old).
@@ -109,8 +123,8 @@ def trim_stream(tag: str, before: str, store_url: str) -> None:
     The rows stay in history (a read at an earlier tid sees them) until
     `windvane store pack` drops them.
     """
-    from windvane.ingest import stream_admin
     from windvane.export.times import BadTime, parse_time
+    from windvane.ingest import stream_admin
 
     try:
         before_ns = parse_time(before, "--before")
@@ -120,8 +134,10 @@ def trim_stream(tag: str, before: str, store_url: str) -> None:
     if change.tid is None:
         click.echo(f"nothing to trim: no row of stream {tag} is before {before}")
     else:
-        click.echo(f"trimmed {change.rows:,} rows of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
-                   "they stay in history until `windvane store pack`")
+        click.echo(
+            f"trimmed {change.rows:,} rows of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
+            "they stay in history until `windvane store pack`"
+        )
 
 
 @cli.group(name="quarantine")
@@ -154,7 +170,6 @@ def _reason_lines(summary) -> list[str]:
 def list_quarantine(store_url: str, tag: str | None) -> None:
     """List the quarantine streams (or TAG's): records, and the commonest reasons with their counts."""
     from windvane import arrays
-
     from windvane.ingest import replay as replaying
 
     with open_store(store_url, read_only=True) as st:
@@ -173,8 +188,12 @@ def list_quarantine(store_url: str, tag: str | None) -> None:
 @quarantine_group.command(name="replay", short_help="Move the quarantined records that now fit into their stream.")
 @STORE_OPTION
 @click.argument("tag")
-@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Schema file (TOML) to validate with. Default: the stream's columns as they are.")
+@click.option(
+    "--schema",
+    "schema_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="Schema file (TOML) to validate with. Default: the stream's columns as they are.",
+)
 def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None:
     """Validate TAG's quarantined records again and move those that fit into stream TAG, exactly once.
 
@@ -185,23 +204,27 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
     JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
     quarantine recorded, and records whose time was unreadable stay.
     """
-    from windvane import arrays
-    from windvane import neostore
-
+    from windvane import arrays, neostore
     from windvane.ingest import replay as replaying
     from windvane.ingest.schema import load_schema
 
     try:
         schema = load_schema(schema_path) if schema_path else None
         with open_store(store_url, create=False) as st:
-            result = replaying.replay(st, tag, schema, started=lambda n: click.echo(
-                f"replaying {n:,} quarantined records of {tag} ...", err=True))
+            result = replaying.replay(
+                st,
+                tag,
+                schema,
+                started=lambda n: click.echo(f"replaying {n:,} quarantined records of {tag} ...", err=True),
+            )
     except (ingest.IngestError, arrays.InvalidTagError) as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:
         raise click.ClickException(str(exc)) from exc
     where = f"in commit 0x{result.tid.hex()}" if result.tid is not None else "(nothing changed, nothing committed)"
-    click.echo(f"replayed {result.replayed:,} records of quarantine/{tag} into stream {tag} {where}; "
-               f"{result.remaining.rows:,} stay in quarantine")
+    click.echo(
+        f"replayed {result.replayed:,} records of quarantine/{tag} into stream {tag} {where}; "
+        f"{result.remaining.rows:,} stay in quarantine"
+    )
     for line in _reason_lines(result.remaining):
         click.echo(line)

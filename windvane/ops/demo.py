@@ -36,7 +36,7 @@ import wave
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,8 +44,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from windvane import neostore
-
 from windvane.ingest.errors import IngestError
+
 from .info import StoreInfo, describe
 
 SCADA_SAMPLE = "scada_la_haute_borne_2014-02-03.csv.gz"
@@ -53,13 +53,20 @@ VIBRATION_SAMPLE = "vibration_R80736_drive_train.wav"
 LOG_SAMPLE = "access_log_web1.ndjson.gz"
 
 #: The SCADA file's columns, by the schema field each becomes (``Va_avg``, not in the schema, goes to ``extra``).
-SCADA_FIELDS = {"power": "P_avg", "wind_speed": "Ws_avg", "pitch": "Ba_avg", "outdoor_temperature": "Ot_avg",
-                "wind_direction": "Wa_avg", "nacelle_angle": "Ya_avg", "vane": "Va_avg"}
+SCADA_FIELDS = {
+    "power": "P_avg",
+    "wind_speed": "Ws_avg",
+    "pitch": "Ba_avg",
+    "outdoor_temperature": "Ot_avg",
+    "wind_direction": "Wa_avg",
+    "nacelle_angle": "Ya_avg",
+    "vane": "Va_avg",
+}
 VIBRATION_TAG = "turbine.R80736.vibration"
 #: The recording's int16 counts per m/s^2 (its README); streams hold m/s^2 as float32.
 COUNTS_PER_MS2 = 1000
 #: When the recording was taken (the WAV file does not say): within the SCADA week.
-VIBRATION_START_NS = int(datetime(2014, 2, 5, 12, 0, tzinfo=timezone.utc).timestamp()) * 10**9
+VIBRATION_START_NS = int(datetime(2014, 2, 5, 12, 0, tzinfo=UTC).timestamp()) * 10**9
 #: Frames per Forward record: 100 ms at 25.6 kHz, as a data logger sends blocks.
 VIBRATION_BLOCK = 2560
 LOG_TAG = "nginx.web1.access"
@@ -123,7 +130,9 @@ class DemoResult:
     sent: tuple[Sent, ...]
     commits: int  # group commits the service made
     commit_seconds: float  # time it spent committing
-    committed_rows: int  # rows it committed, stored or quarantined (an event is a row; a vibration block, a row per sample)
+    committed_rows: (
+        int  # rows it committed, stored or quarantined (an event is a row; a vibration block, a row per sample)
+    )
     committed_bytes: int  # the bytes they arrived as
     end_to_end_seconds: float  # first record sent to last committed
     info: StoreInfo
@@ -139,8 +148,11 @@ def scada_events() -> list[tuple[str, int, dict[str, float | None]]]:
     with sample_path(SCADA_SAMPLE) as path, gzip.open(path, "rt", newline="") as f:
         rows = list(csv.DictReader(f))
     return [
-        (f"turbine.{row['Wind_turbine_name']}.scada", int(datetime.fromisoformat(row["Date_time"]).timestamp()),
-         {field: float(row[column]) if row[column] else None for field, column in SCADA_FIELDS.items()})
+        (
+            f"turbine.{row['Wind_turbine_name']}.scada",
+            int(datetime.fromisoformat(row["Date_time"]).timestamp()),
+            {field: float(row[column]) if row[column] else None for field, column in SCADA_FIELDS.items()},
+        )
         for row in rows
     ]
 
@@ -167,13 +179,32 @@ class _Service:
 
     def __init__(self, url: str, schemas: Path, log_path: Path):
         self.log_path = log_path
-        command = [sys.executable, "-c", "import windvane; windvane.main()", "serve", "--store", url,
-                   "--schemas", str(schemas), "--forward", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                   "--log-level", "warning"]
+        command = [
+            sys.executable,
+            "-c",
+            "import windvane; windvane.main()",
+            "serve",
+            "--store",
+            url,
+            "--schemas",
+            str(schemas),
+            "--forward",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+        ]
         with open(log_path, "wb") as log:
             # Unbuffered: a buffered reader could hold "ready" while select() waits on the empty pipe.
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                            bufsize=0, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                bufsize=0,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         self.ports = self._wait_ready()
 
     def _wait_ready(self) -> dict[str, int]:
@@ -190,8 +221,9 @@ class _Service:
                 if line == "ready":
                     return ports
                 if not line and self.process.poll() is not None:
-                    raise DemoError(f"windvane serve exited with code {self.process.returncode} at start:\n"
-                                    f"{self.log_tail()}")
+                    raise DemoError(
+                        f"windvane serve exited with code {self.process.returncode} at start:\n{self.log_tail()}"
+                    )
                 name, _, address = line.partition(": ")
                 if address:
                     ports[name] = int(address.split()[0].rpartition(":")[2])  # then "auth: ..."
@@ -260,8 +292,10 @@ def send_scada(port: int, progress: ProgressFactory) -> tuple[Sent, dict[str, in
         bar.update(len(events) % 100)
         sender.close()
         seconds = time.perf_counter() - start
-    return (Sent("SCADA, 4 turbines", "Forward (fluent-logger)", len(events), 0, seconds),
-            dict(Counter(tag for tag, _, _ in events)))
+    return (
+        Sent("SCADA, 4 turbines", "Forward (fluent-logger)", len(events), 0, seconds),
+        dict(Counter(tag for tag, _, _ in events)),
+    )
 
 
 def send_vibration(port: int, progress: ProgressFactory) -> tuple[Sent, dict[str, int]]:
@@ -301,13 +335,19 @@ def send_log(port: int, progress: ProgressFactory) -> Sent:
         for first in range(0, len(lines), LOG_LINES_PER_REQUEST):
             part = lines[first : first + LOG_LINES_PER_REQUEST]
             body = gzip.compress(b"\n".join(part) + b"\n", mtime=0)
-            request = urllib.request.Request(url, data=body, method="POST", headers={
-                "Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
+            request = urllib.request.Request(
+                url,
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"},
+            )
             try:
                 with urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT) as reply:
                     answer = json.load(reply)
             except urllib.error.HTTPError as exc:
-                raise DemoError(f"POST {url} answered {exc.code}: {exc.read()[:500].decode(errors='replace')}") from None
+                raise DemoError(
+                    f"POST {url} answered {exc.code}: {exc.read()[:500].decode(errors='replace')}"
+                ) from None
             if answer["accepted"] + answer["quarantined"] != len(part):
                 raise DemoError(f"POST {url}: {len(part)} lines sent, the service answered {answer}")
             posted += len(body)
@@ -318,8 +358,12 @@ def send_log(port: int, progress: ProgressFactory) -> Sent:
 
 def _committed(metrics: dict[str, dict[str, float]], tag: str) -> int:
     """Rows of ``tag`` the service committed, stored or quarantined."""
-    return int(sum(metrics.get(name, {}).get(tag, 0)
-                   for name in ("windvane_stream_events_total", "windvane_stream_rejects_total")))
+    return int(
+        sum(
+            metrics.get(name, {}).get(tag, 0)
+            for name in ("windvane_stream_events_total", "windvane_stream_rejects_total")
+        )
+    )
 
 
 def _wait_committed(service: _Service, expected: dict[str, int]) -> dict[str, dict[str, float]]:
@@ -327,14 +371,17 @@ def _wait_committed(service: _Service, expected: dict[str, int]) -> dict[str, di
     deadline = time.monotonic() + SERVICE_TIMEOUT
     while True:
         metrics = service.metrics()
-        short = {tag: (_committed(metrics, tag), rows) for tag, rows in expected.items()
-                 if _committed(metrics, tag) < rows}
+        short = {
+            tag: (_committed(metrics, tag), rows) for tag, rows in expected.items() if _committed(metrics, tag) < rows
+        }
         if not short:
             return metrics
         if time.monotonic() > deadline:
             missing = ", ".join(f"{tag} {done} of {rows}" for tag, (done, rows) in sorted(short.items()))
-            raise DemoError(f"the service did not commit everything sent over Forward within {SERVICE_TIMEOUT:g} s "
-                            f"({missing}); see {service.log_path}")
+            raise DemoError(
+                f"the service did not commit everything sent over Forward within {SERVICE_TIMEOUT:g} s "
+                f"({missing}); see {service.log_path}"
+            )
         time.sleep(0.05)
 
 
@@ -352,8 +399,10 @@ def prepare(directory: Path, *, keep: bool) -> tuple[Path, bool]:
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
-        raise DemoDirectoryError(f"the demo keeps its store in {directory}, which cannot be written: "
-                                 f"{exc.strerror or exc}; choose another with --dir") from None
+        raise DemoDirectoryError(
+            f"the demo keeps its store in {directory}, which cannot be written: "
+            f"{exc.strerror or exc}; choose another with --dir"
+        ) from None
     path = directory / "demo.db"
     removed = False
     if not keep:
@@ -370,8 +419,13 @@ def _notebook_url(path: Path) -> str:
     return f"sqlite:///{relative}" if not relative.startswith("..") else f"sqlite:///{path}"
 
 
-def run(directory: str | Path = "var", *, keep: bool = False, progress: ProgressFactory = _silent,
-        say: Callable[[str], None] = lambda line: None) -> DemoResult:
+def run(
+    directory: str | Path = "var",
+    *,
+    keep: bool = False,
+    progress: ProgressFactory = _silent,
+    say: Callable[[str], None] = lambda line: None,
+) -> DemoResult:
     """Serve a store in ``directory``/demo.db (afresh unless ``keep``), send the samples, stop, describe the store.
 
     ``say`` gets a line per step, ``progress`` makes a bar per source.
@@ -389,8 +443,10 @@ def run(directory: str | Path = "var", *, keep: bool = False, progress: Progress
     with sample_path("schemas") as schemas:
         service = _Service(url, schemas, log_path)
         try:
-            say(f"windvane serve is up: Forward on 127.0.0.1:{service.ports['forward']}, "
-                f"HTTP on 127.0.0.1:{service.ports['http']} (log: {log_path})")
+            say(
+                f"windvane serve is up: Forward on 127.0.0.1:{service.ports['forward']}, "
+                f"HTTP on 127.0.0.1:{service.ports['http']} (log: {log_path})"
+            )
             started = time.perf_counter()
             scada, scada_rows = send_scada(service.ports["forward"], progress)
             vibration, vibration_rows = send_vibration(service.ports["forward"], progress)
@@ -411,12 +467,16 @@ def run(directory: str | Path = "var", *, keep: bool = False, progress: Progress
     with neostore.open(url, read_only=True) as store:
         info = describe(store)
     return DemoResult(
-        url=url, notebook_url=_notebook_url(path), log_path=str(log_path), sent=sent,
+        url=url,
+        notebook_url=_notebook_url(path),
+        log_path=str(log_path),
+        sent=sent,
         commits=int(metrics.get("windvane_commits_total", {}).get("", 0)),
         commit_seconds=metrics.get("windvane_commit_seconds_total", {}).get("", 0.0),
         committed_rows=sum(_committed(metrics, tag) for tag in received),
         committed_bytes=int(sum(received.values())),
-        end_to_end_seconds=end_to_end, info=info,
+        end_to_end_seconds=end_to_end,
+        info=info,
     )
 
 
@@ -426,14 +486,20 @@ def throughput_lines(result: DemoResult) -> Iterator[str]:
     yield "            HTTP until the last answer, which comes after its commit):"
     for s in result.sent:
         rate = f"{s.bytes / s.seconds / 1e6:.1f} MB/s" if s.seconds else "-"
-        yield (f"  send        {s.source:<38} {s.via:<27} {s.records:>6,} records in {s.seconds:6.3f} s: "
-               f"{s.records_per_second:>9,.0f} records/s, {rate}")
+        yield (
+            f"  send        {s.source:<38} {s.via:<27} {s.records:>6,} records in {s.seconds:6.3f} s: "
+            f"{s.records_per_second:>9,.0f} records/s, {rate}"
+        )
     if result.commit_seconds:
-        yield (f"  commit      {result.commits:,} group commits, {result.committed_rows:,} rows in "
-               f"{result.commit_seconds:.3f} s of committing: {result.committed_rows / result.commit_seconds:,.0f} "
-               f"rows/s, {result.committed_bytes / result.commit_seconds / 1e6:.1f} MB/s")
-    yield (f"  end to end  first record sent to last committed: {result.end_to_end_seconds:.3f} s, "
-           f"{result.committed_rows / result.end_to_end_seconds:,.0f} rows/s")
+        yield (
+            f"  commit      {result.commits:,} group commits, {result.committed_rows:,} rows in "
+            f"{result.commit_seconds:.3f} s of committing: {result.committed_rows / result.commit_seconds:,.0f} "
+            f"rows/s, {result.committed_bytes / result.commit_seconds / 1e6:.1f} MB/s"
+        )
+    yield (
+        f"  end to end  first record sent to last committed: {result.end_to_end_seconds:.3f} s, "
+        f"{result.committed_rows / result.end_to_end_seconds:,.0f} rows/s"
+    )
 
 
 def notebook_lines(result: DemoResult) -> Iterator[str]:

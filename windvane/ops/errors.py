@@ -11,20 +11,16 @@ class ServerError(OpsError):
     """A private MariaDB server could not be started, stopped or queried."""
 
 
-
 class ServerNotFoundError(ServerError):
     """The MariaDB server programs (mariadbd, mariadb-install-db) are not installed."""
-
 
 
 class ServerConfigError(ServerError):
     """The caller asked for something unusable: a bad data directory or setting."""
 
 
-
 class ServerStartError(ServerError):
     """mariadbd or mariadb-install-db failed; the message ends with their log."""
-
 
 
 class ServerTimeoutError(ServerError):

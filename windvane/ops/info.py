@@ -21,16 +21,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from windvane import arrays
-from windvane import neostore
-from windvane.neostore.store import ValueUsage
-
+from windvane import arrays, neostore
 from windvane.ingest.batch import INVALID_TIME
+from windvane.neostore.store import ValueUsage
 
 #: Rows of a text column read at a time to measure it.
 _MEASURE_ROWS = 65_536
@@ -133,8 +131,9 @@ def _commit(store: neostore.Store, tid: bytes) -> CommitInfo | None:
         info = store.transaction_info(tid)
     except neostore.NeoStoreError:  # a pack tid need not be a transaction's
         return CommitInfo(tid.hex(), neostore.tids.tid_time(neostore.u64(tid)), "", "")
-    return CommitInfo(tid.hex(), info.time, info.user.decode("utf-8", "replace"),
-                      info.description.decode("utf-8", "replace"))
+    return CommitInfo(
+        tid.hex(), info.time, info.user.decode("utf-8", "replace"), info.description.decode("utf-8", "replace")
+    )
 
 
 def _usage(store: neostore.Store, prefix: str, *, latest: bool) -> ValueUsage:
@@ -149,8 +148,15 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> StreamInfo:
         attrs = stream.attrs
         path = stream.path
     return StreamInfo(
-        tag=tag, quarantine=quarantine, path=path, schema=attrs.get("schema"), kind=attrs.get("kind"), rows=rows,
-        first_time=first, last_time=last, columns=columns,
+        tag=tag,
+        quarantine=quarantine,
+        path=path,
+        schema=attrs.get("schema"),
+        kind=attrs.get("kind"),
+        rows=rows,
+        first_time=first,
+        last_time=last,
+        columns=columns,
         raw_bytes=sum(c.raw_bytes for c in columns),
         stored_bytes=_usage(store, f"{path}/", latest=True).stored_bytes,
         history_bytes=_usage(store, f"{path}/", latest=False).stored_bytes,
@@ -213,7 +219,7 @@ def to_json(info: StoreInfo) -> dict[str, Any]:
 def _when(ns_or_seconds: float, *, ns: bool = False) -> str:
     """A UTC time as text: to the second for Unix seconds, to the finest unit it needs for ``ns``."""
     if not ns:
-        return datetime.fromtimestamp(ns_or_seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return datetime.fromtimestamp(ns_or_seconds, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     value = int(ns_or_seconds)
     unit = next(u for u, per in (("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1)) if value % per == 0)
     return str(np.datetime64(value, "ns").astype(f"datetime64[{unit}]")).replace("T", " ") + " UTC"
@@ -233,8 +239,10 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
     yield f"{'transactions:':<17}{info.transactions:,}"
     yield f"{'revisions:':<17}{info.revisions:,}"
     yield f"{'values:':<17}{info.values:,} ({info.stored_bytes:,} bytes stored)"
-    yield (f"{'dedup ratio:':<17}{info.dedup_ratio:.2f} ({info.references:,} references to "
-           f"{info.referenced_bytes:,} bytes held as {info.value_bytes:,} bytes of distinct values)")
+    yield (
+        f"{'dedup ratio:':<17}{info.dedup_ratio:.2f} ({info.references:,} references to "
+        f"{info.referenced_bytes:,} bytes held as {info.value_bytes:,} bytes of distinct values)"
+    )
     yield f"{'last commit:':<17}{_commit_text(info.last_commit)}"
     yield f"{'packed up to:':<17}{_commit_text(info.packed_up_to)}"
     if info.streams is None:
@@ -245,16 +253,22 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
     for s in info.streams:
         yield ""
         yield f"{'quarantine' if s.quarantine else 'stream'} {s.tag}  ({s.path})"
-        span = (f", {_when(s.first_time, ns=True)} .. {_when(s.last_time, ns=True)}" if s.first_time is not None
-                else ", no time" if s.rows else "")
+        span = (
+            f", {_when(s.first_time, ns=True)} .. {_when(s.last_time, ns=True)}"
+            if s.first_time is not None
+            else ", no time"
+            if s.rows
+            else ""
+        )
         yield f"  rows: {s.rows:,}{span}"
         ratio = f" ({s.raw_bytes / s.stored_bytes:.2f}x)" if s.stored_bytes else ""
-        yield (f"  bytes: raw {s.raw_bytes:,}, stored {s.stored_bytes:,}{ratio}, "
-               f"with history {s.history_bytes:,}")
+        yield (f"  bytes: raw {s.raw_bytes:,}, stored {s.stored_bytes:,}{ratio}, with history {s.history_bytes:,}")
         for c in s.columns:
             shape = "x".join(map(str, c.shape))
-            yield (f"    {c.name:<20} {c.dtype:<8} {shape:<12} {c.codec:<6} raw {c.raw_bytes:>11,}  "
-                   f"stored {c.stored_bytes:>11,}")
+            yield (
+                f"    {c.name:<20} {c.dtype:<8} {shape:<12} {c.codec:<6} raw {c.raw_bytes:>11,}  "
+                f"stored {c.stored_bytes:>11,}"
+            )
 
 
 def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
@@ -268,5 +282,7 @@ def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
     at = max(len("first"), *(len(t) for span in spans for t in span))
     yield f"{'stream':<{width}}  {'rows':>12}  {'first':<{at}}  {'last':<{at}}  {'stored':>14}  {'with history':>14}"
     for name, (first, last), s in zip(names, spans, found):
-        yield (f"{name:<{width}}  {s.rows:>12,}  {first:<{at}}  {last:<{at}}  {s.stored_bytes:>14,}  "
-               f"{s.history_bytes:>14,}")
+        yield (
+            f"{name:<{width}}  {s.rows:>12,}  {first:<{at}}  {last:<{at}}  {s.stored_bytes:>14,}  "
+            f"{s.history_bytes:>14,}"
+        )

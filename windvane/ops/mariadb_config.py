@@ -22,11 +22,9 @@ _OPTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _SERVER_SECTIONS = frozenset({"mariadbd", "mysqld", "server", "mariadb", "client-server"})
 
 
-
 def shipped_config() -> str:
     """Return the text of the recommended server configuration shipped with neostore."""
     return importlib.resources.files("windvane.ops").joinpath("mariadb.cnf").read_text(encoding="utf-8")
-
 
 
 def check_option_value(what: str, value: str) -> None:
@@ -36,7 +34,6 @@ def check_option_value(what: str, value: str) -> None:
             f"{what} {value!r} cannot be written to a MariaDB option file "
             f"(contains {''.join(sorted(bad)) or 'leading/trailing spaces'!r}); choose another"
         )
-
 
 
 def check_override(name: str, value: str | None) -> None:
@@ -50,7 +47,6 @@ def check_override(name: str, value: str | None) -> None:
 def _option_key(name: str) -> str:
     # mariadbd treats '-' and '_' in option names alike.
     return name.strip().lower().replace("-", "_")
-
 
 
 def render_config(
@@ -96,7 +92,6 @@ def render_config(
     for name, value in leftover + generated:
         out.append(name if value is None else f"{name} = {value}")
     return "\n".join(out) + "\n"
-
 
 
 def read_option(path: Path, name: str) -> str | None:

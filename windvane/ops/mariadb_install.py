@@ -71,13 +71,9 @@ def initialise(datadir: Path) -> None:
     log = datadir / "install-db.log"
     with open(log, "wb") as out:
         try:
-            result = subprocess.run(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=300
-            )
+            result = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=300)
         except subprocess.TimeoutExpired:
-            raise ServerTimeoutError(
-                with_log("mariadb-install-db did not finish in 300 s", log)
-            ) from None
+            raise ServerTimeoutError(with_log("mariadb-install-db did not finish in 300 s", log)) from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 extra_sql.unlink()

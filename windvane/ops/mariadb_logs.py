@@ -28,7 +28,6 @@ def _tail(path: Path, lines: int = 15, since: int = 0) -> str:
     return "\n".join(tail)
 
 
-
 def with_log(message: str, path: Path, since: int = 0) -> str:
     tail = _tail(path, since=since)
     if not tail:

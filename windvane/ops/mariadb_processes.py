@@ -18,7 +18,6 @@ def read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-
 def proc_cmdline(pid: int) -> list[str] | None:
     """Return the argv of ``pid`` from /proc, or None where /proc cannot tell."""
     try:
@@ -28,7 +27,6 @@ def proc_cmdline(pid: int) -> list[str] | None:
     return [os.fsdecode(a) for a in raw.split(b"\0") if a]
 
 
-
 def _is_zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -36,7 +34,6 @@ def _is_zombie(pid: int) -> bool:
         return False
     # The state is the first field after the parenthesised command name.
     return stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"])
-
 
 
 def pid_alive(pid: int) -> bool:
@@ -55,12 +52,10 @@ def pid_alive(pid: int) -> bool:
     return not _is_zombie(pid)
 
 
-
 def current_user() -> str:
     # Not getpass.getuser(): it believes $USER, which sudo may leave pointing
     # at the invoking user.
     return pwd.getpwuid(os.geteuid()).pw_name
-
 
 
 def looks_like_server(argv: list[str] | None) -> bool:
@@ -92,6 +87,4 @@ def signal_pid(pid: int, sig: int) -> None:
     except ProcessLookupError:
         pass
     except PermissionError as exc:
-        raise ServerError(
-            f"not allowed to signal mariadbd (pid {pid}); it belongs to another user"
-        ) from exc
+        raise ServerError(f"not allowed to signal mariadbd (pid {pid}); it belongs to another user") from exc

@@ -15,7 +15,6 @@ from .errors import ServerNotFoundError
 SEARCH_DIRS = ("/usr/sbin", "/usr/libexec", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 
 
-
 def find_program(*names: str) -> str | None:
     """Return the path of the first of ``names`` found on PATH or in `SEARCH_DIRS`."""
     for name in names:
@@ -28,7 +27,6 @@ def find_program(*names: str) -> str | None:
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 return candidate
     return None
-
 
 
 def plugin_dir(mariadbd: str) -> Path | None:
@@ -45,7 +43,6 @@ def plugin_dir(mariadbd: str) -> Path | None:
         return None
     match = re.search(r"^plugin-dir\s+(\S.*?)\s*$", out, re.MULTILINE)
     return Path(match.group(1)) if match else None
-
 
 
 def rocksdb_installed(mariadbd: str | None = None) -> bool:

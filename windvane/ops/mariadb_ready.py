@@ -27,9 +27,7 @@ def wait_ready(
     while True:
         exited = proc.poll() is not None if proc is not None else not pid_alive(pid)
         if exited:
-            raise ServerStartError(
-                with_log(f"mariadbd (pid {pid}) exited during startup", error_log, log_offset)
-            )
+            raise ServerStartError(with_log(f"mariadbd (pid {pid}) exited during startup", error_log, log_offset))
         if os.path.exists(socket):
             try:
                 mariadb.connect(user="root", unix_socket=socket, connect_timeout=5).close()

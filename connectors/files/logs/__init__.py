@@ -35,8 +35,16 @@ from .errors import LogFormatError
 from .lines import Lines, RejectedLine, Rows, fault_mask, split_lines
 from .options import LogOptions
 
-__all__ = ["LOG_FORMATS", "LogFormat", "LogFormatError", "LogOptions", "ParsedLines", "RejectedLine",
-           "log_format", "parse_log"]
+__all__ = [
+    "LOG_FORMATS",
+    "LogFormat",
+    "LogFormatError",
+    "LogOptions",
+    "ParsedLines",
+    "RejectedLine",
+    "log_format",
+    "parse_log",
+]
 
 
 @dataclass(frozen=True)
@@ -49,15 +57,27 @@ class LogFormat:
     columns: dict[str, pa.DataType] | None = None
 
 
-LOG_FORMATS = {f.name: f for f in (
-    LogFormat("jsonl", "JSON lines: one JSON object per line", jsonlines.parse_json_lines),
-    LogFormat("syslog", "syslog, RFC 3164 (and rsyslog's RFC 3339 file format)", syslog.parse_3164,
-              syslog.COLUMNS_3164),
-    LogFormat("syslog5424", "syslog, RFC 5424", syslog.parse_5424, syslog.COLUMNS_5424),
-    LogFormat("combined", "nginx/Apache combined or common access log", access.parse_combined, access.COLUMNS),
-)}
-ALIASES = {"ndjson": "jsonl", "jsonlines": "jsonl", "syslog3164": "syslog", "rfc3164": "syslog",
-           "rfc5424": "syslog5424", "common": "combined", "nginx": "combined", "apache": "combined"}
+LOG_FORMATS = {
+    f.name: f
+    for f in (
+        LogFormat("jsonl", "JSON lines: one JSON object per line", jsonlines.parse_json_lines),
+        LogFormat(
+            "syslog", "syslog, RFC 3164 (and rsyslog's RFC 3339 file format)", syslog.parse_3164, syslog.COLUMNS_3164
+        ),
+        LogFormat("syslog5424", "syslog, RFC 5424", syslog.parse_5424, syslog.COLUMNS_5424),
+        LogFormat("combined", "nginx/Apache combined or common access log", access.parse_combined, access.COLUMNS),
+    )
+}
+ALIASES = {
+    "ndjson": "jsonl",
+    "jsonlines": "jsonl",
+    "syslog3164": "syslog",
+    "rfc3164": "syslog",
+    "rfc5424": "syslog5424",
+    "common": "combined",
+    "nginx": "combined",
+    "apache": "combined",
+}
 
 
 def log_format(name: str) -> LogFormat:

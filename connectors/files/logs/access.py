@@ -26,19 +26,37 @@ import pyarrow.compute as pc
 from .lines import Lines, Rows, add_faults
 from .options import LogOptions
 
-COLUMNS = {"time": pa.int64(), "remote_addr": pa.large_string(), "ident": pa.large_string(),
-           "remote_user": pa.large_string(), "method": pa.large_string(), "path": pa.large_string(),
-           "protocol": pa.large_string(), "status": pa.int16(), "bytes_sent": pa.int64(),
-           "referer": pa.large_string(), "user_agent": pa.large_string(), "rest": pa.large_string()}
+COLUMNS = {
+    "time": pa.int64(),
+    "remote_addr": pa.large_string(),
+    "ident": pa.large_string(),
+    "remote_user": pa.large_string(),
+    "method": pa.large_string(),
+    "path": pa.large_string(),
+    "protocol": pa.large_string(),
+    "status": pa.int16(),
+    "bytes_sent": pa.int64(),
+    "referer": pa.large_string(),
+    "user_agent": pa.large_string(),
+    "rest": pa.large_string(),
+}
 
 _QUOTED = r'"((?:[^"\\]|\\.)*)"'
-LINE = (r"^(?P<addr>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<ts>[^\]]*)\] " + _QUOTED.replace("((", "(?P<req>(", 1)
-        + r" (?P<status>\d{3}) (?P<bytes>\d{1,18}|-)(?: " + _QUOTED.replace("((", "(?P<ref>(", 1) + " "
-        + _QUOTED.replace("((", "(?P<ua>(", 1) + r")?(?: (?P<rest>.*))?$")
+LINE = (
+    r"^(?P<addr>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<ts>[^\]]*)\] "
+    + _QUOTED.replace("((", "(?P<req>(", 1)
+    + r" (?P<status>\d{3}) (?P<bytes>\d{1,18}|-)(?: "
+    + _QUOTED.replace("((", "(?P<ref>(", 1)
+    + " "
+    + _QUOTED.replace("((", "(?P<ua>(", 1)
+    + r")?(?: (?P<rest>.*))?$"
+)
 REQUEST = r"^(?P<method>[A-Za-z][A-Za-z0-9_\-]*) (?P<path>.*?)(?: (?P<proto>HTTP/\d(?:\.\d)?))?$"
 TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
-EXPECTED = ('not a combined or common access log line (expected HOST IDENT USER [dd/Mon/yyyy:hh:mm:ss +zzzz] '
-            '"REQUEST" STATUS BYTES ["REFERER" "USER-AGENT"])')
+EXPECTED = (
+    "not a combined or common access log line (expected HOST IDENT USER [dd/Mon/yyyy:hh:mm:ss +zzzz] "
+    '"REQUEST" STATUS BYTES ["REFERER" "USER-AGENT"])'
+)
 
 _ESCAPE = re.compile(rb'\\(x[0-9A-Fa-f]{2}|["\\nrtbv])')
 _CONTROL = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"v": b"\v"}
@@ -84,13 +102,20 @@ def parse_combined(lines: Lines, options: LogOptions) -> Rows:
     parts = pc.extract_regex(request, REQUEST)
     split = parts.is_valid()
     size = pc.fill_null(f["bytes"], "0")
-    return Rows({
-        "time": pc.fill_null(time.cast(pa.int64()), 0),
-        "remote_addr": _field(f["addr"], None), "ident": _field(f["ident"]), "remote_user": _field(f["user"]),
-        "method": pc.if_else(split, parts.field("method"), "").cast(pa.large_string()),
-        "path": pc.if_else(split, parts.field("path"), request).cast(pa.large_string()),
-        "protocol": pc.if_else(split, parts.field("proto"), "").cast(pa.large_string()),
-        "status": pc.cast(pc.fill_null(f["status"], "0"), pa.int16()),
-        "bytes_sent": pc.cast(pc.if_else(pc.equal(size, "-"), "0", size), pa.int64()),
-        "referer": _field(f["ref"]), "user_agent": _field(f["ua"]), "rest": _field(f["rest"], None),
-    }, faults)
+    return Rows(
+        {
+            "time": pc.fill_null(time.cast(pa.int64()), 0),
+            "remote_addr": _field(f["addr"], None),
+            "ident": _field(f["ident"]),
+            "remote_user": _field(f["user"]),
+            "method": pc.if_else(split, parts.field("method"), "").cast(pa.large_string()),
+            "path": pc.if_else(split, parts.field("path"), request).cast(pa.large_string()),
+            "protocol": pc.if_else(split, parts.field("proto"), "").cast(pa.large_string()),
+            "status": pc.cast(pc.fill_null(f["status"], "0"), pa.int16()),
+            "bytes_sent": pc.cast(pc.if_else(pc.equal(size, "-"), "0", size), pa.int64()),
+            "referer": _field(f["ref"]),
+            "user_agent": _field(f["ua"]),
+            "rest": _field(f["rest"], None),
+        },
+        faults,
+    )

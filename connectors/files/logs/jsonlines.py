@@ -53,13 +53,29 @@ _decode = msgspec.json.Decoder(float_hook=Decimal).decode
 _encode = msgspec.json.Encoder(decimal_format="number").encode
 
 _KIND = {bool: "bool", int: "int", Decimal: "float", str: "str", dict: "json", list: "json"}
-_TYPE = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "str": pa.large_string(),
-         "json": pa.large_string()}
-_HOLDS = {"bool": "booleans", "int": "integers (int64)", "float": "numbers (float64)", "str": "strings",
-          "json": "JSON objects and arrays", "unsupported": "values JSON cannot give"}
+_TYPE = {
+    "bool": pa.bool_(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "str": pa.large_string(),
+    "json": pa.large_string(),
+}
+_HOLDS = {
+    "bool": "booleans",
+    "int": "integers (int64)",
+    "float": "numbers (float64)",
+    "str": "strings",
+    "json": "JSON objects and arrays",
+    "unsupported": "values JSON cannot give",
+}
 _JSON_NAME = {list: "array", int: "number", Decimal: "number", str: "string", bool: "boolean", type(None): "null"}
-_KIND_NAME = {"bool": "a boolean", "int": "an integer", "float": "a number with a fraction", "str": "a string",
-              "json": "an object or array"}
+_KIND_NAME = {
+    "bool": "a boolean",
+    "int": "an integer",
+    "float": "a number with a fraction",
+    "str": "a string",
+    "json": "an object or array",
+}
 
 
 def _accepted(t: pa.DataType) -> frozenset[str]:
@@ -92,8 +108,10 @@ def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str,
             time[i] = ns
             return None
         return f"field {key!r}: {value} is out of the range of times"
-    return f"field {key!r}: {_KIND_NAME.get(_KIND.get(kind, ''), 'null')} is not a time " \
-           f"(expected epoch seconds or an ISO 8601 string)"
+    return (
+        f"field {key!r}: {_KIND_NAME.get(_KIND.get(kind, ''), 'null')} is not a time "
+        f"(expected epoch seconds or an ISO 8601 string)"
+    )
 
 
 def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
@@ -160,8 +178,17 @@ def _column_kinds(records: list[dict | None], options: LogOptions) -> dict[str, 
         known = options.types.get(key)
         if known is not None:
             accepted = _accepted(known)
-            out[key] = ("float" if "float" in accepted else "int" if "int" in accepted else
-                        "bool" if "bool" in accepted else "str" if accepted else "unsupported")
+            out[key] = (
+                "float"
+                if "float" in accepted
+                else "int"
+                if "int" in accepted
+                else "bool"
+                if "bool" in accepted
+                else "str"
+                if accepted
+                else "unsupported"
+            )
         elif kind in ("int", "float") and seen[key] >= {"int", "float"}:
             out[key] = "float"
         else:

@@ -62,8 +62,9 @@ def split_lines(block: bytes, *, first_line: int = 1, now: int) -> tuple[Lines, 
     ends = np.flatnonzero(data == 0x0A) + 1
     offsets = np.concatenate(([0], ends, [len(block)] if len(block) and block[-1] != 0x0A else [])).astype(np.int64)
     count = len(offsets) - 1
-    binary = pa.LargeBinaryArray.from_buffers(pa.large_binary(), count,
-                                              [None, pa.py_buffer(offsets), pa.py_buffer(block)])
+    binary = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(block)]
+    )
     numbers = np.arange(first_line, first_line + count, dtype=np.int64)
     rejected: list[RejectedLine] = []
     try:
@@ -76,9 +77,14 @@ def split_lines(block: bytes, *, first_line: int = 1, now: int) -> tuple[Lines, 
             except UnicodeDecodeError as exc:
                 valid[i] = False
                 raw = line.removesuffix(b"\n").removesuffix(b"\r")
-                rejected.append(RejectedLine(now, raw, f"line {numbers[i]}: not valid UTF-8 "
-                                                       f"(byte 0x{line[exc.start]:02x} at column {exc.start + 1})",
-                                             int(numbers[i])))
+                rejected.append(
+                    RejectedLine(
+                        now,
+                        raw,
+                        f"line {numbers[i]}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1})",
+                        int(numbers[i]),
+                    )
+                )
         text = binary.filter(pa.array(valid)).cast(pa.large_string())
         numbers = numbers[valid]
     text = pc.replace_substring_regex(text, r"\r?\n$", "")

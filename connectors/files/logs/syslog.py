@@ -31,29 +31,50 @@ from .lines import Lines, Rows, add_faults
 from .options import LogOptions
 from .times import bsd_to_ns
 
-COLUMNS_3164 = {"time": pa.int64(), "facility": pa.int8(), "severity": pa.int8(), "hostname": pa.large_string(),
-                "app_name": pa.large_string(), "pid": pa.large_string(), "message": pa.large_string()}
-COLUMNS_5424 = {"time": pa.int64(), "facility": pa.int8(), "severity": pa.int8(), "version": pa.int16(),
-                "hostname": pa.large_string(), "app_name": pa.large_string(), "pid": pa.large_string(),
-                "msgid": pa.large_string(), "structured_data": pa.large_string(), "message": pa.large_string()}
+COLUMNS_3164 = {
+    "time": pa.int64(),
+    "facility": pa.int8(),
+    "severity": pa.int8(),
+    "hostname": pa.large_string(),
+    "app_name": pa.large_string(),
+    "pid": pa.large_string(),
+    "message": pa.large_string(),
+}
+COLUMNS_5424 = {
+    "time": pa.int64(),
+    "facility": pa.int8(),
+    "severity": pa.int8(),
+    "version": pa.int16(),
+    "hostname": pa.large_string(),
+    "app_name": pa.large_string(),
+    "pid": pa.large_string(),
+    "msgid": pa.large_string(),
+    "structured_data": pa.large_string(),
+    "message": pa.large_string(),
+}
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)"
-LINE_3164 = (r"^(?:<(?P<pri>\d{1,3})>)?"
-             r"(?:(?P<mon>[A-Z][a-z]{2}) (?P<day>[ \d]?\d) (?P<clock>\d\d:\d\d:\d\d)|(?P<iso>" + _RFC3339 + r"))"
-             r" (?P<host>\S+)(?: (?P<app>[^\s\[\]:]+)(?:\[(?P<pid>[^\]\s]*)\])?:)?(?: (?P<msg>.*))?$")
+LINE_3164 = (
+    r"^(?:<(?P<pri>\d{1,3})>)?"
+    r"(?:(?P<mon>[A-Z][a-z]{2}) (?P<day>[ \d]?\d) (?P<clock>\d\d:\d\d:\d\d)|(?P<iso>" + _RFC3339 + r"))"
+    r" (?P<host>\S+)(?: (?P<app>[^\s\[\]:]+)(?:\[(?P<pid>[^\]\s]*)\])?:)?(?: (?P<msg>.*))?$"
+)
 _NAME = r'[^\s=\]"]+'
 _VALUE = r'"(?:[^"\\]|\\.)*"'
 _ELEMENT = r"\[" + _NAME + r"(?: " + _NAME + "=" + _VALUE + r")*\]"
-LINE_5424 = (r"^<(?P<pri>\d{1,3})>(?P<version>[1-9]\d{0,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+)"
-             r" (?P<procid>\S+) (?P<msgid>\S+) (?P<sd>-|(?:" + _ELEMENT + r")+)(?: (?P<msg>.*))?$")
+LINE_5424 = (
+    r"^<(?P<pri>\d{1,3})>(?P<version>[1-9]\d{0,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+)"
+    r" (?P<procid>\S+) (?P<msgid>\S+) (?P<sd>-|(?:" + _ELEMENT + r")+)(?: (?P<msg>.*))?$"
+)
 
 SD_ELEMENT = re.compile(r"\[(" + _NAME + r")((?: " + _NAME + "=" + _VALUE + r")*)\]")
 SD_PARAM = re.compile(r" (" + _NAME + r')="((?:[^"\\]|\\.)*)"')
 SD_ESCAPE = re.compile(r'\\(["\\\]])')
 
 EXPECTED_3164 = "not an RFC 3164 syslog line (expected [<PRI>]Mmm dd hh:mm:ss HOST [APP[PID]:] MESSAGE)"
-EXPECTED_5424 = ("not an RFC 5424 syslog line (expected <PRI>VERSION TIMESTAMP HOST APP PROCID MSGID "
-                 "STRUCTURED-DATA [MESSAGE])")
+EXPECTED_5424 = (
+    "not an RFC 5424 syslog line (expected <PRI>VERSION TIMESTAMP HOST APP PROCID MSGID STRUCTURED-DATA [MESSAGE])"
+)
 
 
 def _match(lines: Lines, pattern: str, expected: str, faults: dict[int, str]) -> dict[str, pa.Array]:
@@ -98,13 +119,23 @@ def parse_3164(lines: Lines, options: LogOptions) -> Rows:
         stamp = {int(i): " ".join(c[k].as_py() for c in picked) for k, i in enumerate(bsd) if bad[k]}
         add_faults(faults, np.isin(np.arange(len(lines)), bsd[bad]), lambda i: f"no such date or time: {stamp[i]!r}")
     _iso_times(lines, f["iso"], iso, time, faults, options)
-    return Rows({"time": pa.array(time), "facility": facility, "severity": severity,
-                 "hostname": _text(f["host"]), "app_name": _text(f["app"]), "pid": _text(f["pid"]),
-                 "message": _text(f["msg"])}, faults)
+    return Rows(
+        {
+            "time": pa.array(time),
+            "facility": facility,
+            "severity": severity,
+            "hostname": _text(f["host"]),
+            "app_name": _text(f["app"]),
+            "pid": _text(f["pid"]),
+            "message": _text(f["msg"]),
+        },
+        faults,
+    )
 
 
-def _iso_times(lines: Lines, text: pa.Array, where: np.ndarray, time: np.ndarray, faults: dict[int, str],
-               options: LogOptions) -> None:
+def _iso_times(
+    lines: Lines, text: pa.Array, where: np.ndarray, time: np.ndarray, faults: dict[int, str], options: LogOptions
+) -> None:
     """Fill ``time`` at ``where`` from the RFC 3339 strings of ``text``; fault the impossible ones."""
     rows = np.flatnonzero(where)
     if not len(rows):
@@ -150,7 +181,18 @@ def parse_5424(lines: Lines, options: LogOptions) -> Rows:
             except ValueError as exc:
                 faults[i] = str(exc)
     message = pc.replace_substring_regex(_text(f["msg"]), "^\ufeff", "")
-    return Rows({"time": pa.array(time), "facility": facility, "severity": severity, "version": version,
-                 "hostname": _text(f["host"], "-"), "app_name": _text(f["app"], "-"), "pid": _text(f["procid"], "-"),
-                 "msgid": _text(f["msgid"], "-"), "structured_data": pa.array(sd, pa.large_string()),
-                 "message": message}, faults)
+    return Rows(
+        {
+            "time": pa.array(time),
+            "facility": facility,
+            "severity": severity,
+            "version": version,
+            "hostname": _text(f["host"], "-"),
+            "app_name": _text(f["app"], "-"),
+            "pid": _text(f["procid"], "-"),
+            "msgid": _text(f["msgid"], "-"),
+            "structured_data": pa.array(sd, pa.large_string()),
+            "message": message,
+        },
+        faults,
+    )

@@ -54,4 +54,3 @@ def bsd_to_ns(month: pa.Array, day: pa.Array, clock: pa.Array, zone: str, now: i
         bad[take] |= ~valid[take]
         pending &= ~take
     return out, bad
-

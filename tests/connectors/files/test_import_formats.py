@@ -11,8 +11,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from windvane import arrays, neostore
 from windvane.connectors.files import FileFormatError, ReaderOptions
 from windvane.connectors.files.arrow import parquet_reader
 from windvane.connectors.files.csv import CsvReader
@@ -27,9 +26,16 @@ T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z in ns
 def run(url: str, tag: str, reader, path, schema=None, commit_bytes: int = 1):
     """Import through the engine with a commit per part (commit_bytes=1), as `windvane import` does."""
     with neostore.open(url) as store:
-        return imports.import_source(store, tag, reader, source_id=imports.source_id_for(path),
-                                     identity=imports.fingerprint(path), schema=schema,
-                                     same_source=lambda s: imports.same_file(s, path), commit_bytes=commit_bytes)
+        return imports.import_source(
+            store,
+            tag,
+            reader,
+            source_id=imports.source_id_for(path),
+            identity=imports.fingerprint(path),
+            schema=schema,
+            same_source=lambda s: imports.same_file(s, path),
+            commit_bytes=commit_bytes,
+        )
 
 
 def quarantined(url: str, tag: str) -> list[tuple[str, bytes]]:
@@ -46,16 +52,20 @@ def quarantined(url: str, tag: str) -> list[tuple[str, bytes]]:
 CSV = (
     "ts,temperature,count,label\n"
     "2024-03-01T12:00:00Z,21.5,1,plain\n"
-    "2024-03-01T13:00:00.123456789+01:00,-0.25,2,\"comma, inside\"\n"
-    "2024-03-01 12:00:02,,3,\"two\nlines\"\r\n"
+    '2024-03-01T13:00:00.123456789+01:00,-0.25,2,"comma, inside"\n'
+    '2024-03-01 12:00:02,,3,"two\nlines"\r\n'
     "\n"
     "2024-03-01T17:30:03+0530,1e3,4,ünïcødé ✓\n"
     "2024-03-01,7,5,\n"
-    "2024-03-01T12:00:05Z,8.125,6,\"quote \"\"q\"\"\"\n"
+    '2024-03-01T12:00:05Z,8.125,6,"quote ""q"""\n'
 )
 CSV_TIMES = [
-    "2024-03-01T12:00:00", "2024-03-01T12:00:00.123456789", "2024-03-01T12:00:02", "2024-03-01T12:00:03",
-    "2024-03-01T00:00:00", "2024-03-01T12:00:05",
+    "2024-03-01T12:00:00",
+    "2024-03-01T12:00:00.123456789",
+    "2024-03-01T12:00:02",
+    "2024-03-01T12:00:03",
+    "2024-03-01T00:00:00",
+    "2024-03-01T12:00:05",
 ]
 
 
@@ -82,8 +92,7 @@ def test_csv_epoch_units_by_magnitude_and_by_option(sqlite_url, tmp_path):
         path = tmp_path / f"epoch_{unit}.csv"
         path.write_text("time,v\n" + "".join(f"{T0 // scale + i},{i}\n" for i in range(3)))
         run(sqlite_url, f"epoch.{unit}", CsvReader(path, ReaderOptions()), path)
-        assert arrays.open_stream(sqlite_url, f"epoch.{unit}")["time"][:].tolist() == [
-            T0 + i * scale for i in range(3)]
+        assert arrays.open_stream(sqlite_url, f"epoch.{unit}")["time"][:].tolist() == [T0 + i * scale for i in range(3)]
     path = tmp_path / "fractional.csv"
     path.write_text("timestamp,v\n1700000000.123456,1\n1700000000.5,2\n")
     run(sqlite_url, "epoch.frac", CsvReader(path, ReaderOptions()), path)
@@ -95,26 +104,32 @@ def test_csv_epoch_units_by_magnitude_and_by_option(sqlite_url, tmp_path):
     assert arrays.open_stream(sqlite_url, "epoch.forced")["time"][:].tolist() == [10**9]
 
 
-SENSOR_SCHEMA = parse_schema({
-    "kind": "sensor", "tags": ["plant.*"],
-    "fields": [{"name": "power", "dtype": "float32", "required": True},
-               {"name": "state", "dtype": "int8", "fill": -1},
-               {"name": "serial", "dtype": "str"}],
-    "extra": "reject",
-}, name="plant")
+SENSOR_SCHEMA = parse_schema(
+    {
+        "kind": "sensor",
+        "tags": ["plant.*"],
+        "fields": [
+            {"name": "power", "dtype": "float32", "required": True},
+            {"name": "state", "dtype": "int8", "fill": -1},
+            {"name": "serial", "dtype": "str"},
+        ],
+        "extra": "reject",
+    },
+    name="plant",
+)
 
 
 def test_csv_bad_rows_quarantined_verbatim_with_reasons(sqlite_url, tmp_path):
     lines = [
         b"time,power,state,serial",
-        b"2024-01-01T00:00:00Z,1.5,1,007",          # kept: "007" stays text (the schema says str)
-        b"2024-01-01T00:00:01Z,abc,1,x",            # power is no float
-        b"2024-01-01T00:00:02Z,2.5,3.5,x",          # state is no integer
-        b"2024-01-01T00:00:03Z,2.5,300,x",          # state does not fit an int8
-        b"2024-01-01T00:00:04Z,,1,x",               # power is required
-        b"yesterday,2.5,1,x",                       # the time is no time
-        b"2024-01-01T00:00:06Z,2.5,1,x,surplus",    # a field too many
-        b"2024-01-01T00:00:07Z,3.25,,\xc3\xa9",     # kept: state missing -> its fill
+        b"2024-01-01T00:00:00Z,1.5,1,007",  # kept: "007" stays text (the schema says str)
+        b"2024-01-01T00:00:01Z,abc,1,x",  # power is no float
+        b"2024-01-01T00:00:02Z,2.5,3.5,x",  # state is no integer
+        b"2024-01-01T00:00:03Z,2.5,300,x",  # state does not fit an int8
+        b"2024-01-01T00:00:04Z,,1,x",  # power is required
+        b"yesterday,2.5,1,x",  # the time is no time
+        b"2024-01-01T00:00:06Z,2.5,1,x,surplus",  # a field too many
+        b"2024-01-01T00:00:07Z,3.25,,\xc3\xa9",  # kept: state missing -> its fill
     ]
     path = tmp_path / "plant.csv"
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -173,14 +188,16 @@ def sample_table(n: int = 1000) -> pa.Table:
     words = ["", "a", "ünïcødé", "日本語", "with\nnewline", "x" * 300]
     values = rng.normal(size=n)
     values[::7] = np.nan
-    return pa.table({
-        "when": pa.array(T0 + np.arange(n, dtype=np.int64) * 1_000_001, pa.timestamp("ns", tz="Europe/Paris")),
-        "value": pa.array(values, pa.float64(), mask=np.arange(n) % 11 == 0),
-        "small": pa.array(np.arange(n) % 120, pa.int8()),
-        "big": pa.array(np.arange(n, dtype=np.uint64) * 10**15, pa.uint64()),
-        "word": pa.array([words[i % len(words)] for i in range(n)], pa.string()),
-        "flag": pa.array(np.arange(n) % 3 == 0),
-    })
+    return pa.table(
+        {
+            "when": pa.array(T0 + np.arange(n, dtype=np.int64) * 1_000_001, pa.timestamp("ns", tz="Europe/Paris")),
+            "value": pa.array(values, pa.float64(), mask=np.arange(n) % 11 == 0),
+            "small": pa.array(np.arange(n) % 120, pa.int8()),
+            "big": pa.array(np.arange(n, dtype=np.uint64) * 10**15, pa.uint64()),
+            "word": pa.array([words[i % len(words)] for i in range(n)], pa.string()),
+            "flag": pa.array(np.arange(n) % 3 == 0),
+        }
+    )
 
 
 def check_table_stream(url: str, tag: str, table: pa.Table) -> None:
@@ -227,14 +244,14 @@ def test_parquet_column_types_against_the_stream(sqlite_url, tmp_path):
     """Numbers into a str field: a clear error, nothing stored. Ints into floats: fine; 2.5 into int8: quarantined."""
     path = tmp_path / "plant.parquet"
     times = pa.array([T0, T0 + 1, T0 + 2], pa.int64())
-    pq.write_table(pa.table({"time": times, "power": [1, 2, 3], "state": [1.0, 2.5, 3.0],
-                             "serial": [7, 8, 9]}), path)
+    pq.write_table(pa.table({"time": times, "power": [1, 2, 3], "state": [1.0, 2.5, 3.0], "serial": [7, 8, 9]}), path)
     with pytest.raises(imports.SchemaMismatch, match="'serial' is int64 in the file but 'serial' is a str field"):
         run(sqlite_url, "plant.c", parquet_reader(str(path), ReaderOptions()), path, schema=SENSOR_SCHEMA)
     with pytest.raises(arrays.StreamNotFoundError):
         arrays.open_stream(sqlite_url, "plant.c")
-    pq.write_table(pa.table({"time": times, "power": [1, 2, 3], "state": [1.0, 2.5, 3.0],
-                             "serial": ["a", "b", "c"]}), path)
+    pq.write_table(
+        pa.table({"time": times, "power": [1, 2, 3], "state": [1.0, 2.5, 3.0], "serial": ["a", "b", "c"]}), path
+    )
     result = run(sqlite_url, "plant.c", parquet_reader(str(path), ReaderOptions()), path, schema=SENSOR_SCHEMA)
     assert (result.rows, result.rejected) == (2, 1)
     s = arrays.open_stream(sqlite_url, "plant.c")
@@ -246,8 +263,15 @@ def test_parquet_column_types_against_the_stream(sqlite_url, tmp_path):
 # -- WAV ------------------------------------------------------------------------------------------------
 
 
-def write_wav(path, samples: np.ndarray, rate: int, *, bits: int | None = None, extensible: bool = False,
-              bext_time: str | None = None) -> None:
+def write_wav(
+    path,
+    samples: np.ndarray,
+    rate: int,
+    *,
+    bits: int | None = None,
+    extensible: bool = False,
+    bext_time: str | None = None,
+) -> None:
     """A WAV file written byte by byte (RIFF, fmt, optional bext, data) from frames x channels samples."""
     channels = samples.shape[1]
     floating = samples.dtype.kind == "f"
@@ -274,10 +298,17 @@ def write_wav(path, samples: np.ndarray, rate: int, *, bits: int | None = None, 
     path.write_bytes(b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks)
 
 
-@pytest.mark.parametrize("dtype,bits,extensible", [
-    ("int16", 16, False), ("int32", 24, True), ("float32", 32, False), ("int32", 32, True), ("float64", 64, False),
-    ("int16", 8, False),
-])
+@pytest.mark.parametrize(
+    "dtype,bits,extensible",
+    [
+        ("int16", 16, False),
+        ("int32", 24, True),
+        ("float32", 32, False),
+        ("int32", 32, True),
+        ("float64", 64, False),
+        ("int16", 8, False),
+    ],
+)
 def test_wav_exact_multichannel(sqlite_url, tmp_path, dtype, bits, extensible):
     rng = np.random.default_rng(bits)
     frames, channels, rate = 10_007, 3, 8_000
@@ -308,7 +339,7 @@ def test_wav_start_from_bext_then_mtime(sqlite_url, tmp_path):
     path = tmp_path / "bwf.wav"
     write_wav(path, samples, 4, bext_time="2024-05-06" + "07:08:09")
     run(sqlite_url, "bwf", wav_reader(str(path), ReaderOptions()), path)
-    expected = int(dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.timezone.utc).timestamp()) * 10**9
+    expected = int(dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC).timestamp()) * 10**9
     assert arrays.open_stream(sqlite_url, "bwf")["time"][:].tolist() == [expected + i * 250_000_000 for i in range(4)]
     plain = tmp_path / "plain.wav"
     write_wav(plain, samples, 4)

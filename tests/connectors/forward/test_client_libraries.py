@@ -206,7 +206,7 @@ def tls_cert(tmp_path_factory) -> Cert:
         return Cert(cert, key)
     pkey = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -224,9 +224,7 @@ def tls_cert(tmp_path_factory) -> Cert:
     )
     cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key.write_bytes(
-        pkey.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return Cert(cert, key)
 
@@ -495,8 +493,13 @@ class _SilentServer:
 
 @pytest.mark.parametrize(
     "client, mode",
-    [("fluent-logger", "Message"), ("fluent-logger", "PackedForward"), ("fluent-org", "PackedForward"),
-     ("go", "msgpack"), ("go", "json")],  # fmt: skip
+    [
+        ("fluent-logger", "Message"),
+        ("fluent-logger", "PackedForward"),
+        ("fluent-org", "PackedForward"),
+        ("go", "msgpack"),
+        ("go", "json"),
+    ],  # fmt: skip
 )
 def test_driver_fails_without_ack(client, mode):
     """The drivers' own guarantee, checked against a peer that never acks: exit non-zero."""

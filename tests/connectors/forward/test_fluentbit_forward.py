@@ -18,10 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
+from tests.connectors.forward.test_fluentd_forward import (
+    SHARED_KEY,
+    check_stream,
+    deliver,
+    rows,
+    schemas_dir,
+    wait_rows,
+    write_lines,
+)
 from tests.fluent_programs import start_fluent_bit
 from tests.serve_process import Serve, free_port
-from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
-from tests.connectors.forward.test_fluentd_forward import SHARED_KEY, check_stream, deliver, rows, schemas_dir, wait_rows, write_lines
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
@@ -70,9 +78,14 @@ def fluent_bit_config(workdir: Path, source: Path, port: int, output: str = "", 
 
 def run(tmp_path: Path, count: int, *, output: str = "", host: str = "127.0.0.1", serve_args: tuple = ()) -> str:
     """Tail ``count`` lines through real Fluent Bit into a fresh ``windvane serve``; Fluent Bit's log."""
-    return deliver(tmp_path, count,
-                   lambda source, port: start_fluent_bit(fluent_bit_config(tmp_path, source, port, output, host), tmp_path),
-                   tag=TAG, serve_args=serve_args, time_slack_ns=FLUENT_BIT_PARSE_NS)
+    return deliver(
+        tmp_path,
+        count,
+        lambda source, port: start_fluent_bit(fluent_bit_config(tmp_path, source, port, output, host), tmp_path),
+        tag=TAG,
+        serve_args=serve_args,
+        time_slack_ns=FLUENT_BIT_PARSE_NS,
+    )
 
 
 def test_plain(tmp_path):
@@ -84,23 +97,36 @@ def test_gzip(tmp_path):
 
 
 def test_shared_key(tmp_path):
-    run(tmp_path, 3000, output=f"Shared_Key {SHARED_KEY}\n    Self_Hostname fluent-bit-test",
-        serve_args=("--shared-key", SHARED_KEY))
+    run(
+        tmp_path,
+        3000,
+        output=f"Shared_Key {SHARED_KEY}\n    Self_Hostname fluent-bit-test",
+        serve_args=("--shared-key", SHARED_KEY),
+    )
 
 
 def test_shared_key_with_users(tmp_path):
     users = tmp_path / "users.toml"
     users.write_text('[users.alice]\npassword = "s3cret-pässword"\n')
-    run(tmp_path, 3000, output=f"Shared_Key {SHARED_KEY}\n    Self_Hostname fluent-bit-test\n"
-                               "    Username alice\n    Password s3cret-pässword",
-        serve_args=("--shared-key", SHARED_KEY, "--users", str(users)))
+    run(
+        tmp_path,
+        3000,
+        output=f"Shared_Key {SHARED_KEY}\n    Self_Hostname fluent-bit-test\n"
+        "    Username alice\n    Password s3cret-pässword",
+        serve_args=("--shared-key", SHARED_KEY, "--users", str(users)),
+    )
 
 
 def test_tls(tmp_path, tls_cert: Cert):  # noqa: F811 - the fixture
     # Fluent Bit checks the chain against the certificate as its CA, and the name it connected to.
     output = f"tls on\n    tls.verify on\n    tls.ca_file {tls_cert.cert}\n    tls.vhost localhost"
-    run(tmp_path, 3000, output=output, host="localhost",
-        serve_args=("--tls-cert", str(tls_cert.cert), "--tls-key", str(tls_cert.key)))
+    run(
+        tmp_path,
+        3000,
+        output=output,
+        host="localhost",
+        serve_args=("--tls-cert", str(tls_cert.cert), "--tls-key", str(tls_cert.key)),
+    )
 
 
 @pytest.mark.crash

@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
+from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 from tests.fluent_programs import Program, start_fluentd
 from tests.serve_process import Serve, free_port
-from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
+from windvane import arrays, neostore
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
@@ -71,8 +70,9 @@ def write_lines(path: Path, count: int) -> None:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-def fluentd_config(source: Path, port: int, *, output: str = "", server: str = "", security: str = "",
-                   host: str = "127.0.0.1") -> str:
+def fluentd_config(
+    source: Path, port: int, *, output: str = "", server: str = "", security: str = "", host: str = "127.0.0.1"
+) -> str:
     return f"""
 <source>
   @type tail
@@ -150,8 +150,9 @@ def check_stream(url: str, count: int, tag: str = "fd.events", time_slack_ns: in
             msg, extra = s["msg"][:], s["extra"][:]
             assert [msg[j] for j in order] == [line_text(i) for i in range(count)]
             np.testing.assert_array_equal(s["value"][:][order], np.arange(count) * 0.25)
-            assert [extra[j] for j in order] == [json.dumps({"host": f"h{i % 3}"}) .replace(" ", "")
-                                                 for i in range(count)]
+            assert [extra[j] for j in order] == [
+                json.dumps({"host": f"h{i % 3}"}).replace(" ", "") for i in range(count)
+            ]
             off = np.abs(s["time"][:][order] - np.array([line_time_ns(i) for i in range(count)]))
             assert off.max() <= time_slack_ns, f"line {int(off.argmax())}: time {int(off.max())} ns off"
         assert tag not in arrays.list_streams(store, quarantine=True)
@@ -159,16 +160,24 @@ def check_stream(url: str, count: int, tag: str = "fd.events", time_slack_ns: in
         store.close()
 
 
-def deliver(tmp_path: Path, count: int, start: Callable[[Path, int], Program], *, tag: str = "fd.events",
-            serve_args: tuple = (), time_slack_ns: int = 0) -> str:
+def deliver(
+    tmp_path: Path,
+    count: int,
+    start: Callable[[Path, int], Program],
+    *,
+    tag: str = "fd.events",
+    serve_args: tuple = (),
+    time_slack_ns: int = 0,
+) -> str:
     """Tail ``count`` lines through a real program (``start(source, port)``) into a fresh ``windvane serve``,
     check the stream against the file and the program's log for errors; the program's log."""
     source = tmp_path / "events.jsonl"
     write_lines(source, count)  # before the start: a tail sees files made later only at its next scan
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
-    with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args,
-               forward=f"127.0.0.1:{port}", http=None) as serve:
+    with Serve(
+        url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args, forward=f"127.0.0.1:{port}", http=None
+    ) as serve:
         program = start(source, port)
         try:
             wait_rows(url, count, 120, tag=tag, what=f"\n{program.log()}\n{serve.log()}")
@@ -183,8 +192,12 @@ def deliver(tmp_path: Path, count: int, start: Callable[[Path, int], Program], *
 
 def run(tmp_path: Path, count: int, *, serve_args: tuple = (), **config: str) -> str:
     """Tail ``count`` lines through real fluentd into a fresh ``windvane serve``; fluentd's log."""
-    return deliver(tmp_path, count, lambda source, port: start_fluentd(fluentd_config(source, port, **config), tmp_path),
-                   serve_args=serve_args)
+    return deliver(
+        tmp_path,
+        count,
+        lambda source, port: start_fluentd(fluentd_config(source, port, **config), tmp_path),
+        serve_args=serve_args,
+    )
 
 
 def test_plain(tmp_path):
@@ -204,8 +217,13 @@ def test_shared_key_with_users(tmp_path):
     users = tmp_path / "users.toml"
     users.write_text('[users.alice]\npassword = "s3cret-pässword"\n')
     security = f"<security>\n self_hostname fluentd-test\n shared_key {SHARED_KEY}\n</security>"
-    run(tmp_path, 3000, security=security, server="username alice\n    password s3cret-pässword",
-        serve_args=("--shared-key", SHARED_KEY, "--users", str(users)))
+    run(
+        tmp_path,
+        3000,
+        security=security,
+        server="username alice\n    password s3cret-pässword",
+        serve_args=("--shared-key", SHARED_KEY, "--users", str(users)),
+    )
 
 
 def test_wrong_user_password_is_refused_and_nothing_stored(tmp_path):
@@ -216,10 +234,20 @@ def test_wrong_user_password_is_refused_and_nothing_stored(tmp_path):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     security = f"<security>\n self_hostname fluentd-test\n shared_key {SHARED_KEY}\n</security>"
-    with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", "--shared-key", SHARED_KEY,
-               "--users", str(users), forward=f"127.0.0.1:{port}", http=None) as serve:
-        fluentd = start_fluentd(fluentd_config(source, port, security=security,
-                                               server="username alice\n    password wrong"), tmp_path)
+    with Serve(
+        url,
+        schemas_dir(tmp_path),
+        tmp_path / "serve.log",
+        "--shared-key",
+        SHARED_KEY,
+        "--users",
+        str(users),
+        forward=f"127.0.0.1:{port}",
+        http=None,
+    ) as serve:
+        fluentd = start_fluentd(
+            fluentd_config(source, port, security=security, server="username alice\n    password wrong"), tmp_path
+        )
         try:
             fluentd.wait_log("authentication failed: username/password mismatch", timeout=60)
         finally:
@@ -232,13 +260,21 @@ def test_tls(tmp_path, tls_cert: Cert):  # noqa: F811 - the fixture
     # The certificate names localhost (Ruby's hostname check fails on an IP address): fluentd checks
     # the chain against it as its CA and the name it connected to.
     output = f"transport tls\n  tls_cert_path {tls_cert.cert}\n  tls_verify_hostname true"
-    run(tmp_path, 3000, output=output, host="localhost", serve_args=("--tls-cert", str(tls_cert.cert), "--tls-key", str(tls_cert.key)))
+    run(
+        tmp_path,
+        3000,
+        output=output,
+        host="localhost",
+        serve_args=("--tls-cert", str(tls_cert.cert), "--tls-key", str(tls_cert.key)),
+    )
 
 
 @pytest.mark.parametrize("heartbeat", ["udp", "transport"])
 def test_keepalive_connections_and_heartbeats(tmp_path, heartbeat):
-    output = (f"keepalive true\n  keepalive_timeout 30\n  send_keepalive_packet true\n"
-              f"  heartbeat_type {heartbeat}\n  heartbeat_interval 0.5")
+    output = (
+        f"keepalive true\n  keepalive_timeout 30\n  send_keepalive_packet true\n"
+        f"  heartbeat_type {heartbeat}\n  heartbeat_interval 0.5"
+    )
     log = run(tmp_path, 3000, output=output)
     # fluentd marks a server whose heartbeats go unanswered unavailable; it never did here.
     assert "detached forwarding server" not in log and "no nodes are available" not in log, log

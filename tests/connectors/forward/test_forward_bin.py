@@ -21,16 +21,19 @@ from windvane.ingest.prepare import prepare, validate
 from windvane.ingest.record_types import record_type
 from windvane.ingest.schema import SchemaSet, parse_schema
 
-SCHEMA = parse_schema({
-    "kind": "log",
-    "tags": ["app.**"],
-    "extra": "keep",
-    "fields": [
-        {"name": "seq", "dtype": "int64", "required": True},
-        {"name": "msg", "dtype": "str"},
-        {"name": "value", "dtype": "float64"},
-    ],
-}, name="app")
+SCHEMA = parse_schema(
+    {
+        "kind": "log",
+        "tags": ["app.**"],
+        "extra": "keep",
+        "fields": [
+            {"name": "seq", "dtype": "int64", "required": True},
+            {"name": "msg", "dtype": "str"},
+            {"name": "value", "dtype": "float64"},
+        ],
+    },
+    name="app",
+)
 SCHEMAS = SchemaSet([SCHEMA])
 RECORDS = [{"seq": i, "msg": f"event {i} Grüße 温度 ✓", "value": i / 8, "host": f"web-{i % 3}"} for i in range(50)]
 TIMES = [(1_767_225_600 + i, i * 1000) for i in range(50)]
@@ -49,16 +52,18 @@ def _time(seconds: int, nanos: int) -> msgpack.ExtType:
 
 
 def _entries(binary: bool) -> bytes:
-    return b"".join(msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True)
-                    for t, r in zip(TIMES, RECORDS))
+    return b"".join(
+        msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True) for t, r in zip(TIMES, RECORDS)
+    )
 
 
 def _frames(mode: str, binary: bool, tag_as_bin: bool) -> bytes:
     tag = b"app.bin" if tag_as_bin else "app.bin"
     option = {"chunk": base64.encodebytes(b"c" * 16).decode()}
     if mode == "message":
-        return b"".join(msgpack.packb([tag, _time(*t), _bin(r) if binary else r], use_bin_type=True)
-                        for t, r in zip(TIMES, RECORDS))
+        return b"".join(
+            msgpack.packb([tag, _time(*t), _bin(r) if binary else r], use_bin_type=True) for t, r in zip(TIMES, RECORDS)
+        )
     if mode == "forward":
         entries = [[_time(*t), _bin(r) if binary else r] for t, r in zip(TIMES, RECORDS)]
         return msgpack.packb([tag, entries, option], use_bin_type=True)
@@ -67,8 +72,14 @@ def _frames(mode: str, binary: bool, tag_as_bin: bool) -> bytes:
         payload = gzip.compress(payload)
         option = {**option, "compressed": "gzip"}
     # out_forward's framing: the entries as str32, the option after them
-    return (b"\x93" + msgpack.packb(tag, use_bin_type=True) + b"\xdb" + struct.pack(">I", len(payload)) + payload
-            + msgpack.packb(option))
+    return (
+        b"\x93"
+        + msgpack.packb(tag, use_bin_type=True)
+        + b"\xdb"
+        + struct.pack(">I", len(payload))
+        + payload
+        + msgpack.packb(option)
+    )
 
 
 def _stored(frames: bytes, defer: bool) -> dict:
@@ -101,8 +112,10 @@ def test_str_records_keep_the_typed_fast_path_and_bin_records_the_checked_one():
     from windvane.connectors.forward.decode import decode_packed
 
     def entries(binary: bool) -> bytes:  # declared fields only: "keep" schemas type no undeclared field
-        return b"".join(msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True)
-                        for t, r in zip(TIMES, ({k: v for k, v in r.items() if k != "host"} for r in RECORDS)))
+        return b"".join(
+            msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True)
+            for t, r in zip(TIMES, ({k: v for k, v in r.items() if k != "host"} for r in RECORDS))
+        )
 
     typed = decode_packed("app.bin", entries(False), 0, record_type(SCHEMA))
     checked = decode_packed("app.bin", entries(True), 0, record_type(SCHEMA))

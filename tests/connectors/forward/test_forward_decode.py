@@ -47,14 +47,20 @@ def event_time(sec: int, nsec: int) -> msgpack.ExtType:
 
 def as_text(records: list) -> list:
     """Records with bin keys and values read as UTF-8 text, as ingest reads them."""
+
     def text(v):
         return v.decode() if isinstance(v, bytes) else v
+
     return [{text(k): text(v) for k, v in r.items()} for r in records]
 
 
 @pytest.mark.parametrize(
     ("name", "mode"),
-    [("fluentd_packed_text.bin", "packed"), ("fluentd_packed_gzip.bin", "compressed"), ("fluentd_packed_zstd.bin", "compressed")],
+    [
+        ("fluentd_packed_text.bin", "packed"),
+        ("fluentd_packed_gzip.bin", "compressed"),
+        ("fluentd_packed_zstd.bin", "compressed"),
+    ],
 )
 def test_fluentd_out_forward_fixtures(name, mode):
     data = (FIXTURES / name).read_bytes()
@@ -187,8 +193,9 @@ def test_chunk_size_limit_complete_and_incomplete():
 def bulk_message(tag: str, count: int, *, option=None, items: int = 3, as_bin: bool = False) -> bytes:
     """PackedForward of ``count`` events of 20 KiB each, entries framed str32 (as out_forward writes them) or
     bin32 (as Fluent Bit does): the bulk messages the framer gathers in pieces."""
-    entries = b"".join(packb([event_time(1_700_000_000 + i, i), {"blob": bytes([i % 251]) * 20_000, "i": i}])
-                       for i in range(count))
+    entries = b"".join(
+        packb([event_time(1_700_000_000 + i, i), {"blob": bytes([i % 251]) * 20_000, "i": i}]) for i in range(count)
+    )
     head = (b"\x93" if items == 3 else b"\x92") + packb(tag) + (b"\xc6" if as_bin else b"\xdb")
     message = head + struct.pack(">I", len(entries)) + entries
     return message + packb(option) if items == 3 else message
@@ -198,15 +205,17 @@ def events(decoded: list) -> list:
     return [(d.batch.tag, list(d.batch.times), d.batch.records, d.chunk) for d in decoded]
 
 
-BULK_STREAM = b"".join([
-    packb(["small.first", [[1, {"a": 1}]]]),
-    bulk_message("bulk.str", 8, option={"chunk": "c1", "size": 8}),
-    bulk_message("bulk.bin", 5, option={"chunk": "c2"}, as_bin=True),
-    b"\xc0",  # a heartbeat between two bulk messages
-    bulk_message("bulk.two", 4, items=2),
-    bulk_message("bulk.nil", 4, option=None),
-    packb(["small.last", 5, {"b": 2}, {"chunk": "c3"}]),
-])
+BULK_STREAM = b"".join(
+    [
+        packb(["small.first", [[1, {"a": 1}]]]),
+        bulk_message("bulk.str", 8, option={"chunk": "c1", "size": 8}),
+        bulk_message("bulk.bin", 5, option={"chunk": "c2"}, as_bin=True),
+        b"\xc0",  # a heartbeat between two bulk messages
+        bulk_message("bulk.two", 4, items=2),
+        bulk_message("bulk.nil", 4, option=None),
+        packb(["small.last", 5, {"b": 2}, {"chunk": "c3"}]),
+    ]
+)
 
 
 def test_bulk_messages_cut_anywhere_decode_as_whole():
@@ -279,16 +288,23 @@ def test_bulk_message_with_a_bad_or_endless_option():
             list(reader.feed(endless[i : i + 8192] if i < len(endless) else b"x" * 8192))
 
 
-VIBRATION = parse_schema({"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 3, "sample_rate": 25600}},
-                         name="vibration")
+VIBRATION = parse_schema(
+    {"kind": "vibration", "tags": ["vib.**"], "vibration": {"channels": 3, "sample_rate": 25600}}, name="vibration"
+)
 
 
 def vibration_message(count: int, option=None, *, compressed: bool = False, odd: int | None = None) -> bytes:
     """PackedForward of ``count`` blocks of 25,600 x 3 float32 samples (307 kB), as a vibration sender's
     chunk; block ``odd`` is a list of lists instead (the checked way takes that)."""
-    entries = b"".join(packb([event_time(1_700_000_000 + i, 0),
-                              {"samples": [[0.5, 1.5, 2.5]] if i == odd else struct.pack("<3f", i, -i, 0.25) * 25_600}])
-                       for i in range(count))
+    entries = b"".join(
+        packb(
+            [
+                event_time(1_700_000_000 + i, 0),
+                {"samples": [[0.5, 1.5, 2.5]] if i == odd else struct.pack("<3f", i, -i, 0.25) * 25_600},
+            ]
+        )
+        for i in range(count)
+    )
     if compressed:
         entries = gzip.compress(entries)
     return b"\x93" + packb("vib.x") + b"\xdb" + struct.pack(">I", len(entries)) + entries + packb(option)
@@ -313,8 +329,10 @@ def test_bulk_vibration_blocks_are_decoded_where_they_arrived(option):
     batch = decoded.batch
     assert batch.typed and len(batch) == 4
     whole = np.frombuffer(frame, np.uint8)
-    assert all(type(r.samples) is memoryview and np.shares_memory(np.frombuffer(r.samples, np.uint8), whole)
-               for r in batch.records)
+    assert all(
+        type(r.samples) is memoryview and np.shares_memory(np.frombuffer(r.samples, np.uint8), whole)
+        for r in batch.records
+    )
     plain = decode_message(message).batch
     assert not plain.typed and list(plain.times) == list(batch.times)
     (columns, rejected), (plain_columns, _) = batch_columns(VIBRATION, batch), batch_columns(VIBRATION, plain)
@@ -335,8 +353,16 @@ def test_bulk_blocks_that_do_not_fit_or_arrive_compressed_decode_as_before():
 
 def test_times_zero_nil_float_and_invalid():
     before = time.time_ns()
-    entries = [[0, {}], [None, {}], [1.5, {}], ["yesterday", {}], [event_time(0, 0), {}], [2**63, {}],
-               ["2024-05-01T12:00:00Z", {}], [1714564800250, {}]]
+    entries = [
+        [0, {}],
+        [None, {}],
+        [1.5, {}],
+        ["yesterday", {}],
+        [event_time(0, 0), {}],
+        [2**63, {}],
+        ["2024-05-01T12:00:00Z", {}],
+        [1714564800250, {}],
+    ]
     batch = one(packb(["t", entries])).batch
     t = list(batch.times)
     assert t[0] >= before and t[1] >= before and t[4] >= before
@@ -442,9 +468,9 @@ def test_decode_packed_directly():
 
 def test_only_small_events_are_left_for_the_decode_workers():
     """Bulk binary events decode here (a copy); many small events go to ingest's workers undecoded."""
+    from tests.forward_sender import chunk_id, packed_forward
     from windvane.connectors.forward.decode import DEFER_MAX_EVENT_BYTES, decode_message
     from windvane.ingest.batch import Batch, Undecoded
-    from tests.forward_sender import chunk_id, packed_forward
 
     small = packed_forward("logs", [(1, {"msg": "x" * 100})] * 50, chunk_id())
     big = packed_forward("vib", [(1, {"samples": b"\0" * (DEFER_MAX_EVENT_BYTES + 1)})] * 3, chunk_id())

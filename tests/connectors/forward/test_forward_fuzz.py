@@ -17,7 +17,9 @@ from windvane.connectors.forward import ForwardDecoder, ForwardError
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "forward"
 SEEDS = [p.read_bytes() for p in sorted(FIXTURES.glob("*.bin"))] + [
     msgpack.packb(["t", gzip.compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "gzip", "chunk": "c"}]),
-    msgpack.packb(["t", zstandard.ZstdCompressor().compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "zstd"}]),
+    msgpack.packb(
+        ["t", zstandard.ZstdCompressor().compress(msgpack.packb([1, {"a": 1}]) * 20), {"compressed": "zstd"}]
+    ),
     b'["t", 1, {"a": [1, 2, {"b": "c\\\\"}]}, {"chunk": "x"}]',
 ]
 LIMITS = {"chunk_size_limit": 64 << 10, "decompressed_size_limit": 1 << 20}
@@ -81,7 +83,17 @@ def mutated(draw, seeds=SEEDS):
             del data[pos:]
         elif op == "big-length":
             # Headers claiming huge containers or strings: must not allocate or wait forever.
-            data[pos:pos] = draw(st.sampled_from([b"\xdd\x7f\xff\xff\xff", b"\xdf\x7f\xff\xff\xff", b"\xdb\x7f\xff\xff\xff", b"\xc6\xff\xff\xff\xff", b"\xc9\x7f\xff\xff\xff\x00"]))
+            data[pos:pos] = draw(
+                st.sampled_from(
+                    [
+                        b"\xdd\x7f\xff\xff\xff",
+                        b"\xdf\x7f\xff\xff\xff",
+                        b"\xdb\x7f\xff\xff\xff",
+                        b"\xc6\xff\xff\xff\xff",
+                        b"\xc9\x7f\xff\xff\xff\x00",
+                    ]
+                )
+            )
     return bytes(data)
 
 
@@ -96,7 +108,9 @@ def split_decodes_as_whole(data: bytes, split: int, limits: dict) -> list:
     whole = list(ForwardDecoder(**limits).feed(data))
     decoder = ForwardDecoder(**limits)
     pieces = [d for i in range(0, len(data), split) for d in decoder.feed(data[i : i + split])]
-    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [(d.batch.tag, d.batch.records, d.chunk) for d in whole]
+    assert [(d.batch.tag, d.batch.records, d.chunk) for d in pieces] == [
+        (d.batch.tag, d.batch.records, d.chunk) for d in whole
+    ]
     return whole
 
 

@@ -283,7 +283,9 @@ async def test_slow_byte_by_byte_sender_does_not_block_others(server, sink):
 
 async def test_json_mode(server, sink):
     r, w = await asyncio.open_connection("127.0.0.1", server.port)
-    w.write(b'["app.json", 1700000000, {"k": "v"}, {"chunk": "j1\\n"}]["app.json", [[1700000001, {"k": 2}]], {"chunk": "j2"}]')
+    w.write(
+        b'["app.json", 1700000000, {"k": "v"}, {"chunk": "j1\\n"}]["app.json", [[1700000001, {"k": 2}]], {"chunk": "j2"}]'
+    )
     first = json.loads(await r.readuntil(b"}"))
     second = json.loads(await r.readuntil(b"}"))
     assert [first, second] == [{"ack": "j1\n"}, {"ack": "j2"}]
@@ -305,7 +307,12 @@ async def handshake_client(port: int, **kw) -> tuple:
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(await r.read(4096))
     helo = next(unpacker)
-    assert helo[0] == "HELO" and len(helo[1]["nonce"]) == 16 and len(helo[1]["auth"]) == 16 and helo[1]["keepalive"] is True
+    assert (
+        helo[0] == "HELO"
+        and len(helo[1]["nonce"]) == 16
+        and len(helo[1]["auth"]) == 16
+        and helo[1]["keepalive"] is True
+    )
     w.write(packb(ping(helo, **kw)))
     while True:
         try:
@@ -321,7 +328,12 @@ async def test_handshake_success_and_failures(sink, caplog):
     srv = ForwardServer(sink, "127.0.0.1", 0, shared_key="k3y", users=users, self_hostname="windvane-test")
     await srv.start()
     r, w, pong = await handshake_client(
-        srv.port, client_hostname="client-1", shared_key="k3y", username="alice", password="s3cret-password", salt=b"s" * 16
+        srv.port,
+        client_hostname="client-1",
+        shared_key="k3y",
+        username="alice",
+        password="s3cret-password",
+        salt=b"s" * 16,
     )
     assert pong[:4] == ["PONG", True, "", "windvane-test"]
     assert len(pong[4]) == 128  # sha512 hex of salt + self_hostname + nonce + shared_key
@@ -330,10 +342,14 @@ async def test_handshake_success_and_failures(sink, caplog):
     assert await read_acks(r, 1) == [{"ack": c}]
     w.close()
     with caplog.at_level(logging.WARNING, "windvane.connectors.forward"):
-        r, w, pong = await handshake_client(srv.port, client_hostname="c2", shared_key="wrong", username="alice", password="s3cret-password")
+        r, w, pong = await handshake_client(
+            srv.port, client_hostname="c2", shared_key="wrong", username="alice", password="s3cret-password"
+        )
         assert pong == ["PONG", False, "shared_key mismatch", "", ""]
         assert await r.read() == b""
-        r, w, pong = await handshake_client(srv.port, client_hostname="c3", shared_key="k3y", username="alice", password="nope")
+        r, w, pong = await handshake_client(
+            srv.port, client_hostname="c3", shared_key="k3y", username="alice", password="nope"
+        )
         assert pong == ["PONG", False, "username/password mismatch", "", ""]
         assert await r.read() == b""
     assert "127.0.0.1:" in caplog.text and "k3y" not in caplog.text and "s3cret" not in caplog.text
@@ -348,31 +364,54 @@ def certificate(tmp_path) -> tuple[Path, Path]:
         from cryptography import x509  # noqa: F401
     except ImportError:
         subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-            check=True, capture_output=True,
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+            ],
+            check=True,
+            capture_output=True,
         )
         return cert, key
     import datetime
+    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     pk = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     c = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(pk.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(pk.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .sign(pk, hashes.SHA256())
     )
     cert.write_bytes(c.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(pk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key.write_bytes(
+        pk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert, key
 
 
@@ -402,10 +441,17 @@ async def test_tls(sink, certificate):
 def bulk_message(tag: str, first: int, blocks: int, chunk: str, *, as_bin: bool = False) -> bytes:
     """PackedForward of ``blocks`` vibration blocks of 300 kB (str32 entries as out_forward frames them,
     bin32 as Fluent Bit does): a bulk message, received in place where it is kept."""
-    entries = b"".join(packb([1700000000 + i, {"samples": bytes([i % 251]) * 300_000, "i": i}])
-                       for i in range(first, first + blocks))
-    return (b"\x93" + packb(tag) + (b"\xc6" if as_bin else b"\xdb") + len(entries).to_bytes(4, "big") + entries
-            + packb({"size": blocks, "chunk": chunk}))
+    entries = b"".join(
+        packb([1700000000 + i, {"samples": bytes([i % 251]) * 300_000, "i": i}]) for i in range(first, first + blocks)
+    )
+    return (
+        b"\x93"
+        + packb(tag)
+        + (b"\xc6" if as_bin else b"\xdb")
+        + len(entries).to_bytes(4, "big")
+        + entries
+        + packb({"size": blocks, "chunk": chunk})
+    )
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
@@ -421,13 +467,15 @@ async def test_bulk_messages_are_received_whole_in_any_pieces(sink, certificate,
     srv = ForwardServer(sink, "127.0.0.1", 0, ssl=server_ctx)
     await srv.start()
     chunks = [chunk_id() for _ in range(5)]
-    stream = b"".join([
-        bulk_message("vib.a", 0, 4, chunks[0]),
-        packed_message("small", 3, chunks[1]),
-        bulk_message("vib.b", 4, 2, chunks[2], as_bin=True),
-        bulk_message("vib.a", 6, 3, chunks[3]),
-        packed_message("small", 2, chunks[4], start=3),
-    ])
+    stream = b"".join(
+        [
+            bulk_message("vib.a", 0, 4, chunks[0]),
+            packed_message("small", 3, chunks[1]),
+            bulk_message("vib.b", 4, 2, chunks[2], as_bin=True),
+            bulk_message("vib.a", 6, 3, chunks[3]),
+            packed_message("small", 2, chunks[4], start=3),
+        ]
+    )
     r, w = await asyncio.open_connection("127.0.0.1", srv.port, ssl=client_ctx)
     at = piece = 0
     while at < len(stream):
@@ -439,7 +487,8 @@ async def test_bulk_messages_are_received_whole_in_any_pieces(sink, certificate,
     assert sorted(a["ack"] for a in acks) == sorted(chunks)
     blocks = [(tag, record["i"], record["samples"]) for tag, _, record in sink.events if tag.startswith("vib.")]
     assert [(tag, i) for tag, i, _ in blocks] == [("vib.a", i) for i in range(4)] + [("vib.b", 4), ("vib.b", 5)] + [
-        ("vib.a", i) for i in range(6, 9)]
+        ("vib.a", i) for i in range(6, 9)
+    ]
     assert all(samples == bytes([i % 251]) * 300_000 for _, i, samples in blocks)
     assert [record["i"] for tag, _, record in sink.events if tag == "small"] == [0, 1, 2, 3, 4]
     w.close()

@@ -38,10 +38,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from windvane import arrays
-from windvane import neostore
 from tests.fluent_programs import Program, start_fluent_bit, start_fluentd
 from tests.serve_process import Serve, free_port
+from windvane import arrays, neostore
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
@@ -71,8 +70,11 @@ dtype = "float64"
 required = true
 """
 # LTSV carries text only.
-LTSV_SCHEMA = TYPED_SCHEMA.replace('tags = ["fd.**", "fb.**"]', 'tags = ["fd.ltsv"]').replace('"int64"', '"str"') \
+LTSV_SCHEMA = (
+    TYPED_SCHEMA.replace('tags = ["fd.**", "fb.**"]', 'tags = ["fd.ltsv"]')
+    .replace('"int64"', '"str"')
     .replace('"float64"', '"str"')
+)
 
 FLUENTD_FORMATS = {  # tag -> out_http options
     "fd.ndjson": "",
@@ -134,8 +136,10 @@ class Run:
     waited: dict = field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"rows (stream, quarantine): {self.waited}\n--- program ---\n{self.program_log[-5000:]}\n" \
-               f"--- windvane serve ---\n{self.serve_log[-3000:]}"
+        return (
+            f"rows (stream, quarantine): {self.waited}\n--- program ---\n{self.program_log[-5000:]}\n"
+            f"--- windvane serve ---\n{self.serve_log[-3000:]}"
+        )
 
 
 def rows(url: str, tag: str, quarantine: bool = False) -> int:
@@ -157,8 +161,9 @@ def serve_with_users(tmp_path: Path) -> Serve:
     users = tmp_path / "users.toml"
     users.write_text(f'[users.{USER}]\npassword = "{PASSWORD}"\n')
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    return Serve(url, schemas, tmp_path / "serve.log", "--users", str(users), forward=None,
-                 http=f"127.0.0.1:{free_port()}")
+    return Serve(
+        url, schemas, tmp_path / "serve.log", "--users", str(users), forward=None, http=f"127.0.0.1:{free_port()}"
+    )
 
 
 def deliver(tmp_path: Path, tags: list[str], start) -> Run:
@@ -219,10 +224,11 @@ def check_values(tag: str, got: dict, *, text: bool = False) -> None:
 
 
 def fluentd_config(source: Path, port: int) -> str:
-    stores = "".join(f"""
+    stores = "".join(
+        f"""
   <store>
     @type http
-    endpoint http://127.0.0.1:{port}/{tag.replace('.', '/')}
+    endpoint http://127.0.0.1:{port}/{tag.replace(".", "/")}
     {options}
     <auth>
       method basic
@@ -234,7 +240,9 @@ def fluentd_config(source: Path, port: int) -> str:
       chunk_limit_size 128k
       retry_wait 1s
     </buffer>
-  </store>""" for tag, options in FLUENTD_FORMATS.items())
+  </store>"""
+        for tag, options in FLUENTD_FORMATS.items()
+    )
     return f"""
 <source>
   @type tail
@@ -259,8 +267,7 @@ def fluentd_run(tmp_path_factory) -> Run:
     tmp_path = tmp_path_factory.mktemp("fluentd_http")
     source = tmp_path / "events.jsonl"
     write_lines(source, COUNT, with_time=True)
-    return deliver(tmp_path, list(FLUENTD_FORMATS),
-                   lambda port: start_fluentd(fluentd_config(source, port), tmp_path))
+    return deliver(tmp_path, list(FLUENTD_FORMATS), lambda port: start_fluentd(fluentd_config(source, port), tmp_path))
 
 
 @pytest.mark.parametrize("tag", list(FLUENTD_FORMATS))
@@ -269,8 +276,10 @@ def test_fluentd_out_http(fluentd_run, tag):
     check_values(tag, got, text=tag == "fd.ltsv")
     want = np.array([line_time_us(i) * 1000 for i in range(COUNT)], dtype=np.int64)
     bad = np.flatnonzero(got["time"] != want)
-    assert bad.size == 0, (f"{tag}: {bad.size} times differ from the file's, first line {bad[0]}: "
-                           f"{int(got['time'][bad[0]])} != {int(want[bad[0]])}")
+    assert bad.size == 0, (
+        f"{tag}: {bad.size} times differ from the file's, first line {bad[0]}: "
+        f"{int(got['time'][bad[0]])} != {int(want[bad[0]])}"
+    )
 
 
 def test_fluentd_logged_no_error(fluentd_run):
@@ -282,17 +291,20 @@ def test_fluentd_logged_no_error(fluentd_run):
 
 
 def fluent_bit_config(source: Path, parsers: Path, port: int) -> str:
-    outputs = "".join(f"""
+    outputs = "".join(
+        f"""
 [OUTPUT]
     Name http
     Match fb.source
     Host 127.0.0.1
     Port {port}
-    URI /{tag.replace('.', '/')}
+    URI /{tag.replace(".", "/")}
     http_User {USER}
     http_Passwd {PASSWORD}
     {options}
-""" for tag, options in FLUENT_BIT_FORMATS.items())
+"""
+        for tag, options in FLUENT_BIT_FORMATS.items()
+    )
     return f"""
 [SERVICE]
     Flush 1
@@ -315,8 +327,11 @@ def fluent_bit_run(tmp_path_factory) -> Run:
     write_lines(source, COUNT, with_time=False)
     parsers = tmp_path / "parsers.conf"
     parsers.write_text("[PARSER]\n    Name json\n    Format json\n")
-    return deliver(tmp_path, list(FLUENT_BIT_FORMATS),
-                   lambda port: start_fluent_bit(fluent_bit_config(source, parsers, port), tmp_path))
+    return deliver(
+        tmp_path,
+        list(FLUENT_BIT_FORMATS),
+        lambda port: start_fluent_bit(fluent_bit_config(source, parsers, port), tmp_path),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -332,8 +347,9 @@ def test_fluent_bit_msgpack(fluent_bit_run):
     check_values("fb.msgpack", got)
     t = got["time"]
     assert t.dtype == np.int64
-    assert fluent_bit_run.started_ns <= t.min() and t.max() <= fluent_bit_run.finished_ns, \
+    assert fluent_bit_run.started_ns <= t.min() and t.max() <= fluent_bit_run.finished_ns, (
         f"times outside the run: {t.min()}..{t.max()} not in {fluent_bit_run.started_ns}..{fluent_bit_run.finished_ns}"
+    )
     assert np.all(np.diff(t) >= 0), "the tail reads lines in order: its times never go back"
     assert np.any(t % 1000 != 0), "nanoseconds kept"
 
@@ -347,8 +363,10 @@ def test_fluent_bit_json_formats(fluent_bit_run, fluent_bit_event_times, tag):
     assert np.any(t % 10**9 != 0), "sub-second precision kept"
     diff = np.abs(t - fluent_bit_event_times)
     worst = int(np.argmax(diff))
-    assert diff[worst] <= 1000, (f"{tag}: line {worst} stored at {int(t[worst])}, its EventTime is "
-                                 f"{int(fluent_bit_event_times[worst])}: the date was not taken as the time")
+    assert diff[worst] <= 1000, (
+        f"{tag}: line {worst} stored at {int(t[worst])}, its EventTime is "
+        f"{int(fluent_bit_event_times[worst])}: the date was not taken as the time"
+    )
 
 
 def test_fluent_bit_logged_no_error(fluent_bit_run):

@@ -34,8 +34,12 @@ OUT_HTTP_NDJSON = b'{"message":"hello","level":"info"}\n{"message":"world","leve
 OUT_HTTP_JSON_ARRAY = b'[{"message":"hello","level":"info"}\n,{"message":"world","level":"warn","code":42}\n]'
 OUT_HTTP_RECORDS = [{"message": "hello", "level": "info"}, {"message": "world", "level": "warn", "code": 42}]
 # fluent-plugin-wendelin: the raw chunk, [EventTime(1700000000, 123456789), {"temp"=>21.5, "unit"=>"C"}] twice.  Byte for byte.
-WENDELIN_ITEM_1 = bytes.fromhex("92d7006553f100075bcd15") + b"\x82\xa4temp\xcb" + struct.pack(">d", 21.5) + b"\xa4unit\xa1C"
-WENDELIN_ITEM_2 = bytes.fromhex("92d7006553f1010000000a") + b"\x82\xa4temp\xcb" + struct.pack(">d", 22.0) + b"\xa4unit\xa1C"
+WENDELIN_ITEM_1 = (
+    bytes.fromhex("92d7006553f100075bcd15") + b"\x82\xa4temp\xcb" + struct.pack(">d", 21.5) + b"\xa4unit\xa1C"
+)
+WENDELIN_ITEM_2 = (
+    bytes.fromhex("92d7006553f1010000000a") + b"\x82\xa4temp\xcb" + struct.pack(">d", 22.0) + b"\xa4unit\xa1C"
+)
 WENDELIN_CHUNK = WENDELIN_ITEM_1 + WENDELIN_ITEM_2
 
 
@@ -85,8 +89,11 @@ def captured(name: str) -> list:
     headers = request["headers"]
     query = {"time_key": "date"} if headers.get("User-Agent", "").startswith("Fluent-Bit") else {}
     body = (FIXTURES / request["body"]).read_bytes()
-    return one(decode_body(body, False, headers["Content-Type"], headers.get("Content-Encoding"), request["path"],
-                           query, 1 << 20, NOW))
+    return one(
+        decode_body(
+            body, False, headers["Content-Type"], headers.get("Content-Encoding"), request["path"], query, 1 << 20, NOW
+        )
+    )
 
 
 def source_records(name: str) -> list[dict]:
@@ -144,7 +151,7 @@ def test_json_stream_errors_name_the_place():
 
 
 def test_ltsv_text_times_and_lines_that_are_not_ltsv():
-    body = "a:1\tb:x:y\ttime:1700000000.000000001\n\nplain\tcolumns\na:2\ttime:2023-11-14T22:13:20Z\n".encode()
+    body = b"a:1\tb:x:y\ttime:1700000000.000000001\n\nplain\tcolumns\na:2\ttime:2023-11-14T22:13:20Z\n"
     b = one(decode_in_http(body, "text/tab-separated-values", tag="t", now_ns=NOW))
     assert b.records == [{"a": "1", "b": "x:y"}, "plain\tcolumns", {"a": "2"}]
     assert b.times == [1_700_000_000_000_000_001, NOW, 1_700_000_000_000_000_000]
@@ -157,8 +164,15 @@ def test_ltsv_text_times_and_lines_that_are_not_ltsv():
 def test_msgpack_events_time_their_records():
     """``[time, map]`` and Fluent Bit's ``[[time, metadata], map]`` give their time; other arrays are flattened."""
     et = msgpack.ExtType(0, struct.pack(">II", 1_700_000_000, 5))
-    body = b"".join(msgpack.packb(o) for o in ([[et, {}], {"a": 1}], [1_700_000_001, {"a": 2}], [{"a": 3}, {"a": 4}],
-                                               {"a": 5, "time": 1_700_000_002}))
+    body = b"".join(
+        msgpack.packb(o)
+        for o in (
+            [[et, {}], {"a": 1}],
+            [1_700_000_001, {"a": 2}],
+            [{"a": 3}, {"a": 4}],
+            {"a": 5, "time": 1_700_000_002},
+        )
+    )
     b = one(decode_in_http(body, "application/msgpack", tag="t", now_ns=NOW))
     assert b.records == [{"a": 1}, {"a": 2}, {"a": 3}, {"a": 4}, {"a": 5}]
     assert b.times == [1_700_000_000_000_000_005, 1_700_000_001 * NS, NOW, NOW, 1_700_000_002 * NS]
@@ -166,7 +180,11 @@ def test_msgpack_events_time_their_records():
 
 
 def test_wendelin_fixture():
-    b = one(decode_wendelin(WENDELIN_CHUNK, "application/x-www-form-urlencoded", query={"reference": "sensor.product"}, now_ns=NOW))
+    b = one(
+        decode_wendelin(
+            WENDELIN_CHUNK, "application/x-www-form-urlencoded", query={"reference": "sensor.product"}, now_ns=NOW
+        )
+    )
     assert b.tag == "sensor.product"
     assert list(b.records) == [{"temp": 21.5, "unit": "C"}, {"temp": 22.0, "unit": "C"}]
     assert list(b.times) == [1700000000 * NS + 123456789, 1700000001 * NS + 10]
@@ -254,8 +272,9 @@ def test_bad_json_reports_line_and_column():
     with pytest.raises(BadRequest) as err:
         ndjson(b'{"a":1} x\nnot json\n')
     assert err.value.code == "bad_json"
-    assert err.value.message == ("the NDJSON body has no valid JSON line: line 1 of the NDJSON body is not valid "
-                                 "JSON: column 9: Extra data")
+    assert err.value.message == (
+        "the NDJSON body has no valid JSON line: line 1 of the NDJSON body is not valid JSON: column 9: Extra data"
+    )
     with pytest.raises(BadRequest) as err:
         decode_in_http(b'[{"a":1},\n {"b" 2}]', "application/json", tag="t")
     assert err.value.code == "bad_json" and "line 2, column 7" in err.value.message
@@ -302,12 +321,16 @@ def test_msgpack_truncated_and_invalid():
 def test_urlencoded_form_fields():
     b = one(decode_in_http(b"json=%7B%22a%22%3A+1%7D", "application/x-www-form-urlencoded", tag="t"))
     assert list(b.records) == [{"a": 1}]
-    b = one(decode_in_http(b"ndjson=%7B%22a%22%3A1%7D%0A%7B%22a%22%3A2%7D", "application/x-www-form-urlencoded", tag="t"))
+    b = one(
+        decode_in_http(b"ndjson=%7B%22a%22%3A1%7D%0A%7B%22a%22%3A2%7D", "application/x-www-form-urlencoded", tag="t")
+    )
     assert list(b.records) == [{"a": 1}, {"a": 2}]
     from urllib.parse import quote_from_bytes
 
     packed = msgpack.packb([{"a": 1}, {"b": 2}])
-    b = one(decode_in_http(b"msgpack=" + quote_from_bytes(packed).encode(), "application/x-www-form-urlencoded", tag="t"))
+    b = one(
+        decode_in_http(b"msgpack=" + quote_from_bytes(packed).encode(), "application/x-www-form-urlencoded", tag="t")
+    )
     assert list(b.records) == [{"a": 1}, {"b": 2}]
     # in_http's precedence: json, then ndjson, then msgpack.
     b = one(decode_in_http(b'ndjson=%7B%22n%22%3A1%7D&json={"j":1}', "application/x-www-form-urlencoded", tag="t"))
@@ -329,10 +352,14 @@ def test_multipart_form():
     boundary = "----fluentd0123"
     packed = msgpack.packb({"m": b"\r\n--x"})
     body = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nignored\r\n"
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"msgpack\"; filename=\"x\"\r\n"
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + packed + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="other"\r\n\r\nignored\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="msgpack"; filename="x"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + packed
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     b = one(decode_in_http(body, f'multipart/form-data; boundary="{boundary}"', tag="t"))
     assert list(b.records) == [{"m": b"\r\n--x"}]
     with pytest.raises(BadRequest) as err:
@@ -385,8 +412,10 @@ def test_time_field_removed_and_used():
 
 def test_time_field_read_by_the_one_time_rule():
     """ISO 8601 text is a time as over MQTT; a value that is not a time is a fault naming it; null is no time."""
-    b = ndjson(b'{"time":"2024-01-01T00:00:00Z","a":1}\n{"time":true}\n{"time":null,"a":3}\n{"time":1e300}\n'
-               b'{"time":"yesterday"}\n{"time":1700000000000}\n')
+    b = ndjson(
+        b'{"time":"2024-01-01T00:00:00Z","a":1}\n{"time":true}\n{"time":null,"a":3}\n{"time":1e300}\n'
+        b'{"time":"yesterday"}\n{"time":1700000000000}\n'
+    )
     assert list(b.times) == [1704067200 * NS, NOW, NOW, NOW, NOW, 1700000000 * NS]
     assert b.records[0] == {"a": 1} and b.records[2] == {"a": 3} and b.records[5] == {}
     assert sorted(b.faults) == [1, 3, 4]

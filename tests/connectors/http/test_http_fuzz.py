@@ -21,7 +21,12 @@ from windvane.connectors.http.decode import decode_in_http, decode_wendelin, dec
 from windvane.connectors.http.errors import HttpError
 
 # WINDVANE_FUZZ_EXAMPLES=5000 fuzzes longer.
-SETTINGS = settings(max_examples=int(os.environ.get("WINDVANE_FUZZ_EXAMPLES", "300")), database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("WINDVANE_FUZZ_EXAMPLES", "300")),
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 CONTENT_TYPES = st.sampled_from(
     [
         None,
@@ -38,7 +43,9 @@ CONTENT_TYPES = st.sampled_from(
     ]
 )
 ENCODINGS = st.sampled_from([None, "", "gzip", "deflate", "zstd", "identity", "br", "gzip, zstd", "x-gzip"])
-QUERIES = st.dictionaries(st.sampled_from(["time", "json", "ndjson", "msgpack", "reference"]), st.text(max_size=20), max_size=3)
+QUERIES = st.dictionaries(
+    st.sampled_from(["time", "json", "ndjson", "msgpack", "reference"]), st.text(max_size=20), max_size=3
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
@@ -46,7 +53,12 @@ json_values = st.recursive(
     max_leaves=12,
 )
 msgpack_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=10) | st.binary(max_size=10),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=10)
+    | st.binary(max_size=10),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=12,
 )
@@ -89,9 +101,16 @@ def test_decompress_random_bytes(body, encoding, limit):
 
 
 @SETTINGS
-@given(data=st.binary(max_size=300), encoding=st.sampled_from(["gzip", "deflate", "zstd"]), cut=st.integers(0, 400), flip=st.integers(0, 400))
+@given(
+    data=st.binary(max_size=300),
+    encoding=st.sampled_from(["gzip", "deflate", "zstd"]),
+    cut=st.integers(0, 400),
+    flip=st.integers(0, 400),
+)
 def test_decompress_damaged_streams(data, encoding, cut, flip):
-    packed = {"gzip": gzip.compress, "deflate": zlib.compress, "zstd": zstandard.ZstdCompressor().compress}[encoding](data)
+    packed = {"gzip": gzip.compress, "deflate": zlib.compress, "zstd": zstandard.ZstdCompressor().compress}[encoding](
+        data
+    )
     damaged = bytearray(packed[: cut % (len(packed) + 1)])
     if damaged:
         damaged[flip % len(damaged)] ^= 0x55
@@ -128,8 +147,12 @@ def test_msgpack_near_valid(values, cut):
 
 
 def test_deep_nesting_is_a_bad_request():
-    for body, ctype in [(b"[" * 100_000, "application/json"), (b"[" * 100_000, "application/x-ndjson"), (b"\x91" * 100_000, "application/msgpack")]:
-        check(lambda: decode_in_http(body, ctype, tag="t"))
+    for body, ctype in [
+        (b"[" * 100_000, "application/json"),
+        (b"[" * 100_000, "application/x-ndjson"),
+        (b"\x91" * 100_000, "application/msgpack"),
+    ]:
+        check(lambda body=body, ctype=ctype: decode_in_http(body, ctype, tag="t"))
 
 
 def test_unhashable_msgpack_map_key_is_a_bad_request():

@@ -128,7 +128,9 @@ async def test_ndjson_from_out_http(served, client):
 async def test_gzip_json_array_and_put(served, client):
     url, sink = await served()
     body = gzip.compress(b'[{"a":1}\n,{"b":2}\n,3\n]')
-    status, _, reply = await post(client, url + "/x/y", body, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, "PUT")
+    status, _, reply = await post(
+        client, url + "/x/y", body, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, "PUT"
+    )
     assert status == 200 and reply == {"accepted": 2, "quarantined": 1, "reasons": ["record is not a map"]}
     assert sink.batches[0].raw(2) == b"3"
 
@@ -186,7 +188,9 @@ async def test_health_metrics_streams_root(served, client):
         Sample("windvane_lag_seconds", "Commit lag.", "gauge", {"stream": 'we"ird\\'}, 0.25),
         ("windvane_events_total", "Events committed.", "counter", {"stream": "b"}, 3),
     ]
-    url, _ = await served(health=lambda: {"store": "sqlite"}, metrics=lambda: samples, streams=lambda: [{"name": "app.log", "events": 10}])
+    url, _ = await served(
+        health=lambda: {"store": "sqlite"}, metrics=lambda: samples, streams=lambda: [{"name": "app.log", "events": 10}]
+    )
     async with client.get(url + "/") as resp:
         assert resp.status == 200
     assert (await post(client, url + "/health", None, method="GET"))[2] == {"status": "ok", "store": "sqlite"}
@@ -195,7 +199,10 @@ async def test_health_metrics_streams_root(served, client):
         assert resp.status == 200 and resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         text = await resp.text()
     assert text.startswith(render_metrics(samples))
-    assert '# TYPE windvane_events_total counter\nwindvane_events_total{stream="app.log"} 10\nwindvane_events_total{stream="b"} 3\n' in text
+    assert (
+        '# TYPE windvane_events_total counter\nwindvane_events_total{stream="app.log"} 10\nwindvane_events_total{stream="b"} 3\n'
+        in text
+    )
     assert 'windvane_lag_seconds{stream="we\\"ird\\\\"} 0.25' in text
     assert 'windvane_http_responses_total{code="200"}' in text
 
@@ -220,7 +227,13 @@ async def test_health_failure_is_503(served, client):
         ("/t", b'{"a":', {"Content-Type": "application/json"}, 400, "bad_json"),
         ("/t", b"a,b\n", {"Content-Type": "text/csv"}, 400, "unsupported_content_type"),
         ("/t", b"", {"Content-Type": "application/json"}, 400, "empty_body"),
-        ("/t", gzip.compress(NDJSON)[:-8], {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}, 400, "truncated_body"),
+        (
+            "/t",
+            gzip.compress(NDJSON)[:-8],
+            {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"},
+            400,
+            "truncated_body",
+        ),
         ("/t", NDJSON, {"Content-Type": "application/x-ndjson", "Content-Encoding": "br"}, 415, "unsupported_encoding"),
         ("/", NDJSON, {"Content-Type": "application/x-ndjson"}, 400, "missing_tag"),
         ("/t", b"{}", {"Content-Type": "application/json", "Idempotency-Key": "k" * 300}, 400, "bad_idempotency_key"),
@@ -253,7 +266,9 @@ async def test_body_too_large(served, client):
     async with client.post(url + "/t", data=chunked(), headers={"Content-Type": "application/json"}) as resp:
         assert resp.status == 413 and (await resp.json())["error"] == "body_too_large"
     url, _ = await served(decompressed_size_limit=1000)
-    status, _, reply = await post(client, url + "/t", gzip.compress(b" " * 5000), {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    status, _, reply = await post(
+        client, url + "/t", gzip.compress(b" " * 5000), {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
     assert status == 413 and reply["error"] == "decompressed_too_large"
     assert sink.calls == []
 
@@ -263,18 +278,23 @@ async def test_expect_100_continue(served):
     port = int(url.rsplit(":", 1)[1])
     # Too large: 413 before the body is sent (we never send it).
     response = await raw_exchange(
-        port, b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n"
+        port,
+        b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n",
     )
     assert status_of(response) == 413 and body_of(response)["error"] == "body_too_large"
     # Acceptable: 100 Continue, then the body, then 200.
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\nExpect: 100-continue\r\n\r\n")
+    writer.write(
+        b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\nExpect: 100-continue\r\n\r\n"
+    )
     assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
     writer.write(b'{"a":1}')
     response = await read_response(reader)
     writer.close()
     assert status_of(response) == 200 and body_of(response) == {"accepted": 1, "quarantined": 0}
-    response = await raw_exchange(port, b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nExpect: something\r\n\r\n")
+    response = await raw_exchange(
+        port, b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nExpect: something\r\n\r\n"
+    )
     assert status_of(response) == 417 and body_of(response)["error"] == "expectation_failed"
 
 
@@ -286,7 +306,10 @@ async def test_auth(served, client):
         h = dict(headers, **({"Authorization": auth} if auth else {}))
         async with client.post(url + "/t", data=b'{"a":1}', headers=h) as resp:
             assert resp.status == 401 and (await resp.json())["error"] == "unauthorized"
-            assert resp.headers.getall("WWW-Authenticate") == ['Basic realm="windvane", charset="UTF-8"', 'Bearer realm="windvane"']
+            assert resp.headers.getall("WWW-Authenticate") == [
+                'Basic realm="windvane", charset="UTF-8"',
+                'Bearer realm="windvane"',
+            ]
     basic = "Basic " + base64.b64encode(b"fluent:pw:with:colons").decode()
     assert (await post(client, url + "/t", b'{"a":1}', dict(headers, Authorization=basic)))[0] == 200
     assert (await post(client, url + "/t", b'{"a":1}', dict(headers, Authorization="Bearer tok-123")))[0] == 200
@@ -295,7 +318,9 @@ async def test_auth(served, client):
     assert (await post(client, url + "/health", None, method="GET"))[0] == 200  # probes need no credentials
     # 401 before the body with Expect: 100-continue.
     port = int(url.rsplit(":", 1)[1])
-    response = await raw_exchange(port, b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nExpect: 100-continue\r\n\r\n")
+    response = await raw_exchange(
+        port, b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nExpect: 100-continue\r\n\r\n"
+    )
     assert status_of(response) == 401
 
 
@@ -333,7 +358,10 @@ async def test_slow_upload_does_not_block_others(served, client):
     port = int(url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = b'{"slow":1}'
-    writer.write(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:4])
+    writer.write(
+        b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        + body[:4]
+    )
     await writer.drain()
     for i in range(5):  # other clients are served while the slow body is incomplete
         status, _, reply = await post(client, url + "/fast", b'{"i":%d}' % i, {"Content-Type": "application/json"})
@@ -350,7 +378,9 @@ async def test_keep_alive(served):
     port = int(url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for i in range(3):
-        writer.write(b'POST /k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"k":%d}' % i)
+        writer.write(
+            b'POST /k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"k":%d}' % i
+        )
         response = await read_response(reader)
         assert status_of(response) == 200 and b"connection: close" not in response.lower()
     writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -362,6 +392,12 @@ async def test_keep_alive(served):
 def test_render_metrics_rejects_bad_samples():
     assert render_metrics([]) == ""
     assert render_metrics([("x", "h\nelp", "gauge", {}, float("inf"))]) == "# HELP x h\\nelp\n# TYPE x gauge\nx +Inf\n"
-    for bad in [("bad-name", "", "gauge", {}, 1), ("x", "", "histogram", {}, 1), ("x", "", "gauge", {"0l": 1}, 1), ("x", "", "gauge", {}, "NaNa"), (1, 2)]:
+    for bad in [
+        ("bad-name", "", "gauge", {}, 1),
+        ("x", "", "histogram", {}, 1),
+        ("x", "", "gauge", {"0l": 1}, 1),
+        ("x", "", "gauge", {}, "NaNa"),
+        (1, 2),
+    ]:
         with pytest.raises(ValueError):
             render_metrics([bad])

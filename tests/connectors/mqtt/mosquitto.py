@@ -59,8 +59,11 @@ class Mosquitto:
 
     def start(self, timeout: float = 20) -> Mosquitto:
         """Start the broker and wait until it accepts connections."""
-        self.process = subprocess.Popen([MOSQUITTO, "-c", str(self.config_path)], stdout=subprocess.DEVNULL,
-                                        stderr=open(self.directory / "stderr.log", "ab"))
+        self.process = subprocess.Popen(
+            [MOSQUITTO, "-c", str(self.config_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.directory / "stderr.log", "ab"),
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:

@@ -21,9 +21,10 @@ import paho.mqtt.client as paho
 import pytest
 from click.testing import CliRunner
 
-from windvane import arrays
-from windvane import neostore
 import windvane
+from tests.connectors.mqtt.mosquitto import Mosquitto
+from tests.serve_process import Serve, free_port
+from windvane import arrays, neostore
 from windvane.connectors.mqtt import (
     BrokerUrlError,
     MqttSubscriber,
@@ -37,11 +38,9 @@ from windvane.connectors.mqtt import (
 )
 from windvane.ingest import Batch
 from windvane.ingest.batch import INVALID_TIME
-from windvane.ingest.times import not_a_time
 from windvane.ingest.committer import GroupCommitter
 from windvane.ingest.schema import load_schemas
-from tests.connectors.mqtt.mosquitto import Mosquitto
-from tests.serve_process import Serve, free_port
+from windvane.ingest.times import not_a_time
 
 SCHEMA = """\
 kind = "sensor"
@@ -127,26 +126,35 @@ def seqs(url: str, tags) -> np.ndarray:
 # -- decoding (pure) ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("payload, times, records", [
-    (b'{"value": 1.5, "time": 1700000000.25}', [T0 + 250_000_000], [{"value": 1.5}]),
-    (b'{"value": 1, "timestamp": "2023-11-14T22:13:20.123456789Z"}', [T0 + 123456789], [{"value": 1}]),
-    (b'{"value": 1, "timestamp": "2023-11-14T23:13:20+01:00"}', [T0], [{"value": 1}]),
-    (b'{"value": 1, "time": "2023-11-14 22:13:20"}', [T0], [{"value": 1}]),  # no zone: UTC
-    (b'{"value": 1, "time": 1700000000000}', [T0], [{"value": 1}]),  # milliseconds by magnitude
-    (b'{"value": 1, "time": 1700000000000000}', [T0], [{"value": 1}]),  # microseconds
-    (b'{"value": 1, "time": 1700000000000000000}', [T0], [{"value": 1}]),  # nanoseconds
-    (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, a fault
-    (b'{"value": 2}', [42], [{"value": 2}]),
-    (b' [{"value": 1}, {"value": 2, "time": 1700000000}] ', [42, T0], [{"value": 1}, {"value": 2}]),
-    (b'[1700000000.5, {"value": 3}]', [T0 + 500_000_000], [{"value": 3}]),
-    (b'["not a time", {"value": 3}]', [INVALID_TIME], [{"value": 3}]),
-    (msgpack.packb({"value": 4, "time": 1700000000}), [T0], [{"value": 4}]),
-    (msgpack.packb([{"value": 5}, [msgpack.Timestamp(1700000000, 7), {"value": 6}]]), [42, T0 + 7],
-     [{"value": 5}, {"value": 6}]),
-    (msgpack.packb([msgpack.ExtType(0, (1700000000).to_bytes(4, "big") + (9).to_bytes(4, "big")), {"v": 1}]),
-     [T0 + 9], [{"v": 1}]),
-    (b"[]", [], []),
-])
+@pytest.mark.parametrize(
+    "payload, times, records",
+    [
+        (b'{"value": 1.5, "time": 1700000000.25}', [T0 + 250_000_000], [{"value": 1.5}]),
+        (b'{"value": 1, "timestamp": "2023-11-14T22:13:20.123456789Z"}', [T0 + 123456789], [{"value": 1}]),
+        (b'{"value": 1, "timestamp": "2023-11-14T23:13:20+01:00"}', [T0], [{"value": 1}]),
+        (b'{"value": 1, "time": "2023-11-14 22:13:20"}', [T0], [{"value": 1}]),  # no zone: UTC
+        (b'{"value": 1, "time": 1700000000000}', [T0], [{"value": 1}]),  # milliseconds by magnitude
+        (b'{"value": 1, "time": 1700000000000000}', [T0], [{"value": 1}]),  # microseconds
+        (b'{"value": 1, "time": 1700000000000000000}', [T0], [{"value": 1}]),  # nanoseconds
+        (b'{"value": 1, "time": "yesterday"}', [42], [{"value": 1, "time": "yesterday"}]),  # kept, a fault
+        (b'{"value": 2}', [42], [{"value": 2}]),
+        (b' [{"value": 1}, {"value": 2, "time": 1700000000}] ', [42, T0], [{"value": 1}, {"value": 2}]),
+        (b'[1700000000.5, {"value": 3}]', [T0 + 500_000_000], [{"value": 3}]),
+        (b'["not a time", {"value": 3}]', [INVALID_TIME], [{"value": 3}]),
+        (msgpack.packb({"value": 4, "time": 1700000000}), [T0], [{"value": 4}]),
+        (
+            msgpack.packb([{"value": 5}, [msgpack.Timestamp(1700000000, 7), {"value": 6}]]),
+            [42, T0 + 7],
+            [{"value": 5}, {"value": 6}],
+        ),
+        (
+            msgpack.packb([msgpack.ExtType(0, (1700000000).to_bytes(4, "big") + (9).to_bytes(4, "big")), {"v": 1}]),
+            [T0 + 9],
+            [{"v": 1}],
+        ),
+        (b"[]", [], []),
+    ],
+)
 def test_payloads_decode_to_events_with_their_times(payload, times, records):
     events = decode_payload(payload, 42)
     assert events.times == times
@@ -166,15 +174,18 @@ def test_array_elements_keep_the_bytes_they_arrived_as():
     assert decode_payload(packed, 0).raws == [msgpack.packb({"a": 1}), msgpack.packb("x")]
 
 
-@pytest.mark.parametrize("payload, why", [
-    (b'{"value": ', "invalid JSON: line 1 column 11"),
-    (b"[1 2]", "invalid JSON: line 1 column 4"),
-    (b'{"a": "\xff"}', "JSON that is not UTF-8 (byte 7)"),
-    (b"hello", "not JSON nor msgpack: 4 extra bytes"),
-    (msgpack.packb([1, 2, 3])[:-1], "not JSON nor msgpack: truncated"),
-    (b"", "empty payload"),
-    (b"  \n", "empty payload"),
-])
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        (b'{"value": ', "invalid JSON: line 1 column 11"),
+        (b"[1 2]", "invalid JSON: line 1 column 4"),
+        (b'{"a": "\xff"}', "JSON that is not UTF-8 (byte 7)"),
+        (b"hello", "not JSON nor msgpack: 4 extra bytes"),
+        (msgpack.packb([1, 2, 3])[:-1], "not JSON nor msgpack: truncated"),
+        (b"", "empty payload"),
+        (b"  \n", "empty payload"),
+    ],
+)
 def test_undecodable_payloads_become_one_record_that_says_why(payload, why):
     events = decode_payload(payload, 42)
     assert events.times == [42] and events.raws == [payload]
@@ -183,12 +194,22 @@ def test_undecodable_payloads_become_one_record_that_says_why(payload, why):
 
 def test_topics_urls_and_client_ids():
     assert topic_to_tag("plant/a/scada") == "plant.a.scada"
-    assert parse_broker_url("mqtt://u%40x:p%3Aw@broker.example") == parse_broker_url("mqtt://u%40x:p%3Aw@broker.example:1883")
+    assert parse_broker_url("mqtt://u%40x:p%3Aw@broker.example") == parse_broker_url(
+        "mqtt://u%40x:p%3Aw@broker.example:1883"
+    )
     address = parse_broker_url("mqtts://host:8884?ca=/etc/ca.pem")
     assert (address.host, address.port, address.tls, address.ca) == ("host", 8884, True, "/etc/ca.pem")
-    assert parse_broker_url("mqtt://u%40x:p%3Aw@h").username == "u@x" and parse_broker_url("mqtt://u:p%3Aw@h").password == "p:w"
-    for bad, words in [("tcp://h:1883", "scheme"), ("mqtt://h:99999", "port"), ("mqtt://:1883", "no host"),
-                       ("mqtt://h/topic", "--mqtt-topic"), ("mqtt://h?ca=x", "mqtts")]:
+    assert (
+        parse_broker_url("mqtt://u%40x:p%3Aw@h").username == "u@x"
+        and parse_broker_url("mqtt://u:p%3Aw@h").password == "p:w"
+    )
+    for bad, words in [
+        ("tcp://h:1883", "scheme"),
+        ("mqtt://h:99999", "port"),
+        ("mqtt://:1883", "no host"),
+        ("mqtt://h/topic", "--mqtt-topic"),
+        ("mqtt://h?ca=x", "mqtts"),
+    ]:
         with pytest.raises(BrokerUrlError, match=words):
             parse_broker_url(bad)
     for good in ("#", "a/+/c", "a/#", "+", "$SYS/#"):
@@ -196,7 +217,11 @@ def test_topics_urls_and_client_ids():
     for bad, words in [("", "empty"), ("a/#/b", "last"), ("a#", "whole level"), ("a/b+", r"'\+' must be")]:
         with pytest.raises(TopicFilterError, match=words):
             check_topic_filter(bad)
-    assert default_client_id("sqlite:///a.db") == default_client_id("sqlite:///a.db") != default_client_id("sqlite:///b.db")
+    assert (
+        default_client_id("sqlite:///a.db")
+        == default_client_id("sqlite:///a.db")
+        != default_client_id("sqlite:///b.db")
+    )
     assert len(default_client_id("sqlite:///a.db")) <= 23  # MQTT 3.1.1's limit every broker accepts
 
 
@@ -233,14 +258,22 @@ def test_record_keys_are_committed_unchecked_and_recognised_when_checked(sqlite_
 # -- in-process subscriber, real broker and store ------------------------------------------------
 
 
-async def _subscribe(url: str, schemas: Path, broker_port: int, work, *, client_id: str, sink_wrapper=None,
-                     **options) -> MqttSubscriber:
+async def _subscribe(
+    url: str, schemas: Path, broker_port: int, work, *, client_id: str, sink_wrapper=None, **options
+) -> MqttSubscriber:
     """Run a subscriber on a real GroupCommitter while ``work(subscriber)`` (a blocking function) runs in a thread."""
     committer = GroupCommitter(neostore.open(url), load_schemas(str(schemas)))
     await asyncio.to_thread(committer.start)
     sink = committer if sink_wrapper is None else sink_wrapper(committer)
-    subscriber = MqttSubscriber(sink, parse_broker_url(f"mqtt://127.0.0.1:{broker_port}"), ["plant/#"],
-                                client_id=client_id, min_retry=0.1, max_retry=1.0, **options)
+    subscriber = MqttSubscriber(
+        sink,
+        parse_broker_url(f"mqtt://127.0.0.1:{broker_port}"),
+        ["plant/#"],
+        client_id=client_id,
+        min_retry=0.1,
+        max_retry=1.0,
+        **options,
+    )
     try:
         await subscriber.start()
         await asyncio.to_thread(work, subscriber)
@@ -252,14 +285,18 @@ async def _subscribe(url: str, schemas: Path, broker_port: int, work, *, client_
 
 
 def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_quarantined(
-        store_url, schemas, broker, request):
+    store_url, schemas, broker, request
+):
     messages = []
     for i in range(60):
         record = {"value": i / 4, "seq": i, "unit": f"kW-é{i}", "time": (T0 // 10**9) + i}
         topic = f"plant/t{i % 3}/power"
         messages.append((topic, json.dumps(record) if i % 2 else msgpack.packb(record)))
-    bad = [("plant/t0/power", b'{"value": '), ("plant/t1/power", b"\x00\xc1 junk"),
-           ("plant/t2/power", b'{"value": "high"}')]  # the last decodes but does not fit the schema
+    bad = [
+        ("plant/t0/power", b'{"value": '),
+        ("plant/t1/power", b"\x00\xc1 junk"),
+        ("plant/t2/power", b'{"value": "high"}'),
+    ]  # the last decodes but does not fit the schema
     messages[20:20] = bad
     publisher = Publisher(broker.port, f"pub-{request.node.name}")
 
@@ -269,8 +306,16 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
 
     try:
         # A budget of one byte: every message waits for the one before to commit; nothing deadlocks or drops.
-        asyncio.run(_subscribe(store_url, schemas, broker.port, work, client_id=f"sub-{request.node.name}",
-                               max_pending_bytes=1 if "sqlite" in request.node.name else 64 << 20))
+        asyncio.run(
+            _subscribe(
+                store_url,
+                schemas,
+                broker.port,
+                work,
+                client_id=f"sub-{request.node.name}",
+                max_pending_bytes=1 if "sqlite" in request.node.name else 64 << 20,
+            )
+        )
     finally:
         publisher.close()
     reasons = []
@@ -281,7 +326,7 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
         assert table["seq"].tolist() == expected
         assert table["value"].tolist() == [i / 4 for i in expected]
         assert table["unit"].tolist() == [f"kW-é{i}" for i in expected]
-        assert (stream_times(store_url, f"plant.t{k}.power") == [T0 + i * 10**9 for i in expected])
+        assert stream_times(store_url, f"plant.t{k}.power") == [T0 + i * 10**9 for i in expected]
         with arrays.open_stream(store_url, f"plant.t{k}.power", quarantine=True) as q:
             quarantined = q.to_pandas()
         assert quarantined["raw"].tolist() == [bad[k][1]]
@@ -294,9 +339,11 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
 
 def test_a_time_that_is_not_a_time_is_quarantined_naming_it(sqlite_url, schemas, broker, request):
     """Over a real broker: ISO 8601 and epoch ms are times; a word is quarantined verbatim, its reason naming it."""
-    messages = [("plant/times/power", b'{"value": 1.0, "seq": 1, "time": "2024-05-01T12:00:00Z"}'),
-                ("plant/times/power", b'{"value": 2.0, "seq": 2, "time": 1714564800250}'),
-                ("plant/times/power", b'{"value": 3.0, "seq": 3, "time": "soon"}')]
+    messages = [
+        ("plant/times/power", b'{"value": 1.0, "seq": 1, "time": "2024-05-01T12:00:00Z"}'),
+        ("plant/times/power", b'{"value": 2.0, "seq": 2, "time": 1714564800250}'),
+        ("plant/times/power", b'{"value": 3.0, "seq": 3, "time": "soon"}'),
+    ]
     publisher = Publisher(broker.port, f"pub-{request.node.name}")
 
     def work(subscriber: MqttSubscriber) -> None:
@@ -321,7 +368,8 @@ def stream_times(url: str, tag: str) -> list[int]:
 
 @pytest.mark.crash
 def test_broker_restart_mid_stream_redelivers_what_was_not_acknowledged_and_nothing_is_stored_twice(
-        sqlite_url, schemas, tmp_path):
+    sqlite_url, schemas, tmp_path
+):
     """The broker is stopped right after the first submission commits, before its PUBACKs can go out: the
     subscriber reconnects with backoff, the broker redelivers those messages with DUP set, and they are
     recognised as committed. The sink is the real committer; the wrapper only places the restart."""
@@ -362,12 +410,25 @@ def test_broker_restart_mid_stream_redelivers_what_was_not_acknowledged_and_noth
         publisher = Publisher(mosquitto.port, "pub-restart-2")
         publisher.send(messages[first:])
         publisher.close()
-        wait_for(lambda: rows(sqlite_url, "plant.r0") + rows(sqlite_url, "plant.r1") >= len(messages)
-                 and subscriber.redelivered_duplicates > 0, what="every message, and the redelivered ones recognised")
+        wait_for(
+            lambda: (
+                rows(sqlite_url, "plant.r0") + rows(sqlite_url, "plant.r1") >= len(messages)
+                and subscriber.redelivered_duplicates > 0
+            ),
+            what="every message, and the redelivered ones recognised",
+        )
 
     try:
-        subscriber = asyncio.run(_subscribe(sqlite_url, schemas, mosquitto.port, work, client_id="sub-restart",
-                                            sink_wrapper=StopBrokerAfterFirstCommit))
+        subscriber = asyncio.run(
+            _subscribe(
+                sqlite_url,
+                schemas,
+                mosquitto.port,
+                work,
+                client_id="sub-restart",
+                sink_wrapper=StopBrokerAfterFirstCommit,
+            )
+        )
     finally:
         mosquitto.kill()
     assert seqs(sqlite_url, ["plant.r0", "plant.r1"]).tolist() == list(range(len(messages)))
@@ -417,11 +478,14 @@ def test_kill_9_mid_stream_loses_nothing_and_stores_nothing_twice(backend, schem
 # -- the command line --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--mqtt", "tcp://localhost"], "scheme must be mqtt:// or mqtts://"),
-    (["--mqtt", "mqtt://localhost", "--mqtt-topic", "a/#/b"], "'#' must be a whole level and the last one"),
-    (["--forward", "off", "--http", "off"], "nothing to serve"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--mqtt", "tcp://localhost"], "scheme must be mqtt:// or mqtts://"),
+        (["--mqtt", "mqtt://localhost", "--mqtt-topic", "a/#/b"], "'#' must be a whole level and the last one"),
+        (["--forward", "off", "--http", "off"], "nothing to serve"),
+    ],
+)
 def test_bad_mqtt_options_exit_2_with_the_reason(args, words, schemas, sqlite_url):
     result = CliRunner().invoke(windvane.cli, ["serve", "--store", sqlite_url, "--schemas", str(schemas), *args])
     assert result.exit_code == 2, result.output
@@ -430,9 +494,24 @@ def test_bad_mqtt_options_exit_2_with_the_reason(args, words, schemas, sqlite_ur
 
 def test_an_unreachable_broker_exits_2_naming_it(schemas, sqlite_url):
     port = free_port()
-    result = CliRunner().invoke(windvane.cli, ["serve", "--store", sqlite_url, "--schemas", str(schemas),
-                                               "--forward", "off", "--http", "off", "--decode-workers", "0",
-                                               "--mqtt", f"mqtt://127.0.0.1:{port}"])
+    result = CliRunner().invoke(
+        windvane.cli,
+        [
+            "serve",
+            "--store",
+            sqlite_url,
+            "--schemas",
+            str(schemas),
+            "--forward",
+            "off",
+            "--http",
+            "off",
+            "--decode-workers",
+            "0",
+            "--mqtt",
+            f"mqtt://127.0.0.1:{port}",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert f"cannot reach the MQTT broker at 127.0.0.1:{port}" in result.output
 
@@ -440,5 +519,15 @@ def test_an_unreachable_broker_exits_2_naming_it(schemas, sqlite_url):
 def test_message_keys_differ_by_every_part():
     base = message_key("c", 1, "t", b"p")
     assert len(base) == 12 and base.startswith(b"mqtt")
-    assert len({base, message_key("d", 1, "t", b"p"), message_key("c", 2, "t", b"p"),
-                message_key("c", 1, "u", b"p"), message_key("c", 1, "t", b"q")}) == 5
+    assert (
+        len(
+            {
+                base,
+                message_key("d", 1, "t", b"p"),
+                message_key("c", 2, "t", b"p"),
+                message_key("c", 1, "u", b"p"),
+                message_key("c", 1, "t", b"q"),
+            }
+        )
+        == 5
+    )

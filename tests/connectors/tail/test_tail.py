@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from windvane import arrays
 from tests.serve_process import REPO, Serve
+from windvane import arrays
 
 TAG = "logs.app"
 
@@ -28,13 +28,33 @@ class Tail(Serve):
     """One ``windvane tail`` process, started once it printed its "following" line (log, kill as Serve's)."""
 
     def __init__(self, path: Path, store: str, log_path: Path, *args: str):
-        command = [sys.executable, "-c", "import windvane; windvane.main()", "tail", str(path), "--store", store,
-                   "--tag", TAG, "--format", "syslog", "--timezone", "UTC", "--poll-ms", "50", "--commit-ms", "100",
-                   "--rotate-wait", "0.3", *args]
+        command = [
+            sys.executable,
+            "-c",
+            "import windvane; windvane.main()",
+            "tail",
+            str(path),
+            "--store",
+            store,
+            "--tag",
+            TAG,
+            "--format",
+            "syslog",
+            "--timezone",
+            "UTC",
+            "--poll-ms",
+            "50",
+            "--commit-ms",
+            "100",
+            "--rotate-wait",
+            "0.3",
+            *args,
+        ]
         self.log_path = Path(log_path)
         self._log = open(log_path, "ab")
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         self.first_line = self.process.stdout.readline().decode()  # ends early if the process dies
         if not self.first_line.startswith("following"):
             self.kill()
@@ -139,8 +159,9 @@ def test_copytruncate_rotation(log_file, sqlite_url, tmp_path):
         got = wait_for(sqlite_url, 260, tail)
         assert tail.stop()[0] == 0
     assert got[:160] == expected(range(160))
-    assert got[160:] == [line(i, "refilled after the truncation, longer than before").split(": ", 1)[1].rstrip()
-                         for i in range(160, 260)]
+    assert got[160:] == [
+        line(i, "refilled after the truncation, longer than before").split(": ", 1)[1].rstrip() for i in range(160, 260)
+    ]
     assert "was truncated" in tail.log()
 
 
@@ -205,12 +226,30 @@ def test_kill_9_mid_stream_then_restart_stores_every_line_exactly_once(log_file,
     assert got == expected(range(total))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--format", "gelf"], "unknown log format 'gelf'"),
-    (["--timezone", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "gelf"], "unknown log format 'gelf'"),
+        (["--timezone", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
+    ],
+)
 def test_bad_options_exit_2_naming_the_problem(log_file, sqlite_url, args, message):
-    run = subprocess.run([sys.executable, "-c", "import windvane; windvane.main()", "tail", str(log_file),
-                          "--store", sqlite_url, "--tag", TAG, *args], capture_output=True, text=True, cwd=REPO,
-                         timeout=60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import windvane; windvane.main()",
+            "tail",
+            str(log_file),
+            "--store",
+            sqlite_url,
+            "--tag",
+            TAG,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert run.returncode == 2 and message in run.stderr

@@ -18,7 +18,7 @@ import io
 import json
 import wave
 import zipfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ VIBRATION_FILE = "vibration_R80736_drive_train.wav"
 LOG_FILE = "access_log_web1.ndjson.gz"
 
 # One week of the 2014-2015 data, all four turbines: 4,032 ten-minute rows, four of them empty (R80711 down).
-SCADA_WEEK = (datetime(2014, 2, 3, tzinfo=timezone.utc), datetime(2014, 2, 10, tzinfo=timezone.utc))
+SCADA_WEEK = (datetime(2014, 2, 3, tzinfo=UTC), datetime(2014, 2, 10, tzinfo=UTC))
 
 # The vibration recording: 3 axes (x, y radial; z axial) of a generator bearing at 25.6 kHz, int16 counts.
 SAMPLE_RATE = 25_600
@@ -41,7 +41,7 @@ BPFO_ORDER = 3.57  # outer-race defect frequency in shaft orders (a 9-ball deep-
 MESH_TEETH = 23  # high-speed pinion: gear mesh at 575 Hz
 RESONANCE_HZ = 3_200.0  # the housing resonance the defect's impacts ring
 LOG_LINES = 3_000
-LOG_START = datetime(2014, 2, 5, 8, 0, tzinfo=timezone.utc)
+LOG_START = datetime(2014, 2, 5, 8, 0, tzinfo=UTC)
 
 
 def gzip_bytes(data: bytes) -> bytes:
@@ -74,7 +74,8 @@ def vibration() -> np.ndarray:
         signal[:, axis] += 0.3 * np.sin(2 * np.pi * 2 * SHAFT_HZ * t + phase[1])  # misalignment
         mesh = MESH_TEETH * SHAFT_HZ
         signal[:, axis] += (1.2 + 0.25 * np.sin(2 * np.pi * SHAFT_HZ * t + phase[2])) * np.sin(
-            2 * np.pi * mesh * t + phase[3])  # mesh, modulated by the shaft: sidebands at +-25 Hz
+            2 * np.pi * mesh * t + phase[3]
+        )  # mesh, modulated by the shaft: sidebands at +-25 Hz
     # Each roller passing the defect strikes once: impacts every 1/BPFO s (with 1% slip jitter),
     # each a decaying ring of the housing resonance, stronger in the load zone (once per turn).
     period = 1 / (BPFO_ORDER * SHAFT_HZ)
@@ -103,11 +104,20 @@ def wav_bytes(frames: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-_PATHS = [("GET", "/api/turbines/{t}/scada?from={d}", 0.45), ("GET", "/api/turbines/{t}/vibration/latest", 0.2),
-          ("GET", "/static/app.js", 0.12), ("GET", "/dashboard", 0.1), ("POST", "/api/alarms/{t}/ack", 0.05),
-          ("GET", "/health", 0.08)]
-_AGENTS = ["Mozilla/5.0 (X11; Linux x86_64; rv:26.0) Gecko/20100101 Firefox/26.0",
-           "python-requests/2.2.1 CPython/2.7.6 Linux/3.11.0", "Grafana/1.9.1", "curl/7.34.0"]
+_PATHS = [
+    ("GET", "/api/turbines/{t}/scada?from={d}", 0.45),
+    ("GET", "/api/turbines/{t}/vibration/latest", 0.2),
+    ("GET", "/static/app.js", 0.12),
+    ("GET", "/dashboard", 0.1),
+    ("POST", "/api/alarms/{t}/ack", 0.05),
+    ("GET", "/health", 0.08),
+]
+_AGENTS = [
+    "Mozilla/5.0 (X11; Linux x86_64; rv:26.0) Gecko/20100101 Firefox/26.0",
+    "python-requests/2.2.1 CPython/2.7.6 Linux/3.11.0",
+    "Grafana/1.9.1",
+    "curl/7.34.0",
+]
 _TURBINES = ["R80711", "R80721", "R80736", "R80790"]
 _STATUSES = [200, 304, 404, 499, 502]
 _STATUS_P = [0.9, 0.04, 0.03, 0.02, 0.01]
@@ -127,7 +137,7 @@ def access_log() -> bytes:
     weights = np.array([w for *_, w in _PATHS])
     at = LOG_START
     lines = []
-    for i in range(LOG_LINES):
+    for _ in range(LOG_LINES):
         at += timedelta(milliseconds=int(rng.exponential(1200)) + 1)
         method, pattern, _ = _PATHS[rng.choice(len(_PATHS), p=weights / weights.sum())]
         path = pattern.format(t=_TURBINES[rng.integers(4)], d=(at - timedelta(days=1)).strftime("%Y-%m-%d"))
@@ -159,7 +169,9 @@ def access_log() -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--openoa-wheel", type=Path, help="openoa-3.2-py3-none-any.whl (only to rewrite the SCADA file)")
+    parser.add_argument(
+        "--openoa-wheel", type=Path, help="openoa-3.2-py3-none-any.whl (only to rewrite the SCADA file)"
+    )
     args = parser.parse_args()
     if args.openoa_wheel:
         (HERE / SCADA_FILE).write_bytes(gzip_bytes(scada_week(args.openoa_wheel)))
