@@ -29,8 +29,8 @@ from pathlib import Path
 import click
 import pytest
 
-import windvane
 from tests.docs.doc_blocks import PYTHON, SHELL, Block, Command, code_blocks, markdown_files, windvane_commands
+from windvane.cli import cli as windvane_cli
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -116,7 +116,7 @@ def run_windvane(command: Command, cwd: Path) -> None:
 
 def check_against_cli(command: Command) -> None:
     """The subcommands ``command`` names exist, and so does every option it gives them."""
-    cmd: click.Command = windvane.cli
+    cmd: click.Command = windvane_cli
     ctx = click.Context(cmd)
     args = [arg.strip("[]") for arg in command.args]
     while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
