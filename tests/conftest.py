@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -108,3 +109,17 @@ def private_server() -> MariaDBServer:
         except Exception:
             server.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+#: The repository's folders, installed as windvane.<folder>: a module of theirs under its bare name is a second
+#: copy of it (its own classes, its own state), loaded by an import that skipped the namespace.
+BARE_NAMES = ("neostore", "arrays", "ingest", "connectors", "export")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in BARE_NAMES)
+    if loaded:
+        session.config.get_terminal_writer().line(
+            f"error: modules imported by their bare names instead of windvane.*: {', '.join(loaded)}", red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
