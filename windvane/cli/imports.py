@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +13,26 @@ from windvane.cli.root import BadInput, RowsRejected, cli, interrupted, open_sto
 
 if TYPE_CHECKING:
     from windvane.connectors.files import ReaderOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportOptions:
+    """`windvane import`'s arguments and options as click parses them (see each option's help)."""
+
+    paths: tuple[str, ...]
+    store_url: str
+    tag: str
+    schema_path: str | None
+    format_name: str | None
+    time_column: str | None
+    time_unit: str | None
+    start_time: str | None
+    timezone: str | None
+    restart: bool
+    again: bool
+    commit_mb: int
+    allow_rejects: bool
+    renames: tuple[str, ...]
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -90,22 +111,7 @@ if TYPE_CHECKING:
     help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
     "A blank or repeated header cell names its column column_<n> (n: its position).",
 )
-def import_files(
-    paths: tuple[str, ...],
-    store_url: str,
-    tag: str,
-    schema_path: str | None,
-    format_name: str | None,
-    time_column: str | None,
-    time_unit: str | None,
-    start_time: str | None,
-    timezone: str | None,
-    restart: bool,
-    again: bool,
-    commit_mb: int,
-    allow_rejects: bool,
-    renames: tuple[str, ...],
-) -> None:
+def import_files(**options: Any) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
     Each commit stores rows and the position reached in the file together,
@@ -132,45 +138,25 @@ def import_files(
     import os
     import sys
 
-    from windvane.connectors.files import FileFormatError, ReaderOptions
+    from windvane.connectors.files import FileFormatError
     from windvane.ingest import imports
     from windvane.ingest.streams import StreamWriters
 
-    rename, schema, formats, start_ns = _import_options(paths, format_name, schema_path, timezone, start_time, renames)
-    total = sum(os.path.getsize(p) for p in paths)
+    opts = ImportOptions(**options)
+    schema, formats, reader_options = _import_options(opts)
+    total = sum(os.path.getsize(p) for p in opts.paths)
     rejected = 0
-    with open_store(store_url) as st:
+    with open_store(opts.store_url) as st:
         writers = StreamWriters(st)
         try:
-            schema = imports.resolve_schema(st, tag, schema)
-            with click.progressbar(length=total, label=f"importing into {tag}", file=sys.stderr) as bar:
-                for path, fmt in zip(paths, formats):
-                    reader = _open_reader(
-                        path,
-                        fmt,
-                        schema,
-                        ReaderOptions(
-                            time_column,
-                            time_unit,
-                            start_ns,
-                            block_bytes=min(16 << 20, commit_mb << 19),
-                            rename=rename,
-                            timezone=timezone,
-                        ),
-                    )
-                    if start_ns is not None and fmt.vibration:
-                        start_ns = reader.end_ns  # one --start for several recordings: end to end
-                    result = _import_reader(
-                        st, writers, bar, tag, path, reader, schema, restart=restart, again=again, commit_mb=commit_mb
-                    )
-                    schema = result.schema or schema
-                    _report_file(tag, path, fmt, schema, result)
-                    rejected += result.rejected
+            schema = imports.resolve_schema(st, opts.tag, schema)
+            with click.progressbar(length=total, label=f"importing into {opts.tag}", file=sys.stderr) as bar:
+                rejected = _import_paths(st, writers, bar, opts, schema, formats, reader_options)
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
             interrupted("interrupted: what was committed stays; run the same command again to resume")
-    _check_rejects(rejected, tag, store_url, allow_rejects)
+    _check_rejects(rejected, opts.tag, opts.store_url, opts.allow_rejects)
 
 
 def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool) -> None:
@@ -182,40 +168,54 @@ def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool)
         click.echo(message, err=True)
 
 
-def _import_options(
-    paths: tuple[str, ...],
-    format_name: str | None,
-    schema_path: str | None,
-    timezone: str | None,
-    start_time: str | None,
-    renames: tuple[str, ...],
-) -> tuple:
-    """``(rename, schema, formats, start_ns)`` from `windvane import`'s options; BadInput if one is wrong."""
-    from windvane.connectors.files import FileFormatError
+def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, options: ReaderOptions) -> int:
+    """Import each of ``opts.paths`` in turn (``formats``: theirs) and report it; the rows rejected in all."""
+    rejected = 0
+    for path, fmt in zip(opts.paths, formats):
+        reader = _open_reader(path, fmt, schema, options)
+        if options.start is not None and fmt.vibration:
+            # one --start for several recordings: end to end
+            options = dataclasses.replace(options, start=reader.end_ns)
+        result = _import_reader(st, writers, bar, opts, path, reader, schema)
+        schema = result.schema or schema
+        _report_file(opts.tag, path, fmt, schema, result)
+        rejected += result.rejected
+    return rejected
+
+
+def _import_options(opts: ImportOptions) -> tuple:
+    """``(schema, formats, reader options)`` from `windvane import`'s options; BadInput if one is wrong."""
+    from windvane.connectors.files import FileFormatError, ReaderOptions
     from windvane.connectors.files.formats import format_for
     from windvane.ingest.schema import load_schema
     from windvane.ingest.times import check_zone, time_ns
 
     try:
-        rename = _renames(renames)
-        schema = load_schema(schema_path) if schema_path else None
-        formats = [format_for(path, format_name) for path in paths]
+        rename = _renames(opts.renames)
+        schema = load_schema(opts.schema_path) if opts.schema_path else None
+        formats = [format_for(path, opts.format_name) for path in opts.paths]
         start_ns = None
-        if timezone is not None:
-            check_zone(timezone)
-        if start_time is not None:
-            start_ns = time_ns(start_time)
+        if opts.timezone is not None:
+            check_zone(opts.timezone)
+        if opts.start_time is not None:
+            start_ns = time_ns(opts.start_time)
             if start_ns is None:
-                raise BadInput(f"--start {start_time!r} is not an ISO 8601 time or an epoch number")
+                raise BadInput(f"--start {opts.start_time!r} is not an ISO 8601 time or an epoch number")
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
-    return rename, schema, formats, start_ns
+    options = ReaderOptions(
+        opts.time_column,
+        opts.time_unit,
+        start_ns,
+        block_bytes=min(16 << 20, opts.commit_mb << 19),
+        rename=rename,
+        timezone=opts.timezone,
+    )
+    return schema, formats, options
 
 
 def _open_reader(path: str, fmt, schema, options: ReaderOptions):
     """``fmt``'s reader of ``path``, its columns typed as ``schema``'s; its notes are printed."""
-    import dataclasses
-
     from windvane.ingest import imports
 
     types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
@@ -225,11 +225,9 @@ def _open_reader(path: str, fmt, schema, options: ReaderOptions):
     return reader
 
 
-def _import_reader(
-    st, writers, bar, tag: str, path: str, reader, schema, *, restart: bool, again: bool, commit_mb: int
-):
-    """Import what ``reader`` reads of ``path`` into ``tag`` (ingest.imports.import_source); the progress bar
-    is advanced by the file's bytes."""
+def _import_reader(st, writers, bar, opts: ImportOptions, path: str, reader, schema):
+    """Import what ``reader`` reads of ``path`` into ``opts.tag`` (ingest.imports.import_source); the progress
+    bar is advanced by the file's bytes."""
     import os
 
     from windvane.connectors.files.compression import compression_of
@@ -239,19 +237,19 @@ def _import_reader(
     compressed = compression_of(path) is not None  # its parts count the bytes it holds
     result = imports.import_source(
         st,
-        tag,
+        opts.tag,
         reader,
         source_id=imports.source_id_for(path),
         identity=identity,
         schema=schema,
         progress=None if compressed else bar.update,
         same_source=lambda stored, p=path: imports.same_file(stored, p),
-        restart=restart,
-        commit_bytes=commit_mb << 20,
+        restart=opts.restart,
+        commit_bytes=opts.commit_mb << 20,
         writers=writers,
         content=imports.content_hash(path),
         name=os.path.abspath(path),
-        again=again,
+        again=opts.again,
     )
     size = os.path.getsize(path)
     bar.update(size if compressed else max(0, size - result.nbytes))
@@ -338,6 +336,22 @@ def _import_summary(path: str, result) -> str:
     return line
 
 
+@dataclasses.dataclass(frozen=True)
+class TailOptions:
+    """`windvane tail`'s argument and options as click parses them (see each option's help)."""
+
+    path: str
+    store_url: str
+    tag: str
+    format_name: str
+    schema_path: str | None
+    timezone: str | None
+    commit_lines: int
+    commit_ms: float
+    poll_ms: float
+    rotate_wait: float
+
+
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
 @click.option(
@@ -397,18 +411,7 @@ def _import_summary(path: str, result) -> str:
     show_default=True,
     help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.",
 )
-def tail(
-    path: str,
-    store_url: str,
-    tag: str,
-    format_name: str,
-    schema_path: str | None,
-    timezone: str | None,
-    commit_lines: int,
-    commit_ms: float,
-    poll_ms: float,
-    rotate_wait: float,
-) -> None:
+def tail(**options: Any) -> None:
     """Follow the log file PATH as it grows and commit its lines into stream TAG.
 
     Rows and the position reached (file identity, byte offset) are committed
@@ -419,7 +422,6 @@ def tail(
     verbatim with the reason, to the tag's quarantine stream. SIGTERM or
     Ctrl-C commits what was read and exits 0.
     """
-    import dataclasses
     import signal
 
     from windvane.connectors.files.logs import LogFormatError
@@ -429,32 +431,33 @@ def tail(
     from windvane.ingest.schema import load_schema
     from windvane.ingest.streams import StreamWriters
 
+    opts = TailOptions(**options)
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        schema = load_schema(schema_path) if schema_path else None
-        settings = TailSettings(format_name, timezone, commit_lines, commit_ms, poll_ms)
+        schema = load_schema(opts.schema_path) if opts.schema_path else None
+        settings = TailSettings(opts.format_name, opts.timezone, opts.commit_lines, opts.commit_ms, opts.poll_ms)
     except (ingest.IngestError, LogFormatError) as exc:
         raise BadInput(str(exc)) from exc
-    with open_store(store_url) as st:
+    with open_store(opts.store_url) as st:
         try:
-            schema = imports.resolve_schema(st, tag, schema)
+            schema = imports.resolve_schema(st, opts.tag, schema)
         except ingest.IngestError as exc:
             raise BadInput(str(exc)) from exc
-        source_id = "tail-" + imports.source_id_for(path)
-        stored = imports.read_position(st, tag, source_id)
+        source_id = "tail-" + imports.source_id_for(opts.path)
+        stored = imports.read_position(st, opts.tag, source_id)
         committed = FilePosition.from_dict(stored.value) if stored else None
-        follower = Follower(path, stored.value if stored else None, rotate_wait=rotate_wait)
+        follower = Follower(opts.path, stored.value if stored else None, rotate_wait=opts.rotate_wait)
         settings = dataclasses.replace(settings, types=imports.arrow_types(schema) if schema else {})
         stop = StopFlag()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
-        click.echo(f"following {path} into {tag} ({format_name}) from {where}")
+        click.echo(f"following {opts.path} into {opts.tag} ({opts.format_name}) from {where}")
         try:
             Tailer(
                 follower,
                 settings,
-                _tail_commit(StreamWriters(st), tag, schema, source_id, path),
+                _tail_commit(StreamWriters(st), opts.tag, schema, source_id, opts.path),
                 lambda line: click.echo(line),
                 committed,
             ).run(stop)

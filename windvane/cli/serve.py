@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,8 @@ from windvane.ingest.config import MAX_DECODE_WORKERS, CommitterConfig, ServiceC
 if TYPE_CHECKING:
     from ssl import SSLContext
 
+    from windvane.connectors.budget import MemoryBudget
+    from windvane.connectors.tls import TlsConfig
     from windvane.ingest.service import Service
 
 
@@ -44,6 +46,33 @@ class ServeConfig:
     http: HttpConfig | None = field(default_factory=HttpConfig)
     mqtt: MqttConfig | None = None
     limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``windvane serve``'s options as click parses them (see each option's help)."""
+
+    store_url: str
+    schemas: str
+    forward: str
+    http_address: str
+    shared_key: str | None
+    users: str | None
+    http_auth: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    commit_interval: float
+    decode_workers: int | None
+    mqtt_url: str | None
+    mqtt_topics: tuple[str, ...]
+    mqtt_client_id: str | None
+    memory_budget: int
+    max_connections: int
+    handshake_timeout: float
+    idle_timeout: float
+    header_timeout: float
+    body_timeout: float
+    log_level: str
 
 
 @cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
@@ -189,29 +218,7 @@ class ServeConfig:
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
 )
-def serve(
-    store_url: str,
-    schemas: str,
-    forward: str,
-    http_address: str,
-    shared_key: str | None,
-    users: str | None,
-    http_auth: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    commit_interval: float,
-    decode_workers: int | None,
-    mqtt_url: str | None,
-    mqtt_topics: tuple[str, ...],
-    mqtt_client_id: str | None,
-    memory_budget: int,
-    max_connections: int,
-    handshake_timeout: float,
-    idle_timeout: float,
-    header_timeout: float,
-    body_timeout: float,
-    log_level: str,
-) -> None:
+def serve(**options: Any) -> None:
     """Receive data and commit it durably: acknowledge only what is committed.
 
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
@@ -226,50 +233,26 @@ def serve(
 
     from windvane import neostore
     from windvane.connectors.mqtt import MqttError
-    from windvane.connectors.tls import TlsConfig
     from windvane.ingest.service import Service, listener_auth, tune_interpreter
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    off = ("", "off", "none")
-    limits = Limits(
-        memory_budget=memory_budget << 20,
-        max_connections=max_connections,
-        handshake_timeout=handshake_timeout,
-        idle_timeout=idle_timeout,
-        header_timeout=header_timeout,
-        body_timeout=body_timeout,
-    )
-    # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
-    committer = CommitterConfig(
-        interval=commit_interval / 1000, max_pending_bytes=limits.memory_budget, decode_workers=decode_workers
-    )
-    service_config = ServiceConfig(
-        store=store_url, schemas=schemas, users=users, http_auth=http_auth, committer=committer
-    )
-    if forward.lower() in off and http_address.lower() in off and not mqtt_url:
+    opts = ServeOptions(**options)
+    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if _off(opts.forward) and _off(opts.http_address) and not opts.mqtt_url:
         raise BadInput("--forward and --http are off and no --mqtt broker is given: nothing to serve")
-    if bool(tls_cert) != bool(tls_key):
-        raise BadInput("TLS needs both --tls-cert and --tls-key")
-    tls = TlsConfig(tls_cert, tls_key) if tls_cert and tls_key else None
+    tls = _tls(opts)
     try:
         # Refuse a bad address, broker URL, topic or authentication before opening anything.
-        config = ServeConfig(
-            service=service_config,
-            limits=limits,
-            forward=None if forward.lower() in off else ForwardConfig.at(forward, shared_key=shared_key, tls=tls),
-            http=None if http_address.lower() in off else HttpConfig.at(http_address, tls=tls),
-            mqtt=MqttConfig(mqtt_url, mqtt_topics or MqttConfig.topics, mqtt_client_id) if mqtt_url else None,
-        )
+        config = _serve_config(opts, tls)
         if config.mqtt:
             _check_mqtt(config.mqtt)
         auth = listener_auth(
-            service_config,
+            config.service,
             forward=config.forward is not None,
             shared_key=bool(config.forward and config.forward.shared_key),
             http=config.http.address if config.http else None,
         )
         ssl = tls.server_context() if tls else None  # one context for Forward and HTTP
-        service = Service(service_config)
+        service = Service(config.service)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     tune_interpreter()
@@ -277,6 +260,58 @@ def serve(
         asyncio.run(_serve(service, config, auth, ssl))
     except OSError as exc:  # typically the address is in use
         raise BadInput(f"cannot listen: {exc}") from exc
+
+
+def _off(address: str) -> bool:
+    """Whether a listener's address option turns it off."""
+    return address.lower() in ("", "off", "none")
+
+
+def _tls(opts: ServeOptions) -> TlsConfig | None:
+    """The TLS of ``--tls-cert`` and ``--tls-key`` (None without them); BadInput if only one is given."""
+    from windvane.connectors.tls import TlsConfig
+
+    if bool(opts.tls_cert) != bool(opts.tls_key):
+        raise BadInput("TLS needs both --tls-cert and --tls-key")
+    return TlsConfig(opts.tls_cert, opts.tls_key) if opts.tls_cert and opts.tls_key else None
+
+
+def _limits(opts: ServeOptions) -> Limits:
+    """The connectors' limits of ``--memory-budget``, ``--max-connections`` and the timeouts."""
+    return Limits(
+        memory_budget=opts.memory_budget << 20,
+        max_connections=opts.max_connections,
+        handshake_timeout=opts.handshake_timeout,
+        idle_timeout=opts.idle_timeout,
+        header_timeout=opts.header_timeout,
+        body_timeout=opts.body_timeout,
+    )
+
+
+def _service_config(opts: ServeOptions, limits: Limits) -> ServiceConfig:
+    """The ingest service's configuration: store, schemas, users and committer."""
+    # One budget: ingest holds no more waiting for commits than the connectors may hold in all.
+    committer = CommitterConfig(
+        interval=opts.commit_interval / 1000,
+        max_pending_bytes=limits.memory_budget,
+        decode_workers=opts.decode_workers,
+    )
+    return ServiceConfig(
+        store=opts.store_url, schemas=opts.schemas, users=opts.users, http_auth=opts.http_auth, committer=committer
+    )
+
+
+def _serve_config(opts: ServeOptions, tls: TlsConfig | None) -> ServeConfig:
+    """Every component's configuration; ValueError if an address is bad."""
+    limits = _limits(opts)
+    topics = opts.mqtt_topics or MqttConfig.topics
+    return ServeConfig(
+        service=_service_config(opts, limits),
+        limits=limits,
+        forward=None if _off(opts.forward) else ForwardConfig.at(opts.forward, shared_key=opts.shared_key, tls=tls),
+        http=None if _off(opts.http_address) else HttpConfig.at(opts.http_address, tls=tls),
+        mqtt=MqttConfig(opts.mqtt_url, topics, opts.mqtt_client_id) if opts.mqtt_url else None,
+    )
 
 
 def _check_mqtt(mqtt: MqttConfig) -> None:
@@ -289,61 +324,19 @@ def _check_mqtt(mqtt: MqttConfig) -> None:
 
 
 async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:
-    # The one place that imports connectors: the layers meet here.
+    # With the helpers below, the one place that imports connectors: the layers meet here.
     from windvane.connectors.budget import MemoryBudget
-    from windvane.connectors.forward.server import ForwardServer
-    from windvane.connectors.http.app import HttpServer, make_app
-    from windvane.connectors.mqtt import MqttError, MqttSubscriber, default_client_id, parse_broker_url
+    from windvane.connectors.mqtt import MqttError
 
-    limits = config.limits
-    budget = MemoryBudget(limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it together
-    endpoints = []
-    lines: list[tuple[str, object, str]] = []
+    budget = MemoryBudget(config.limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it
+    lines: list[tuple[str, Any, str]] = []
     auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
-        f = config.forward
-        forward = ForwardServer(
-            service.committer,
-            f.host,
-            f.port,
-            shared_key=f.shared_key,
-            users=service.users,
-            ssl=ssl,
-            chunk_size_limit=f.chunk_size_limit,
-            decompressed_size_limit=f.decompressed_size_limit,
-            limits=limits,
-            budget=budget,
-        )
-        endpoints.append(forward)
-        lines.append(("forward", forward, f.host))
+        lines.append(("forward", *_forward_server(service, config.forward, config.limits, ssl, budget)))
     if config.http:
-        h = config.http
-        app = make_app(
-            service.committer,
-            users=service.http_users,
-            body_size_limit=h.body_size_limit,
-            decompressed_size_limit=h.decompressed_size_limit,
-            health=service.health,
-            metrics=service.metric_samples,
-            streams=service.streams,
-            limits=limits,
-            budget=budget,
-        )
-        http = HttpServer(app, h.host, h.port, ssl=ssl)
-        endpoints.append(http)
-        lines.append(("http", http, h.host))
+        lines.append(("http", *_http_server(service, config.http, config.limits, ssl, budget)))
     if config.mqtt:
-        m = config.mqtt
-        broker = parse_broker_url(m.url)
-        mqtt = MqttSubscriber(
-            service.committer,
-            broker,
-            m.topics,
-            client_id=m.client_id or default_client_id(config.service.store),
-            **m.session(),
-        )
-        endpoints.append(mqtt)
-        lines.append(("mqtt", mqtt, broker.host))
+        lines.append(("mqtt", *_mqtt_subscriber(service, config.mqtt, config.service.store)))
 
     def ready() -> None:
         for name, endpoint, host in lines:
@@ -351,6 +344,56 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
         click.echo("ready")
 
     try:
-        await service.run(endpoints, ready)
+        await service.run([endpoint for _, endpoint, _ in lines], ready)
     except MqttError as exc:  # the broker cannot be reached, or refused windvane, at start
         raise BadInput(str(exc)) from exc
+
+
+def _forward_server(
+    service: Service, f: ForwardConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget
+) -> tuple[Any, str]:
+    """``(server, host)``: the Forward listener ``f`` configures."""
+    from windvane.connectors.forward.server import ForwardServer
+
+    server = ForwardServer(
+        service.committer,
+        f.host,
+        f.port,
+        shared_key=f.shared_key,
+        users=service.users,
+        ssl=ssl,
+        chunk_size_limit=f.chunk_size_limit,
+        decompressed_size_limit=f.decompressed_size_limit,
+        limits=limits,
+        budget=budget,
+    )
+    return server, f.host
+
+
+def _http_server(
+    service: Service, h: HttpConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget
+) -> tuple[Any, str]:
+    """``(server, host)``: the HTTP listener ``h`` configures."""
+    from windvane.connectors.http.app import HttpServer, make_app
+
+    app = make_app(
+        service.committer,
+        users=service.http_users,
+        body_size_limit=h.body_size_limit,
+        decompressed_size_limit=h.decompressed_size_limit,
+        health=service.health,
+        metrics=service.metric_samples,
+        streams=service.streams,
+        limits=limits,
+        budget=budget,
+    )
+    return HttpServer(app, h.host, h.port, ssl=ssl), h.host
+
+
+def _mqtt_subscriber(service: Service, m: MqttConfig, store: str) -> tuple[Any, str]:
+    """``(subscriber, broker host)``: the MQTT session ``m`` configures (its default client id from ``store``)."""
+    from windvane.connectors.mqtt import MqttSubscriber, default_client_id, parse_broker_url
+
+    broker = parse_broker_url(m.url)
+    client_id = m.client_id or default_client_id(store)
+    return MqttSubscriber(service.committer, broker, m.topics, client_id=client_id, **m.session()), broker.host
