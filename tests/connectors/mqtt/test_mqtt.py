@@ -21,10 +21,10 @@ import paho.mqtt.client as paho
 import pytest
 from click.testing import CliRunner
 
-import windvane
 from tests.connectors.mqtt.mosquitto import Mosquitto
 from tests.serve_process import Serve, free_port
 from windvane import arrays, neostore
+from windvane.cli import cli as windvane_cli
 from windvane.connectors.mqtt import (
     BrokerUrlError,
     MqttSubscriber,
@@ -487,7 +487,7 @@ def test_kill_9_mid_stream_loses_nothing_and_stores_nothing_twice(backend, schem
     ],
 )
 def test_bad_mqtt_options_exit_2_with_the_reason(args, words, schemas, sqlite_url):
-    result = CliRunner().invoke(windvane.cli, ["serve", "--store", sqlite_url, "--schemas", str(schemas), *args])
+    result = CliRunner().invoke(windvane_cli, ["serve", "--store", sqlite_url, "--schemas", str(schemas), *args])
     assert result.exit_code == 2, result.output
     assert words in result.output
 
@@ -495,7 +495,7 @@ def test_bad_mqtt_options_exit_2_with_the_reason(args, words, schemas, sqlite_ur
 def test_an_unreachable_broker_exits_2_naming_it(schemas, sqlite_url):
     port = free_port()
     result = CliRunner().invoke(
-        windvane.cli,
+        windvane_cli,
         [
             "serve",
             "--store",
