@@ -796,16 +796,12 @@ def import_source(
     stored = None if again else read_position(store, tag, source_id)
     start = _resume_from(tag, stored, same_source, restart)
     result = ImportResult(resumed_from=start, schema=schema)
-    seen = read_content(store, tag, content) if content is not None and start is None and not again else None
-    if seen is not None and seen.done:
-        result.duplicate_of = seen.name
-        result.seconds = time.perf_counter() - started
-        return result
-    if seen is not None and seen.source_id != source_id:
-        # The same bytes, partly imported from another path: go on where that import stopped.
-        result.duplicate_of, source_id = seen.name, seen.source_id
-        other = read_position(store, tag, source_id)
-        start = result.resumed_from = other.value if other is not None else None
+    if content is not None and start is None and not again:
+        followed = _follow_content(store, tag, content, source_id, result)
+        if followed is None:
+            result.seconds = time.perf_counter() - started
+            return result
+        source_id, start = followed, result.resumed_from
     run = _Run(store, writers, tag, source_id, identity, content, name, result)
     try:
         run.commit_all(reader, start, progress, commit_bytes)
@@ -827,6 +823,25 @@ def _resume_from(tag: str, stored: Position | None, same_source: Callable[[Any],
             )
         return None
     return stored.value
+
+
+def _follow_content(store: neostore.Store, tag: str, content: str, source_id: str, result: ImportResult) -> str | None:
+    """The source id to import ``content`` under, following an import of the same content begun before.
+
+    None if that import reached the end (nothing to import); ``result.duplicate_of``
+    then names its source, as it does when the import goes on where another
+    source's stopped (``result.resumed_from``).
+    """
+    seen = read_content(store, tag, content)
+    if seen is not None and seen.done:
+        result.duplicate_of = seen.name
+        return None
+    if seen is not None and seen.source_id != source_id:
+        # The same bytes, partly imported from another path: go on where that import stopped.
+        result.duplicate_of, source_id = seen.name, seen.source_id
+        other = read_position(store, tag, source_id)
+        result.resumed_from = other.value if other is not None else None
+    return source_id
 
 
 @dataclass

@@ -146,19 +146,28 @@ class Metrics:
                 ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),
                 ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", {}, self.pending_bytes),
             ]
-        per_stream = [
-            ("windvane_stream_events_total", "Events committed to the stream.", "counter", "events"),
-            ("windvane_stream_bytes_total", "Bytes of committed events, as received.", "counter", "bytes"),
-            ("windvane_stream_commits_total", "Commits that touched the stream.", "counter", "commits"),
-            ("windvane_stream_rejects_total", "Events quarantined with a reason.", "counter", "rejects"),
-            (
-                "windvane_stream_lag_seconds",
-                "Commit time minus the newest event time of the last commit.",
-                "gauge",
-                "lag_seconds",
-            ),
-        ]
-        for name, help_text, kind, attr in per_stream:
-            for tag, c in sorted(streams.items()):
-                out.append((name, help_text, kind, {"tag": tag}, getattr(c, attr)))
-        return out
+        return out + _stream_samples(streams)
+
+
+#: The per-stream samples: (name, help, type, the :class:`StreamCounters` attribute).
+_PER_STREAM = [
+    ("windvane_stream_events_total", "Events committed to the stream.", "counter", "events"),
+    ("windvane_stream_bytes_total", "Bytes of committed events, as received.", "counter", "bytes"),
+    ("windvane_stream_commits_total", "Commits that touched the stream.", "counter", "commits"),
+    ("windvane_stream_rejects_total", "Events quarantined with a reason.", "counter", "rejects"),
+    (
+        "windvane_stream_lag_seconds",
+        "Commit time minus the newest event time of the last commit.",
+        "gauge",
+        "lag_seconds",
+    ),
+]
+
+
+def _stream_samples(streams: dict[str, StreamCounters]) -> list[tuple[str, str, str, dict[str, str], float]]:
+    """The Prometheus samples of each stream's counters, labelled by tag: each metric's, tags in order."""
+    return [
+        (name, help_text, kind, {"tag": tag}, getattr(c, attr))
+        for name, help_text, kind, attr in _PER_STREAM
+        for tag, c in sorted(streams.items())
+    ]

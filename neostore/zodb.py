@@ -6,7 +6,8 @@ history, undo, pack with GC); this module maps ZODB's storage API onto it.
 MVCC across processes works by polling, as NEO's and RelStorage's clients
 do: ZODB calls :meth:`NeoStorage.sync` at every transaction start, which
 asks the Store for the transactions committed since the last one this
-instance knows of and hands their oids to the DB as invalidations.
+instance knows of and hands their oids to the DB as invalidations
+(:class:`~neostore.invalidations.Invalidations`).
 :meth:`NeoStorage.lastTransaction` returns only that cached tid, so a
 connection never reads past the invalidations it has been given.
 """
@@ -14,7 +15,6 @@ connection never reads past the invalidations it has been given.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,6 +34,7 @@ from ZODB.interfaces import (
 )
 
 from . import errors
+from .invalidations import Invalidations
 from .records import TransactionInfo
 from .store import Store
 from .tids import ZERO, p64, tid_from_time, u64
@@ -45,9 +46,6 @@ log = logging.getLogger(__name__)
 # The largest tid both engines store (SQLite integers are signed 64-bit);
 # ZODB's own "current" bound, maxtid, is this value too.
 _MAX_TID = (1 << 63) - 1
-
-# Transactions fetched per polling query; a long-idle instance loops.
-_POLL_PAGE = 10000
 
 
 def _as_bytes(text: bytes | str) -> bytes:
@@ -162,17 +160,8 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         BaseStorage.__init__(self, name or self._store.url.display_name)
         self._is_read_only = read_only
         self._pack_gc = pack_gc
-        self._db: Any = None
         self._txn: Transaction | None = None  # the Store transaction of the 2PC in progress
-        # The newest tid whose invalidations were delivered (lastTransaction).
-        self._ltid = self._store.last_transaction()
-        # Serialises polling with tpc_finish so invalidations go out in tid order.
-        self._poll_lock = threading.Lock()
-        # Cleared while tpc_finish runs: reads made meanwhile by other threads
-        # wait and then see the new transaction, never a half-announced one.
-        self._idle = threading.Event()
-        self._idle.set()
-        self._finisher: int | None = None
+        self._invalidations = Invalidations(self._store)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -183,7 +172,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
     def registerDB(self, db: Any) -> None:
         """Remember the DB (an IStorageWrapper) to send it polled invalidations."""
         super().registerDB(db)
-        self._db = db
+        self._invalidations.db = db
 
     def close(self) -> None:
         """Close the Store's connections. Idempotent."""
@@ -209,31 +198,18 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
 
     def lastTransaction(self) -> bytes:
         """The newest tid whose invalidations this instance has delivered."""
-        self._wait_finish()
-        return self._ltid
+        self._invalidations.wait_finish()
+        return self._invalidations.last_tid
 
     # -- MVCC: polling for other processes' commits ----------------------------
 
     def sync(self, force: bool = True) -> None:
         """Deliver invalidations for transactions committed since the last poll."""
-        with self._poll_lock:
-            self._poll()
-
-    def _poll(self) -> None:
-        """Hand newer transactions to the DB, oldest first. Caller holds _poll_lock."""
-        while True:
-            changes = self._store.changes_since(self._ltid, limit=_POLL_PAGE)
-            for tid, oids in changes:
-                if self._db is not None:
-                    self._db.invalidate(tid, oids)
-                self._ltid = tid
-            if len(changes) < _POLL_PAGE:
-                return
+        self._invalidations.poll()
 
     def _wait_finish(self) -> None:
         """Wait for a tpc_finish running in another thread (tid ordering)."""
-        if not self._idle.is_set() and self._finisher != threading.get_ident():
-            self._idle.wait()
+        self._invalidations.wait_finish()
 
     # -- reads -----------------------------------------------------------------
 
@@ -371,20 +347,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         try:
             if txn.state == "open":  # callers must vote; be lenient like BaseStorage
                 txn.vote(self._resolve)
-            with self._poll_lock:
-                self._finisher = threading.get_ident()
-                self._idle.clear()
-                try:
-                    # Others' commits are all older than ours (we hold the
-                    # commit lock since vote): announce them first.
-                    self._poll()
-                    tid = txn.finish()
-                    if f is not None:
-                        f(tid)
-                    self._ltid = tid
-                finally:
-                    self._finisher = None
-                    self._idle.set()
+            tid = self._invalidations.finish(txn, f)
         finally:
             self._end_transaction()
         return tid

@@ -78,6 +78,21 @@ log = logging.getLogger("windvane.connectors.forward")
 #: Bytes read from a socket at once outside bulk messages (asyncio's own reads take at most as much).
 READ_SIZE = 256 << 10
 
+#: The server's own counters (:attr:`ForwardServer.stats`), from zero at construction.
+_STATS = (
+    "connections",
+    "connections_total",
+    "messages",
+    "events",
+    "bytes",
+    "acks",
+    "malformed",
+    "rejected_auth",
+    "oversize",
+    "commit_failed",
+    "heartbeats",
+)
+
 
 class ForwardServer:
     """A Forward protocol v1 server handing what it receives to ``sink``.
@@ -140,22 +155,7 @@ class ForwardServer:
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
         self._connections: set[Connection] = set()
-        self._stats = dict.fromkeys(
-            (
-                "connections",
-                "connections_total",
-                "messages",
-                "events",
-                "bytes",
-                "acks",
-                "malformed",
-                "rejected_auth",
-                "oversize",
-                "commit_failed",
-                "heartbeats",
-            ),
-            0,
-        )
+        self._stats = dict.fromkeys(_STATS, 0)
 
     @property
     def port(self) -> int:

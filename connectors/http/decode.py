@@ -648,24 +648,7 @@ def decode_in_http(
     if not tag:
         raise BadRequest("missing_tag", "POST to /<tag path>, e.g. /app/log for tag app.log; the path is empty")
     fixed = _query_time(query, now)
-    media, params = _media_type(content_type)
-    fields: dict[str, bytes] = {k: query[k].encode("utf-8", "surrogateescape") for k in FORM_FIELDS if k in query}
-    if media in _JSON_TYPES:
-        fields["json"] = body
-    elif media in _NDJSON_TYPES:
-        fields["ndjson"] = body
-    elif media in _MSGPACK_TYPES:
-        fields["msgpack"] = body
-    elif media in _TSV_TYPES:
-        fields["ltsv"] = body
-    elif media == _FORM:
-        fields.update((k, v) for k, v in _parse_form(body).items() if k in FORM_FIELDS)
-    elif media == _MULTIPART:
-        fields.update((k, v) for k, v in _parse_multipart(body, params).items() if k in FORM_FIELDS)
-    elif media and not fields:
-        raise BadRequest("unsupported_content_type", f"Content-Type {media!r} is not understood; send {_SUPPORTED}")
-    elif not fields and body:
-        raise BadRequest("unsupported_content_type", f"the request has no Content-Type; send {_SUPPORTED}")
+    fields = _in_http_fields(body, content_type, query)
     for name in (*FORM_FIELDS, "ltsv"):
         if name in fields:
             data = fields[name]
@@ -686,6 +669,30 @@ def decode_in_http(
             tag, times, decoded.records, decoded.raw, SOURCE, len(body) if size is None else size, faults=faults or None
         )
     ]
+
+
+def _in_http_fields(body: bytes, content_type: str | None, query: Mapping[str, str]) -> dict[str, bytes]:
+    """The data of an in_http request by format (``json``, ``ndjson``, ``msgpack``, ``ltsv``): the body's, by its
+    Content-Type, or its form fields', over the query's; BadRequest for a Content-Type not understood."""
+    media, params = _media_type(content_type)
+    fields: dict[str, bytes] = {k: query[k].encode("utf-8", "surrogateescape") for k in FORM_FIELDS if k in query}
+    if media in _JSON_TYPES:
+        fields["json"] = body
+    elif media in _NDJSON_TYPES:
+        fields["ndjson"] = body
+    elif media in _MSGPACK_TYPES:
+        fields["msgpack"] = body
+    elif media in _TSV_TYPES:
+        fields["ltsv"] = body
+    elif media == _FORM:
+        fields.update((k, v) for k, v in _parse_form(body).items() if k in FORM_FIELDS)
+    elif media == _MULTIPART:
+        fields.update((k, v) for k, v in _parse_multipart(body, params).items() if k in FORM_FIELDS)
+    elif media and not fields:
+        raise BadRequest("unsupported_content_type", f"Content-Type {media!r} is not understood; send {_SUPPORTED}")
+    elif not fields and body:
+        raise BadRequest("unsupported_content_type", f"the request has no Content-Type; send {_SUPPORTED}")
+    return fields
 
 
 _FORM_START = re.compile(rb"[A-Za-z_][A-Za-z0-9_.%+-]*=")
@@ -726,20 +733,7 @@ def decode_wendelin(
             "empty_body", "the body (or its data_chunk field) is empty: send a msgpack stream of [time, record]"
         )
     objs, offsets = _unpack_stream(data, "the data chunk")
-    times: list[int] = []
-    records: list[Any] = []
-    for obj in objs:
-        if type(obj) is list and len(obj) == 2:
-            head = obj[0]
-            ns = time_ns(head)
-            if ns is None and type(head) is list and head:
-                ns = time_ns(head[0])
-            if ns is not None:
-                times.append(ns)
-                records.append(obj[1])
-                continue
-        times.append(now)
-        records.append(obj)
+    times, records = _wendelin_events(objs, now)
     if not records:
         return []
     return [
@@ -752,6 +746,26 @@ def decode_wendelin(
             len(body) if size is None else size,
         )
     ]
+
+
+def _wendelin_events(objs: list[Any], now_ns: int) -> tuple[list[int], list[Any]]:
+    """The times and records of a wendelin stream's items: ``[time, record]`` or ``[[time, metadata], record]``;
+    any other item is a record of its own, arriving at ``now_ns``."""
+    times: list[int] = []
+    records: list[Any] = []
+    for obj in objs:
+        if type(obj) is list and len(obj) == 2:
+            head = obj[0]
+            ns = time_ns(head)
+            if ns is None and type(head) is list and head:
+                ns = time_ns(head[0])
+            if ns is not None:
+                times.append(ns)
+                records.append(obj[1])
+                continue
+        times.append(now_ns)
+        records.append(obj)
+    return times, records
 
 
 def count_events(batches: Sequence[Batch]) -> int:

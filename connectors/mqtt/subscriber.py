@@ -59,7 +59,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -73,6 +72,7 @@ from .address import BrokerAddress, check_topic_filter
 from .config import MqttConfig
 from .decode import Events, decode_payload, topic_to_tag
 from .errors import BrokerUnavailable
+from .inbox import Delivery, Inbox
 
 log = logging.getLogger("windvane.connectors.mqtt")
 
@@ -88,26 +88,7 @@ def message_key(client_id: str, mid: int, topic: str, payload: bytes) -> bytes:
     return _KEY_PREFIX + digest.digest()
 
 
-@dataclass(slots=True)
-class _Delivery:
-    """One message as received: its events, and what acknowledging it takes."""
-
-    tag: str
-    events: Events
-    size: int
-    mid: int
-    qos: int
-    dup: bool
-    key: bytes | None  # QoS 1 messages with events only
-    connection: int  # the connection it arrived on; only that connection may acknowledge it
-
-    @property
-    def checked(self) -> bool:
-        """Whether its key is checked: a redelivered QoS 1 message (DUP set) that may be committed already."""
-        return self.dup and self.key is not None
-
-
-def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
+def _batches(deliveries: Sequence[Delivery]) -> list[Batch]:
     """One batch per tag of the events of ``deliveries``, in arrival order."""
     by_tag: dict[str, tuple[list[int], list[Any], list[bytes], list[int], dict[int, str]]] = {}
     for d in deliveries:
@@ -122,6 +103,21 @@ def _batches(deliveries: Sequence[_Delivery]) -> list[Batch]:
         Batch(tag, times, records, raws.__getitem__, SOURCE, size[0], faults=faults or None)
         for tag, (times, records, raws, size, faults) in by_tag.items()
     ]
+
+
+def _log_connected(broker: BrokerAddress, client_id: str, *, first: bool, resumed: bool) -> None:
+    """Log a connection of session ``client_id``: the ``first`` one, or a reconnection that may have lost it."""
+    if first:
+        log.info("mqtt: connected to %s as %r (%s session)", broker, client_id, "resumed" if resumed else "new")
+    elif resumed:
+        log.info("mqtt: reconnected to %s, session resumed", broker)
+    else:
+        log.warning(
+            "mqtt: reconnected to %s but the broker did not keep the session of %r: what was published "
+            "meanwhile is lost unless the broker persists sessions",
+            broker,
+            client_id,
+        )
 
 
 class MqttSubscriber:
@@ -165,13 +161,9 @@ class MqttSubscriber:
         self._connected_once = False
         self._ready: asyncio.Future | None = None  # the first connection's subscriptions are granted
         self._subscriptions: dict[int, list[str]] = {}
-        self._inbox: collections.deque[_Delivery] = collections.deque()
-        self._room = threading.Condition()  # the network thread waits here while the budget is spent
-        self._buffered = 0  # bytes received and not yet committed
-        self._wake_scheduled = False
-        self._arrived = asyncio.Event()
+        self._inbox = Inbox(max_pending_bytes)
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._outstanding: collections.deque[tuple[asyncio.Task, list[_Delivery]]] = collections.deque()
+        self._outstanding: collections.deque[tuple[asyncio.Task, list[Delivery]]] = collections.deque()
         self._pump_task: asyncio.Task | None = None
         self._closing = False
         self._stopping = asyncio.Event()
@@ -203,7 +195,7 @@ class MqttSubscriber:
     async def start(self) -> None:
         """Connect, resume (or open) the session and subscribe; BrokerUnavailable if the broker cannot be
         reached or refuses the connection or a subscription (later losses are retried, not raised)."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._inbox.loop = asyncio.get_running_loop()
         self._ready = self._loop.create_future()
         properties = Properties(PacketTypes.CONNECT)
         properties.SessionExpiryInterval = self.session_expiry
@@ -238,10 +230,9 @@ class MqttSubscriber:
         Messages received but not submitted stay unacknowledged: the broker
         keeps them for the session's next connection.
         """
+        self._inbox.close()
         self._closing = True
         self._stopping.set()
-        with self._room:
-            self._room.notify_all()
         if self._pump_task is not None:
             self._pump_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -271,22 +262,7 @@ class MqttSubscriber:
             log.error("mqtt: %s; retrying", message)
             self._resolve_ready(BrokerUnavailable(message))
             return
-        if not self._connected_once:
-            log.info(
-                "mqtt: connected to %s as %r (%s session)",
-                self.broker,
-                self.client_id,
-                "resumed" if flags.session_present else "new",
-            )
-        elif flags.session_present:
-            log.info("mqtt: reconnected to %s, session resumed", self.broker)
-        else:
-            log.warning(
-                "mqtt: reconnected to %s but the broker did not keep the session of %r: what was published "
-                "meanwhile is lost unless the broker persists sessions",
-                self.broker,
-                self.client_id,
-            )
+        _log_connected(self.broker, self.client_id, first=not self._connected_once, resumed=flags.session_present)
         self._connected_once = True
         # Subscribing again is harmless (retain handling 1: retained messages only for a new subscription) and
         # restores the subscriptions if the broker lost the session.
@@ -350,33 +326,19 @@ class MqttSubscriber:
             if message.qos == 1 and events.records
             else None
         )
-        delivery = _Delivery(
+        delivery = Delivery(
             topic_to_tag(topic), events, size, message.mid, message.qos, bool(message.dup), key, self._connection
         )
-        with self._room:
-            while self._buffered >= self.max_pending_bytes and not self._closing:
-                self._room.wait()  # the socket is not read meanwhile: TCP pushes back on the broker
-            if self._closing:
-                return
-            self._buffered += size
-        self._inbox.append(delivery)
-        if not self._wake_scheduled and self._loop is not None:
-            self._wake_scheduled = True
-            self._loop.call_soon_threadsafe(self._wake)
+        self._inbox.put(delivery)
 
     # -- submitting and acknowledging (event loop) -------------------------------------------
-
-    def _wake(self) -> None:
-        self._wake_scheduled = False
-        self._arrived.set()
 
     async def _pump(self) -> None:
         """Submit what arrived, in order, in runs: new messages together, redelivered ones each under its key."""
         while True:
-            await self._arrived.wait()
-            self._arrived.clear()
+            await self._inbox.wait()
             while self._inbox:
-                run: list[_Delivery] = []
+                run: list[Delivery] = []
                 while self._inbox:
                     delivery = self._inbox.popleft()
                     if run and delivery.checked != run[0].checked:
@@ -386,7 +348,7 @@ class MqttSubscriber:
                 if run:
                     await self._submit(run)
 
-    async def _submit(self, run: list[_Delivery]) -> None:
+    async def _submit(self, run: list[Delivery]) -> None:
         if run[0].checked:
             # Their first deliveries may be in submissions still in flight: those keys must be known first.
             await asyncio.gather(*(task for task, _ in list(self._outstanding)), return_exceptions=True)
@@ -395,7 +357,7 @@ class MqttSubscriber:
         self._outstanding.append((task, run))
         task.add_done_callback(self._settled)
 
-    async def _store(self, run: list[_Delivery]) -> int:
+    async def _store(self, run: list[Delivery]) -> int:
         """Commit ``run``; returns how many of its messages were found committed before (redelivered copies)."""
         delay = self.min_retry
         while True:
@@ -442,11 +404,9 @@ class MqttSubscriber:
                 self._acknowledge(run)
             elif not self._closing:
                 log.error("mqtt: %d message(s) not committed nor acknowledged: %r", len(run), error)
-            with self._room:
-                self._buffered -= sum(d.size for d in run)
-                self._room.notify_all()
+            self._inbox.release(sum(d.size for d in run))
 
-    def _acknowledge(self, deliveries: list[_Delivery]) -> None:
+    def _acknowledge(self, deliveries: list[Delivery]) -> None:
         with self._lock:  # a connection change waits: no PUBACK crosses onto a connection it does not belong to
             for d in deliveries:
                 if d.qos == 1 and d.connection == self._connection:
