@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import click
 
-from windvane.cli.root import BadInput, cli, interrupted
+from windvane.cli.root import STORE_OPTION, BadInput, cli, interrupted
 
 
 @cli.command(
     name="export", short_help="Export a stream to Parquet, Arrow, CSV, zarr or netCDF; incremental with --job."
 )
 @click.argument("stream")
-@click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@STORE_OPTION
 @click.option(
     "--to",
     "target",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from windvane import ingest
-from windvane.cli.root import BadInput, RowsRejected, cli, interrupted, open_store
+from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, interrupted, open_store
 
 if TYPE_CHECKING:
     from windvane.connectors.files import ReaderOptions
@@ -39,14 +39,7 @@ class ImportOptions:
 @click.argument(
     "paths", nargs=-1, required=True, metavar="PATH...", type=click.Path(exists=True, dir_okay=False, path_type=str)
 )
-@click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@STORE_OPTION
 @click.option("--tag", required=True, help="The stream to import into (created on first use).")
 @click.option(
     "--schema",
@@ -354,14 +347,7 @@ class TailOptions:
 
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
-@click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@STORE_OPTION
 @click.option("--tag", required=True, help="The stream to append to (created on first use).")
 @click.option(
     "--format",

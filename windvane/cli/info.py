@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import click
 
-from windvane.cli.root import BadInput, cli, open_store
+from windvane.cli.root import STORE_OPTION, BadInput, cli, open_store
 
 
 @cli.command(name="info", short_help="What a store's streams hold: rows, shapes, bytes raw and stored, dedup.")
-@click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@STORE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines instead of text.")
 def store_contents(store_url: str, as_json: bool) -> None:
     """Describe the store at --store and every stream in it, quarantine streams included.

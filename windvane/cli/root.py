@@ -116,6 +116,15 @@ def open_store(url: str, **options) -> neostore.Store:
 
 
 STORE_URL = click.argument("url", metavar="URL")
+#: The --store option of the commands that work on one store (WINDVANE_STORE when not given).
+STORE_OPTION = click.option(
+    "--store",
+    "store_url",
+    required=True,
+    envvar="WINDVANE_STORE",
+    show_envvar=True,
+    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
+)
 
 
 def main() -> None:

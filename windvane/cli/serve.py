@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from windvane import ingest
-from windvane.cli.root import BadInput, cli
+from windvane.cli.root import STORE_OPTION, BadInput, cli
 from windvane.connectors.forward.config import ForwardConfig
 from windvane.connectors.http.config import HttpConfig
 from windvane.connectors.limits import Limits
@@ -76,14 +76,7 @@ class ServeOptions:
 
 
 @cli.command(short_help="Receive fluentd Forward and HTTP data into streams.")
-@click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@STORE_OPTION
 @click.option(
     "--schemas",
     required=True,

@@ -7,16 +7,7 @@ from collections.abc import Callable
 import click
 
 from windvane import ingest
-from windvane.cli.root import BadInput, cli, open_store
-
-STORE_OPTION = click.option(
-    "--store",
-    "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+from windvane.cli.root import STORE_OPTION, BadInput, cli, open_store
 
 
 @cli.group(name="streams", invoke_without_command=True)
