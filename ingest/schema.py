@@ -128,6 +128,8 @@ class Schema:
     path: str = ""
     _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
     retention: float | None = None  # seconds of rows `windvane store pack --schemas` keeps; None: all
+    # its [parse] table: the fluentd <parse> section `windvane tail`/`import` read its logs with (checked there)
+    parse: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
@@ -318,12 +320,24 @@ def _vibration(doc: Any, where: str) -> Vibration:
     )
 
 
+SCHEMA_KEYS = (
+    "kind",
+    "tags",
+    "description",
+    "extra",
+    "chunk_rows",
+    "codec",
+    "fields",
+    "vibration",
+    "retention",
+    "parse",
+)
+
+
 def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
     """A :class:`Schema` from a parsed TOML document; ``name`` is the file's stem."""
     where = path or name
-    _check_keys(
-        doc, ("kind", "tags", "description", "extra", "chunk_rows", "codec", "fields", "vibration", "retention"), where
-    )
+    _check_keys(doc, SCHEMA_KEYS, where)
     kind = _need(doc, "kind", str, where)
     if kind not in KINDS:
         raise SchemaError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -375,6 +389,7 @@ def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
         path,
         patterns,
         retention=_retention(_opt(doc, "retention", str, None, where), where),
+        parse=_opt(doc, "parse", dict, None, where),
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from windvane.connectors.files import Part
-from windvane.connectors.files.logs import LogOptions, log_format, parse_log
+from windvane.connectors.files.logs import LogFormat, LogOptions, log_format, parse_log
 from windvane.connectors.files.logs.reader import known_types, to_part
 
 from .follow import FilePosition, Follower
@@ -37,7 +37,7 @@ Commit = Callable[[list[Part], dict[str, Any]], tuple[int, int]]
 class TailSettings:
     """How ``windvane tail`` reads and commits; see the module docstring."""
 
-    format: str
+    format: str | LogFormat  # a format's name, or the format (a fluentd parser: logs.fluent.fluent_format)
     timezone: str | None = None
     commit_lines: int = 10_000
     commit_ms: float = 1000.0
@@ -47,7 +47,8 @@ class TailSettings:
     types: dict[str, pa.DataType] = field(default_factory=dict)  # the stream's column types, if it exists
 
     def __post_init__(self) -> None:
-        log_format(self.format)  # an unknown format or zone fails before anything is read
+        if not isinstance(self.format, LogFormat):
+            log_format(self.format)  # an unknown format or zone fails before anything is read
         LogOptions(timezone=self.timezone)
 
 

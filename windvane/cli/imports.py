@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from windvane import ingest
+from windvane.cli.parsing import fluent_config, parser_options
 from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, interrupted, open_store
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ class ImportOptions:
     commit_mb: int
     allow_rejects: bool
     renames: tuple[str, ...]
+    parser_path: str | None = None
+    expression: str | None = None
+    time_format: str | None = None
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -104,6 +108,7 @@ class ImportOptions:
     help="Name a file's column OLD as NEW in the stream (repeatable); the file must have OLD. "
     "A blank or repeated header cell names its column column_<n> (n: its position).",
 )
+@parser_options
 def import_files(**options: Any) -> None:
     """Import PATH... into stream TAG, committing as it reads: run again after an interruption to resume.
 
@@ -179,14 +184,13 @@ def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, option
 def _import_options(opts: ImportOptions) -> tuple:
     """``(schema, formats, reader options)`` from `windvane import`'s options; BadInput if one is wrong."""
     from windvane.connectors.files import FileFormatError, ReaderOptions
-    from windvane.connectors.files.formats import format_for
     from windvane.ingest.schema import load_schema
     from windvane.ingest.times import check_zone, time_ns
 
     try:
         rename = _renames(opts.renames)
         schema = load_schema(opts.schema_path) if opts.schema_path else None
-        formats = [format_for(path, opts.format_name) for path in opts.paths]
+        formats = _file_formats(opts, schema)
         start_ns = None
         if opts.timezone is not None:
             check_zone(opts.timezone)
@@ -205,6 +209,20 @@ def _import_options(opts: ImportOptions) -> tuple:
         timezone=opts.timezone,
     )
     return schema, formats, options
+
+
+def _file_formats(opts: ImportOptions, schema) -> list:
+    """The format of each of ``opts.paths``: a fluentd parser if the options or the schema's ``[parse]`` say one."""
+    from windvane.connectors.files.formats import Format, format_for
+    from windvane.connectors.files.logs.fluent import fluent_format
+    from windvane.connectors.files.logs.reader import log_reader
+
+    parse = getattr(schema, "parse", None)
+    config = fluent_config(opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone)
+    if config is None:
+        return [format_for(path, opts.format_name) for path in opts.paths]
+    fmt = fluent_format(config)
+    return [Format(fmt.name, (), log_reader(fmt), compressed=True)] * len(opts.paths)
 
 
 def _open_reader(path: str, fmt, schema, options: ReaderOptions):
@@ -336,13 +354,16 @@ class TailOptions:
     path: str
     store_url: str
     tag: str
-    format_name: str
+    format_name: str | None
     schema_path: str | None
     timezone: str | None
     commit_lines: int
     commit_ms: float
     poll_ms: float
     rotate_wait: float
+    parser_path: str | None = None
+    expression: str | None = None
+    time_format: str | None = None
 
 
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
@@ -352,9 +373,9 @@ class TailOptions:
 @click.option(
     "--format",
     "format_name",
-    default="jsonl",
-    show_default=True,
-    help="Log format: jsonl, syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs).",
+    default=None,
+    help="Log format: jsonl (the default), syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs), "
+    "or a fluentd parser type (regexp, none, ...; see --parser).",
 )
 @click.option(
     "--schema",
@@ -397,6 +418,7 @@ class TailOptions:
     show_default=True,
     help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.",
 )
+@parser_options
 def tail(**options: Any) -> None:
     """Follow the log file PATH as it grows and commit its lines into stream TAG.
 
@@ -421,7 +443,9 @@ def tail(**options: Any) -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         schema = load_schema(opts.schema_path) if opts.schema_path else None
-        settings = TailSettings(opts.format_name, opts.timezone, opts.commit_lines, opts.commit_ms, opts.poll_ms)
+        settings = TailSettings(
+            _tail_format(opts, schema), opts.timezone, opts.commit_lines, opts.commit_ms, opts.poll_ms
+        )
     except (ingest.IngestError, LogFormatError) as exc:
         raise BadInput(str(exc)) from exc
     with open_store(opts.store_url) as st:
@@ -438,7 +462,8 @@ def tail(**options: Any) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
-        click.echo(f"following {opts.path} into {opts.tag} ({opts.format_name}) from {where}")
+        name = settings.format if isinstance(settings.format, str) else settings.format.name
+        click.echo(f"following {opts.path} into {opts.tag} ({name}) from {where}")
         try:
             Tailer(
                 follower,
@@ -452,6 +477,16 @@ def tail(**options: Any) -> None:
         finally:
             follower.close()
     click.echo("stopped")
+
+
+def _tail_format(opts: TailOptions, schema):
+    """`windvane tail`'s log format: a fluentd parser if the options or the schema's ``[parse]`` say one, else the
+    ``--format`` name (jsonl by default)."""
+    from windvane.connectors.files.logs.fluent import fluent_format
+
+    parse = getattr(schema, "parse", None)
+    config = fluent_config(opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone)
+    return fluent_format(config) if config is not None else opts.format_name or "jsonl"
 
 
 def _tail_commit(writers, tag: str, schema, source_id: str, path: str):

@@ -106,9 +106,11 @@ def _reject(lines: Lines, i: int, reason: str, options: LogOptions) -> RejectedL
     return RejectedLine(options.now, lines.raw(i), f"line {number}: {reason}", number)
 
 
-def parse_log(name: str, block: bytes, options: LogOptions | None = None, *, first_line: int = 1) -> ParsedLines:
-    """Parse ``block`` (whole lines) as log format ``name``; see the module docstring."""
-    fmt = log_format(name)
+def parse_log(
+    name: str | LogFormat, block: bytes, options: LogOptions | None = None, *, first_line: int = 1
+) -> ParsedLines:
+    """Parse ``block`` (whole lines) as log format ``name`` (or the format itself); see the module docstring."""
+    fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
     lines, rejected = split_lines(block, first_line=first_line, now=options.now)
     rows = fmt.parse(lines, options)

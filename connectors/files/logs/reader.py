@@ -102,14 +102,15 @@ class LogReader:
             f.seek(offset)
             for block in line_blocks(f, self.block_bytes):
                 options = LogOptions(self.timezone, time.time_ns(), self.types, written)
-                parsed = parse_log(self.format.name, block, options, first_line=line)
+                parsed = parse_log(self.format, block, options, first_line=line)
                 self.types = known_types(parsed.table, self.types)
                 offset += len(block)
                 line += block.count(b"\n")
                 yield to_part(parsed, {"offset": offset, "line": line}, len(block))
 
 
-def log_reader(name: str) -> Callable[[str, ReaderOptions], LogReader]:
-    """``make(path, options)`` for ``connectors.files.formats.register``: a reader of log format ``name``."""
-    fmt = log_format(name)
+def log_reader(name: str | LogFormat) -> Callable[[str, ReaderOptions], LogReader]:
+    """``make(path, options)`` for ``connectors.files.formats.register``: a reader of log format ``name`` (or of the
+    format itself)."""
+    fmt = name if isinstance(name, LogFormat) else log_format(name)
     return lambda path, options: LogReader(path, fmt, options)

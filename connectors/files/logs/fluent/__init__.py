@@ -1,0 +1,32 @@
+"""fluentd-compatible log parsing: a ``<parse>`` section (:class:`ParseConfig`) read as fluentd reads it.
+
+:func:`fluent_format` makes a :class:`..LogFormat` of a section, so
+``parse_log``, ``LogReader``, ``windvane import`` and ``windvane tail`` run
+it as any log format::
+
+    config = ParseConfig.from_mapping({"type": "regexp", "expression": r"^(?<host>\\S+) (?<message>.*)$"})
+    parsed = parse_log(fluent_format(config), block)
+
+Parser types: :data:`.parsers.PARSERS`. Lines a parser cannot read are
+rejected with fluentd's reason (``pattern not matched``, ``invalid time
+format: ...``).
+"""
+
+from __future__ import annotations
+
+from .. import LogFormat
+from .config import ParseConfig, ParseConfigError
+from .parsers import PARSERS
+from .timefmt import TimeParser
+
+__all__ = ["PARSERS", "ParseConfig", "ParseConfigError", "TimeParser", "fluent_format"]
+
+
+def fluent_format(config: ParseConfig) -> LogFormat:
+    """The log format that parses as fluentd's parser ``config.type`` with ``config``'s options; ParseConfigError if
+    the type is unknown or an option is wrong."""
+    make = PARSERS.get(config.type)
+    if make is None:
+        raise ParseConfigError(f"unknown parser type {config.type!r}; known: {', '.join(sorted(PARSERS))}")
+    parser = make(config)
+    return LogFormat(f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse)

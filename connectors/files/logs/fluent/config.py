@@ -1,0 +1,169 @@
+"""A fluentd ``<parse>`` section as plain data: :class:`ParseConfig`.
+
+One field per fluentd option, by fluentd's name and with fluentd's
+default, so a section moves over as it is::
+
+    config = ParseConfig.from_mapping({"type": "regexp", "expression": "/^(?<host>\\S+) (?<msg>.*)$/"})
+    config.to_fluentd()   # '<parse>\\n  @type regexp\\n  expression /^(?<host>\\S+) (?<msg>.*)$/\\n</parse>\\n'
+
+``from_mapping`` takes what a TOML file or a schema's ``[parse]`` table
+holds (``@type`` may be written ``type``; ``format1`` ... ``formatN`` of the
+multiline parser, or a list ``formats``). Options a parser type does not
+use are allowed, as fluentd allows them; unknown names are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import LogFormatError
+
+#: The option whose default is per parser type (fluentd's ``config_set_default``).
+TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
+TIME_TYPES = ("string", "unixtime", "float")
+
+
+class ParseConfigError(LogFormatError):
+    """A ``<parse>`` section is invalid: an unknown option, a wrong value, a type fluentd does not have."""
+
+
+@dataclass(frozen=True)
+class ParseConfig:
+    """A fluentd ``<parse>`` section; each field is the fluentd option of that name (None: fluentd's default)."""
+
+    type: str
+    expression: str | None = None
+    ignorecase: bool = False
+    multiline: bool = False
+    time_key: str | None = None
+    time_format: str | None = None
+    time_type: str = "string"
+    keep_time_key: bool = False
+    types: dict[str, str] = field(default_factory=dict)
+    null_value_pattern: str | None = None
+    null_empty_string: bool = False
+    estimate_current_event: bool = True
+    timezone: str | None = None
+    localtime: bool = True
+    utc: bool = False
+    message_key: str = "message"
+    message_format: str = "rfc3164"
+    rfc5424_time_format: str | None = None
+    with_priority: bool = True
+    support_colonless_ident: bool = True
+    keys: tuple[str, ...] = ()
+    delimiter: str | None = None
+    delimiter_pattern: str | None = None
+    label_delimiter: str = ":"
+    format_firstline: str | None = None
+    formats: tuple[str, ...] = ()
+    json_parser: str = "oj"
+    stream_buffer_size: int | None = None
+    parser_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.time_type not in TIME_TYPES:
+            raise ParseConfigError(f"time_type {self.time_type!r} is not one of {', '.join(TIME_TYPES)}")
+        if self.time_format is None and (self.timezone or self.utc) and self.time_type == "string":
+            raise ParseConfigError(
+                "timezone or utc needs a time_format (fluentd: specifying timezone requires time format)"
+            )
+
+    @property
+    def effective_time_key(self) -> str | None:
+        """``time_key``, else this parser type's default (``time`` for regexp and json)."""
+        return self.time_key if self.time_key is not None else TIME_KEY_DEFAULTS.get(self.type)
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any], *, where: str = "parse") -> ParseConfig:
+        """The section ``doc`` holds (keys: fluentd's option names); ParseConfigError naming a wrong key or value."""
+        doc = dict(doc)
+        if "@type" in doc:
+            doc["type"] = doc.pop("@type")
+        numbered = sorted((k for k in doc if k.startswith("format") and k[6:].isdigit()), key=lambda k: int(k[6:]))
+        if numbered:
+            doc["formats"] = [doc.pop(k) for k in numbered]
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(doc) - set(known))
+        if unknown:
+            raise ParseConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        if "type" not in doc:
+            raise ParseConfigError(f"{where}: no type (the parser: regexp, none, json, ...)")
+        values = {k: _value(k, v, known[k].type, where) for k, v in doc.items()}
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ParseConfigError(f"{where}: {exc}") from None
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> ParseConfig:
+        """The section a TOML file holds (its top-level keys, or its ``[parse]`` table if it has one)."""
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ParseConfigError(f"{path}: {exc}") from None
+        return cls.from_mapping(doc.get("parse", doc), where=str(path))
+
+    def to_fluentd(self) -> str:
+        """This section as fluentd's configuration text, ``<parse> ... </parse>`` (options left at default omitted)."""
+        out = ["<parse>", f"  @type {self.type}"]
+        defaults = ParseConfig(self.type)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "type" or value == getattr(defaults, f.name):
+                continue
+            if f.name == "formats":
+                out += [f"  format{n} {v}" for n, v in enumerate(value, 1)]
+            elif f.name == "types":
+                out.append("  types " + ",".join(f"{k}:{v}" for k, v in value.items()))
+            else:
+                out.append(f"  {f.name} {_fluentd_text(value)}")
+        return "\n".join([*out, "</parse>"]) + "\n"
+
+    def replace(self, **changes: Any) -> ParseConfig:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+
+def _value(key: str, value: Any, kind: str, where: str) -> Any:
+    """``value`` of option ``key`` as the field's type (``kind``: its annotation text)."""
+    if key == "types" and isinstance(value, str):
+        value = _types_text(value)
+    if kind.startswith("tuple"):
+        value = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ParseConfigError(f"{where}: {key} is a list of text (or comma-separated text)")
+        return tuple(value)
+    if kind == "bool" and isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    expected = {"bool": bool, "str": str, "int | None": int, "dict[str, str]": dict}.get(kind, str)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ParseConfigError(f"{where}: {key} = {value!r} is not {expected.__name__}")
+    if expected is dict and not all(isinstance(v, str) for v in value.values()):
+        raise ParseConfigError(f"{where}: types maps each field to a type name (text)")
+    return value
+
+
+def _types_text(text: str) -> dict[str, str]:
+    """fluentd's ``types`` text, ``a:integer,b:time:%d/%b/%Y`` (or JSON), as a mapping."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, kind = item.partition(":")
+        out[name] = kind
+    return out
+
+
+def _fluentd_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)

@@ -1,0 +1,51 @@
+"""fluentd's ``regexp`` parser: ``expression``'s named groups are the record's fields.
+
+The expression is a Ruby regexp (see :mod:`..rubyre`), searched in the
+line as Ruby's ``match`` does (not anchored unless it says ``^``). A line
+it does not match is rejected, ``pattern not matched``, as fluentd warns
+and drops it; a group that took no part in the match is no field of that
+line (null). Time, null values and types as :mod:`..records` says; the
+time key defaults to ``time``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ...lines import Lines, Rows
+from ...options import LogOptions
+from ..config import ParseConfig, ParseConfigError
+from ..records import PATTERN_NOT_MATCHED, RecordBuilder
+from ..rubyre import ruby_regexp
+
+
+class RegexpParser:
+    """``parse(lines, options)``: the named groups of ``config.expression`` in each line."""
+
+    def __init__(self, config: ParseConfig):
+        if not config.expression:
+            raise ParseConfigError("regexp parser: 'expression' parameter is required")
+        self.pattern = ruby_regexp(config.expression, ignorecase=config.ignorecase, multiline=config.multiline)
+        if not self.pattern.groupindex:
+            raise ParseConfigError(
+                "No named captures in 'expression' parameter. The regexp must have at least one named capture"
+            )
+        self.names = list(self.pattern.groupindex)
+        self.records = RecordBuilder(config)
+
+    def parse(self, lines: Lines, options: LogOptions) -> Rows:
+        """Rows of the lines that match; the others are faults."""
+        search = self.pattern.search
+        values: dict[str, list[str | None]] = {name: [] for name in self.names}
+        faults: dict[int, str] = {}
+        for i, line in enumerate(lines.text.to_pylist()):
+            found = search(line)
+            if found is None:
+                faults[i] = PATTERN_NOT_MATCHED
+                groups: dict[str, str | None] = dict.fromkeys(self.names)
+            else:
+                groups = found.groupdict()
+            for name in self.names:
+                values[name].append(groups[name])
+        fields = {name: pa.array(column, pa.large_string()) for name, column in values.items()}
+        return self.records.to_rows(fields, len(lines), faults, options)

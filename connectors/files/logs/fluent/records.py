@@ -1,0 +1,163 @@
+"""What fluentd's parser base does with the fields a parser found: the time, null values, types.
+
+:func:`to_rows` takes the fields of every line (text columns, null where a
+line has no such field) and makes windvane's :class:`Rows`, in fluentd's
+order:
+
+1. the time: field ``time_key`` read by :class:`.timefmt.TimeParser` and
+   removed from the record (kept as text with ``keep_time_key``; a kept
+   field named ``time`` is stored as ``time_text``, since ``time`` is the row's
+   time). A line whose time is not a time is rejected (fluentd: ``invalid
+   time format``); a line without the field gets the read time
+   (``estimate_current_event``), or is rejected, ``pattern not matched``,
+   as fluentd drops it when that is false;
+2. ``null_empty_string`` and ``null_value_pattern`` (a Ruby regexp that
+   matches anywhere in the value, as fluentd searches it) make values null;
+3. ``types``, as fluentd converts them (conversion never rejects a line):
+   ``integer`` Ruby's ``to_i`` (``12abc`` is 12, ``abc`` 0, ``1_000`` 1000) as int64 (null past it),
+   ``float`` ``to_f`` as float64, ``bool`` true for ``true``/``yes``/``1``
+   (any case), ``string``, ``time[:zone][:format]`` (or ``time:unixtime`` /
+   ``time:float``) as int64 ns (null if not a time), ``array[:delimiter]``
+   (default ``,``) as a JSON list of text.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..lines import Rows, add_faults
+from ..options import LogOptions
+from .config import TIME_TYPES, ParseConfig, ParseConfigError
+from .rubyre import ruby_regexp
+from .timefmt import TimeParser, ruby_to_f, ruby_to_i, zone_offset_seconds
+
+PATTERN_NOT_MATCHED = "pattern not matched"
+TYPES = ("string", "integer", "float", "bool", "time", "array")
+TRUTHY = ("true", "yes", "1")
+KEPT_TIME = "time_text"
+
+
+class RecordBuilder:
+    """``to_rows(fields, faults, options)``: a parser's fields to :class:`Rows` as ``config`` says (see module)."""
+
+    def __init__(self, config: ParseConfig):
+        self.config = config
+        self.time_key = config.effective_time_key
+        self.time = TimeParser(config)
+        self.null = ruby_regexp(config.null_value_pattern) if config.null_value_pattern else None
+        self.converters = {name: _converter(name, spec, config) for name, spec in config.types.items()}
+
+    def to_rows(self, fields: dict[str, pa.Array], count: int, faults: dict[int, str], options: LogOptions) -> Rows:
+        """Rows of ``count`` lines from their ``fields`` (lines already at fault in ``faults`` stay so)."""
+        now = options.now or 0
+        fields = dict(fields)
+        time = self._times(fields, count, faults, now)
+        columns: dict[str, pa.Array] = {"time": pa.array(time, pa.int64())}
+        for name, values in fields.items():
+            values = self._nulls(pc.cast(values, pa.large_string()))
+            convert = self.converters.get(name)
+            columns[KEPT_TIME if name == "time" else name] = convert(values, now) if convert else values
+        return Rows(columns, faults)
+
+    def _times(self, fields: dict[str, pa.Array], count: int, faults: dict[int, str], now: int) -> np.ndarray:
+        key = self.time_key
+        values = fields.get(key) if key is not None else None
+        if values is None:
+            if not self.config.estimate_current_event:
+                add_faults(faults, np.ones(count, dtype=bool), PATTERN_NOT_MATCHED)
+            return np.full(count, now, dtype=np.int64)
+        if not self.config.keep_time_key:
+            del fields[key]
+        present = values.is_valid().to_numpy(zero_copy_only=False)
+        times, bad = self.time.parse(values, now)
+        bad &= present
+        add_faults(faults, bad, lambda i: f"invalid time format: value = {values[i].as_py()}")
+        if not self.config.estimate_current_event:
+            add_faults(faults, ~present, PATTERN_NOT_MATCHED)
+        return np.where(present & ~bad, times, now)
+
+    def _nulls(self, values: pa.Array) -> pa.Array:
+        if self.config.null_empty_string:
+            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.large_string()), values)
+        if self.null is not None:
+            search = self.null.search
+            null = [v is not None and search(v) is not None for v in values.to_pylist()]
+            if any(null):
+                values = pc.if_else(pa.array(null), pa.scalar(None, pa.large_string()), values)
+        return values
+
+
+def _converter(name: str, spec: str, config: ParseConfig):
+    """``convert(values, now)`` for ``types`` entry ``name: spec``; ParseConfigError for an unknown type."""
+    kind, _, option = spec.partition(":")
+    if kind not in TYPES:
+        raise ParseConfigError(f"unknown value conversion for key:{name!r}, type:{kind!r}; known: {', '.join(TYPES)}")
+    if kind == "integer":
+        return lambda v, now: _keep_null(v, _integers(v))
+    if kind == "float":
+        return lambda v, now: _keep_null(v, pa.array(ruby_to_f(v), pa.float64()))
+    if kind == "bool":
+        return lambda v, now: _keep_null(v, pc.is_in(pc.utf8_lower(v), pa.array(TRUTHY)))
+    if kind == "array":
+        delimiter = option if spec.count(":") else ","
+        return lambda v, now: pa.array(
+            [None if s is None else json.dumps(_ruby_split(s, delimiter)) for s in v.to_pylist()], pa.large_string()
+        )
+    if kind == "time":
+        return _time_converter(option if ":" in spec else None, config)
+    return lambda v, now: v
+
+
+def _time_converter(option: str | None, config: ParseConfig):
+    """``types x:time[:zone][:format]``: int64 ns, null where not a time (fluentd's converter gives nil)."""
+    zone, time_format, time_type = None, option, "string"
+    if option:
+        first, _, rest = option.partition(":")
+        if rest and _is_zone(first):
+            zone, time_format = first, rest
+        if time_format in TIME_TYPES:
+            time_type, time_format = time_format, None
+    # fluentd's converter takes the section's localtime/utc, but only its own zone
+    utc = config.utc and time_format is not None
+    parser = TimeParser(config.replace(timezone=zone, time_format=time_format, time_type=time_type, utc=utc))
+
+    def convert(values: pa.Array, now: int) -> pa.Array:
+        times, bad = parser.parse(values, now)
+        return pa.array(times, pa.int64(), mask=bad | ~values.is_valid().to_numpy(zero_copy_only=False))
+
+    return convert
+
+
+def _is_zone(text: str) -> bool:
+    from windvane.ingest.times import check_zone
+
+    if zone_offset_seconds(text) is not None:
+        return True
+    try:
+        check_zone(text)
+    except Exception:  # noqa: BLE001 - not a zone: the text is the format
+        return False
+    return True
+
+
+def _integers(values: pa.Array) -> pa.Array:
+    """Ruby's to_i of each value; null past int64 (fluentd keeps a bignum; a stream column cannot)."""
+    numbers, over = ruby_to_i(values)
+    return pa.array(numbers, pa.int64(), mask=over)
+
+
+def _keep_null(source: pa.Array, converted: pa.Array) -> pa.Array:
+    """``converted`` with nulls where ``source`` has them (fluentd leaves a null value as it is)."""
+    return pc.if_else(source.is_valid(), converted, pa.scalar(None, converted.type))
+
+
+def _ruby_split(text: str, delimiter: str) -> list[str]:
+    """Ruby's ``String#split(delimiter)``: a single space splits on runs of white space; trailing empties dropped."""
+    parts = text.split() if delimiter == " " else text.split(delimiter)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts

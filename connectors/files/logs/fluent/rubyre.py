@@ -1,0 +1,69 @@
+"""Ruby regular expressions as fluentd reads them (``/.../imx`` or bare), translated to Python's :mod:`re`.
+
+fluentd's ``expression`` and ``null_value_pattern`` are Ruby regexps:
+``(?<name>...)`` groups, ``\\k<name>`` back references, ``\\h`` hex digits,
+``\\A`` / ``\\z`` / ``\\Z`` anchors. ``^`` and ``$`` are always line anchors
+in Ruby (Python's MULTILINE), ``\\d \\w \\s`` ASCII only (Python's ASCII),
+Ruby's ``m`` flag is Python's DOTALL; ``i`` and ``x`` are the same. A
+regexp between slashes may end with those flags, as fluentd's config
+parser allows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .config import ParseConfigError
+
+_FLAGS = {"i": re.IGNORECASE, "m": re.DOTALL, "x": re.VERBOSE}
+_TOKEN = re.compile(r"\\.|\(\?<(?=[A-Za-z_])|\[|\]")
+_ESCAPES = {r"\h": "[0-9a-fA-F]", r"\H": "[^0-9a-fA-F]", r"\z": r"\Z", r"\Z": r"(?=\n?\Z)"}
+
+
+def split_flags(text: str) -> tuple[str, int]:
+    """``/source/flags`` (or a bare source) as the source and Python flags; ParseConfigError on a stray slash."""
+    if not text.startswith("/"):
+        return text, 0
+    right = text.rindex("/")
+    if right == 0 or right < len(text) - 3 or set(text[right + 1 :]) - set(_FLAGS):
+        raise ParseConfigError(f"invalid regexp: missing right slash or unknown flags: {text}")
+    flags = 0
+    for letter in text[right + 1 :]:
+        flags |= _FLAGS[letter]
+    return text[1:right], flags
+
+
+def translate(source: str) -> str:
+    """A Ruby regexp source as a Python one (named groups, back references, ``\\h``, ``\\z``, ``\\Z``)."""
+    out, i, in_class = [], 0, False
+    for token in _TOKEN.finditer(source):
+        out.append(source[i : token.start()])
+        text = token.group()
+        if text == "(?<":
+            text = "(?<" if in_class else "(?P<"
+        elif text == "[":
+            in_class = True
+        elif text == "]":
+            in_class = False
+        elif text in _ESCAPES and not in_class:
+            text = _ESCAPES[text]
+        elif text == r"\h":
+            text = "0-9a-fA-F"
+        out.append(text)
+        i = token.end()
+    out.append(source[i:])
+    return re.sub(r"\\k<(\w+)>", r"(?P=\1)", "".join(out))
+
+
+def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False) -> re.Pattern:
+    """The compiled Python equivalent of fluentd regexp option ``text``; ParseConfigError if it does not compile."""
+    source, flags = split_flags(text)
+    flags |= re.MULTILINE | re.ASCII
+    if ignorecase:
+        flags |= re.IGNORECASE
+    if multiline:
+        flags |= re.DOTALL
+    try:
+        return re.compile(translate(source), flags)
+    except re.error as exc:
+        raise ParseConfigError(f"invalid regexp {text!r}: {exc}") from None

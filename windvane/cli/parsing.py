@@ -1,0 +1,94 @@
+"""The fluentd parser options of `windvane import` and `windvane tail`: ``--parser``, ``--expression``, ``--time-format``.
+
+A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``;
+``--format TYPE`` with ``--expression`` / ``--time-format`` (TYPE defaults to
+regexp); ``--format TYPE`` alone, TYPE a fluentd parser windvane has no
+format of its own by that name (fluentd's defaults); the ``[parse]`` table of
+the ``--schema`` file. None of them: the format is windvane's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from windvane.cli.root import BadInput
+
+if TYPE_CHECKING:
+    from windvane.connectors.files.logs.fluent import ParseConfig
+
+_OPTIONS = (
+    click.option(
+        "--parser",
+        "parser_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=str),
+        help='A fluentd <parse> section as TOML (type = "regexp", expression = \'...\', time_format = "..."): '
+        "lines are parsed as fluentd's parser of that type does.",
+    ),
+    click.option(
+        "--expression",
+        default=None,
+        metavar="REGEXP",
+        help="fluentd regexp parser's expression (Ruby (?<name>...) groups; implies --format regexp).",
+    ),
+    click.option(
+        "--time-format",
+        default=None,
+        metavar="STRPTIME",
+        help="fluentd's time_format of the time field (e.g. %d/%b/%Y:%H:%M:%S %z) for --expression or --format.",
+    ),
+)
+
+
+def parser_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with the options above."""
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
+
+
+def fluent_config(
+    format_name: str | None,
+    parser_path: str | None,
+    expression: str | None,
+    time_format: str | None,
+    schema_parse: dict | None = None,
+    timezone: str | None = None,
+) -> ParseConfig | None:
+    """The fluentd section these options say (see the module), None for a windvane format; BadInput if wrong."""
+    from windvane.connectors.files.logs import log_format
+    from windvane.connectors.files.logs.errors import LogFormatError
+    from windvane.connectors.files.logs.fluent import PARSERS, ParseConfig, fluent_format
+
+    inline = {k: v for k, v in (("expression", expression), ("time_format", time_format)) if v is not None}
+    try:
+        if parser_path is not None:
+            if inline or format_name is not None:
+                raise BadInput(
+                    "--parser holds the whole <parse> section: give no --format, --expression or --time-format"
+                )
+            config = ParseConfig.from_toml(parser_path)
+        elif inline:
+            config = ParseConfig.from_mapping({"type": format_name or "regexp", **inline}, where="--format")
+        elif format_name in PARSERS and not _windvane_format(format_name, log_format):
+            config = ParseConfig(format_name)
+        elif format_name is None and schema_parse is not None:
+            config = ParseConfig.from_mapping(schema_parse, where="the schema's [parse]")
+        else:
+            return None
+        if timezone and config.timezone is None and not config.utc and config.time_format is not None:
+            config = config.replace(timezone=timezone)  # --timezone: the zone of times written without one
+        fluent_format(config)  # every option checked before anything is read
+    except LogFormatError as exc:
+        raise BadInput(str(exc)) from exc
+    return config
+
+
+def _windvane_format(name: str, log_format: Callable[[str], Any]) -> bool:
+    try:
+        log_format(name)
+    except ValueError:
+        return False
+    return True
