@@ -9,13 +9,17 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
 - the text must match from its start; what follows the format is ignored;
 - a space in the format matches any run of white space (or none);
 - ``%N`` and ``%L`` read every digit that follows as the fraction (kept to
-  the nanosecond), ``%3N`` / ``%6N`` / ``%9N`` that many digits;
-- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z``; ``%b``/``%B`` a month
+  the nanosecond);
+- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name: UTC); ``%b``/``%B`` a month
   name (either length, any case); ``%s`` seconds since the epoch;
 - a time written with a zone (``%z``, ``%Z``, ``%s``) keeps it; one without is
   a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
   when ``utc`` is true or ``localtime`` false, else this machine's zone;
-- fields the format lacks default to the current year, January, the 1st, 00:00:00.
+- a day past the month's end (up to 31) rolls over into the next month
+  (``2020-02-30`` is March 1st), as Ruby's Time does;
+- fields the format lacks default to the current year, January, the 1st, 00:00:00; a
+  format without any date field means today (UTC);
+- a directive with a width (``%3N``) matches nothing: Ruby's strptime has none.
 
 Without ``time_format`` fluentd uses Ruby's ``Time.parse``; here the text
 is read by windvane's ISO 8601 rule (:func:`ingest.times.iso_column_ns`) in
@@ -68,7 +72,7 @@ _DIRECTIVE = {
     "N": r"(?P<N>\d+)",
     "L": r"(?P<N>\d+)",
     "z": rf"(?P<z>{_ZONE})",
-    "Z": rf"(?P<z>{_ZONE}|UTC|GMT)",
+    "Z": rf"(?P<z>{_ZONE}|[A-Za-z]+)",
     "s": r"(?P<s>[+-]?\d+)",
     "b": rf"(?P<b>{_MONTH_NAMES})",
     "h": rf"(?P<b>{_MONTH_NAMES})",
@@ -83,6 +87,9 @@ _DIRECTIVE = {
     "t": r"\s+",
     "%": "%",
 }
+
+
+NEVER = "^$NEVER"  # a regex no time text matches (RE2 has no (?!))
 
 
 def strptime_regex(time_format: str) -> str:
@@ -103,8 +110,8 @@ def strptime_regex(time_format: str) -> str:
         if name not in _DIRECTIVE:
             raise ParseConfigError(f"time_format {time_format!r}: unknown directive %{width}{name}")
         pattern = _DIRECTIVE[name]
-        if name in "NL" and width:
-            pattern = rf"(?P<N>\d{{{width}}})"
+        if width:  # Ruby's strptime has no widths: %3N matches nothing, every value is "invalid time format"
+            return NEVER
         group = re.search(r"\?P<(\w+)>", pattern)
         if group and group.group(1) in seen:
             raise ParseConfigError(f"time_format {time_format!r}: %{name} given twice")
@@ -116,7 +123,7 @@ def strptime_regex(time_format: str) -> str:
 
 def zone_offset_seconds(text: str) -> int | None:
     """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
-    if text.upper() in ("Z", "UTC", "GMT"):
+    if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
         return 0
     found = re.fullmatch(r"([+-])(\d\d):?(\d\d)?", text)
     if not found:
@@ -153,11 +160,10 @@ class TimeParser:
         found = pc.extract_regex(texts, "(?i)" + self.regex)
         bad = ~found.is_valid().to_numpy(zero_copy_only=False)
         groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
-        year = pc.year(pa.array([now], pa.timestamp("ns", "UTC")))[0].as_py()
-        part = _Parts(groups, bad)
+        part = _Parts(groups, bad, now)
         if "s" in groups:
             return part.number("s", 0) * NS + part.fraction(), part.bad
-        wall, bad = part.wall(year)
+        wall, bad = part.wall()
         if "z" in groups:
             offsets = _offsets(pc.fill_null(groups["z"], "Z"))
             return wall - offsets * NS, bad
@@ -187,11 +193,12 @@ def _offsets(zones: pa.Array) -> np.ndarray:
 class _Parts:
     """The groups a time format's regex found, as numbers, with the mask of texts found bad so far."""
 
-    def __init__(self, groups: dict[str, pa.Array], bad: np.ndarray):
+    def __init__(self, groups: dict[str, pa.Array], bad: np.ndarray, now: int):
         # the rows the regex did not match hold "" in every group: make them null, read as the default
         valid = pa.array(~bad)
         self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
         self.bad = bad
+        self.today = np.datetime64(now, "ns").astype("M8[D]")
 
     def number(self, name: str, default: int) -> np.ndarray:
         if name not in self.groups:
@@ -207,9 +214,12 @@ class _Parts:
         padded = pc.utf8_rpad(digits, 9, "0")
         return pc.cast(padded, pa.int64()).to_numpy(zero_copy_only=False)
 
-    def wall(self, year: int) -> tuple[np.ndarray, np.ndarray]:
+    def wall(self) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock ns of each text (its fields, the missing ones defaulted), and the bad mask with impossible dates."""
-        years = self._year(year)
+        if not set(self.groups) & set("YymbdjC"):  # no date at all: today's
+            self.groups.update(Y=_filled(str(self.today)[:4], self.bad), m=_filled(str(self.today)[5:7], self.bad))
+            self.groups["d"] = _filled(str(self.today)[8:10], self.bad)
+        years = self._year(int(str(self.today)[:4]))
         if "b" in self.groups:
             names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
             months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1
@@ -217,9 +227,8 @@ class _Parts:
             months = self.number("m", 1)
         days, hours = self.number("d", 1), self._hours()
         minutes, seconds = self.number("M", 0), self.number("S", 0)
-        bad = self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60)
+        bad = self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60) | (days > 31)
         first = (years - 1970).astype("M8[Y]") + np.where(bad, 0, months - 1).astype("m8[M]")
-        length = ((first + 1).astype("M8[D]") - first.astype("M8[D]")).astype(np.int64)
         if "j" in self.groups:
             yday = self.number("j", 1)
             leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
@@ -227,7 +236,7 @@ class _Parts:
             start = (years - 1970).astype("M8[Y]").astype("M8[D]")
             date = start + np.where(bad, 0, yday - 1).astype("m8[D]")
         else:
-            bad |= (days < 1) | (days > length)
+            bad |= days < 1
             date = first.astype("M8[D]") + np.where(bad, 0, days - 1).astype("m8[D]")
         clock = (hours * 3600 + minutes * 60 + seconds) * NS + self.fraction()
         return date.astype("M8[ns]").astype(np.int64) + clock, bad
@@ -252,6 +261,10 @@ class _Parts:
         return hours % 12 + np.where(pm, 12, 0)
 
 
+def _filled(text: str, bad: np.ndarray) -> pa.Array:
+    return pa.array(np.full(len(bad), text, dtype=object), pa.large_string())
+
+
 _TO_I = r"^\s*(?P<n>[+-]?\d+(?:_\d+)*)"
 _TO_F = r"^\s*(?P<n>[+-]?(?:\d+(?:_\d+)*)?(?:\.\d+(?:_\d+)*)?(?:[eE][+-]?\d+)?)"
 
@@ -265,7 +278,7 @@ def leading(texts: pa.Array, pattern: str) -> pa.Array:
 def ruby_to_i(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Ruby's ``String#to_i`` of each text (leading blanks, a sign, digits with single ``_``; else 0), and a mask of
     values past int64 (given 0)."""
-    digits = pc.replace_substring(leading(texts, _TO_I), "_", "")
+    digits = pc.replace_substring_regex(pc.replace_substring(leading(texts, _TO_I), "_", ""), r"^\+", "")
     digits = pc.fill_null(digits, "0")
     wide = pc.greater(pc.utf8_length(pc.utf8_ltrim(digits, "+-")), 18).to_numpy(zero_copy_only=False)
     values = [int(v) if w else 0 for v, w in zip(digits.to_pylist(), wide)] if wide.any() else None

@@ -1,0 +1,144 @@
+"""fluentd's time parsing (time_format, time_type, timezone, utc): the expected values are what fluentd 1.14.6's
+own TimeParser gives for each text (run by hand on the vendored fluentd)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from windvane.connectors.files.logs.fluent import ParseConfig, ParseConfigError, TimeParser
+from windvane.connectors.files.logs.fluent.timefmt import ruby_to_f, ruby_to_i
+
+NOW = 1_795_662_245_000_000_000  # 2026-11-26T03:04:05Z
+BAD = None
+
+
+def times(texts: list[str], **options) -> list[int | None]:
+    config = ParseConfig("regexp", expression="(?<x>.)", **options)
+    values, bad = TimeParser(config).parse(pa.array(texts, pa.large_string()), NOW)
+    return [None if b else int(v) for v, b in zip(values.tolist(), bad.tolist())]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "expected"),
+    [
+        # %N and %L take every digit as the fraction, kept to the nanosecond; what follows is ignored
+        ("%Y-%m-%d %H:%M:%S.%N", "2020-01-02 03:04:05.12", 1577934245120000000),
+        ("%Y-%m-%d %H:%M:%S.%N", "2020-01-02 03:04:05.123456789123", 1577934245123456789),
+        ("%Y-%m-%d %H:%M:%S.%N", "2020-01-02 03:04:05.5x", 1577934245500000000),
+        ("%Y-%m-%d %H:%M:%S.%L", "2020-01-02 03:04:05.1234", 1577934245123400000),
+        ("%Y-%m-%d %H:%M:%S.%L", "2020-01-02 03:04:05", BAD),
+        # Ruby's strptime has no widths: %3N never matches
+        ("%Y-%m-%d %H:%M:%S.%3N", "2020-01-02 03:04:05.123", BAD),
+        # %z forms
+        ("%d/%b/%Y:%H:%M:%S %z", "02/Jan/2020:03:04:05 +0900", 1577901845000000000),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/jan/2020:03:04:05 +09:00", 1577901845000000000),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/JAN/2020:03:04:05 Z", 1577934245000000000),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/Jan/2020:03:04:05 -0130", 1577939645000000000),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/Jan/2020:03:04:05 +09", 1577901845000000000),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/Jan/2020:03:04:05 UTC", BAD),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/Jan/2020:03:04:05", BAD),
+        ("%d/%b/%Y:%H:%M:%S %z", "02/January/2020:03:04:05 +0900", 1577901845000000000),
+        ("%Y-%m-%d %H:%M:%S %Z", "2020-01-02 03:04:05 JST", 1577934245000000000),
+        # %s: seconds since the epoch, a fraction after it ignored
+        ("%s", "1600000000", 1600000000000000000),
+        ("%s", "1600000000.5", 1600000000000000000),
+        # day of the year
+        ("%Y %j", "2020 060", 1582934400000000000),
+        ("%Y %j", "2019 366", BAD),
+        # a space matches any run of white space, or none; the text must start with the time
+        ("%Y-%m-%d %H:%M:%S", "2020-01-02   03:04:05", 1577934245000000000),
+        ("%Y-%m-%d %H:%M:%S", "2020-01-0203:04:05", 1577934245000000000),
+        ("%Y-%m-%d %H:%M:%S", "2020-01-02 03:04:05xyz", 1577934245000000000),
+        ("%Y-%m-%d %H:%M:%S", " 2020-01-02 03:04:05", BAD),
+        # days past the month's end roll over (up to 31); hour 24, day 32, month 13 do not
+        ("%Y-%m-%d %H:%M:%S", "2020-02-30 00:00:00", 1583020800000000000),
+        ("%Y-%m-%d %H:%M:%S", "2020-04-31 00:00:00", 1588291200000000000),
+        ("%Y-%m-%d %H:%M:%S", "2020-04-32 00:00:00", BAD),
+        ("%Y-%m-%d %H:%M:%S", "2020-01-02 24:00:00", BAD),
+        ("%Y-%m-%d %H:%M:%S.%L", "2020-13-01 00:00:00.1", BAD),
+        # 12-hour clock, two-digit years, weekday names
+        ("%Y-%m-%d %I:%M:%S %p", "2020-01-02 03:04:05 PM", 1577977445000000000),
+        ("%Y-%m-%d %I:%M:%S %p", "2020-01-02 12:04:05 AM", 1577923445000000000),
+        ("%Y-%m-%d %I:%M:%S %p", "2020-01-02 12:04:05 pm", 1577966645000000000),
+        ("%y-%m-%d", "20-01-02", 1577923200000000000),
+        ("%y-%m-%d", "70-01-02", 86400000000000),
+        ("%a %b %e %H:%M:%S %Y", "Thu Jan  2 03:04:05 2020", 1577934245000000000),
+        # missing fields: the current year, January 1st; no date at all: today
+        ("%Y", "2020", 1577836800000000000),
+        ("%m-%d", "01-02", 1767312000000000000),
+        ("%H:%M:%S", "03:04:05", 1795662245000000000),
+        ("%iso8601", "2020-01-02T03:04:05.123+09:00", 1577901845123000000),
+        ("%iso8601", "2020-01-02T03:04:05Z", 1577934245000000000),
+    ],
+)
+def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None) -> None:
+    assert times([text], time_format=fmt, utc=True) == [expected]
+
+
+def test_unicode_and_empty_texts_are_not_times() -> None:
+    assert times(["", "２０２０-01-02 03:04:05", "2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", utc=True) == [
+        BAD,
+        BAD,
+        1577934245000000000,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("zone", "text", "expected"),
+    [
+        ("Asia/Tokyo", "2020-01-02 03:04:05", 1577901845000000000),
+        ("Europe/Paris", "2020-01-02 03:04:05", 1577930645000000000),  # CET
+        ("Europe/Paris", "2020-07-02 03:04:05", 1593651845000000000),  # CEST
+        ("+09:00", "2020-01-02 03:04:05", 1577901845000000000),
+        ("-0330", "2020-01-02 03:04:05", 1577946845000000000),
+    ],
+)
+def test_timezone_of_times_without_one(zone: str, text: str, expected: int) -> None:
+    assert times([text], time_format="%Y-%m-%d %H:%M:%S", timezone=zone) == [expected]
+
+
+def test_a_written_zone_wins_over_timezone() -> None:
+    assert times(["2020-01-02 03:04:05 +09:00"], time_format="%Y-%m-%d %H:%M:%S %z", timezone="Europe/Paris") == [
+        1577901845000000000
+    ]
+
+
+def test_timezone_needs_a_time_format() -> None:
+    with pytest.raises(ParseConfigError, match="requires time format"):
+        ParseConfig("regexp", timezone="Asia/Tokyo")
+
+
+def test_unknown_directive_is_refused() -> None:
+    with pytest.raises(ParseConfigError, match="unknown directive %Q"):
+        times(["x"], time_format="%Q")
+
+
+def test_unixtime_is_ruby_to_i_seconds() -> None:
+    assert times(["1600000000", "1600000000.9", " 16", "abc", "-5"], time_type="unixtime") == [
+        1600000000 * 10**9,
+        1600000000 * 10**9,
+        16 * 10**9,
+        0,
+        -5 * 10**9,
+    ]
+
+
+def test_float_time() -> None:
+    # fluentd: seconds before the first dot, the next ten characters as nanoseconds (shorter padded to nine)
+    assert times(["1600000000.123", "1600000000", "1.5.7", "-1.5", "1.1234567891"], time_type="float") == [
+        1600000000123000000,
+        1600000000000000000,
+        1500000000,
+        -500000000,
+        1000000000 + 1234567891,
+    ]
+
+
+def test_ruby_number_conversions() -> None:
+    texts = pa.array(["12abc", "abc", " -7", "1_000", "+5", "0x1A", "", None, "99999999999999999999"])
+    numbers, over = ruby_to_i(texts)
+    assert numbers.tolist()[:8] == [12, 0, -7, 1000, 5, 0, 0, 0]
+    assert over.tolist() == [False] * 8 + [True]
+    floats = ruby_to_f(pa.array(["1.5e3", "abc", ".5", "1.", "1e", " -2.5x", "1_0.5"]))
+    assert floats.tolist() == [1500.0, 0.0, 0.5, 1.0, 1.0, -2.5, 10.5]
