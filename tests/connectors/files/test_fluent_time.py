@@ -142,3 +142,30 @@ def test_ruby_number_conversions() -> None:
     assert over.tolist() == [False] * 8 + [True]
     floats = ruby_to_f(pa.array(["1.5e3", "abc", ".5", "1.", "1e", " -2.5x", "1_0.5"]))
     assert floats.tolist() == [1500.0, 0.0, 0.5, 1.0, 1.0, -2.5, 10.5]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2020-01-02T03:04:05Z", 1577934245000000000),
+        ("2020-01-02 03:04:05 +0900", 1577901845000000000),
+        ("2020-01-02 03:04:05.5", 1577934245500000000),
+        ("Jan 2 03:04:05 2020", 1577934245000000000),
+        ("Thu Jan  2 03:04:05 2020", 1577934245000000000),
+        ("2020-01-02", 1577923200000000000),
+        ("1600000000", BAD),
+        ("nonsense", BAD),
+        ("", BAD),
+    ],
+)
+def test_no_time_format_reads_what_ruby_time_parse_does(text: str, expected: int | None, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")  # fluentd's default: the machine's zone
+    assert times([text]) == [expected]
+
+
+def test_localtime_is_the_machines_zone_unless_utc(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert times(["2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S") == [1577901845000000000]
+    assert times(["2020-01-02 03:04:05"]) == [1577901845000000000]
+    assert times(["2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", utc=True) == [1577934245000000000]
+    assert times(["2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", localtime=False) == [1577934245000000000]

@@ -132,6 +132,18 @@ def zone_offset_seconds(text: str) -> int | None:
     return -seconds if found.group(1) == "-" else seconds
 
 
+#: What Ruby's Time.parse reads beside ISO 8601 (fluentd without time_format), as strptime formats of whole texts.
+FALLBACKS = (
+    "%Y-%m-%d %H:%M:%S.%N %z",
+    "%Y-%m-%d %H:%M:%S %z",
+    "%a %b %d %H:%M:%S.%N %Y",
+    "%a %b %d %H:%M:%S %Y",
+    "%b %d %H:%M:%S.%N %Y",
+    "%b %d %H:%M:%S %Y",
+    "%d %b %Y %H:%M:%S %z",
+)
+
+
 class TimeParser:
     """``parse(texts, now)`` -> (int64 ns UTC, mask of texts that are not a time), as fluentd's time options say."""
 
@@ -153,8 +165,24 @@ class TimeParser:
         if self.time_type == "float":
             return _float_seconds(texts)
         if self.regex is None:
-            return iso_column_ns(pc.fill_null(texts, ""), self.zone)
+            return self._default(texts, now)
         return self._strptime(texts, now)
+
+    def _default(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
+        """No time_format: ISO 8601, else the other forms Ruby's Time.parse reads that logs write (FALLBACKS)."""
+        times, bad = iso_column_ns(pc.fill_null(texts, ""), self.zone if isinstance(self.zone, str) else "UTC")
+        for time_format in FALLBACKS if self.format is None and bad.any() else ():
+            rows = np.flatnonzero(bad)
+            again, still = self._with_format(time_format)._strptime(texts.take(pa.array(rows)), now)
+            times[rows[~still]] = again[~still]
+            bad[rows[~still]] = False
+        return times, bad
+
+    def _with_format(self, time_format: str) -> TimeParser:
+        other = TimeParser.__new__(TimeParser)
+        other.time_type, other.format, other.zone = "string", time_format, self.zone
+        other.regex = strptime_regex(time_format) + "$"  # the whole text, as Time.parse reads it
+        return other
 
     def _strptime(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         found = pc.extract_regex(texts, "(?i)" + self.regex)
