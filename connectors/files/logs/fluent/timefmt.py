@@ -213,9 +213,10 @@ def _wall_utc(wall: np.ndarray, zone: str | int) -> np.ndarray:
 
 
 def _offsets(zones: pa.Array) -> np.ndarray:
-    """Seconds east of UTC of each ``%z`` text."""
-    cache: dict[str, int] = {}
-    return np.array([cache.setdefault(z, zone_offset_seconds(z) or 0) for z in zones.to_pylist()], dtype=np.int64)
+    """Seconds east of UTC of each ``%z`` text (each distinct text read once)."""
+    unique = pc.unique(zones)
+    offsets = np.array([zone_offset_seconds(z) or 0 for z in unique.to_pylist()], dtype=np.int64)
+    return offsets[pc.index_in(zones, unique).to_numpy(zero_copy_only=False)]
 
 
 class _Parts:

@@ -35,17 +35,17 @@ class RegexpParser:
 
     def parse(self, lines: Lines, options: LogOptions) -> Rows:
         """Rows of the lines that match; the others are faults."""
-        search = self.pattern.search
-        values: dict[str, list[str | None]] = {name: [] for name in self.names}
+        search, numbers = self.pattern.search, [self.pattern.groupindex[name] for name in self.names]
+        missing = (None,) * len(numbers)
+        found: list[tuple] = []
         faults: dict[int, str] = {}
         for i, line in enumerate(lines.text.to_pylist()):
-            found = search(line)
-            if found is None:
+            match = search(line)
+            if match is None:
                 faults[i] = PATTERN_NOT_MATCHED
-                groups: dict[str, str | None] = dict.fromkeys(self.names)
+                found.append(missing)
             else:
-                groups = found.groupdict()
-            for name in self.names:
-                values[name].append(groups[name])
-        fields = {name: pa.array(column, pa.large_string()) for name, column in values.items()}
+                found.append(match.group(*numbers) if len(numbers) > 1 else (match.group(numbers[0]),))
+        columns = list(zip(*found)) if found else [() for _ in numbers]
+        fields = {name: pa.array(column, pa.large_string()) for name, column in zip(self.names, columns)}
         return self.records.to_rows(fields, len(lines), faults, options)
