@@ -134,3 +134,10 @@ def test_none_parser() -> None:
     assert [r.reason for r in parse_log(fluent_format(config), b"a\n", LogOptions(now=NOW)).rejected] == [
         "line 1: pattern not matched"
     ]
+
+
+def test_lines_are_matched_as_bytes_as_in_tail_does() -> None:
+    # in_tail reads lines as binary strings: "." is one byte, "ü" two (checked on fluentd's in_tail)
+    assert parse("ü|x\nab|c\n", expression=r"^(?<a>.)\|(?<b>.*)$").rejected[0].reason == "line 1: pattern not matched"
+    assert records(parse("ü|x\n", expression=r"^(?<a>.{1,2})\|(?<b>.*)$")) == [{"time": NOW, "a": "ü", "b": "x"}]
+    assert records(parse("ü\n", expression=r"^(?<a>.)(?<b>.*)$")) == [{"time": NOW, "a": "\\xc3", "b": "\\xbc"}]

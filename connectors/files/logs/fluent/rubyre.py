@@ -55,8 +55,13 @@ def translate(source: str) -> str:
     return re.sub(r"\\k<(\w+)>", r"(?P=\1)", "".join(out))
 
 
-def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False) -> re.Pattern:
-    """The compiled Python equivalent of fluentd regexp option ``text``; ParseConfigError if it does not compile."""
+def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False, binary: bool = False) -> re.Pattern:
+    """The compiled Python equivalent of fluentd regexp option ``text``; ParseConfigError if it does not compile.
+
+    ``binary``: a pattern of bytes, for UTF-8 lines as bytes, as in_tail
+    matches them (it reads lines as binary strings: ``.`` is one byte, so
+    ``^.$`` does not match ``ü``).
+    """
     source, flags = split_flags(text)
     flags |= re.MULTILINE | re.ASCII
     if ignorecase:
@@ -64,6 +69,7 @@ def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False)
     if multiline:
         flags |= re.DOTALL
     try:
-        return re.compile(translate(source), flags)
+        pattern = translate(source)
+        return re.compile(pattern.encode() if binary else pattern, flags)
     except re.error as exc:
         raise ParseConfigError(f"invalid regexp {text!r}: {exc}") from None
