@@ -55,6 +55,7 @@ class LogFormat:
     description: str
     parse: Callable[[Lines, LogOptions], Rows]
     columns: dict[str, pa.DataType] | None = None
+    keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
 
 
 LOG_FORMATS = {
@@ -112,7 +113,7 @@ def parse_log(
     """Parse ``block`` (whole lines) as log format ``name`` (or the format itself); see the module docstring."""
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
-    lines, rejected = split_lines(block, first_line=first_line, now=options.now)
+    lines, rejected = split_lines(block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank)
     rows = fmt.parse(lines, options)
     kept = lines.text
     if rows.faults:

@@ -52,11 +52,14 @@ class Lines:
         return Lines(self.text.filter(pa.array(keep)), self.numbers[keep])
 
 
-def split_lines(block: bytes, *, first_line: int = 1, now: int) -> tuple[Lines, list[RejectedLine]]:
+def split_lines(
+    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False
+) -> tuple[Lines, list[RejectedLine]]:
     """The lines of ``block`` (a last line without ``\\n`` counts too), and those that are not UTF-8.
 
     ``first_line`` is the number of the block's first line in its file;
-    ``now`` the read time given to rejected lines.
+    ``now`` the read time given to rejected lines. ``keep_blank``: blank
+    lines are lines too (fluentd's in_tail parses them), not skipped.
     """
     data = np.frombuffer(block, np.uint8)
     ends = np.flatnonzero(data == 0x0A) + 1
@@ -88,8 +91,10 @@ def split_lines(block: bytes, *, first_line: int = 1, now: int) -> tuple[Lines, 
         text = binary.filter(pa.array(valid)).cast(pa.large_string())
         numbers = numbers[valid]
     text = pc.replace_substring_regex(text, r"\r?\n$", "")
-    blank = pc.match_substring_regex(text, r"^\s*$").to_numpy(zero_copy_only=False)
     lines = Lines(text, numbers)
+    if keep_blank:
+        return lines, rejected
+    blank = pc.match_substring_regex(text, r"^\s*$").to_numpy(zero_copy_only=False)
     return (lines.take(~blank) if blank.any() else lines), rejected
 
 

@@ -46,6 +46,12 @@ def test_types_and_null_values_as_fluentd() -> None:
     assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [(6, b"nope", "line 6: pattern not matched")]
 
 
+def test_a_blank_line_is_a_line_the_expression_may_not_match() -> None:
+    parsed = parse("a\n\nb\n", expression=r"^(?<x>\w)$")
+    assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [(2, b"", "line 2: pattern not matched")]
+    assert records(parse("\n", expression=r"^(?<x>\w*)$")) == [{"time": NOW, "x": ""}]
+
+
 def test_null_value_pattern_matches_anywhere_in_the_value() -> None:
     # fluentd searches the value (Regexp#match): "-" makes "a-b" null too
     parsed = parse("a-b x\n", expression=r"(?<a>\S+) (?<b>\S+)", null_value_pattern="-")
@@ -128,8 +134,10 @@ def test_bad_options_are_refused(options: dict, message: str) -> None:
 
 def test_none_parser() -> None:
     config = ParseConfig("none", message_key="log")
-    parsed = parse_log(fluent_format(config), b"a b  \n\n\xc3\xbc \n", LogOptions(now=NOW))
-    assert records(parsed) == [{"time": NOW, "log": "a b  "}, {"time": NOW, "log": "ü "}]
+    # blank lines too, and \r\n ends a line (as fluentd's in_tail gives them)
+    parsed = parse_log(fluent_format(config), b"a b  \n\n  \n\xc3\xbc \r\n", LogOptions(now=NOW))
+    assert [r["log"] for r in records(parsed)] == ["a b  ", "", "  ", "ü "]
+    assert {r["time"] for r in records(parsed)} == {NOW}
     config = ParseConfig("none", estimate_current_event=False)
     assert [r.reason for r in parse_log(fluent_format(config), b"a\n", LogOptions(now=NOW)).rejected] == [
         "line 1: pattern not matched"
