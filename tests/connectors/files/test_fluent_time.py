@@ -169,3 +169,19 @@ def test_localtime_is_the_machines_zone_unless_utc(monkeypatch) -> None:
     assert times(["2020-01-02 03:04:05"]) == [1577901845000000000]
     assert times(["2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", utc=True) == [1577934245000000000]
     assert times(["2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", localtime=False) == [1577934245000000000]
+
+
+def test_mixed_tries_the_format_then_each_fallback() -> None:
+    fallbacks = ("unixtime", "%d/%b/%Y:%H:%M:%S %z", "float")
+    texts = ["2020-01-02 03:04:05", "1600000000", "02/Jan/2020:03:04:05 +0900", "1600000000.5", "nope", " 17 "]
+    got = times(texts, time_type="mixed", time_format="%Y-%m-%d %H:%M:%S", time_format_fallbacks=fallbacks, utc=True)
+    assert got == [
+        1577934245000000000,
+        1600000000000000000,
+        1577901845000000000,
+        1600000000500000000,  # fluentd 1.14 reads a "unixtime" fallback as float
+        BAD,
+        17000000000,
+    ]
+    with pytest.raises(ParseConfigError, match="time_type is mixed"):
+        ParseConfig("regexp", time_type="mixed")

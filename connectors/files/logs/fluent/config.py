@@ -26,7 +26,7 @@ from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
 TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
-TIME_TYPES = ("string", "unixtime", "float")
+TIME_TYPES = ("string", "unixtime", "float", "mixed")
 
 
 class ParseConfigError(LogFormatError):
@@ -44,11 +44,13 @@ class ParseConfig:
     time_key: str | None = None
     time_format: str | None = None
     time_type: str = "string"
+    time_format_fallbacks: tuple[str, ...] = ()
     keep_time_key: bool = False
     types: dict[str, str] = field(default_factory=dict)
     null_value_pattern: str | None = None
     null_empty_string: bool = False
     estimate_current_event: bool = True
+    timeout: str | None = None  # fluentd's parse time limit: accepted, not enforced
     timezone: str | None = None
     localtime: bool = True
     utc: bool = False
@@ -70,6 +72,8 @@ class ParseConfig:
     def __post_init__(self) -> None:
         if self.time_type not in TIME_TYPES:
             raise ParseConfigError(f"time_type {self.time_type!r} is not one of {', '.join(TIME_TYPES)}")
+        if self.time_type == "mixed" and self.time_format is None and not self.time_format_fallbacks:
+            raise ParseConfigError("time_type is mixed but time_format and time_format_fallbacks is empty")
         if self.time_format is None and (self.timezone or self.utc) and self.time_type == "string":
             raise ParseConfigError(
                 "timezone or utc needs a time_format (fluentd: specifying timezone requires time format)"

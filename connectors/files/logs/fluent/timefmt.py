@@ -25,7 +25,10 @@ Without ``time_format`` fluentd uses Ruby's ``Time.parse``; here the text
 is read by windvane's ISO 8601 rule (:func:`ingest.times.iso_column_ns`) in
 the machine's zone, which covers the forms logs write. ``%iso8601`` is
 read the same way. ``time_type unixtime`` is Ruby's ``to_i`` of the text
-(seconds), ``float`` seconds with up to nine decimals.
+(seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
+``time_format`` then each of ``time_format_fallbacks`` (which may be
+``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
+numbers only) until one reads the text.
 """
 
 from __future__ import annotations
@@ -152,7 +155,10 @@ class TimeParser:
         self.format = time_format if time_format is not None else config.time_format
         self.zone = _wall_zone(config)
         self.regex = None
-        if self.time_type == "string" and self.format not in (None, "%iso8601"):
+        self.mixed: list[TimeParser] = []
+        if self.time_type == "mixed":
+            self.mixed = [_fallback(config, f) for f in (self.format, *config.time_format_fallbacks) if f is not None]
+        elif self.time_type == "string" and self.format not in (None, "%iso8601"):
             self.regex = strptime_regex(self.format)
             re.compile(self.regex)
 
@@ -164,9 +170,25 @@ class TimeParser:
             return seconds * NS, np.zeros(len(texts), dtype=bool)
         if self.time_type == "float":
             return _float_seconds(texts)
+        if self.time_type == "mixed":
+            return self._mixed(texts, now)
         if self.regex is None:
             return self._default(texts, now)
         return self._strptime(texts, now)
+
+    def _mixed(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
+        """``time_type mixed``: each of time_format and time_format_fallbacks in turn on the texts still not read
+        (unixtime and float only on texts that are numbers)."""
+        times = np.zeros(len(texts), dtype=np.int64)
+        bad = np.ones(len(texts), dtype=bool)
+        number = pc.match_substring_regex(pc.fill_null(texts, ""), _FLOAT).to_numpy(zero_copy_only=False)
+        for parser in self.mixed:
+            rows = np.flatnonzero(bad & number if parser.time_type != "string" else bad)
+            if len(rows):
+                again, still = parser.parse(texts.take(pa.array(rows)), now)
+                times[rows[~still]] = again[~still]
+                bad[rows[~still]] = False
+        return times, bad
 
     def _default(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """No time_format: ISO 8601, else the other forms Ruby's Time.parse reads that logs write (FALLBACKS)."""
@@ -196,6 +218,18 @@ class TimeParser:
             offsets = _offsets(pc.fill_null(groups["z"], "Z"))
             return wall - offsets * NS, bad
         return _wall_utc(wall, self.zone), bad
+
+
+_FLOAT = r"^\s*[+-]?\d+(?:_\d+)*(?:\.\d+(?:_\d+)*)?(?:[eE][+-]?\d+)?\s*$"  # what Ruby's Float() reads
+
+
+def _fallback(config: ParseConfig, time_format: str) -> TimeParser:
+    """The parser of one of ``time_type mixed``'s formats (``unixtime``, ``float`` or a strptime format)."""
+    if time_format in ("unixtime", "float"):
+        # fluentd 1.14 tells its numeric parsers apart by the symbol :unixtime, and the fallback is the text
+        # "unixtime": both read as float
+        return TimeParser(config.replace(time_type="float", time_format=None, timezone=None, utc=False))
+    return TimeParser(config.replace(time_type="string", time_format=time_format))
 
 
 def _wall_zone(config: ParseConfig) -> str | int:
