@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from windvane.connectors.files.logs.fluent import ParseConfig, ParseConfigError, TimeParser
-from windvane.connectors.files.logs.fluent.timefmt import ruby_to_f, ruby_to_i
+from windvane.connectors.files.logs.fluent.rubynum import ruby_to_f, ruby_to_i
 
 NOW = 1_795_662_245_000_000_000  # 2026-11-26T03:04:05Z
 BAD = None

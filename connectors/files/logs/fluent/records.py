@@ -32,8 +32,10 @@ import pyarrow.compute as pc
 from ..lines import Rows, add_faults
 from ..options import LogOptions
 from .config import TIME_TYPES, ParseConfig, ParseConfigError
+from .rubynum import ruby_to_f, ruby_to_i
 from .rubyre import ruby_regexp
-from .timefmt import TimeParser, ruby_to_f, ruby_to_i, zone_offset_seconds
+from .strptime import zone_offset_seconds
+from .timefmt import TimeParser
 
 PATTERN_NOT_MATCHED = "pattern not matched"
 TYPES = ("string", "integer", "float", "bool", "time", "array")

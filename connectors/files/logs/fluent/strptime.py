@@ -1,0 +1,209 @@
+"""strptime formats (fluentd's ``time_format``, as Ruby's strptime reads it) over a whole column of texts.
+
+:func:`strptime_regex` translates a format once into one regular
+expression with a group per directive; :func:`strptime_ns` runs it over
+the column (Arrow's regex engine) and combines the groups with numpy.
+See :mod:`.timefmt` for the rules followed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windvane.ingest.times import NS, wall_to_utc
+
+from .config import ParseConfigError
+
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH_NAMES = "|".join(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october"]
+    + ["november", "december", *MONTHS]
+)
+_DAY_NAMES = "(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*"
+_ZONE = r"Z|[+-]\d\d(?::?\d\d)?"
+_COMPOSITE = {
+    "T": "%H:%M:%S",
+    "D": "%m/%d/%y",
+    "F": "%Y-%m-%d",
+    "R": "%H:%M",
+    "r": "%I:%M:%S %p",
+    "c": "%a %b %e %H:%M:%S %Y",
+}
+_DIRECTIVE = {
+    "Y": r"(?P<Y>[+-]?\d{4})",
+    "C": r"(?P<C>\d{1,2})",
+    "y": r"(?P<y>\d{1,2})",
+    "m": r"(?P<m>\d{1,2})",
+    "d": r"\s?(?P<d>\d{1,2})",
+    "e": r"\s?(?P<d>\d{1,2})",
+    "j": r"(?P<j>\d{1,3})",
+    "H": r"\s?(?P<H>\d{1,2})",
+    "k": r"\s?(?P<H>\d{1,2})",
+    "I": r"\s?(?P<I>\d{1,2})",
+    "l": r"\s?(?P<I>\d{1,2})",
+    "M": r"(?P<M>\d{1,2})",
+    "S": r"(?P<S>\d{1,2})",
+    "N": r"(?P<N>\d+)",
+    "L": r"(?P<N>\d+)",
+    "z": rf"(?P<z>{_ZONE})",
+    "Z": rf"(?P<z>{_ZONE}|[A-Za-z]+)",
+    "s": r"(?P<s>[+-]?\d+)",
+    "b": rf"(?P<b>{_MONTH_NAMES})",
+    "h": rf"(?P<b>{_MONTH_NAMES})",
+    "B": rf"(?P<b>{_MONTH_NAMES})",
+    "a": _DAY_NAMES,
+    "A": _DAY_NAMES,
+    "u": r"\d",
+    "w": r"\d",
+    "p": r"(?P<p>[ap]\.?m\.?)",
+    "P": r"(?P<p>[ap]\.?m\.?)",
+    "n": r"\s+",
+    "t": r"\s+",
+    "%": "%",
+}
+
+
+NEVER = "^$NEVER"  # a regex no time text matches (RE2 has no (?!))
+
+
+def strptime_regex(time_format: str) -> str:
+    """``time_format`` as a regular expression (case-insensitive), one named group per directive; ParseConfigError if
+    a directive is unknown or repeated."""
+    for short, long in _COMPOSITE.items():
+        time_format = time_format.replace("%" + short, long)
+    out, seen, i = ["^"], set(), 0
+    while i < len(time_format):
+        char = time_format[i]
+        if char != "%":
+            out.append(r"\s*" if char.isspace() else re.escape(char))
+            i += 1
+            continue
+        width, j = re.match(r"(\d*)", time_format[i + 1 :]).group(1), i + 1
+        j += len(width)
+        name = time_format[j : j + 1]
+        if name not in _DIRECTIVE:
+            raise ParseConfigError(f"time_format {time_format!r}: unknown directive %{width}{name}")
+        pattern = _DIRECTIVE[name]
+        if width:  # Ruby's strptime has no widths: %3N matches nothing, every value is "invalid time format"
+            return NEVER
+        group = re.search(r"\?P<(\w+)>", pattern)
+        if group and group.group(1) in seen:
+            raise ParseConfigError(f"time_format {time_format!r}: %{name} given twice")
+        seen.add(group.group(1) if group else name)
+        out.append(pattern)
+        i = j + 1
+    return "".join(out)
+
+
+def zone_offset_seconds(text: str) -> int | None:
+    """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
+    if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
+        return 0
+    found = re.fullmatch(r"([+-])(\d\d):?(\d\d)?", text)
+    if not found:
+        return None
+    seconds = int(found.group(2)) * 3600 + int(found.group(3) or 0) * 60
+    return -seconds if found.group(1) == "-" else seconds
+
+
+def strptime_ns(texts: pa.Array, regex: str, zone: str | int, now: int) -> tuple[np.ndarray, np.ndarray]:
+    """The times of ``texts`` by ``regex`` (a :func:`strptime_regex`), int64 ns UTC, and the mask of those it cannot
+    read. ``zone``: of times written without one (an IANA name or seconds east of UTC); ``now``: ns, for missing
+    fields."""
+    found = pc.extract_regex(texts, "(?i)" + regex)
+    bad = ~found.is_valid().to_numpy(zero_copy_only=False)
+    groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
+    part = _Parts(groups, bad, now)
+    if "s" in groups:
+        return part.number("s", 0) * NS + part.fraction(), part.bad
+    wall, bad = part.wall()
+    if "z" in groups:
+        offsets = _offsets(pc.fill_null(groups["z"], "Z"))
+        return wall - offsets * NS, bad
+    return (wall - zone * NS if isinstance(zone, int) else wall_to_utc(wall, zone)), bad
+
+
+def _offsets(zones: pa.Array) -> np.ndarray:
+    """Seconds east of UTC of each ``%z`` text (each distinct text read once)."""
+    unique = pc.unique(zones)
+    offsets = np.array([zone_offset_seconds(z) or 0 for z in unique.to_pylist()], dtype=np.int64)
+    return offsets[pc.index_in(zones, unique).to_numpy(zero_copy_only=False)]
+
+
+class _Parts:
+    """The groups a time format's regex found, as numbers, with the mask of texts found bad so far."""
+
+    def __init__(self, groups: dict[str, pa.Array], bad: np.ndarray, now: int):
+        # the rows the regex did not match hold "" in every group: make them null, read as the default
+        valid = pa.array(~bad)
+        self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
+        self.bad = bad
+        self.today = np.datetime64(now, "ns").astype("M8[D]")
+
+    def number(self, name: str, default: int) -> np.ndarray:
+        if name not in self.groups:
+            return np.full(len(self.bad), default, dtype=np.int64)
+        values = pc.cast(pc.fill_null(self.groups[name], str(default)), pa.int64())
+        return values.to_numpy(zero_copy_only=False)
+
+    def fraction(self) -> np.ndarray:
+        """Nanoseconds of ``%N``/``%L``: the digits as a fraction of a second, kept to nine."""
+        if "N" not in self.groups:
+            return np.zeros(len(self.bad), dtype=np.int64)
+        digits = pc.utf8_slice_codeunits(pc.fill_null(self.groups["N"], "0"), 0, 9)
+        padded = pc.utf8_rpad(digits, 9, "0")
+        return pc.cast(padded, pa.int64()).to_numpy(zero_copy_only=False)
+
+    def wall(self) -> tuple[np.ndarray, np.ndarray]:
+        """Wall-clock ns of each text (its fields, the missing ones defaulted), and the bad mask with impossible dates."""
+        if not set(self.groups) & set("YymbdjC"):  # no date at all: today's
+            self.groups.update(Y=_filled(str(self.today)[:4], self.bad), m=_filled(str(self.today)[5:7], self.bad))
+            self.groups["d"] = _filled(str(self.today)[8:10], self.bad)
+        years = self._year(int(str(self.today)[:4]))
+        if "b" in self.groups:
+            names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
+            months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        else:
+            months = self.number("m", 1)
+        days, hours = self.number("d", 1), self._hours()
+        minutes, seconds = self.number("M", 0), self.number("S", 0)
+        bad = self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60) | (days > 31)
+        first = (years - 1970).astype("M8[Y]") + np.where(bad, 0, months - 1).astype("m8[M]")
+        if "j" in self.groups:
+            yday = self.number("j", 1)
+            leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
+            bad |= (yday < 1) | (yday > 365 + leap)
+            start = (years - 1970).astype("M8[Y]").astype("M8[D]")
+            date = start + np.where(bad, 0, yday - 1).astype("m8[D]")
+        else:
+            bad |= days < 1
+            date = first.astype("M8[D]") + np.where(bad, 0, days - 1).astype("m8[D]")
+        clock = (hours * 3600 + minutes * 60 + seconds) * NS + self.fraction()
+        return date.astype("M8[ns]").astype(np.int64) + clock, bad
+
+    def _year(self, year: int) -> np.ndarray:
+        if "Y" in self.groups:
+            return self.number("Y", year)
+        if "y" in self.groups:
+            short = self.number("y", year % 100)
+            century = self.number("C", -1)
+            return np.where(century >= 0, century * 100 + short, np.where(short < 69, 2000 + short, 1900 + short))
+        return np.full(len(self.bad), year, dtype=np.int64)
+
+    def _hours(self) -> np.ndarray:
+        if "I" not in self.groups:
+            return self.number("H", 0)
+        hours = self.number("I", 12)
+        self.bad |= (hours < 1) | (hours > 12)
+        if "p" not in self.groups:
+            return hours % 12
+        pm = pc.starts_with(pc.utf8_lower(pc.fill_null(self.groups["p"], "a")), "p").to_numpy(zero_copy_only=False)
+        return hours % 12 + np.where(pm, 12, 0)
+
+
+def _filled(text: str, bad: np.ndarray) -> pa.Array:
+    return pa.array(np.full(len(bad), text, dtype=object), pa.large_string())
