@@ -24,7 +24,7 @@ _MONTH_NAMES = "|".join(
     + ["november", "december", *MONTHS]
 )
 _DAY_NAMES = "(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*"
-_ZONE = r"Z|[+-]\d\d(?::?\d\d)?"
+_ZONE = r"Z|[+-]\d\d?(?::?\d\d)?"
 _COMPOSITE = {
     "T": "%H:%M:%S",
     "D": "%m/%d/%y",
@@ -51,7 +51,7 @@ _DIRECTIVE = {
     "L": r"(?P<N>\d+)",
     "z": rf"(?P<z>{_ZONE})",
     "Z": rf"(?P<z>{_ZONE}|[A-Za-z]+)",
-    "s": r"(?P<s>[+-]?\d+)",
+    "s": r"(?P<s>[+-]?\d{1,18})",  # more digits are no time an int64 of ns holds
     "b": rf"(?P<b>{_MONTH_NAMES})",
     "h": rf"(?P<b>{_MONTH_NAMES})",
     "B": rf"(?P<b>{_MONTH_NAMES})",
@@ -67,6 +67,7 @@ _DIRECTIVE = {
 }
 
 
+MAX_SECONDS = (2**63 - 1) // NS - 1  # the times an int64 of ns holds
 NEVER = "^$NEVER"  # a regex no time text matches (RE2 has no (?!))
 
 
@@ -103,8 +104,8 @@ def zone_offset_seconds(text: str) -> int | None:
     """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
     if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
         return 0
-    found = re.fullmatch(r"([+-])(\d\d):?(\d\d)?", text)
-    if not found:
+    found = re.fullmatch(r"([+-])(\d\d?):?(\d\d)?", text)
+    if not found or int(found.group(2)) > 23 or int(found.group(3) or 0) > 59:
         return None
     seconds = int(found.group(2)) * 3600 + int(found.group(3) or 0) * 60
     return -seconds if found.group(1) == "-" else seconds
@@ -119,19 +120,24 @@ def strptime_ns(texts: pa.Array, regex: str, zone: str | int, now: int) -> tuple
     groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
     part = _Parts(groups, bad, now)
     if "s" in groups:
-        return part.number("s", 0) * NS + part.fraction(), part.bad
+        seconds = part.number("s", 0)
+        part.bad |= np.abs(seconds) > MAX_SECONDS  # past int64 ns (milliseconds read as seconds)
+        return np.where(part.bad, 0, seconds) * NS + part.fraction(), part.bad
     wall, bad = part.wall()
     if "z" in groups:
-        offsets = _offsets(pc.fill_null(groups["z"], "Z"))
-        return wall - offsets * NS, bad
+        offsets, impossible = _offsets(pc.fill_null(groups["z"], "Z"))
+        return wall - offsets * NS, bad | impossible
     return (wall - zone * NS if isinstance(zone, int) else wall_to_utc(wall, zone)), bad
 
 
-def _offsets(zones: pa.Array) -> np.ndarray:
-    """Seconds east of UTC of each ``%z`` text (each distinct text read once)."""
+def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds east of UTC of each ``%z`` text (each distinct text read once), and the mask of impossible ones
+    (``+2400``)."""
     unique = pc.unique(zones)
-    offsets = np.array([zone_offset_seconds(z) or 0 for z in unique.to_pylist()], dtype=np.int64)
-    return offsets[pc.index_in(zones, unique).to_numpy(zero_copy_only=False)]
+    offsets = [zone_offset_seconds(z) for z in unique.to_pylist()]
+    where = pc.index_in(zones, unique).to_numpy(zero_copy_only=False)
+    known = np.array([o is not None for o in offsets], dtype=bool)
+    return np.array([o or 0 for o in offsets], dtype=np.int64)[where], ~known[where]
 
 
 class _Parts:
