@@ -120,8 +120,9 @@ def test_a_written_zone_wins_over_timezone() -> None:
 
 
 def test_timezone_needs_a_time_format() -> None:
-    with pytest.raises(ParseConfigError, match="requires time format"):
-        ParseConfig("regexp", timezone="Asia/Tokyo")
+    for options in ({"timezone": "Asia/Tokyo"}, {"utc": True}, {"localtime": False}):
+        with pytest.raises(ParseConfigError, match="requires time format"):
+            ParseConfig("regexp", **options)
 
 
 def test_unknown_directive_is_refused() -> None:

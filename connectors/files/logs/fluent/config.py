@@ -74,7 +74,11 @@ class ParseConfig:
             raise ParseConfigError(f"time_type {self.time_type!r} is not one of {', '.join(TIME_TYPES)}")
         if self.time_type == "mixed" and self.time_format is None and not self.time_format_fallbacks:
             raise ParseConfigError("time_type is mixed but time_format and time_format_fallbacks is empty")
-        if self.time_format is None and (self.timezone or self.utc) and self.time_type == "string":
+        if (
+            self.time_format is None
+            and (self.timezone or self.utc or not self.localtime)
+            and self.time_type == "string"
+        ):
             raise ParseConfigError(
                 "timezone or utc needs a time_format (fluentd: specifying timezone requires time format)"
             )

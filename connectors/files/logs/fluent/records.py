@@ -123,9 +123,9 @@ def _time_converter(option: str | None, config: ParseConfig):
             zone, time_format = first, rest
         if time_format in TIME_TYPES:
             time_type, time_format = time_format, None
-    # fluentd's converter takes the section's localtime/utc, but only its own zone
-    utc = config.utc and time_format is not None
-    parser = TimeParser(config.replace(timezone=zone, time_format=time_format, time_type=time_type, utc=utc))
+    # the section's localtime/utc, but only the converter's own zone (a "time" type without a format and utc or
+    # localtime false is refused, as fluentd refuses it)
+    parser = TimeParser(config.replace(timezone=zone, time_format=time_format, time_type=time_type))
 
     def convert(values: pa.Array, now: int) -> pa.Array:
         times, bad = parser.parse(values, now)
