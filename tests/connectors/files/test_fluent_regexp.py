@@ -149,3 +149,39 @@ def test_lines_are_matched_as_bytes_as_in_tail_does() -> None:
     assert parse("ü|x\nab|c\n", expression=r"^(?<a>.)\|(?<b>.*)$").rejected[0].reason == "line 1: pattern not matched"
     assert records(parse("ü|x\n", expression=r"^(?<a>.{1,2})\|(?<b>.*)$")) == [{"time": NOW, "a": "ü", "b": "x"}]
     assert records(parse("ü\n", expression=r"^(?<a>.)(?<b>.*)$")) == [{"time": NOW, "a": "\\xc3", "b": "\\xbc"}]
+
+
+def test_a_whole_section_as_in_tail_gave_it() -> None:
+    # in_tail + out_file json of fluentd 1.14.6 with this section (its to_fluentd() text) wrote these records
+    lines = (
+        "a [02/Jan/2020:03:04:05 +0900] 200 hello\nbad\nb [xx] 1 q\nc [02/Jan/2020:03:04:05 Z] x\n"
+        "d [02/Jan/2020:03:04:05 +09:00] 12abc -\ne [02/Jan/2020:03:04:05 +0900] 1_000 a-b\nf [] 7 ü\n"
+        "g [02/Jan/2020:03:04:05 +0900] 99999999999999999999 \n"
+    )
+    parsed = parse(
+        lines,
+        expression=r"/^(?<host>\S+) \[(?<time>[^\]]*)\] (?<code>\S+)? ?(?<msg>.*)$/",
+        time_format="%d/%b/%Y:%H:%M:%S %z",
+        time_type="mixed",
+        time_format_fallbacks=["unixtime", "%Y"],
+        keep_time_key=True,
+        types="code:integer,msg:array:-",
+        null_value_pattern="^-$",
+        null_empty_string=True,
+        estimate_current_event=False,
+        utc=True,
+    )
+    tokyo, utc = 1577901845000000000, 1577934245000000000
+    assert records(parsed) == [
+        {"time": tokyo, "host": "a", "time_text": "02/Jan/2020:03:04:05 +0900", "code": 200, "msg": '["hello"]'},
+        {"time": utc, "host": "c", "time_text": "02/Jan/2020:03:04:05 Z", "code": 0, "msg": None},
+        {"time": tokyo, "host": "d", "time_text": "02/Jan/2020:03:04:05 +09:00", "code": 12, "msg": None},
+        {"time": tokyo, "host": "e", "time_text": "02/Jan/2020:03:04:05 +0900", "code": 1000, "msg": '["a", "b"]'},
+        # fluentd keeps the bignum 99999999999999999999; an int64 column cannot: null
+        {"time": tokyo, "host": "g", "time_text": "02/Jan/2020:03:04:05 +0900", "code": None, "msg": None},
+    ]
+    assert [r.reason for r in parsed.rejected] == [
+        "line 2: pattern not matched",
+        "line 3: invalid time format: value = xx",
+        "line 7: invalid time format: value = ",
+    ]
