@@ -77,3 +77,9 @@ def test_to_fluentd_writes_the_options_not_at_their_default() -> None:
     assert ParseConfig("multiline", formats=("/a/", "/b/")).to_fluentd() == (
         "<parse>\n  @type multiline\n  format1 /a/\n  format2 /b/\n</parse>\n"
     )
+
+
+def test_to_fluentd_quotes_text_that_bare_would_lose_its_spaces() -> None:
+    assert '  delimiter " "\n' in ParseConfig("csv", delimiter=" ").to_fluentd()
+    assert '  delimiter "\\t"\n' in ParseConfig("tsv", delimiter="\t").to_fluentd()
+    assert "  expression /^(?<a>\\S+) x$/\n" in ParseConfig("regexp", expression="/^(?<a>\\S+) x$/").to_fluentd()

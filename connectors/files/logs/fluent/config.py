@@ -170,8 +170,13 @@ def _types_text(text: str) -> dict[str, str]:
 
 
 def _fluentd_text(value: Any) -> str:
+    """``value`` as fluentd's config reads it: text that bare would lose spaces or tabs is double-quoted (JSON's
+    escapes are fluentd's); other text bare, as a regexp must be (quoted, its backslashes would be escapes)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
+        value = ",".join(value)
+    text = str(value)
+    if not text or text != text.strip() or any(c in text for c in "\t\n\r"):
+        return json.dumps(text, ensure_ascii=False)
+    return text
