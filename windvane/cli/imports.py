@@ -57,7 +57,8 @@ class ImportOptions:
     "format_name",
     default=None,
     help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
-    "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz).",
+    "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz). A fluentd parser type (regexp, none) "
+    "reads log lines as fluentd does (see --parser).",
 )
 @click.option(
     "--time-column",
