@@ -1,0 +1,68 @@
+"""The fluentd parser corpus (``tests/fixtures/logs/fluent/*.toml``) and what the real fluentd makes of it.
+
+:func:`corpus` loads the cases; the session fixture :func:`fluentd_corpus` runs them all through ONE
+fluentd (see :mod:`tests.connectors.files.fluentd_oracle`) and hands out the outcomes by case name.
+"""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.connectors.files.fluentd_oracle import OracleCase, Outcome, parse_section, run_fluentd
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "fluent"
+
+
+@dataclass(frozen=True)
+class CorpusCase:
+    """One case: its name, the file it is in, its ``<parse>`` options (fluentd's names) and its lines."""
+
+    name: str
+    source: str
+    parse: dict
+    lines: list[bytes]
+
+    def oracle(self) -> OracleCase:
+        return OracleCase(self.name, parse_section(self.parse), self.lines)
+
+
+def _lines(case: dict) -> list[bytes]:
+    if "lines_hex" in case:
+        return [bytes.fromhex(text) for text in case["lines_hex"]]
+    return [text.encode() for text in case["lines"]]
+
+
+def load_cases(folder: Path) -> list[CorpusCase]:
+    """The ``[[case]]`` s of every TOML file in ``folder``, in file then case order."""
+    found = []
+    for path in sorted(folder.glob("*.toml")):
+        for case in tomllib.loads(path.read_text())["case"]:
+            found.append(CorpusCase(case["name"], path.name, dict(case["parse"]), _lines(case)))
+    names = [case.name for case in found]
+    assert len(set(names)) == len(names), "case names must be unique"
+    return found
+
+
+def corpus() -> list[CorpusCase]:
+    return load_cases(CORPUS)
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    """The outcomes by case name, and the wall-clock window (ns) fluentd ran in ("now" times fall inside)."""
+
+    outcomes: dict[str, list[Outcome]]
+    started: int
+    ended: int
+
+
+@pytest.fixture(scope="session")
+def fluentd_corpus(tmp_path_factory) -> OracleRun:
+    started = time.time_ns()
+    outcomes = run_fluentd([case.oracle() for case in corpus()], tmp_path_factory.mktemp("fluentd-corpus"))
+    return OracleRun(outcomes, started, time.time_ns())
