@@ -2,7 +2,7 @@
 
 :func:`run_fluentd` runs ONE fluentd (with its supervisor, as deployments do) for a batch of
 :class:`OracleCase` s. Each case gets its own ``in_tail`` source (``read_from_head``, its own pos file
-and tag) with the case's ``<parse>`` section, and its own ``out_file`` match writing JSON with the event
+and tag) with the case's ``<parse>`` section, and one ``out_stdout`` match writes JSON with the event
 time injected as ``%s.%N`` (fluentd keeps nanoseconds that way). It returns, per case, one
 :class:`Outcome` per input line: the events fluentd emitted for it, or the reason it rejected it.
 
@@ -35,9 +35,10 @@ PATH_KEY = "__oracle_path"
 NOT_MATCHED = "pattern not matched"
 
 _INVALID = re.compile(r'invalid line found file="(?P<path>[^"]*)" line=.* error="(?P<error>(?:[^"\\]|\\.)*)"')
-_NOT_MATCHED = re.compile(
-    r"\[warn\]: #\d+ (?:pattern not matched|got incomplete line before first line from \S+): (\".*\")$", re.M
-)
+_NOT_MATCHED = re.compile(r"\[warn\]: #\d+ pattern not matched: (\".*\")$", re.M)
+# A multiline buffer that does not match when it is flushed (by its timer, or at shutdown), and a line before
+# any first line: both name the file.
+_INCOMPLETE = re.compile(r"\[warn\]: #\d+ got incomplete line (?:at shutdown|before first line) from (\S+): ", re.M)
 
 
 @dataclass(frozen=True)
@@ -128,13 +129,13 @@ def _source(case: OracleCase, index: int, workdir: Path) -> str:
     )
 
 
-def _match(index: int, workdir: Path) -> str:
-    return (
-        f"<match c{index}>\n  @type file\n  path {workdir}/out/c{index}\n  append true\n"
-        "  <format>\n    @type json\n  </format>\n"
-        f"  <inject>\n    time_key {TIME_KEY}\n    time_type string\n    time_format %s.%N\n  </inject>\n"
-        "  <buffer>\n    flush_mode immediate\n  </buffer>\n</match>\n"
-    )
+#: One output for every case: out_stdout writes each record, synchronously in in_tail's emit (before in_tail
+#: records the file's position), to the worker's stdout, which is fluentd's log. (out_file, buffered, was
+#: seen to lose the last chunks of a run at shutdown.)
+MATCH = (
+    "<match **>\n  @type stdout\n  <format>\n    @type json\n  </format>\n"
+    f"  <inject>\n    time_key {TIME_KEY}\n    time_type string\n    time_format %s.%N\n  </inject>\n</match>\n"
+)
 
 
 def _write_inputs(cases: Sequence[OracleCase], workdir: Path) -> list[list[Path]]:
@@ -181,7 +182,7 @@ def run_fluentd(cases: Sequence[OracleCase], workdir: Path, timeout: float = 120
     workdir.mkdir(parents=True, exist_ok=True)
     files = _write_inputs(cases, workdir)
     config = ""
-    config += "".join(_source(case, i, workdir) + _match(i, workdir) for i, case in enumerate(cases))
+    config += "".join(_source(case, i, workdir) for i, case in enumerate(cases)) + MATCH
     program = start_fluentd(config, workdir, name="oracle")
     try:
         deadline = time.monotonic() + timeout
@@ -190,23 +191,22 @@ def run_fluentd(cases: Sequence[OracleCase], workdir: Path, timeout: float = 120
                 raise RuntimeError(f"fluentd did not read every line in {timeout} s:\n{program.log()}")
             time.sleep(0.2)
         if any(case.multiline for case in cases):
-            # A multiline buffer is parsed when its flush interval has passed at in_tail's 1 s watch timer;
-            # at shutdown in_tail only warns about it.
-            time.sleep(3.0)
+            time.sleep(1.0)  # the last event's flush interval (in_tail also parses it at shutdown)
     finally:
         program.stop(timeout=30)
-    log = program.log_path.read_bytes().decode("utf-8", errors="replace")
-    if "got incomplete line at shutdown" in log:
-        raise RuntimeError(f"fluentd stopped before flushing a multiline event:\n{log[-3000:]}")
-    return {case.name: _outcomes(case, i, files[i], workdir, log) for i, case in enumerate(cases)}
+    raw_log = program.log_path.read_bytes()
+    log = raw_log.decode("utf-8", errors="replace")
+    events = _read_events(raw_log)
+    return {case.name: _outcomes(case, files[i], events, log) for i, case in enumerate(cases)}
 
 
-def _read_events(index: int, workdir: Path) -> list[dict]:
-    """The records out_file wrote for case ``index``, in order (one file per event date, in write order)."""
-    found = []
-    for path in sorted((workdir / "out").glob(f"c{index}.*log"), key=lambda p: p.stat().st_mtime_ns):
-        for text in path.read_bytes().decode("utf-8", errors="surrogateescape").splitlines():
-            found.append(json.loads(text))
+def _read_events(log: bytes) -> dict[str, list[dict]]:
+    """The records out_stdout wrote to the log, in order, by the input file they came from."""
+    found: dict[str, list[dict]] = {}
+    for line in log.splitlines():
+        if line.startswith(b"{") and PATH_KEY.encode() in line:
+            raw = json.loads(line.decode("utf-8", errors="surrogateescape"))
+            found.setdefault(raw[PATH_KEY], []).append(raw)
     return found
 
 
@@ -219,12 +219,11 @@ def _event(raw: dict) -> Event:
     return Event(int(seconds) * 1_000_000_000 + int(fraction.ljust(9, "0")[:9]), raw)
 
 
-def _outcomes(case: OracleCase, index: int, paths: list[Path], workdir: Path, log: str) -> list[Outcome]:
-    raws = _read_events(index, workdir)
+def _outcomes(case: OracleCase, paths: list[Path], events: dict[str, list[dict]], log: str) -> list[Outcome]:
     if case.multiline:
-        return _multiline_outcomes(case, paths[0], raws, log)
+        return _multiline_outcomes(case, paths[0], events.get(str(paths[0]), []), log)
     by_path = {str(path): Outcome(line) for line, path in enumerate(paths)}
-    for raw in raws:
+    for raw in (raw for path in by_path for raw in events.get(path, [])):
         outcome = by_path[raw[PATH_KEY]]
         if set(raw) - {TIME_KEY, PATH_KEY} == {"unmatched_line"}:
             outcome.rejected = NOT_MATCHED
@@ -233,6 +232,9 @@ def _outcomes(case: OracleCase, index: int, paths: list[Path], workdir: Path, lo
     for found in _INVALID.finditer(log):
         if found["path"] in by_path:
             by_path[found["path"]].rejected = "invalid line: " + found["error"]
+    silent = [o.line for o in by_path.values() if not o.events and o.rejected is None]
+    if silent:
+        raise RuntimeError(f"case {case.name}: fluentd said nothing about lines {silent}:\n{log[-3000:]}")
     return list(by_path.values())
 
 
@@ -246,6 +248,9 @@ def _multiline_outcomes(case: OracleCase, path: Path, raws: list[dict], log: str
     for found in _INVALID.finditer(log):
         if found["path"] == str(path):
             outcomes.append(Outcome(None, rejected="invalid line: " + found["error"]))
+    for found in _INCOMPLETE.finditer(log):
+        if found.group(1) == str(path):
+            outcomes.append(Outcome(None, rejected=NOT_MATCHED))
     return outcomes
 
 
