@@ -1,14 +1,17 @@
 """The shipped parser library (``parsers/``, installed as ``windvane.parsers``): every sample line of every
-parser parses in the real fluentd 1.14.6 and gives the fields its catalog entry promises."""
+parser parses in the real fluentd 1.14.6 and gives the fields its catalog entry promises.
+
+fluentd runs once for the corpus and the shipped parsers (``tests/connectors/files/fluent_corpus.py``); the
+differential test compares windvane's parsers with it on the same samples.
+"""
 
 from __future__ import annotations
 
-import time
 import tomllib
 
 import pytest
 
-from tests.connectors.files.fluentd_oracle import OracleCase, parse_section, run_fluentd
+from tests.connectors.files.fluent_corpus import fluentd_corpus  # noqa: F401
 from windvane.parsers import ParserNotFound, catalog, list_parsers, parser_path, sample_path
 
 NAMES = list_parsers()
@@ -29,27 +32,16 @@ def test_every_parser_has_its_section_samples_and_entry():
         parser_path("no-such-format")
 
 
-@pytest.fixture(scope="module")
-def fluentd_shipped(tmp_path_factory):
-    started = time.time_ns()
-    cases = [
-        OracleCase(name, parse_section(tomllib.loads(parser_path(name).read_text())), samples(name)) for name in NAMES
-    ]
-    outcomes = run_fluentd(cases, tmp_path_factory.mktemp("fluentd-shipped"))
-    return outcomes, started
-
-
 @pytest.mark.clients
 @pytest.mark.parametrize("name", NAMES)
-def test_fluentd_parses_every_sample(name, fluentd_shipped):
-    outcomes, started = fluentd_shipped
+def test_fluentd_parses_every_sample(name, fluentd_corpus):  # noqa: F811
     lines = samples(name)
     entry = catalog()[name]
-    for outcome in outcomes[name]:
+    for outcome in fluentd_corpus.outcomes[f"shipped-{name}"]:
         line = lines[outcome.line]
         assert outcome.rejected is None, f"{name}: fluentd rejected {line!r}: {outcome.rejected}"
         record = outcome.record
         missing = [field for field in entry["fields"] if record.get(field) in (None, "")]
         assert not missing, f"{name}: {line!r} gives no {missing}: {record}"
-        own_time = outcome.events[0].time < started - 60 * 10**9  # not stamped with the read time
+        own_time = outcome.events[0].time < fluentd_corpus.started - 60 * 10**9  # not stamped with the read time
         assert own_time == entry.get("own_time", True), f"{name}: {line!r} time {outcome.events[0].time}"

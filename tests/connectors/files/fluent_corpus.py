@@ -1,4 +1,5 @@
-"""The fluentd parser corpus (``tests/fixtures/logs/fluent/*.toml``) and what the real fluentd makes of it.
+"""The fluentd parser corpus (``tests/fixtures/logs/fluent/*.toml``, and the shipped ``parsers/``) and what the
+real fluentd makes of it.
 
 :func:`corpus` loads the cases; the session fixture :func:`fluentd_corpus` runs them all through ONE
 fluentd (see :mod:`tests.connectors.files.fluentd_oracle`) and hands out the outcomes by case name.
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.connectors.files.fluentd_oracle import OracleCase, Outcome, parse_section, run_fluentd
+from windvane.parsers import list_parsers, parser_path, sample_path
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "fluent"
 
@@ -48,8 +50,19 @@ def load_cases(folder: Path) -> list[CorpusCase]:
     return found
 
 
+def shipped_cases() -> list[CorpusCase]:
+    """The shipped parser library (``parsers/``) as cases named ``shipped-<name>``: its sample lines."""
+    found = []
+    for name in list_parsers():
+        lines = [line for line in sample_path(name).read_bytes().split(b"\n") if line]
+        parse = tomllib.loads(parser_path(name).read_text())
+        found.append(CorpusCase(f"shipped-{name}", f"parsers/{name}.toml", parse, lines))
+    return found
+
+
 def corpus() -> list[CorpusCase]:
-    return load_cases(CORPUS)
+    """The corpus, then the shipped parsers: fluentd runs once for all of them."""
+    return load_cases(CORPUS) + shipped_cases()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ number of rejected buffers.
 
 Normalisations, each a property of windvane's storage, not a tolerance: a null field and an absent one
 are the same (a table's columns are shared by all its rows); an event fluentd stamps with its clock
-("now": inside the window fluentd ran) must be stamped with the read time windvane was given.
+("now": inside the window fluentd ran) must be stamped with the read time windvane was given; a field
+``types`` makes a time is compared in whole seconds (fluentd's JSON writes an EventTime so).
 
 A difference that is accepted is listed in KNOWN with its reason; every other one fails the test.
 """
@@ -38,9 +39,6 @@ CASES = corpus()
 
 #: Accepted differences: {case name: {line index (multiline: "events" or "rejected"): why}}.
 KNOWN: dict[str, dict[int | str, str]] = {}
-#: windvane drops blank lines before any parser sees them (``split_lines``); fluentd hands them to the parser.
-BLANK = "windvane skips blank lines before parsing; fluentd parses them (usually rejecting them)"
-
 SKIPPED = "skipped (blank)"
 
 
@@ -65,9 +63,21 @@ def windvane_rows(case: CorpusCase, now: int) -> dict[int, tuple[int, dict] | st
     return found
 
 
-def typed(record: dict) -> dict:
-    """The record without nulls, each value with its type (1, 1.0 and True differ)."""
-    return {key: (type(value).__name__, value) for key, value in record.items() if value is not None}
+def typed(record: dict, seconds: frozenset[str] = frozenset()) -> dict:
+    """The record without nulls, each value with its type (1, 1.0 and True differ); ``seconds``: fields whose
+    int ns value is shown as whole seconds."""
+    return {
+        key: (type(value).__name__, value // 1_000_000_000 if key in seconds and isinstance(value, int) else value)
+        for key, value in record.items()
+        if value is not None
+    }
+
+
+def time_typed(case: CorpusCase) -> frozenset[str]:
+    """The fields ``types`` makes times (``name:time[:format]``): fluentd holds an EventTime there, which its
+    JSON formatter writes as whole seconds; windvane keeps int ns, compared in seconds."""
+    spec = str(case.parse.get("types", ""))
+    return frozenset(item.split(":")[0] for item in spec.split(",") if item.split(":")[1:2] == ["time"])
 
 
 def same_time(fluentd: int, windvane: int, run: OracleRun, now: int) -> bool:
@@ -76,7 +86,9 @@ def same_time(fluentd: int, windvane: int, run: OracleRun, now: int) -> bool:
     return fluentd == windvane
 
 
-def line_difference(outcome: Outcome, mine: tuple[int, dict] | str, run: OracleRun, now: int) -> str | None:
+def line_difference(
+    outcome: Outcome, mine: tuple[int, dict] | str, run: OracleRun, now: int, seconds: frozenset[str]
+) -> str | None:
     """Why fluentd's and windvane's result for one line differ (None: they agree)."""
     if outcome.rejected is not None:
         return (
@@ -90,8 +102,8 @@ def line_difference(outcome: Outcome, mine: tuple[int, dict] | str, run: OracleR
     if isinstance(mine, str):
         return f"fluentd: {event}; windvane {mine}"
     when, record = mine
-    if typed(event.record) != typed(record):
-        return f"fields differ: fluentd {typed(event.record)}; windvane {typed(record)}"
+    if typed(event.record) != typed(record, seconds):
+        return f"fields differ: fluentd {typed(event.record)}; windvane {typed(record, seconds)}"
     if not same_time(event.time, when, run, now):
         return f"times differ: fluentd {event.time}; windvane {when}"
     return None
@@ -107,8 +119,8 @@ def differences(case: CorpusCase, run: OracleRun) -> dict[int | str, str]:
     for outcome in outcomes:
         assert outcome.line is not None
         if mine[outcome.line] == SKIPPED and not case.lines[outcome.line].strip():
-            continue  # BLANK
-        why = line_difference(outcome, mine[outcome.line], run, now)
+            continue  # windvane skips blank lines before any parser (split_lines); fluentd parses them
+        why = line_difference(outcome, mine[outcome.line], run, now, time_typed(case))
         if why:
             found[outcome.line] = why
     return found
