@@ -7,8 +7,6 @@ import pytest
 from tests.connectors.files.fluent_corpus import corpus, fluentd_corpus  # noqa: F401
 from tests.connectors.files.fluentd_oracle import NOT_MATCHED, OracleCase, parse_section, ruby_inspect, run_fluentd
 
-pytestmark = pytest.mark.clients
-
 CASES = corpus()
 
 
@@ -28,6 +26,7 @@ def test_parse_section_quotes_what_fluentd_would_misread():
     ]
 
 
+@pytest.mark.clients
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_oracle_answers_every_line(case, fluentd_corpus):  # noqa: F811
     outcomes = fluentd_corpus.outcomes[case.name]
@@ -41,6 +40,7 @@ def test_oracle_answers_every_line(case, fluentd_corpus):  # noqa: F811
     assert any(o.events for o in outcomes), f"fluentd parsed no line of {case.name}: {outcomes}"
 
 
+@pytest.mark.clients
 def test_oracle_maps_each_line_to_its_outcome(tmp_path):
     lines = [b"1700000000.5 a", b"nope", b"", b"1.000000001 b", b"0 c"]
     parse = parse_section({"type": "regexp", "expression": r"/^(?<time>\d\S*) (?<k>\w)$/", "time_type": "float"})
