@@ -28,9 +28,10 @@ class CorpusCase:
     source: str
     parse: dict
     lines: list[bytes]
+    local_zone: str | None = None  # the machine's zone (TZ) both fluentd and windvane run with
 
     def oracle(self) -> OracleCase:
-        return OracleCase(self.name, parse_section(self.parse), self.lines)
+        return OracleCase(self.name, parse_section(self.parse), self.lines, self.local_zone)
 
 
 def _lines(case: dict) -> list[bytes]:
@@ -44,7 +45,7 @@ def load_cases(folder: Path) -> list[CorpusCase]:
     found = []
     for path in sorted(folder.glob("*.toml")):
         for case in tomllib.loads(path.read_text())["case"]:
-            found.append(CorpusCase(case["name"], path.name, dict(case["parse"]), _lines(case)))
+            found.append(CorpusCase(case["name"], path.name, dict(case["parse"]), _lines(case), case.get("local_zone")))
     names = [case.name for case in found]
     assert len(set(names)) == len(names), "case names must be unique"
     return found

@@ -20,6 +20,7 @@ exactly the epoch is written with a ``null`` time: that null is read back as 0.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,7 @@ class OracleCase:
     name: str
     parse: str
     lines: Sequence[bytes]
+    local_zone: str | None = None  # fluentd's local time zone (TZ) for this case; None: this machine's
 
     @property
     def multiline(self) -> bool:
@@ -174,16 +176,29 @@ def _all_read(files: list[list[Path]], workdir: Path) -> bool:
 
 
 def run_fluentd(cases: Sequence[OracleCase], workdir: Path, timeout: float = 120) -> dict[str, list[Outcome]]:
-    """Run fluentd once over ``cases`` in ``workdir`` (empty, made if missing); outcomes by case name.
+    """Run fluentd over ``cases`` in ``workdir`` (made if missing); outcomes by case name.
 
-    Skips (fails in CI) where fluentd or Ruby is missing. RuntimeError (with fluentd's log) when fluentd
-    does not start or does not read every line within ``timeout`` seconds.
+    One fluentd for all the cases of one ``local_zone`` (its ``TZ``). Skips (fails in CI) where fluentd or
+    Ruby is missing. RuntimeError (with fluentd's log) when fluentd does not start or does not read every
+    line within ``timeout`` seconds.
     """
+    zones = sorted({case.local_zone or "" for case in cases})
+    found: dict[str, list[Outcome]] = {}
+    for n, zone in enumerate(zones):
+        batch = [case for case in cases if (case.local_zone or "") == zone]
+        env = {**os.environ, "TZ": zone} if zone else None
+        found |= _run_batch(batch, workdir / f"run{n}", timeout, env)
+    return found
+
+
+def _run_batch(
+    cases: Sequence[OracleCase], workdir: Path, timeout: float, env: dict[str, str] | None
+) -> dict[str, list[Outcome]]:
     workdir.mkdir(parents=True, exist_ok=True)
     files = _write_inputs(cases, workdir)
     config = ""
     config += "".join(_source(case, i, workdir) for i, case in enumerate(cases)) + MATCH
-    program = start_fluentd(config, workdir, name="oracle")
+    program = start_fluentd(config, workdir, name="oracle", env=env)
     try:
         deadline = time.monotonic() + timeout
         while not _all_read(files, workdir):

@@ -16,7 +16,10 @@ A difference that is accepted is listed in KNOWN with its reason; every other on
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -40,6 +43,25 @@ CASES = corpus()
 #: Accepted differences: {case name: {line index (multiline: "events" or "rejected"): why}}.
 KNOWN: dict[str, dict[int | str, str]] = {}
 SKIPPED = "skipped (blank)"
+
+
+@contextmanager
+def machine_zone(zone: str | None) -> Iterator[None]:
+    """This process's local time zone is ``zone`` (``TZ``) meanwhile, as fluentd's was; None: unchanged."""
+    if zone is None:
+        yield
+        return
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
 
 
 def windvane_rows(case: CorpusCase, now: int) -> dict[int, tuple[int, dict] | str]:
@@ -146,7 +168,8 @@ def test_windvane_parses_like_fluentd(case, fluentd_corpus):  # noqa: F811
     kind = case.parse["type"]
     if kind not in PARSERS:
         pytest.xfail(f"windvane has no {kind} parser yet")
-    found = differences(case, fluentd_corpus)
+    with machine_zone(case.local_zone):
+        found = differences(case, fluentd_corpus)
     known = KNOWN.get(case.name, {})
     unexplained = {where: why for where, why in found.items() if where not in known}
     assert not unexplained, "\n".join(f"line {where}: {why}" for where, why in unexplained.items())
