@@ -18,6 +18,9 @@ from tests.connectors.files.fluentd_oracle import OracleCase, Outcome, parse_sec
 from windvane.parsers import list_parsers, parser_path, sample_path
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "fluent"
+#: The machine's zone for cases that name none: not UTC, so local time is told apart from UTC, and the same
+#: wherever the suite runs.
+DEFAULT_ZONE = "Europe/Paris"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,11 @@ def load_cases(folder: Path) -> list[CorpusCase]:
     found = []
     for path in sorted(folder.glob("*.toml")):
         for case in tomllib.loads(path.read_text())["case"]:
-            found.append(CorpusCase(case["name"], path.name, dict(case["parse"]), _lines(case), case.get("local_zone")))
+            found.append(
+                CorpusCase(
+                    case["name"], path.name, dict(case["parse"]), _lines(case), case.get("local_zone", DEFAULT_ZONE)
+                )
+            )
     names = [case.name for case in found]
     assert len(set(names)) == len(names), "case names must be unique"
     return found
@@ -57,7 +64,7 @@ def shipped_cases() -> list[CorpusCase]:
     for name in list_parsers():
         lines = [line for line in sample_path(name).read_bytes().split(b"\n") if line]
         parse = tomllib.loads(parser_path(name).read_text())
-        found.append(CorpusCase(f"shipped-{name}", f"parsers/{name}.toml", parse, lines))
+        found.append(CorpusCase(f"shipped-{name}", f"parsers/{name}.toml", parse, lines, DEFAULT_ZONE))
     return found
 
 

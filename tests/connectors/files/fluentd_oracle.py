@@ -24,6 +24,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,12 +184,13 @@ def run_fluentd(cases: Sequence[OracleCase], workdir: Path, timeout: float = 120
     line within ``timeout`` seconds.
     """
     zones = sorted({case.local_zone or "" for case in cases})
-    found: dict[str, list[Outcome]] = {}
-    for n, zone in enumerate(zones):
-        batch = [case for case in cases if (case.local_zone or "") == zone]
-        env = {**os.environ, "TZ": zone} if zone else None
-        found |= _run_batch(batch, workdir / f"run{n}", timeout, env)
-    return found
+    batches = [[case for case in cases if (case.local_zone or "") == zone] for zone in zones]
+    envs = [{**os.environ, "TZ": zone} if zone else None for zone in zones]
+    with ThreadPoolExecutor(len(zones) or 1) as pool:  # the fluentd processes start side by side
+        runs = [
+            pool.submit(_run_batch, b, workdir / f"run{n}", timeout, e) for n, (b, e) in enumerate(zip(batches, envs))
+        ]
+        return {name: outcomes for run in runs for name, outcomes in run.result().items()}
 
 
 def _run_batch(
