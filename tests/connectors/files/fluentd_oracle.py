@@ -1,17 +1,21 @@
 """The real fluentd as an oracle for log parsing: what does fluentd 1.14.6 make of each line?
 
 :func:`run_fluentd` runs ONE fluentd (with its supervisor, as deployments do) for a batch of
-:class:`OracleCase` s. Each case gets its own ``in_tail`` source (``read_from_head``, its own pos file
-and tag) with the case's ``<parse>`` section, and one ``out_stdout`` match writes JSON with the event
-time injected as ``%s.%N`` (fluentd keeps nanoseconds that way). It returns, per case, one
-:class:`Outcome` per input line: the events fluentd emitted for it, or the reason it rejected it.
+:class:`OracleCase` s (one per local time zone the cases ask for, started side by side). Each case gets
+its own ``in_tail`` source (``read_from_head``, its own pos file and tag) with the case's ``<parse>``
+section; one ``out_stdout`` match writes every record as JSON, with the event time injected as
+``%s.%N`` (fluentd keeps nanoseconds that way), into fluentd's log. It waits until in_tail's pos files
+show every file read (a record is written before its position), stops fluentd, and returns, per case,
+one :class:`Outcome` per input line: the events fluentd emitted for it, or the reason it rejected it.
+A line fluentd neither emits nor rejects is a RuntimeError, not a silent gap.
 
 How a line is tied to its outcome: every line of a single-line case is written to a file of its own
 (``<case>/<index>.log``, in a glob the source tails), and the source adds the file's path to each record
 (``path_key``). Lines the parser does not match come back as ``unmatched_line`` records
 (``emit_unmatched_lines``); lines whose parsing raised are logged by ``in_tail`` as ``invalid line
 found file="..."``. A ``multiline`` case is one file (its lines belong together); its outcomes are its
-events in order (``line`` is None) plus one rejected outcome per ``pattern not matched`` in the log.
+events in order (``line`` is None), then one rejected outcome per buffer the log says did not match
+(``pattern not matched`` with its text, or ``got incomplete line ... from <file>``).
 
 fluentd's time formatter caches its last two results starting from time 0 with no text, so an event at
 exactly the epoch is written with a ``null`` time: that null is read back as 0.
@@ -198,8 +202,7 @@ def _run_batch(
 ) -> dict[str, list[Outcome]]:
     workdir.mkdir(parents=True, exist_ok=True)
     files = _write_inputs(cases, workdir)
-    config = ""
-    config += "".join(_source(case, i, workdir) for i, case in enumerate(cases)) + MATCH
+    config = "".join(_source(case, i, workdir) for i, case in enumerate(cases)) + MATCH
     program = start_fluentd(config, workdir, name="oracle", env=env)
     try:
         deadline = time.monotonic() + timeout
