@@ -17,7 +17,7 @@ __all__ = ["ParserNotFound", "catalog", "list_parsers", "parser_path", "sample_p
 HERE = Path(__file__).resolve().parent
 
 
-class ParserNotFound(KeyError):
+class ParserNotFound(LookupError):
     """No shipped parser has that name."""
 
 
