@@ -58,7 +58,9 @@ def fluent_bit_binary() -> Path:
 class Program:
     """One running fluentd or Fluent Bit, its configuration and log in ``workdir``."""
 
-    def __init__(self, argv: list[str], workdir: Path, name: str, cwd: Path | None = None) -> None:
+    def __init__(
+        self, argv: list[str], workdir: Path, name: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.workdir = workdir
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -67,6 +69,7 @@ class Program:
         self.process = subprocess.Popen(
             argv,
             cwd=cwd or workdir,
+            env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -126,12 +129,14 @@ class Program:
         self.stop(timeout=10)
 
 
-def start_fluentd(config: str, workdir: Path, name: str = "fluentd") -> Program:
-    """Run fluentd (with its supervisor) on ``config`` text; returns once its worker is running."""
+def start_fluentd(config: str, workdir: Path, name: str = "fluentd", env: dict[str, str] | None = None) -> Program:
+    """Run fluentd (with its supervisor) on ``config`` text; returns once its worker is running.
+
+    ``env``: its environment (None: this process's), e.g. with ``TZ`` for its local time zone."""
     root = fluentd_dir()
     conf = workdir / f"{name}.conf"
     conf.write_text(config)
-    program = Program(["ruby", "-Ilib", "bin/fluentd", "-c", str(conf)], workdir, name, cwd=root)
+    program = Program(["ruby", "-Ilib", "bin/fluentd", "-c", str(conf)], workdir, name, cwd=root, env=env)
     try:
         program.wait_log("fluentd worker is now running", timeout=90)
     except BaseException:

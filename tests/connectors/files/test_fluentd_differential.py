@@ -1,0 +1,177 @@
+"""windvane's fluentd-compatible parsers against the real fluentd 1.14.6, record by record.
+
+Every case of the corpus (``tests/fixtures/logs/fluent/``) runs through fluentd (one process for all, see
+:mod:`tests.connectors.files.fluent_corpus`) and through windvane's parser for the same ``<parse>``
+options. For each line both must agree: rejected by both, or the same fields with the same values and
+types and the same time to the nanosecond. A ``multiline`` case compares its events in order and the
+number of rejected buffers.
+
+Normalisations, each a property of windvane's storage, not a tolerance: a null field and an absent one
+are the same (a table's columns are shared by all its rows); an event fluentd stamps with its clock
+("now": inside the window fluentd ran) must be stamped with the read time windvane was given; a field
+``types`` makes a time is compared in whole seconds (fluentd's JSON writes an EventTime so).
+
+A difference that is accepted is listed in KNOWN with its reason; every other one fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.connectors.files.fluent_corpus import CorpusCase, OracleRun, corpus, fluentd_corpus  # noqa: F401
+from tests.connectors.files.fluentd_oracle import Outcome
+
+try:  # being written: until then every case is an honest xfail, not a skip
+    from windvane.connectors.files.logs.fluent import ParseConfig, fluent_format
+    from windvane.connectors.files.logs.fluent.parsers import PARSERS
+except ImportError:
+    ParseConfig = fluent_format = None
+    PARSERS = {}
+
+from windvane.connectors.files.logs import LogOptions
+from windvane.connectors.files.logs.lines import split_lines
+
+pytestmark = pytest.mark.clients
+
+CASES = corpus()
+
+#: Accepted differences: {case name: {line index (multiline: "events" or "rejected"): why}}.
+KNOWN: dict[str, dict[int | str, str]] = {}
+SKIPPED = "skipped (blank)"
+
+
+@contextmanager
+def machine_zone(zone: str | None) -> Iterator[None]:
+    """This process's local time zone is ``zone`` (``TZ``) meanwhile, as fluentd's was; None: unchanged."""
+    if zone is None:
+        yield
+        return
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def windvane_rows(case: CorpusCase, now: int) -> dict[int, tuple[int, dict] | str]:
+    """What windvane makes of each line: (time ns, record without nulls), or why it was rejected/skipped."""
+    fmt = fluent_format(ParseConfig.from_mapping(case.parse))
+    block = b"".join(line + b"\n" for line in case.lines)
+    options = LogOptions(now=now, written=now)
+    lines, rejected = split_lines(block, first_line=0, now=now)
+    rows = fmt.parse(lines, options)
+    found: dict[int, tuple[int, dict] | str] = {i: SKIPPED for i in range(len(case.lines))}
+    found |= {r.line: "rejected: " + r.reason for r in rejected}
+    names = [name for name in rows.columns if name != "time"]
+    values = {name: rows.columns[name].to_pylist() for name in names}
+    times = rows.columns["time"].to_pylist()
+    for i, number in enumerate(lines.numbers.tolist()):
+        if i in rows.faults:
+            found[number] = "rejected: " + rows.faults[i]
+        else:
+            record = {name: values[name][i] for name in names if values[name][i] is not None}
+            found[number] = (times[i], record)
+    return found
+
+
+def typed(record: dict, seconds: frozenset[str] = frozenset()) -> dict:
+    """The record without nulls, each value with its type (1, 1.0 and True differ); ``seconds``: fields whose
+    int ns value is shown as whole seconds."""
+    return {
+        key: (type(value).__name__, value // 1_000_000_000 if key in seconds and isinstance(value, int) else value)
+        for key, value in record.items()
+        if value is not None
+    }
+
+
+def time_typed(case: CorpusCase) -> frozenset[str]:
+    """The fields ``types`` makes times (``name:time[:format]``): fluentd holds an EventTime there, which its
+    JSON formatter writes as whole seconds; windvane keeps int ns, compared in seconds."""
+    spec = str(case.parse.get("types", ""))
+    return frozenset(item.split(":")[0] for item in spec.split(",") if item.split(":")[1:2] == ["time"])
+
+
+def same_time(fluentd: int, windvane: int, run: OracleRun, now: int) -> bool:
+    if run.started - 1_000_000_000 <= fluentd <= run.ended + 1_000_000_000:
+        return windvane == now  # fluentd's clock: windvane must use the read time it was given
+    return fluentd == windvane
+
+
+def line_difference(
+    outcome: Outcome, mine: tuple[int, dict] | str, run: OracleRun, now: int, seconds: frozenset[str]
+) -> str | None:
+    """Why fluentd's and windvane's result for one line differ (None: they agree)."""
+    if outcome.rejected is not None:
+        return (
+            None
+            if isinstance(mine, str) and mine != SKIPPED
+            else f"fluentd rejected ({outcome.rejected}); windvane: {mine}"
+        )
+    if len(outcome.events) != 1:
+        return f"fluentd made {len(outcome.events)} events; windvane: {mine}"
+    event = outcome.events[0]
+    if isinstance(mine, str):
+        return f"fluentd: {event}; windvane {mine}"
+    when, record = mine
+    if typed(event.record) != typed(record, seconds):
+        return f"fields differ: fluentd {typed(event.record)}; windvane {typed(record, seconds)}"
+    if not same_time(event.time, when, run, now):
+        return f"times differ: fluentd {event.time}; windvane {when}"
+    return None
+
+
+def differences(case: CorpusCase, run: OracleRun) -> dict[int | str, str]:
+    now = time.time_ns()
+    mine = windvane_rows(case, now)
+    outcomes = run.outcomes[case.name]
+    if case.parse["type"] == "multiline":
+        return multiline_differences(outcomes, mine, run, now)
+    found: dict[int | str, str] = {}
+    for outcome in outcomes:
+        assert outcome.line is not None
+        if mine[outcome.line] == SKIPPED and not case.lines[outcome.line].strip():
+            continue  # windvane skips blank lines before any parser (split_lines); fluentd parses them
+        why = line_difference(outcome, mine[outcome.line], run, now, time_typed(case))
+        if why:
+            found[outcome.line] = why
+    return found
+
+
+def multiline_differences(outcomes: list[Outcome], mine: dict, run: OracleRun, now: int) -> dict[int | str, str]:
+    found: dict[int | str, str] = {}
+    theirs = [o.events[0] for o in outcomes if o.events]
+    ours = [row for row in mine.values() if isinstance(row, tuple)]
+    pairs = [(typed(e.record), e.time) for e in theirs], [(typed(r), t) for t, r in ours]
+    if len(pairs[0]) != len(pairs[1]) or any(
+        a[0] != b[0] or not same_time(a[1], b[1], run, now) for a, b in zip(*pairs)
+    ):
+        found["events"] = f"fluentd {pairs[0]}; windvane {pairs[1]}"
+    rejected = sum(1 for o in outcomes if o.rejected)
+    if rejected != sum(1 for row in mine.values() if isinstance(row, str) and row != SKIPPED):
+        found["rejected"] = f"fluentd rejected {rejected} buffers"
+    return found
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_windvane_parses_like_fluentd(case, fluentd_corpus):  # noqa: F811
+    kind = case.parse["type"]
+    if kind not in PARSERS:
+        pytest.xfail(f"windvane has no {kind} parser yet")
+    with machine_zone(case.local_zone):
+        found = differences(case, fluentd_corpus)
+    known = KNOWN.get(case.name, {})
+    unexplained = {where: why for where, why in found.items() if where not in known}
+    assert not unexplained, "\n".join(f"line {where}: {why}" for where, why in unexplained.items())
+    stale = set(known) - set(found)
+    assert not stale, f"listed in KNOWN but now the same as fluentd: {sorted(stale, key=str)}"
