@@ -18,7 +18,9 @@ order:
    ``float`` ``to_f`` as float64, ``bool`` true for ``true``/``yes``/``1``
    (any case), ``string``, ``time[:zone][:format]`` (or ``time:unixtime`` /
    ``time:float``) as int64 ns (null if not a time), ``array[:delimiter]``
-   (default ``,``) as a JSON list of text.
+   (default ``,``; empty: single characters) as a JSON list of text (fluentd
+   gives an array; a stream column cannot hold a list: ``windvane import``
+   refuses a ``list<string>`` column).
 """
 
 from __future__ import annotations
@@ -158,7 +160,10 @@ def _keep_null(source: pa.Array, converted: pa.Array) -> pa.Array:
 
 
 def _ruby_split(text: str, delimiter: str) -> list[str]:
-    """Ruby's ``String#split(delimiter)``: a single space splits on runs of white space; trailing empties dropped."""
+    """Ruby's ``String#split(delimiter)``: a single space splits on runs of white space, an empty delimiter into
+    single characters; trailing empties dropped."""
+    if delimiter == "":
+        return list(text)
     parts = text.split() if delimiter == " " else text.split(delimiter)
     while parts and parts[-1] == "":
         parts.pop()

@@ -14,9 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windvane.ingest.times import NS, wall_to_utc
+from windvane.ingest.times import NS
 
 from .config import ParseConfigError
+from .walltime import LocalZone, wall_to_instants
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -100,6 +101,15 @@ def strptime_regex(time_format: str) -> str:
     return "".join(out)
 
 
+#: The directives the strptime gem cannot read: for a format with one fluentd falls back to Ruby's Time.strptime.
+NOT_IN_GEM = frozenset("aAcCDFIjklLpPrRstTuwZ%")
+
+
+def gem_reads(time_format: str) -> bool:
+    """Whether the strptime gem reads ``time_format`` (else fluentd uses Ruby's ``Time.strptime``)."""
+    return not any(name in NOT_IN_GEM for name in re.findall(r"%\d*(.)", time_format))
+
+
 def zone_offset_seconds(text: str) -> int | None:
     """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
     if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
@@ -111,10 +121,12 @@ def zone_offset_seconds(text: str) -> int | None:
     return -seconds if found.group(1) == "-" else seconds
 
 
-def strptime_ns(texts: pa.Array, regex: str, zone: str | int, now: int) -> tuple[np.ndarray, np.ndarray]:
+def strptime_ns(
+    texts: pa.Array, regex: str, zone: int | LocalZone, now: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The times of ``texts`` by ``regex`` (a :func:`strptime_regex`), int64 ns UTC, and the mask of those it cannot
-    read. ``zone``: of times written without one (an IANA name or seconds east of UTC); ``now``: ns, for missing
-    fields."""
+    read. ``zone``: of times written without one (see :func:`.walltime.wall_to_instants`); ``now``: ns, for
+    missing fields."""
     found = pc.extract_regex(texts, "(?i)" + regex)
     bad = ~found.is_valid().to_numpy(zero_copy_only=False)
     groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
@@ -127,7 +139,7 @@ def strptime_ns(texts: pa.Array, regex: str, zone: str | int, now: int) -> tuple
     if "z" in groups:
         offsets, impossible = _offsets(pc.fill_null(groups["z"], "Z"))
         return wall - offsets * NS, bad | impossible
-    return (wall - zone * NS if isinstance(zone, int) else wall_to_utc(wall, zone)), bad
+    return wall_to_instants(wall, zone), bad
 
 
 def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:

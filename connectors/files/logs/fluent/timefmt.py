@@ -21,10 +21,18 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   format without any date field means today (UTC);
 - a directive with a width (``%3N``) matches nothing: Ruby's strptime has none.
 
-Without ``time_format`` fluentd uses Ruby's ``Time.parse``; here the text
-is read by windvane's ISO 8601 rule (:func:`ingest.times.iso_column_ns`) in
-the machine's zone, which covers the forms logs write. ``%iso8601`` is
-read the same way. ``time_type unixtime`` is Ruby's ``to_i`` of the text
+Without ``time_format`` fluentd uses Ruby's ``Time.parse``; windvane reads
+the forms of :data:`FALLBACKS` (each the whole text; ``GMT`` and ``UTC`` read
+as ``+0000``): ISO 8601 (``T`` or a space between date and time, ``-`` or
+``/`` in the date, fractions, ``Z``/``+09:00``/``+0900``/``+09``), RFC 2822
+(``Fri, 01 Mar 2024 12:00:00 GMT``), ``date``/ctime (``Fri Mar 1 12:00:00
+UTC 2024``), a date alone (midnight). Times without a zone are the machine's
+local time (:mod:`.walltime`). Not covered, though ``Time.parse`` reads them:
+zone names but GMT/UTC/Z (``EST``, ``CET``; rejected here), text around the
+time (``Time.parse`` picks a time out of a sentence), two-digit years, dates
+without a year or a time without a date (today's), ordinal and week dates,
+``,`` as the decimal mark. ``%iso8601`` is read by windvane's ISO 8601 rule
+(:func:`ingest.times.iso_column_ns`). ``time_type unixtime`` is Ruby's ``to_i`` of the text
 (seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
 ``time_format`` then each of ``time_format_fallbacks`` (which may be
 ``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
@@ -32,6 +40,8 @@ numbers only) until one reads the text.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pyarrow as pa
@@ -41,18 +51,23 @@ from windvane.ingest.times import NS, check_zone, iso_column_ns, local_zone
 
 from .config import ParseConfig
 from .rubynum import ruby_to_i
-from .strptime import strptime_ns, strptime_regex, zone_offset_seconds
+from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
+from .walltime import LocalZone
 
-#: What Ruby's Time.parse reads beside ISO 8601 (fluentd without time_format), as strptime formats of whole texts.
+_CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
+_DAYS = ("%Y-%m-%dT", "%Y-%m-%d ", "%Y/%m/%d ", "%Y/%m/%dT")
+_RFC2822 = ("%a, %d %b %Y %H:%M:%S", "%a, %d %b %Y %H:%M", "%d %b %Y %H:%M:%S", "%d %b %Y %H:%M")
+_CTIME = ("%a %b %d %H:%M:%S.%N", "%a %b %d %H:%M:%S", "%b %d %H:%M:%S.%N", "%b %d %H:%M:%S")
+#: The forms of Ruby's Time.parse (fluentd without time_format) windvane reads, as strptime formats of whole texts
+#: (GMT and UTC written +0000 first; see the module).
 FALLBACKS = (
-    "%Y-%m-%d %H:%M:%S.%N %z",
-    "%Y-%m-%d %H:%M:%S %z",
-    "%a %b %d %H:%M:%S.%N %Y",
-    "%a %b %d %H:%M:%S %Y",
-    "%b %d %H:%M:%S.%N %Y",
-    "%b %d %H:%M:%S %Y",
-    "%d %b %Y %H:%M:%S %z",
+    *(day + clock + zone for day in _DAYS for clock in _CLOCKS for zone in (" %z", "")),
+    *(form + zone for form in _RFC2822 for zone in (" %z", "")),
+    *(form + zone + " %Y" for form in _CTIME for zone in (" %z", "")),
+    "%Y-%m-%d",
+    "%Y/%m/%d",
 )
+_NAMED_UTC = r"(?i)\b(?:GMT|UTC)\b"  # the zone names Time.parse reads as +00:00 that windvane reads too
 
 
 class TimeParser:
@@ -97,12 +112,21 @@ class TimeParser:
         return times, bad
 
     def _default(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
-        """No time_format: ISO 8601, else the other forms Ruby's Time.parse reads that logs write (FALLBACKS)."""
-        times, bad = iso_column_ns(pc.fill_null(texts, ""), self.zone if isinstance(self.zone, str) else "UTC")
-        for time_format in FALLBACKS if self.format is None and bad.any() else ():
+        """No time_format: the forms of Ruby's Time.parse in FALLBACKS; ``%iso8601``: ISO 8601."""
+        texts = pc.fill_null(texts, "")
+        if self.format is not None:
+            zone = self.zone.machine if isinstance(self.zone, LocalZone) else "UTC"
+            return iso_column_ns(texts, zone)
+        texts = pc.replace_substring_regex(pc.utf8_trim_whitespace(texts), _NAMED_UTC, "+0000")
+        zone = dataclasses.replace(self.zone, later=True) if isinstance(self.zone, LocalZone) else self.zone
+        times = np.zeros(len(texts), dtype=np.int64)
+        bad = np.ones(len(texts), dtype=bool)
+        for time_format in FALLBACKS:
             rows = np.flatnonzero(bad)
-            whole = strptime_regex(time_format) + "$"  # the whole text, as Time.parse reads it
-            _fill(times, bad, rows, strptime_ns(texts.take(pa.array(rows)), whole, self.zone, now))
+            if not len(rows):
+                break
+            whole = strptime_regex(time_format) + "$"  # the whole text
+            _fill(times, bad, rows, strptime_ns(texts.take(pa.array(rows)), whole, zone, now))
         return times, bad
 
 
@@ -125,14 +149,16 @@ def _fallback(config: ParseConfig, time_format: str) -> TimeParser:
     return TimeParser(config.replace(time_type="string", time_format=time_format))
 
 
-def _wall_zone(config: ParseConfig) -> str | int:
-    """The zone of wall-clock times: an IANA name, or a fixed offset in seconds."""
+def _wall_zone(config: ParseConfig) -> int | LocalZone:
+    """The zone of wall-clock times: a fixed offset in seconds, or the machine's (with a named timezone)."""
+    # a repeated local time is the earlier with the strptime gem, the later with Time.strptime (see walltime)
+    later = config.time_format is not None and not gem_reads(config.time_format)
     if config.timezone:
         offset = zone_offset_seconds(config.timezone)
-        return offset if offset is not None else check_zone(config.timezone)
+        return offset if offset is not None else LocalZone(local_zone(), check_zone(config.timezone), later)
     if config.utc or not config.localtime:
         return 0
-    return local_zone()
+    return LocalZone(local_zone(), None, later)
 
 
 def _float_seconds(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
