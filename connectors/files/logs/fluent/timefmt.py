@@ -151,11 +151,11 @@ def _fallback(config: ParseConfig, time_format: str) -> TimeParser:
 
 def _wall_zone(config: ParseConfig) -> int | LocalZone:
     """The zone of wall-clock times: a fixed offset in seconds, or the machine's (with a named timezone)."""
-    # a repeated local time is the earlier with the strptime gem, the later with Time.strptime (see walltime)
+    # a repeated local time: the earlier with the strptime gem and localtime, the later otherwise (see walltime)
     later = config.time_format is not None and not gem_reads(config.time_format)
     if config.timezone:
         offset = zone_offset_seconds(config.timezone)
-        return offset if offset is not None else LocalZone(local_zone(), check_zone(config.timezone), later)
+        return offset if offset is not None else LocalZone(local_zone(), check_zone(config.timezone), True)
     if config.utc or not config.localtime:
         return 0
     return LocalZone(local_zone(), None, later)

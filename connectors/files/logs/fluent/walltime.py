@@ -6,13 +6,17 @@ with a named ``timezone`` (an IANA name).
 
 In the machine's zone a wall-clock time the daylight-saving gap skips is read
 with the offset before the gap (02:30 on the March day in Paris is 03:30
-CEST). One the fall-back hour repeats is read as the earlier of the two by the
-strptime gem fluentd uses for a ``time_format`` (in fluentd's process: 02:30 on
-the October day in Paris is 02:30 CEST), as the later by Ruby's own
-``Time.local`` (``Time.parse``, and ``Time.strptime`` that fluentd falls back to
-for formats the gem cannot read): :attr:`LocalZone.later`. Not covered: the
-gem's choice depends on memory it leaves unset (a small Ruby script can get
-the later one); windvane follows what fluentd was seen to do.
+CEST). One the fall-back hour repeats (:attr:`LocalZone.later`) is read by
+Ruby's ``Time.local`` (``Time.parse``, and the ``Time.strptime`` fluentd falls
+back to for formats the strptime gem cannot read) as the later of the two; by
+the strptime gem as the earlier or the later depending on memory the gem
+leaves unset (``find_time_t``'s ``tm_isdst``): fluentd 1.14.6 was seen to
+give the earlier with ``localtime`` (02:30 on the October day in Paris is
+02:30 CEST) and the later with a named ``timezone``, and windvane does the
+same (the corpus cases ``regexp-localtime-*`` and ``regexp-timezone-named*``
+check it). Not covered: an hour repeated by a change of a zone's standard
+offset, not daylight saving (Moscow, October 2014), where the gem may
+choose otherwise.
 
 With a named ``timezone`` fluentd reads the text in the machine's zone first
 (as above), then shifts it by the named zone's offset *at that instant*
