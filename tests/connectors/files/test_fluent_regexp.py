@@ -185,3 +185,9 @@ def test_a_whole_section_as_in_tail_gave_it() -> None:
         "line 3: invalid time format: value = xx",
         "line 7: invalid time format: value = ",
     ]
+
+
+def test_types_array_with_an_empty_delimiter_splits_characters() -> None:
+    # fluentd splits types on commas ("tags:array:" keeps an empty delimiter); Ruby's split("") gives characters
+    parsed = parse("a,b\n\n", expression=r"/^(?<tags>.*)$/", types="tags:array:,")
+    assert [r["tags"] for r in records(parsed)] == [json.dumps(["a", ",", "b"]), json.dumps([])]

@@ -172,6 +172,20 @@ def test_ruby_number_conversions() -> None:
         ("1600000000", BAD),
         ("nonsense", BAD),
         ("", BAD),
+        ("Fri, 01 Mar 2024 12:00:00 GMT", 1709294400000000000),
+        ("Fri, 01 Mar 2024 12:00:00 +0200", 1709287200000000000),
+        ("01 Mar 2024 12:00 UTC", 1709294400000000000),
+        ("Fri Mar  1 12:00:00 UTC 2024", 1709294400000000000),
+        ("2024/03/01 12:00:00", 1709294400000000000),
+        ("2024-03-01 12:00", 1709294400000000000),
+        ("2024-03-01T12:00:00.123Z", 1709294400123000000),
+        ("2024-03-01T12:00:00-0500", 1709312400000000000),
+        ("2024-03-01T12:00:00+05", 1709276400000000000),
+        ("2024/03/01T12:00:00.5 +0900", 1709262000500000000),
+        ("Fri Mar 1 12:00:00 +0900 2024", 1709262000000000000),
+        ("2024-03-0112:00:00", BAD),  # Time.parse wants a space or T between date and time
+        ("2024-03-01 12:00:00 EST", BAD),  # Time.parse knows EST (-05:00): not covered, refused
+        ("at 2024-03-01 12:00:00", BAD),  # Time.parse picks a time out of a sentence: not covered
     ],
 )
 def test_no_time_format_reads_what_ruby_time_parse_does(text: str, expected: int | None, monkeypatch) -> None:
@@ -201,3 +215,38 @@ def test_mixed_tries_the_format_then_each_fallback() -> None:
     ]
     with pytest.raises(ParseConfigError, match="time_type is mixed"):
         ParseConfig("regexp", time_type="mixed")
+
+
+GAP, REPEATED = "2024-03-31 02:30:00", "2024-10-27 02:30:00"  # Paris: skipped by the March change, repeated in October
+CEST_0230, CET_0230 = 1729989000000000000, 1729992600000000000  # the two 02:30 of 2024-10-27 in Paris
+
+
+@pytest.mark.parametrize(
+    ("machine", "options", "expected"),
+    [
+        # localtime: a time in the gap with the offset before it (03:30 CEST); a repeated one the earlier with the
+        # strptime gem, the later with Ruby's Time.strptime (%F %T) and Time.parse (no time_format)
+        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S"}, [1711848600000000000, CEST_0230]),
+        ("Europe/Paris", {"time_format": "%F %T"}, [1711848600000000000, CET_0230]),
+        ("Europe/Paris", {}, [1711848600000000000, CET_0230]),
+        # a named timezone: read in the machine's zone, shifted by the named zone's offset at that instant
+        (
+            "Europe/Paris",
+            {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "Europe/Paris"},
+            [1711848600000000000, CET_0230],
+        ),
+        ("UTC", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "Europe/Paris"}, [1711845000000000000, CET_0230]),
+        # a fixed offset has neither gap nor repeated hour
+        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "+01:00"}, [1711848600000000000, CET_0230]),
+    ],
+)
+def test_daylight_saving_gap_and_repeated_hour_as_fluentd(machine, options, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", machine)
+    assert times([GAP, REPEATED], **options) == expected
+
+
+def test_a_named_timezone_uses_its_offset_at_the_machine_zone_instant(monkeypatch) -> None:
+    # 05:00 on New York's March change day, read on a Paris machine: 04:00Z, when New York was still at -05:00
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    options = {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "America/New_York"}
+    assert times(["2024-03-10 05:00:00"], **options) == [1710064800000000000]

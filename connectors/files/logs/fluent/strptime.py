@@ -121,9 +121,7 @@ def zone_offset_seconds(text: str) -> int | None:
     return -seconds if found.group(1) == "-" else seconds
 
 
-def strptime_ns(
-    texts: pa.Array, regex: str, zone: int | LocalZone, now: int
-) -> tuple[np.ndarray, np.ndarray]:
+def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) -> tuple[np.ndarray, np.ndarray]:
     """The times of ``texts`` by ``regex`` (a :func:`strptime_regex`), int64 ns UTC, and the mask of those it cannot
     read. ``zone``: of times written without one (see :func:`.walltime.wall_to_instants`); ``now``: ns, for
     missing fields."""

@@ -14,7 +14,9 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   name (either length, any case); ``%s`` seconds since the epoch;
 - a time written with a zone (``%z``, ``%Z``, ``%s``) keeps it; one without is
   a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
-  when ``utc`` is true or ``localtime`` false, else this machine's zone;
+  when ``utc`` is true or ``localtime`` false, else this machine's zone (a time
+  the daylight-saving change skips or repeats read as fluentd's Ruby reads it:
+  :mod:`.walltime`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
 - fields the format lacks default to the current year, January, the 1st, 00:00:00; a
@@ -55,7 +57,7 @@ from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_second
 from .walltime import LocalZone
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
-_DAYS = ("%Y-%m-%dT", "%Y-%m-%d ", "%Y/%m/%d ", "%Y/%m/%dT")
+_DAYS = ("%Y-%m-%dT", "%Y-%m-%d%n", "%Y/%m/%d%n", "%Y/%m/%dT")  # %n: at least one space
 _RFC2822 = ("%a, %d %b %Y %H:%M:%S", "%a, %d %b %Y %H:%M", "%d %b %Y %H:%M:%S", "%d %b %Y %H:%M")
 _CTIME = ("%a %b %d %H:%M:%S.%N", "%a %b %d %H:%M:%S", "%b %d %H:%M:%S.%N", "%b %d %H:%M:%S")
 #: The forms of Ruby's Time.parse (fluentd without time_format) windvane reads, as strptime formats of whole texts
