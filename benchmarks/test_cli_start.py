@@ -43,6 +43,8 @@ def interpreter_seconds() -> list[float]:
 )
 def test_cli_start(benchmark, argv: list[str], interpreter_seconds: list[float]) -> None:
     benchmark.pedantic(_run, args=(argv,), rounds=ROUNDS, iterations=1, warmup_rounds=2)
+    if benchmark.disabled:  # --benchmark-disable: the command ran once and succeeded; nothing was timed
+        return
     median = statistics.median(benchmark.stats.stats.data)
     info = benchmark.extra_info
     info["median_s"] = median
