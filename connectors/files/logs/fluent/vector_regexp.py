@@ -11,13 +11,12 @@ Two paths, chosen once, up front (:attr:`VectorRegexp.engine`, and
 :attr:`VectorRegexp.reason` when it is ``"python"``):
 
 - ``"re2"``: the pattern is rewritten from its parse tree into RE2 syntax
-  with the same meaning and run by ``pyarrow.compute.extract_regex``, over
-  blocks of lines on as many threads as there are cores (Arrow lets go of
-  the interpreter lock). RE2 cannot tell an empty group from one that did
-  not take part; where that matters, the optional part around the group is
-  captured too (a hidden marker group), and what no marker can settle is
-  looked up again with ``re`` for those lines only. Lines holding a newline
-  (where ``$`` and ``.`` differ between the engines) go to ``re`` as well.
+  with the same meaning and run by ``pyarrow.compute.extract_regex_span``
+  (which tells a group that took no part from an empty one), over blocks of
+  lines on as many threads as there are cores (Arrow lets go of the
+  interpreter lock); the spans become string columns with numpy, without
+  going through Python objects. Lines holding a newline (where ``$`` and
+  ``.`` differ between the engines) go to ``re``.
 - ``"python"``: ``re`` on every line, for what RE2 cannot run or would run
   differently: backreferences, lookaround, atomic groups and possessive
   repeats, conditionals, case-insensitive matching (RE2 folds Unicode case
@@ -29,16 +28,16 @@ from __future__ import annotations
 
 import os
 import re
-import re._constants as sre  # the parse tree of ``re`` is the one exact reading of a Python pattern
-import re._parser as sre_parse
+import re._constants as sre  # type: ignore[import-not-found]  # the parse tree of ``re`` is the one exact reading of a Python pattern
+import re._parser as sre_parse  # type: ignore[import-not-found]
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-MARKER = "__wv_marker_"
 #: Lines per block handed to one thread; blocks run on ``os.cpu_count()`` threads.
 BLOCK_LINES = 1 << 16
 
@@ -65,10 +64,6 @@ class _Rewrite:
 
     ascii: bool
     names: dict[int, str]
-    markers: dict[str, str] = field(default_factory=dict)  # group -> marker capturing its optional part
-    recheck: set[str] = field(default_factory=set)  # groups whose "" may mean absent: ask ``re``
-    absent: set[str] = field(default_factory=set)  # groups that may take no part (never empty when they do)
-    layers: list[list[str]] = field(default_factory=list)  # groups met in each enclosing optional part
     repeat_depth: int = 0
 
 
@@ -115,8 +110,8 @@ def _category(rw: _Rewrite, code: object, inside: bool) -> str:
     return _ASCII_CATEGORY[code][0 if inside else 1]
 
 
-def _charset(rw: _Rewrite, items: list) -> str:
-    out = []
+def _charset(rw: _Rewrite, items: list[tuple[Any, Any]]) -> str:
+    out: list[str] = []
     for op, av in items:
         if op is sre.NEGATE:
             out.insert(0, "^")
@@ -131,22 +126,7 @@ def _charset(rw: _Rewrite, items: list) -> str:
     return "[" + "".join(out) + "]"
 
 
-def _optional(rw: _Rewrite, body: sre_parse.SubPattern) -> str:
-    """An optional part (a branch or a ``?`` body): a marker group around it where one of its groups needs one."""
-    rw.layers.append([])
-    text = _emit(rw, body)
-    groups = rw.layers.pop()
-    if not groups:
-        return text
-    if body.getwidth()[0] == 0:
-        rw.recheck.update(groups)  # the part itself can match empty: its marker would not tell either
-        return text
-    marker = f"{MARKER}{len(set(rw.markers.values()))}"
-    rw.markers.update(dict.fromkeys(groups, marker))
-    return f"(?P<{marker}>{text})"
-
-
-def _group(rw: _Rewrite, av: tuple) -> str:
+def _group(rw: _Rewrite, av: tuple[Any, ...]) -> str:
     group, add_flags, del_flags, body = av
     if add_flags or del_flags:
         raise Unsupported("flags set inside the pattern for a part of it")
@@ -154,28 +134,23 @@ def _group(rw: _Rewrite, av: tuple) -> str:
     if name and rw.repeat_depth:
         raise Unsupported(f"group {name!r} inside a repetition")
     text = _emit(rw, body)
-    if not name:
-        return f"(?:{text})"
-    if rw.layers:
-        if body.getwidth()[0] == 0:
-            rw.layers[-1].append(name)
-        else:
-            rw.absent.add(name)
-    return f"(?P<{name}>{text})"
+    return f"(?P<{name}>{text})" if name else f"(?:{text})"
 
 
-def _repeat(rw: _Rewrite, op: object, av: tuple) -> str:
+_COUNTS = {(0, sre.MAXREPEAT): "*", (1, sre.MAXREPEAT): "+", (0, 1): "?"}
+
+
+def _repeat(rw: _Rewrite, op: object, av: tuple[Any, ...]) -> str:
     low, high, body = av
     lazy = "?" if op is sre.MIN_REPEAT else ""
-    count = f"{{{low},}}" if high is sre.MAXREPEAT else f"{{{low},{high}}}"
-    if low == 0 and high == 1:
-        return f"(?:{_optional(rw, body)})?{lazy}"
+    count = _COUNTS.get((low, high)) or (f"{{{low},}}" if high is sre.MAXREPEAT else f"{{{low},{high}}}")
     rw.repeat_depth += high != 1
     try:
         text = _emit(rw, body)
     finally:
         rw.repeat_depth -= high != 1
-    return f"(?:{text}){count}{lazy}"
+    single = len(body) == 1 and body[0][0] in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN, sre.CATEGORY)
+    return f"{text if single else f'(?:{text})'}{count}{lazy}"
 
 
 def _emit(rw: _Rewrite, nodes: sre_parse.SubPattern) -> str:
@@ -196,7 +171,7 @@ def _emit(rw: _Rewrite, nodes: sre_parse.SubPattern) -> str:
         elif op is sre.AT and av in _AT:
             out.append(_AT[av])
         elif op is sre.BRANCH:
-            out.append("(?:" + "|".join(_optional(rw, alt) for alt in av[1]) + ")")
+            out.append("(?:" + "|".join(_emit(rw, alt) for alt in av[1]) + ")")
         elif op is sre.SUBPATTERN:
             out.append(_group(rw, av))
         elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
@@ -204,6 +179,61 @@ def _emit(rw: _Rewrite, nodes: sre_parse.SubPattern) -> str:
         else:
             raise Unsupported(f"{op} {av}")
     return "".join(out)
+
+
+_VIEW_REACH = (1 << 31) - 16
+
+
+def _twelve_bytes(data: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The 12 bytes of ``data`` from each of ``start`` (zeros past its end), one row each."""
+    if len(data) < 12:
+        data = np.concatenate([data, np.zeros(12, np.uint8)])
+    last = len(data) - 12
+    rows = np.lib.stride_tricks.sliding_window_view(data, 12)[np.minimum(start, last)]
+    for i in np.flatnonzero(start > last).tolist():  # the few that start in the buffer's last 11 bytes
+        tail = data[start[i] :]
+        rows[i] = np.concatenate([tail, np.zeros(12 - len(tail), np.uint8)])
+    return rows
+
+
+def substrings(lines: pa.Array, spans: pa.FixedSizeListArray) -> pa.Array:
+    """The parts of ``lines`` (``large_string``) that ``spans`` ([start, length] in bytes, or null) name.
+
+    Built as a ``string_view`` array over the lines' own bytes (a view of up
+    to 12 bytes holds them, a longer one points at them), then cast to
+    ``large_string`` by Arrow: no Python object per value.
+    """
+    count = len(lines)
+    buffers = lines.buffers()
+    if not count or buffers[2] is None:
+        return pa.array([None if span is None else "" for span in spans.to_pylist()], pa.large_string())
+    if buffers[2].size > _VIEW_REACH:
+        if count > 1 and lines.nbytes > _VIEW_REACH:  # views hold int32 offsets: cut in halves
+            half = count // 2
+            parts = [substrings(lines.slice(*cut), spans.slice(*cut)) for cut in ((0, half), (half, None))]
+            return pa.concat_arrays(parts)
+        lines = lines.take(pa.array(np.arange(count)))  # only this array's bytes, in a buffer of their own
+        buffers = lines.buffers()
+    line_starts = np.frombuffer(buffers[1], np.int64)[lines.offset : lines.offset + count]
+    data = np.frombuffer(buffers[2], np.uint8)
+    values = spans.values
+    pairs = np.frombuffer(values.buffers()[1], np.int64)[values.offset : values.offset + 2 * count]
+    pairs = pairs.reshape(count, 2).copy()
+    valid = spans.is_valid().to_numpy(zero_copy_only=False) if spans.null_count else None
+    if valid is not None:
+        pairs[~valid] = 0  # a null span's slots hold nothing meaningful
+    start, length = line_starts + pairs[:, 0], pairs[:, 1]
+    views = np.zeros((count, 4), np.int32)
+    views[:, 0] = length
+    inline = views.view(np.uint8).reshape(count, 16)
+    inline[:, 4:] = _twelve_bytes(data, start)
+    inline[:, 4:][np.arange(12)[None, :] >= length[:, None]] = 0
+    long = length > 12
+    views[long, 2] = 0  # buffer index: the lines' data (after the 4-byte prefix kept in place)
+    views[long, 3] = start[long]
+    validity = pa.array(valid).buffers()[1] if valid is not None else None
+    array = pa.Array.from_buffers(pa.string_view(), count, [validity, pa.py_buffer(views), buffers[2]])
+    return array.cast(pa.large_string())
 
 
 def to_re2(pattern: re.Pattern[str]) -> tuple[str, _Rewrite]:
@@ -220,9 +250,13 @@ def to_re2(pattern: re.Pattern[str]) -> tuple[str, _Rewrite]:
 
 
 class VectorRegexp:
-    """``pattern``'s named groups for every line of an array (see the module's text for the two paths)."""
+    """``pattern``'s named groups for every line of an array (see the module's text for the two paths).
 
-    def __init__(self, pattern: str | re.Pattern[str], threads: int | None = None) -> None:
+    ``threads``: how many blocks of lines RE2 runs at once (default: the
+    cores); ``use_re2=False`` takes the ``re`` path whatever the pattern.
+    """
+
+    def __init__(self, pattern: str | re.Pattern[str], threads: int | None = None, *, use_re2: bool = True) -> None:
         try:
             self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
         except re.error as exc:
@@ -233,9 +267,12 @@ class VectorRegexp:
         self.threads = threads or os.cpu_count() or 1
         self.re2: str | None = None
         self.reason = ""
+        if not use_re2:
+            self.reason = "asked for re"
+            return
         try:
             self.re2, self._rw = to_re2(self.pattern)
-            pc.extract_regex(pa.array([""], pa.large_string()), self.re2)  # RE2 refuses what it cannot compile
+            pc.extract_regex_span(pa.array([""], pa.large_string()), self.re2)  # RE2 refuses what it cannot compile
         except (Unsupported, pa.ArrowInvalid) as exc:
             self.re2, self.reason = None, str(exc).splitlines()[0]
 
@@ -251,11 +288,9 @@ class VectorRegexp:
             return self._python(lines, np.ones(len(lines), dtype=bool), self._empty(len(lines)))
         found = self._extract(lines)
         unmatched = ~found.is_valid().to_numpy(zero_copy_only=False)
-        raw = {found.type.field(k).name: column for k, column in enumerate(found.flatten())}
-        columns = {name: self._absent_to_null(name, raw, unmatched) for name in self.names}
+        spans = {found.type.field(k).name: column for k, column in enumerate(found.flatten())}
+        columns = {name: substrings(lines, spans[name]) for name in self.names}
         redo = pc.match_substring(lines, "\n").to_numpy(zero_copy_only=False)
-        for name in self._rw.recheck:
-            redo |= ~unmatched & pc.equal(raw[name], "").to_numpy(zero_copy_only=False)
         if redo.any():
             return self._python(lines, redo, Matches(columns, unmatched))
         return Matches(columns, unmatched)
@@ -264,23 +299,10 @@ class VectorRegexp:
         assert self.re2 is not None
         blocks = [lines.slice(start, BLOCK_LINES) for start in range(0, len(lines), BLOCK_LINES)]
         if len(blocks) < 2 or self.threads < 2:
-            return pc.extract_regex(lines, self.re2)
+            return pc.extract_regex_span(lines, self.re2)
         with ThreadPoolExecutor(self.threads) as pool:
-            parts = list(pool.map(lambda block: pc.extract_regex(block, self.re2), blocks))
+            parts = list(pool.map(lambda block: pc.extract_regex_span(block, self.re2), blocks))
         return pa.concat_arrays(parts)
-
-    def _absent_to_null(self, name: str, raw: dict[str, pa.Array], unmatched: np.ndarray) -> pa.Array:
-        """Group ``name`` with null where the line did not match or the group took no part in the match."""
-        value = raw[name]
-        marker = self._rw.markers.get(name)
-        if marker is not None:
-            absent = pc.equal(raw[marker], "")
-        elif name in self._rw.absent:
-            absent = pc.equal(value, "")
-        else:
-            absent = None
-        null = pa.array(unmatched) if absent is None else pc.or_(pa.array(unmatched), absent)
-        return pc.if_else(null, pa.scalar(None, pa.large_string()), value)
 
     def _empty(self, count: int) -> Matches:
         nulls = pa.nulls(count, pa.large_string())
