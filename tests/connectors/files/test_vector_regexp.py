@@ -186,3 +186,16 @@ def test_refused_expressions():
 def test_empty_array():
     got = VectorRegexp(ruby_to_python(NGINX_1_14)).match(pa.array([], pa.large_string()))
     assert len(got.unmatched) == 0 and got.unmatched.dtype == np.bool_
+
+
+def test_sliced_and_tiny_arrays():
+    matcher = VectorRegexp(r"(?a)(?P<a>\w*)(?P<b>-)?(?P<c>é*)$")
+    lines = pa.array(["é", "a-", "long enough to be out of line é-ééé", "", "x"], pa.large_string())
+    for start in range(len(lines)):
+        for stop in range(start, len(lines) + 1):
+            assert_same_as_re(matcher, lines.slice(start, stop - start).to_pylist())
+            got = matcher.match(lines.slice(start, stop - start))
+            expected = matcher.match(pa.array(lines.slice(start, stop - start).to_pylist(), pa.large_string()))
+            assert {k: v.to_pylist() for k, v in got.columns.items()} == {
+                k: v.to_pylist() for k, v in expected.columns.items()
+            }
