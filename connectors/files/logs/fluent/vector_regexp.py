@@ -189,7 +189,7 @@ def _twelve_bytes(data: np.ndarray, start: np.ndarray) -> np.ndarray:
     if len(data) < 12:
         data = np.concatenate([data, np.zeros(12, np.uint8)])
     last = len(data) - 12
-    rows = np.lib.stride_tricks.sliding_window_view(data, 12)[np.minimum(start, last)]
+    rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(data, 12)[np.minimum(start, last)]
     for i in np.flatnonzero(start > last).tolist():  # the few that start in the buffer's last 11 bytes
         tail = data[start[i] :]
         rows[i] = np.concatenate([tail, np.zeros(12 - len(tail), np.uint8)])
