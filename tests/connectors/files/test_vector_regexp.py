@@ -148,6 +148,7 @@ def test_the_python_path_says_why():
         ruby_to_python(r"/(?<a>x{,2})(?<b>\H*)\z/"),
         r"(?P<a>k)(?P<b>ſ)?",
         r"(?x) (?P<a> [a-z]+ ) \s* (?P<b> \d* )",
+        r"(?a)(?P<a>\B)(?P<b>x?)",
     ],
 )
 def test_edge_cases_match_as_re_does(pattern):

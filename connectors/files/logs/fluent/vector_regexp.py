@@ -65,6 +65,7 @@ class _Rewrite:
     ascii: bool
     names: dict[int, str]
     repeat_depth: int = 0
+    non_boundary: bool = False  # \B: re (before 3.14) finds none in "", RE2 one
 
 
 def _char(code: int) -> str:
@@ -169,6 +170,7 @@ def _emit(rw: _Rewrite, nodes: sre_parse.SubPattern) -> str:
         elif op is sre.CATEGORY:
             out.append(_category(rw, av, inside=False))
         elif op is sre.AT and av in _AT:
+            rw.non_boundary |= av is sre.AT_NON_BOUNDARY
             out.append(_AT[av])
         elif op is sre.BRANCH:
             out.append("(?:" + "|".join(_emit(rw, alt) for alt in av[1]) + ")")
@@ -237,7 +239,7 @@ def substrings(lines: pa.Array, spans: pa.FixedSizeListArray) -> pa.Array:
 
 
 def to_re2(pattern: re.Pattern[str]) -> tuple[str, _Rewrite]:
-    """``pattern`` in RE2 syntax with the same meaning, and what reading its groups back needs.
+    """``pattern`` in RE2 syntax with the same meaning on lines without a newline, and what the rewrite saw.
 
     Raises :class:`Unsupported` (saying why) where RE2 would not match as ``re`` does.
     """
@@ -267,11 +269,15 @@ class VectorRegexp:
         self.threads = threads or os.cpu_count() or 1
         self.re2: str | None = None
         self.reason = ""
+        self._empty_lines_to_re = False
         if not use_re2:
             self.reason = "asked for re"
             return
         try:
-            self.re2, self._rw = to_re2(self.pattern)
+            if not hasattr(pc, "extract_regex_span"):
+                raise Unsupported("pyarrow has no extract_regex_span (pyarrow 20 or later has)")
+            self.re2, rewrite = to_re2(self.pattern)
+            self._empty_lines_to_re = rewrite.non_boundary
             pc.extract_regex_span(pa.array([""], pa.large_string()), self.re2)  # RE2 refuses what it cannot compile
         except (Unsupported, pa.ArrowInvalid) as exc:
             self.re2, self.reason = None, str(exc).splitlines()[0]
@@ -291,6 +297,8 @@ class VectorRegexp:
         spans = {found.type.field(k).name: column for k, column in enumerate(found.flatten())}
         columns = {name: substrings(lines, spans[name]) for name in self.names}
         redo = pc.match_substring(lines, "\n").to_numpy(zero_copy_only=False)
+        if self._empty_lines_to_re:
+            redo |= pc.equal(pc.binary_length(lines), 0).to_numpy(zero_copy_only=False)
         if redo.any():
             return self._python(lines, redo, Matches(columns, unmatched))
         return Matches(columns, unmatched)
