@@ -50,7 +50,8 @@ from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION, lines_on_disk, settle, wait_for
 
 from tests.fluent_programs import Program, fluentd_dir
-from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp, ruby_to_python
+from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
+from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp
 from windvane.connectors.files.logs.lines import split_lines
 
 LOG_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_LOG_BYTES", "16M"))
@@ -98,7 +99,7 @@ def run_windvane(path: Path, count: int, use_re2: bool = True) -> float:
     Blocks go to one thread per core (two in flight each): every stage runs in Arrow or numpy with the
     interpreter lock let go, except the ``re`` path, which holds it.
     """
-    matcher = VectorRegexp(ruby_to_python(NGINX), threads=1, use_re2=use_re2)
+    matcher = VectorRegexp(ruby_regexp(NGINX), threads=1, use_re2=use_re2)
     assert matcher.engine == ("re2" if use_re2 else "python"), matcher.reason
     threads = os.cpu_count() or 1
     started = time.perf_counter()

@@ -10,17 +10,16 @@ characters.
 from __future__ import annotations
 
 import random
-import re
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
 from windvane.connectors.files.logs.fluent.vector_regexp import (
     BLOCK_LINES,
     RegexpError,
     VectorRegexp,
-    ruby_to_python,
 )
 
 NGINX_DOCS = r"""/^(?<remote>[^ ]*) (?<host>[^ ]*) (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>[^\"]*?)(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>[^\"]*)" "(?<agent>[^\"]*)"(?:\s+(?<http_x_forwarded_for>[^ ]+))?)?$/"""
@@ -111,7 +110,7 @@ def assert_same_as_re(matcher: VectorRegexp, lines: list[str]) -> None:
 @pytest.mark.parametrize("name", list(EXPRESSIONS))
 def test_fluentd_expressions_match_as_re_does(name):
     expression, engine = EXPRESSIONS[name]
-    matcher = VectorRegexp(ruby_to_python(expression))
+    matcher = VectorRegexp(ruby_regexp(expression))
     assert matcher.engine == engine, matcher.reason
     lines = corpus(3000)
     assert_same_as_re(matcher, lines)
@@ -119,17 +118,17 @@ def test_fluentd_expressions_match_as_re_does(name):
 
 
 def test_many_lines_run_in_blocks_on_threads():
-    matcher = VectorRegexp(ruby_to_python(NGINX_1_14), threads=2)
+    matcher = VectorRegexp(ruby_regexp(NGINX_1_14), threads=2)
     lines = corpus(BLOCK_LINES * 2 + 123, seed=11)
     assert_same_as_re(matcher, lines)
 
 
 def test_the_python_path_says_why():
-    assert "lookbehind" in VectorRegexp(ruby_to_python(SYSLOG_5424)).reason
+    assert "lookbehind" in VectorRegexp(ruby_regexp(SYSLOG_5424)).reason
     assert "backreference" in VectorRegexp(r"(?P<a>x)(?P=a)").reason
     assert "atomic" in VectorRegexp(r"(?P<a>(?>x+))").reason
     assert "possessive" in VectorRegexp(r"(?P<a>x++)").reason
-    assert "case" in VectorRegexp(ruby_to_python("/(?<a>k)/i")).reason
+    assert "case" in VectorRegexp(ruby_regexp("/(?<a>k)/i")).reason
     assert "Unicode" in VectorRegexp(r"(?P<a>\d+)").reason  # no re.ASCII: \d is Unicode in re
     assert "repetition" in VectorRegexp(r"(?:(?P<a>x)y)+").reason
     assert VectorRegexp(r"(?P<a>x{2000})").engine == "python"  # RE2 refuses repeats over 1000
@@ -144,8 +143,8 @@ def test_the_python_path_says_why():
         r"^(?:(?P<a>a*)|(?P<b>b*))(?P<c>c?)",  # a branch whose sides can match empty: asked of re again
         r"(?s)(?P<all>.*)",
         r"(?P<x>[^\]\\-]+)(?P<y>[\x00-\x1f\u00e9-\u00ff🙂]*)",
-        ruby_to_python(r"/(?<h>\h+)-(?<k>\k<h>)?/"),
-        ruby_to_python(r"/(?<a>x{,2})(?<b>\H*)\z/"),
+        ruby_regexp(r"/(?<h>\h+)-(?<k>\k<h>)?/"),
+        ruby_regexp(r"/(?<a>x{,2})(?<b>\H*)\z/"),
         r"(?P<a>k)(?P<b>ſ)?",
         r"(?x) (?P<a> [a-z]+ ) \s* (?P<b> \d* )",
         r"(?a)(?P<a>\B)(?P<b>x?)",
@@ -170,13 +169,6 @@ def test_edge_cases_match_as_re_does(pattern):
     assert_same_as_re(VectorRegexp(pattern), lines)
 
 
-def test_ruby_translation():
-    assert ruby_to_python(r"/^(?<a>[^ ]*) (b|c)(?<!x)(?=y)/") == r"(?a)^(?P<a>[^ ]*) (?:b|c)(?<!x)(?=y)"
-    assert ruby_to_python(r"/(?<a>[(]\h{,2})\z/im") == r"(?ais)(?P<a>[(][0-9a-fA-F]{0,2})\Z"
-    assert ruby_to_python(r"[]a(](b)") == r"(?a)[]a(](b)"  # no named group: ( still captures
-    assert re.compile(ruby_to_python(APACHE_ERROR)).groups == len(re.compile(ruby_to_python(APACHE_ERROR)).groupindex)
-
-
 def test_refused_expressions():
     with pytest.raises(RegexpError):
         VectorRegexp("(?P<a>")
@@ -185,7 +177,7 @@ def test_refused_expressions():
 
 
 def test_empty_array():
-    got = VectorRegexp(ruby_to_python(NGINX_1_14)).match(pa.array([], pa.large_string()))
+    got = VectorRegexp(ruby_regexp(NGINX_1_14)).match(pa.array([], pa.large_string()))
     assert len(got.unmatched) == 0 and got.unmatched.dtype == np.bool_
 
 

@@ -1,7 +1,7 @@
 """A regular expression with named groups, run over a whole Arrow array of lines at once.
 
 :class:`VectorRegexp` takes a Python pattern (``re`` syntax, named groups;
-:func:`ruby_to_python` translates fluentd's Ruby expressions) and gives, for
+:func:`~.rubyre.ruby_regexp` translates fluentd's Ruby expressions) and gives, for
 a ``large_string`` array of lines, one string column per named group and the
 mask of lines that did not match: what ``re.search`` gives line by line,
 exactly (a group that took no part in the match is null, as ``re`` gives
@@ -335,59 +335,3 @@ class VectorRegexp:
                 base.columns[name], pa.array(rows), pa.array(values, pa.large_string())
             )
         return Matches(columns, unmatched)
-
-
-# -- fluentd's Ruby expressions ---------------------------------------------------------------
-# A small translation of the Ruby (Onigmo) syntax fluentd's parsers use, kept here until the
-# <parse> configuration code translates expressions itself.
-
-_RUBY_FLAGS = {"i": "i", "m": "s", "x": "x"}  # Ruby's m is Python's DOTALL; ^ $ are always per line in Ruby
-_RUBY_ESCAPES = {"h": "[0-9a-fA-F]", "H": "[^0-9a-fA-F]", "z": r"\Z", "Z": r"(?=\n?\Z)"}
-_RUBY_CLASS_ESCAPES = {"h": "0-9a-fA-F"}
-
-
-def _ruby_escape(text: str, i: int, in_class: bool) -> tuple[str, int]:
-    """The Python for the escape at ``text[i]`` (a backslash), and the index after it."""
-    ch = text[i + 1 : i + 2]
-    if ch == "k" and text[i + 2 : i + 3] == "<":
-        end = text.index(">", i)
-        return f"(?P={text[i + 3 : end]})", end + 1
-    table = _RUBY_CLASS_ESCAPES if in_class else _RUBY_ESCAPES
-    return table.get(ch, "\\" + ch), i + 2
-
-
-def ruby_to_python(expression: str) -> str:
-    """A Ruby regular expression (``/.../imx`` or bare, as fluentd's ``expression``) as a Python pattern.
-
-    ``(?<name>`` becomes ``(?P<name>``; with named groups a plain ``(`` does
-    not capture (as in Ruby); ``\\h``, ``\\z``, ``\\Z``, ``\\k<name>`` and
-    ``{,n}`` are rewritten; ``(?a)`` keeps ``\\d \\w \\s \\b`` ASCII as
-    Ruby's are. POSIX brackets and ``\\p{...}`` are not translated.
-    """
-    flags = "a"
-    match = re.fullmatch(r"/(.*)/([imx]*)", expression, re.DOTALL)
-    if match:
-        expression, flags = match.group(1), flags + "".join(_RUBY_FLAGS[f] for f in match.group(2))
-    named = re.search(r"\(\?<[A-Za-z_]", expression) is not None
-    out, i, in_class = [], 0, False
-    while i < len(expression):
-        ch = expression[i]
-        if ch == "\\":
-            piece, i = _ruby_escape(expression, i, in_class)
-            out.append(piece)
-            continue
-        if in_class:
-            in_class = ch != "]" or out[-1] in ("[", "[^")
-        elif ch == "[":
-            in_class = True
-            if expression[i + 1 : i + 2] == "^":
-                ch, i = "[^", i + 1
-        elif ch == "(" and expression[i + 1 : i + 3] == "?<" and expression[i + 3 : i + 4] not in ("=", "!"):
-            ch, i = "(?P<", i + 2
-        elif ch == "(" and named and expression[i + 1 : i + 2] != "?":
-            ch = "(?:"
-        elif ch == "{" and expression[i + 1 : i + 2] == ",":
-            ch = "{0"
-        out.append(ch)
-        i += 1
-    return f"(?{flags})" + "".join(out)
