@@ -322,6 +322,6 @@ def write_results(bench_results):
         "date": date,
         "machine": f"{os.cpu_count()} cores, {platform.machine()}",
         "python": platform.python_version(),
-        **{k: v for k, v in bench_results.items() if k.startswith("anchor_")},
+        **{k: v for k, v in bench_results.items() if isinstance(k, str) and k.startswith("anchor_")},
     }
     (HERE / f"results-fluentd-anchor-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
