@@ -38,11 +38,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .config import ParseConfigError
+
 #: Lines per block handed to one thread; blocks run on ``os.cpu_count()`` threads.
 BLOCK_LINES = 1 << 16
 
 
-class RegexpError(ValueError):
+class RegexpError(ParseConfigError):
     """The expression is not a regular expression this module can run (with why)."""
 
 
@@ -54,7 +56,7 @@ class Matches:
     unmatched: np.ndarray  # bool, one per line
 
 
-class Unsupported(Exception):
+class Unsupported(RegexpError):
     """Raised while rewriting: RE2 cannot run this pattern as ``re`` does (the message says why)."""
 
 
