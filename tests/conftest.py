@@ -23,6 +23,7 @@ import tempfile
 import pytest
 
 from tests import mariadb as test_servers
+from tests.layout import LIBRARY
 from windvane.ops.mariadb_server import MariaDBServer
 
 #: Fixtures that start or use a MariaDB server.
@@ -111,13 +112,10 @@ def private_server() -> MariaDBServer:
         shutil.rmtree(root, ignore_errors=True)
 
 
-#: The repository's folders, installed as windvane.<folder>: a module of theirs under its bare name is a second
-#: copy of it (its own classes, its own state), loaded by an import that skipped the namespace.
-BARE_NAMES = ("neostore", "arrays", "ingest", "connectors", "export")
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    loaded = sorted(name for name in sys.modules if name.split(".")[0] in BARE_NAMES)
+    # A root folder's module under its bare name is a second copy of it (its own classes, its own state),
+    # loaded by an import that skipped the windvane namespace.
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in LIBRARY)
     if loaded:
         session.config.get_terminal_writer().line(
             f"error: modules imported by their bare names instead of windvane.*: {', '.join(loaded)}", red=True

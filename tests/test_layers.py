@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.layout import LIBRARY
+
 REPO = Path(__file__).resolve().parent.parent
-LIBRARY = ("connectors", "ingest", "export", "arrays", "neostore", "parsers")
 COMMAND_LINE = ("windvane",)
 # What each package may import of the others. connectors hand batches to ingest's interface only: the batch,
 # its errors, authentication, parts, and the one rule by which a batch's times are read (ingest.times).
