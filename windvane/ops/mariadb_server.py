@@ -288,6 +288,10 @@ class MariaDBServer:
         if not self._wait_exit(pid, grace):
             signal_pid(pid, signal.SIGKILL)
             self._wait_exit(pid, 30)
+        # A killed mariadbd leaves its pid file behind; the start that
+        # spawned it leaves nothing.
+        if read_pid(self.pid_file) == pid and not pid_alive(pid):
+            self.pid_file.unlink(missing_ok=True)
 
     def _check_datadir(self) -> None:
         if self.datadir.exists() and not self.datadir.is_dir():
