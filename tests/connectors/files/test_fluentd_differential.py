@@ -48,6 +48,17 @@ _ARRAY_AS_JSON = (
 KNOWN: dict[str, dict[int | str, str]] = {
     "regexp-types-time-array": dict.fromkeys((0, 1, 2), _ARRAY_AS_JSON),
     "regexp-types": dict.fromkeys((0, 1, 2, 3), _ARRAY_AS_JSON),
+    "apache2-keep-time-key-utc-types": {
+        0: "keep_time_key of a field named time: windvane stores it as time_text, since time is the row's time"
+    },
+    "apache2-edges": {
+        11: "a size past int64: fluentd keeps a Ruby bignum; an int64 column cannot, so it is null (as types integer)"
+    },
+    "regexp-bytes-and-ascii-lines-together": dict.fromkeys(
+        (1, 2),
+        "a group that cuts a character in two: fluentd writes its lone bytes as they are; a text column holds "
+        "UTF-8, so windvane writes them \\xHH (the same bytes matched, the same other fields)",
+    ),
 }
 SKIPPED = "skipped (blank)"
 

@@ -26,6 +26,9 @@ from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
 TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
+TIME_KEY_DEFAULTS |= {"apache2": "time", "apache_error": "time", "nginx": "time"}
+#: ``time_format`` where a parser type sets one (fluentd's config_set_default): it counts as given.
+TIME_FORMAT_DEFAULTS = {"nginx": "%d/%b/%Y:%H:%M:%S %z"}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
 
 
@@ -75,7 +78,7 @@ class ParseConfig:
         if self.time_type == "mixed" and self.time_format is None and not self.time_format_fallbacks:
             raise ParseConfigError("time_type is mixed but time_format and time_format_fallbacks is empty")
         if (
-            self.time_format is None
+            (self.time_format or TIME_FORMAT_DEFAULTS.get(self.type)) is None
             and (self.timezone or self.utc or not self.localtime)
             and self.time_type == "string"
         ):

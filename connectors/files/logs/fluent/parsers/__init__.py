@@ -12,6 +12,9 @@ from typing import Protocol
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
+from .apache2 import Apache2Parser
+from .apache_error import ApacheErrorParser
+from .nginx import NginxParser
 from .none import NoneParser
 from .regexp import RegexpParser
 
@@ -25,5 +28,6 @@ class Parser(Protocol):
 
 
 PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser}
+PARSERS |= {"apache2": Apache2Parser, "apache_error": ApacheErrorParser, "nginx": NginxParser}
 
 __all__ = ["PARSERS", "Parser"]
