@@ -7,7 +7,7 @@ at the registration point below.
 
 The name looked at is the file's without a compression suffix and
 logrotate's number (:func:`connectors.files.compression.data_name`):
-``x.csv.gz`` is CSV, ``syslog.1.gz`` syslog. Whether a file is compressed
+``x.csv.gz`` is CSV, ``syslog.1.gz`` RFC 3164 syslog (``syslog3164``). Whether a file is compressed
 is told by its first bytes; formats read front to back (CSV, the log
 formats) read it decompressed as they go, the others (Parquet, Arrow, WAV)
 seek in their file and refuse it with a message saying so.
@@ -77,7 +77,7 @@ from .logs.reader import log_reader  # noqa: E402 - the log formats build on the
 
 register("jsonl", (".jsonl", ".ndjson"), log_reader("jsonl"), compressed=True)
 # RFC 3164; ".log" says nothing of the format (--format), but rsyslog's and syslogd's files are named so:
-register("syslog", (), log_reader("syslog"), names=("syslog", "messages"), compressed=True)
+register("syslog3164", (), log_reader("syslog3164"), names=("syslog", "messages"), compressed=True)
 register("syslog5424", (), log_reader("syslog5424"), compressed=True)
 register(
     "combined",

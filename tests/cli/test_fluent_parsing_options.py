@@ -12,8 +12,22 @@ SCHEMA_PARSE = {"type": "regexp", "expression": "^(?<message>.*)$", "time_format
 
 
 def test_windvane_formats_stay_windvanes() -> None:
-    for name in (None, "jsonl", "syslog", "combined", "csv"):
+    for name in (None, "jsonl", "syslog3164", "rfc3164", "syslog5424", "combined", "common", "apache"):
         assert fluent_config(name, None, None, None) is None
+    assert fluent_config("csv", None, None, None, own_formats=("csv", "parquet")) is None  # as `import` asks
+
+
+def test_nginx_and_syslog_are_fluentds_parsers() -> None:
+    assert fluent_config("nginx", None, None, None) == ParseConfig("nginx")
+    assert fluent_config("apache2", None, None, None) == ParseConfig("apache2")
+    assert fluent_config("apache_error", None, None, None) == ParseConfig("apache_error")
+    from windvane.connectors.files.logs.fluent import PARSERS
+
+    if "syslog" in PARSERS:
+        assert fluent_config("syslog", None, None, None) == ParseConfig("syslog")
+    else:
+        with pytest.raises(BadInput, match="no fluentd syslog parser yet"):
+            fluent_config("syslog", None, None, None)
 
 
 def test_a_fluentd_type_alone_is_fluentds_parser_with_its_defaults() -> None:

@@ -61,7 +61,7 @@ def test_rfc3164_years_come_from_the_files_modification_time(sqlite_url, tmp_pat
     log.write_text("<13>Dec 24 18:00:00 host app: the year before\n<13>Mar 10 06:00:00 host app: that spring\n")
     written = dt.datetime(2019, 3, 15, 12, 0, tzinfo=dt.UTC).timestamp()
     os.utime(log, (written, written))
-    out = run_import(str(log), "--store", sqlite_url, "--tag", "old", "--format", "syslog", "--timezone", "UTC")
+    out = run_import(str(log), "--store", sqlite_url, "--tag", "old", "--format", "syslog3164", "--timezone", "UTC")
     assert out.returncode == 0, out.stderr
     assert times(sqlite_url, "old") == [ns("2018-12-24T18:00:00+00:00"), ns("2019-03-10T06:00:00+00:00")]
     assert (

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from windvane import ingest
-from windvane.cli.parsing import fluent_config, parser_options
+from windvane.cli.parsing import FORMAT_NAMES, fluent_config, parser_options
 from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, interrupted, open_store
 
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ class ImportOptions:
     "--format",
     "format_name",
     default=None,
-    help="File format; default: by extension, or name (syslog, messages, access.log), seen through a "
-    "compression suffix and logrotate's number (x.csv.gz, syslog.1.gz). A fluentd parser type (regexp, none) "
-    "reads log lines as fluentd does (see --parser).",
+    help="File format: csv, parquet, arrow, wav, or a log format, " + FORMAT_NAMES + ". Default: by extension, "
+    "or name (syslog and messages: syslog3164; access.log: combined), seen through a compression suffix and "
+    "logrotate's number (x.csv.gz, syslog.1.gz).",
 )
 @click.option(
     "--time-column",
@@ -214,12 +214,14 @@ def _import_options(opts: ImportOptions) -> tuple:
 
 def _file_formats(opts: ImportOptions, schema) -> list:
     """The format of each of ``opts.paths``: a fluentd parser if the options or the schema's ``[parse]`` say one."""
-    from windvane.connectors.files.formats import Format, format_for
+    from windvane.connectors.files.formats import FORMATS, Format, format_for
     from windvane.connectors.files.logs.fluent import fluent_format
     from windvane.connectors.files.logs.reader import log_reader
 
     parse = getattr(schema, "parse", None)
-    config = fluent_config(opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone)
+    config = fluent_config(
+        opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone, FORMATS
+    )
     if config is None:
         return [format_for(path, opts.format_name) for path in opts.paths]
     fmt = fluent_format(config)
@@ -273,7 +275,7 @@ def _report_file(tag: str, path: str, fmt, schema, result) -> None:
     if result.inferred and not schema.holds_blocks:
         click.echo(_inferred_schema(tag, path, schema), err=True)
     click.echo(_import_summary(path, result))
-    if fmt.name == "syslog":
+    if fmt.name == "syslog3164":
         click.echo(_syslog_years(path))
 
 
@@ -375,8 +377,7 @@ class TailOptions:
     "--format",
     "format_name",
     default=None,
-    help="Log format: jsonl (the default), syslog (RFC 3164), syslog5424 or combined (nginx/Apache access logs), "
-    "or a fluentd parser type (regexp, none, ...; see --parser).",
+    help="Log format (default jsonl): " + FORMAT_NAMES + ".",
 )
 @click.option(
     "--schema",

@@ -2,14 +2,18 @@
 
 A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``;
 ``--format TYPE`` with ``--expression`` / ``--time-format`` (TYPE defaults to
-regexp); ``--format TYPE`` alone, TYPE a fluentd parser windvane has no
-format of its own by that name (fluentd's defaults); the ``[parse]`` table of
-the ``--schema`` file. None of them: the format is windvane's own.
+regexp); ``--format TYPE`` alone, TYPE one of fluentd's parser names
+(:data:`FLUENTD_TYPES`: ``nginx``, ``syslog``, ... with fluentd's defaults)
+that is not one of windvane's own formats; the ``[parse]`` table of the
+``--schema`` file. None of them: the format is windvane's own (``combined``
+and its aliases ``common``, ``apache``; ``syslog3164`` or ``rfc3164``;
+``syslog5424`` or ``rfc5424``; ``jsonl``, ``ndjson`` or ``jsonlines``; and
+`windvane import`'s file formats, ``csv`` among them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,6 +22,30 @@ from windvane.cli.root import BadInput
 
 if TYPE_CHECKING:
     from windvane.connectors.files.logs.fluent import ParseConfig
+
+#: fluentd's parser types, by the names ``--format`` takes them (each runs once windvane has it in PARSERS).
+FLUENTD_TYPES = (
+    "nginx",
+    "apache2",
+    "apache_error",
+    "syslog",
+    "ltsv",
+    "csv",
+    "tsv",
+    "json",
+    "none",
+    "msgpack",
+    "multiline",
+    "logfmt",
+    "regexp",
+)
+#: The ``--format`` help's list of names: windvane's own, then fluentd's.
+FORMAT_NAMES = (
+    "windvane's own: combined (alias common, apache: nginx/Apache access logs), syslog3164 (rfc3164), "
+    "syslog5424 (rfc5424), jsonl (ndjson, jsonlines). fluentd's parsers with their defaults: "
+    + ", ".join(FLUENTD_TYPES)
+    + " (regexp needs --expression; others' options: --parser)"
+)
 
 _OPTIONS = (
     click.option(
@@ -56,8 +84,12 @@ def fluent_config(
     time_format: str | None,
     schema_parse: dict | None = None,
     timezone: str | None = None,
+    own_formats: Collection[str] = (),
 ) -> ParseConfig | None:
-    """The fluentd section these options say (see the module), None for a windvane format; BadInput if wrong."""
+    """The fluentd section these options say (see the module), None for a windvane format; BadInput if wrong.
+
+    ``own_formats``: more names that are windvane's own (`windvane import`'s file formats: ``csv``, ...).
+    """
     from windvane.connectors.files.logs import log_format
     from windvane.connectors.files.logs.errors import LogFormatError
     from windvane.connectors.files.logs.fluent import PARSERS, ParseConfig, fluent_format
@@ -72,7 +104,11 @@ def fluent_config(
             config = ParseConfig.from_toml(parser_path)
         elif inline:
             config = ParseConfig.from_mapping({"type": format_name or "regexp", **inline}, where="--format")
-        elif format_name in PARSERS and not _windvane_format(format_name, log_format):
+        elif format_name in {*FLUENTD_TYPES, *PARSERS} and not (
+            format_name in own_formats or _windvane_format(format_name, log_format)
+        ):
+            if format_name not in PARSERS:
+                raise BadInput(f"--format {format_name}: windvane has no fluentd {format_name} parser yet")
             config = ParseConfig(format_name)
         elif format_name is None and schema_parse is not None:
             config = ParseConfig.from_mapping(schema_parse, where="the schema's [parse]")

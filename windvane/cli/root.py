@@ -85,7 +85,7 @@ def cli() -> None:
 
     \b
         windvane import data/*.csv rec.wav --store sqlite:///windvane.db --tag plant1
-        windvane tail /var/log/syslog --format syslog --store sqlite:///windvane.db --tag host.syslog
+        windvane tail /var/log/syslog --format syslog3164 --store sqlite:///windvane.db --tag host.syslog
         windvane info --store sqlite:///windvane.db
 
     See it all work on sample data (a fresh SQLite store under ./var/):

@@ -4,14 +4,14 @@ Each format turns a block of whole lines (bytes) into an Arrow table in
 bulk (``time`` first, int64 ns UTC; the columns below) plus the lines it
 could not read, kept verbatim with the reason::
 
-    parsed = parse_log("syslog", block, LogOptions(timezone="Europe/Paris"), first_line=1)
+    parsed = parse_log("syslog3164", block, LogOptions(timezone="Europe/Paris"), first_line=1)
     parsed.table             # pyarrow.Table: time, facility, severity, hostname, ...
     parsed.rejected          # [RejectedLine(time, raw, reason)]
 
 Columns beside ``time`` (text unless said):
 
 - ``jsonl``: the objects' own fields (see :mod:`.jsonlines`).
-- ``syslog`` (RFC 3164, :mod:`.syslog`): facility, severity (int8, -1
+- ``syslog3164`` (RFC 3164, :mod:`.syslog`): facility, severity (int8, -1
   without PRI), hostname, app_name, pid, message.
 - ``syslog5424``: facility, severity, version (int16), hostname, app_name,
   pid, msgid, structured_data (JSON text), message.
@@ -63,20 +63,23 @@ LOG_FORMATS = {
     for f in (
         LogFormat("jsonl", "JSON lines: one JSON object per line", jsonlines.parse_json_lines),
         LogFormat(
-            "syslog", "syslog, RFC 3164 (and rsyslog's RFC 3339 file format)", syslog.parse_3164, syslog.COLUMNS_3164
+            "syslog3164",
+            "syslog, RFC 3164 (and rsyslog's RFC 3339 file format)",
+            syslog.parse_3164,
+            syslog.COLUMNS_3164,
         ),
         LogFormat("syslog5424", "syslog, RFC 5424", syslog.parse_5424, syslog.COLUMNS_5424),
         LogFormat("combined", "nginx/Apache combined or common access log", access.parse_combined, access.COLUMNS),
     )
 }
+#: Other names of windvane's own formats. ``syslog`` and ``nginx`` are none of them: they are fluentd's parsers
+#: (``--format syslog``, ``--format nginx``), as are ``apache2`` and ``apache_error``; ``apache`` stays ``combined``.
 ALIASES = {
     "ndjson": "jsonl",
     "jsonlines": "jsonl",
-    "syslog3164": "syslog",
-    "rfc3164": "syslog",
+    "rfc3164": "syslog3164",
     "rfc5424": "syslog5424",
     "common": "combined",
-    "nginx": "combined",
     "apache": "combined",
 }
 

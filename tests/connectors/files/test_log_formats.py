@@ -73,7 +73,7 @@ def test_rfc3164_hand_written_lines():
         b"2026-03-01T10:00:00.123456+02:00 host2 systemd[1]: Started \xc3\xa9t\xc3\xa9.\n"
         b"<191>Jan  5 00:00:01 h app:\n"
     )
-    got = rows(parse_log("syslog", block, options(timezone=PARIS)))
+    got = rows(parse_log("syslog3164", block, options(timezone=PARIS)))
     paris = ZoneInfo(PARIS)
     assert got == [
         {
@@ -128,7 +128,7 @@ def test_rfc3164_year_rolls_back_for_dates_ahead_of_now():
     # Read on 2026-11-23 12:00 UTC: Nov 24 13:00 is more than a day ahead, so last year's;
     # Nov 24 00:30 is within the day's slack.
     block = b"Dec 31 23:59:59 h a: last year\nNov 24 13:00:00 h a: tomorrow\nNov 24 00:30:00 h a: slack\n"
-    got = rows(parse_log("syslog", block, options(timezone="UTC")))
+    got = rows(parse_log("syslog3164", block, options(timezone="UTC")))
     years = [dt.datetime.fromtimestamp(r["time"] / NS, dt.UTC).year for r in got]
     assert years == [2025, 2025, 2026]
 
@@ -136,7 +136,7 @@ def test_rfc3164_year_rolls_back_for_dates_ahead_of_now():
 def test_rfc3164_daylight_saving_edges():
     # Paris, 2026: clocks go 02:00 -> 03:00 on Mar 29 and 03:00 -> 02:00 on Oct 25.
     block = b"Mar 29 02:30:00 h a: never happened\nOct 25 02:30:00 h a: happened twice\n"
-    got = rows(parse_log("syslog", block, options(timezone=PARIS)))
+    got = rows(parse_log("syslog3164", block, options(timezone=PARIS)))
     utc = [dt.datetime.fromtimestamp(r["time"] / NS, dt.UTC).strftime("%m-%d %H:%M") for r in got]
     assert utc == ["03-29 01:00", "10-25 00:30"]  # the jump's instant; the first of the two 02:30s (CEST)
 
@@ -163,10 +163,10 @@ def test_rfc3164_round_trip_generated():
         tag = row["app_name"] + (f"[{pid}]" if pid else "")
         lines.append(f"{head}{bsd_stamp(ns, PARIS)} {row['hostname']} {tag}: {row['message']}")
         expected.append(row)
-    parsed = parse_log("syslog", "\n".join(lines).encode(), options(timezone=PARIS))
+    parsed = parse_log("syslog3164", "\n".join(lines).encode(), options(timezone=PARIS))
     assert parsed.rejected == []
     assert rows(parsed) == expected
-    assert parsed.table.schema.types == list(log_format("syslog").columns.values())
+    assert parsed.table.schema.types == list(log_format("syslog3164").columns.values())
 
 
 # -- RFC 5424 ---------------------------------------------------------------------------------------
@@ -431,12 +431,12 @@ def test_json_lines_round_trip_generated():
 @pytest.mark.parametrize(
     "name, line, reason",
     [
-        ("syslog", b"not a syslog line", "not an RFC 3164 syslog line"),
-        ("syslog", b"<200>Oct 11 22:14:15 h a: x", "PRI 200 is out of range 0-191"),
-        ("syslog", b"Feb 30 22:14:15 h a: x", "no such date or time: 'Feb 30 22:14:15'"),
-        ("syslog", b"Oct 11 25:14:15 h a: x", "no such date or time: 'Oct 11 25:14:15'"),
-        ("syslog", b"2026-13-01T00:00:00Z h a: x", "'2026-13-01T00:00:00Z' is not an RFC 3339 time"),
-        ("syslog", b"Oct 11 22:14:15 h a: caf\xe9", "not valid UTF-8 (byte 0xe9 at column 25)"),
+        ("syslog3164", b"not a syslog line", "not an RFC 3164 syslog line"),
+        ("syslog3164", b"<200>Oct 11 22:14:15 h a: x", "PRI 200 is out of range 0-191"),
+        ("syslog3164", b"Feb 30 22:14:15 h a: x", "no such date or time: 'Feb 30 22:14:15'"),
+        ("syslog3164", b"Oct 11 25:14:15 h a: x", "no such date or time: 'Oct 11 25:14:15'"),
+        ("syslog3164", b"2026-13-01T00:00:00Z h a: x", "'2026-13-01T00:00:00Z' is not an RFC 3339 time"),
+        ("syslog3164", b"Oct 11 22:14:15 h a: caf\xe9", "not valid UTF-8 (byte 0xe9 at column 25)"),
         ("syslog5424", b"<34>Oct 11 22:14:15 h a: x", "not an RFC 5424 syslog line"),
         ("syslog5424", b'<34>1 - h a p m [x a="1"][x b="2"] m', "structured data element 'x' appears twice"),
         ("syslog5424", b"<34>1 - h a p m [x a=unquoted] m", "not an RFC 5424 syslog line"),
@@ -455,7 +455,7 @@ def test_json_lines_round_trip_generated():
 )
 def test_bad_lines_are_rejected_verbatim_with_the_reason(name, line, reason):
     good = {
-        "syslog": b"Oct 11 22:14:15 h a: fine",
+        "syslog3164": b"Oct 11 22:14:15 h a: fine",
         "syslog5424": b"<34>1 - h a p m - fine",
         "combined": b'1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 1',
         "jsonl": b'{"n": 1, "m": "fine"}',

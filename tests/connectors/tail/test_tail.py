@@ -39,7 +39,7 @@ class Tail(Serve):
             "--tag",
             TAG,
             "--format",
-            "syslog",
+            "syslog3164",
             "--timezone",
             "UTC",
             "--poll-ms",

@@ -18,7 +18,7 @@ from .regexp import RegexpParser
 EXPRESSION = (
     r'/^(?<remote>[^ ]*) (?<host>[^ ]*) (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>[^\"]*?)'
     r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>[^\"]*)" "(?<agent>[^\"]*)"'
-    r'(?:\s+\"?(?<http_x_forwarded_for>[^\"]*)\"?)?)?$/'
+    r"(?:\s+\"?(?<http_x_forwarded_for>[^\"]*)\"?)?)?$/"
 )
 
 
