@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from windvane import ingest
-from windvane.cli.parsing import FORMAT_NAMES, fluent_config, parser_options
+from windvane.cli.parsing import fluent_config, format_names, parser_options
 from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, interrupted, open_store
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ class ImportOptions:
     "--format",
     "format_name",
     default=None,
-    help="File format: csv, parquet, arrow, wav, or a log format, " + FORMAT_NAMES + ". Default: by extension, "
+    help="File format: csv (a header row; fluentd's csv parser: --parser), parquet, arrow, wav, or a log format, "
+    + format_names(own=("csv",))
+    + ". Default: by extension, "
     "or name (syslog and messages: syslog3164; access.log: combined), seen through a compression suffix and "
     "logrotate's number (x.csv.gz, syslog.1.gz).",
 )
@@ -377,7 +379,7 @@ class TailOptions:
     "--format",
     "format_name",
     default=None,
-    help="Log format (default jsonl): " + FORMAT_NAMES + ".",
+    help="Log format (default jsonl): " + format_names() + ".",
 )
 @click.option(
     "--schema",

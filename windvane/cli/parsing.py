@@ -39,13 +39,17 @@ FLUENTD_TYPES = (
     "logfmt",
     "regexp",
 )
-#: The ``--format`` help's list of names: windvane's own, then fluentd's.
-FORMAT_NAMES = (
-    "windvane's own: combined (alias common, apache: nginx/Apache access logs), syslog3164 (rfc3164), "
-    "syslog5424 (rfc5424), jsonl (ndjson, jsonlines). fluentd's parsers with their defaults: "
-    + ", ".join(FLUENTD_TYPES)
-    + " (regexp needs --expression; others' options: --parser)"
-)
+
+
+def format_names(own: Collection[str] = ()) -> str:
+    """The ``--format`` help's list of log format names: windvane's own, then fluentd's (but ``own``)."""
+    return (
+        "windvane's own: combined (alias common, apache: nginx/Apache access logs), syslog3164 (rfc3164), "
+        "syslog5424 (rfc5424), jsonl (ndjson, jsonlines); fluentd's parsers with their defaults: "
+        + ", ".join(name for name in FLUENTD_TYPES if name not in own)
+        + " (regexp needs --expression; other options: --parser)"
+    )
+
 
 _OPTIONS = (
     click.option(
