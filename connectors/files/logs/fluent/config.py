@@ -25,7 +25,15 @@ from typing import Any
 from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
-TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
+TIME_KEY_DEFAULTS = {
+    "regexp": "time",
+    "json": "time",
+    "msgpack": "time",
+    "ltsv": None,
+    "csv": None,
+    "tsv": None,
+    "multiline": "time",
+}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
 
 
