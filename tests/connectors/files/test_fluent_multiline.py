@@ -233,8 +233,7 @@ def test_import_gives_one_record_per_event_across_its_blocks(tmp_path, sqlite_ur
     assert len(data) > 3 * (1 << 19) and data[data.rfind(b"\n", 0, 1 << 19) + 1 :].startswith(b"    at ")  # straddles
     path = tmp_path / "app.log"
     path.write_text("orphan before any event\n" + text)
-    parser = tmp_path / "java.toml"
-    parser.write_text("".join(f"{k} = '{v}'\n" for k, v in JAVA.items()))
+    parser = java_parser(tmp_path)
     args = ["import", str(path), "--store", sqlite_url, "--tag", "t", "--parser", str(parser), "--commit-mb", "1"]
     result = CliRunner().invoke(windvane_cli, [*args, "--allow-rejects"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -259,7 +258,7 @@ def stored_messages(url: str) -> list[str]:
 def start_tail(path: Path, url: str, parser: Path, flush: str) -> subprocess.Popen:
     command = [sys.executable, "-c", "import windvane; windvane.main()", "tail", str(path), "--store", url]
     command += ["--tag", "t", "--parser", str(parser), "--poll-ms", "50", "--commit-ms", "100"]
-    command += ["--multiline-flush-interval", flush]
+    command += ["--multiline-flush-interval", flush, "--rotate-wait", "0.3"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True)
     assert process.stdout.readline().startswith("following"), process.stderr.read()
     return process
@@ -273,9 +272,7 @@ def wait_rows(url: str, count: int, timeout: float = 30) -> list[str]:
 
 
 def test_tail_completes_the_last_event_after_the_flush_interval_and_at_stop(tmp_path, sqlite_url):
-    path = tmp_path / "app.log"
-    parser = tmp_path / "java.toml"
-    parser.write_text("".join(f"{k} = '{v}'\n" for k, v in JAVA.items()))
+    path, parser = tmp_path / "app.log", java_parser(tmp_path)
     text, messages = java_log(4)
     path.write_text(text)
     process = start_tail(path, sqlite_url, parser, "0.5")
@@ -297,3 +294,54 @@ def test_tail_completes_the_last_event_after_the_flush_interval_and_at_stop(tmp_
         out, _ = process.communicate(timeout=30)
     assert process.returncode == 0, out
     assert stored_messages(sqlite_url) == java_log(7)[1]
+
+
+def java_parser(tmp_path: Path) -> Path:
+    parser = tmp_path / "java.toml"
+    parser.write_text("".join(f"{k} = '{v}'\n" for k, v in JAVA.items()))
+    return parser
+
+
+@pytest.mark.crash
+def test_tail_killed_with_an_open_event_reads_it_again_on_restart(tmp_path, sqlite_url):
+    path, parser = tmp_path / "app.log", java_parser(tmp_path)
+    text, messages = java_log(5)
+    first = text[: text.index("2024-03-01 12:00:03")]  # three events, the third open
+    path.write_text(first)
+    process = start_tail(path, sqlite_url, parser, "600")
+    try:
+        assert wait_rows(sqlite_url, 2) == messages[:2]
+        time.sleep(0.3)  # the commit of the two is done, the third is held
+    finally:
+        process.kill()
+        process.wait(30)
+    with open(path, "a") as f:
+        f.write(text[len(first) :])
+    process = start_tail(path, sqlite_url, parser, "600")
+    try:
+        wait_rows(sqlite_url, 4)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert stored_messages(sqlite_url) == messages  # the third once, whole, and the fifth at the stop
+
+
+def test_tail_completes_the_open_event_of_a_rotated_file(tmp_path, sqlite_url):
+    path, parser = tmp_path / "app.log", java_parser(tmp_path)
+    text, messages = java_log(5)
+    cut = text.index("2024-03-01 12:00:03")
+    path.write_text(text[:cut])
+    process = start_tail(path, sqlite_url, parser, "600")
+    try:
+        assert wait_rows(sqlite_url, 2) == messages[:2]
+        writer = open(path, "a")  # a logger holding the file across the rename adds a line to the open event
+        path.rename(tmp_path / "app.log.1")
+        writer.write("    at late(L.java:9)\n")
+        writer.close()
+        path.write_text(text[cut:])
+        got = wait_rows(sqlite_url, 4)  # the old file's last event, complete once the new file is read
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert got[:4] == [*messages[:2], messages[2] + "\n    at late(L.java:9)", messages[3]]
+    assert stored_messages(sqlite_url)[4:] == messages[4:]
