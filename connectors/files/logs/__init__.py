@@ -158,7 +158,9 @@ def parse_log(
     """
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
-    lines, rejected = split_lines(block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank)
+    lines, rejected = split_lines(
+        block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank, keep_cr=fmt.group is not None
+    )
     pending = 0
     if fmt.group is not None:
         lines, rejected, pending = _events(fmt, block, lines, rejected, options, None if final else first_line)

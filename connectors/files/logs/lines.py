@@ -80,13 +80,15 @@ def join_lines(lines: Lines, starts: np.ndarray) -> Lines:
 
 
 def split_lines(
-    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False
+    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False, keep_cr: bool = False
 ) -> tuple[Lines, list[RejectedLine]]:
     """The lines of ``block`` (a last line without ``\\n`` counts too), and those that are not UTF-8.
 
     ``first_line`` is the number of the block's first line in its file;
     ``now`` the read time given to rejected lines. ``keep_blank``: blank
     lines are lines too (fluentd's in_tail parses them), not skipped.
+    ``keep_cr``: the ``\\r`` of a ``\\r\\n`` ending stays (fluentd keeps it
+    inside a multi-line event).
     """
     data = np.frombuffer(block, np.uint8)
     ends = np.flatnonzero(data == 0x0A) + 1
@@ -117,7 +119,7 @@ def split_lines(
                 )
         text = binary.filter(pa.array(valid)).cast(pa.large_string())
         numbers = numbers[valid]
-    text = pc.replace_substring_regex(text, r"\r?\n$", "")
+    text = pc.replace_substring_regex(text, r"\n$" if keep_cr else r"\r?\n$", "")
     lines = Lines(text, numbers)
     if keep_blank:
         return lines, rejected

@@ -96,6 +96,13 @@ def test_python_traceback_with_milliseconds():
     ]
 
 
+def test_crlf_lines_keep_their_cr_inside_an_event_as_in_tails_buffer_does():
+    parsed = parse(
+        JAVA, "2024-03-01 12:00:00 [main] ERROR boom\r\n  at x\r\n\r\n2024-03-01 12:00:01 [main] INFO ok\r\n"
+    )
+    assert [r["message"] for r in rows(parsed)] == ["boom\r\n  at x\r\n", "ok"]
+
+
 def test_lines_before_the_first_firstline_are_rejected_one_by_one():
     parsed = parse(JAVA, "    at lost(L.java:1)\n\n" + JAVA_LINES, first_line=10)
     assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [

@@ -7,7 +7,8 @@ it as any log format::
     config = ParseConfig.from_mapping({"type": "regexp", "expression": r"^(?<host>\\S+) (?<message>.*)$"})
     parsed = parse_log(fluent_format(config), block)
 
-Parser types: :data:`.parsers.PARSERS`. Blank lines are lines (fluentd
+Parser types: :data:`.parsers.PARSERS`. ``multiline`` groups lines into
+events, each one text (the format's ``group`` step). Blank lines are lines (fluentd
 parses them; windvane's own formats skip them). Lines a parser cannot read are
 rejected with fluentd's reason (``pattern not matched``, ``invalid time
 format: ...``).

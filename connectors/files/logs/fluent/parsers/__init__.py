@@ -2,7 +2,9 @@
 
 Each class is made from a :class:`..config.ParseConfig` (its options
 checked then: a bad one raises ParseConfigError) and has
-``parse(lines, options) -> Rows``.
+``parse(lines, options) -> Rows``. A parser whose records span lines
+(``multiline``) also has ``group(lines) -> Events``: its ``parse`` is then
+given the events (see :func:`..fluent_format`).
 """
 
 from __future__ import annotations

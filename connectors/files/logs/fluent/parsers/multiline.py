@@ -23,8 +23,8 @@ An event's text is matched as Ruby's ``match`` does, from its start; when
 the match leaves text (past a newline), the rest is matched again and each
 match is one more record of that event, as fluentd loops; a rest that does
 not match rejects the event (``pattern not matched``), verbatim, after the
-records already read from it. Line endings are ``\\n``: a ``\\r`` before
-one is not part of the event's text (fluentd keeps it inside an event).
+records already read from it. Lines ending ``\\r\\n`` keep their ``\\r``
+inside an event, as in_tail's buffer does (not at its end).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...lines import Events, Lines, Rows, join_lines
 from ...options import LogOptions
@@ -77,13 +78,13 @@ class MultilineParser:
         texts = lines.text.cast(pa.large_binary()).to_pylist()
         if self.firstline is None:
             starts, open_ = self._matched_runs(texts)
-            return Events(join_lines(lines, np.array(starts, np.int64)), {}, open_)
+            return Events(_events(lines, np.array(starts, np.int64)), {}, open_)
         search = self.firstline.search
         first = np.fromiter((search(t + b"\n") is not None for t in texts), bool, len(texts))
         starts = np.flatnonzero(first)
         before = starts[0] if len(starts) else len(texts)
         stray = dict.fromkeys(range(before), BEFORE_FIRST_LINE)
-        return Events(join_lines(lines, starts), stray, bool(len(starts)))
+        return Events(_events(lines, starts), stray, bool(len(starts)))
 
     def _matched_runs(self, texts: list[bytes]) -> tuple[list[int], bool]:
         """Without a first line: where each event starts (an event ends at the line whose text completes a
@@ -129,6 +130,13 @@ class MultilineParser:
             if not rest or match.end() == 0:  # an empty match would loop for ever (fluentd's does)
                 return out
             text = rest
+
+
+def _events(lines: Lines, starts: np.ndarray) -> Lines:
+    """The events starting at ``starts``, as in_tail's buffer holds them: lines that keep the ``\\r`` of a
+    ``\\r\\n``, joined with ``\\n``, the last line's ``\\r`` chomped."""
+    events = join_lines(lines, starts)
+    return Lines(pc.replace_substring_regex(events.text, r"\r$", ""), events.numbers)
 
 
 def _text(values: tuple) -> pa.Array:
