@@ -17,11 +17,13 @@ How lines make events (:meth:`MultilineParser.group`):
   tail``), as in_tail flushes it then.
 - without it: lines are added to the event until the regexp matches its
   text (with the newline of its last line); the lines after the last such
-  event stay open.
+  event stay open. (fluentd's flush interval runs only with
+  ``format_firstline``; ``windvane tail``'s runs in both modes.)
 
-An event's text is matched as Ruby's ``match`` does, from its start; when
-the match leaves text (past a newline), the rest is matched again and each
-match is one more record of that event, as fluentd loops; a rest that does
+An event's text is searched as Ruby's ``match`` does (over its UTF-8
+bytes, not anchored unless the regexp says ``^``); when the match leaves
+text (past a newline), the rest is searched again and each match is one
+more record of that event, as fluentd loops; a rest that does
 not match rejects the event (``pattern not matched``), verbatim, after the
 records already read from it. Lines ending ``\\r\\n`` keep their ``\\r``
 inside an event, as in_tail's buffer does (not at its end).
