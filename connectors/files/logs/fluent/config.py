@@ -73,6 +73,7 @@ class ParseConfig:
     label_delimiter: str = ":"
     format_firstline: str | None = None
     formats: tuple[str, ...] = ()
+    unmatched_lines: str | None = None  # multiline: accepted, no effect (in_tail sets it from its own option)
     json_parser: str = "oj"
     stream_buffer_size: int | None = None
     parser_type: str | None = None

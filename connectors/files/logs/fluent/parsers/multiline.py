@@ -23,10 +23,12 @@ How lines make events (:meth:`MultilineParser.group`):
 An event's text is searched as Ruby's ``match`` does (over its UTF-8
 bytes, not anchored unless the regexp says ``^``); when the match leaves
 text (past a newline), the rest is searched again and each match is one
-more record of that event, as fluentd loops; a rest that does
-not match rejects the event (``pattern not matched``), verbatim, after the
-records already read from it. Lines ending ``\\r\\n`` keep their ``\\r``
-inside an event, as in_tail's buffer does (not at its end).
+more record of that event, as fluentd loops; a rest that does not match
+rejects the event (``pattern not matched``), verbatim, after the records
+already read from it. ``unmatched_lines`` has no effect, as under in_tail
+(which replaces it with its own ``emit_unmatched_lines``). Lines ending
+``\\r\\n`` keep their ``\\r`` inside an event, as in_tail's buffer does
+(not at its end).
 """
 
 from __future__ import annotations
