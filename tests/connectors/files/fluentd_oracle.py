@@ -183,8 +183,8 @@ def _all_read(files: list[list[Path]], workdir: Path) -> bool:
 def run_fluentd(cases: Sequence[OracleCase], workdir: Path, timeout: float = 120) -> dict[str, list[Outcome]]:
     """Run fluentd over ``cases`` in ``workdir`` (made if missing); outcomes by case name.
 
-    One fluentd for all the cases of one ``local_zone`` (its ``TZ``), multiline cases apart. Skips (fails in CI) where fluentd or
-    Ruby is missing. RuntimeError (with fluentd's log) when fluentd does not start or does not read every
+    One fluentd for all the cases of one ``local_zone`` (its ``TZ``), multiline cases apart. Skips (fails in
+    CI) where fluentd or Ruby is missing. RuntimeError (with fluentd's log) when fluentd does not start or does not read every
     line within ``timeout`` seconds.
     """
     # fluentd's warning about an unmatched multiline buffer names no file, so multiline cases get a
