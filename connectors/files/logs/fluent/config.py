@@ -25,7 +25,15 @@ from typing import Any
 from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
-TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
+TIME_KEY_DEFAULTS = {
+    "regexp": "time",
+    "json": "time",
+    "msgpack": "time",
+    "ltsv": "time",
+    "csv": None,
+    "tsv": None,
+    "logfmt": "time",
+}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
 
 
@@ -68,6 +76,7 @@ class ParseConfig:
     json_parser: str = "oj"
     stream_buffer_size: int | None = None
     parser_type: str | None = None
+    parser_engine: str | None = None  # the csv parser's engine (normal, fast); parser_type is its alias
 
     def __post_init__(self) -> None:
         if self.time_type not in TIME_TYPES:

@@ -12,8 +12,12 @@ from typing import Protocol
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
+from .csv import CSVParser
+from .logfmt import LogfmtParser
+from .ltsv import LTSVParser
 from .none import NoneParser
 from .regexp import RegexpParser
+from .tsv import TSVParser
 
 
 class Parser(Protocol):
@@ -24,6 +28,13 @@ class Parser(Protocol):
     def parse(self, lines: Lines, options: LogOptions) -> Rows: ...
 
 
-PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser}
+PARSERS: dict[str, type[Parser]] = {
+    "regexp": RegexpParser,
+    "none": NoneParser,
+    "csv": CSVParser,
+    "tsv": TSVParser,
+    "ltsv": LTSVParser,
+    "logfmt": LogfmtParser,
+}
 
 __all__ = ["PARSERS", "Parser"]

@@ -1,0 +1,84 @@
+"""Text columns from what the delimited parsers (csv, tsv, ltsv, logfmt) find in each line.
+
+:func:`nth_columns` takes the ``n``-th item of every line's list of values
+(an Arrow list array, as ``split_pattern`` makes it), :func:`record_columns`
+the values of per-line mappings; both give null where a line has no such
+value. :func:`nil_time_faults` rejects the lines whose time field is there
+but nil, as fluentd's time parser refuses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..lines import add_faults
+from .config import ParseConfig
+
+
+def nth_columns(lists: pa.ListArray, width: int) -> tuple[list[pa.Array], np.ndarray]:
+    """The first ``width`` items of each list as ``width`` text columns (null past a list's end or for a null
+    list), and each list's length (0 for a null one)."""
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    columns = [_items(lists, lengths, n, lengths > n) for n in range(width)]
+    return columns, lengths
+
+
+def last_column(lists: pa.ListArray, lengths: np.ndarray, where: np.ndarray) -> pa.Array:
+    """The last item of each list where the boolean mask ``where`` is true (null elsewhere)."""
+    return _items(lists, lengths, lengths - 1, where)
+
+
+def _items(lists: pa.ListArray, lengths: np.ndarray, n: np.ndarray | int, where: np.ndarray) -> pa.Array:
+    starts = lists.offsets.to_numpy()[:-1] - lists.offsets[0].as_py()
+    flat = pc.cast(lists.flatten(), pa.large_string())
+    if not where.any():
+        return pa.nulls(len(lists), pa.large_string())
+    return flat.take(pa.array(np.where(where, starts + n, 0), pa.int64(), mask=~where))
+
+
+def empty_as_nil(lists: pa.ListArray) -> pa.ListArray:
+    """``lists`` with each empty text item null (Ruby's CSV reads an empty unquoted value as nil)."""
+    flat = lists.values.slice(lists.offsets[0].as_py(), len(lists.flatten()))
+    flat = pc.if_else(pc.equal(flat, ""), pa.scalar(None, flat.type), flat)
+    offsets = pc.subtract(lists.offsets, lists.offsets[0])
+    return pa.ListArray.from_arrays(offsets, flat, mask=lists.is_null())
+
+
+def assemble(
+    text: pa.Array,
+    simple: np.ndarray,
+    arrow_split: Callable[[pa.Array], pa.ListArray],
+    line_split: Callable[[str, int], list[str | None] | None],
+) -> pa.ListArray:
+    """Each line's values, in line order: ``arrow_split`` of the lines where ``simple`` is true (all at once),
+    ``line_split(line, index)`` of the others (None: no values, a null list)."""
+    if simple.all():
+        return arrow_split(text)
+    hard = np.flatnonzero(~simple)
+    found = [line_split(text[i].as_py(), i) for i in hard.tolist()]
+    easy = arrow_split(text.filter(pa.array(simple)))
+    order = np.empty(len(text), dtype=np.int64)
+    order[np.flatnonzero(simple)] = np.arange(len(easy))
+    order[hard] = np.arange(len(easy), len(text))
+    return pa.concat_arrays([easy, pa.array(found, easy.type)]).take(pa.array(order))
+
+
+def record_columns(records: Sequence[Mapping[str, str | None]]) -> dict[str, pa.Array]:
+    """One text column per name any record has, in the order names first appear (null where a record lacks it)."""
+    names: dict[str, None] = {}
+    for record in records:
+        names.update(dict.fromkeys(record))
+    return {name: pa.array([r.get(name) for r in records], pa.large_string()) for name in names}
+
+
+def nil_time_faults(config: ParseConfig, nil: np.ndarray, faults: dict[int, str]) -> None:
+    """Reject the lines of boolean mask ``nil``, whose time field is there without a value, with fluentd's reason."""
+    if config.time_type in ("unixtime", "float"):
+        reason = "value must be a string or a number: (NilClass)"
+    else:
+        reason = "value must be string: "
+    add_faults(faults, nil, reason)
