@@ -168,3 +168,17 @@ def test_logfmt_records_and_refusals() -> None:
         {"time": 1700000000 * SECOND, "level": "info", "msg": 'hello "you"', "flag": "", "a": "2"}
     ]
     assert rejected(parsed) == [(2, "line 2: logfmt syntax error at pos 4 on line 1: unexpected '='")]
+
+
+def test_ltsv_arrow_and_line_by_line_agree() -> None:
+    pick = random.Random(11)
+    lines = [
+        "".join(pick.choice(["a", ":", "\t", "é", "b", " "]) for _ in range(pick.randint(0, 12))) for _ in range(2000)
+    ]
+    data = "\n".join(lines).encode() + b"\n"
+    arrow = parse(data, type="ltsv", time_key="none")  # a tab: Arrow splits
+    by_line = parse(data, type="ltsv", time_key="none", delimiter_pattern="/\t/")  # a regexp: line by line
+    assert records(arrow) == records(by_line)
+    assert [{k: v for k, v in row.items() if k != "time"} for row in records(arrow)][:3] == [
+        {k: v for k, v in (p.split(":", 1) for p in line.split("\t") if ":" in p)} for line in lines[:3]
+    ]

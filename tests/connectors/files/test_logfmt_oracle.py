@@ -71,8 +71,12 @@ def test_the_decoder_and_windvane_read_every_line_alike():
     assert not differ, "\n".join(f"{line!r}: go {expected}; windvane {got}" for line, expected, got in differ[:20])
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+GENERATED = CorpusCase("generated", "test_logfmt_oracle.py", {"type": "logfmt"}, generated_lines())
+
+
+@pytest.mark.parametrize("case", [*CASES, GENERATED], ids=[case.name for case in [*CASES, GENERATED]])
 def test_the_parser_gives_the_decoders_records(case):
+    """Through the whole parser: Arrow splits the lines without quotes, the others are decoded one by one."""
     config = ParseConfig.from_mapping(case.parse)
     lines, rejected = split_lines(b"".join(line + b"\n" for line in case.lines), first_line=0, now=NOW, keep_blank=True)
     assert not rejected

@@ -75,10 +75,37 @@ def record_columns(records: Sequence[Mapping[str, str | None]]) -> dict[str, pa.
     return {name: pa.array([r.get(name) for r in records], pa.large_string()) for name in names}
 
 
+def pair_columns(rows: np.ndarray, keys: pa.Array, values: pa.Array, count: int) -> dict[str, pa.Array]:
+    """One text column per key from ``(row, key, value)`` triples (a row's triples in line order): a key repeated in
+    a row keeps its last value, as a Ruby Hash or Go map; null where a row lacks the key. Keys in first-seen order."""
+    if not len(keys):
+        return {}
+    coded = pc.dictionary_encode(keys)
+    names = coded.dictionary.to_pylist()
+    ids = coded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    # the last triple of each (row, key): the first in reverse order
+    pair = rows.astype(np.int64) * len(names) + ids
+    _, first_from_end = np.unique(pair[::-1], return_index=True)
+    last = np.sort(len(pair) - 1 - first_from_end)
+    values = pc.cast(values, pa.large_string())
+    columns = {}
+    for n, name in enumerate(names):
+        chosen = last[ids[last] == n]
+        index = np.zeros(count, dtype=np.int64)
+        where = np.zeros(count, dtype=bool)
+        index[rows[chosen]] = chosen
+        where[rows[chosen]] = True
+        columns[name] = values.take(pa.array(index, mask=~where))
+    return columns
+
+
+def nil_time_reason(config: ParseConfig) -> str:
+    """What fluentd's time parser says of a time field that is there but nil."""
+    if config.time_type in ("unixtime", "float"):
+        return "value must be a string or a number: (NilClass)"
+    return "value must be string: "
+
+
 def nil_time_faults(config: ParseConfig, nil: np.ndarray, faults: dict[int, str]) -> None:
     """Reject the lines of boolean mask ``nil``, whose time field is there without a value, with fluentd's reason."""
-    if config.time_type in ("unixtime", "float"):
-        reason = "value must be a string or a number: (NilClass)"
-    else:
-        reason = "value must be string: "
-    add_faults(faults, nil, reason)
+    add_faults(faults, nil, nil_time_reason(config))

@@ -39,8 +39,30 @@ def _unexpected(data: bytes, at: int) -> LogfmtError:
     return _error(at, f"unexpected '{chr(data[at])}'")
 
 
+#: One pair of a line the quick path reads: a key (no byte of U+FFFD's first, to be safe), then maybe ``=`` and
+#: a value, quoted without backslashes or unquoted. Anything else goes the careful way (:func:`_scan`).
+_PAIR = re.compile(rb'[\x00- ]*([^\x00- ="\xef]+)(?:=(?:"([^"\\]*)"|([^\x00- ="]*)))?')
+_TRAILING = re.compile(rb"[\x00- ]*")
+
+
 def logfmt_pairs(data: bytes) -> list[tuple[str, str]]:
     """The ``(key, value)`` pairs of one line's UTF-8 bytes, in order (repeats kept); LogfmtError."""
+    pairs: list[tuple[str, str]] = []
+    at = 0
+    for match in _PAIR.finditer(data):
+        if match.start() != at:
+            return _scan(data)
+        key, quoted, plain = match.groups()
+        value = quoted if quoted is not None else plain
+        pairs.append((key.decode(), value.decode() if value else ""))
+        at = match.end()
+    if _TRAILING.match(data, at).end() != len(data):  # type: ignore[union-attr]
+        return _scan(data)
+    return pairs
+
+
+def _scan(data: bytes) -> list[tuple[str, str]]:
+    """:func:`logfmt_pairs` byte by byte, as the decoder does, for the lines the quick path does not read."""
     pairs: list[tuple[str, str]] = []
     at, size = 0, len(data)
     while True:

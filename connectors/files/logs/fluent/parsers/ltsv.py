@@ -16,11 +16,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
-from ..fieldcols import nil_time_faults, record_columns
+from ..fieldcols import nil_time_reason, pair_columns
 from ..records import RecordBuilder
 from ..rubyre import ruby_regexp
 from ..rubysplit import INCOMPATIBLE, clashes, ruby_split
@@ -42,19 +44,47 @@ class LTSVParser:
 
     def parse(self, lines: Lines, options: LogOptions) -> Rows:
         """Rows of every line (only a nil time or an encoding clash is a fault)."""
+        text, count = lines.text, len(lines)
         faults: dict[int, str] = {}
-        records = []
-        for i, line in enumerate(lines.text.to_pylist()):
+        if self._arrow_splits():
+            rows, labels, values = self._arrow_pairs(text)
+        else:
+            rows, labels, values = self._line_pairs(text, faults)
+        return self.records.to_rows(pair_columns(rows, labels, values, count), count, faults, options)
+
+    def _arrow_splits(self) -> bool:
+        """Whether Arrow splits as Ruby does here: plain ASCII delimiters, neither one space nor empty."""
+        plain = (self.delimiter, self.label)
+        return self.pattern is None and all(d.isascii() and d not in ("", " ") for d in plain)
+
+    def _arrow_pairs(self, text: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+        """Each piece with a label delimiter as ``(line, label, value)``, split by Arrow."""
+        pieces = pc.split_pattern(text, self.delimiter)
+        rows = pc.list_parent_indices(pieces).to_numpy(zero_copy_only=False)
+        flat = pieces.flatten()
+        labelled = pc.match_substring(flat, self.label)
+        pairs = pc.split_pattern(flat.filter(labelled), self.label, max_splits=1)
+        rows = rows[labelled.to_numpy(zero_copy_only=False)]
+        return rows, pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+
+    def _line_pairs(self, text: pa.Array, faults: dict[int, str]) -> tuple[np.ndarray, pa.Array, pa.Array]:
+        """The same, line by line (Ruby's awk split, a regexp, an encoding clash; a nil time is a fault)."""
+        rows: list[int] = []
+        labels: list[str] = []
+        values: list[str | None] = []
+        key = self.config.effective_time_key
+        for i, line in enumerate(text.to_pylist()):
             try:
-                records.append(self.record(line))
+                record = self.record(line)
             except _Clash as exc:
                 faults[i] = str(exc)
-                records.append({})
-        key = self.config.effective_time_key
-        if key is not None:
-            nil = np.array([key in r and r[key] is None for r in records], dtype=bool)
-            nil_time_faults(self.config, nil, faults)
-        return self.records.to_rows(record_columns(records), len(records), faults, options)
+                continue
+            if key in record and record[key] is None:
+                faults[i] = nil_time_reason(self.config)
+            rows += [i] * len(record)
+            labels += record
+            values += record.values()
+        return np.array(rows, dtype=np.int64), pa.array(labels, pa.large_string()), pa.array(values, pa.large_string())
 
     def record(self, line: str) -> dict[str, str | None]:
         """The fields of one line; _Clash where Ruby raises an encoding error."""
