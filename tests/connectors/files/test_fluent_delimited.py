@@ -120,6 +120,13 @@ def test_csv_fast_engine_keeps_extra_values_under_the_empty_name() -> None:
         fluent_format(ParseConfig.from_mapping({"type": "csv"}))
 
 
+def test_csv_normal_engine_refuses_every_line_with_a_non_ascii_delimiter() -> None:
+    # fluentd's CSV cannot convert the delimiter to in_tail's binary lines: Encoding::UndefinedConversionError for
+    # every line (seen with the vendored fluentd; no corpus case: the oracle wants a case to parse some line)
+    parsed = parse("a\u2603b\nab\n", type="csv", keys="k1,k2", delimiter="\u2603")
+    assert rejected(parsed) == [(n, f"line {n}: U+2603 from UTF-8 to ASCII-8BIT") for n in (1, 2)]
+
+
 @pytest.mark.parametrize("engine", ["normal", "fast"])
 def test_arrow_and_line_by_line_agree(engine) -> None:
     pick = random.Random(7)

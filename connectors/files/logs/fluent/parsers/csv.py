@@ -66,9 +66,12 @@ class CSVParser:
         fields: dict[str, pa.Array] = {}
         present: dict[str, np.ndarray] = {}
         for n, (name, column) in enumerate(zip(self.keys, columns)):
-            fields[name] = column  # a repeated key: its last value, as Ruby's Hash keeps it
             # normal: Ruby's zip gives every key (nil past the values); fast: only the keys of values found
-            present[name] = lengths > n if self.fast else np.ones(count, dtype=bool)
+            found = lengths > n if self.fast else np.ones(count, dtype=bool)
+            if name in fields:  # a repeated key: its last value there, as Ruby's Hash keeps it
+                column = pc.if_else(pa.array(found), column, fields[name])
+                found |= present[name]
+            fields[name], present[name] = column, found
         over = lengths > len(self.keys)
         if self.fast and over.any():
             fields[EXTRA_KEY] = last_column(lists, lengths, over)

@@ -75,7 +75,7 @@ class LTSVParser:
         key = self.config.effective_time_key
         for i, line in enumerate(text.to_pylist()):
             try:
-                record = self.record(line)
+                record = self._record(line)
             except _Clash as exc:
                 faults[i] = str(exc)
                 continue
@@ -86,7 +86,7 @@ class LTSVParser:
             values += record.values()
         return np.array(rows, dtype=np.int64), pa.array(labels, pa.large_string()), pa.array(values, pa.large_string())
 
-    def record(self, line: str) -> dict[str, str | None]:
+    def _record(self, line: str) -> dict[str, str | None]:
         """The fields of one line; _Clash where Ruby raises an encoding error."""
         record: dict[str, str | None] = {}
         for piece in self._pieces(line):
