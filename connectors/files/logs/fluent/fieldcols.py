@@ -9,7 +9,7 @@ but nil, as fluentd's time parser refuses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -52,27 +52,19 @@ def assemble(
     text: pa.Array,
     simple: np.ndarray,
     arrow_split: Callable[[pa.Array], pa.ListArray],
-    line_split: Callable[[str, int], list[str | None] | None],
+    lines_split: Callable[[list[int], list[str]], list[list[str | None] | None]],
 ) -> pa.ListArray:
     """Each line's values, in line order: ``arrow_split`` of the lines where ``simple`` is true (all at once),
-    ``line_split(line, index)`` of the others (None: no values, a null list)."""
+    ``lines_split(indexes, lines)`` of the others (None for a line: no values, a null list)."""
     if simple.all():
         return arrow_split(text)
     hard = np.flatnonzero(~simple)
-    found = [line_split(text[i].as_py(), i) for i in hard.tolist()]
+    found = lines_split(hard.tolist(), text.take(pa.array(hard)).to_pylist())
     easy = arrow_split(text.filter(pa.array(simple)))
     order = np.empty(len(text), dtype=np.int64)
     order[np.flatnonzero(simple)] = np.arange(len(easy))
     order[hard] = np.arange(len(easy), len(text))
     return pa.concat_arrays([easy, pa.array(found, easy.type)]).take(pa.array(order))
-
-
-def record_columns(records: Sequence[Mapping[str, str | None]]) -> dict[str, pa.Array]:
-    """One text column per name any record has, in the order names first appear (null where a record lacks it)."""
-    names: dict[str, None] = {}
-    for record in records:
-        names.update(dict.fromkeys(record))
-    return {name: pa.array([r.get(name) for r in records], pa.large_string()) for name in names}
 
 
 def pair_columns(rows: np.ndarray, keys: pa.Array, values: pa.Array, count: int) -> dict[str, pa.Array]:

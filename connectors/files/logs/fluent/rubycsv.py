@@ -16,6 +16,8 @@ line.
 
 from __future__ import annotations
 
+import csv
+
 from .rubysplit import ruby_split
 
 QUOTE = '"'
@@ -72,6 +74,32 @@ def _find(line: str, separator: str, at: int) -> int:
     """Where the unquoted field from ``at`` ends: the next separator or carriage return, else the line's end."""
     ends = [n for n in (line.find(separator, at), line.find("\r", at)) if n >= 0]
     return min(ends) if ends else len(line)
+
+
+def well_formed(separator: str) -> str:
+    """An RE2 pattern of the lines Ruby's CSV reads without error and Python's ``csv`` reads alike (quoted fields
+    with doubled quotes, unquoted fields without quotes; no carriage return), for a one-character separator."""
+    sep = f"\\x{{{ord(separator):x}}}"
+    field = f'(?:"(?:[^"\\r]|"")*"|[^"\\r{sep}]*)'
+    return f"^{field}(?:{sep}{field})*$"
+
+
+def quick_csv_lines(lines: list[str], separator: str) -> list[list[str | None] | None]:
+    """:func:`csv_line` of many well-formed lines (see :func:`well_formed`) at C speed (Python's ``csv``); None
+    for a line whose fields it cannot tell apart (an empty field in a line that holds ``""``: nil or quoted empty)."""
+    try:
+        rows = list(csv.reader(lines, delimiter=separator, quotechar=QUOTE, doublequote=True, strict=True))
+    except csv.Error:  # e.g. a field past csv's size limit: the caller reads each line itself
+        return [None] * len(lines)
+    if len(rows) != len(lines):
+        return [None] * len(lines)
+    found: list[list[str | None] | None] = []
+    for line, row in zip(lines, rows):
+        if "" not in row:
+            found.append(row or None)  # type: ignore[arg-type]
+        else:
+            found.append(None if '""' in line else [value or None for value in row])
+    return found
 
 
 def fast_line(line: str, separator: str) -> list[str | None]:

@@ -27,7 +27,7 @@ from ...options import LogOptions
 from ..config import ParseConfig, ParseConfigError
 from ..fieldcols import assemble, empty_as_nil, last_column, nil_time_faults, nth_columns
 from ..records import RecordBuilder
-from ..rubycsv import MalformedCSV, csv_line, fast_line
+from ..rubycsv import MalformedCSV, csv_line, fast_line, quick_csv_lines, well_formed
 from ..rubysplit import INCOMPATIBLE, clashes
 
 ENGINES = ("normal", "fast")
@@ -81,13 +81,25 @@ class CSVParser:
         return self.records.to_rows(fields, count, faults, options)
 
     def _lists(self, text: pa.Array, faults: dict[int, str]) -> pa.ListArray:
-        """Each line's values (null for a line at fault): Arrow splits the simple lines, Python reads the others."""
+        """Each line's values (null for a line at fault): Arrow splits the simple lines, Python reads the others
+        (well-formed quoted lines with its ``csv`` module, the rest one by one)."""
         delimiter = self.delimiter
+        quick = None
+        if not self.fast and len(delimiter) == 1:
+            quick = pc.match_substring_regex(text, well_formed(delimiter)).to_numpy(zero_copy_only=False)
+
+        def read(indexes: list[int], lines: list[str]) -> list[list[str | None] | None]:
+            chosen = [n for n, i in enumerate(indexes) if quick is not None and quick[i] and lines[n]]
+            found: list[list[str | None] | None] = [None] * len(lines)
+            for n, values in zip(chosen, quick_csv_lines([lines[n] for n in chosen], delimiter)):
+                found[n] = values
+            for n, i in enumerate(indexes):
+                if found[n] is None:
+                    found[n] = self._line(lines[n], i, faults)
+            return found
+
         return assemble(
-            text,
-            self._simple(text),
-            lambda simple: empty_as_nil(pc.split_pattern(simple, delimiter)),
-            lambda line, i: self._line(line, i, faults),
+            text, self._simple(text), lambda simple: empty_as_nil(pc.split_pattern(simple, delimiter)), read
         )
 
     def _simple(self, text: pa.Array) -> np.ndarray:

@@ -45,7 +45,7 @@ class TSVParser:
         if delimiter in (" ", ""):
             simple = pa.array(np.zeros(count, dtype=bool))
 
-        def line_split(line: str, i: int) -> list[str | None] | None:
+        def line_split(i: int, line: str) -> list[str | None] | None:
             if clashes(line, delimiter):
                 faults[i] = INCOMPATIBLE
                 return None
@@ -55,7 +55,7 @@ class TSVParser:
             text,
             simple.to_numpy(zero_copy_only=False),
             lambda easy: pc.split_pattern(easy, delimiter, max_splits=width - 1),
-            line_split,
+            lambda indexes, hard: [line_split(i, line) for i, line in zip(indexes, hard)],
         )
         columns, _ = nth_columns(lists, width)
         fields = dict(zip(self.keys, columns))  # a repeated key: its last value, as Ruby's Hash keeps it
