@@ -87,6 +87,8 @@ def well_formed(separator: str) -> str:
 def quick_csv_lines(lines: list[str], separator: str) -> list[list[str | None] | None]:
     """:func:`csv_line` of many well-formed lines (see :func:`well_formed`) at C speed (Python's ``csv``); None
     for a line whose fields it cannot tell apart (an empty field in a line that holds ``""``: nil or quoted empty)."""
+    if not lines:
+        return []
     try:
         rows = list(csv.reader(lines, delimiter=separator, quotechar=QUOTE, doublequote=True, strict=True))
     except csv.Error:  # e.g. a field past csv's size limit: the caller reads each line itself
