@@ -43,11 +43,37 @@ def shipped_cases() -> list[CorpusCase]:
 CASES = load_cases(CORPUS) + shipped_cases()
 
 
+PIECES = ["a", "k", "=", '"', "\\", " ", "\t", "\\u00e9", "\\ud83d", "\\ude00", "\\n", "é", "\ufffd", "u", "0"]
+
+
 def generated_lines(count: int = 3000) -> list[bytes]:
     """Lines of awkward characters (quotes, escapes, ``=``, white space, non-ASCII, U+FFFD), always the same."""
-    pieces = ["a", "k", "=", '"', "\\", " ", "\t", "\\u00e9", "\\ud83d", "\\ude00", "\\n", "é", "\ufffd", "u", "0"]
     pick = random.Random(20240301)
-    return ["".join(pick.choice(pieces) for _ in range(pick.randint(0, 12))).encode("utf-8") for _ in range(count)]
+    return ["".join(pick.choice(PIECES) for _ in range(pick.randint(0, 12))).encode("utf-8") for _ in range(count)]
+
+
+def structured_lines(count: int = 3000) -> list[bytes]:
+    """Lines of pairs (``k``, ``k=``, ``k=v``, ``k="v w"``, ``k=""``) with white space between or not, some with a
+    stray ``=`` or ``"``: mostly lines the parser's Arrow path reads, quoted values included."""
+    pick = random.Random(7)
+    keys, values = ["a", "k2", "é", "x.y", "t\\"], ["", "1", "é", '""', '"a b"', '"\tx= "', '"\ufffd"', "v\\"]
+    lines = []
+    for _ in range(count):
+        pairs = []
+        for _ in range(pick.randint(0, 5)):
+            value = pick.choice(values + [None])
+            pairs.append(pick.choice(keys) + ("" if value is None else "=" + value))
+            pairs.append(pick.choice([" ", "  ", "\t", "" if value and value.endswith('"') else " "]))
+        line = "".join(pairs)
+        if line and pick.random() < 0.2:
+            at = pick.randrange(len(line))
+            line = line[:at] + pick.choice(['"', "=", " "]) + line[at:]
+        lines.append(line.encode())
+    return lines
+
+
+#: Lines as the parser's Arrow path reads them (quoted values included).
+STRUCTURED = structured_lines()
 
 
 def mine(line: bytes) -> dict:
@@ -62,7 +88,7 @@ def theirs(result: dict) -> dict:
 
 
 def test_the_decoder_and_windvane_read_every_line_alike():
-    lines = [line for case in CASES for line in case.lines] + generated_lines()
+    lines = [line for case in CASES for line in case.lines] + generated_lines() + STRUCTURED
     differ = [
         (line, expected, got)
         for line, result in zip(lines, decode(lines))
@@ -71,7 +97,7 @@ def test_the_decoder_and_windvane_read_every_line_alike():
     assert not differ, "\n".join(f"{line!r}: go {expected}; windvane {got}" for line, expected, got in differ[:20])
 
 
-GENERATED = CorpusCase("generated", "test_logfmt_oracle.py", {"type": "logfmt"}, generated_lines())
+GENERATED = CorpusCase("generated", "test_logfmt_oracle.py", {"type": "logfmt"}, generated_lines() + STRUCTURED)
 
 
 @pytest.mark.parametrize("case", [*CASES, GENERATED], ids=[case.name for case in [*CASES, GENERATED]])

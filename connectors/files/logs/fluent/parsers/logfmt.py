@@ -24,10 +24,12 @@ from ..fieldcols import pair_columns
 from ..logfmt import LogfmtError, logfmt_pairs
 from ..records import RecordBuilder
 
-#: Lines Arrow cannot split as the decoder reads them: a quote, U+FFFD (refused in a key), a token that starts
-#: with ``=`` or holds two (refused). The others are tokens between runs of bytes at or below a space.
-HARD = '["\\x{FFFD}]|(^|[\\x00- ])=|=[^\\x00- ]*='
-SEPARATORS = "[\\x00- ]+"
+#: Lines Arrow splits as the decoder reads them: pairs ``key``, ``key=value`` (then white space or the end) or
+#: ``key="value"`` with no backslash; keys without ``"`` or U+FFFD. Other lines are decoded one by one.
+_SEP = "[\\x00- ]"
+_KEY = '[^\\x00- ="\\x{FFFD}]+'
+PLAIN = f'^{_SEP}*(?:{_KEY}="[^"\\\\]*"{_SEP}*|{_KEY}(?:=[^\\x00- ="]*)?(?:{_SEP}+|$))*$'
+SEPARATORS = f"{_SEP}+"
 _EMPTY, _EQUALS = pa.scalar("", pa.large_string()), pa.scalar("=", pa.large_string())
 
 
@@ -41,11 +43,11 @@ class LogfmtParser:
         """Rows of the lines the decoder reads; the others are faults."""
         text, count = lines.text, len(lines)
         faults: dict[int, str] = {}
-        hard = pc.match_substring_regex(text, HARD).to_numpy(zero_copy_only=False)
-        rows, keys, values = _arrow_pairs(text.filter(pa.array(~hard)))
-        rows = np.flatnonzero(~hard)[rows]
-        if hard.any():
-            more_rows, more_keys, more_values = _line_pairs(text, np.flatnonzero(hard), faults)
+        plain = pc.match_substring_regex(text, PLAIN).to_numpy(zero_copy_only=False)
+        rows, keys, values = _arrow_pairs(text.filter(pa.array(plain)))
+        rows = np.flatnonzero(plain)[rows]
+        if not plain.all():
+            more_rows, more_keys, more_values = _line_pairs(text, np.flatnonzero(~plain), faults)
             rows = np.concatenate([rows, more_rows])
             keys = pa.concat_arrays([keys, more_keys])
             values = pa.concat_arrays([values, more_values])
@@ -53,15 +55,33 @@ class LogfmtParser:
 
 
 def _arrow_pairs(text: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """``(line, key, value)`` of every token of lines without quotes, split by Arrow (``key`` alone: ``""``)."""
-    tokens = pc.split_pattern_regex(text, SEPARATORS)
-    rows = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
-    flat = tokens.flatten()
-    kept = pc.not_equal(flat, "")
-    flat, rows = flat.filter(kept), rows[kept.to_numpy(zero_copy_only=False)]
-    flat = pc.if_else(pc.match_substring(flat, "="), flat, pc.binary_join_element_wise(flat, _EMPTY, _EQUALS))
-    pairs = pc.split_pattern(flat, "=", max_splits=1)
-    return rows.astype(np.int64), pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+    """``(line, key, value)`` of every pair of :data:`PLAIN` lines, split by Arrow (``key`` alone: ``""``).
+
+    Split at the quotes, a line is text outside quotes and quoted values in turn; the text before a quoted
+    value ends with its ``key=``. The outside text splits into tokens at white space.
+    """
+    parts = pc.split_pattern(text, '"')
+    part_rows = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False)
+    starts = parts.offsets.to_numpy()[:-1] - parts.offsets[0].as_py()
+    place = np.arange(len(part_rows)) - starts[part_rows]
+    sizes = pc.list_value_length(parts).to_numpy(zero_copy_only=False)[part_rows]
+    flat = parts.flatten()
+    outside = np.flatnonzero(place % 2 == 0)
+    tokens = pc.split_pattern_regex(flat.take(pa.array(outside)), SEPARATORS)
+    token_part = outside[pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)]
+    token_text = tokens.flatten()
+    kept = np.flatnonzero(pc.not_equal(token_text, "").to_numpy(zero_copy_only=False))
+    token_part, token_text = token_part[kept], token_text.take(pa.array(kept))
+    # the last token of outside text followed by a quoted value is that value's "key="
+    last = np.append(token_part[1:] != token_part[:-1], True) if len(kept) else np.zeros(0, dtype=bool)
+    keyed = last & (place[token_part] + 1 < sizes[token_part])
+    plain = pc.if_else(
+        pc.match_substring(token_text, "="), token_text, pc.binary_join_element_wise(token_text, _EMPTY, _EQUALS)
+    )
+    pairs = pc.split_pattern(plain, "=", max_splits=1)
+    quoted = flat.take(pa.array(np.where(keyed, token_part + 1, 0)))
+    values = pc.if_else(pa.array(keyed), quoted, pc.list_element(pairs, 1))
+    return part_rows[token_part].astype(np.int64), pc.list_element(pairs, 0), values
 
 
 def _line_pairs(text: pa.Array, hard: np.ndarray, faults: dict[int, str]) -> tuple[np.ndarray, pa.Array, pa.Array]:
