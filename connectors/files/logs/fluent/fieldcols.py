@@ -1,10 +1,11 @@
 """Text columns from what the delimited parsers (csv, tsv, ltsv, logfmt) find in each line.
 
-:func:`nth_columns` takes the ``n``-th item of every line's list of values
-(an Arrow list array, as ``split_pattern`` makes it), :func:`record_columns`
-the values of per-line mappings; both give null where a line has no such
-value. :func:`nil_time_faults` rejects the lines whose time field is there
-but nil, as fluentd's time parser refuses it.
+:func:`assemble` puts the values Arrow splits and those split line by line
+back in line order; :func:`nth_columns` takes the ``n``-th item of every
+line's list of values (an Arrow list array, as ``split_pattern`` makes it),
+:func:`pair_columns` the values of ``(line, key, value)`` triples; both give
+null where a line has no such value. :func:`nil_time_faults` rejects the
+lines whose time field is there but nil, as fluentd's time parser refuses it.
 """
 
 from __future__ import annotations
@@ -23,21 +24,25 @@ def nth_columns(lists: pa.ListArray, width: int) -> tuple[list[pa.Array], np.nda
     """The first ``width`` items of each list as ``width`` text columns (null past a list's end or for a null
     list), and each list's length (0 for a null one)."""
     lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    columns = [_items(lists, lengths, n, lengths > n) for n in range(width)]
-    return columns, lengths
+    starts, flat = _starts(lists), pc.cast(lists.flatten(), pa.large_string())
+    return [_items(flat, starts + n, lengths > n) for n in range(width)], lengths
 
 
 def last_column(lists: pa.ListArray, lengths: np.ndarray, where: np.ndarray) -> pa.Array:
     """The last item of each list where the boolean mask ``where`` is true (null elsewhere)."""
-    return _items(lists, lengths, lengths - 1, where)
+    return _items(pc.cast(lists.flatten(), pa.large_string()), _starts(lists) + lengths - 1, where)
 
 
-def _items(lists: pa.ListArray, lengths: np.ndarray, n: np.ndarray | int, where: np.ndarray) -> pa.Array:
-    starts = lists.offsets.to_numpy()[:-1] - lists.offsets[0].as_py()
-    flat = pc.cast(lists.flatten(), pa.large_string())
+def _starts(lists: pa.ListArray) -> np.ndarray:
+    """Where each list's items start in its flattened items."""
+    return lists.offsets.to_numpy()[:-1].astype(np.int64) - lists.offsets[0].as_py()
+
+
+def _items(flat: pa.Array, at: np.ndarray, where: np.ndarray) -> pa.Array:
+    """``flat``'s item at ``at`` where ``where`` is true, null elsewhere."""
     if not where.any():
-        return pa.nulls(len(lists), pa.large_string())
-    return flat.take(pa.array(np.where(where, starts + n, 0), pa.int64(), mask=~where))
+        return pa.nulls(len(at), pa.large_string())
+    return flat.take(pa.array(np.where(where, at, 0), pa.int64(), mask=~where))
 
 
 def empty_as_nil(lists: pa.ListArray) -> pa.ListArray:
