@@ -38,13 +38,16 @@ NODE_DIR = CLIENTS / "node"
 GO_DIR = CLIENTS / "go"
 # Next to the interpreter (the venv's bin/), where the install fragment puts it.
 GO_CLIENT = Path(sys.executable).parent / "windvane-go-client"
+LOGFMT_DIR = CLIENTS / "logfmt"
+LOGFMT_ORACLE = Path(sys.executable).parent / "windvane-logfmt-oracle"
 
 BASE_SECONDS = 1_700_000_000
 STEP_NS = 1_000_123  # event i is at BASE_SECONDS s + i * 1.000123 ms
 
 INSTALL_FRAGMENT = (
     "npm ci --prefix tests/clients/node --no-audit --no-fund && "
-    "(cd tests/clients/go && go build -buildvcs=false -o ../../../.venv/bin/windvane-go-client .)"
+    "(cd tests/clients/go && go build -buildvcs=false -o ../../../.venv/bin/windvane-go-client .) && "
+    "(cd tests/clients/logfmt && go build -buildvcs=false -o ../../../.venv/bin/windvane-logfmt-oracle .)"
 )
 
 
@@ -122,16 +125,21 @@ def node_binary() -> str:
 
 def go_client() -> str:
     """The built Go driver (built here if needed)."""
-    sources = [GO_DIR / "main.go", GO_DIR / "go.mod", GO_DIR / "go.sum"]
-    fresh = GO_CLIENT.exists() and GO_CLIENT.stat().st_mtime >= _newest_mtime(sources)
+    return go_program(GO_DIR, GO_CLIENT, "the Go client")
+
+
+def go_program(source: Path, program: Path, what: str) -> str:
+    """``program``, built from the Go module in ``source`` (built here if missing or older than its sources)."""
+    sources = [source / "main.go", source / "go.mod", source / "go.sum"]
+    fresh = program.exists() and program.stat().st_mtime >= _newest_mtime(sources)
     if not fresh:
         if in_ci():
-            unavailable(f"the Go client is not built ({GO_CLIENT.name} next to the Python interpreter)")
+            unavailable(f"{what} is not built ({program.name} next to the Python interpreter)")
         go = shutil.which("go")
         if go is None:
             unavailable("go not installed")
-        _build([go, "build", "-buildvcs=false", "-o", str(GO_CLIENT), "."], GO_DIR, "the Go client")
-    return str(GO_CLIENT)
+        _build([go, "build", "-buildvcs=false", "-o", str(program), "."], source, what)
+    return str(program)
 
 
 def driver_command(client: str) -> list[str]:

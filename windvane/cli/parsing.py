@@ -127,6 +127,10 @@ def fluent_config(
 
 
 def _windvane_format(name: str, log_format: Callable[[str], Any]) -> bool:
+    from windvane.connectors.files.formats import FORMATS
+
+    if name in FORMATS:  # a file format of windvane's own (csv: a table with a header, not fluentd's csv parser)
+        return True
     try:
         log_format(name)
     except ValueError:

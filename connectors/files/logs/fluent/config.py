@@ -29,9 +29,10 @@ TIME_KEY_DEFAULTS = {
     "regexp": "time",
     "json": "time",
     "msgpack": "time",
-    "ltsv": None,
+    "ltsv": "time",
     "csv": None,
     "tsv": None,
+    "logfmt": "time",
     "multiline": "time",
     "apache2": "time",
     "apache_error": "time",
@@ -82,6 +83,7 @@ class ParseConfig:
     json_parser: str = "oj"
     stream_buffer_size: int | None = None
     parser_type: str | None = None
+    parser_engine: str | None = None  # the csv parser's engine (normal, fast); parser_type is its alias
 
     def __post_init__(self) -> None:
         if self.time_type not in TIME_TYPES:

@@ -16,10 +16,14 @@ from ...options import LogOptions
 from ..config import ParseConfig
 from .apache2 import Apache2Parser
 from .apache_error import ApacheErrorParser
+from .csv import CSVParser
+from .logfmt import LogfmtParser
+from .ltsv import LTSVParser
 from .multiline import MultilineParser
 from .nginx import NginxParser
 from .none import NoneParser
 from .regexp import RegexpParser
+from .tsv import TSVParser
 
 
 class Parser(Protocol):
@@ -37,6 +41,10 @@ PARSERS: dict[str, type[Parser]] = {
     "apache_error": ApacheErrorParser,
     "nginx": NginxParser,
     "multiline": MultilineParser,
+    "csv": CSVParser,
+    "tsv": TSVParser,
+    "ltsv": LTSVParser,
+    "logfmt": LogfmtParser,
 }
 
 __all__ = ["PARSERS", "Parser"]
