@@ -12,6 +12,7 @@ from typing import Protocol
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
+from .json import JSONParser
 from .none import NoneParser
 from .regexp import RegexpParser
 
@@ -24,6 +25,6 @@ class Parser(Protocol):
     def parse(self, lines: Lines, options: LogOptions) -> Rows: ...
 
 
-PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser}
+PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser, "json": JSONParser}
 
 __all__ = ["PARSERS", "Parser"]

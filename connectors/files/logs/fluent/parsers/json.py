@@ -1,0 +1,140 @@
+"""fluentd's ``json`` parser: each line one JSON object, its members the record's fields.
+
+The time key defaults to ``time``, read as ``time_type float`` unless a
+``time_format`` is given (then ``string``), as fluentd's json parser does: a
+number or a string there (``float``/``unixtime``), a string only (``string``),
+anything else rejects the line (``value must be ...``). Values keep their kind
+(see :mod:`..values` for how a column stores them); duplicate keys: the last
+value wins.
+
+``json_parser`` says which Ruby library reads the line; they differ in what
+they accept:
+
+- ``yajl``: ``//`` and ``/* */`` comments; a ``\\ud800`` without its pair
+  becomes ``?``; no ``NaN``/``Infinity``;
+- ``oj`` (the default): fluentd falls back to yajl when the Oj gem is missing,
+  as it is with the fluentd this is checked against (Debian's): read as yajl;
+- ``json`` (Ruby's ``JSON.load``): ``/* */`` comments only, ``NaN``,
+  ``Infinity`` and ``-Infinity``, an unpaired surrogate is an error; an object
+  with a ``json_class`` member is made into that class by ``JSON.load``, not a
+  record: windvane rejects it.
+
+A line that is not a JSON object is rejected: not JSON, empty, ``null`` or
+``false`` as ``pattern not matched``; an array, a number, a string or ``true``
+with the error fluentd's in_tail gives it (fluentd hands such a value on as a
+record, which fails where in_tail adds to it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+from ...lines import Lines, Rows
+from ...options import LogOptions
+from ..config import ParseConfig, ParseConfigError
+from ..records import PATTERN_NOT_MATCHED, RecordBuilder
+from ..values import MISSING, ruby_to_s
+
+JSON_PARSERS = ("oj", "yajl", "json")
+_INVALID: Any = object()
+_decode = msgspec.json.Decoder().decode
+# A string (kept), or a comment: /* ... */ and, for yajl, // to the end of the line.
+_YAJL_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/|//.*', re.S)
+_C_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/', re.S)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class JSONParser:
+    """``parse(lines, options)``: each line's JSON object as a record."""
+
+    def __init__(self, config: ParseConfig):
+        if config.json_parser not in JSON_PARSERS:
+            raise ParseConfigError(f"valid options are oj,yajl,json but got {config.json_parser}")
+        self.ruby_json = config.json_parser == "json"
+        self.time_key = config.effective_time_key
+        self.records = RecordBuilder(config)
+
+    def parse(self, lines: Lines, options: LogOptions) -> Rows:
+        """Rows of the lines that are JSON objects; the others are faults."""
+        records: list[dict[str, Any]] = []
+        faults: dict[int, str] = {}
+        lenient = self._ruby_json if self.ruby_json else _yajl
+        for i, line in enumerate(lines.text.to_pylist()):
+            try:
+                value = _decode(line)
+            except msgspec.DecodeError:
+                value = lenient(line)
+            if type(value) is dict and not (self.ruby_json and "json_class" in value):
+                records.append(value)
+            else:
+                faults[i] = _not_a_record(value)
+                records.append({})
+        return self.records.to_rows(record_fields(records, self.time_key), len(lines), faults, options)
+
+    def _ruby_json(self, line: str) -> Any:
+        """Ruby's JSON.load: /* */ comments, NaN and Infinity; an unpaired surrogate is an error."""
+        text = _C_COMMENT.sub(lambda m: m.group(1) or " ", line) if "/*" in line else line
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return _INVALID
+        return _INVALID if _has_surrogate(value) else value
+
+
+def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[str, list[Any]]:
+    """The records' fields (in the order first seen) as lists of values, None where a record lacks one (the time
+    key: MISSING)."""
+    names = dict.fromkeys(key for record in records for key in record)
+    fields = {name: [record.get(name) for record in records] for name in names if name != time_key}
+    if time_key in names:
+        fields[time_key] = [record.get(time_key, MISSING) for record in records]
+    return fields
+
+
+def _yajl(line: str) -> Any:
+    """What yajl reads that msgspec does not: comments, a number past float's range (infinity), an unpaired
+    surrogate (as ``?``)."""
+    text = _YAJL_COMMENT.sub(lambda m: m.group(1) or " ", line) if "/" in line else line
+    try:
+        value = json.loads(text, parse_constant=_refuse)
+    except ValueError:
+        return _INVALID
+    return _no_surrogates(value) if _has_surrogate(value) else value
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _has_surrogate(value: Any) -> bool:
+    return _LONE_SURROGATE.search(json.dumps(value, ensure_ascii=False)) is not None
+
+
+def _no_surrogates(value: Any) -> Any:
+    """``value`` with each unpaired surrogate written ``?``, as yajl writes it."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("?", value)
+    if isinstance(value, list):
+        return [_no_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _not_a_record(value: Any) -> str:
+    """fluentd's reason for a line whose JSON is not an object."""
+    if value is _INVALID or value is None or value is False:
+        return PATTERN_NOT_MATCHED
+    if isinstance(value, dict):
+        return f"json_class {ruby_to_s(value['json_class'])}: Ruby's JSON.load makes that object, not a record"
+    if isinstance(value, str):
+        return "string not matched (the line is a JSON string, not an object)"
+    if isinstance(value, list) or type(value) is int:
+        kind = "an array" if isinstance(value, list) else "a number"
+        return f"no implicit conversion of String into Integer (the line is {kind}, not an object)"
+    ruby_class = "TrueClass" if value is True else "Float"
+    return f"undefined method `[]' for {ruby_to_s(value)}:{ruby_class} (the line is not a JSON object)"
