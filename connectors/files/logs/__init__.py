@@ -56,6 +56,7 @@ class LogFormat:
     parse: Callable[[Lines, LogOptions], Rows]
     columns: dict[str, pa.DataType] | None = None
     keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
+    binary: bool = False  # the lines are bytes (fluentd's msgpack parser), not UTF-8 text
 
 
 LOG_FORMATS = {
@@ -113,7 +114,9 @@ def parse_log(
     """Parse ``block`` (whole lines) as log format ``name`` (or the format itself); see the module docstring."""
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
-    lines, rejected = split_lines(block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank)
+    lines, rejected = split_lines(
+        block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank, binary=fmt.binary
+    )
     rows = fmt.parse(lines, options)
     kept = lines.text
     if rows.faults:

@@ -31,4 +31,7 @@ def fluent_format(config: ParseConfig) -> LogFormat:
         raise ParseConfigError(f"unknown parser type {config.type!r}; known: {', '.join(sorted(PARSERS))}")
     parser = make(config)
     # in_tail hands blank lines to the parser too: kept, they are parsed (or rejected) as fluentd does
-    return LogFormat(f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True)
+    binary = getattr(parser, "binary", False)  # msgpack reads the lines' bytes
+    return LogFormat(
+        f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True, binary=binary
+    )

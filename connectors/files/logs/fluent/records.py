@@ -77,7 +77,9 @@ class RecordBuilder:
             columns[column] = convert(values, now) if convert else values
         return Rows(columns, faults)
 
-    def _times(self, fields: dict[str, pa.Array | list[Any]], count: int, faults: dict[int, str], now: int) -> np.ndarray:
+    def _times(
+        self, fields: dict[str, pa.Array | list[Any]], count: int, faults: dict[int, str], now: int
+    ) -> np.ndarray:
         key = self.time_key
         values = fields.get(key) if key is not None else None
         if values is None:
@@ -125,7 +127,6 @@ class RecordBuilder:
                 values = pc.if_else(pa.array(null), pa.scalar(None, pa.large_string()), values)
         return values
 
-
     def _typed(self, name: str, values: list[Any], now: int) -> pa.Array:
         """A typed field: null values, then its ``types`` conversion of each value's Ruby ``to_s`` (a float to
         ``integer`` truncated, as Ruby's ``Float#to_i``; a value that is not a string to a ``time`` with a format:
@@ -137,8 +138,9 @@ class RecordBuilder:
         kind, _, option = spec.partition(":")
         if kind == "integer" and float in set(map(type, values)):
             values = [_truncate(v) if isinstance(v, float) else v for v in values]
-        if kind == "time" and option.rpartition(":")[2] not in ("unixtime", "float"):
-            values = [v if isinstance(v, str) else None for v in values]
+        if kind == "time":  # a number only for time:unixtime and time:float; else a string
+            kinds = (str, int, float) if option.rpartition(":")[2] in ("unixtime", "float") else (str,)
+            values = [v if isinstance(v, kinds) and not isinstance(v, bool) else None for v in values]
         texts = pa.array([None if v is None else ruby_to_s(v) for v in values], pa.large_string())
         return self.converters[name](texts, now)
 

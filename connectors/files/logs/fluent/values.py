@@ -10,11 +10,10 @@ missing time from a null one). Here:
   converters and its time parsers read): ``1.0e+20`` for a float Ruby writes
   with an exponent, ``{"k"=>1}`` for a hash;
 - :func:`typed_column` stores one field's values as one Arrow column by the
-  kinds it holds in the block: only booleans ``bool``; only integers within
-  int64 ``int64``; numbers (integers and floats) ``float64``; only strings
-  text; anything else text: strings as they are, objects, arrays and
-  integers past int64 as their JSON text, booleans ``true``/``false`` and
-  numbers as JSON writes them. fluentd keeps each value's own kind (and a
+  kinds it holds in the block: only booleans ``bool``; only integers
+  ``int64`` (text, their digits, if one is past int64); numbers (integers and
+  floats) ``float64``; only strings text; anything else text: strings as they
+  are, anything else as its JSON text (``{"k":[1,"x"]}``, ``true``, ``2.5``). fluentd keeps each value's own kind (and a
   list or a hash as it is); a stream column has one type.
 """
 
@@ -100,8 +99,10 @@ def typed_column(values: list[Any]) -> pa.Array:
     kinds.discard(type(None))
     if kinds == {bool}:
         return pa.array(values, pa.bool_())
-    if kinds == {int} and _int64(values):
-        return pa.array(values, pa.int64())
+    if kinds == {int}:
+        if _int64(values):
+            return pa.array(values, pa.int64())
+        return pa.array([None if v is None else str(v) for v in values], pa.large_string())
     if kinds and kinds <= {int, float}:
         return pa.array([None if v is None else float(v) for v in values], pa.float64())
     if kinds <= {str}:

@@ -13,6 +13,7 @@ from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
 from .json import JSONParser
+from .msgpack import MessagePackParser
 from .none import NoneParser
 from .regexp import RegexpParser
 
@@ -25,6 +26,11 @@ class Parser(Protocol):
     def parse(self, lines: Lines, options: LogOptions) -> Rows: ...
 
 
-PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser, "json": JSONParser}
+PARSERS: dict[str, type[Parser]] = {
+    "regexp": RegexpParser,
+    "none": NoneParser,
+    "json": JSONParser,
+    "msgpack": MessagePackParser,
+}
 
 __all__ = ["PARSERS", "Parser"]

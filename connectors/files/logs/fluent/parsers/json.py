@@ -11,7 +11,8 @@ value wins.
 they accept:
 
 - ``yajl``: ``//`` and ``/* */`` comments; a ``\\ud800`` without its pair
-  becomes ``?``; no ``NaN``/``Infinity``;
+  becomes ``?``; no ``NaN``/``Infinity``; a line that ends early is what
+  yajl-ruby built so far (:mod:`..yajl`);
 - ``oj`` (the default): fluentd falls back to yajl when the Oj gem is missing,
   as it is with the fluentd this is checked against (Debian's): read as yajl;
 - ``json`` (Ruby's ``JSON.load``): ``/* */`` comments only, ``NaN``,
@@ -38,14 +39,11 @@ from ...options import LogOptions
 from ..config import ParseConfig, ParseConfigError
 from ..records import PATTERN_NOT_MATCHED, RecordBuilder
 from ..values import MISSING, ruby_to_s
+from ..yajl import INVALID, has_surrogate, yajl_load
 
 JSON_PARSERS = ("oj", "yajl", "json")
-_INVALID: Any = object()
 _decode = msgspec.json.Decoder().decode
-# A string (kept), or a comment: /* ... */ and, for yajl, // to the end of the line.
-_YAJL_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/|//.*', re.S)
-_C_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/', re.S)
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_C_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/', re.S)  # a string (kept) or a /* */ comment
 
 
 class JSONParser:
@@ -62,7 +60,7 @@ class JSONParser:
         """Rows of the lines that are JSON objects; the others are faults."""
         records: list[dict[str, Any]] = []
         faults: dict[int, str] = {}
-        lenient = self._ruby_json if self.ruby_json else _yajl
+        lenient = self._ruby_json if self.ruby_json else yajl_load
         for i, line in enumerate(lines.text.to_pylist()):
             try:
                 value = _decode(line)
@@ -81,8 +79,8 @@ class JSONParser:
         try:
             value = json.loads(text)
         except ValueError:
-            return _INVALID
-        return _INVALID if _has_surrogate(value) else value
+            return INVALID
+        return INVALID if has_surrogate(value) else value
 
 
 def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[str, list[Any]]:
@@ -95,39 +93,9 @@ def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[s
     return fields
 
 
-def _yajl(line: str) -> Any:
-    """What yajl reads that msgspec does not: comments, a number past float's range (infinity), an unpaired
-    surrogate (as ``?``)."""
-    text = _YAJL_COMMENT.sub(lambda m: m.group(1) or " ", line) if "/" in line else line
-    try:
-        value = json.loads(text, parse_constant=_refuse)
-    except ValueError:
-        return _INVALID
-    return _no_surrogates(value) if _has_surrogate(value) else value
-
-
-def _refuse(name: str) -> Any:
-    raise ValueError(name)
-
-
-def _has_surrogate(value: Any) -> bool:
-    return _LONE_SURROGATE.search(json.dumps(value, ensure_ascii=False)) is not None
-
-
-def _no_surrogates(value: Any) -> Any:
-    """``value`` with each unpaired surrogate written ``?``, as yajl writes it."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("?", value)
-    if isinstance(value, list):
-        return [_no_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
-    return value
-
-
 def _not_a_record(value: Any) -> str:
     """fluentd's reason for a line whose JSON is not an object."""
-    if value is _INVALID or value is None or value is False:
+    if value is INVALID or value is None or value is False:
         return PATTERN_NOT_MATCHED
     if isinstance(value, dict):
         return f"json_class {ruby_to_s(value['json_class'])}: Ruby's JSON.load makes that object, not a record"
