@@ -84,17 +84,19 @@ def _objects(data: bytes) -> tuple[list[dict[str, Any]], str, bytes]:
     unpacker = msgpack.Unpacker(raw=True, strict_map_key=False, ext_hook=_ext)
     unpacker.feed(data)
     found: list[dict[str, Any]] = []
+    done = 0  # where the last whole object ended (tell() counts a cut object's bytes as read)
     try:
         for obj in unpacker:
+            done = unpacker.tell()
             if not isinstance(obj, dict):
-                return found, NOT_A_MAP, data[unpacker.tell() :]  # the rest of the line waits in the stream
+                return found, NOT_A_MAP, data[done:]  # the rest of the line waits in the stream
             found.append(_record(obj))
     except _Stuck as exc:
         return found, f"stuck: {exc}", b""
     except (msgpack.FormatError, msgpack.StackError, ValueError) as exc:
         # fluentd's unpacker drops the byte it could not read; the rest waits for the next line
         return found, f"invalid byte ({type(exc).__name__})", data[unpacker.tell() + 1 :]
-    return found, "", data[unpacker.tell() :]
+    return found, "", data[done:]
 
 
 def _ext(code: int, data: bytes) -> Any:
