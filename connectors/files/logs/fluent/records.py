@@ -40,7 +40,7 @@ from .rubynum import ruby_to_f, ruby_to_i
 from .rubyre import ruby_regexp
 from .strptime import zone_offset_seconds
 from .timefmt import TimeParser
-from .values import INT64, MISSING, ruby_to_s, typed_column
+from .values import INT64, MISSING, ruby_to_s, ruby_to_s_column, typed_column
 
 PATTERN_NOT_MATCHED = "pattern not matched"
 TYPES = ("string", "integer", "float", "bool", "time", "array")
@@ -105,6 +105,9 @@ class RecordBuilder:
         """The time key's typed values as the texts the time parser reads; values it refuses (a number where
         fluentd's string time parser wants a string, ...) are faults with fluentd's reason, and null."""
         numbers = self.time.time_type != "string"
+        kinds = set(map(type, values))
+        if kinds - {type(MISSING)} <= ({str, int, float} if numbers else {str}):  # the usual block
+            return ruby_to_s_column([None if v is MISSING else v for v in values] if type(MISSING) in kinds else values)
         texts: list[str | None] = []
         for i, value in enumerate(values):
             if value is MISSING:
@@ -131,7 +134,10 @@ class RecordBuilder:
         """A typed field: null values, then its ``types`` conversion of each value's Ruby ``to_s`` (a float to
         ``integer`` truncated, as Ruby's ``Float#to_i``; a value that is not a string to a ``time`` with a format:
         null), else stored by its kinds (:func:`.values.typed_column`)."""
-        values = [None if v is MISSING or (isinstance(v, str) and self._is_null(v)) else v for v in values]
+        if name == self.time_key:  # a kept time key: MISSING where a line lacks it
+            values = [None if v is MISSING else v for v in values]
+        if self.config.null_empty_string or self.null is not None:
+            values = [None if isinstance(v, str) and self._is_null(v) else v for v in values]
         spec = self.config.types.get(name)
         if spec is None:
             return typed_column(values)

@@ -24,6 +24,7 @@ import math
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -72,6 +73,20 @@ def _scalar_to_s(value: Any) -> str:
     return str(value)
 
 
+def ruby_to_s_column(values: list[Any]) -> pa.Array:
+    """:func:`ruby_to_s` of each value (None stays null) as a text column; a column of one kind in one pass."""
+    kinds = set(map(type, values))
+    if kinds <= {str, type(None)}:
+        return pa.array(values, pa.large_string())
+    if type(None) in kinds or not kinds <= {int, float}:
+        return pa.array([None if v is None else ruby_to_s(v) for v in values], pa.large_string())
+    texts = pa.array(list(map(repr, values)), pa.large_string())  # Python's shortest repr is Ruby's, but for
+    odd = pc.match_substring_regex(texts, "[en]").to_numpy(zero_copy_only=False)  # 1e+20, nan, inf
+    if odd.any():
+        texts = pa.array([ruby_float_to_s(values[i]) if odd[i] else t for i, t in enumerate(texts.to_pylist())])
+    return texts
+
+
 def ruby_inspect(value: Any) -> str:
     """Ruby 3.1's ``inspect``: ``{"k"=>[1, nil, "a"]}``."""
     if value is None:
@@ -100,16 +115,12 @@ def typed_column(values: list[Any]) -> pa.Array:
     if kinds == {bool}:
         return pa.array(values, pa.bool_())
     if kinds == {int}:
-        if _int64(values):
+        try:
             return pa.array(values, pa.int64())
-        return pa.array([None if v is None else str(v) for v in values], pa.large_string())
+        except (OverflowError, pa.ArrowInvalid):  # past int64: the digits, exact
+            return pa.array([None if v is None else str(v) for v in values], pa.large_string())
     if kinds and kinds <= {int, float}:
         return pa.array([None if v is None else float(v) for v in values], pa.float64())
     if kinds <= {str}:
         return pa.array(values, pa.large_string())
     return pa.array([None if v is None else json_text(v) for v in values], pa.large_string())
-
-
-def _int64(values: list[Any]) -> bool:
-    present = [v for v in values if v is not None]
-    return INT64[0] <= min(present) and max(present) <= INT64[1]

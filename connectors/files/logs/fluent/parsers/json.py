@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -86,7 +87,7 @@ class JSONParser:
 def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[str, list[Any]]:
     """The records' fields (in the order first seen) as lists of values, None where a record lacks one (the time
     key: MISSING)."""
-    names = dict.fromkeys(key for record in records for key in record)
+    names = dict.fromkeys(chain.from_iterable(records))
     fields = {name: [record.get(name) for record in records] for name in names if name != time_key}
     if time_key in names:
         fields[time_key] = [record.get(time_key, MISSING) for record in records]
