@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 import msgspec
@@ -59,20 +59,25 @@ class JSONParser:
 
     def parse(self, lines: Lines, options: LogOptions) -> Rows:
         """Rows of the lines that are JSON objects; the others are faults."""
-        records: list[dict[str, Any]] = []
+        texts = lines.text.to_pylist()
+        try:
+            values = list(map(_decode, texts))  # the usual block: every line plain JSON
+        except msgspec.DecodeError:
+            values = [self._decode(text) for text in texts]
         faults: dict[int, str] = {}
-        lenient = self._ruby_json if self.ruby_json else yajl_load
-        for i, line in enumerate(lines.text.to_pylist()):
-            try:
-                value = _decode(line)
-            except msgspec.DecodeError:
-                value = lenient(line)
-            if type(value) is dict and not (self.ruby_json and "json_class" in value):
-                records.append(value)
-            else:
-                faults[i] = _not_a_record(value)
-                records.append({})
-        return self.records.to_rows(record_fields(records, self.time_key), len(lines), faults, options)
+        if set(map(type, values)) != {dict} or self.ruby_json:
+            for i, value in enumerate(values):
+                if type(value) is not dict or (self.ruby_json and "json_class" in value):
+                    faults[i] = _not_a_record(value)
+                    values[i] = {}
+        return self.records.to_rows(record_fields(values, self.time_key), len(lines), faults, options)
+
+    def _decode(self, line: str) -> Any:
+        """One line's JSON value as the chosen library reads it (INVALID: an error)."""
+        try:
+            return _decode(line)
+        except msgspec.DecodeError:
+            return self._ruby_json(line) if self.ruby_json else yajl_load(line)
 
     def _ruby_json(self, line: str) -> Any:
         """Ruby's JSON.load: /* */ comments, NaN and Infinity; an unpaired surrogate is an error."""
@@ -88,9 +93,9 @@ def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[s
     """The records' fields (in the order first seen) as lists of values, None where a record lacks one (the time
     key: MISSING)."""
     names = dict.fromkeys(chain.from_iterable(records))
-    fields = {name: [record.get(name) for record in records] for name in names if name != time_key}
+    fields = {name: list(map(dict.get, records, repeat(name))) for name in names if name != time_key}
     if time_key in names:
-        fields[time_key] = [record.get(time_key, MISSING) for record in records]
+        fields[time_key] = list(map(dict.get, records, repeat(time_key), repeat(MISSING)))
     return fields
 
 
