@@ -231,6 +231,7 @@ def test_msgpack_time_key_and_crlf():
     line = msgpack.packb({"t": "1700000000.5", "m": 1})
     rows, rejected = unpack([line, msgpack.packb({"t": 5})], time_key="t", time_type="float")
     assert [r["time"] for r in rows] == [1_700_000_000_500_000_000, 5 * 10**9] and rejected == []
+    assert unpack([b"", line])[1] == [(0, "line 0: no msgpack object (fluentd ignores the line)")]
     # in_tail drops \r\n: a line ending in 0x0d loses that byte
     rows, rejected = unpack([msgpack.packb({"a": 1}) + b"\r", msgpack.packb({"b": 13})[:-1] + b"\r"])
     assert rows == [{"time": NOW, "a": 1}]

@@ -1,8 +1,9 @@
 """What fluentd's parser base does with the fields a parser found: the time, null values, types.
 
 :func:`to_rows` takes the fields of every line (text columns, null where a
-line has no such field) and makes windvane's :class:`Rows`, in fluentd's
-order:
+line has no such field; or, from parsers of typed data such as json and
+msgpack, lists of values: see :mod:`.values`) and makes windvane's
+:class:`Rows`, in fluentd's order:
 
 1. the time: field ``time_key`` read by :class:`.timefmt.TimeParser` and
    removed from the record (kept as text with ``keep_time_key``; a kept
@@ -21,6 +22,15 @@ order:
    (default ``,``; empty: single characters) as a JSON list of text (fluentd
    gives an array; a stream column cannot hold a list: ``windvane import``
    refuses a ``list<string>`` column).
+
+A typed field goes the same way with fluentd's rules for values that are not
+text: the time parser takes a string, or for ``float``/``unixtime`` a number
+too (anything else rejects the line: ``value must be string``, ``value must
+be a string or a number``); null values are strings only; ``types``
+converts Ruby's ``to_s`` of the value (``1.0e+20``, ``{"k"=>1}``; a float to
+``integer`` truncated; a value that is not a string to a ``time`` with a
+format: null). A field without a ``types`` entry is stored by its kinds
+(:func:`.values.typed_column`).
 """
 
 from __future__ import annotations

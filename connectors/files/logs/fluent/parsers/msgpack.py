@@ -42,6 +42,7 @@ from .json import record_fields
 
 NOT_A_MAP = "no implicit conversion of String into Integer (a msgpack object that is not a map)"
 INCOMPLETE = "incomplete msgpack object (fluentd reads the rest with the next line)"
+NOTHING = "no msgpack object (fluentd ignores the line)"
 
 
 class _Stuck(Exception):
@@ -73,9 +74,16 @@ class MessagePackParser:
             if len(found) == 1 and not why:
                 records.append(found[0])
                 continue
-            faults[i] = why or (INCOMPLETE if not found else f"{len(found)} msgpack maps on one line: one row per line")
+            faults[i] = why or _no_row(found, pending)
             records.append({})
         return self.records.to_rows(record_fields(records, self.time_key), len(lines), faults, options)
+
+
+def _no_row(found: list[dict[str, Any]], pending: bytes) -> str:
+    """Why a line that raised no error makes no row: several maps, or none (one cut short, or nothing at all)."""
+    if found:
+        return f"{len(found)} msgpack maps on one line: one row per line"
+    return INCOMPLETE if pending else NOTHING
 
 
 def _objects(data: bytes) -> tuple[list[dict[str, Any]], str, bytes]:
