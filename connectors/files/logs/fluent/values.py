@@ -13,8 +13,11 @@ missing time from a null one). Here:
   kinds it holds in the block: only booleans ``bool``; only integers
   ``int64`` (text, their digits, if one is past int64); numbers (integers and
   floats) ``float64``; only strings text; anything else text: strings as they
-  are, anything else as its JSON text (``{"k":[1,"x"]}``, ``true``, ``2.5``). fluentd keeps each value's own kind (and a
-  list or a hash as it is); a stream column has one type.
+  are, anything else as its JSON text (``{"k":[1,"x"]}``, ``true``, ``2.5``).
+  fluentd keeps each value's own kind (and a list or a hash as it is); a
+  stream column has one type. The kinds are those of the block, so a field
+  may be ``int64`` in one block and text in the next: ``types`` (``n:float``,
+  ``v:string``) fixes a field's type for every block.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ they accept:
   becomes ``?``; no ``NaN``/``Infinity``; a line that ends early is what
   yajl-ruby built so far (:mod:`..yajl`);
 - ``oj`` (the default): fluentd falls back to yajl when the Oj gem is missing,
-  as it is with the fluentd this is checked against (Debian's): read as yajl;
+  as it is with the fluentd this is checked against (Debian's): read as yajl
+  (a fluentd with Oj may differ on lines that are not plain JSON);
 - ``json`` (Ruby's ``JSON.load``): ``/* */`` comments only, ``NaN``,
   ``Infinity`` and ``-Infinity``, an unpaired surrogate is an error; an object
   with a ``json_class`` member is made into that class by ``JSON.load``, not a

@@ -45,6 +45,9 @@ INCOMPLETE = "incomplete msgpack object (fluentd reads the rest with the next li
 NOTHING = "no msgpack object (fluentd ignores the line)"
 
 
+_SCALARS = {str, int, float, bool, type(None)}
+
+
 class _Stuck(Exception):
     """The unpacker met what it cannot read; fluentd's raises the same error on every later line."""
 
@@ -89,7 +92,7 @@ def _no_row(found: list[dict[str, Any]], pending: bytes) -> str:
 def _objects(data: bytes) -> tuple[list[dict[str, Any]], str, bytes]:
     """The maps that end in ``data`` (what the stream holds once a line is fed), why the line is at fault ("stuck:
     " first when the stream cannot go on), and the bytes left in the stream."""
-    unpacker = msgpack.Unpacker(raw=True, strict_map_key=False, ext_hook=_ext)
+    unpacker = msgpack.Unpacker(raw=False, unicode_errors="backslashreplace", strict_map_key=False, ext_hook=_ext)
     unpacker.feed(data)
     found: list[dict[str, Any]] = []
     done = 0  # where the last whole object ended (tell() counts a cut object's bytes as read)
@@ -116,6 +119,9 @@ def _ext(code: int, data: bytes) -> Any:
 
 
 def _record(obj: dict[Any, Any]) -> dict[str, Any]:
+    """A decoded map as a record: text keys, plain values (the usual map is one already)."""
+    if set(map(type, obj)) == {str} and set(map(type, obj.values())) <= _SCALARS:
+        return obj
     return {_key(k): _plain(v) for k, v in obj.items()}
 
 
