@@ -106,6 +106,12 @@ def test_yajl_reads_comments_surrogates_and_partial_lines():
         assert yajl_load(bad) is INVALID, bad
 
 
+def test_nesting_too_deep_for_python_is_rejected_not_a_crash():
+    deep = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert records([deep, '{"b": 1}']) == ["nested deeper than windvane reads (fluentd reads it)", (NOW, {"b": 1})]
+    assert records(['{"a": ' + "[" * 900 + "]" * 900 + "}"])[0][1]["a"] == "[" * 900 + "]" * 900
+
+
 def test_ruby_json_parser_differs_from_yajl():
     lines = ['{"a": 1} // c', '/* c */ {"b": 2}', '{"c": "\\ud800"}', '{"json_class": "String", "raw": [97]}']
     lines += ['{"d": NaN}', '{"e": 1']

@@ -26,10 +26,12 @@ import json
 import math
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
+_encode = msgspec.json.Encoder().encode  # compact, UTF-8; as deep as msgspec decodes
 
 
 class _Missing:
@@ -108,7 +110,7 @@ def json_text(value: Any) -> str:
     """A value as the text of a mixed column: a string as it is, anything else as compact JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value).decode()
 
 
 def typed_column(values: list[Any]) -> pa.Array:

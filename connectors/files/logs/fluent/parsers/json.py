@@ -44,6 +44,7 @@ from ..values import MISSING, ruby_to_s
 from ..yajl import INVALID, has_surrogate, yajl_load
 
 JSON_PARSERS = ("oj", "yajl", "json")
+TOO_DEEP: Any = object()  # a value nested past Python's recursion limit
 _decode = msgspec.json.Decoder().decode
 _C_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/', re.S)  # a string (kept) or a /* */ comment
 
@@ -63,7 +64,7 @@ class JSONParser:
         texts = lines.text.to_pylist()
         try:
             values = list(map(_decode, texts))  # the usual block: every line plain JSON
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             values = [self._decode(text) for text in texts]
         faults: dict[int, str] = {}
         if set(map(type, values)) != {dict} or self.ruby_json:
@@ -76,9 +77,12 @@ class JSONParser:
     def _decode(self, line: str) -> Any:
         """One line's JSON value as the chosen library reads it (INVALID: an error)."""
         try:
-            return _decode(line)
-        except msgspec.DecodeError:
-            return self._ruby_json(line) if self.ruby_json else yajl_load(line)
+            try:
+                return _decode(line)
+            except msgspec.DecodeError:
+                return self._ruby_json(line) if self.ruby_json else yajl_load(line)
+        except RecursionError:
+            return TOO_DEEP
 
     def _ruby_json(self, line: str) -> Any:
         """Ruby's JSON.load: /* */ comments, NaN and Infinity; an unpaired surrogate is an error."""
@@ -102,6 +106,8 @@ def record_fields(records: list[dict[str, Any]], time_key: str | None) -> dict[s
 
 def _not_a_record(value: Any) -> str:
     """fluentd's reason for a line whose JSON is not an object."""
+    if value is TOO_DEEP:
+        return "nested deeper than windvane reads (fluentd reads it)"
     if value is INVALID or value is None or value is False:
         return PATTERN_NOT_MATCHED
     if isinstance(value, dict):

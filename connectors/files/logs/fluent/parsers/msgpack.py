@@ -104,6 +104,8 @@ def _objects(data: bytes) -> tuple[list[dict[str, Any]], str, bytes]:
             found.append(_record(obj))
     except _Stuck as exc:
         return found, f"stuck: {exc}", b""
+    except RecursionError:
+        return found, "nested deeper than windvane reads (fluentd reads it)", data[unpacker.tell() :]
     except (msgpack.FormatError, msgpack.StackError, ValueError) as exc:
         # fluentd's unpacker drops the byte it could not read; the rest waits for the next line
         return found, f"invalid byte ({type(exc).__name__})", data[unpacker.tell() + 1 :]
