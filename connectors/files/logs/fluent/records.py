@@ -157,8 +157,7 @@ class RecordBuilder:
         if kind == "time":  # a number only for time:unixtime and time:float; else a string
             kinds = (str, int, float) if option.rpartition(":")[2] in ("unixtime", "float") else (str,)
             values = [v if isinstance(v, kinds) and not isinstance(v, bool) else None for v in values]
-        texts = pa.array([None if v is None else ruby_to_s(v) for v in values], pa.large_string())
-        return self.converters[name](texts, now)
+        return self.converters[name](ruby_to_s_column(values), now)
 
     def _is_null(self, value: str) -> bool:
         """Whether a string value is null by ``null_empty_string`` / ``null_value_pattern``."""
