@@ -242,3 +242,41 @@ def test_msgpack_time_key_and_crlf():
     rows, rejected = unpack([msgpack.packb({"a": 1}) + b"\r", msgpack.packb({"b": 13})[:-1] + b"\r"])
     assert rows == [{"time": NOW, "a": 1}]
     assert rejected == [(1, "line 1: incomplete msgpack object (fluentd reads the rest with the next line)")]
+
+
+# -- end to end: windvane import
+
+
+def import_file(url: str, path, *args: str):
+    from click.testing import CliRunner
+
+    from windvane.cli import cli
+
+    return CliRunner().invoke(cli, ["import", str(path), "--store", url, "--tag", "t", *args], catch_exceptions=False)
+
+
+def test_import_json_keeps_value_types(sqlite_url, tmp_path):
+    from windvane import arrays
+
+    log = tmp_path / "app.json"
+    log.write_text('{"time": 1700000000.5, "status": 200, "ok": true, "msg": "a"}\n[1]\n{"status": 500, "ok": false}\n')
+    result = import_file(sqlite_url, log, "--format", "json")
+    assert result.exit_code == 3, result.output  # a line was quarantined
+    with arrays.open_stream(sqlite_url, "t") as stream:
+        assert stream["time"][:].tolist()[0] == 1_700_000_000_500_000_000
+        assert stream["status"][:].tolist() == [200, 500] and stream["ok"][:].tolist() == [True, False]
+    quarantine = arrays.open_stream(sqlite_url, "t", quarantine=True)
+    assert quarantine["raw"][:].tolist() == [b"[1]"]
+
+
+def test_import_msgpack_reads_the_files_bytes(sqlite_url, tmp_path):
+    from windvane import arrays
+
+    log = tmp_path / "app.msgpack"
+    log.write_bytes(b"\n".join([msgpack.packb({"n": 1, "s": "é"}), b"\xc1", msgpack.packb({"n": 2, "s": "x"})]) + b"\n")
+    result = import_file(sqlite_url, log, "--format", "msgpack")
+    assert result.exit_code == 3, result.output
+    with arrays.open_stream(sqlite_url, "t") as stream:
+        assert stream["n"][:].tolist() == [1, 2] and stream["s"][:].tolist() == ["é", "x"]
+    quarantine = arrays.open_stream(sqlite_url, "t", quarantine=True)
+    assert quarantine["raw"][:].tolist() == [b"\xc1"]
