@@ -25,6 +25,13 @@ A line that is not a JSON object is rejected: not JSON, empty, ``null`` or
 ``false`` as ``pattern not matched``; an array, a number, a string or ``true``
 with the error fluentd's in_tail gives it (fluentd hands such a value on as a
 record, which fails where in_tail adds to it).
+
+Lines are decoded one at a time with msgspec (in one pass while every line is
+plain JSON), not as a block with ``pyarrow.json``: that one infers
+timestamps from strings, fails a whole block on one bad line or one change
+of kind, and has no bignums; msgspec keeps duplicate keys as fluentd does
+(the last wins) and reads exactly what JSON allows, the rest going to yajl's
+or Ruby's rules above.
 """
 
 from __future__ import annotations
