@@ -65,6 +65,7 @@ class LogFormat:
     columns: dict[str, pa.DataType] | None = None
     keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
     group: Callable[[Lines], Events] | None = None  # records span lines: the lines' events are parsed
+    binary: bool = False  # the lines are bytes (fluentd's msgpack parser), not UTF-8 text
 
 
 LOG_FORMATS = {
@@ -162,7 +163,12 @@ def parse_log(
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
     lines, rejected = split_lines(
-        block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank, keep_cr=fmt.group is not None
+        block,
+        first_line=first_line,
+        now=options.now,
+        keep_blank=fmt.keep_blank,
+        keep_cr=fmt.group is not None,
+        binary=fmt.binary,
     )
     pending = 0
     if fmt.group is not None:

@@ -35,9 +35,10 @@ class RejectedLine:
 
 @dataclass(frozen=True, slots=True)
 class Lines:
-    """The non-blank, valid UTF-8 lines of a block, and their line numbers."""
+    """The non-blank, valid UTF-8 lines of a block, and their line numbers (``text``: the lines' bytes as they are
+    when a format reads binary lines, see :func:`split_lines`)."""
 
-    text: pa.LargeStringArray
+    text: pa.LargeStringArray | pa.LargeBinaryArray
     numbers: np.ndarray  # int64, the line number of each
 
     def __len__(self) -> int:
@@ -45,7 +46,8 @@ class Lines:
 
     def raw(self, i: int) -> bytes:
         """Line ``i`` as it was in the file (without its line ending)."""
-        return self.text[i].as_py().encode()
+        line = self.text[i].as_py()
+        return line if isinstance(line, bytes) else line.encode()
 
     def take(self, keep: np.ndarray) -> Lines:
         """The lines where the boolean mask ``keep`` is true."""
@@ -80,7 +82,13 @@ def join_lines(lines: Lines, starts: np.ndarray) -> Lines:
 
 
 def split_lines(
-    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False, keep_cr: bool = False
+    block: bytes,
+    *,
+    first_line: int = 1,
+    now: int,
+    keep_blank: bool = False,
+    keep_cr: bool = False,
+    binary: bool = False,
 ) -> tuple[Lines, list[RejectedLine]]:
     """The lines of ``block`` (a last line without ``\\n`` counts too), and those that are not UTF-8.
 
@@ -88,22 +96,30 @@ def split_lines(
     ``now`` the read time given to rejected lines. ``keep_blank``: blank
     lines are lines too (fluentd's in_tail parses them), not skipped.
     ``keep_cr``: the ``\\r`` of a ``\\r\\n`` ending stays (fluentd keeps it
-    inside a multi-line event).
+    inside a multi-line event). ``binary``: the lines are bytes (a binary
+    format: msgpack), none rejected for not being UTF-8, and only empty ones
+    are blank.
     """
     data = np.frombuffer(block, np.uint8)
     ends = np.flatnonzero(data == 0x0A) + 1
     offsets = np.concatenate(([0], ends, [len(block)] if len(block) and block[-1] != 0x0A else [])).astype(np.int64)
     count = len(offsets) - 1
-    binary = pa.LargeBinaryArray.from_buffers(
+    chunks = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(block)]
     )
     numbers = np.arange(first_line, first_line + count, dtype=np.int64)
     rejected: list[RejectedLine] = []
+    ending = r"\n$" if keep_cr else r"\r?\n$"
+    if binary:
+        lines = Lines(pc.replace_substring_regex(chunks, ending, ""), numbers)
+        if keep_blank:
+            return lines, rejected
+        return lines.take(pc.binary_length(lines.text).to_numpy(zero_copy_only=False) > 0), rejected  # empty: blank
     try:
-        text = binary.cast(pa.large_string())
+        text = chunks.cast(pa.large_string())
     except pa.ArrowInvalid:
         valid = np.ones(count, dtype=bool)
-        for i, line in enumerate(binary.to_pylist()):
+        for i, line in enumerate(chunks.to_pylist()):
             try:
                 line.decode()
             except UnicodeDecodeError as exc:
@@ -117,9 +133,9 @@ def split_lines(
                         int(numbers[i]),
                     )
                 )
-        text = binary.filter(pa.array(valid)).cast(pa.large_string())
+        text = chunks.filter(pa.array(valid)).cast(pa.large_string())
         numbers = numbers[valid]
-    text = pc.replace_substring_regex(text, r"\n$" if keep_cr else r"\r?\n$", "")
+    text = pc.replace_substring_regex(text, ending, "")
     lines = Lines(text, numbers)
     if keep_blank:
         return lines, rejected

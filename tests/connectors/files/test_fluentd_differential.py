@@ -47,6 +47,23 @@ _ARRAY_AS_JSON = (
     "types array: fluentd gives a list; windvane stores the list as JSON text, since a stream column cannot hold "
     "a list (windvane import refuses a list<string> column)"
 )
+_NESTED_AS_JSON = (
+    "a JSON/msgpack object or array: fluentd keeps it nested; windvane stores its JSON text (a stream column holds "
+    "scalars)"
+)
+_MIXED_KINDS = (
+    "a field whose values are of different kinds in one block: fluentd keeps each value's kind; a stream column has "
+    "one type: integers with floats are float64, any other mix text (see fluent/values.py)"
+)
+_BIG_INTEGER = "an integer past int64: fluentd keeps a bignum; windvane stores its digits as text (exact)"
+_SEVERAL_MAPS = (
+    "several msgpack maps end on one line: fluentd makes one event of each; windvane keeps one row per line and "
+    "rejects the line"
+)
+_NOT_UTF8 = (
+    "a line that is not UTF-8: Ruby's JSON reads it (its strings keep the bytes); windvane rejects it before any "
+    "parser, as it stores text as UTF-8"
+)
 KNOWN: dict[str, dict[int | str, str]] = {
     "tsv-chars-delimiter": {
         2: "an empty delimiter splits in_tail's binary line into bytes: fluentd's values are the two bytes of a "
@@ -62,6 +79,18 @@ KNOWN: dict[str, dict[int | str, str]] = {
         "a group that cuts a character in two: fluentd writes its lone bytes as they are; a text column holds "
         "UTF-8, so windvane writes them \\xHH (the same bytes matched, the same other fields)",
     ),
+    "json-default": {2: _NESTED_AS_JSON},
+    "json-keep-time-key-float": {0: _MIXED_KINDS},
+    "json-values": dict.fromkeys((0, 7), _NESTED_AS_JSON),
+    "json-big-integers": dict.fromkeys((0, 1, 2), _BIG_INTEGER),
+    "json-types-typed": dict.fromkeys((0, 1, 2, 5), _ARRAY_AS_JSON),
+    "json-mixed-kinds": {**dict.fromkeys((0, 1, 2, 3), _MIXED_KINDS), 4: _MIXED_KINDS + "; " + _NESTED_AS_JSON},
+    "json-truncated": {11: _NESTED_AS_JSON},
+    "json-invalid-utf8-ruby-json": {0: _NOT_UTF8},
+    "msgpack-maps": {2: _NESTED_AS_JSON},
+    "msgpack-values": {0: _NESTED_AS_JSON, 2: _BIG_INTEGER, 4: _NESTED_AS_JSON},
+    "msgpack-stream": dict.fromkeys((1, 7), _SEVERAL_MAPS),
+    "msgpack-time-float": dict.fromkeys((0, 1), _MIXED_KINDS),
 }
 SKIPPED = "skipped (blank)"
 
@@ -90,7 +119,7 @@ def windvane_rows(case: CorpusCase, now: int) -> dict[int, tuple[int, dict] | st
     fmt = fluent_format(ParseConfig.from_mapping(case.parse))
     block = b"".join(line + b"\n" for line in case.lines)
     options = LogOptions(now=now, written=now)
-    lines, rejected = split_lines(block, first_line=0, now=now)
+    lines, rejected = split_lines(block, first_line=0, now=now, binary=fmt.binary)
     rows = fmt.parse(lines, options)
     found: dict[int, tuple[int, dict] | str] = {i: SKIPPED for i in range(len(case.lines))}
     found |= {r.line: "rejected: " + r.reason for r in rejected}

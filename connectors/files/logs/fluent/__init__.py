@@ -33,6 +33,12 @@ def fluent_format(config: ParseConfig) -> LogFormat:
     parser = make(config)
     # in_tail hands blank lines to the parser too: kept, they are parsed (or rejected) as fluentd does
     group = getattr(parser, "group", None)  # a parser whose records span lines makes events of them first
+    binary = getattr(parser, "binary", False)  # msgpack reads the lines' bytes
     return LogFormat(
-        f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True, group=group
+        f"fluent:{config.type}",
+        f"fluentd's {config.type} parser",
+        parser.parse,
+        keep_blank=True,
+        group=group,
+        binary=binary,
     )

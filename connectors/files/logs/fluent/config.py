@@ -28,7 +28,7 @@ from ..errors import LogFormatError
 TIME_KEY_DEFAULTS = {
     "regexp": "time",
     "json": "time",
-    "msgpack": "time",
+    "msgpack": None,
     "ltsv": "time",
     "csv": None,
     "tsv": None,
@@ -41,6 +41,16 @@ TIME_KEY_DEFAULTS = {
 #: ``time_format`` where a parser type sets one (fluentd's config_set_default): it counts as given.
 TIME_FORMAT_DEFAULTS = {"nginx": "%d/%b/%Y:%H:%M:%S %z"}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
+#: ``time_type`` where a parser type has its own default, used when the section gives neither ``time_type`` nor
+#: ``time_format`` (fluentd's json parser: ``float``, but ``string`` once a time_format is given).
+TIME_TYPE_DEFAULTS = {"json": "float"}
+
+
+class _DefaultTimeType(str):
+    """The ``time_type`` a section did not give (equal to ``"string"``): the type's own default may replace it."""
+
+
+_NOT_GIVEN = _DefaultTimeType("string")
 
 
 class ParseConfigError(LogFormatError):
@@ -57,7 +67,7 @@ class ParseConfig:
     multiline: bool = False
     time_key: str | None = None
     time_format: str | None = None
-    time_type: str = "string"
+    time_type: str = _NOT_GIVEN
     time_format_fallbacks: tuple[str, ...] = ()
     keep_time_key: bool = False
     types: dict[str, str] = field(default_factory=dict)
@@ -86,6 +96,8 @@ class ParseConfig:
     parser_engine: str | None = None  # the csv parser's engine (normal, fast); parser_type is its alias
 
     def __post_init__(self) -> None:
+        if self.time_type is _NOT_GIVEN and self.time_format is None and self.type in TIME_TYPE_DEFAULTS:
+            object.__setattr__(self, "time_type", TIME_TYPE_DEFAULTS[self.type])
         if self.time_type not in TIME_TYPES:
             raise ParseConfigError(f"time_type {self.time_type!r} is not one of {', '.join(TIME_TYPES)}")
         if self.time_type == "mixed" and self.time_format is None and not self.time_format_fallbacks:

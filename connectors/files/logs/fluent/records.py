@@ -1,8 +1,9 @@
 """What fluentd's parser base does with the fields a parser found: the time, null values, types.
 
 :func:`to_rows` takes the fields of every line (text columns, null where a
-line has no such field) and makes windvane's :class:`Rows`, in fluentd's
-order:
+line has no such field; or, from parsers of typed data such as json and
+msgpack, lists of values: see :mod:`.values`) and makes windvane's
+:class:`Rows`, in fluentd's order:
 
 1. the time: field ``time_key`` read by :class:`.timefmt.TimeParser` and
    removed from the record (kept as text with ``keep_time_key``; a kept
@@ -21,11 +22,22 @@ order:
    (default ``,``; empty: single characters) as a JSON list of text (fluentd
    gives an array; a stream column cannot hold a list: ``windvane import``
    refuses a ``list<string>`` column).
+
+A typed field goes the same way with fluentd's rules for values that are not
+text: the time parser takes a string, or for ``float``/``unixtime`` a number
+too (anything else rejects the line: ``value must be string``, ``value must
+be a string or a number``); null values are strings only; ``types``
+converts Ruby's ``to_s`` of the value (``1.0e+20``, ``{"k"=>1}``; a float to
+``integer`` truncated; a value that is not a string to a ``time`` with a
+format: null). A field without a ``types`` entry is stored by its kinds
+(:func:`.values.typed_column`).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +50,7 @@ from .rubynum import ruby_to_f, ruby_to_i
 from .rubyre import ruby_regexp
 from .strptime import zone_offset_seconds
 from .timefmt import TimeParser
+from .values import INT64, MISSING, ruby_to_s, ruby_to_s_column, typed_column
 
 PATTERN_NOT_MATCHED = "pattern not matched"
 TYPES = ("string", "integer", "float", "bool", "time", "array")
@@ -55,19 +68,28 @@ class RecordBuilder:
         self.null = ruby_regexp(config.null_value_pattern) if config.null_value_pattern else None
         self.converters = {name: _converter(name, spec, config) for name, spec in config.types.items()}
 
-    def to_rows(self, fields: dict[str, pa.Array], count: int, faults: dict[int, str], options: LogOptions) -> Rows:
-        """Rows of ``count`` lines from their ``fields`` (lines already at fault in ``faults`` stay so)."""
+    def to_rows(
+        self, fields: dict[str, pa.Array | list[Any]], count: int, faults: dict[int, str], options: LogOptions
+    ) -> Rows:
+        """Rows of ``count`` lines from their ``fields`` (lines already at fault in ``faults`` stay so); a field is a
+        text column, or a list of typed values (see :mod:`.values`)."""
         now = options.now or 0
         fields = dict(fields)
         time = self._times(fields, count, faults, now)
         columns: dict[str, pa.Array] = {"time": pa.array(time, pa.int64())}
         for name, values in fields.items():
+            column = KEPT_TIME if name == "time" else name
+            if isinstance(values, list):
+                columns[column] = self._typed(name, values, now)
+                continue
             values = self._nulls(pc.cast(values, pa.large_string()))
             convert = self.converters.get(name)
-            columns[KEPT_TIME if name == "time" else name] = convert(values, now) if convert else values
+            columns[column] = convert(values, now) if convert else values
         return Rows(columns, faults)
 
-    def _times(self, fields: dict[str, pa.Array], count: int, faults: dict[int, str], now: int) -> np.ndarray:
+    def _times(
+        self, fields: dict[str, pa.Array | list[Any]], count: int, faults: dict[int, str], now: int
+    ) -> np.ndarray:
         key = self.time_key
         values = fields.get(key) if key is not None else None
         if values is None:
@@ -76,13 +98,37 @@ class RecordBuilder:
             return np.full(count, now, dtype=np.int64)
         if not self.config.keep_time_key:
             del fields[key]
-        present = values.is_valid().to_numpy(zero_copy_only=False)
-        times, bad = self.time.parse(values, now)
-        bad &= present
-        add_faults(faults, bad, lambda i: f"invalid time format: value = {values[i].as_py()}")
+        if isinstance(values, list):
+            present = np.array([v is not MISSING for v in values], dtype=bool)
+            texts = self._time_texts(values, faults)
+        else:
+            present = values.is_valid().to_numpy(zero_copy_only=False)
+            texts = values
+        times, bad = self.time.parse(texts, now)
+        bad &= texts.is_valid().to_numpy(zero_copy_only=False)
+        add_faults(faults, bad, lambda i: f"invalid time format: value = {texts[i].as_py()}")
         if not self.config.estimate_current_event:
             add_faults(faults, ~present, PATTERN_NOT_MATCHED)
         return np.where(present & ~bad, times, now)
+
+    def _time_texts(self, values: list[Any], faults: dict[int, str]) -> pa.Array:
+        """The time key's typed values as the texts the time parser reads; values it refuses (a number where
+        fluentd's string time parser wants a string, ...) are faults with fluentd's reason, and null."""
+        numbers = self.time.time_type != "string"
+        kinds = set(map(type, values))
+        if kinds - {type(MISSING)} <= ({str, int, float} if numbers else {str}):  # the usual block
+            return ruby_to_s_column([None if v is MISSING else v for v in values] if type(MISSING) in kinds else values)
+        texts: list[str | None] = []
+        for i, value in enumerate(values):
+            if value is MISSING:
+                texts.append(None)
+            elif isinstance(value, str) or (numbers and isinstance(value, int | float) and not isinstance(value, bool)):
+                texts.append(ruby_to_s(value))
+            else:
+                texts.append(None)
+                if i not in faults:
+                    faults[i] = _refused_time(value, numbers)
+        return pa.array(texts, pa.large_string())
 
     def _nulls(self, values: pa.Array) -> pa.Array:
         if self.config.null_empty_string:
@@ -93,6 +139,46 @@ class RecordBuilder:
             if any(null):
                 values = pc.if_else(pa.array(null), pa.scalar(None, pa.large_string()), values)
         return values
+
+    def _typed(self, name: str, values: list[Any], now: int) -> pa.Array:
+        """A typed field: null values, then its ``types`` conversion of each value's Ruby ``to_s`` (a float to
+        ``integer`` truncated, as Ruby's ``Float#to_i``; a value that is not a string to a ``time`` with a format:
+        null), else stored by its kinds (:func:`.values.typed_column`)."""
+        if name == self.time_key:  # a kept time key: MISSING where a line lacks it
+            values = [None if v is MISSING else v for v in values]
+        if self.config.null_empty_string or self.null is not None:
+            values = [None if isinstance(v, str) and self._is_null(v) else v for v in values]
+        spec = self.config.types.get(name)
+        if spec is None:
+            return typed_column(values)
+        kind, _, option = spec.partition(":")
+        if kind == "integer" and float in set(map(type, values)):
+            values = [_truncate(v) if isinstance(v, float) else v for v in values]
+        if kind == "time":  # a number only for time:unixtime and time:float; else a string
+            kinds = (str, int, float) if option.rpartition(":")[2] in ("unixtime", "float") else (str,)
+            values = [v if isinstance(v, kinds) and not isinstance(v, bool) else None for v in values]
+        return self.converters[name](ruby_to_s_column(values), now)
+
+    def _is_null(self, value: str) -> bool:
+        """Whether a string value is null by ``null_empty_string`` / ``null_value_pattern``."""
+        if self.config.null_empty_string and value == "":
+            return True
+        return self.null is not None and self.null.search(value) is not None
+
+
+def _refused_time(value: Any, numbers: bool) -> str:
+    """fluentd's reason for a time value its time parser refuses (numbers: float/unixtime take numbers too)."""
+    if numbers:
+        ruby_class = {bool: "TrueClass" if value else "FalseClass", type(None): "NilClass", list: "Array", dict: "Hash"}
+        return f"value must be a string or a number: {ruby_to_s(value)}({ruby_class.get(type(value), 'Object')})"
+    return f"value must be string: {ruby_to_s(value)}"
+
+
+def _truncate(value: float) -> int | None:
+    """Ruby's ``Float#to_i``, None past int64 (or for NaN, infinity)."""
+    if not math.isfinite(value) or not INT64[0] <= value < INT64[1]:
+        return None
+    return int(value)
 
 
 def _converter(name: str, spec: str, config: ParseConfig):

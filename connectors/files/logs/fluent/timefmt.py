@@ -164,15 +164,10 @@ def _wall_zone(config: ParseConfig) -> int | LocalZone:
 
 
 def _float_seconds(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """fluentd's ``time_type float``: the text before the first ``.`` as to_i seconds, the next ten characters as
-    to_i nanoseconds (shorter ones padded to nine digits)."""
-    seconds, nanos = [], []
-    for text in pc.fill_null(texts, "").to_pylist():
-        whole, _, rest = text.partition(".")
-        rest = rest.split(".", 1)[0][:10] if _ else "0"
-        rest = rest + "0" * (9 - len(rest))
-        seconds.append(whole)
-        nanos.append(rest)
-    sec, _ = ruby_to_i(pa.array(seconds, pa.large_string()))
-    nsec, _ = ruby_to_i(pa.array(nanos, pa.large_string()))
+    """fluentd's ``time_type float``: the text before the first ``.`` as to_i seconds, the next ten characters (to
+    a second ``.``) as to_i nanoseconds (shorter ones padded to nine digits)."""
+    parts = pc.extract_regex(pc.fill_null(texts, ""), r"^(?P<whole>[^.]*)(?:\.(?P<rest>[^.]*))?")
+    rest = pc.utf8_rpad(pc.utf8_slice_codeunits(parts.field("rest"), 0, 10), 9, "0")
+    sec, _ = ruby_to_i(parts.field("whole"))
+    nsec, _ = ruby_to_i(rest)
     return sec * NS + nsec, np.zeros(len(sec), dtype=bool)

@@ -17,8 +17,10 @@ from ..config import ParseConfig
 from .apache2 import Apache2Parser
 from .apache_error import ApacheErrorParser
 from .csv import CSVParser
+from .json import JSONParser
 from .logfmt import LogfmtParser
 from .ltsv import LTSVParser
+from .msgpack import MessagePackParser
 from .multiline import MultilineParser
 from .nginx import NginxParser
 from .none import NoneParser
@@ -45,6 +47,8 @@ PARSERS: dict[str, type[Parser]] = {
     "tsv": TSVParser,
     "ltsv": LTSVParser,
     "logfmt": LogfmtParser,
+    "json": JSONParser,
+    "msgpack": MessagePackParser,
 }
 
 __all__ = ["PARSERS", "Parser"]
