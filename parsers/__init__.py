@@ -1,9 +1,9 @@
 """Tested ``<parse>`` sections for common log formats, shipped with windvane.
 
-Each parser is ``<name>.toml`` (a fluentd ``<parse>`` section as TOML: ``windvane import FILE --parser
-$(python -c 'from windvane.parsers import parser_path; print(parser_path("nginx_error"))')``, a schema's
-``[parse]`` table, or a fluentd configuration) with sample lines in ``<name>.log``. ``catalog.toml`` gives
-each a title and the fields every sample gives; the test suite runs every sample through the real fluentd.
+Each parser is ``<name>.toml``, a fluentd ``<parse>`` section as TOML (``windvane import FILE --parser
+nginx_error``; or copied into a schema's ``[parse]`` table or a fluentd configuration), with sample lines in
+``<name>.log``. ``catalog.toml`` gives each a title and the fields every sample gives; the test suite runs
+every sample through the real fluentd. ``windvane parsers`` lists them.
 """
 
 from __future__ import annotations

@@ -112,6 +112,8 @@ def test_bad_parser_options_exit_2_naming_the_problem(sqlite_url, tmp_path):
         (["--expression", "(x)"], "No named captures"),
         (["--parser", str(parser_toml(tmp_path)), "--expression", "(?<a>x)"], "--parser holds the whole"),
         (["--expression", "(?<a>x)", "--time-format", "%Q"], "unknown directive %Q"),
+        (["--parser", "nginx_eror"], "--parser nginx_eror: not a file, and no shipped parser 'nginx_eror'; known: "),
+        (["--parser", str(tmp_path / "missing.toml")], "missing.toml: no such file"),
     ]
     for args, message in cases:
         result = run("import", str(log), "--store", sqlite_url, "--tag", "t", *args)
@@ -141,3 +143,28 @@ def _exists(url: str) -> bool:
     except arrays.StreamNotFoundError:
         return False
     return True
+
+
+def test_import_with_a_shipped_parser_by_name(sqlite_url, tmp_path):
+    from windvane import parsers
+
+    log = tmp_path / "error.log"
+    log.write_bytes(parsers.sample_path("nginx_error").read_bytes())
+    result = run("import", str(log), "--store", sqlite_url, "--tag", "t", "--parser", "nginx_error")
+    assert result.exit_code == 0, result.output
+    rows = stored(sqlite_url)
+    assert len(rows) == len(log.read_text().splitlines())
+    assert rows[0]["level"] == "error" and rows[0]["client"] == "192.0.2.1" and rows[0]["pid"] == 1234
+
+
+def test_parsers_lists_the_shipped_ones_and_shows_one():
+    from windvane import parsers
+
+    listed = run("parsers")
+    assert listed.exit_code == 0
+    assert [line.split()[0] for line in listed.output.splitlines()] == parsers.list_parsers()
+    shown = run("parsers", "nginx_error")
+    assert shown.exit_code == 0 and 'type = "regexp"' in shown.output
+    assert "#   2024/03/01 12:00:01 [notice] 1#1: signal process started" in shown.output
+    unknown = run("parsers", "nope")
+    assert unknown.exit_code == 2 and "no shipped parser 'nope'; known: access_extra" in unknown.output

@@ -40,6 +40,14 @@ QUICK_START = "Quick start"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
+# The README's log files and the files that stand in for them when its commands run here.
+LOG_STAND_INS = {
+    "/var/log/nginx/access.log": REPO / "tests" / "fixtures" / "logs" / "readme" / "access.log",
+    "/var/log/nginx/error.log": REPO / "parsers" / "nginx_error.log",
+    "/var/log/app/app.log": REPO / "parsers" / "python_logging.log",
+}
+
+
 @dataclass(frozen=True)
 class Exemption:
     """A narrow rule for windvane commands of the docs that do not run here, and why."""
@@ -74,6 +82,12 @@ EXEMPTIONS = (
         "`db start` runs mariadbd with the shipped 1 GiB buffer pool and redo log, and `db status`/`db stop` "
         "speak of that server (tests/ops/test_mariadb_server.py::test_cli_start_status_stop runs all three)",
         lambda block, command: command.args[:1] == ("db",),
+    ),
+    Exemption(
+        "the reader's log files",
+        "it reads /var/log/... files of the reader's machine; test_log_commands_run_on_stand_ins runs it with a "
+        "stand-in in place of each (tests/fixtures/logs/readme/README.md)",
+        lambda block, command: any(arg in LOG_STAND_INS for arg in command.args),
     ),
     Exemption(
         "synopsis",
@@ -203,3 +217,30 @@ def test_code_blocks_run_as_written(doc, quick_start, tmp_path):
                     run_windvane(command, tmp_path)
                 else:
                     check_against_cli(command)
+
+
+def test_log_commands_run_on_stand_ins(quick_start, tmp_path):
+    """The README's commands on /var/log files run with stand-ins; each imports every line, none rejected."""
+    commands = [
+        command
+        for block in code_blocks(README)
+        if block.lang in SHELL
+        for command in windvane_commands(block)
+        if any(arg in LOG_STAND_INS for arg in command.args)
+    ]
+    assert {arg for command in commands for arg in command.args} >= set(LOG_STAND_INS)
+    shutil.copytree(quick_start, tmp_path, dirs_exist_ok=True)
+    for command in commands:
+        args = [str(LOG_STAND_INS.get(arg, arg)) for arg in command.args]
+        stand_in = next(Path(arg) for arg in args if Path(arg) in LOG_STAND_INS.values())
+        result = subprocess.run(
+            [sys.executable, "-c", "import windvane; windvane.main()", *args],
+            cwd=tmp_path,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, f"line {command.line}: {command.text}\n{result.stdout}{result.stderr}"
+        count = len(stand_in.read_text().splitlines())
+        assert f"{count:,} rows, 0 rejected" in result.stdout + result.stderr, (command.text, result.stdout)

@@ -1,6 +1,7 @@
 """The fluentd parser options of `windvane import` and `windvane tail`: ``--parser``, ``--expression``, ``--time-format``.
 
-A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``;
+A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``
+(or ``--parser NAME``, a shipped parser of :mod:`windvane.parsers`);
 ``--format TYPE`` with ``--expression`` / ``--time-format`` (TYPE defaults to
 regexp); ``--format TYPE`` alone, TYPE one of fluentd's parser names
 (:data:`FLUENTD_TYPES`: ``nginx``, ``syslog``, ... with fluentd's defaults)
@@ -55,9 +56,10 @@ _OPTIONS = (
     click.option(
         "--parser",
         "parser_path",
-        type=click.Path(exists=True, dir_okay=False, path_type=str),
-        help='A fluentd <parse> section as TOML (type = "regexp", expression = \'...\', time_format = "..."): '
-        "lines are parsed as fluentd's parser of that type does.",
+        metavar="FILE.toml|NAME",
+        help='A fluentd <parse> section as TOML (type = "regexp", expression = \'...\', time_format = "..."), '
+        "or the NAME of a shipped one (`windvane parsers` lists them): lines are parsed as fluentd's parser "
+        "of that type does.",
     ),
     click.option(
         "--expression",
@@ -105,7 +107,7 @@ def fluent_config(
                 raise BadInput(
                     "--parser holds the whole <parse> section: give no --format, --expression or --time-format"
                 )
-            config = ParseConfig.from_toml(parser_path)
+            config = ParseConfig.from_toml(parser_file(parser_path))
         elif inline:
             config = ParseConfig.from_mapping({"type": format_name or "regexp", **inline}, where="--format")
         elif format_name in {*FLUENTD_TYPES, *PARSERS} and not (
@@ -124,6 +126,22 @@ def fluent_config(
     except LogFormatError as exc:
         raise BadInput(str(exc)) from exc
     return config
+
+
+def parser_file(given: str) -> str:
+    """The TOML file ``--parser`` names: ``given`` if it is a file, else the shipped parser of that name."""
+    import os
+
+    from windvane import parsers
+
+    if os.path.isfile(given) or given.endswith(".toml") or os.sep in given:
+        if not os.path.isfile(given):
+            raise BadInput(f"--parser {given}: no such file")
+        return given
+    try:
+        return str(parsers.parser_path(given))
+    except parsers.ParserNotFound as exc:
+        raise BadInput(f"--parser {given}: not a file, and {exc} (`windvane parsers` lists them)") from None
 
 
 def _windvane_format(name: str, log_format: Callable[[str], Any]) -> bool:
