@@ -25,7 +25,17 @@ from typing import Any
 from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
-TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
+TIME_KEY_DEFAULTS = {
+    "regexp": "time",
+    "json": "time",
+    "msgpack": "time",
+    "ltsv": None,
+    "csv": None,
+    "tsv": None,
+    "syslog": "time",
+}
+#: The time_format of parser types that have one by default (fluentd's ``config_set_default``).
+TIME_FORMAT_DEFAULTS = {"syslog": "%b %d %H:%M:%S"}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
 
 
@@ -57,7 +67,7 @@ class ParseConfig:
     message_key: str = "message"
     message_format: str = "rfc3164"
     rfc5424_time_format: str | None = None
-    with_priority: bool = True
+    with_priority: bool = False
     support_colonless_ident: bool = True
     keys: tuple[str, ...] = ()
     delimiter: str | None = None
@@ -76,6 +86,7 @@ class ParseConfig:
             raise ParseConfigError("time_type is mixed but time_format and time_format_fallbacks is empty")
         if (
             self.time_format is None
+            and self.type not in TIME_FORMAT_DEFAULTS
             and (self.timezone or self.utc or not self.localtime)
             and self.time_type == "string"
         ):

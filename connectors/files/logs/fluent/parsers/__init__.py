@@ -14,6 +14,7 @@ from ...options import LogOptions
 from ..config import ParseConfig
 from .none import NoneParser
 from .regexp import RegexpParser
+from .syslog import SyslogParser
 
 
 class Parser(Protocol):
@@ -24,6 +25,6 @@ class Parser(Protocol):
     def parse(self, lines: Lines, options: LogOptions) -> Rows: ...
 
 
-PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser}
+PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser, "syslog": SyslogParser}
 
 __all__ = ["PARSERS", "Parser"]

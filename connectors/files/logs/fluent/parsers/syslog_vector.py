@@ -1,0 +1,110 @@
+"""fluentd's syslog parser over a whole column of lines at once, for the lines that take the common road.
+
+Each of :func:`expression` 's regular expressions is anchored at the line's
+start and reads, in one pass (:class:`..vector_regexp.VectorRegexp`, RE2
+over the Arrow array), exactly what :mod:`.syslog_lines` reads step by step
+from a line of that shape: the priority, the time cut at its spaces, then
+the fields. A line it does not match is not necessarily rejected: it may
+take a rarer road (a host longer than RFC 5424 allows, which fluentd's
+unanchored search reads further on; a ``]:`` tag without ``[``; a subsecond
+time), and goes to :func:`.syslog_lines.read_line`.
+
+The expressions are exact where they match: where a group could be read two
+ways, the alternatives exclude each other or come in fluentd's order (RE2
+prefers as Perl and Ruby do).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..vector_regexp import VectorRegexp
+from .syslog_lines import Rules
+
+_NEVER = None
+# RFC 5424's fields after the time, as fluentd's expression has them (the lookbehind "a ] not after \\" written
+# without one: an empty content or one ending in another character, tried in the same order)
+_BODY_5424 = (
+    r"(?P<host>[!-~]{1,255}) (?P<ident>[!-~]{1,48}) (?P<pid>[!-~]{1,128}) (?P<msgid>[!-~]{1,32})"
+    r" (?P<extradata>(?:-|(?:\[(?:|.*?[^\\])\])+))(?: (?P<message>.+))?\Z"
+)
+_BODY_3164 = r"(?P<host>[^ ]*) (?P<ident>[^ :\[]*)(?:\[(?P<pid>[0-9]+)\])?(?:[^:]*:)? *(?P<message>.*)$"
+# the string engine's tag word W (no spaces) after the host, by its shape; each alternative excludes the others
+_TAG_COLON = (
+    r"(?P<ident_a>[^ \[]*)\[(?P<pid_a>[^ ]*)\]: (?P<message_a>.*)",  # ident[pid]:
+    r"(?P<ident_b>(?:[^ ]*[^ \]])?): (?P<message_b>.*)",  # ident:
+)
+_TAG_COLONLESS = (
+    r"(?P<ident_c>[^ \[]*)\[(?P<pid_c>[^ ]*)\] (?P<message_c>.*)",  # ident[pid]
+    r"(?P<ident_d>(?:[^ ]*[^ \]:])?) (?P<message_d>.*)",  # ident
+)
+_TAG_NONE = (r"(?P<message_e>(?:[^ ]*[^ :])? .*)",)  # support_colonless_ident false: all is the message
+_TAG_LAST = r"(?P<message_f>[^ ]*)"  # no space after the host's word: no ident
+
+
+def _time(spaces: int) -> str:
+    """The time of the regexp engine: ``spaces`` words, each after a run of spaces (the first after any)."""
+    return r"(?P<time> *[^ ]+" + r"(?: +[^ ]+)" * (spaces - 1) + ") "
+
+
+def expression(rules: Rules, rfc5424: bool) -> str | None:
+    """The anchored expression of the common road for ``rules`` (None: every line takes the slow one)."""
+    if rules.regexp:
+        pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
+        if rfc5424:
+            pri = pri and pri + r"[0-9][0-9]{0,2}[ \t\n\v\f\r]"
+            return "(?s)^" + pri + _time(rules.spaces_5424) + _BODY_5424
+        return "^" + pri + _time(rules.spaces_3164) + _BODY_3164
+    if rfc5424:
+        if not rules.fixed_5424:
+            return _NEVER
+        pri = r"<(?P<pri>[0-9]{1,3})>[^ ]* " if rules.with_priority else ""
+        fields = r"(?P<host>[^ ]*) (?P<ident>[^ ]*) (?P<pid>[^ ]*) (?P<msgid>[^ ]*) "
+        extradata = r"(?:(?P<dash>-)(?:.(?P<message_a>.*))?|(?P<extradata_b>(?:[^-].*?)??\]) (?P<message_b>.*)"
+        return "^" + pri + r"(?P<time>[^ ]*) " + fields + extradata + r"|(?P<extradata_c>(?:[^-].*)?))$"
+    if not rules.fixed_3164:
+        return _NEVER
+    pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
+    tags = (*_TAG_COLON, *(_TAG_COLONLESS if rules.colonless else _TAG_NONE))
+    return "^" + pri + r"(?P<time>[\x00-\x7f]{15}) (?P<host>[^ ]*) (?:" + "|".join(tags) + "|" + _TAG_LAST + ")$"
+
+
+@dataclass
+class Cut:
+    """The common road's reading of some lines: text fields (``pri`` int64), the time texts, and the lines it
+    could not read (``slow``)."""
+
+    fields: dict[str, pa.Array]
+    time: pa.Array
+    slow: np.ndarray
+
+
+def _first(columns: dict[str, pa.Array], prefix: str) -> pa.Array | None:
+    found = [column for name, column in sorted(columns.items()) if re.fullmatch(prefix + r"(_[a-f])?", name)]
+    return pc.coalesce(*found) if found else None
+
+
+def cut(regexp: VectorRegexp, texts: pa.Array, rules: Rules) -> Cut:
+    """``texts`` read by ``regexp`` (one of :func:`expression`), as fluentd would."""
+    found = regexp.match(texts)
+    columns = found.columns
+    time = columns["time"]
+    if rules.regexp:
+        time = pc.replace_substring_regex(time, " +", " ")  # fluentd squeezes a time it found runs of spaces in
+    fields: dict[str, pa.Array] = {}
+    if "pri" in columns:
+        fields["pri"] = pc.cast(columns["pri"], pa.int64())
+    for name in ("host", "ident", "pid", "msgid", "extradata", "message"):
+        column = _first(columns, name)
+        if column is not None:
+            fields[name] = column
+    if "dash" in columns:  # the string engine's RFC 5424: "-", else the structured data without backslashes
+        fields["extradata"] = pc.coalesce(columns["dash"], pc.replace_substring(fields["extradata"], "\\", ""))
+    if "message" in fields:
+        fields["message"] = pc.replace_substring_regex(fields["message"], r"\r$", "")  # Ruby's chomp!
+    return Cut(fields, time, found.unmatched)
