@@ -45,7 +45,12 @@ _ARRAY_AS_JSON = (
     "types array: fluentd gives a list; windvane stores the list as JSON text, since a stream column cannot hold "
     "a list (windvane import refuses a list<string> column)"
 )
+_KEPT_TIME = (
+    "keep_time_key: fluentd keeps the time text as field 'time'; a windvane row's 'time' is its time column, so the "
+    "text is stored as 'time_text'"
+)
 KNOWN: dict[str, dict[int | str, str]] = {
+    "syslog-keep-time-key": dict.fromkeys((0, 1), _KEPT_TIME),
     "regexp-types-time-array": dict.fromkeys((0, 1, 2), _ARRAY_AS_JSON),
     "regexp-types": dict.fromkeys((0, 1, 2, 3), _ARRAY_AS_JSON),
 }
