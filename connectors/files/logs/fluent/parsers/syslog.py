@@ -52,6 +52,8 @@ FIELDS = {
 }
 FIELDS["auto"] = FIELDS["rfc5424"]
 _DETECT_5424 = "^<[0-9]{1,3}>[1-9]"
+_TIME = "\0time"  # the times of a part, among its fields meanwhile
+_Part = tuple[np.ndarray, dict[str, pa.Array], pa.Array]  # lines (their indexes), their fields, their time texts
 
 
 class SyslogParser:
@@ -93,19 +95,26 @@ class SyslogParser:
             kinds = pc.match_substring_regex(texts, _DETECT_5424).to_numpy(zero_copy_only=False)
         times = np.full(count, now, dtype=np.int64)
         faults: dict[int, str] = {}
-        parts: list[tuple[np.ndarray, dict[str, pa.Array], pa.Array]] = []
+        parts: list[_Part] = []
         for kind in (False, True):
             rows = np.flatnonzero(kinds == kind)
-            if not len(rows):
-                continue
-            fields, time, local = self._read(texts.take(pa.array(rows)), bool(kind))
-            found, bad = self._times(time, bool(kind), now)
-            times[rows] = np.where(bad, now, found)
-            add_faults(local, bad, lambda i, time=time: f"{INVALID}invalid time format: value = {time[i].as_py()}")
-            add_faults(local, pc.is_null(fields["host"]).to_numpy(zero_copy_only=False), PATTERN_NOT_MATCHED)
-            faults.update({int(rows[i]): reason for i, reason in local.items()})
-            parts.append((rows, fields, time))
-        return Rows(self._columns(parts, count, times), faults)
+            if len(rows):
+                fields, time, local = self._part(texts.take(pa.array(rows)), bool(kind), now)
+                times[rows] = fields.pop(_TIME).to_numpy(zero_copy_only=False)
+                faults.update({int(rows[i]): reason for i, reason in local.items()})
+                parts.append((rows, fields, time))
+        return Rows(self._columns(parts, times), faults)
+
+    def _part(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
+        """Lines of one protocol: their fields (and times, under ``_TIME``), time texts and faults, in fluentd's
+        order of reasons: rejected before the time, then a time that is none, then an expression not matched."""
+        fields, time, faults = self._read(texts, rfc5424)
+        found, bad = self._times(time, rfc5424, now)
+        shown = time.to_pylist() if bad.any() else []
+        add_faults(faults, bad, lambda i: f"{INVALID}invalid time format: value = {shown[i]}")
+        add_faults(faults, pc.is_null(fields["host"]).to_numpy(zero_copy_only=False), PATTERN_NOT_MATCHED)
+        fields[_TIME] = pa.array(np.where(bad, now, found), pa.int64())
+        return fields, time, faults
 
     def _read(self, texts: pa.Array, rfc5424: bool) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
         """The fields and time texts of lines of one protocol, and the lines rejected before their time is read."""
@@ -146,7 +155,7 @@ class SyslogParser:
                 bad[again[~still]] = False
         return times, bad | ~texts.is_valid().to_numpy(zero_copy_only=False)
 
-    def _columns(self, parts: list, count: int, times: np.ndarray) -> dict[str, pa.Array]:
+    def _columns(self, parts: list[_Part], times: np.ndarray) -> dict[str, pa.Array]:
         """One column per field over all lines (the protocols' parts put back in line order)."""
         order = np.concatenate([rows for rows, _, _ in parts]) if parts else np.zeros(0, np.int64)
         back = pa.array(np.argsort(order, kind="stable"))
@@ -178,9 +187,11 @@ def _type(name: str) -> pa.DataType:
     return pa.int64() if name == "pri" else pa.large_string()
 
 
-def _texts(values: list) -> pa.Array:
+def _texts(values: list[bytes | int | None]) -> pa.Array:
     """Byte strings as text (bytes that are not UTF-8, where fluentd cut a character, written ``\\xHH``)."""
-    return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in values], pa.large_string())
+    return pa.array(
+        [v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else None for v in values], pa.large_string()
+    )
 
 
 def _joined(pieces: list[pa.Array], kind: pa.DataType) -> pa.Array:

@@ -37,6 +37,10 @@ NAMES_3164 = ("host", "ident", "pid", "message")
 NAMES_5424 = ("host", "ident", "pid", "msgid", "extradata", "message")
 
 
+#: The fields of one line: bytes as cut from it, ``pri`` an int.
+Fields = dict[str, bytes | int | None]
+
+
 class Rejected(Exception):
     """fluentd drops the line: ``reason`` is in_tail's (``pattern not matched`` or ``invalid line found: ...``)."""
 
@@ -54,7 +58,7 @@ class Line:
     """
 
     time: bytes | None
-    fields: dict[str, bytes | int | None] | None = field(default_factory=dict)
+    fields: Fields | None = field(default_factory=dict)
     rfc5424: bool = False
     reason: str | None = None
 
@@ -125,11 +129,11 @@ def _squeezed(text: bytes) -> bytes:
     return re.sub(rb" +", b" ", text)
 
 
-def _regexp_fields(pattern: re.Pattern[bytes], names: tuple[str, ...], text: bytes, start: int) -> dict | None:
+def _regexp_fields(pattern: re.Pattern[bytes], names: tuple[str, ...], text: bytes, start: int) -> Fields | None:
     found = pattern.search(text, start)
     if found is None:
         return None
-    fields: dict[str, bytes | int | None] = {name: found[name] for name in names if found[name] is not None}
+    fields: Fields = {name: found[name] for name in names if found[name] is not None}
     if "message" in fields:
         fields["message"] = _chomp(fields["message"])  # type: ignore[arg-type]
     return fields
@@ -207,7 +211,7 @@ def _rfc3164_string(text: bytes, rules: Rules) -> Line:
     i = _find(text, b" ", cursor)
     if i is None:
         raise Rejected(PATTERN_NOT_MATCHED)
-    fields: dict[str, bytes | int | None] = {"host": text[cursor:i]}
+    fields: Fields = {"host": text[cursor:i]}
     if pri is not None:
         fields["pri"] = pri
     cursor = i + 1
@@ -215,7 +219,7 @@ def _rfc3164_string(text: bytes, rules: Rules) -> Line:
     return Line(time, fields)
 
 
-def _rfc3164_tag(text: bytes, cursor: int, fields: dict, colonless: bool) -> bytes:
+def _rfc3164_tag(text: bytes, cursor: int, fields: Fields, colonless: bool) -> bytes:
     """The ident and pid the string engine finds after the host (into ``fields``), and the message."""
     i = _find(text, b" ", cursor)
     if i is None:
@@ -235,7 +239,7 @@ def _rfc3164_tag(text: bytes, cursor: int, fields: dict, colonless: bool) -> byt
     return text[i + 1 :]
 
 
-def _ident_pid(text: bytes, cursor: int, i: int, tail: int, fields: dict) -> None:
+def _ident_pid(text: bytes, cursor: int, i: int, tail: int, fields: Fields) -> None:
     left = _find(text, b"[", cursor)
     if left is None:
         raise Rejected(INVALID + _NIL.format("-"))
@@ -258,7 +262,7 @@ def _rfc5424_string(text: bytes, rules: Rules) -> Line:
         time, cursor = text[cursor:i], i + 1
     else:
         time, cursor = _string_time(text, cursor, rules.spaces_5424)
-    fields: dict[str, bytes | int | None] = {}
+    fields: Fields = {}
     for name in ("host", "ident", "pid", "msgid"):
         i = _find(text, b" ", cursor)
         if i is None:
