@@ -99,7 +99,8 @@ class SyslogParser:
         for kind in (False, True):
             rows = np.flatnonzero(kinds == kind)
             if len(rows):
-                fields, time, local = self._part(texts.take(pa.array(rows)), bool(kind), now)
+                some = texts if len(rows) == count else texts.take(pa.array(rows))
+                fields, time, local = self._part(some, bool(kind), now)
                 times[rows] = fields.pop(_TIME).to_numpy(zero_copy_only=False)
                 faults.update({int(rows[i]): reason for i, reason in local.items()})
                 parts.append((rows, fields, time))
@@ -158,14 +159,14 @@ class SyslogParser:
     def _columns(self, parts: list[_Part], times: np.ndarray) -> dict[str, pa.Array]:
         """One column per field over all lines (the protocols' parts put back in line order)."""
         order = np.concatenate([rows for rows, _, _ in parts]) if parts else np.zeros(0, np.int64)
-        back = pa.array(np.argsort(order, kind="stable"))
+        back = None if len(parts) < 2 else pa.array(np.argsort(order, kind="stable"))
         names = (*(("pri",) if self.rules.with_priority else ()), *self.names)
         columns: dict[str, pa.Array] = {"time": pa.array(times, pa.int64())}
         for name in names:
             pieces = [fields.get(name, pa.nulls(len(rows), _type(name))) for rows, fields, _ in parts]
-            columns[name] = _joined(pieces, _type(name)).take(back)
+            columns[name] = _joined(pieces, _type(name), back)
         if self.config.keep_time_key:
-            columns[KEPT_TIME] = _joined([time for _, _, time in parts], pa.large_string()).take(back)
+            columns[KEPT_TIME] = _joined([time for _, _, time in parts], pa.large_string(), back)
         return columns
 
 
@@ -194,5 +195,9 @@ def _texts(values: list[bytes | int | None]) -> pa.Array:
     )
 
 
-def _joined(pieces: list[pa.Array], kind: pa.DataType) -> pa.Array:
-    return pa.concat_arrays([p.cast(kind) for p in pieces]) if pieces else pa.nulls(0, kind)
+def _joined(pieces: list[pa.Array], kind: pa.DataType, back: pa.Array | None) -> pa.Array:
+    """``pieces`` end to end, then in line order (``back``: where each line's value is; None: they are)."""
+    if not pieces:
+        return pa.nulls(0, kind)
+    joined = pa.concat_arrays([p.cast(kind) for p in pieces]) if len(pieces) > 1 else pieces[0].cast(kind)
+    return joined if back is None else joined.take(back)
