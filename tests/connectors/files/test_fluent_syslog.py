@@ -218,3 +218,7 @@ def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, pr
     assert a.faults == b.faults
     assert {k: v.to_pylist() for k, v in a.columns.items()} == {k: v.to_pylist() for k, v in b.columns.items()}
     assert len(lines) - len(a.faults) > 5  # not all rejected
+
+
+def test_parser_engine_is_fluentds_name_for_parser_type() -> None:
+    assert ParseConfig.from_mapping({"type": "syslog", "parser_engine": "string"}).parser_type == "string"

@@ -105,6 +105,8 @@ class ParseConfig:
         doc = dict(doc)
         if "@type" in doc:
             doc["type"] = doc.pop("@type")
+        if "parser_engine" in doc:  # the syslog parser's option; parser_type is its alias
+            doc["parser_type"] = doc.pop("parser_engine")
         numbered = sorted((k for k in doc if k.startswith("format") and k[6:].isdigit()), key=lambda k: int(k[6:]))
         if numbered:
             doc["formats"] = [doc.pop(k) for k in numbered]
