@@ -213,10 +213,13 @@ def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, pr
     lines, _ = split_lines("".join(line + "\n" for line in _odd_lines(3000)).encode(), now=NOW, keep_blank=True)
     fast = SyslogParser(config)
     slow = SyslogParser(config)
-    slow.regexps = {False: None, True: None}
+    slow.regexps = slow.stamps = {False: None, True: None}
     a, b = fast.parse(lines, LogOptions(now=NOW)), slow.parse(lines, LogOptions(now=NOW))
     assert a.faults == b.faults
-    assert {k: v.to_pylist() for k, v in a.columns.items()} == {k: v.to_pylist() for k, v in b.columns.items()}
+    kept = [i for i in range(len(lines)) if i not in a.faults]  # a rejected line's values are no one's
+    assert {k: [v[i] for i in kept] for k, v in a.columns.items()} == {
+        k: [v[i] for i in kept] for k, v in b.columns.items()
+    }
     assert len(lines) - len(a.faults) > 5  # not all rejected
 
 

@@ -39,7 +39,7 @@ from ..records import KEPT_TIME, PATTERN_NOT_MATCHED
 from ..timefmt import TimeParser
 from ..vector_regexp import VectorRegexp
 from .syslog_lines import INVALID, Rules, read_line
-from .syslog_vector import cut, expression
+from .syslog_vector import cut, expression, squeezed, time_expression
 
 TIME_3164 = "%b %d %H:%M:%S"
 TIME_5424 = "%Y-%m-%dT%H:%M:%S.%L%z"
@@ -83,6 +83,10 @@ class SyslogParser:
         self.times = {False: [_time_parser(config, time_3164)], True: [_time_parser(config, time_5424)]}
         self.times[True].append(_time_parser(config, TIME_5424_WHOLE))
         self.regexps = {kind: _regexp(self.rules, kind) for kind in (False, True)}
+        self.stamps: dict[bool, VectorRegexp | None] = {
+            kind: VectorRegexp(time_expression(self.rules, kind)) if self.rules.regexp else None
+            for kind in (False, True)
+        }
         self.names = FIELDS[fmt]
 
     def parse(self, lines: Lines, options: LogOptions) -> Rows:
@@ -109,7 +113,7 @@ class SyslogParser:
     def _part(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
         """Lines of one protocol: their fields (and times, under ``_TIME``), time texts and faults, in fluentd's
         order of reasons: rejected before the time, then a time that is none, then an expression not matched."""
-        fields, time, faults = self._read(texts, rfc5424)
+        fields, time, faults = self._read(texts, rfc5424, now)
         found, bad = self._times(time, rfc5424, now)
         shown = time.to_pylist() if bad.any() else []
         add_faults(faults, bad, lambda i: f"{INVALID}invalid time format: value = {shown[i]}")
@@ -117,7 +121,7 @@ class SyslogParser:
         fields[_TIME] = pa.array(np.where(bad, now, found), pa.int64())
         return fields, time, faults
 
-    def _read(self, texts: pa.Array, rfc5424: bool) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
+    def _read(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
         """The fields and time texts of lines of one protocol, and the lines rejected before their time is read."""
         names = (*(("pri",) if self.rules.with_priority else ()), *FIELDS["rfc5424" if rfc5424 else "rfc3164"])
         regexp = self.regexps[rfc5424]
@@ -129,6 +133,9 @@ class SyslogParser:
             common = cut(regexp, texts, self.rules)
             slow, time = common.slow, common.time
             fields = {name: common.fields.get(name, pa.nulls(len(texts), _type(name))) for name in names}
+        stamps = self.stamps[rfc5424]
+        if stamps is not None and slow.any():
+            slow, time = self._time_first(stamps, texts, slow, time, rfc5424, now)
         reasons: dict[int, str] = {}
         index = np.flatnonzero(slow)
         if len(index):
@@ -142,6 +149,22 @@ class SyslogParser:
                     fields[name], mask, pa.array(values, pa.int64()) if name == "pri" else _texts(values)
                 )
         return fields, time, reasons
+
+    def _time_first(
+        self, stamps: VectorRegexp, texts: pa.Array, slow: np.ndarray, time: pa.Array, rfc5424: bool, now: int
+    ) -> tuple[np.ndarray, pa.Array]:
+        """The regexp engine reads the time before the fields: of the lines for the slow road, those whose time
+        is none are rejected for it (their time texts put in ``time``) without going further."""
+        index = np.flatnonzero(slow)
+        found = stamps.match(texts.take(pa.array(index)))
+        shown = squeezed(found.columns["time"])
+        _, bad = self._times(shown, rfc5424, now)
+        bad &= ~found.unmatched
+        if not bad.any():
+            return slow, time
+        known = np.zeros(len(texts), dtype=bool)
+        known[index[bad]] = True
+        return slow & ~known, pc.replace_with_mask(time, pa.array(known), shown.filter(pa.array(bad)))
 
     def _times(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[np.ndarray, np.ndarray]:
         """The times of ``texts`` and the mask of those that are none (fluentd: invalid time format); RFC 5424's

@@ -55,14 +55,19 @@ def _time(spaces: int) -> str:
     return r"(?P<time> *[^ ]+" + r"(?: +[^ ]+)" * (spaces - 1) + ") "
 
 
+def time_expression(rules: Rules, rfc5424: bool) -> str:
+    """The regexp engine's priority and time, anchored (it reads them before the fields)."""
+    pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
+    if rfc5424:
+        pri = pri and pri + r"[0-9][0-9]{0,2}[ \t\n\v\f\r]"
+        return "(?s)^" + pri + _time(rules.spaces_5424)
+    return "^" + pri + _time(rules.spaces_3164)
+
+
 def expression(rules: Rules, rfc5424: bool) -> str | None:
     """The anchored expression of the common road for ``rules`` (None: every line takes the slow one)."""
     if rules.regexp:
-        pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
-        if rfc5424:
-            pri = pri and pri + r"[0-9][0-9]{0,2}[ \t\n\v\f\r]"
-            return "(?s)^" + pri + _time(rules.spaces_5424) + _BODY_5424
-        return "^" + pri + _time(rules.spaces_3164) + _BODY_3164
+        return time_expression(rules, rfc5424) + (_BODY_5424 if rfc5424 else _BODY_3164)
     if rfc5424:
         if not rules.fixed_5424:
             return _NEVER
@@ -92,13 +97,21 @@ def _first(columns: dict[str, pa.Array], prefix: str) -> pa.Array | None:
     return pc.coalesce(*found) if found else None
 
 
+def squeezed(times: pa.Array) -> pa.Array:
+    """The regexp engine's time texts with their runs of spaces made one (fluentd squeezes the ones it found runs
+    in; squeezing the others changes nothing)."""
+    if pc.any(pc.match_substring(times, "  ")).as_py():
+        return pc.replace_substring_regex(times, " +", " ")
+    return times
+
+
 def cut(regexp: VectorRegexp, texts: pa.Array, rules: Rules) -> Cut:
     """``texts`` read by ``regexp`` (one of :func:`expression`), as fluentd would."""
     found = regexp.match(texts)
     columns = found.columns
     time = columns["time"]
-    if rules.regexp and pc.any(pc.match_substring(time, "  ")).as_py():
-        time = pc.replace_substring_regex(time, " +", " ")  # fluentd squeezes a time it found runs of spaces in
+    if rules.regexp:
+        time = squeezed(time)
     fields: dict[str, pa.Array] = {}
     if "pri" in columns:
         fields["pri"] = pc.cast(columns["pri"], pa.int64())
