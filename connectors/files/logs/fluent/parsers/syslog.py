@@ -52,7 +52,6 @@ FIELDS = {
 }
 FIELDS["auto"] = FIELDS["rfc5424"]
 _DETECT_5424 = "^<[0-9]{1,3}>[1-9]"
-_TIME = "\0time"  # the times of a part, among its fields meanwhile
 _Part = tuple[np.ndarray, dict[str, pa.Array], pa.Array]  # lines (their indexes), their fields, their time texts
 
 
@@ -104,22 +103,22 @@ class SyslogParser:
             rows = np.flatnonzero(kinds == kind)
             if len(rows):
                 some = texts if len(rows) == count else texts.take(pa.array(rows))
-                fields, time, local = self._part(some, bool(kind), now)
-                times[rows] = fields.pop(_TIME).to_numpy(zero_copy_only=False)
+                fields, time, times[rows], local = self._part(some, bool(kind), now)
                 faults.update({int(rows[i]): reason for i, reason in local.items()})
                 parts.append((rows, fields, time))
         return Rows(self._columns(parts, times), faults)
 
-    def _part(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
-        """Lines of one protocol: their fields (and times, under ``_TIME``), time texts and faults, in fluentd's
-        order of reasons: rejected before the time, then a time that is none, then an expression not matched."""
+    def _part(
+        self, texts: pa.Array, rfc5424: bool, now: int
+    ) -> tuple[dict[str, pa.Array], pa.Array, np.ndarray, dict[int, str]]:
+        """Lines of one protocol: their fields, time texts, times (ns) and faults, in fluentd's order of reasons:
+        rejected before the time is read, then a time that is none, then an expression not matched."""
         fields, time, faults = self._read(texts, rfc5424, now)
         found, bad = self._times(time, rfc5424, now)
         shown = time.to_pylist() if bad.any() else []
         add_faults(faults, bad, lambda i: f"{INVALID}invalid time format: value = {shown[i]}")
         add_faults(faults, pc.is_null(fields["host"]).to_numpy(zero_copy_only=False), PATTERN_NOT_MATCHED)
-        fields[_TIME] = pa.array(np.where(bad, now, found), pa.int64())
-        return fields, time, faults
+        return fields, time, np.where(bad, now, found), faults
 
     def _read(self, texts: pa.Array, rfc5424: bool, now: int) -> tuple[dict[str, pa.Array], pa.Array, dict[int, str]]:
         """The fields and time texts of lines of one protocol, and the lines rejected before their time is read."""
