@@ -51,6 +51,10 @@ _KEPT_TIME = (
 )
 KNOWN: dict[str, dict[int | str, str]] = {
     "syslog-keep-time-key": dict.fromkeys((0, 1), _KEPT_TIME),
+    "syslog-not-utf8": {
+        0: "a line that is not UTF-8 cannot be a text column: windvane rejects it (with the byte at fault) before any "
+        "parser, where fluentd keeps its bytes"
+    },
     "regexp-types-time-array": dict.fromkeys((0, 1, 2), _ARRAY_AS_JSON),
     "regexp-types": dict.fromkeys((0, 1, 2, 3), _ARRAY_AS_JSON),
 }
