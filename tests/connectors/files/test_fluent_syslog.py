@@ -202,13 +202,15 @@ def _odd_lines(count: int) -> list[str]:
 @pytest.mark.parametrize("message_format", ["rfc3164", "rfc5424", "auto"])
 @pytest.mark.parametrize("priority", [False, True])
 @pytest.mark.parametrize("colonless", [True, False])
-def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, priority, colonless) -> None:
+@pytest.mark.parametrize("formats", [{}, {"time_format": "%b  %d %H:%M:%S", "rfc5424_time_format": "%Y-%m-%d %H"}])
+def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, priority, colonless, formats) -> None:
     config = ParseConfig(
         "syslog",
         parser_type=engine,
         message_format=message_format,
         with_priority=priority,
         support_colonless_ident=colonless,
+        **formats,
     )
     lines, _ = split_lines("".join(line + "\n" for line in _odd_lines(3000)).encode(), now=NOW, keep_blank=True)
     fast = SyslogParser(config)
@@ -220,7 +222,7 @@ def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, pr
     assert {k: [v[i] for i in kept] for k, v in a.columns.items()} == {
         k: [v[i] for i in kept] for k, v in b.columns.items()
     }
-    assert len(lines) - len(a.faults) > 5  # not all rejected
+    assert formats or len(lines) - len(a.faults) > 5  # not all rejected (the lines are in the default formats)
 
 
 def test_parser_engine_is_fluentds_name_for_parser_type() -> None:

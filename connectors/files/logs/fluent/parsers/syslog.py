@@ -81,7 +81,9 @@ class SyslogParser:
         )
         self.times = {False: [_time_parser(config, time_3164)], True: [_time_parser(config, time_5424)]}
         self.times[True].append(_time_parser(config, TIME_5424_WHOLE))
-        self.regexps = {kind: _regexp(self.rules, kind) for kind in (False, True)}
+        self.regexps: dict[bool, VectorRegexp | None] = {
+            kind: VectorRegexp(expression(self.rules, kind)) for kind in (False, True)
+        }
         self.stamps: dict[bool, VectorRegexp | None] = {
             kind: VectorRegexp(time_expression(self.rules, kind)) if self.rules.regexp else None
             for kind in (False, True)
@@ -199,11 +201,6 @@ def _space_count(time_format: str) -> int:
 
 def _time_parser(config: ParseConfig, time_format: str) -> TimeParser:
     return TimeParser(config.replace(time_format=time_format))
-
-
-def _regexp(rules: Rules, rfc5424: bool) -> VectorRegexp | None:
-    pattern = expression(rules, rfc5424)
-    return None if pattern is None else VectorRegexp(pattern)
 
 
 def _type(name: str) -> pa.DataType:

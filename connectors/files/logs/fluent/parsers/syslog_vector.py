@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 from ..vector_regexp import VectorRegexp
 from .syslog_lines import Rules
 
-_NEVER = None
 # RFC 5424's fields after the time, as fluentd's expression has them (the lookbehind "a ] not after \\" written
 # without one: an empty content or one ending in another character, tried in the same order), but for the
 # lengths of the first four (counted repeats make RE2 three times slower): :data:`LIMITS` are checked after
@@ -64,22 +63,26 @@ def time_expression(rules: Rules, rfc5424: bool) -> str:
     return "^" + pri + _time(rules.spaces_3164)
 
 
-def expression(rules: Rules, rfc5424: bool) -> str | None:
-    """The anchored expression of the common road for ``rules`` (None: every line takes the slow one)."""
+def _words(spaces: int) -> str:
+    """The string engine's time in a format other than the default: ``spaces`` words, single spaces between
+    (runs of spaces make fluentd's code fail: those lines take the slow road)."""
+    return r"(?P<time>[^ ]+" + r"(?: [^ ]+)" * (spaces - 1) + ") "
+
+
+def expression(rules: Rules, rfc5424: bool) -> str:
+    """The anchored expression of the common road for ``rules``."""
     if rules.regexp:
         return time_expression(rules, rfc5424) + (_BODY_5424 if rfc5424 else _BODY_3164)
     if rfc5424:
-        if not rules.fixed_5424:
-            return _NEVER
         pri = r"<(?P<pri>[0-9]{1,3})>[^ ]* " if rules.with_priority else ""
+        time = r"(?P<time>[^ ]*) " if rules.fixed_5424 else _words(rules.spaces_5424)
         fields = r"(?P<host>[^ ]*) (?P<ident>[^ ]*) (?P<pid>[^ ]*) (?P<msgid>[^ ]*) "
         extradata = r"(?:(?P<dash>-)(?:.(?P<message_a>.*))?|(?P<extradata_b>(?:[^-].*?)??\]) (?P<message_b>.*)"
-        return "^" + pri + r"(?P<time>[^ ]*) " + fields + extradata + r"|(?P<extradata_c>(?:[^-].*)?))$"
-    if not rules.fixed_3164:
-        return _NEVER
+        return "^" + pri + time + fields + extradata + r"|(?P<extradata_c>(?:[^-].*)?))$"
     pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
+    time = r"(?P<time>[\x00-\x7f]{15}) " if rules.fixed_3164 else _words(rules.spaces_3164)
     tags = (*_TAG_COLON, *(_TAG_COLONLESS if rules.colonless else _TAG_NONE))
-    return "^" + pri + r"(?P<time>[\x00-\x7f]{15}) (?P<host>[^ ]*) (?:" + "|".join(tags) + "|" + _TAG_LAST + ")$"
+    return "^" + pri + time + r"(?P<host>[^ ]*) (?:" + "|".join(tags) + "|" + _TAG_LAST + ")$"
 
 
 @dataclass
