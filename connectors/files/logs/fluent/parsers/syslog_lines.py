@@ -54,12 +54,11 @@ class Line:
     """What fluentd read of one line: its time text (unread), the fields, or why it is dropped.
 
     ``fields`` None: the expression did not match (the regexp engine reads the time first, so a bad time
-    is the reason then). ``rfc5424``: which protocol's time format applies.
+    is the reason then).
     """
 
     time: bytes | None
     fields: Fields | None = field(default_factory=dict)
-    rfc5424: bool = False
     reason: str | None = None
 
 
@@ -84,7 +83,7 @@ def read_line(text: bytes, rules: Rules, rfc5424: bool) -> Line:
             return _rfc5424_regexp(text, rules) if rfc5424 else _rfc3164_regexp(text, rules)
         return _rfc5424_string(text, rules) if rfc5424 else _rfc3164_string(text, rules)
     except Rejected as exc:
-        return Line(None, None, rfc5424, exc.reason)
+        return Line(None, None, exc.reason)
 
 
 def _at(text: bytes, i: int) -> int | None:
@@ -166,7 +165,7 @@ def _rfc5424_regexp(text: bytes, rules: Rules) -> Line:
     fields = _regexp_fields(BODY_5424, NAMES_5424, text, i + 1)
     if fields is not None and pri is not None:
         fields["pri"] = pri
-    return Line(time, fields, True)
+    return Line(time, fields)
 
 
 def _string_priority(text: bytes) -> tuple[int, int]:
@@ -278,4 +277,4 @@ def _rfc5424_string(text: bytes, rules: Rules) -> Line:
         fields["extradata"], cursor = text[cursor:end].replace(b"\\", b""), end
     if cursor != len(text):
         fields["message"] = _chomp(text[cursor + 1 :])
-    return Line(time, fields, True)
+    return Line(time, fields)
