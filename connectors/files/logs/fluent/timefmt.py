@@ -16,7 +16,9 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
   when ``utc`` is true or ``localtime`` false, else this machine's zone (a time
   the daylight-saving change skips or repeats read as fluentd's Ruby reads it:
-  :mod:`.walltime`);
+  :mod:`.walltime`); a format without a year read in ``timezone`` or UTC is
+  shifted by the machine's offset now, not then, as fluentd's strptime gem
+  does (a summer time read in winter is an hour off: :func:`_yearless`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
 - fields the format lacks default to the current year (on the machine's local clock), January, the 1st, 00:00:00; a
