@@ -11,7 +11,9 @@ time), and goes to :func:`.syslog_lines.read_line`.
 
 The expressions are exact where they match: where a group could be read two
 ways, the alternatives exclude each other or come in fluentd's order (RE2
-prefers as Perl and Ruby do).
+prefers as Perl and Ruby do). A field that is the rest of the line is only
+marked where it starts (:data:`RESTS`). Without RE2 every line takes the
+slow road.
 """
 
 from __future__ import annotations
@@ -36,20 +38,21 @@ _BODY_5424 = (
 #: fluentd's longest RFC 5424 fields: a line with a longer one takes the slow road (fluentd searches on in it).
 LIMITS = {"host": 255, "ident": 48, "pid": 128, "msgid": 32}
 _BODY_3164 = r"(?P<host>[^ ]*) (?P<ident>[^ :\[]*)(?:\[(?P<pid>[0-9]+)\])?(?:[^:]*:)? *(?P<message>)"
-# In both, the message (fluentd's ".*$", " (.+)" then "\z": the rest of the line, always there) is only marked
-# where it starts: RE2 then stops there instead of reading the rest (twice as fast), and the message is cut
-# from the line by position (:func:`_rest`).
 # the string engine's tag word W (no spaces) after the host, by its shape; each alternative excludes the others
 _TAG_COLON = (
-    r"(?P<ident_a>[^ \[]*)\[(?P<pid_a>[^ ]*)\]: (?P<message_a>.*)",  # ident[pid]:
-    r"(?P<ident_b>(?:[^ ]*[^ \]])?): (?P<message_b>.*)",  # ident:
+    r"(?P<ident_a>[^ \[]*)\[(?P<pid_a>[^ ]*)\]: (?P<message_a>)",  # ident[pid]:
+    r"(?P<ident_b>(?:[^ ]*[^ \]])?): (?P<message_b>)",  # ident:
 )
 _TAG_COLONLESS = (
-    r"(?P<ident_c>[^ \[]*)\[(?P<pid_c>[^ ]*)\] (?P<message_c>.*)",  # ident[pid]
-    r"(?P<ident_d>(?:[^ ]*[^ \]:])?) (?P<message_d>.*)",  # ident
+    r"(?P<ident_c>[^ \[]*)\[(?P<pid_c>[^ ]*)\] (?P<message_c>)",  # ident[pid]
+    r"(?P<ident_d>(?:[^ ]*[^ \]:])?) (?P<message_d>)",  # ident
 )
-_TAG_NONE = (r"(?P<message_e>(?:[^ ]*[^ :])? .*)",)  # support_colonless_ident false: all is the message
-_TAG_LAST = r"(?P<message_f>[^ ]*)"  # no space after the host's word: no ident
+_TAG_NONE = (r"(?P<message_e>)(?:[^ ]*[^ :])? ",)  # support_colonless_ident false: all is the message
+_TAG_LAST = r"(?P<message_f>)[^ ]*$"  # no space after the host's word: no ident
+#: The groups that mark where a field that is the rest of the line starts (fluentd's ".*$", or " (.+)" then
+#: "\z", always there once the line has come so far): RE2 stops there instead of reading the rest (twice as
+#: fast), and the field is cut from the line by position (:func:`_rest`).
+RESTS = re.compile(r"message(_[a-f])?|extradata_c")
 
 
 def _time(spaces: int) -> str:
@@ -80,12 +83,12 @@ def expression(rules: Rules, rfc5424: bool) -> str:
         pri = r"<(?P<pri>[0-9]{1,3})>[^ ]* " if rules.with_priority else ""
         time = r"(?P<time>[^ ]*) " if rules.fixed_5424 else _words(rules.spaces_5424)
         fields = r"(?P<host>[^ ]*) (?P<ident>[^ ]*) (?P<pid>[^ ]*) (?P<msgid>[^ ]*) "
-        extradata = r"(?:(?P<dash>-)(?:.(?P<message_a>.*))?|(?P<extradata_b>(?:[^-].*?)??\]) (?P<message_b>.*)"
-        return "^" + pri + time + fields + extradata + r"|(?P<extradata_c>(?:[^-].*)?))$"
+        extradata = r"(?:(?P<dash>-)(?:.(?P<message_a>)|$)|(?P<extradata_b>(?:[^-].*?)??\]) (?P<message_b>)"
+        return "^" + pri + time + fields + extradata + r"|(?P<extradata_c>)(?:[^-]|$))"
     pri = r"<(?P<pri>[0-9]{1,3})>" if rules.with_priority else ""
     time = r"(?P<time>[\x00-\x7f]{15}) " if rules.fixed_3164 else _words(rules.spaces_3164)
     tags = (*_TAG_COLON, *(_TAG_COLONLESS if rules.colonless else _TAG_NONE))
-    return "^" + pri + time + r"(?P<host>[^ ]*) (?:" + "|".join(tags) + "|" + _TAG_LAST + ")$"
+    return "^" + pri + time + r"(?P<host>[^ ]*) (?:" + "|".join(tags) + "|" + _TAG_LAST + ")"
 
 
 @dataclass
@@ -113,17 +116,12 @@ def squeezed(times: pa.Array) -> pa.Array:
 
 def cut(regexp: VectorRegexp, texts: pa.Array, rules: Rules) -> Cut:
     """``texts`` read by ``regexp`` (one of :func:`expression`), as fluentd would."""
-    if rules.regexp:
-        found = regexp.spans(texts)
-        if found is None:  # no RE2 here: every line takes the slow road
-            return Cut({}, pa.nulls(len(texts), pa.large_string()), np.ones(len(texts), dtype=bool))
-        spans = {found.type.field(k).name: column for k, column in enumerate(found.flatten())}
-        columns = {name: substrings(texts, span) for name, span in spans.items() if name != "message"}
-        columns["message"] = _rest(texts, spans["message"])
-        unmatched = ~found.is_valid().to_numpy(zero_copy_only=False)
-    else:
-        matches = regexp.match(texts)
-        columns, unmatched = matches.columns, matches.unmatched
+    found = regexp.spans(texts)
+    if found is None:  # no RE2 here: every line takes the slow road
+        return Cut({}, pa.nulls(len(texts), pa.large_string()), np.ones(len(texts), dtype=bool))
+    spans = {found.type.field(k).name: column for k, column in enumerate(found.flatten())}
+    columns = {name: (_rest if RESTS.fullmatch(name) else substrings)(texts, span) for name, span in spans.items()}
+    unmatched = ~found.is_valid().to_numpy(zero_copy_only=False)
     time = squeezed(columns["time"]) if rules.regexp else columns["time"]
     fields: dict[str, pa.Array] = {}
     if "pri" in columns:
