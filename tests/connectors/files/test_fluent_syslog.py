@@ -227,3 +227,31 @@ def test_the_column_road_reads_as_the_line_road(zone, engine, message_format, pr
 
 def test_parser_engine_is_fluentds_name_for_parser_type() -> None:
     assert ParseConfig.from_mapping({"type": "syslog", "parser_engine": "string"}).parser_type == "string"
+
+
+def test_windvane_import_stores_rfc5424_lines_read_as_fluentd(sqlite_url, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from windvane import arrays
+    from windvane.cli import cli
+
+    log = tmp_path / "app.log"
+    log.write_text(
+        '<165>1 2003-10-11T22:14:15.003Z h app 1 ID [a@1 x="y"] café\n'
+        "<16>1 2003-10-11T22:14:16Z h app - - -\n"
+        "not syslog\n"
+    )
+    parser = tmp_path / "syslog.toml"
+    parser.write_text("type = 'syslog'\nmessage_format = 'rfc5424'\nwith_priority = true\n")
+    result = CliRunner().invoke(cli, ["import", str(log), "--store", sqlite_url, "--tag", "t", "--parser", str(parser)])
+    assert result.exit_code == 3, result.output  # a line was quarantined
+    with arrays.open_stream(sqlite_url, "t") as stream:
+        rows = stream.to_pandas().reset_index().to_dict("records")
+    assert [(r["pri"], r["pid"], r["extradata"], r["message"]) for r in rows][0] == (165, "1", '[a@1 x="y"]', "café")
+    assert rows[1]["pid"] == "-" and not rows[1]["message"]  # no message (the stream's text column holds it empty)
+    assert [r["time"].value if hasattr(r["time"], "value") else r["time"] for r in rows] == [
+        utc("2003-10-11T22:14:15") + 3_000_000,
+        utc("2003-10-11T22:14:16"),
+    ]
+    quarantine = arrays.open_stream(sqlite_url, "t", quarantine=True)
+    assert quarantine["reason"][:].tolist() == ["line 3: pattern not matched"]
