@@ -65,6 +65,10 @@ _NOT_UTF8 = (
     "parser, as it stores text as UTF-8"
 )
 KNOWN: dict[str, dict[int | str, str]] = {
+    "syslog-not-utf8": {
+        0: "a line that is not UTF-8 cannot be a text column: windvane rejects it (with the byte at fault) before any "
+        "parser, where fluentd keeps its bytes"
+    },
     "tsv-chars-delimiter": {
         2: "an empty delimiter splits in_tail's binary line into bytes: fluentd's values are the two bytes of a "
         "character, not UTF-8 text; windvane's text columns write such a byte \\xHH"

@@ -192,3 +192,14 @@ def test_sliced_and_tiny_arrays():
             assert {k: v.to_pylist() for k, v in got.columns.items()} == {
                 k: v.to_pylist() for k, v in expected.columns.items()
             }
+
+
+def test_spans_say_where_groups_are_and_defer_to_re_where_re2_does_not_run() -> None:
+    regexp = VectorRegexp(r"^(?P<a>[a-z]+) (?P<rest>)")
+    found = regexp.spans(pa.array(["ab cd", "x", "é f"], pa.large_string()))
+    assert found is not None
+    a, rest = found.flatten()  # each group with the lines that did not match null
+    assert a.to_pylist() == [[0, 2], None, None]
+    assert rest.to_pylist() == [[3, 0], None, None]
+    assert regexp.spans(pa.array(["ab\ncd"], pa.large_string())) is None  # a newline: re's reading
+    assert VectorRegexp(r"(?P<a>a)(?=b)").spans(pa.array(["ab"], pa.large_string())) is None  # re only

@@ -37,9 +37,10 @@ TIME_KEY_DEFAULTS = {
     "apache2": "time",
     "apache_error": "time",
     "nginx": "time",
+    "syslog": "time",
 }
 #: ``time_format`` where a parser type sets one (fluentd's config_set_default): it counts as given.
-TIME_FORMAT_DEFAULTS = {"nginx": "%d/%b/%Y:%H:%M:%S %z"}
+TIME_FORMAT_DEFAULTS = {"nginx": "%d/%b/%Y:%H:%M:%S %z", "syslog": "%b %d %H:%M:%S"}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
 #: ``time_type`` where a parser type has its own default, used when the section gives neither ``time_type`` nor
 #: ``time_format`` (fluentd's json parser: ``float``, but ``string`` once a time_format is given).
@@ -81,7 +82,7 @@ class ParseConfig:
     message_key: str = "message"
     message_format: str = "rfc3164"
     rfc5424_time_format: str | None = None
-    with_priority: bool = True
+    with_priority: bool = False
     support_colonless_ident: bool = True
     keys: tuple[str, ...] = ()
     delimiter: str | None = None
@@ -122,6 +123,8 @@ class ParseConfig:
         doc = dict(doc)
         if "@type" in doc:
             doc["type"] = doc.pop("@type")
+        if "parser_engine" in doc:  # the syslog parser's option; parser_type is its alias
+            doc["parser_type"] = doc.pop("parser_engine")
         numbered = sorted((k for k in doc if k.startswith("format") and k[6:].isdigit()), key=lambda k: int(k[6:]))
         if numbered:
             doc["formats"] = [doc.pop(k) for k in numbered]

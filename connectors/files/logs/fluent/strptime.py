@@ -9,6 +9,7 @@ See :mod:`.timefmt` for the rules followed.
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -159,6 +160,8 @@ class _Parts:
         self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
         self.bad = bad
         self.today = np.datetime64(now, "ns").astype("M8[D]")
+        # a missing year is the current one on this machine's clock, as the strptime gem and Ruby's Time take it
+        self.year = time.localtime(now // NS).tm_year
 
     def number(self, name: str, default: int) -> np.ndarray:
         if name not in self.groups:
@@ -179,7 +182,7 @@ class _Parts:
         if not set(self.groups) & set("YymbdjC"):  # no date at all: today's
             self.groups.update(Y=_filled(str(self.today)[:4], self.bad), m=_filled(str(self.today)[5:7], self.bad))
             self.groups["d"] = _filled(str(self.today)[8:10], self.bad)
-        years = self._year(int(str(self.today)[:4]))
+        years = self._year(self.year)
         if "b" in self.groups:
             names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
             months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1

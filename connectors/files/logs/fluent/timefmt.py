@@ -16,10 +16,12 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
   when ``utc`` is true or ``localtime`` false, else this machine's zone (a time
   the daylight-saving change skips or repeats read as fluentd's Ruby reads it:
-  :mod:`.walltime`);
+  :mod:`.walltime`); a format without a year read in ``timezone`` or UTC is
+  shifted by the machine's offset now, not then, as fluentd's strptime gem
+  does (a summer time read in winter is an hour off: :func:`_yearless`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
-- fields the format lacks default to the current year, January, the 1st, 00:00:00; a
+- fields the format lacks default to the current year (on the machine's local clock), January, the 1st, 00:00:00; a
   format without any date field means today (UTC);
 - a directive with a width (``%3N``) matches nothing: Ruby's strptime has none.
 
@@ -44,6 +46,7 @@ numbers only) until one reads the text.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +57,7 @@ from windvane.ingest.times import NS, check_zone, iso_column_ns, local_zone
 from .config import ParseConfig
 from .rubynum import ruby_to_i
 from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
-from .walltime import LocalZone
+from .walltime import LocalZone, offsets_at
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
 _DAYS = ("%Y-%m-%dT", "%Y-%m-%d%n", "%Y/%m/%d%n", "%Y/%m/%dT")  # %n: at least one space
@@ -99,7 +102,17 @@ class TimeParser:
             return self._mixed(texts, now)
         if self.regex is None:
             return self._default(texts, now)
+        if self._yearless_shift():
+            return _yearless(texts, self.regex, self.zone, now)
         return strptime_ns(texts, self.regex, self.zone, now)
+
+    def _yearless_shift(self) -> bool:
+        """Whether fluentd shifts this format's times by the machine's offset now rather than then (see
+        :func:`_yearless`): a format the strptime gem reads, without a year or a zone, read in another zone."""
+        assert self.format is not None
+        directives = set(re.findall(r"%\d*(.)", self.format))
+        named = isinstance(self.zone, LocalZone) and self.zone.named is not None
+        return (named or isinstance(self.zone, int)) and gem_reads(self.format) and not directives & set("Yyz")
 
     def _mixed(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """``time_type mixed``: each of time_format and time_format_fallbacks in turn on the texts still not read
@@ -130,6 +143,25 @@ class TimeParser:
             whole = strptime_regex(time_format) + "$"  # the whole text
             _fill(times, bad, rows, strptime_ns(texts.take(pa.array(rows)), whole, zone, now))
         return times, bad
+
+
+def _yearless(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) -> tuple[np.ndarray, np.ndarray]:
+    """A year-less format's times read in ``zone`` (a fixed offset or a named timezone) as fluentd 1.14 does.
+
+    fluentd reads the text in the machine's zone, then shifts it by ``t.utc_offset`` minus the zone's offset;
+    for a format without a year the strptime gem gives a Time whose ``utc_offset`` is the machine's offset
+    *now*, not at that time: a summer time read in winter is an hour off, and so is windvane's.
+    """
+    machine = local_zone()
+    later = isinstance(zone, LocalZone) and zone.later
+    instants, bad = strptime_ns(texts, regex, LocalZone(machine, None, later), now)
+    current = int(offsets_at(np.array([now], dtype=np.int64), machine)[0])
+    if isinstance(zone, int):
+        target = np.full(len(instants), zone * NS, dtype=np.int64)
+    else:
+        assert zone.named is not None
+        target = offsets_at(instants, zone.named)
+    return instants + current - target, bad
 
 
 def _fill(times: np.ndarray, bad: np.ndarray, rows: np.ndarray, found: tuple[np.ndarray, np.ndarray]) -> None:

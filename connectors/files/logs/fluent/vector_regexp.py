@@ -305,6 +305,17 @@ class VectorRegexp:
             return self._python(lines, redo, Matches(columns, unmatched))
         return Matches(columns, unmatched)
 
+    def spans(self, lines: pa.Array) -> pa.StructArray | None:
+        """RE2's ``[start, length]`` (bytes) of each named group in each line of ``lines`` (``large_string``): a
+        struct, null where the line did not match (``flatten()`` gives each group with those nulls), a group null
+        where it took no part; None where the ``re`` path would be taken (then ask :meth:`match`). For a caller
+        that needs where a group is, not only its text."""
+        if self.re2 is None or pc.any(pc.match_substring(lines, "\n")).as_py():
+            return None
+        if self._empty_lines_to_re and pc.any(pc.equal(pc.binary_length(lines), 0)).as_py():
+            return None
+        return self._extract(lines)
+
     def _extract(self, lines: pa.Array) -> pa.StructArray:
         assert self.re2 is not None
         blocks = [lines.slice(start, BLOCK_LINES) for start in range(0, len(lines), BLOCK_LINES)]

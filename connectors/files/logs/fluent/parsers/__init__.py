@@ -25,6 +25,7 @@ from .multiline import MultilineParser
 from .nginx import NginxParser
 from .none import NoneParser
 from .regexp import RegexpParser
+from .syslog import SyslogParser
 from .tsv import TSVParser
 
 
@@ -49,6 +50,7 @@ PARSERS: dict[str, type[Parser]] = {
     "logfmt": LogfmtParser,
     "json": JSONParser,
     "msgpack": MessagePackParser,
+    "syslog": SyslogParser,
 }
 
 __all__ = ["PARSERS", "Parser"]
