@@ -236,8 +236,8 @@ CEST_0230, CET_0230 = 1729989000000000000, 1729992600000000000  # the two 02:30 
             [1711848600000000000, CET_0230],
         ),
         ("UTC", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "Europe/Paris"}, [1711845000000000000, CET_0230]),
-        # a fixed offset has neither gap nor repeated hour
-        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "+01:00"}, [1711848600000000000, CET_0230]),
+        # a fixed offset: still read in the machine's zone first, its wall clock kept: past the gap (03:30+01:00)
+        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "+01:00"}, [1711852200000000000, CET_0230]),
     ],
 )
 def test_daylight_saving_gap_and_repeated_hour_as_fluentd(machine, options, expected, monkeypatch) -> None:
@@ -250,3 +250,50 @@ def test_a_named_timezone_uses_its_offset_at_the_machine_zone_instant(monkeypatc
     monkeypatch.setenv("TZ", "Europe/Paris")
     options = {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "America/New_York"}
     assert times(["2024-03-10 05:00:00"], **options) == [1710064800000000000]
+
+
+NY_GAP, NY_REPEATED = "2024-03-10 02:30:00", "2024-11-03 01:30:00"  # New York: skipped in March, repeated in November
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        # utc, localtime false, an offset: the machine's wall clock of Ruby's reading (03:30 past the gap), less it
+        ({"utc": True}, [1710041400000000000, 1730597400000000000]),
+        ({"localtime": False}, [1710041400000000000, 1730597400000000000]),
+        ({"timezone": "+00:00"}, [1710041400000000000, 1730597400000000000]),
+        ({"timezone": "-0930"}, [1710075600000000000, 1730631600000000000]),
+        ({"utc": True, "time_format": "%F %T"}, [1710041400000000000, 1730597400000000000]),
+        # a named zone: its offset at the instant the machine's zone gives
+        ({"timezone": "Asia/Tokyo"}, [1710009000000000000, 1730565000000000000]),
+        # localtime: the gap with the offset before it; the repeated hour the earlier (strptime gem)
+        ({}, [1710055800000000000, 1730611800000000000]),
+    ],
+)
+def test_a_zone_reads_the_machines_wall_clock_first(options, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert times([NY_GAP, NY_REPEATED], **{"time_format": "%Y-%m-%d %H:%M:%S", **options}) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, [1710052200000000000, 0, 5500000000]),
+        ({"utc": True}, [1710034200000000000, -18000000000000, -17994500000000]),
+        ({"timezone": "+09:00"}, [1710001800000000000, -50400000000000, -50394500000000]),
+        ({"timezone": "Asia/Tokyo"}, [1710001800000000000, -50400000000000, -50394500000000]),
+    ],
+)
+def test_epoch_seconds_are_a_machine_zone_time_moved_to_the_zone(options, expected, monkeypatch) -> None:
+    # Ruby reads %s as a time of the machine's zone; fluentd moves it like any wall-clock time, unless %z is there
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert times(["1710052200.0", "0.0", "5.5"], time_format="%s.%N", **options) == expected
+    assert times(["0 +0900"], time_format="%s %z", **options) == [0]
+
+
+def test_iso8601_reads_a_time_without_zone_in_the_machines_zone_whatever_the_options(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    texts = [NY_GAP.replace(" ", "T"), NY_REPEATED.replace(" ", "T"), "2024-07-01T12:00:00Z"]
+    expected = [1710055800000000000, 1730615400000000000, 1719835200000000000]  # Time.local: the later repeated
+    for options in ({}, {"utc": True}, {"timezone": "+09:00"}, {"timezone": "Asia/Tokyo"}):
+        assert times(texts, time_format="%iso8601", **options) == expected

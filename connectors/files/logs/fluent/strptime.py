@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from windvane.ingest.times import NS
 
 from .config import ParseConfigError
-from .walltime import LocalZone, wall_to_instants
+from .walltime import LocalZone, from_machine, wall_to_instants
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -132,7 +132,13 @@ def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) ->
     if "s" in groups:
         seconds = part.number("s", 0)
         part.bad |= np.abs(seconds) > MAX_SECONDS  # past int64 ns (milliseconds read as seconds)
-        return np.where(part.bad, 0, seconds) * NS + part.fraction(), part.bad
+        instants = np.where(part.bad, 0, seconds) * NS + part.fraction()
+        if "z" in groups or isinstance(zone, int):
+            return instants, part.bad
+        # Ruby reads %s as a time of the machine's zone: fluentd moves it to timezone/utc like a wall-clock time
+        # (by less than a day: times that close to int64's ends would leave it)
+        part.bad |= np.abs(seconds) > MAX_SECONDS - 86400
+        return np.where(part.bad, 0, from_machine(np.where(part.bad, 0, instants), zone)), part.bad
     wall, bad = part.wall()
     if "z" in groups:
         offsets, impossible = _offsets(pc.fill_null(groups["z"], "Z"))

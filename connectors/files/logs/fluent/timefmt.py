@@ -12,11 +12,12 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   the nanosecond);
 - ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name: UTC); ``%b``/``%B`` a month
   name (either length, any case); ``%s`` seconds since the epoch;
-- a time written with a zone (``%z``, ``%Z``, ``%s``) keeps it; one without is
-  a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
-  when ``utc`` is true or ``localtime`` false, else this machine's zone (a time
-  the daylight-saving change skips or repeats read as fluentd's Ruby reads it:
-  :mod:`.walltime`);
+- a time written with a zone (``%z``, ``%Z``) keeps it; one without is read in
+  this machine's zone (a time the daylight-saving change skips or repeats as
+  fluentd's Ruby reads it) and, if ``timezone`` (an IANA name or ``+09:00``),
+  ``utc`` or ``localtime false`` says so, its wall clock moved to that zone
+  (UTC for the last two): a time in the machine's gap comes out an hour later.
+  ``%s`` too is a machine-zone time moved so (:mod:`.walltime`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
 - fields the format lacks default to the current year, January, the 1st, 00:00:00; a
@@ -34,7 +35,8 @@ zone names but GMT/UTC/Z (``EST``, ``CET``; rejected here), text around the
 time (``Time.parse`` picks a time out of a sentence), two-digit years, dates
 without a year or a time without a date (today's), ordinal and week dates,
 ``,`` as the decimal mark. ``%iso8601`` is read by windvane's ISO 8601 rule
-(:func:`ingest.times.iso_column_ns`). ``time_type unixtime`` is Ruby's ``to_i`` of the text
+(:func:`ingest.times.iso_column_ns`), a time without a zone in the machine's
+whatever ``timezone`` and ``utc`` say (Ruby's ``Time.iso8601``). ``time_type unixtime`` is Ruby's ``to_i`` of the text
 (seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
 ``time_format`` then each of ``time_format_fallbacks`` (which may be
 ``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
@@ -49,12 +51,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windvane.ingest.times import NS, check_zone, iso_column_ns, local_zone
+from windvane.ingest.times import NS, check_zone, iso_column_ns, iso_zoned, local_zone
 
 from .config import ParseConfig
 from .rubynum import ruby_to_i
 from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
-from .walltime import LocalZone
+from .walltime import LocalZone, ruby_local
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
 _DAYS = ("%Y-%m-%dT", "%Y-%m-%d%n", "%Y/%m/%d%n", "%Y/%m/%dT")  # %n: at least one space
@@ -115,12 +117,15 @@ class TimeParser:
 
     def _default(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """No time_format: the forms of Ruby's Time.parse in FALLBACKS; ``%iso8601``: ISO 8601."""
-        texts = pc.fill_null(texts, "")
+        texts = pc.utf8_trim_whitespace(pc.fill_null(texts, ""))
         if self.format is not None:
-            zone = self.zone.machine if isinstance(self.zone, LocalZone) else "UTC"
-            return iso_column_ns(texts, zone)
-        texts = pc.replace_substring_regex(pc.utf8_trim_whitespace(texts), _NAMED_UTC, "+0000")
-        zone = dataclasses.replace(self.zone, later=True) if isinstance(self.zone, LocalZone) else self.zone
+            # Ruby's Time.iso8601: a time without a zone is the machine's (Time.local), timezone and utc unused
+            times, bad = iso_column_ns(texts, "UTC")
+            local = np.flatnonzero(~iso_zoned(texts) & ~bad)
+            times[local] = ruby_local(times[local], self.zone.machine, later=True)
+            return times, bad
+        texts = pc.replace_substring_regex(texts, _NAMED_UTC, "+0000")
+        zone = dataclasses.replace(self.zone, later=True)
         times = np.zeros(len(texts), dtype=np.int64)
         bad = np.ones(len(texts), dtype=bool)
         for time_format in FALLBACKS:
@@ -151,15 +156,18 @@ def _fallback(config: ParseConfig, time_format: str) -> TimeParser:
     return TimeParser(config.replace(time_type="string", time_format=time_format))
 
 
-def _wall_zone(config: ParseConfig) -> int | LocalZone:
-    """The zone of wall-clock times: a fixed offset in seconds, or the machine's (with a named timezone)."""
+def _wall_zone(config: ParseConfig) -> LocalZone:
+    """The zone of wall-clock times: the machine's, moved to timezone (a name or an offset) or to UTC (utc,
+    localtime false), as fluentd reads them (see walltime)."""
     # a repeated local time: the earlier with the strptime gem and localtime, the later otherwise (see walltime)
     later = config.time_format is not None and not gem_reads(config.time_format)
     if config.timezone:
         offset = zone_offset_seconds(config.timezone)
-        return offset if offset is not None else LocalZone(local_zone(), check_zone(config.timezone), True)
+        if offset is not None:
+            return LocalZone(local_zone(), None, later, offset)
+        return LocalZone(local_zone(), check_zone(config.timezone), True)
     if config.utc or not config.localtime:
-        return 0
+        return LocalZone(local_zone(), None, later, 0)
     return LocalZone(local_zone(), None, later)
 
 
