@@ -46,6 +46,7 @@ numbers only) until one reads the text.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +57,7 @@ from windvane.ingest.times import NS, check_zone, iso_column_ns, iso_zoned, loca
 from .config import ParseConfig
 from .rubynum import ruby_to_i
 from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
-from .walltime import LocalZone, ruby_local
+from .walltime import LocalZone, gem_without_year, ruby_local
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
 _DAYS = ("%Y-%m-%dT", "%Y-%m-%d%n", "%Y/%m/%d%n", "%Y/%m/%dT")  # %n: at least one space
@@ -88,6 +89,10 @@ class TimeParser:
             self.mixed = [_fallback(config, f) for f in (self.format, *config.time_format_fallbacks) if f is not None]
         elif self.time_type == "string" and self.format not in (None, "%iso8601"):
             self.regex = strptime_regex(self.format)
+        #: the strptime gem reads a format without a year (and zone) from the machine's time now (see walltime)
+        self.now_fills = (
+            self.regex is not None and gem_reads(self.format or "") and not _DATED.search(self.format or "")
+        )
 
     def parse(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """The times of ``texts`` (strings; a null is not a time), and the mask of those fluentd would refuse."""
@@ -101,7 +106,8 @@ class TimeParser:
             return self._mixed(texts, now)
         if self.regex is None:
             return self._default(texts, now)
-        return strptime_ns(texts, self.regex, self.zone, now)
+        zone = gem_without_year(self.zone, now) if self.now_fills else self.zone
+        return strptime_ns(texts, self.regex, zone, now)
 
     def _mixed(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """``time_type mixed``: each of time_format and time_format_fallbacks in turn on the texts still not read
@@ -144,6 +150,7 @@ def _fill(times: np.ndarray, bad: np.ndarray, rows: np.ndarray, found: tuple[np.
     bad[rows[~still]] = False
 
 
+_DATED = re.compile(r"%[YyzZ]")  # a year, or a zone (the gem then fills from UTC or that offset, not local time)
 _FLOAT = r"^\s*[+-]?\d+(?:_\d+)*(?:\.\d+(?:_\d+)*)?(?:[eE][+-]?\d+)?\s*$"  # what Ruby's Float() reads
 
 

@@ -29,11 +29,21 @@ machine's daylight-saving change skips comes out an hour later even with
 one keeps its wall clock, and near a named zone's changes the result depends
 on the machine's zone; windvane does the same. ``%s`` (seconds, read by
 Ruby as a machine-zone time) is shifted the same way.
+
+A format without a year read by the strptime gem (``%b %d %H:%M:%S``,
+syslog's) is another case (:func:`gem_without_year`): the gem fills its
+``struct tm`` from the machine's time *now*, so a repeated time is the one
+whose daylight saving matches now's (``tm_isdst``), and the Time it returns
+carries now's offset rather than its own: with a ``timezone``/``utc`` every
+time of the other half of the year comes out an hour off (on a New York
+machine in November, ``Jul  1 12:00:00`` with ``utc`` is 11:00Z).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +62,8 @@ class LocalZone:
     named: str | None = None
     later: bool = False
     offset: int | None = None
+    #: the utc_offset (seconds) of every Time Ruby reads, when it is not the machine's at that time (see module)
+    carried: int | None = None
 
 
 def wall_to_instants(wall: np.ndarray, zone: int | LocalZone) -> np.ndarray:
@@ -66,10 +78,19 @@ def from_machine(instants: np.ndarray, zone: LocalZone) -> np.ndarray:
     fluentd does it: the machine's wall clock at each, less the zone's offset (see module)."""
     if zone.named is None and zone.offset is None:
         return instants
-    wall = instants + offsets_at(instants, zone.machine)
+    carried = zone.carried
+    wall = instants + (offsets_at(instants, zone.machine) if carried is None else carried * NS)
     if zone.named is None:
         return wall - (zone.offset or 0) * NS
     return wall - offsets_at(instants, zone.named)
+
+
+def gem_without_year(zone: LocalZone, now: int) -> LocalZone:
+    """``zone`` as the strptime gem reads a time without a year at ``now`` (ns UTC): a repeated time is the one of
+    now's daylight saving (standard: the later), the Time carries now's offset (see module)."""
+    moment = datetime.fromtimestamp(now // NS, UTC).astimezone(ZoneInfo(zone.machine))
+    offset, dst = moment.utcoffset(), moment.dst()
+    return replace(zone, later=not dst, carried=int(offset.total_seconds()) if offset is not None else None)
 
 
 def ruby_local(wall: np.ndarray, zone: str, later: bool = False) -> np.ndarray:
