@@ -87,7 +87,8 @@ def times(texts: list[str], **options) -> list[int | None]:
         ("%iso8601", "2020-01-02T03:04:05Z", 1577934245000000000),
     ],
 )
-def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None) -> None:
+def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")  # missing fields are the machine's date now
     assert times([text], time_format=fmt, utc=True) == [expected]
 
 
@@ -297,3 +298,40 @@ def test_iso8601_reads_a_time_without_zone_in_the_machines_zone_whatever_the_opt
     expected = [1710055800000000000, 1730615400000000000, 1719835200000000000]  # Time.local: the later repeated
     for options in ({}, {"utc": True}, {"timezone": "+09:00"}, {"timezone": "Asia/Tokyo"}):
         assert times(texts, time_format="%iso8601", **options) == expected
+
+
+SUMMER_NOW = 1_782_907_200_000_000_000  # 2026-07-01T12:00:00Z, New York on daylight saving time
+
+
+def times_at(now: int, texts: list[str], **options) -> list[int | None]:
+    config = ParseConfig("regexp", expression="(?<x>.)", **options)
+    values, bad = TimeParser(config).parse(pa.array(texts, pa.large_string()), now)
+    return [None if b else int(v) for v, b in zip(values.tolist(), bad.tolist())]
+
+
+def test_fields_before_the_first_are_the_machines_time_now(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")  # NOW is 2026-11-25 22:04:05 there
+    assert times(["03:04:05"], time_format="%H:%M:%S") == [1795593845000000000]
+    assert times(["05 10:00"], time_format="%d %H:%M") == [1793890800000000000]  # November, not January
+
+
+@pytest.mark.parametrize(
+    ("now", "options", "expected"),
+    [
+        # now is standard time: the repeated 01:30 is the later; July's times carry now's -05:00
+        (NOW, {}, [1793514600000000000, 1782921600000000000]),
+        (NOW, {"utc": True}, [1793496600000000000, 1782903600000000000]),
+        # now is daylight saving time: the earlier; -04:00 carried
+        (SUMMER_NOW, {}, [1793511000000000000, 1782921600000000000]),
+        (SUMMER_NOW, {"utc": True}, [1793496600000000000, 1782907200000000000]),
+    ],
+)
+def test_the_strptime_gem_reads_a_time_without_year_with_now_s_offset(now, options, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    syslog = {"time_format": "%b %d %H:%M:%S", **options}
+    assert times_at(now, ["Nov  1 01:30:00", "Jul  1 12:00:00"], **syslog) == expected
+    # Ruby's Time.strptime (%e %T) carries each time's own offset
+    strptime = {"time_format": "%b %e %T", **options}
+    assert times_at(now, ["Jul  1 12:00:00"], **strptime) == [
+        1782921600000000000 if not options else 1782907200000000000
+    ]

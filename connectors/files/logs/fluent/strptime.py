@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from windvane.ingest.times import NS
 
 from .config import ParseConfigError
-from .walltime import LocalZone, from_machine, wall_to_instants
+from .walltime import LocalZone, from_machine, offsets_at, wall_to_instants
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -128,6 +128,8 @@ def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) ->
     found = pc.extract_regex(texts, "(?i)" + regex)
     bad = ~found.is_valid().to_numpy(zero_copy_only=False)
     groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
+    if isinstance(zone, LocalZone) and "z" not in groups:  # Ruby fills missing fields from the machine's time now
+        now += int(offsets_at(np.array([now], dtype=np.int64), zone.machine)[0])
     part = _Parts(groups, bad, now)
     if "s" in groups:
         seconds = part.number("s", 0)
@@ -156,6 +158,10 @@ def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.array([o or 0 for o in offsets], dtype=np.int64)[where], ~known[where]
 
 
+#: (the groups of a field, the group filled from now, where now's text has it): year, month, day, hour, minute, second
+_FROM_NOW = (("YyC", "Y", 0), ("mbj", "m", 5), ("dj", "d", 8), ("HIp", "H", 11), ("M", "M", 14), ("S", "S", 17))
+
+
 class _Parts:
     """The groups a time format's regex found, as numbers, with the mask of texts found bad so far."""
 
@@ -164,7 +170,7 @@ class _Parts:
         valid = pa.array(~bad)
         self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
         self.bad = bad
-        self.today = np.datetime64(now, "ns").astype("M8[D]")
+        self.now = str(np.datetime64(now, "ns").astype("M8[s]"))  # YYYY-MM-DDTHH:MM:SS
 
     def number(self, name: str, default: int) -> np.ndarray:
         if name not in self.groups:
@@ -182,10 +188,11 @@ class _Parts:
 
     def wall(self) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock ns of each text (its fields, the missing ones defaulted), and the bad mask with impossible dates."""
-        if not set(self.groups) & set("YymbdjC"):  # no date at all: today's
-            self.groups.update(Y=_filled(str(self.today)[:4], self.bad), m=_filled(str(self.today)[5:7], self.bad))
-            self.groups["d"] = _filled(str(self.today)[8:10], self.bad)
-        years = self._year(int(str(self.today)[:4]))
+        for fields, name, start in _FROM_NOW:  # as Ruby: the fields before the format's first are now's
+            if set(fields) & set(self.groups):
+                break
+            self.groups[name] = _filled(self.now[start : start + (4 if name == "Y" else 2)], self.bad)
+        years = self._year(int(self.now[:4]))
         if "b" in self.groups:
             names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
             months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1

@@ -20,8 +20,12 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
   ``%s`` too is a machine-zone time moved so (:mod:`.walltime`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
-- fields the format lacks default to the current year, January, the 1st, 00:00:00; a
-  format without any date field means today (UTC);
+- fields the format lacks before its first one are the machine's local time
+  now (``%H:%M`` is today, ``%d`` this month), the ones after it January, the
+  1st, 00:00:00 (with ``%z`` in the format, now is UTC's: the strptime gem
+  would take the text's offset); a format without a year the strptime gem
+  reads (syslog's ``%b %d %H:%M:%S``) carries now's offset and daylight
+  saving (:func:`.walltime.gem_without_year`);
 - a directive with a width (``%3N``) matches nothing: Ruby's strptime has none.
 
 Without ``time_format`` fluentd uses Ruby's ``Time.parse``; windvane reads
@@ -36,8 +40,8 @@ time (``Time.parse`` picks a time out of a sentence), two-digit years, dates
 without a year or a time without a date (today's), ordinal and week dates,
 ``,`` as the decimal mark. ``%iso8601`` is read by windvane's ISO 8601 rule
 (:func:`ingest.times.iso_column_ns`), a time without a zone in the machine's
-whatever ``timezone`` and ``utc`` say (Ruby's ``Time.iso8601``). ``time_type unixtime`` is Ruby's ``to_i`` of the text
-(seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
+whatever ``timezone`` and ``utc`` say (Ruby's ``Time.iso8601``). ``time_type
+unixtime`` is Ruby's ``to_i`` of the text (seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
 ``time_format`` then each of ``time_format_fallbacks`` (which may be
 ``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
 numbers only) until one reads the text.
