@@ -335,3 +335,19 @@ def test_the_strptime_gem_reads_a_time_without_year_with_now_s_offset(now, optio
     assert times_at(now, ["Jul  1 12:00:00"], **strptime) == [
         1782921600000000000 if not options else 1782907200000000000
     ]
+
+
+@pytest.mark.parametrize(
+    ("machine", "name", "expected"),
+    [
+        ("America/New_York", "EST", 1719853200000000000),  # Ruby's table: -05:00 even in July
+        ("America/New_York", "a", 1719831600000000000),  # military, any case: +01:00
+        ("America/New_York", "JST", 1719849600000000000),  # unknown: New York's local time (EDT)
+        ("Europe/Paris", "CET", 1719831600000000000),  # the machine's January name: +01:00 even in July
+        ("Europe/Paris", "JST", 1719828000000000000),  # unknown: Paris's local time (CEST)
+        ("UTC", "JST", 1719835200000000000),
+    ],
+)
+def test_zone_names_as_ruby_time_strptime_reads_them(machine, name, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", machine)
+    assert times([f"2024-07-01 12:00:00 {name}"], time_format="%Y-%m-%d %H:%M:%S %Z", utc=True) == [expected]

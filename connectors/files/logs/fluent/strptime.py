@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 from windvane.ingest.times import NS
 
 from .config import ParseConfigError
-from .walltime import LocalZone, from_machine, offsets_at, wall_to_instants
+from .walltime import LocalZone, from_machine, offsets_at, ruby_local, wall_to_instants
+from .zonenames import name_offsets
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -112,7 +113,7 @@ def gem_reads(time_format: str) -> bool:
 
 def zone_offset_seconds(text: str) -> int | None:
     """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
-    if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
+    if text.isalpha():  # Z, UTC, GMT (a time's other zone names: zonenames)
         return 0
     found = re.fullmatch(r"([+-])(\d\d?):?(\d\d)?", text)
     if not found or int(found.group(2)) > 23 or int(found.group(3) or 0) > 59:
@@ -143,9 +144,25 @@ def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) ->
         return np.where(part.bad, 0, from_machine(np.where(part.bad, 0, instants), zone)), part.bad
     wall, bad = part.wall()
     if "z" in groups:
-        offsets, impossible = _offsets(pc.fill_null(groups["z"], "Z"))
-        return wall - offsets * NS, bad | impossible
+        return _zoned(wall, bad, pc.fill_null(groups["z"], "Z"), zone)
     return wall_to_instants(wall, zone), bad
+
+
+def _zoned(wall: np.ndarray, bad: np.ndarray, zones: pa.Array, zone: int | LocalZone) -> tuple[np.ndarray, np.ndarray]:
+    """Times written with a zone: less its offset; one with a name Ruby does not know is the machine's local time."""
+    offsets, impossible = _offsets(zones)
+    instants = wall - offsets * NS
+    named = pc.match_substring_regex(zones, "^[A-Za-z]+$").to_numpy(zero_copy_only=False) & ~bad
+    if not named.any():
+        return instants, bad | impossible
+    machine = zone.machine if isinstance(zone, LocalZone) else "UTC"
+    years = wall[named].astype("M8[ns]").astype("M8[Y]").astype(np.int64) + 1970
+    names = np.array(zones.filter(pa.array(named)).to_pylist(), dtype=object)
+    seconds, local = name_offsets(names, years, machine)
+    instants[named] = wall[named] - seconds * NS
+    rows = np.flatnonzero(named)[local]
+    instants[rows] = ruby_local(wall[rows], machine, later=True)  # Time.local
+    return instants, bad | impossible
 
 
 def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
 - a space in the format matches any run of white space (or none);
 - ``%N`` and ``%L`` read every digit that follows as the fraction (kept to
   the nanosecond);
-- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name: UTC); ``%b``/``%B`` a month
+- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name, read as Ruby does: :mod:`.zonenames`); ``%b``/``%B`` a month
   name (either length, any case); ``%s`` seconds since the epoch;
 - a time written with a zone (``%z``, ``%Z``) keeps it; one without is read in
   this machine's zone (a time the daylight-saving change skips or repeats as
