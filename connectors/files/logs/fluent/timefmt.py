@@ -10,8 +10,9 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
 - a space in the format matches any run of white space (or none);
 - ``%N`` and ``%L`` read every digit that follows as the fraction (kept to
   the nanosecond);
-- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name, read as Ruby does: :mod:`.zonenames`); ``%b``/``%B`` a month
-  name (either length, any case); ``%s`` seconds since the epoch;
+- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name,
+  read as Ruby does: :mod:`.zonenames`); ``%b``/``%B`` a month name (either
+  length, any case); ``%s`` seconds since the epoch;
 - a time written with a zone (``%z``, ``%Z``) keeps it; one without is read in
   this machine's zone (a time the daylight-saving change skips or repeats as
   fluentd's Ruby reads it) and, if ``timezone`` (an IANA name or ``+09:00``),
@@ -41,8 +42,8 @@ without a year or a time without a date (today's), ordinal and week dates,
 ``,`` as the decimal mark. ``%iso8601`` is read by windvane's ISO 8601 rule
 (:func:`ingest.times.iso_column_ns`), a time without a zone in the machine's
 whatever ``timezone`` and ``utc`` say (Ruby's ``Time.iso8601``). ``time_type
-unixtime`` is Ruby's ``to_i`` of the text (seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
-``time_format`` then each of ``time_format_fallbacks`` (which may be
+unixtime`` is Ruby's ``to_i`` of the text (seconds), ``float`` seconds with up
+to nine decimals; ``mixed`` tries ``time_format`` then each of ``time_format_fallbacks`` (which may be
 ``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
 numbers only) until one reads the text.
 """
