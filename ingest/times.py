@@ -47,6 +47,7 @@ __all__ = [
     "epoch_column_ns",
     "iso_column_ns",
     "iso_text",
+    "iso_zoned",
     "local_zone",
     "not_a_time",
     "time_ns",
@@ -214,7 +215,7 @@ def iso_column_ns(text: pa.Array, zone: str = "UTC") -> tuple[np.ndarray, np.nda
     text = pc.utf8_trim_whitespace(text)
     # Zones written +0200 need the +02:00 form Arrow parses.
     text = pc.replace_substring_regex(text, r"(\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\s*[+-]\d\d)(\d\d)$", r"\1:\2")
-    zoned = pc.fill_null(pc.match_substring_regex(text, _ZONED), False).to_numpy(zero_copy_only=False)
+    zoned = iso_zoned(text)
     for has_zone in (True, False):
         where = np.flatnonzero(zoned == has_zone)
         if not len(where):
@@ -225,6 +226,11 @@ def iso_column_ns(text: pa.Array, zone: str = "UTC") -> tuple[np.ndarray, np.nda
         out[where] = values
         bad[where] = failed
     return out, bad
+
+
+def iso_zoned(text: pa.Array) -> np.ndarray:
+    """Which of the ISO 8601 strings ``text`` (white space around them trimmed) are written with a zone; null: none."""
+    return pc.fill_null(pc.match_substring_regex(text, _ZONED), False).to_numpy(zero_copy_only=False)
 
 
 def _cast_each(text: pa.Array, to: pa.DataType) -> tuple[np.ndarray, np.ndarray]:

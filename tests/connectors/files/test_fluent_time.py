@@ -87,7 +87,8 @@ def times(texts: list[str], **options) -> list[int | None]:
         ("%iso8601", "2020-01-02T03:04:05Z", 1577934245000000000),
     ],
 )
-def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None) -> None:
+def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")  # missing fields are the machine's date now
     assert times([text], time_format=fmt, utc=True) == [expected]
 
 
@@ -236,8 +237,8 @@ CEST_0230, CET_0230 = 1729989000000000000, 1729992600000000000  # the two 02:30 
             [1711848600000000000, CET_0230],
         ),
         ("UTC", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "Europe/Paris"}, [1711845000000000000, CET_0230]),
-        # a fixed offset has neither gap nor repeated hour
-        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "+01:00"}, [1711848600000000000, CET_0230]),
+        # a fixed offset: still read in the machine's zone first, its wall clock kept: past the gap (03:30+01:00)
+        ("Europe/Paris", {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "+01:00"}, [1711852200000000000, CET_0230]),
     ],
 )
 def test_daylight_saving_gap_and_repeated_hour_as_fluentd(machine, options, expected, monkeypatch) -> None:
@@ -250,3 +251,103 @@ def test_a_named_timezone_uses_its_offset_at_the_machine_zone_instant(monkeypatc
     monkeypatch.setenv("TZ", "Europe/Paris")
     options = {"time_format": "%Y-%m-%d %H:%M:%S", "timezone": "America/New_York"}
     assert times(["2024-03-10 05:00:00"], **options) == [1710064800000000000]
+
+
+NY_GAP, NY_REPEATED = "2024-03-10 02:30:00", "2024-11-03 01:30:00"  # New York: skipped in March, repeated in November
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        # utc, localtime false, an offset: the machine's wall clock of Ruby's reading (03:30 past the gap), less it
+        ({"utc": True}, [1710041400000000000, 1730597400000000000]),
+        ({"localtime": False}, [1710041400000000000, 1730597400000000000]),
+        ({"timezone": "+00:00"}, [1710041400000000000, 1730597400000000000]),
+        ({"timezone": "-0930"}, [1710075600000000000, 1730631600000000000]),
+        ({"utc": True, "time_format": "%F %T"}, [1710041400000000000, 1730597400000000000]),
+        # a named zone: its offset at the instant the machine's zone gives
+        ({"timezone": "Asia/Tokyo"}, [1710009000000000000, 1730565000000000000]),
+        # localtime: the gap with the offset before it; the repeated hour the earlier (strptime gem)
+        ({}, [1710055800000000000, 1730611800000000000]),
+    ],
+)
+def test_a_zone_reads_the_machines_wall_clock_first(options, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert times([NY_GAP, NY_REPEATED], **{"time_format": "%Y-%m-%d %H:%M:%S", **options}) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, [1710052200000000000, 0, 5500000000]),
+        ({"utc": True}, [1710034200000000000, -18000000000000, -17994500000000]),
+        ({"timezone": "+09:00"}, [1710001800000000000, -50400000000000, -50394500000000]),
+        ({"timezone": "Asia/Tokyo"}, [1710001800000000000, -50400000000000, -50394500000000]),
+    ],
+)
+def test_epoch_seconds_are_a_machine_zone_time_moved_to_the_zone(options, expected, monkeypatch) -> None:
+    # Ruby reads %s as a time of the machine's zone; fluentd moves it like any wall-clock time, unless %z is there
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert times(["1710052200.0", "0.0", "5.5"], time_format="%s.%N", **options) == expected
+    assert times(["0 +0900"], time_format="%s %z", **options) == [0]
+
+
+def test_iso8601_reads_a_time_without_zone_in_the_machines_zone_whatever_the_options(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    texts = [NY_GAP.replace(" ", "T"), NY_REPEATED.replace(" ", "T"), "2024-07-01T12:00:00Z"]
+    expected = [1710055800000000000, 1730615400000000000, 1719835200000000000]  # Time.local: the later repeated
+    for options in ({}, {"utc": True}, {"timezone": "+09:00"}, {"timezone": "Asia/Tokyo"}):
+        assert times(texts, time_format="%iso8601", **options) == expected
+
+
+SUMMER_NOW = 1_782_907_200_000_000_000  # 2026-07-01T12:00:00Z, New York on daylight saving time
+
+
+def times_at(now: int, texts: list[str], **options) -> list[int | None]:
+    config = ParseConfig("regexp", expression="(?<x>.)", **options)
+    values, bad = TimeParser(config).parse(pa.array(texts, pa.large_string()), now)
+    return [None if b else int(v) for v, b in zip(values.tolist(), bad.tolist())]
+
+
+def test_fields_before_the_first_are_the_machines_time_now(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")  # NOW is 2026-11-25 22:04:05 there
+    assert times(["03:04:05"], time_format="%H:%M:%S") == [1795593845000000000]
+    assert times(["05 10:00"], time_format="%d %H:%M") == [1793890800000000000]  # November, not January
+
+
+@pytest.mark.parametrize(
+    ("now", "options", "expected"),
+    [
+        # now is standard time: the repeated 01:30 is the later; July's times carry now's -05:00
+        (NOW, {}, [1793514600000000000, 1782921600000000000]),
+        (NOW, {"utc": True}, [1793496600000000000, 1782903600000000000]),
+        # now is daylight saving time: the earlier; -04:00 carried
+        (SUMMER_NOW, {}, [1793511000000000000, 1782921600000000000]),
+        (SUMMER_NOW, {"utc": True}, [1793496600000000000, 1782907200000000000]),
+    ],
+)
+def test_the_strptime_gem_reads_a_time_without_year_with_now_s_offset(now, options, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    syslog = {"time_format": "%b %d %H:%M:%S", **options}
+    assert times_at(now, ["Nov  1 01:30:00", "Jul  1 12:00:00"], **syslog) == expected
+    # Ruby's Time.strptime (%e %T) carries each time's own offset
+    strptime = {"time_format": "%b %e %T", **options}
+    assert times_at(now, ["Jul  1 12:00:00"], **strptime) == [
+        1782921600000000000 if not options else 1782907200000000000
+    ]
+
+
+@pytest.mark.parametrize(
+    ("machine", "name", "expected"),
+    [
+        ("America/New_York", "EST", 1719853200000000000),  # Ruby's table: -05:00 even in July
+        ("America/New_York", "a", 1719831600000000000),  # military, any case: +01:00
+        ("America/New_York", "JST", 1719849600000000000),  # unknown: New York's local time (EDT)
+        ("Europe/Paris", "CET", 1719831600000000000),  # the machine's January name: +01:00 even in July
+        ("Europe/Paris", "JST", 1719828000000000000),  # unknown: Paris's local time (CEST)
+        ("UTC", "JST", 1719835200000000000),
+    ],
+)
+def test_zone_names_as_ruby_time_strptime_reads_them(machine, name, expected, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", machine)
+    assert times([f"2024-07-01 12:00:00 {name}"], time_format="%Y-%m-%d %H:%M:%S %Z", utc=True) == [expected]

@@ -9,7 +9,6 @@ See :mod:`.timefmt` for the rules followed.
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +17,8 @@ import pyarrow.compute as pc
 from windvane.ingest.times import NS
 
 from .config import ParseConfigError
-from .walltime import LocalZone, wall_to_instants
+from .walltime import LocalZone, from_machine, offsets_at, ruby_local, wall_to_instants
+from .zonenames import name_offsets
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -113,7 +113,7 @@ def gem_reads(time_format: str) -> bool:
 
 def zone_offset_seconds(text: str) -> int | None:
     """The offset a fixed zone text means (``+09:00``, ``+0900``, ``-03``, ``Z``, ``UTC``), seconds; None if not one."""
-    if text.isalpha():  # Z, UTC, GMT; fluentd (Ruby's strptime) reads other zone names as UTC too
+    if text.isalpha():  # Z, UTC, GMT (a time's other zone names: zonenames)
         return 0
     found = re.fullmatch(r"([+-])(\d\d?):?(\d\d)?", text)
     if not found or int(found.group(2)) > 23 or int(found.group(3) or 0) > 59:
@@ -129,16 +129,40 @@ def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) ->
     found = pc.extract_regex(texts, "(?i)" + regex)
     bad = ~found.is_valid().to_numpy(zero_copy_only=False)
     groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
+    if isinstance(zone, LocalZone) and "z" not in groups:  # Ruby fills missing fields from the machine's time now
+        now += int(offsets_at(np.array([now], dtype=np.int64), zone.machine)[0])
     part = _Parts(groups, bad, now)
     if "s" in groups:
         seconds = part.number("s", 0)
         part.bad |= np.abs(seconds) > MAX_SECONDS  # past int64 ns (milliseconds read as seconds)
-        return np.where(part.bad, 0, seconds) * NS + part.fraction(), part.bad
+        instants = np.where(part.bad, 0, seconds) * NS + part.fraction()
+        if "z" in groups or isinstance(zone, int):
+            return instants, part.bad
+        # Ruby reads %s as a time of the machine's zone: fluentd moves it to timezone/utc like a wall-clock time
+        # (by less than a day: times that close to int64's ends would leave it)
+        part.bad |= np.abs(seconds) > MAX_SECONDS - 86400
+        return np.where(part.bad, 0, from_machine(np.where(part.bad, 0, instants), zone)), part.bad
     wall, bad = part.wall()
     if "z" in groups:
-        offsets, impossible = _offsets(pc.fill_null(groups["z"], "Z"))
-        return wall - offsets * NS, bad | impossible
+        return _zoned(wall, bad, pc.fill_null(groups["z"], "Z"), zone)
     return wall_to_instants(wall, zone), bad
+
+
+def _zoned(wall: np.ndarray, bad: np.ndarray, zones: pa.Array, zone: int | LocalZone) -> tuple[np.ndarray, np.ndarray]:
+    """Times written with a zone: less its offset; one with a name Ruby does not know is the machine's local time."""
+    offsets, impossible = _offsets(zones)
+    instants = wall - offsets * NS
+    named = pc.match_substring_regex(zones, "^[A-Za-z]+$").to_numpy(zero_copy_only=False) & ~bad
+    if not named.any():
+        return instants, bad | impossible
+    machine = zone.machine if isinstance(zone, LocalZone) else "UTC"
+    years = wall[named].astype("M8[ns]").astype("M8[Y]").astype(np.int64) + 1970
+    names = np.array(zones.filter(pa.array(named)).to_pylist(), dtype=object)
+    seconds, local = name_offsets(names, years, machine)
+    instants[named] = wall[named] - seconds * NS
+    rows = np.flatnonzero(named)[local]
+    instants[rows] = ruby_local(wall[rows], machine, later=True)  # Time.local
+    return instants, bad | impossible
 
 
 def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -151,6 +175,10 @@ def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.array([o or 0 for o in offsets], dtype=np.int64)[where], ~known[where]
 
 
+#: (the groups of a field, the group filled from now, where now's text has it): year, month, day, hour, minute, second
+_FROM_NOW = (("YyC", "Y", 0), ("mbj", "m", 5), ("dj", "d", 8), ("HIp", "H", 11), ("M", "M", 14), ("S", "S", 17))
+
+
 class _Parts:
     """The groups a time format's regex found, as numbers, with the mask of texts found bad so far."""
 
@@ -159,9 +187,7 @@ class _Parts:
         valid = pa.array(~bad)
         self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
         self.bad = bad
-        self.today = np.datetime64(now, "ns").astype("M8[D]")
-        # a missing year is the current one on this machine's clock, as the strptime gem and Ruby's Time take it
-        self.year = time.localtime(now // NS).tm_year
+        self.now = str(np.datetime64(now, "ns").astype("M8[s]"))  # YYYY-MM-DDTHH:MM:SS
 
     def number(self, name: str, default: int) -> np.ndarray:
         if name not in self.groups:
@@ -179,10 +205,11 @@ class _Parts:
 
     def wall(self) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock ns of each text (its fields, the missing ones defaulted), and the bad mask with impossible dates."""
-        if not set(self.groups) & set("YymbdjC"):  # no date at all: today's
-            self.groups.update(Y=_filled(str(self.today)[:4], self.bad), m=_filled(str(self.today)[5:7], self.bad))
-            self.groups["d"] = _filled(str(self.today)[8:10], self.bad)
-        years = self._year(self.year)
+        for fields, name, start in _FROM_NOW:  # as Ruby: the fields before the format's first are now's
+            if set(fields) & set(self.groups):
+                break
+            self.groups[name] = _filled(self.now[start : start + (4 if name == "Y" else 2)], self.bad)
+        years = self._year(int(self.now[:4]))
         if "b" in self.groups:
             names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
             months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1

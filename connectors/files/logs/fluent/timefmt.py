@@ -10,19 +10,23 @@ groups are combined with numpy. As fluentd (Ruby's strptime) does:
 - a space in the format matches any run of white space (or none);
 - ``%N`` and ``%L`` read every digit that follows as the fraction (kept to
   the nanosecond);
-- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name: UTC); ``%b``/``%B`` a month
-  name (either length, any case); ``%s`` seconds since the epoch;
-- a time written with a zone (``%z``, ``%Z``, ``%s``) keeps it; one without is
-  a wall-clock time of ``timezone`` (an IANA name or ``+09:00``), else UTC
-  when ``utc`` is true or ``localtime`` false, else this machine's zone (a time
-  the daylight-saving change skips or repeats read as fluentd's Ruby reads it:
-  :mod:`.walltime`); a format without a year read in ``timezone`` or UTC is
-  shifted by the machine's offset now, not then, as fluentd's strptime gem
-  does (a summer time read in winter is an hour off: :func:`_yearless`);
+- ``%z`` reads ``+0900``, ``+09:00``, ``+09``, ``Z`` (``%Z`` also a name,
+  read as Ruby does: :mod:`.zonenames`); ``%b``/``%B`` a month name (either
+  length, any case); ``%s`` seconds since the epoch;
+- a time written with a zone (``%z``, ``%Z``) keeps it; one without is read in
+  this machine's zone (a time the daylight-saving change skips or repeats as
+  fluentd's Ruby reads it) and, if ``timezone`` (an IANA name or ``+09:00``),
+  ``utc`` or ``localtime false`` says so, its wall clock moved to that zone
+  (UTC for the last two): a time in the machine's gap comes out an hour later.
+  ``%s`` too is a machine-zone time moved so (:mod:`.walltime`);
 - a day past the month's end (up to 31) rolls over into the next month
   (``2020-02-30`` is March 1st), as Ruby's Time does;
-- fields the format lacks default to the current year (on the machine's local clock), January, the 1st, 00:00:00; a
-  format without any date field means today (UTC);
+- fields the format lacks before its first one are the machine's local time
+  now (``%H:%M`` is today, ``%d`` this month), the ones after it January, the
+  1st, 00:00:00 (with ``%z`` in the format, now is UTC's: the strptime gem
+  would take the text's offset); a format without a year the strptime gem
+  reads (syslog's ``%b %d %H:%M:%S``) carries now's offset and daylight
+  saving (:func:`.walltime.gem_without_year`);
 - a directive with a width (``%3N``) matches nothing: Ruby's strptime has none.
 
 Without ``time_format`` fluentd uses Ruby's ``Time.parse``; windvane reads
@@ -36,9 +40,10 @@ zone names but GMT/UTC/Z (``EST``, ``CET``; rejected here), text around the
 time (``Time.parse`` picks a time out of a sentence), two-digit years, dates
 without a year or a time without a date (today's), ordinal and week dates,
 ``,`` as the decimal mark. ``%iso8601`` is read by windvane's ISO 8601 rule
-(:func:`ingest.times.iso_column_ns`). ``time_type unixtime`` is Ruby's ``to_i`` of the text
-(seconds), ``float`` seconds with up to nine decimals; ``mixed`` tries
-``time_format`` then each of ``time_format_fallbacks`` (which may be
+(:func:`ingest.times.iso_column_ns`), a time without a zone in the machine's
+whatever ``timezone`` and ``utc`` say (Ruby's ``Time.iso8601``). ``time_type
+unixtime`` is Ruby's ``to_i`` of the text (seconds), ``float`` seconds with up
+to nine decimals; ``mixed`` tries ``time_format`` then each of ``time_format_fallbacks`` (which may be
 ``unixtime`` or ``float``, both read as float as fluentd 1.14 does, tried on
 numbers only) until one reads the text.
 """
@@ -52,12 +57,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windvane.ingest.times import NS, check_zone, iso_column_ns, local_zone
+from windvane.ingest.times import NS, check_zone, iso_column_ns, iso_zoned, local_zone
 
 from .config import ParseConfig
 from .rubynum import ruby_to_i
 from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
-from .walltime import LocalZone, offsets_at
+from .walltime import LocalZone, gem_without_year, ruby_local
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
 _DAYS = ("%Y-%m-%dT", "%Y-%m-%d%n", "%Y/%m/%d%n", "%Y/%m/%dT")  # %n: at least one space
@@ -89,6 +94,10 @@ class TimeParser:
             self.mixed = [_fallback(config, f) for f in (self.format, *config.time_format_fallbacks) if f is not None]
         elif self.time_type == "string" and self.format not in (None, "%iso8601"):
             self.regex = strptime_regex(self.format)
+        #: the strptime gem reads a format without a year (and zone) from the machine's time now (see walltime)
+        self.now_fills = (
+            self.regex is not None and gem_reads(self.format or "") and not _DATED.search(self.format or "")
+        )
 
     def parse(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """The times of ``texts`` (strings; a null is not a time), and the mask of those fluentd would refuse."""
@@ -102,17 +111,8 @@ class TimeParser:
             return self._mixed(texts, now)
         if self.regex is None:
             return self._default(texts, now)
-        if self._yearless_shift():
-            return _yearless(texts, self.regex, self.zone, now)
-        return strptime_ns(texts, self.regex, self.zone, now)
-
-    def _yearless_shift(self) -> bool:
-        """Whether fluentd shifts this format's times by the machine's offset now rather than then (see
-        :func:`_yearless`): a format the strptime gem reads, without a year or a zone, read in another zone."""
-        assert self.format is not None
-        directives = set(re.findall(r"%\d*(.)", self.format))
-        named = isinstance(self.zone, LocalZone) and self.zone.named is not None
-        return (named or isinstance(self.zone, int)) and gem_reads(self.format) and not directives & set("Yyz")
+        zone = gem_without_year(self.zone, now) if self.now_fills else self.zone
+        return strptime_ns(texts, self.regex, zone, now)
 
     def _mixed(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """``time_type mixed``: each of time_format and time_format_fallbacks in turn on the texts still not read
@@ -128,12 +128,15 @@ class TimeParser:
 
     def _default(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """No time_format: the forms of Ruby's Time.parse in FALLBACKS; ``%iso8601``: ISO 8601."""
-        texts = pc.fill_null(texts, "")
+        texts = pc.utf8_trim_whitespace(pc.fill_null(texts, ""))
         if self.format is not None:
-            zone = self.zone.machine if isinstance(self.zone, LocalZone) else "UTC"
-            return iso_column_ns(texts, zone)
-        texts = pc.replace_substring_regex(pc.utf8_trim_whitespace(texts), _NAMED_UTC, "+0000")
-        zone = dataclasses.replace(self.zone, later=True) if isinstance(self.zone, LocalZone) else self.zone
+            # Ruby's Time.iso8601: a time without a zone is the machine's (Time.local), timezone and utc unused
+            times, bad = iso_column_ns(texts, "UTC")
+            local = np.flatnonzero(~iso_zoned(texts) & ~bad)
+            times[local] = ruby_local(times[local], self.zone.machine, later=True)
+            return times, bad
+        texts = pc.replace_substring_regex(texts, _NAMED_UTC, "+0000")
+        zone = dataclasses.replace(self.zone, later=True)
         times = np.zeros(len(texts), dtype=np.int64)
         bad = np.ones(len(texts), dtype=bool)
         for time_format in FALLBACKS:
@@ -145,25 +148,6 @@ class TimeParser:
         return times, bad
 
 
-def _yearless(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) -> tuple[np.ndarray, np.ndarray]:
-    """A year-less format's times read in ``zone`` (a fixed offset or a named timezone) as fluentd 1.14 does.
-
-    fluentd reads the text in the machine's zone, then shifts it by ``t.utc_offset`` minus the zone's offset;
-    for a format without a year the strptime gem gives a Time whose ``utc_offset`` is the machine's offset
-    *now*, not at that time: a summer time read in winter is an hour off, and so is windvane's.
-    """
-    machine = local_zone()
-    later = isinstance(zone, LocalZone) and zone.later
-    instants, bad = strptime_ns(texts, regex, LocalZone(machine, None, later), now)
-    current = int(offsets_at(np.array([now], dtype=np.int64), machine)[0])
-    if isinstance(zone, int):
-        target = np.full(len(instants), zone * NS, dtype=np.int64)
-    else:
-        assert zone.named is not None
-        target = offsets_at(instants, zone.named)
-    return instants + current - target, bad
-
-
 def _fill(times: np.ndarray, bad: np.ndarray, rows: np.ndarray, found: tuple[np.ndarray, np.ndarray]) -> None:
     """Put the times ``found`` for ``rows`` that were read into ``times``; they are no longer bad."""
     again, still = found
@@ -171,6 +155,7 @@ def _fill(times: np.ndarray, bad: np.ndarray, rows: np.ndarray, found: tuple[np.
     bad[rows[~still]] = False
 
 
+_DATED = re.compile(r"%[YyzZ]")  # a year, or a zone (the gem then fills from UTC or that offset, not local time)
 _FLOAT = r"^\s*[+-]?\d+(?:_\d+)*(?:\.\d+(?:_\d+)*)?(?:[eE][+-]?\d+)?\s*$"  # what Ruby's Float() reads
 
 
@@ -183,15 +168,18 @@ def _fallback(config: ParseConfig, time_format: str) -> TimeParser:
     return TimeParser(config.replace(time_type="string", time_format=time_format))
 
 
-def _wall_zone(config: ParseConfig) -> int | LocalZone:
-    """The zone of wall-clock times: a fixed offset in seconds, or the machine's (with a named timezone)."""
+def _wall_zone(config: ParseConfig) -> LocalZone:
+    """The zone of wall-clock times: the machine's, moved to timezone (a name or an offset) or to UTC (utc,
+    localtime false), as fluentd reads them (see walltime)."""
     # a repeated local time: the earlier with the strptime gem and localtime, the later otherwise (see walltime)
     later = config.time_format is not None and not gem_reads(config.time_format)
     if config.timezone:
         offset = zone_offset_seconds(config.timezone)
-        return offset if offset is not None else LocalZone(local_zone(), check_zone(config.timezone), True)
+        if offset is not None:
+            return LocalZone(local_zone(), None, later, offset)
+        return LocalZone(local_zone(), check_zone(config.timezone), True)
     if config.utc or not config.localtime:
-        return 0
+        return LocalZone(local_zone(), None, later, 0)
     return LocalZone(local_zone(), None, later)
 
 
