@@ -1,0 +1,239 @@
+"""fluentd's nginx and apache2 expressions on a whole array of access-log lines, without a regexp engine.
+
+:func:`split_access` gives, for a ``large_string`` array of lines, the text
+of every named group of fluentd 1.14.6's ``nginx`` or ``apache2`` expression
+(:data:`NGINX`, :data:`APACHE2`), and a mask of the lines it is not sure of.
+Contract: for every line not masked, each group is byte for byte what
+``ruby_regexp(expression).search(line)`` gives, a group that took no part
+being null; masked lines hold nulls everywhere and are the caller's to send
+through the expression itself (:class:`.vector_regexp.VectorRegexp`). A
+line that does not match the expression at all is masked too.
+
+How: the positions of the delimiters (``"`` ``␣`` ``]`` and control bytes)
+are found once over the block's bytes with numpy; each line is accepted only
+in one of the shapes below, where the expression can match in one way only
+(so backtracking cannot choose another), every check vectorised:
+
+- ``R H U [T] "REQ" C S`` (2 quotes), ``... "REF" "AG"`` (6 quotes, the
+  last ending the line), nginx also ``... "AG" "X"`` (8) and ``... "AG" X``;
+  ``R H U C S`` without a space, ``T`` without ``]``, ``REQ REF AG X`` without
+  ``"``: the line holds no other quote;
+- no control byte (``\\t`` ``\\n`` ``\\r`` ... where ``\\s`` and ``\\S`` and
+  ``$`` would differ) anywhere; apache2: no backslash before a quote (its
+  ``\\"`` escapes);
+- ``REQ`` starts with no space and holds one or two spaces (``GET /p HTTP/1.1``,
+  ``GET /p``): method up to the first, path as the lazy group leaves it. A
+  request without a space (``"-"``, binary junk) is masked: there, the greedy
+  method can swallow its closing quote and the expression match elsewhere.
+
+The groups are cut from the lines' own buffer (one array of all fields'
+bounds, then a ``take`` per group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .config import ParseConfigError
+
+#: fluentd 1.14.6's expressions (parser_nginx.rb, parser_apache2.rb), as fluentd writes them.
+NGINX = (
+    r'/^(?<remote>[^ ]*) (?<host>[^ ]*) (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>[^\"]*?)'
+    r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>[^\"]*)" "(?<agent>[^\"]*)"'
+    r"(?:\s+\"?(?<http_x_forwarded_for>[^\"]*)\"?)?)?$/"
+)
+APACHE2 = (
+    r'/^(?<host>[^ ]*) [^ ]* (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>(?:[^\"]|\\")*?)'
+    r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>(?:[^\"]|\\")*)" "(?<agent>(?:[^\"]|\\")*)")?$/'
+)
+#: The expression and the named groups of each kind, in the order they stand in a line.
+KINDS = {
+    "nginx": (NGINX, ("remote", "host", "user", "time", "method", "path", "code", "size", "referer", "agent",
+                      "http_x_forwarded_for")),
+    "apache2": (APACHE2, ("host", "user", "time", "method", "path", "code", "size", "referer", "agent")),
+}  # fmt: skip
+_QUOTE, _SPACE, _CLOSE, _BACKSLASH = 0x22, 0x20, 0x5D, 0x5C
+
+
+class UnknownAccessKind(ParseConfigError):
+    """:func:`split_access` knows ``nginx`` and ``apache2`` only."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """Where the delimiters of a block of lines are (positions relative to its first byte)."""
+
+    data: np.ndarray  # uint8, the lines' bytes
+    starts: np.ndarray  # int64, each line's first byte
+    ends: np.ndarray  # int64, each line's end (exclusive)
+    quotes: np.ndarray  # positions of '"'
+    spaces: np.ndarray  # positions of ' '
+    closes: np.ndarray  # positions of ']'
+    quote_index: np.ndarray  # per line (and one past the last): index in quotes of its first quote
+    space_index: np.ndarray  # the same in spaces
+
+    def byte(self, at: np.ndarray) -> np.ndarray:
+        """The bytes at ``at`` (0 where out of the block)."""
+        if not len(self.data):
+            return np.zeros(len(at), np.uint8)
+        inside = (at >= 0) & (at < len(self.data))
+        return np.where(inside, self.data[np.clip(at, 0, len(self.data) - 1)], 0)
+
+
+def _pick(positions: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``positions[index]``, -2 where ``index`` is past the end (no delimiter is ever there)."""
+    if not len(positions):
+        return np.full(len(index), -2, np.int64)
+    return np.where(index < len(positions), positions[np.minimum(index, len(positions) - 1)], -2)
+
+
+def _lines_holding(offsets: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
+    """The mask of the lines (bounded by ``offsets``) that hold any of ``positions``."""
+    mask = np.zeros(count, dtype=bool)
+    if len(positions):
+        mask[np.searchsorted(offsets, positions, side="right") - 1] = True
+    return mask
+
+
+def _scan(lines: pa.LargeStringArray, kind: str) -> tuple[_Scan, np.ndarray]:
+    """The delimiters of ``lines``, and the mask of lines no shape can hold (control bytes, escapes, nulls)."""
+    count = len(lines)
+    buffers = lines.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64)[lines.offset : lines.offset + count + 1]
+    base = int(offsets[0])
+    data = (
+        np.frombuffer(buffers[2], np.uint8)[base : int(offsets[-1])]
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
+    rel = offsets - base
+    quotes = np.flatnonzero(data == _QUOTE)
+    spaces = np.flatnonzero(data == _SPACE)
+    scan = _Scan(
+        data, rel[:-1], rel[1:], quotes, spaces, np.flatnonzero(data == _CLOSE),
+        np.searchsorted(quotes, rel), np.searchsorted(spaces, rel),
+    )  # fmt: skip
+    unsure = ~lines.is_valid().to_numpy(zero_copy_only=False) if lines.null_count else np.zeros(count, dtype=bool)
+    control = data < 0x0E  # \t \n \v \f \r: where \s, \S and $ see more than a space (and NUL..BS, for safety)
+    if control.any():
+        unsure |= _lines_holding(rel, np.flatnonzero(control), count)
+    if kind == "apache2" and len(quotes):
+        escaped = quotes[(quotes > 0) & (data[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
+        unsure |= _lines_holding(rel, escaped, count)
+    return scan, unsure
+
+
+Bounds = tuple[np.ndarray, np.ndarray]  # start and end (exclusive) of a group in each line
+
+
+def _prefix(scan: _Scan, q1: np.ndarray) -> tuple[np.ndarray, list[Bounds]]:
+    """``R H U [T] "``: the first three spaces, ``[`` after the third, the first ``]`` then just before ``␣"``."""
+    first = scan.space_index[:-1]
+    s1, s2, s3 = (_pick(scan.spaces, first + k) for k in range(3))
+    bracket = _pick(scan.closes, np.searchsorted(scan.closes, s3 + 2))
+    ok = (first + 2 < scan.space_index[1:]) & (scan.byte(s3 + 1) == ord("[")) & (bracket == q1 - 2)
+    ok &= scan.byte(q1 - 1) == _SPACE
+    return ok, [(scan.starts, s1), (s1 + 1, s2), (s2 + 1, s3), (s3 + 2, q1 - 2)]
+
+
+def _request(scan: _Scan, q1: np.ndarray, q2: np.ndarray) -> tuple[np.ndarray, list[Bounds], np.ndarray]:
+    """``"REQ"`` with one or two spaces, not first: method and path as the lazy group cuts them.
+
+    After ``(?<method>\\S+)``, `` +`` takes every space, then ``path`` stops
+    where what is left is `` +\\S*``: before the last run of spaces, if there
+    is non-space text between the two runs, else at the end of ``REQ``.
+    Also the index of the first space after ``REQ``.
+    """
+    at, after = np.searchsorted(scan.spaces, q1), np.searchsorted(scan.spaces, q2)
+    inside = after - at
+    first, last = _pick(scan.spaces, at), _pick(scan.spaces, after - 1)
+    ok = ((inside == 1) | (inside == 2)) & (first != q1 + 1)
+    apart = (inside == 2) & (last != first + 1)
+    path = (np.where((inside == 2) & ~apart, last + 1, first + 1), np.where(apart, last, q2))
+    return ok, [(q1 + 1, first), path], after
+
+
+def _tail(
+    scan: _Scan, quotes: list[np.ndarray], after: np.ndarray, kind: str
+) -> tuple[np.ndarray, list[Bounds], list[np.ndarray]]:
+    """``" C S`` then the end, or ``"REF" "AG"`` (nginx: and ``"X"`` or ``X``): the groups and which are absent."""
+    q2, q3, q4, q5, q6, q7, q8 = quotes[1:]
+    count = np.diff(scan.quote_index)
+    ends = scan.ends
+    gap = _pick(scan.spaces, after + 1)  # between code and size
+    opening = _pick(scan.spaces, after) == q2 + 1
+    short = opening & (count == 2) & (scan.space_index[1:] == after + 2)
+    full = opening & (count >= 6) & (_pick(scan.spaces, after + 2) == q3 - 1)
+    full &= (scan.byte(q4 + 1) == _SPACE) & (q5 == q4 + 2)
+    exact = full & (count == 6) & (q6 == ends - 1)
+    groups = [(q2 + 2, gap), (gap + 1, np.where(short, ends, q3 - 1)), (q3 + 1, q4), (q5 + 1, q6)]
+    absent = [short, short]
+    if kind == "apache2":
+        return short | exact, groups, absent
+    # (?:\s+"?(?<x>[^"]*)"?)?$ after the agent: `` X`` (one space, X without quotes) or ``␣+"X"``
+    bare = full & (count == 6) & (q6 + 1 < ends) & (scan.byte(q6 + 1) == _SPACE)
+    bare &= (q6 + 2 == ends) | (scan.byte(q6 + 2) != _SPACE)
+    spaced = np.searchsorted(scan.spaces, q7) - np.searchsorted(scan.spaces, q6) == q7 - q6 - 1
+    quoted = full & (count == 8) & (q8 == ends - 1) & (q7 > q6 + 1) & spaced
+    groups.append((np.where(quoted, q7 + 1, q6 + 2), np.where(quoted, q8, ends)))
+    absent.append(~(bare | quoted))
+    return short | exact | bare | quoted, groups, absent
+
+
+def split_access(lines: pa.Array, kind: str) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """The named groups of fluentd's ``kind`` expression (``"nginx"`` or ``"apache2"``) in each of ``lines``.
+
+    ``lines``: a string or large_string array (a null line is masked).
+    Returns one ``large_string`` column per group of :data:`KINDS` ``[kind]``
+    (in that order) and ``unsure``, a boolean array: where it is false the
+    columns hold exactly what ``ruby_regexp(expression).search(line)`` gives
+    (null for a group that took no part); where it is true they hold nulls
+    and the caller must run the expression on those lines.
+    """
+    if kind not in KINDS:
+        raise UnknownAccessKind(f"no access-log splitter for {kind!r} (known: {', '.join(KINDS)})")
+    names = KINDS[kind][1]
+    lines = lines.cast(pa.large_string()) if lines.type != pa.large_string() else lines
+    if not len(lines) or lines.buffers()[2] is None:  # no line, or only empty ones
+        return {name: pa.nulls(len(lines), pa.large_string()) for name in names}, np.ones(len(lines), dtype=bool)
+    scan, unsure = _scan(lines, kind)
+    quotes = [_pick(scan.quotes, scan.quote_index[:-1] + k) for k in range(8)]
+    ok_prefix, prefix = _prefix(scan, quotes[0])
+    ok_request, request, after = _request(scan, quotes[0], quotes[1])
+    ok_tail, tail, absent = _tail(scan, quotes, after, kind)
+    ok = ok_prefix & ok_request & ok_tail & ~unsure
+    if kind == "apache2":
+        del prefix[1]  # the ident field is no group
+    bounds = prefix + request + tail
+    nulls = [np.zeros(len(lines), dtype=bool)] * (len(bounds) - len(absent)) + absent
+    columns = _cut(lines, scan, bounds, nulls, ok)
+    return dict(zip(names, columns, strict=True)), ~ok
+
+
+def _cut(lines: pa.Array, scan: _Scan, bounds: list[Bounds], nulls: list[np.ndarray], ok: np.ndarray) -> list[pa.Array]:
+    """Each group's text, cut from the lines' buffer: null where absent or not ``ok``.
+
+    One ``large_string`` array over that buffer whose values are, line
+    after line, every group and the text between (its offsets are the
+    bounds, in order, so they never decrease); a ``take`` picks each group.
+    """
+    count, width = len(lines), 2 * len(bounds)
+    flat = np.empty((count, width), np.int64)
+    for k, (start, end) in enumerate(bounds):
+        flat[:, 2 * k] = np.where(nulls[k], scan.ends, start)
+        flat[:, 2 * k + 1] = np.where(nulls[k], scan.ends, end)
+    flat[~ok] = scan.starts[~ok, None]
+    flat += np.frombuffer(lines.buffers()[1], np.int64)[lines.offset]  # the bounds are relative to the first line
+    every = pa.Array.from_buffers(
+        pa.large_string(), count * width - 1, [None, pa.py_buffer(flat), lines.buffers()[2]]
+    )
+    rows = np.arange(count, dtype=np.int64) * width
+    columns = []
+    for k, absent in enumerate(nulls):
+        skip = absent | ~ok
+        index = pa.array(rows + 2 * k, mask=skip) if skip.any() else pa.array(rows + 2 * k)
+        columns.append(every.take(index))
+    return columns
