@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.nginx_log import lines as generated_lines
-from windvane.connectors.files.logs.fluent.access_split import KINDS, UnknownAccessKind, split_access
+from windvane.connectors.files.logs.fluent.access_split import KINDS, UnknownAccessKind, match_access, split_access
 from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
+from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp
 
 TIME = "[26/Nov/2026:10:00:00 +0000]"
 HOSTILE = [
@@ -201,3 +202,17 @@ def test_empty_arrays_and_unknown_kinds():
     assert unsure.all() and columns["host"].null_count == 2
     with pytest.raises(UnknownAccessKind, match="syslog"):
         split_access(pa.array(["x"]), "syslog")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_match_access_is_the_expression_on_every_line(kind):
+    rng = random.Random(7)
+    base = generated_lines(0, 300).splitlines() + HOSTILE
+    texts = base + [mutate(rng, rng.choice(base)) for _ in range(3000)] + ["a\nb", 'x - - [t] "GET /\n" 1 2']
+    array = pa.array(["skip", *texts], pa.string()).slice(1)
+    expected = VectorRegexp(ruby_regexp(KINDS[kind][0]), use_re2=False).match(array)
+    found = match_access(array, kind)
+    assert found.unmatched.tolist() == expected.unmatched.tolist()
+    for name in KINDS[kind][1]:
+        assert found.columns[name].to_pylist() == expected.columns[name].to_pylist(), name
+    assert len(match_access(pa.array([], pa.large_string()), kind).columns[KINDS[kind][1][0]]) == 0

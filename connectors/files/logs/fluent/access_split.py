@@ -32,12 +32,16 @@ bounds, then a ``take`` per group).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .config import ParseConfigError
+from .rubyre import ruby_regexp
+from .vector_regexp import Matches, VectorRegexp
 
 #: fluentd 1.14.6's expressions (parser_nginx.rb, parser_apache2.rb), as fluentd writes them.
 NGINX = (
@@ -183,22 +187,8 @@ def _tail(
     return short | exact | bare | quoted, groups, absent
 
 
-def split_access(lines: pa.Array, kind: str) -> tuple[dict[str, pa.Array], np.ndarray]:
-    """The named groups of fluentd's ``kind`` expression (``"nginx"`` or ``"apache2"``) in each of ``lines``.
-
-    ``lines``: a string or large_string array (a null line is masked).
-    Returns one ``large_string`` column per group of :data:`KINDS` ``[kind]``
-    (in that order) and ``unsure``, a boolean array: where it is false the
-    columns hold exactly what ``ruby_regexp(expression).search(line)`` gives
-    (null for a group that took no part); where it is true they hold nulls
-    and the caller must run the expression on those lines.
-    """
-    if kind not in KINDS:
-        raise UnknownAccessKind(f"no access-log splitter for {kind!r} (known: {', '.join(KINDS)})")
-    names = KINDS[kind][1]
-    lines = lines.cast(pa.large_string()) if lines.type != pa.large_string() else lines
-    if not len(lines) or lines.buffers()[2] is None:  # no line, or only empty ones
-        return {name: pa.nulls(len(lines), pa.large_string()) for name in names}, np.ones(len(lines), dtype=bool)
+def _fast(lines: pa.LargeStringArray, kind: str) -> tuple[_Scan, np.ndarray, list[Bounds], list[np.ndarray]]:
+    """The lines in a shape it knows (``ok``), each group's bounds in them, and where a group is absent."""
     scan, unsure = _scan(lines, kind)
     quotes = [_pick(scan.quotes, scan.quote_index[:-1] + k) for k in range(8)]
     ok_prefix, prefix = _prefix(scan, quotes[0])
@@ -208,32 +198,121 @@ def split_access(lines: pa.Array, kind: str) -> tuple[dict[str, pa.Array], np.nd
     if kind == "apache2":
         del prefix[1]  # the ident field is no group
     bounds = prefix + request + tail
-    nulls = [np.zeros(len(lines), dtype=bool)] * (len(bounds) - len(absent)) + absent
-    columns = _cut(lines, scan, bounds, nulls, ok)
-    return dict(zip(names, columns, strict=True)), ~ok
+    return scan, ok, bounds, [~ok for _ in range(len(bounds) - len(absent))] + [a | ~ok for a in absent]
 
 
-def _cut(lines: pa.Array, scan: _Scan, bounds: list[Bounds], nulls: list[np.ndarray], ok: np.ndarray) -> list[pa.Array]:
-    """Each group's text, cut from the lines' buffer: null where absent or not ``ok``.
+def _check(lines: pa.Array, kind: str) -> tuple[pa.LargeStringArray, tuple[str, ...]]:
+    if kind not in KINDS:
+        raise UnknownAccessKind(f"no access-log splitter for {kind!r} (known: {', '.join(KINDS)})")
+    return (lines.cast(pa.large_string()) if lines.type != pa.large_string() else lines), KINDS[kind][1]
 
-    One ``large_string`` array over that buffer whose values are, line
-    after line, every group and the text between (its offsets are the
-    bounds, in order, so they never decrease); a ``take`` picks each group.
+
+def split_access(lines: pa.Array, kind: str) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """The named groups of fluentd's ``kind`` expression (``"nginx"`` or ``"apache2"``) in each of ``lines``.
+
+    ``lines``: a string or large_string array (a null line is masked).
+    Returns one ``large_string`` column per group of :data:`KINDS` ``[kind]``
+    (in that order) and ``unsure``, a boolean array: where it is false the
+    columns hold exactly what ``ruby_regexp(expression).search(line)`` gives
+    (null for a group that took no part); where it is true they hold nulls
+    and the caller must run the expression on those lines (or call
+    :func:`match_access`, which does).
     """
-    count, width = len(lines), 2 * len(bounds)
-    flat = np.empty((count, width), np.int64)
-    for k, (start, end) in enumerate(bounds):
-        flat[:, 2 * k] = np.where(nulls[k], scan.ends, start)
-        flat[:, 2 * k + 1] = np.where(nulls[k], scan.ends, end)
-    flat[~ok] = scan.starts[~ok, None]
-    flat += np.frombuffer(lines.buffers()[1], np.int64)[lines.offset]  # the bounds are relative to the first line
-    every = pa.Array.from_buffers(
-        pa.large_string(), count * width - 1, [None, pa.py_buffer(flat), lines.buffers()[2]]
-    )
-    rows = np.arange(count, dtype=np.int64) * width
+    lines, names = _check(lines, kind)
+    if not len(lines) or lines.buffers()[2] is None:  # no line, or only empty ones
+        return {name: pa.nulls(len(lines), pa.large_string()) for name in names}, np.ones(len(lines), dtype=bool)
+    scan, ok, bounds, skips = _fast(lines, kind)
+    return dict(zip(names, _cut(lines, scan.starts, bounds, skips), strict=True)), ~ok
+
+
+def match_access(lines: pa.Array, kind: str) -> Matches:
+    """What ``VectorRegexp(ruby_regexp(KINDS[kind][0])).match(lines)`` gives, the lines it is sure of split here.
+
+    The others are matched by RE2 (by Python's ``re`` where a line holds a
+    newline), their groups cut from the same buffer in the same pass.
+    """
+    lines, names = _check(lines, kind)
+    if not len(lines) or lines.buffers()[2] is None:
+        return _matcher(kind).match(lines)
+    scan, ok, bounds, skips = _fast(lines, kind)
+    rows = np.flatnonzero(~ok)
+    unmatched = np.zeros(len(lines), dtype=bool)
+    patch = None
+    if len(rows):
+        starts, ends, missing, unmatched[rows] = _slow(lines.take(pa.array(rows)), kind)
+        patch = (rows, starts + scan.starts[rows], ends + scan.starts[rows])
+        for skip, absent in zip(skips, missing, strict=True):
+            skip[rows] = absent
+    return Matches(dict(zip(names, _cut(lines, scan.starts, bounds, skips, patch), strict=True)), unmatched)
+
+
+@functools.cache
+def _matcher(kind: str) -> VectorRegexp:
+    return VectorRegexp(ruby_regexp(KINDS[kind][0]))
+
+
+def _slow(lines: pa.LargeStringArray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The groups of ``lines`` by the expression itself: starts and ends (bytes into each line, a row per group),
+    where each group is absent, and the lines it does not match."""
+    matcher, names, count = _matcher(kind), KINDS[kind][1], len(lines)
+    starts, ends = np.zeros((2, len(names), count), np.int64)
+    missing = np.ones((len(names), count), dtype=bool)
+    matched = np.zeros(count, dtype=bool)
+    python = np.ones(count, dtype=bool)
+    if matcher.re2 is not None:  # RE2 reads $ and . otherwise on a line holding a newline: re reads those
+        python = pc.match_substring(lines, "\n").to_numpy(zero_copy_only=False)
+        found = pc.extract_regex_span(lines, matcher.re2)
+        matched = found.is_valid().to_numpy(zero_copy_only=False)
+        for k, name in enumerate(names):
+            spans = found.field(name)
+            at = spans.values.offset + 2 * spans.offset
+            pairs = np.frombuffer(spans.values.buffers()[1], np.int64)[at : at + 2 * count].reshape(count, 2)
+            starts[k], ends[k] = pairs[:, 0], pairs[:, 0] + pairs[:, 1]
+            missing[k] = ~spans.is_valid().to_numpy(zero_copy_only=False) | ~matched
+    for i in np.flatnonzero(python).tolist():
+        text = lines[i].as_py()
+        found_re = matcher.pattern.search(text)
+        matched[i] = found_re is not None
+        for k, name in enumerate(names):
+            start, end = found_re.span(name) if found_re is not None else (-1, -1)
+            missing[k, i] = start < 0
+            starts[k, i] = len(text[: max(start, 0)].encode())
+            ends[k, i] = starts[k, i] + len(text[max(start, 0) : max(end, 0)].encode())
+    return starts, ends, missing, ~matched
+
+
+def _cut(
+    lines: pa.LargeStringArray,
+    line_starts: np.ndarray,
+    bounds: list[Bounds],
+    skips: list[np.ndarray],
+    patch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> list[pa.Array]:
+    """Each group's text, cut from the lines' buffer, null where ``skips`` says.
+
+    Per group, one ``large_string`` array over that buffer whose values are
+    the group and the text up to the group in the next line (its offsets
+    are the bounds, in turn), and a ``take`` of every other value. The
+    bounds of skipped lines are not looked at (the take reads the offsets
+    of the values it keeps only, but Arrow refuses offsets out of order:
+    they are the line's start there). ``patch``: rows, and their starts and
+    ends (a row per group), put in place of ``bounds`` there.
+    """
+    count = len(lines)
+    base = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset]  # bounds count from the first line
+    every_other = np.arange(0, 2 * count, 2, dtype=np.int64)
     columns = []
-    for k, absent in enumerate(nulls):
-        skip = absent | ~ok
-        index = pa.array(rows + 2 * k, mask=skip) if skip.any() else pa.array(rows + 2 * k)
-        columns.append(every.take(index))
+    for k, ((start, end), skip) in enumerate(zip(bounds, skips, strict=True)):
+        offsets = np.empty(2 * count, np.int64)
+        np.add(start, base, out=offsets[0::2])
+        np.add(end, base, out=offsets[1::2])
+        if patch is not None:
+            rows, starts, ends = patch
+            offsets[2 * rows], offsets[2 * rows + 1] = starts[k] + base, ends[k] + base
+        if skip.any():
+            offsets.reshape(count, 2)[skip] = line_starts[skip, None] + base
+        pieces = pa.Array.from_buffers(
+            pa.large_string(), 2 * count - 1, [None, pa.py_buffer(offsets), lines.buffers()[2]]
+        )
+        columns.append(pieces.take(pa.array(every_other, mask=skip) if skip.any() else pa.array(every_other)))
     return columns
