@@ -11,12 +11,14 @@ a line the expression does not match must be masked.
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from benchmarks.nginx_log import lines as generated_lines
+from tests.fluent_programs import fluentd_dir
 from windvane.connectors.files.logs.fluent.access_split import KINDS, UnknownAccessKind, match_access, split_access
 from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
 from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp
@@ -216,3 +218,11 @@ def test_match_access_is_the_expression_on_every_line(kind):
     for name in KINDS[kind][1]:
         assert found.columns[name].to_pylist() == expected.columns[name].to_pylist(), name
     assert len(match_access(pa.array([], pa.large_string()), kind).columns[KINDS[kind][1][0]]) == 0
+
+
+def test_the_expressions_are_fluentds_own():
+    plugins = fluentd_dir() / "lib" / "fluent" / "plugin"
+    nginx = re.search(r":expression, (/\^.*\$/)\n", (plugins / "parser_nginx.rb").read_text())
+    apache2 = re.search(r"REGEXP = (/\^.*\$/)\n", (plugins / "parser_apache2.rb").read_text())
+    assert nginx and nginx.group(1) == KINDS["nginx"][0]
+    assert apache2 and apache2.group(1) == KINDS["apache2"][0]
