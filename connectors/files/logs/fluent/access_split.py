@@ -80,18 +80,15 @@ class _Scan:
     space_index: np.ndarray  # the same in spaces
 
     def byte(self, at: np.ndarray) -> np.ndarray:
-        """The bytes at ``at`` (0 where out of the block)."""
-        if not len(self.data):
-            return np.zeros(len(at), np.uint8)
-        inside = (at >= 0) & (at < len(self.data))
-        return np.where(inside, self.data[np.clip(at, 0, len(self.data) - 1)], 0)
+        """The bytes at ``at``."""
+        return self.data.take(at, mode="clip")  # every use reads within the block, or where clipping cannot pass
 
 
 def _pick(positions: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """``positions[index]``, -2 where ``index`` is past the end (no delimiter is ever there)."""
+    """``positions[index]``, the last where ``index`` is past the end (every use checks that it is not)."""
     if not len(positions):
         return np.full(len(index), -2, np.int64)
-    return np.where(index < len(positions), positions[np.minimum(index, len(positions) - 1)], -2)
+    return positions.take(index, mode="clip")
 
 
 def _lines_holding(offsets: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -114,6 +111,8 @@ def _scan(lines: pa.LargeStringArray, kind: str) -> tuple[_Scan, np.ndarray]:
         else np.zeros(0, np.uint8)
     )
     rel = offsets - base
+    if not len(data):  # only empty lines: no delimiter, every line masked
+        data = np.full(1, ord("x"), np.uint8)
     quotes = np.flatnonzero(data == _QUOTE)
     spaces = np.flatnonzero(data == _SPACE)
     scan = _Scan(
@@ -138,7 +137,7 @@ def _prefix(scan: _Scan, q1: np.ndarray) -> tuple[np.ndarray, list[Bounds]]:
     first = scan.space_index[:-1]
     s1, s2, s3 = (_pick(scan.spaces, first + k) for k in range(3))
     bracket = _pick(scan.closes, np.searchsorted(scan.closes, s3 + 2))
-    ok = (first + 2 < scan.space_index[1:]) & (scan.byte(s3 + 1) == ord("[")) & (bracket == q1 - 2)
+    ok = (first + 2 < scan.space_index[1:]) & (scan.byte(s3 + 1) == ord("[")) & (bracket == q1 - 2) & (bracket > s3)
     ok &= scan.byte(q1 - 1) == _SPACE
     return ok, [(scan.starts, s1), (s1 + 1, s2), (s2 + 1, s3), (s3 + 2, q1 - 2)]
 
@@ -170,7 +169,7 @@ def _tail(
     gap = _pick(scan.spaces, after + 1)  # between code and size
     opening = _pick(scan.spaces, after) == q2 + 1
     short = opening & (count == 2) & (scan.space_index[1:] == after + 2)
-    full = opening & (count >= 6) & (_pick(scan.spaces, after + 2) == q3 - 1)
+    full = opening & (count >= 6) & (after + 2 < scan.space_index[1:]) & (_pick(scan.spaces, after + 2) == q3 - 1)
     full &= (scan.byte(q4 + 1) == _SPACE) & (q5 == q4 + 2)
     exact = full & (count == 6) & (q6 == ends - 1)
     groups = [(q2 + 2, gap), (gap + 1, np.where(short, ends, q3 - 1)), (q3 + 1, q4), (q5 + 1, q6)]
@@ -180,8 +179,11 @@ def _tail(
     # (?:\s+"?(?<x>[^"]*)"?)?$ after the agent: `` X`` (one space, X without quotes) or ``␣+"X"``
     bare = full & (count == 6) & (q6 + 1 < ends) & (scan.byte(q6 + 1) == _SPACE)
     bare &= (q6 + 2 == ends) | (scan.byte(q6 + 2) != _SPACE)
-    spaced = np.searchsorted(scan.spaces, q7) - np.searchsorted(scan.spaces, q6) == q7 - q6 - 1
-    quoted = full & (count == 8) & (q8 == ends - 1) & (q7 > q6 + 1) & spaced
+    quoted = full & (count == 8) & (q8 == ends - 1) & (q7 > q6 + 1)
+    if quoted.any():  # only spaces between the agent and "X"
+        eight = np.flatnonzero(quoted)
+        spaces = np.searchsorted(scan.spaces, q7[eight]) - np.searchsorted(scan.spaces, q6[eight])
+        quoted[eight] = spaces == q7[eight] - q6[eight] - 1
     groups.append((np.where(quoted, q7 + 1, q6 + 2), np.where(quoted, q8, ends)))
     absent.append(~(bare | quoted))
     return short | exact | bare | quoted, groups, absent
