@@ -294,10 +294,9 @@ def _cut(
 
     Per group, one ``large_string`` array over that buffer whose values are
     the group and the text up to the group in the next line (its offsets
-    are the bounds, in turn), and a ``take`` of every other value. The
-    bounds of skipped lines are not looked at (the take reads the offsets
-    of the values it keeps only, but Arrow refuses offsets out of order:
-    they are the line's start there). ``patch``: rows, and their starts and
+    are the bounds, in turn), and a ``take`` of every other value. A
+    skipped line's bounds (which may be anything) become its start, as
+    Arrow wants offsets in order. ``patch``: rows, and their starts and
     ends (a row per group), put in place of ``bounds`` there.
     """
     count = len(lines)
