@@ -163,7 +163,7 @@ def _tail(
     scan: _Scan, quotes: list[np.ndarray], after: np.ndarray, kind: str
 ) -> tuple[np.ndarray, list[Bounds], list[np.ndarray]]:
     """``" C S`` then the end, or ``"REF" "AG"`` (nginx: and ``"X"`` or ``X``): the groups and which are absent."""
-    q2, q3, q4, q5, q6, q7, q8 = quotes[1:]
+    q2, q3, q4, q5, q6 = quotes[1:]
     count = np.diff(scan.quote_index)
     ends = scan.ends
     gap = _pick(scan.spaces, after + 1)  # between code and size
@@ -179,12 +179,15 @@ def _tail(
     # (?:\s+"?(?<x>[^"]*)"?)?$ after the agent: `` X`` (one space, X without quotes) or ``␣+"X"``
     bare = full & (count == 6) & (q6 + 1 < ends) & (scan.byte(q6 + 1) == _SPACE)
     bare &= (q6 + 2 == ends) | (scan.byte(q6 + 2) != _SPACE)
-    quoted = full & (count == 8) & (q8 == ends - 1) & (q7 > q6 + 1)
-    if quoted.any():  # only spaces between the agent and "X"
-        eight = np.flatnonzero(quoted)
-        spaces = np.searchsorted(scan.spaces, q7[eight]) - np.searchsorted(scan.spaces, q6[eight])
-        quoted[eight] = spaces == q7[eight] - q6[eight] - 1
-    groups.append((np.where(quoted, q7 + 1, q6 + 2), np.where(quoted, q8, ends)))
+    start, end, quoted = q6 + 2, ends, np.zeros(len(ends), dtype=bool)
+    eight = np.flatnonzero(full & (count == 8))
+    if len(eight):  # "X" after spaces only, ending the line
+        q7, q8 = (_pick(scan.quotes, scan.quote_index[eight] + k) for k in (6, 7))
+        spaces = np.searchsorted(scan.spaces, q7) - np.searchsorted(scan.spaces, q6[eight])
+        good = (q8 == ends[eight] - 1) & (q7 > q6[eight] + 1) & (spaces == q7 - q6[eight] - 1)
+        rows, end = eight[good], ends.copy()
+        quoted[rows], start[rows], end[rows] = True, q7[good] + 1, q8[good]
+    groups.append((start, end))
     absent.append(~(bare | quoted))
     return short | exact | bare | quoted, groups, absent
 
@@ -192,7 +195,7 @@ def _tail(
 def _fast(lines: pa.LargeStringArray, kind: str) -> tuple[_Scan, np.ndarray, list[Bounds], list[np.ndarray]]:
     """The lines in a shape it knows (``ok``), each group's bounds in them, and where a group is absent."""
     scan, unsure = _scan(lines, kind)
-    quotes = [_pick(scan.quotes, scan.quote_index[:-1] + k) for k in range(8)]
+    quotes = [_pick(scan.quotes, scan.quote_index[:-1] + k) for k in range(6)]
     ok_prefix, prefix = _prefix(scan, quotes[0])
     ok_request, request, after = _request(scan, quotes[0], quotes[1])
     ok_tail, tail, absent = _tail(scan, quotes, after, kind)
@@ -304,6 +307,9 @@ def _cut(
     every_other = np.arange(0, 2 * count, 2, dtype=np.int64)
     columns = []
     for k, ((start, end), skip) in enumerate(zip(bounds, skips, strict=True)):
+        if skip.all():
+            columns.append(pa.nulls(count, pa.large_string()))
+            continue
         offsets = np.empty(2 * count, np.int64)
         np.add(start, base, out=offsets[0::2])
         np.add(end, base, out=offsets[1::2])
