@@ -152,7 +152,7 @@ def _request(scan: _Scan, q1: np.ndarray, q2: np.ndarray) -> tuple[np.ndarray, l
     After ``(?<method>\\S+)``, `` +`` takes every space, then ``path`` stops
     where what is left is `` +\\S*``: before the last run of spaces, if there
     is non-space text between the two runs, else at the end of ``REQ``.
-    Also the index of the first space after ``REQ``.
+    Also the index (in the spaces) of the first space after ``REQ``.
     """
     at, after = np.searchsorted(scan.spaces, q1), np.searchsorted(scan.spaces, q2)
     inside = after - at
@@ -237,8 +237,10 @@ def split_access(lines: pa.Array, kind: str) -> tuple[dict[str, pa.Array], np.nd
 def match_access(lines: pa.Array, kind: str) -> Matches:
     """What ``VectorRegexp(ruby_regexp(KINDS[kind][0])).match(lines)`` gives, the lines it is sure of split here.
 
-    The others are matched by RE2 (by Python's ``re`` where a line holds a
-    newline), their groups cut from the same buffer in the same pass.
+    ``lines``: a string or large_string array without nulls. The others are
+    matched by RE2 (by Python's ``re`` where a line holds a newline), their
+    groups cut from the same buffer in the same pass. One thread; numpy and
+    Arrow let go of the interpreter lock, so blocks can run on threads.
     """
     lines, names = _check(lines, kind)
     if not len(lines) or lines.buffers()[2] is None:
