@@ -11,15 +11,16 @@ line that does not match the expression at all is masked too.
 :func:`match_access` does that: it gives what ``VectorRegexp.match`` gives
 for every line.
 
-How: the positions of the delimiters (``"`` ``␣`` ``]`` and control bytes)
-are found once over the block's bytes with numpy; each line is accepted only
-in one of the shapes below, where the expression can match in one way only
-(so backtracking cannot choose another), every check vectorised:
+How: the positions of the delimiters (``"`` ``␣`` and control bytes) are
+found once over the block's bytes with numpy (``]`` in the few bytes after
+``[``); each line is accepted only in one of the shapes below, where the
+expression can match in one way only (so backtracking cannot choose
+another), every check vectorised:
 
 - ``R H U [T] "REQ" C S`` (2 quotes), ``... "REF" "AG"`` (6 quotes, the
   last ending the line), nginx also ``... "AG" "X"`` (8) and ``... "AG" X``;
-  ``R H U C S`` without a space, ``T`` without ``]``, ``REQ REF AG X`` without
-  ``"``: the line holds no other quote;
+  ``R H U C S`` without a space, ``T`` without ``]`` (and under 48 bytes),
+  ``REQ REF AG X`` without ``"``: the line holds no other quote;
 - no control byte (``\\t`` ``\\n`` ``\\r`` ... where ``\\s`` and ``\\S`` and
   ``$`` would differ) anywhere; apache2: no backslash before a quote (its
   ``\\"`` escapes);
@@ -64,6 +65,9 @@ KINDS = {
     "apache2": (APACHE2, ("host", "user", "time", "method", "path", "code", "size", "referer", "agent")),
 }  # fmt: skip
 _QUOTE, _SPACE, _CLOSE, _BACKSLASH = 0x22, 0x20, 0x5D, 0x5C
+#: How far after ``[`` the ``]`` is looked for (nginx's and apache's time is 26 bytes): a line with a longer time
+#: is left to the expression.
+_TIME_REACH = 48
 
 
 class UnknownAccessKind(ParseConfigError):
@@ -79,9 +83,15 @@ class _Scan:
     ends: np.ndarray  # int64, each line's end (exclusive)
     quotes: np.ndarray  # positions of '"'
     spaces: np.ndarray  # positions of ' '
-    closes: np.ndarray  # positions of ']'
     quote_index: np.ndarray  # per line (and one past the last): index in quotes of its first quote
     space_index: np.ndarray  # the same in spaces
+
+    def windows(self, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``width`` bytes from each of ``at`` (moved back to fit in the block), one row each, and where each
+        starts."""
+        data = self.data if len(self.data) >= width else np.concatenate([self.data, np.zeros(width, np.uint8)])
+        start = np.clip(at, 0, len(data) - width)
+        return np.lib.stride_tricks.sliding_window_view(data, width)[start], start
 
     def byte(self, at: np.ndarray) -> np.ndarray:
         """The bytes at ``at``."""
@@ -120,7 +130,7 @@ def _scan(lines: pa.LargeStringArray, kind: str) -> tuple[_Scan, np.ndarray]:
     quotes = np.flatnonzero(data == _QUOTE)
     spaces = np.flatnonzero(data == _SPACE)
     scan = _Scan(
-        data, rel[:-1], rel[1:], quotes, spaces, np.flatnonzero(data == _CLOSE),
+        data, rel[:-1], rel[1:], quotes, spaces,
         np.searchsorted(quotes, rel), np.searchsorted(spaces, rel),
     )  # fmt: skip
     unsure = ~lines.is_valid().to_numpy(zero_copy_only=False) if lines.null_count else np.zeros(count, dtype=bool)
@@ -140,8 +150,11 @@ def _prefix(scan: _Scan, q1: np.ndarray) -> tuple[np.ndarray, list[Bounds]]:
     """``R H U [T] "``: the first three spaces, ``[`` after the third, the first ``]`` then just before ``␣"``."""
     first = scan.space_index[:-1]
     s1, s2, s3 = (_pick(scan.spaces, first + k) for k in range(3))
-    bracket = _pick(scan.closes, np.searchsorted(scan.closes, s3 + 2))
-    ok = (first + 2 < scan.space_index[1:]) & (scan.byte(s3 + 1) == ord("[")) & (bracket == q1 - 2) & (bracket > s3)
+    window, at = scan.windows(s3 + 2, _TIME_REACH)  # the time and what follows
+    closes = window == _CLOSE
+    found = closes.argmax(axis=1)
+    bracket = np.where(closes[np.arange(len(at)), found] & (at == s3 + 2), at + found, -2)  # the first ']' after '['
+    ok = (first + 2 < scan.space_index[1:]) & (scan.byte(s3 + 1) == ord("[")) & (bracket == q1 - 2)
     ok &= scan.byte(q1 - 1) == _SPACE
     return ok, [(scan.starts, s1), (s1 + 1, s2), (s2 + 1, s3), (s3 + 2, q1 - 2)]
 
