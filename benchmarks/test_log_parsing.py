@@ -13,9 +13,12 @@ default 16 MiB; 1G for the README's table) is read, in one run, by
   one of a thread per core: split into lines (``split_lines``), matched
   with fluentd's nginx expression (translated from Ruby) by
   :class:`VectorRegexp` (RE2), its time field (``%d/%b/%Y:%H:%M:%S %z``)
-  parsed into int64 ns; and the same with the matcher forced onto Python's
-  ``re``, line by line. ``windvane import --format nginx`` is not there
-  yet: this is its parsing stage alone (no store, no fluentd record rules).
+  parsed into int64 ns; the same with the matcher forced onto Python's
+  ``re``, line by line; and the same with :func:`match_access` in place of
+  the matcher (the lines cut at their delimiters with numpy, exactly as the
+  expression would, the few it is not sure of matched by RE2). ``windvane
+  import --format nginx`` is not there yet: this is its parsing stage alone
+  (no store, no fluentd record rules).
 
 Lines per second, median of ``WINDVANE_BENCH_ROUNDS`` (3) rounds; each round
 runs every target once, in the reverse order of the round before, each
@@ -50,6 +53,7 @@ from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION, lines_on_disk, settle, wait_for
 
 from tests.fluent_programs import Program, fluentd_dir
+from windvane.connectors.files.logs.fluent.access_split import NGINX, match_access
 from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
 from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp
 from windvane.connectors.files.logs.lines import split_lines
@@ -60,12 +64,6 @@ BLOCK_BYTES = 32 << 20
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.timeout(7200)
 
-#: fluentd 1.14.6's nginx expression (lib/fluent/plugin/parser_nginx.rb) and time format.
-NGINX = (
-    r'/^(?<remote>[^ ]*) (?<host>[^ ]*) (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>[^\"]*?)'
-    r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>[^\"]*)" "(?<agent>[^\"]*)"'
-    r"(?:\s+\"?(?<http_x_forwarded_for>[^\"]*)\"?)?)?$/"
-)
 TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
 CSV_COLUMNS = ("remote", "ident", "user", "time", "zone", "request", "status", "size", "referer", "agent")
 
@@ -83,24 +81,27 @@ def blocks(path: Path) -> Iterator[bytes]:
         yield rest
 
 
-def parse_block(matcher: VectorRegexp, block: bytes) -> int:
-    """Split ``block`` into lines, match them, parse their time field; the number of lines."""
+def parse_block(matcher: VectorRegexp | None, block: bytes) -> int:
+    """Split ``block`` into lines, match them (``None``: :func:`match_access`), parse their time field; the count."""
     lines, bad = split_lines(block, now=0)
-    found = matcher.match(lines.text)
+    found = matcher.match(lines.text) if matcher is not None else match_access(lines.text, "nginx")
     stamps = pc.strptime(found.columns["time"], format=TIME_FORMAT, unit="ns", error_is_null=True)
     times = stamps.cast(pa.int64())
     assert not found.unmatched.any() and times.null_count == 0 and not bad
     return len(times)
 
 
-def run_windvane(path: Path, count: int, use_re2: bool = True) -> float:
+def run_windvane(path: Path, count: int, engine: str = "re2") -> float:
     """Lines/s: split, match with fluentd's nginx expression, parse the time, over the whole file.
 
-    Blocks go to one thread per core (two in flight each): every stage runs in Arrow or numpy with the
-    interpreter lock let go, except the ``re`` path, which holds it.
+    ``engine``: ``re2`` or ``python`` (:class:`VectorRegexp`), ``split`` (:func:`match_access`). Blocks go to
+    one thread per core (two in flight each): every stage runs in Arrow or numpy with the interpreter lock let
+    go, except the ``re`` path, which holds it.
     """
-    matcher = VectorRegexp(ruby_regexp(NGINX), threads=1, use_re2=use_re2)
-    assert matcher.engine == ("re2" if use_re2 else "python"), matcher.reason
+    matcher = None
+    if engine != "split":
+        matcher = VectorRegexp(ruby_regexp(NGINX), threads=1, use_re2=engine == "re2")
+        assert matcher.engine == engine, matcher.reason
     threads = os.cpu_count() or 1
     started = time.perf_counter()
     parsed = 0
@@ -199,13 +200,15 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
         "fluentd_in_tail_nginx_out_file": lambda: run_fluentd(path, count),
         "pyarrow_read_csv": lambda: run_csv(path, count),
         "windvane_vector_regexp": lambda: run_windvane(path, count),
-        "windvane_python_re": lambda: run_windvane(path, count, use_re2=False),
+        "windvane_python_re": lambda: run_windvane(path, count, "python"),
+        "windvane_access_split": lambda: run_windvane(path, count, "split"),
     }
     rounds = 1 if benchmark.disabled else ROUNDS
     rates: dict[str, list[float]] = {}
     benchmark.pedantic(lambda: rates.update(alternate(targets, rounds)), rounds=1, iterations=1)
     median = {name: float(np.median(v)) for name, v in rates.items()}
-    windvane = median["windvane_vector_regexp"]
+    windvane, fast = median["windvane_vector_regexp"], median["windvane_access_split"]
+    fluentd, csv = median["fluentd_in_tail_nginx_out_file"], median["pyarrow_read_csv"]
     info = {
         "file_bytes": path.stat().st_size,
         "lines": count,
@@ -214,8 +217,14 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
         "pyarrow": pa.__version__,
         "lines_per_s": rates,
         "median_lines_per_s": median,
-        "windvane_over_fluentd": windvane / median["fluentd_in_tail_nginx_out_file"],
-        "windvane_over_pyarrow_csv": windvane / median["pyarrow_read_csv"],
+        "windvane_over_fluentd": windvane / fluentd,
+        "windvane_over_pyarrow_csv": windvane / csv,
+        "windvane_access_split_over_fluentd": fast / fluentd,
+        "windvane_access_split_over_pyarrow_csv": fast / csv,
+        "per_round_access_split_over_pyarrow_csv": per_round(rates, "windvane_access_split", "pyarrow_read_csv"),
+        "per_round_access_split_over_fluentd": per_round(
+            rates, "windvane_access_split", "fluentd_in_tail_nginx_out_file"
+        ),
         "goal": "windvane >= 5x fluentd and >= 0.5x pyarrow read_csv",
     }
     benchmark.extra_info.update(info)
@@ -223,6 +232,11 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
     print(json.dumps(info, indent=1))
     if not benchmark.disabled:
         write_results(info)
+
+
+def per_round(rates: dict[str, list[float]], name: str, baseline: str) -> list[float]:
+    """``name``'s rate over ``baseline``'s, round by round (both ran minutes apart at most)."""
+    return [a / b for a, b in zip(rates[name], rates[baseline], strict=True)]
 
 
 def write_results(info: dict) -> None:
