@@ -5,7 +5,9 @@ byte, not one character: a group may end inside a character (its bytes
 are then kept, those that are not UTF-8 written ``\\xHH``). On a line of
 ASCII characters bytes and characters are the same thing, so those lines
 run on :class:`.vector_regexp.VectorRegexp` (RE2 over the whole Arrow
-array, the pattern read with ASCII ``\\d \\w \\s``); the other lines, and
+array, the pattern read with ASCII ``\\d \\w \\s``), or for fluentd's nginx
+and apache2 expressions on :func:`.access_split.match_access`, which gives
+the same groups at a CSV reader's pace; the other lines, and
 every line when RE2 cannot run the pattern as ``re`` does, run on a bytes
 pattern with ``re``, line by line.
 """
@@ -16,8 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .access_split import KINDS, match_access
 from .rubyre import ruby_regexp
 from .vector_regexp import Matches, VectorRegexp
+
+ACCESS_KINDS = {expression: kind for kind, (expression, _) in KINDS.items()}
 
 
 class LineRegexp:
@@ -30,6 +35,8 @@ class LineRegexp:
         self.bytes_pattern = ruby_regexp(expression, ignorecase=ignorecase, multiline=multiline, binary=True)
         self.names = list(self.bytes_pattern.groupindex)
         self.vector: VectorRegexp | None = None
+        # fluentd's nginx and apache2 expressions: their ASCII lines cut without a regexp engine
+        self.access_kind = None if ignorecase or multiline else ACCESS_KINDS.get(expression)
         if self.names:
             text = ruby_regexp(expression, ignorecase=ignorecase, multiline=multiline)
             vector = VectorRegexp(text)
@@ -46,15 +53,22 @@ class LineRegexp:
             return self._bytes(lines)
         ascii_lines = pc.string_is_ascii(lines)
         if ascii_lines.false_count == 0:
-            return self.vector.match(lines)
+            return self._ascii(lines)
         fast = ascii_lines.to_numpy(zero_copy_only=False)
         slow = ~fast
-        found = self.vector.match(lines.filter(ascii_lines))
+        found = self._ascii(lines.filter(ascii_lines))
         other = self._bytes(lines.filter(pa.array(slow)))
         unmatched = np.empty(len(lines), dtype=bool)
         unmatched[fast], unmatched[slow] = found.unmatched, other.unmatched
         columns = {name: _merge(fast, found.columns[name], other.columns[name]) for name in self.names}
         return Matches(columns, unmatched)
+
+    def _ascii(self, lines: pa.Array) -> Matches:
+        """The groups of ASCII ``lines``: cut by :mod:`.access_split` for its expressions, else RE2."""
+        if self.access_kind is not None:
+            return match_access(lines, self.access_kind)
+        assert self.vector is not None
+        return self.vector.match(lines)
 
     def _bytes(self, lines: pa.Array) -> Matches:
         """``re`` on each line's bytes."""

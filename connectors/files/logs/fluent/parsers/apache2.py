@@ -19,16 +19,13 @@ import pyarrow.compute as pc
 
 from ...lines import Lines, Rows
 from ...options import LogOptions
+from ..access_split import APACHE2 as EXPRESSION
 from ..config import ParseConfig
 from ..records import RecordBuilder
 from ..rubynum import ruby_to_i
 from .regexp import RegexpParser
 
-#: fluentd 1.14.6's apache2 expression and time format, in its Ruby syntax.
-EXPRESSION = (
-    r'/^(?<host>[^ ]*) [^ ]* (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>(?:[^\"]|\\")*?)'
-    r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>(?:[^\"]|\\")*)" "(?<agent>(?:[^\"]|\\")*)")?$/'
-)
+#: fluentd 1.14.6's apache2 time format.
 TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
 DASH_IS_NULL = ("host", "user", "size", "referer", "agent")
 

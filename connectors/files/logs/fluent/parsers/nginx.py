@@ -11,15 +11,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..access_split import NGINX as EXPRESSION
 from ..config import TIME_FORMAT_DEFAULTS
 from .regexp import RegexpParser
-
-#: fluentd 1.14.6's default expression of the nginx parser, in its Ruby syntax.
-EXPRESSION = (
-    r'/^(?<remote>[^ ]*) (?<host>[^ ]*) (?<user>[^ ]*) \[(?<time>[^\]]*)\] "(?<method>\S+)(?: +(?<path>[^\"]*?)'
-    r'(?: +\S*)?)?" (?<code>[^ ]*) (?<size>[^ ]*)(?: "(?<referer>[^\"]*)" "(?<agent>[^\"]*)"'
-    r"(?:\s+\"?(?<http_x_forwarded_for>[^\"]*)\"?)?)?$/"
-)
 
 
 class NginxParser(RegexpParser):
