@@ -110,7 +110,7 @@ def documents() -> list[Path]:
     ]
 
 
-def run_windvane(command: Command, cwd: Path) -> None:
+def run_windvane(command: Command, cwd: Path) -> subprocess.CompletedProcess[str]:
     # File patterns are expanded as the shell would, in the directory the command runs in.
     args = [
         arg
@@ -126,6 +126,7 @@ def run_windvane(command: Command, cwd: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, f"line {command.line}: {command.text}\n{result.stdout}{result.stderr}"
+    return result
 
 
 def check_against_cli(command: Command) -> None:
@@ -231,16 +232,8 @@ def test_log_commands_run_on_stand_ins(quick_start, tmp_path):
     assert {arg for command in commands for arg in command.args} >= set(LOG_STAND_INS)
     shutil.copytree(quick_start, tmp_path, dirs_exist_ok=True)
     for command in commands:
-        args = [str(LOG_STAND_INS.get(arg, arg)) for arg in command.args]
+        args = tuple(str(LOG_STAND_INS.get(arg, arg)) for arg in command.args)
         stand_in = next(Path(arg) for arg in args if Path(arg) in LOG_STAND_INS.values())
-        result = subprocess.run(
-            [sys.executable, "-c", "import windvane; windvane.main()", *args],
-            cwd=tmp_path,
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, f"line {command.line}: {command.text}\n{result.stdout}{result.stderr}"
+        result = run_windvane(Command(command.line, args, command.text), tmp_path)
         count = len(stand_in.read_text().splitlines())
         assert f"{count:,} rows, 0 rejected" in result.stdout + result.stderr, (command.text, result.stdout)

@@ -16,6 +16,7 @@ caller reads all of them at once (:mod:`.syslog`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..records import PATTERN_NOT_MATCHED
@@ -139,30 +140,41 @@ def _regexp_fields(pattern: re.Pattern[bytes], names: tuple[str, ...], text: byt
 
 
 def _rfc3164_regexp(text: bytes, rules: Rules) -> Line:
-    start, pri = 0, None
-    if rules.with_priority:
-        if PRI_3164.match(text) is None:
-            raise Rejected(PATTERN_NOT_MATCHED)
-        end = text.index(b">")
-        pri, start = int(text[1:end]), end + 1
-    i, squeezed = _time_end(text, start, rules.spaces_3164)
-    time = _squeezed(text[start:i]) if squeezed else text[start:i]
-    fields = _regexp_fields(BODY_3164, NAMES_3164, text, i + 1)
-    if fields is not None and pri is not None:
-        fields["pri"] = pri
-    return Line(time, fields)
+    pri, start = _regexp_priority(text, rules, _pri_3164)
+    return _regexp_line(text, start, pri, rules.spaces_3164, BODY_3164, NAMES_3164)
 
 
 def _rfc5424_regexp(text: bytes, rules: Rules) -> Line:
-    start, pri = 0, None
-    if rules.with_priority:
-        found = PRI_5424.match(text)
-        if found is None:
-            raise Rejected(PATTERN_NOT_MATCHED)
-        pri, start = int(found[1]), found.end()
-    i, squeezed = _time_end(text, start, rules.spaces_5424)
+    pri, start = _regexp_priority(text, rules, _pri_5424)
+    return _regexp_line(text, start, pri, rules.spaces_5424, BODY_5424, NAMES_5424)
+
+
+def _pri_3164(text: bytes) -> tuple[int, int]:
+    if PRI_3164.match(text) is None:
+        raise Rejected(PATTERN_NOT_MATCHED)
+    end = text.index(b">")
+    return int(text[1:end]), end + 1
+
+
+def _pri_5424(text: bytes) -> tuple[int, int]:
+    found = PRI_5424.match(text)
+    if found is None:
+        raise Rejected(PATTERN_NOT_MATCHED)
+    return int(found[1]), found.end()
+
+
+def _regexp_priority(text: bytes, rules: Rules, read: Callable[[bytes], tuple[int, int]]) -> tuple[int | None, int]:
+    """The regexp engine's ``<pri>`` (None without ``with_priority``) and where the time starts."""
+    return read(text) if rules.with_priority else (None, 0)
+
+
+def _regexp_line(
+    text: bytes, start: int, pri: int | None, spaces: int, body: re.Pattern[bytes], names: tuple[str, ...]
+) -> Line:
+    """The regexp engine's fields of a line whose time starts at ``start``."""
+    i, squeezed = _time_end(text, start, spaces)
     time = _squeezed(text[start:i]) if squeezed else text[start:i]
-    fields = _regexp_fields(BODY_5424, NAMES_5424, text, i + 1)
+    fields = _regexp_fields(body, names, text, i + 1)
     if fields is not None and pri is not None:
         fields["pri"] = pri
     return Line(time, fields)
