@@ -1,0 +1,172 @@
+"""A time_format's texts read at fixed byte offsets, without a regular expression.
+
+When every directive of a format has one width in a text (``%d/%b/%Y:%H:%M:%S %z``
+with ``+0000`` zones, ``%Y-%m-%dT%H:%M:%S.%N``, ...), :class:`FixedLayout` reads
+the texts of that byte length whose every byte is what the layout wants (digits,
+the literals, a month name, a zone) straight from the Arrow data buffer with
+numpy. For such a text the format's regex (:func:`.strptime.strptime_regex`)
+takes exactly those widths (every greedy choice is the longest, and the rest
+matches), so the numbers are the ones its groups give: :func:`.strptime.strptime_ns`
+then treats them like the groups. Texts that do not fit take the regex.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .strptime import _COMPOSITE, MONTHS, NEVER, strptime_regex
+
+#: digits of a fixed width: directive -> (width, the regex's group)
+_DIGITS = {
+    "Y": (4, "Y"),
+    "C": (2, "C"),
+    "y": (2, "y"),
+    "m": (2, "m"),
+    "d": (2, "d"),
+    "e": (2, "d"),
+    "j": (3, "j"),
+    "H": (2, "H"),
+    "k": (2, "H"),
+    "I": (2, "I"),
+    "l": (2, "I"),
+    "M": (2, "M"),
+    "S": (2, "S"),
+}
+_MONTH_CODES = np.array([(ord(a) << 16) | (ord(b) << 8) | ord(c) for a, b, c in MONTHS], dtype=np.int64)
+_MONTH_ORDER = np.argsort(_MONTH_CODES)
+_FRACTION = "frac"
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: str  # "lit", "num", "mon", "frac", "zone"
+    group: str  # the regex's group ("" for a literal)
+    byte: int = 0  # a literal's byte
+
+
+def _elements(time_format: str) -> list[_Field] | None:
+    """The format as fields (a literal per byte), or None if one has no fixed width or its neighbours could change
+    what the regex takes."""
+    for short, long in _COMPOSITE.items():
+        time_format = time_format.replace("%" + short, long)
+    out: list[_Field] = []
+    for token in re.findall(r"%.|[^%]", time_format, re.S):
+        name = token[1:]
+        if name in _DIGITS:
+            out.append(_Field("num", _DIGITS[name][1]))
+        elif name in ("b", "h", "B"):
+            out.append(_Field("mon", "b"))
+        elif name in ("N", "L"):
+            out.append(_Field(_FRACTION, "N"))
+        elif name in ("z", "Z"):
+            out.append(_Field("zone", "z"))
+        elif len(token) == 1:
+            out.extend(_Field("lit", "", byte) for byte in token.encode())
+        else:
+            return None
+    for field, after in zip(out, [*out[1:], None], strict=True):
+        if field.kind == "mon" and after is not None and after.kind == "lit" and chr(after.byte).isalpha():
+            return None  # the regex would try the long month names into the letters
+        if field.kind == _FRACTION and after is not None and after.kind in ("num", _FRACTION):
+            return None  # \d+ would eat the digits after
+    return out
+
+
+class FixedLayout:
+    """The fixed-width reading of one time_format (see the module docstring); :func:`fixed_layout` makes one."""
+
+    def __init__(self, fields: list[_Field]):
+        self.fields = fields
+        self.groups = tuple(dict.fromkeys(f.group for f in fields if f.group))
+
+    def read(self, texts: pa.Array) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The rows of ``texts`` (a large_string array) read here, and the numbers of their groups: each digit group,
+        ``b`` the month (1-12), ``N`` the fraction in ns, ``z`` the zone's offset in seconds."""
+        count = len(texts)
+        offsets = np.frombuffer(texts.buffers()[1], np.int64)[texts.offset : texts.offset + count + 1]
+        data = np.frombuffer(texts.buffers()[2] or b"", np.uint8)
+        lengths = np.diff(offsets)
+        valid = texts.is_valid().to_numpy(zero_copy_only=False)
+        first = np.flatnonzero(valid)
+        if not len(first):
+            return first, {}
+        length = int(lengths[first[0]])
+        for widths in self._widths(length):
+            rows = np.flatnonzero(valid & (lengths == length))
+            if len(rows) == count and count and offsets[-1] - offsets[0] == count * length:  # one run of bytes
+                table = data[offsets[0] : offsets[-1]].reshape(count, length)
+            else:
+                table = data[offsets[rows][:, None] + np.arange(length)]
+            ok, groups = self._numbers(table, widths)
+            if ok[0]:  # the first text decides between the widths
+                keep = np.flatnonzero(ok)
+                return rows[keep], {k: v[keep] for k, v in groups.items()}
+        return first[:0], {}
+
+    def _widths(self, length: int) -> list[list[int]]:
+        """Each field's width in a text of ``length`` bytes, per zone form (``+0000``, ``+00:00``)."""
+        forms = []
+        for zone in (5, 6) if any(f.kind == "zone" for f in self.fields) else (0,):
+            widths = [{"num": 0, "lit": 1, "mon": 3, "zone": zone, _FRACTION: 0}[f.kind] for f in self.fields]
+            for i, field in enumerate(self.fields):
+                if field.kind == "num":
+                    widths[i] = 4 if field.group == "Y" else 3 if field.group == "j" else 2
+            fractions = [i for i, f in enumerate(self.fields) if f.kind == _FRACTION]
+            if fractions:
+                widths[fractions[0]] = length - sum(widths)
+            if sum(widths) == length and min(widths) > 0:
+                forms.append(widths)
+        return forms
+
+    def _numbers(self, table: np.ndarray, widths: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The rows of ``table`` (one text a row) the layout reads, and their groups' numbers."""
+        ok = np.ones(len(table), dtype=bool)
+        groups: dict[str, np.ndarray] = {}
+        at = 0
+        for field, width in zip(self.fields, widths, strict=True):
+            part = table[:, at : at + width]
+            at += width
+            if field.kind == "lit":
+                ok &= part[:, 0] == field.byte
+            elif field.kind == "mon":
+                lower = part.astype(np.int64) | 0x20  # only letters become lower-case letters
+                code = (lower[:, 0] << 16) | (lower[:, 1] << 8) | lower[:, 2]
+                index = _MONTH_ORDER[np.minimum(np.searchsorted(_MONTH_CODES[_MONTH_ORDER], code), 11)]
+                ok &= _MONTH_CODES[index] == code
+                groups["b"] = index + 1
+            elif field.kind == "zone":
+                ok &= _zone_ok(part)
+                digits = _digits(part[:, [1, 2, *range(width - 2, width)]], ok)
+                seconds = (digits // 100) * 3600 + (digits % 100) * 60
+                ok &= (digits // 100 <= 23) & (digits % 100 <= 59)  # impossible zones: the regex path says so
+                groups["z"] = np.where(part[:, 0] == ord("-"), -seconds, seconds)
+            else:
+                value = _digits(part, ok, keep=9)  # a fraction: its first nine digits
+                groups[field.group] = value * 10 ** max(9 - width, 0) if field.kind == _FRACTION else value
+        return ok, groups
+
+
+def _zone_ok(part: np.ndarray) -> np.ndarray:
+    sign = (part[:, 0] == ord("+")) | (part[:, 0] == ord("-"))
+    return sign & (part[:, 3] == ord(":")) if part.shape[1] == 6 else sign
+
+
+def _digits(part: np.ndarray, ok: np.ndarray, keep: int = 18) -> np.ndarray:
+    """The number the first ``keep`` ASCII digits of each row of ``part`` write; ``ok`` loses the rows with a byte
+    that is not a digit."""
+    values = part.astype(np.int64) - ord("0")
+    ok &= ((values >= 0) & (values <= 9)).all(axis=1)
+    values = values[:, :keep]
+    return values @ (10 ** np.arange(values.shape[1] - 1, -1, -1, dtype=np.int64))
+
+
+def fixed_layout(time_format: str) -> FixedLayout | None:
+    """The fixed-width reading of ``time_format``, or None where its widths vary (the regex reads it then)."""
+    if strptime_regex(time_format) == NEVER:
+        return None
+    fields = _elements(time_format)
+    return FixedLayout(fields) if fields else None
