@@ -39,6 +39,7 @@ _DIGITS = {
 _MONTH_CODES = np.array([(ord(a) << 16) | (ord(b) << 8) | ord(c) for a, b, c in MONTHS], dtype=np.int64)
 _MONTH_ORDER = np.argsort(_MONTH_CODES)
 _FRACTION = "frac"
+_SAMPLE = 64  # texts that choose the length and zone form
 
 
 @dataclass(frozen=True)
@@ -91,21 +92,22 @@ class FixedLayout:
         data = np.frombuffer(texts.buffers()[2] or b"", np.uint8)
         lengths = np.diff(offsets)
         valid = texts.is_valid().to_numpy(zero_copy_only=False)
-        first = np.flatnonzero(valid)
-        if not len(first):
-            return first, {}
-        length = int(lengths[first[0]])
-        for widths in self._widths(length):
-            rows = np.flatnonzero(valid & (lengths == length))
-            if len(rows) == count and count and offsets[-1] - offsets[0] == count * length:  # one run of bytes
-                table = data[offsets[0] : offsets[-1]].reshape(count, length)
-            else:
-                table = data[offsets[rows][:, None] + np.arange(length)]
-            ok, groups = self._numbers(table, widths)
-            if ok[0]:  # the first text decides between the widths
-                keep = np.flatnonzero(ok)
-                return rows[keep], {k: v[keep] for k, v in groups.items()}
-        return first[:0], {}
+        sample = np.flatnonzero(valid)[:_SAMPLE]
+        if not len(sample):
+            return sample, {}
+        length = int(np.bincount(lengths[sample]).argmax())  # the texts' usual length decides the widths
+        rows = np.flatnonzero(valid & (lengths == length))
+        if len(rows) == count and offsets[-1] - offsets[0] == count * length:  # one run of bytes
+            table = data[offsets[0] : offsets[-1]].reshape(count, length)
+        else:
+            table = data[offsets[rows][:, None] + np.arange(length)]
+        forms = self._widths(length)
+        tried = [int(self._numbers(table[:_SAMPLE], widths)[0].sum()) for widths in forms]
+        if not forms or not max(tried):
+            return rows[:0], {}
+        ok, groups = self._numbers(table, forms[int(np.argmax(tried))])
+        keep = np.flatnonzero(ok)
+        return rows[keep], {k: v[keep] for k, v in groups.items()}
 
     def _widths(self, length: int) -> list[list[int]]:
         """Each field's width in a text of ``length`` bytes, per zone form (``+0000``, ``+00:00``)."""
