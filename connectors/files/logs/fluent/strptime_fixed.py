@@ -36,8 +36,10 @@ _DIGITS = {
     "M": (2, "M"),
     "S": (2, "S"),
 }
-_MONTH_CODES = np.array([(ord(a) << 16) | (ord(b) << 8) | ord(c) for a, b, c in MONTHS], dtype=np.int64)
-_MONTH_ORDER = np.argsort(_MONTH_CODES)
+#: month number by the low five bits of its name's three letters (0: no month)
+_MONTH_TABLE = np.zeros(1 << 15, dtype=np.int8)
+for _month, _name in enumerate(MONTHS, 1):
+    _MONTH_TABLE[((ord(_name[0]) & 31) << 10) | ((ord(_name[1]) & 31) << 5) | (ord(_name[2]) & 31)] = _month
 _FRACTION = "frac"
 _SAMPLE = 64  # texts that choose the length and zone form
 
@@ -126,44 +128,51 @@ class FixedLayout:
 
     def _numbers(self, table: np.ndarray, widths: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The rows of ``table`` (one text a row) the layout reads, and their groups' numbers."""
-        ok = np.ones(len(table), dtype=bool)
+        literals, digits = [], []
+        at = 0
+        for field, width in zip(self.fields, widths, strict=True):
+            if field.kind == "lit":
+                literals.append((at, field.byte))
+            elif field.kind == "zone":
+                literals += [(at + 3, ord(":"))] if width == 6 else []
+                digits += [at + 1, at + 2, at + width - 2, at + width - 1]
+            elif field.kind != "mon":
+                digits += range(at, at + width)
+            at += width
+        columns, wanted = zip(*literals, strict=True) if literals else ((), ())
+        ok = (table[:, list(columns)] == np.array(wanted, np.uint8)).all(axis=1)
+        ok &= ((table[:, digits] - np.uint8(ord("0"))) < 10).all(axis=1)  # bytes below "0" wrap past 9
+        return ok, self._groups(table, widths, ok)
+
+    def _groups(self, table: np.ndarray, widths: list[int], ok: np.ndarray) -> dict[str, np.ndarray]:
         groups: dict[str, np.ndarray] = {}
         at = 0
         for field, width in zip(self.fields, widths, strict=True):
-            part = table[:, at : at + width]
-            at += width
-            if field.kind == "lit":
-                ok &= part[:, 0] == field.byte
-            elif field.kind == "mon":
-                lower = part.astype(np.int64) | 0x20  # only letters become lower-case letters
-                code = (lower[:, 0] << 16) | (lower[:, 1] << 8) | lower[:, 2]
-                index = _MONTH_ORDER[np.minimum(np.searchsorted(_MONTH_CODES[_MONTH_ORDER], code), 11)]
-                ok &= _MONTH_CODES[index] == code
-                groups["b"] = index + 1
+            if field.kind == "mon":
+                lower = table[:, at : at + 3] | np.uint8(0x20)  # only letters become lower-case letters
+                letters = ((lower >= ord("a")) & (lower <= ord("z"))).all(axis=1)
+                key = lower.astype(np.int32) & 31
+                groups["b"] = _MONTH_TABLE[(key[:, 0] << 10) | (key[:, 1] << 5) | key[:, 2]].astype(np.int64)
+                ok &= letters & (groups["b"] > 0)
             elif field.kind == "zone":
-                ok &= _zone_ok(part)
-                digits = _digits(part[:, [1, 2, *range(width - 2, width)]], ok)
-                seconds = (digits // 100) * 3600 + (digits % 100) * 60
-                ok &= (digits // 100 <= 23) & (digits % 100 <= 59)  # impossible zones: the regex path says so
-                groups["z"] = np.where(part[:, 0] == ord("-"), -seconds, seconds)
-            else:
-                value = _digits(part, ok, keep=9)  # a fraction: its first nine digits
-                groups[field.group] = value * 10 ** max(9 - width, 0) if field.kind == _FRACTION else value
-        return ok, groups
+                hours, minutes = _number(table, at + 1, 2), _number(table, at + width - 2, 2)
+                ok &= ((table[:, at] == ord("+")) | (table[:, at] == ord("-"))) & (hours <= 23) & (minutes <= 59)
+                seconds = hours * 3600 + minutes * 60  # impossible zones (above) left to the regex path
+                groups["z"] = np.where(table[:, at] == ord("-"), -seconds, seconds)
+            elif field.kind == _FRACTION:  # its first nine digits
+                groups["N"] = _number(table, at, min(width, 9)) * 10 ** max(9 - width, 0)
+            elif field.kind == "num":
+                groups[field.group] = _number(table, at, width)
+            at += width
+        return groups
 
 
-def _zone_ok(part: np.ndarray) -> np.ndarray:
-    sign = (part[:, 0] == ord("+")) | (part[:, 0] == ord("-"))
-    return sign & (part[:, 3] == ord(":")) if part.shape[1] == 6 else sign
-
-
-def _digits(part: np.ndarray, ok: np.ndarray, keep: int = 18) -> np.ndarray:
-    """The number the first ``keep`` ASCII digits of each row of ``part`` write; ``ok`` loses the rows with a byte
-    that is not a digit."""
-    values = part.astype(np.int64) - ord("0")
-    ok &= ((values >= 0) & (values <= 9)).all(axis=1)
-    values = values[:, :keep]
-    return values @ (10 ** np.arange(values.shape[1] - 1, -1, -1, dtype=np.int64))
+def _number(table: np.ndarray, at: int, width: int) -> np.ndarray:
+    """The number the ASCII digits in columns ``at`` to ``at + width`` of ``table`` write (int64)."""
+    value = table[:, at].astype(np.int64) - ord("0")
+    for column in range(at + 1, at + width):
+        value = value * 10 + table[:, column] - ord("0")
+    return value
 
 
 def fixed_layout(time_format: str) -> FixedLayout | None:
