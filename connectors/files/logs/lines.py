@@ -170,7 +170,7 @@ _MAYBE_BLANK[0x80:] = True
 def _blank(text: pa.Array, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Which lines of ``text`` (starting at ``starts`` in ``data``, ``lengths`` long) are blank: empty, or
     whitespace only (the regex asked only of those starting with a byte a space can start with)."""
-    blank = lengths == 0
+    blank: np.ndarray = lengths == 0
     maybe = np.flatnonzero(~blank & _MAYBE_BLANK[data[np.minimum(starts, len(data) - 1)]])
     if len(maybe):
         found = pc.match_substring_regex(text.take(pa.array(maybe)), r"^\s*$").to_numpy(zero_copy_only=False)

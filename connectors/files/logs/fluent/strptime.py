@@ -132,7 +132,7 @@ def strptime_ns(
     """The times of ``texts`` by ``regex`` (a :func:`strptime_regex`), int64 ns UTC, and the mask of those it cannot
     read. ``zone``: of times written without one (see :func:`.walltime.wall_to_instants`); ``now``: ns, for
     missing fields; ``layout``: the format's :func:`.strptime_fixed.fixed_layout`, for the texts it reads."""
-    if layout is not None and len(texts):
+    if layout is not None and isinstance(texts, pa.Array) and len(texts):
         rows, numbers = layout.read(pc.cast(texts, pa.large_string()))
         if len(rows):
             times, bad = np.zeros(len(texts), dtype=np.int64), np.ones(len(texts), dtype=bool)
