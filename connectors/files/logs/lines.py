@@ -1,10 +1,11 @@
-"""Whole lines of a log file as one Arrow string array, without copying the bytes.
+"""Whole lines of a log file as one Arrow string array, the bytes copied once.
 
 Every parser starts here: :func:`split_lines` cuts a block of whole lines
-into a ``large_string`` array that shares the block's buffer (the offsets
-are the newline positions), strips the line endings (``\\n`` or ``\\r\\n``)
-and drops blank lines. A line that is not valid UTF-8 cannot be a string
-column; it is rejected, verbatim, with the byte at fault.
+into a ``large_string`` array over the block's buffer (the offsets are the
+newline positions), strips the line endings (``\\n`` or ``\\r\\n``: one
+copy of the bytes, by Arrow) and drops blank lines (the regex asked only of
+lines that start like one). A line that is not valid UTF-8 cannot be a
+string column; it is rejected, verbatim, with the byte at fault.
 """
 
 from __future__ import annotations

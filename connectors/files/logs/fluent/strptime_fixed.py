@@ -108,6 +108,8 @@ class FixedLayout:
         if not forms or not max(tried):
             return rows[:0], {}
         ok, groups = self._numbers(table, forms[int(np.argmax(tried))])
+        if ok.all():
+            return rows, groups
         keep = np.flatnonzero(ok)
         return rows[keep], {k: v[keep] for k, v in groups.items()}
 
