@@ -16,9 +16,10 @@ default 16 MiB; 1G for the README's table) is read, in one run, by
   parsed into int64 ns; the same with the matcher forced onto Python's
   ``re``, line by line; and the same with :func:`match_access` in place of
   the matcher (the lines cut at their delimiters with numpy, exactly as the
-  expression would, the few it is not sure of matched by RE2). ``windvane
-  import --format nginx`` is not there yet: this is its parsing stage alone
-  (no store, no fluentd record rules).
+  expression would, the few it is not sure of matched by RE2); and
+  :func:`parse_log` with fluentd's ``nginx`` parser (``fluent_format``):
+  what ``windvane import --format nginx`` does before the store, fluentd's
+  record rules included.
 
 Lines per second, median of ``WINDVANE_BENCH_ROUNDS`` (3) rounds; each round
 runs every target once, in the reverse order of the round before, each
@@ -53,6 +54,8 @@ from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION, lines_on_disk, settle, wait_for
 
 from tests.fluent_programs import Program, fluentd_dir
+from windvane.connectors.files.logs import parse_log
+from windvane.connectors.files.logs.fluent import ParseConfig, fluent_format
 from windvane.connectors.files.logs.fluent.access_split import NGINX, match_access
 from windvane.connectors.files.logs.fluent.rubyre import ruby_regexp
 from windvane.connectors.files.logs.fluent.vector_regexp import VectorRegexp
@@ -91,15 +94,26 @@ def parse_block(matcher: VectorRegexp | None, block: bytes) -> int:
     return len(times)
 
 
+def parse_log_block(block: bytes) -> int:
+    """``block`` parsed by :func:`parse_log` as fluentd's nginx parser; the count."""
+    parsed = parse_log(NGINX_FORMAT, block)
+    assert not parsed.rejected
+    return parsed.table.num_rows
+
+
+NGINX_FORMAT = fluent_format(ParseConfig("nginx"))
+
+
 def run_windvane(path: Path, count: int, engine: str = "re2") -> float:
     """Lines/s: split, match with fluentd's nginx expression, parse the time, over the whole file.
 
-    ``engine``: ``re2`` or ``python`` (:class:`VectorRegexp`), ``split`` (:func:`match_access`). Blocks go to
+    ``engine``: ``re2`` or ``python`` (:class:`VectorRegexp`), ``split`` (:func:`match_access`), ``parse_log``
+    (:func:`parse_log_block`, all of it). Blocks go to
     one thread per core (two in flight each): every stage runs in Arrow or numpy with the interpreter lock let
     go, except the ``re`` path, which holds it.
     """
     matcher = None
-    if engine != "split":
+    if engine not in ("split", "parse_log"):
         matcher = VectorRegexp(ruby_regexp(NGINX), threads=1, use_re2=engine == "re2")
         assert matcher.engine == engine, matcher.reason
     threads = os.cpu_count() or 1
@@ -110,7 +124,10 @@ def run_windvane(path: Path, count: int, engine: str = "re2") -> float:
         for block in blocks(path):
             if len(pending) >= 2 * threads:
                 parsed += pending.popleft().result()
-            pending.append(pool.submit(parse_block, matcher, block))
+            if engine == "parse_log":
+                pending.append(pool.submit(parse_log_block, block))
+            else:
+                pending.append(pool.submit(parse_block, matcher, block))
         parsed += sum(future.result() for future in pending)
     seconds = time.perf_counter() - started
     assert parsed == count
@@ -202,6 +219,7 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
         "windvane_vector_regexp": lambda: run_windvane(path, count),
         "windvane_python_re": lambda: run_windvane(path, count, "python"),
         "windvane_access_split": lambda: run_windvane(path, count, "split"),
+        "windvane_parse_log_nginx": lambda: run_windvane(path, count, "parse_log"),
     }
     rounds = 1 if benchmark.disabled else ROUNDS
     rates: dict[str, list[float]] = {}
@@ -209,6 +227,7 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
     median = {name: float(np.median(v)) for name, v in rates.items()}
     windvane, fast = median["windvane_vector_regexp"], median["windvane_access_split"]
     fluentd, csv = median["fluentd_in_tail_nginx_out_file"], median["pyarrow_read_csv"]
+    whole = median["windvane_parse_log_nginx"]
     info = {
         "file_bytes": path.stat().st_size,
         "lines": count,
@@ -221,6 +240,8 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
         "windvane_over_pyarrow_csv": windvane / csv,
         "windvane_access_split_over_fluentd": fast / fluentd,
         "windvane_access_split_over_pyarrow_csv": fast / csv,
+        "windvane_parse_log_nginx_over_fluentd": whole / fluentd,
+        "windvane_parse_log_nginx_over_pyarrow_csv": whole / csv,
         "per_round_access_split_over_pyarrow_csv": per_round(rates, "windvane_access_split", "pyarrow_read_csv"),
         "per_round_access_split_over_fluentd": per_round(
             rates, "windvane_access_split", "fluentd_in_tail_nginx_out_file"

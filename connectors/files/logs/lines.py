@@ -1,10 +1,11 @@
-"""Whole lines of a log file as one Arrow string array, without copying the bytes.
+"""Whole lines of a log file as one Arrow string array, the bytes copied once.
 
 Every parser starts here: :func:`split_lines` cuts a block of whole lines
-into a ``large_string`` array that shares the block's buffer (the offsets
-are the newline positions), strips the line endings (``\\n`` or ``\\r\\n``)
-and drops blank lines. A line that is not valid UTF-8 cannot be a string
-column; it is rejected, verbatim, with the byte at fault.
+into a ``large_string`` array over the block's buffer (the offsets are the
+newline positions), strips the line endings (``\\n`` or ``\\r\\n``: one
+copy of the bytes, by Arrow) and drops blank lines (the regex asked only of
+lines that start like one). A line that is not valid UTF-8 cannot be a
+string column; it is rejected, verbatim, with the byte at fault.
 """
 
 from __future__ import annotations
@@ -109,14 +110,13 @@ def split_lines(
     )
     numbers = np.arange(first_line, first_line + count, dtype=np.int64)
     rejected: list[RejectedLine] = []
-    ending = r"\n$" if keep_cr else r"\r?\n$"
+    stripped, lengths = _without_endings(chunks, data, offsets, len(ends), keep_cr)
+    starts = offsets[:-1]
     if binary:
-        lines = Lines(pc.replace_substring_regex(chunks, ending, ""), numbers)
-        if keep_blank:
-            return lines, rejected
-        return lines.take(pc.binary_length(lines.text).to_numpy(zero_copy_only=False) > 0), rejected  # empty: blank
+        lines = Lines(stripped, numbers)
+        return (lines, rejected) if keep_blank else (lines.take(lengths > 0), rejected)  # empty: blank
     try:
-        text = chunks.cast(pa.large_string())
+        text = stripped.cast(pa.large_string())
     except pa.ArrowInvalid:
         valid = np.ones(count, dtype=bool)
         for i, line in enumerate(chunks.to_pylist()):
@@ -133,14 +133,50 @@ def split_lines(
                         int(numbers[i]),
                     )
                 )
-        text = chunks.filter(pa.array(valid)).cast(pa.large_string())
-        numbers = numbers[valid]
-    text = pc.replace_substring_regex(text, ending, "")
+        text = stripped.filter(pa.array(valid)).cast(pa.large_string())
+        numbers, starts, lengths = numbers[valid], starts[valid], lengths[valid]
     lines = Lines(text, numbers)
     if keep_blank:
         return lines, rejected
-    blank = pc.match_substring_regex(text, r"^\s*$").to_numpy(zero_copy_only=False)
+    blank = _blank(text, data, starts, lengths)
     return (lines.take(~blank) if blank.any() else lines), rejected
+
+
+def _without_endings(
+    chunks: pa.LargeBinaryArray, data: np.ndarray, offsets: np.ndarray, ended: int, keep_cr: bool
+) -> tuple[pa.LargeBinaryArray, np.ndarray]:
+    """``chunks`` (the lines with their endings; the first ``ended`` end with ``\\n``) without their ``\\n`` and,
+    unless ``keep_cr``, the ``\\r`` before it; and the lengths left."""
+    lengths = np.diff(offsets)
+    lengths[:ended] -= 1
+    stripped = pc.binary_slice(chunks.slice(0, ended), 0, -1)  # Arrow copies the lines, without their last byte
+    if ended < len(chunks):  # the last line has no ending
+        stripped = pa.concat_arrays([stripped, chunks.slice(ended)])
+    if not keep_cr:
+        nl = offsets[1 : ended + 1] - 1
+        cr = np.zeros(len(chunks), dtype=bool)
+        cr[:ended] = (lengths[:ended] > 0) & (data[np.maximum(nl - 1, 0)] == 0x0D)
+        if cr.any():
+            stripped = pc.if_else(pa.array(cr), pc.binary_slice(stripped, 0, -1), stripped)
+            lengths -= cr
+    return stripped, lengths
+
+
+#: first bytes a blank line can start with: ASCII whitespace and separators, and any non-ASCII byte (Unicode spaces)
+_MAYBE_BLANK = np.zeros(256, dtype=bool)
+_MAYBE_BLANK[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20]] = True
+_MAYBE_BLANK[0x80:] = True
+
+
+def _blank(text: pa.Array, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Which lines of ``text`` (starting at ``starts`` in ``data``, ``lengths`` long) are blank: empty, or
+    whitespace only (the regex asked only of those starting with a byte a space can start with)."""
+    blank: np.ndarray = lengths == 0
+    maybe = np.flatnonzero(~blank & _MAYBE_BLANK[data[np.minimum(starts, len(data) - 1)]])
+    if len(maybe):
+        found = pc.match_substring_regex(text.take(pa.array(maybe)), r"^\s*$").to_numpy(zero_copy_only=False)
+        blank[maybe[found]] = True
+    return blank
 
 
 @dataclass(slots=True)

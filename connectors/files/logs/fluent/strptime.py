@@ -9,6 +9,7 @@ See :mod:`.timefmt` for the rules followed.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,9 @@ from windvane.ingest.times import NS
 from .config import ParseConfigError
 from .walltime import LocalZone, from_machine, offsets_at, ruby_local, wall_to_instants
 from .zonenames import name_offsets
+
+if TYPE_CHECKING:
+    from .strptime_fixed import FixedLayout
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_NAMES = "|".join(
@@ -122,13 +126,34 @@ def zone_offset_seconds(text: str) -> int | None:
     return -seconds if found.group(1) == "-" else seconds
 
 
-def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) -> tuple[np.ndarray, np.ndarray]:
+def strptime_ns(
+    texts: pa.Array, regex: str, zone: int | LocalZone, now: int, layout: FixedLayout | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The times of ``texts`` by ``regex`` (a :func:`strptime_regex`), int64 ns UTC, and the mask of those it cannot
     read. ``zone``: of times written without one (see :func:`.walltime.wall_to_instants`); ``now``: ns, for
-    missing fields."""
+    missing fields; ``layout``: the format's :func:`.strptime_fixed.fixed_layout`, for the texts it reads."""
+    if layout is not None and isinstance(texts, pa.Array) and len(texts):
+        rows, numbers = layout.read(pc.cast(texts, pa.large_string()))
+        if len(rows):
+            times, bad = np.zeros(len(texts), dtype=np.int64), np.ones(len(texts), dtype=bool)
+            found = _times(dict(numbers), np.zeros(len(rows), dtype=bool), zone, now)
+            times[rows], bad[rows] = found
+            rest = np.ones(len(texts), dtype=bool)
+            rest[rows] = False
+            if rest.any():
+                rest_rows = np.flatnonzero(rest)
+                times[rest_rows], bad[rest_rows] = strptime_ns(texts.take(pa.array(rest_rows)), regex, zone, now)
+            return times, bad
     found = pc.extract_regex(texts, "(?i)" + regex)
     bad = ~found.is_valid().to_numpy(zero_copy_only=False)
     groups = {found.type.field(k).name: found.field(k) for k in range(found.type.num_fields)}
+    return _times(groups, bad, zone, now)
+
+
+def _times(
+    groups: dict[str, pa.Array | np.ndarray], bad: np.ndarray, zone: int | LocalZone, now: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The times the groups of a format's regex (or their numbers, see :mod:`.strptime_fixed`) write."""
     if isinstance(zone, LocalZone) and "z" not in groups:  # Ruby fills missing fields from the machine's time now
         now += int(offsets_at(np.array([now], dtype=np.int64), zone.machine)[0])
     part = _Parts(groups, bad, now)
@@ -143,8 +168,11 @@ def strptime_ns(texts: pa.Array, regex: str, zone: int | LocalZone, now: int) ->
         part.bad |= np.abs(seconds) > MAX_SECONDS - 86400
         return np.where(part.bad, 0, from_machine(np.where(part.bad, 0, instants), zone)), part.bad
     wall, bad = part.wall()
-    if "z" in groups:
-        return _zoned(wall, bad, pc.fill_null(groups["z"], "Z"), zone)
+    zones = groups.get("z")
+    if isinstance(zones, np.ndarray):  # offsets read at fixed places, each possible
+        return wall - zones * NS, bad
+    if zones is not None:
+        return _zoned(wall, bad, pc.fill_null(zones, "Z"), zone)
     return wall_to_instants(wall, zone), bad
 
 
@@ -182,16 +210,21 @@ _FROM_NOW = (("YyC", "Y", 0), ("mbj", "m", 5), ("dj", "d", 8), ("HIp", "H", 11),
 class _Parts:
     """The groups a time format's regex found, as numbers, with the mask of texts found bad so far."""
 
-    def __init__(self, groups: dict[str, pa.Array], bad: np.ndarray, now: int):
+    def __init__(self, groups: dict[str, pa.Array | np.ndarray], bad: np.ndarray, now: int):
         # the rows the regex did not match hold "" in every group: make them null, read as the default
         valid = pa.array(~bad)
-        self.groups = {k: pc.if_else(valid, v, pa.scalar(None, v.type)) for k, v in groups.items()}
+        self.groups = {
+            k: v if isinstance(v, np.ndarray) else pc.if_else(valid, v, pa.scalar(None, v.type))
+            for k, v in groups.items()
+        }
         self.bad = bad
         self.now = str(np.datetime64(now, "ns").astype("M8[s]"))  # YYYY-MM-DDTHH:MM:SS
 
     def number(self, name: str, default: int) -> np.ndarray:
         if name not in self.groups:
             return np.full(len(self.bad), default, dtype=np.int64)
+        if isinstance(self.groups[name], np.ndarray):  # read as a number already
+            return self.groups[name]
         values = pc.cast(pc.fill_null(self.groups[name], str(default)), pa.int64())
         return values.to_numpy(zero_copy_only=False)
 
@@ -199,6 +232,8 @@ class _Parts:
         """Nanoseconds of ``%N``/``%L``: the digits as a fraction of a second, kept to nine."""
         if "N" not in self.groups:
             return np.zeros(len(self.bad), dtype=np.int64)
+        if isinstance(self.groups["N"], np.ndarray):  # in ns already
+            return self.groups["N"]
         digits = pc.utf8_slice_codeunits(pc.fill_null(self.groups["N"], "0"), 0, 9)
         padded = pc.utf8_rpad(digits, 9, "0")
         return pc.cast(padded, pa.int64()).to_numpy(zero_copy_only=False)
@@ -210,7 +245,9 @@ class _Parts:
                 break
             self.groups[name] = _filled(self.now[start : start + (4 if name == "Y" else 2)], self.bad)
         years = self._year(int(self.now[:4]))
-        if "b" in self.groups:
+        if isinstance(self.groups.get("b"), np.ndarray):  # month numbers already
+            months = self.number("b", 1)
+        elif "b" in self.groups:
             names = pc.utf8_slice_codeunits(pc.utf8_lower(pc.fill_null(self.groups["b"], "jan")), 0, 3)
             months = pc.index_in(names, pa.array(MONTHS)).to_numpy(zero_copy_only=False).astype(np.int64) + 1
         else:

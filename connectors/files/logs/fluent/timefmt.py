@@ -62,6 +62,7 @@ from windvane.ingest.times import NS, check_zone, iso_column_ns, iso_zoned, loca
 from .config import ParseConfig
 from .rubynum import ruby_to_i
 from .strptime import gem_reads, strptime_ns, strptime_regex, zone_offset_seconds
+from .strptime_fixed import fixed_layout
 from .walltime import LocalZone, gem_without_year, ruby_local
 
 _CLOCKS = ("%H:%M:%S.%N", "%H:%M:%S", "%H:%M")
@@ -94,6 +95,7 @@ class TimeParser:
             self.mixed = [_fallback(config, f) for f in (self.format, *config.time_format_fallbacks) if f is not None]
         elif self.time_type == "string" and self.format not in (None, "%iso8601"):
             self.regex = strptime_regex(self.format)
+        self.layout = fixed_layout(self.format) if self.regex is not None and self.format else None
         #: the strptime gem reads a format without a year (and zone) from the machine's time now (see walltime)
         self.now_fills = (
             self.regex is not None and gem_reads(self.format or "") and not _DATED.search(self.format or "")
@@ -112,7 +114,7 @@ class TimeParser:
         if self.regex is None:
             return self._default(texts, now)
         zone = gem_without_year(self.zone, now) if self.now_fills else self.zone
-        return strptime_ns(texts, self.regex, zone, now)
+        return strptime_ns(texts, self.regex, zone, now, self.layout)
 
     def _mixed(self, texts: pa.Array, now: int) -> tuple[np.ndarray, np.ndarray]:
         """``time_type mixed``: each of time_format and time_format_fallbacks in turn on the texts still not read
