@@ -57,7 +57,14 @@ _NOT_UTF8 = (
     "a line that is not UTF-8: Ruby's JSON reads it (its strings keep the bytes); windvane rejects it before any "
     "parser, as it stores text as UTF-8"
 )
+_YEAR_PAST_NS = (
+    "a time outside 1678-2261: fluentd keeps it (a Ruby Time); a row's time is int64 ns since 1970, which cannot "
+    "hold it, so windvane rejects the line (invalid time format) rather than store a wrapped-around time"
+)
 KNOWN: dict[str, dict[int | str, str]] = {
+    "regexp-signed-years": dict.fromkeys((2, 3), _YEAR_PAST_NS),
+    "regexp-unixtime-past-ns": dict.fromkeys((1, 2, 3), _YEAR_PAST_NS),
+    "regexp-float-time-past-ns": {1: _YEAR_PAST_NS},
     "syslog-not-utf8": {
         0: "a line that is not UTF-8 cannot be a text column: windvane rejects it (with the byte at fault) before any "
         "parser, where fluentd keeps its bytes"

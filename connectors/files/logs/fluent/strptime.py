@@ -204,6 +204,8 @@ def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: (the groups of a field, the group filled from now, where now's text has it): year, month, day, hour, minute, second
+#: The whole years int64 nanoseconds since 1970 hold (1677-09-21 to 2262-04-11).
+NS_YEARS = (1678, 2261)
 _FROM_NOW = (("YyC", "Y", 0), ("mbj", "m", 5), ("dj", "d", 8), ("HIp", "H", 11), ("M", "M", 14), ("S", "S", 17))
 
 
@@ -225,7 +227,9 @@ class _Parts:
             return np.full(len(self.bad), default, dtype=np.int64)
         if isinstance(self.groups[name], np.ndarray):  # read as a number already
             return self.groups[name]
-        values = pc.cast(pc.fill_null(self.groups[name], str(default)), pa.int64())
+        # a sign is part of the number (%Y reads "+2024"); the cast takes "-" only
+        text = pc.replace_substring_regex(pc.fill_null(self.groups[name], str(default)), r"^\+", "")
+        values = pc.cast(text, pa.int64())
         return values.to_numpy(zero_copy_only=False)
 
     def fraction(self) -> np.ndarray:
@@ -255,6 +259,8 @@ class _Parts:
         days, hours = self.number("d", 1), self._hours()
         minutes, seconds = self.number("M", 0), self.number("S", 0)
         bad = self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60) | (days > 31)
+        bad |= (years < NS_YEARS[0]) | (years > NS_YEARS[1])  # Ruby's Time has them; int64 ns does not
+        years = np.where(bad, 1970, years)
         first = (years - 1970).astype("M8[Y]") + np.where(bad, 0, months - 1).astype("m8[M]")
         if "j" in self.groups:
             yday = self.number("j", 1)

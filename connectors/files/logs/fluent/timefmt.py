@@ -105,8 +105,8 @@ class TimeParser:
         """The times of ``texts`` (strings; a null is not a time), and the mask of those fluentd would refuse."""
         texts = pc.cast(texts, pa.large_string())
         if self.time_type == "unixtime":
-            seconds, _ = ruby_to_i(texts)
-            return seconds * NS, np.zeros(len(texts), dtype=bool)
+            seconds, over = ruby_to_i(texts)
+            return _ns(seconds, np.zeros(len(seconds), dtype=np.int64), over)
         if self.time_type == "float":
             return _float_seconds(texts)
         if self.time_type == "mixed":
@@ -190,6 +190,18 @@ def _float_seconds(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     a second ``.``) as to_i nanoseconds (shorter ones padded to nine digits)."""
     parts = pc.extract_regex(pc.fill_null(texts, ""), r"^(?P<whole>[^.]*)(?:\.(?P<rest>[^.]*))?")
     rest = pc.utf8_rpad(pc.utf8_slice_codeunits(parts.field("rest"), 0, 10), 9, "0")
-    sec, _ = ruby_to_i(parts.field("whole"))
+    sec, over = ruby_to_i(parts.field("whole"))
     nsec, _ = ruby_to_i(rest)
-    return sec * NS + nsec, np.zeros(len(sec), dtype=bool)
+    return _ns(sec, nsec, over)
+
+
+#: The seconds since 1970 int64 nanoseconds hold, whole.
+_NS_SECONDS = (-(2**63) // NS + 1, (2**63 - 1) // NS - 1)
+
+
+def _ns(seconds: np.ndarray, nanoseconds: np.ndarray, over: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds and nanoseconds as int64 ns, and the mask of times it cannot hold (fluentd keeps them in a Ruby
+    Time; a row's time is int64 ns): those are refused, never wrapped around."""
+    bad = over | (seconds < _NS_SECONDS[0]) | (seconds > _NS_SECONDS[1])
+    safe = np.where(bad, 0, seconds)
+    return np.where(bad, 0, safe * NS + np.where(bad, 0, nanoseconds)), bad
