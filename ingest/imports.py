@@ -438,16 +438,17 @@ def _column(f: Field, values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, st
 
 
 def _numpy_column(f: Field, values: pa.Array) -> Any:
-    """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled."""
+    """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled.
+
+    Text and bytes become :class:`arrays.VLenRows`: the records their chunks hold, made from the
+    Arrow buffers in one pass, without a Python object per value."""
     if values.null_count:
         fill = f.fill if f.fill is not None else {"str": "", "bytes": b""}.get(f.dtype)
         if fill is None and f.is_float:
             fill = float("nan")
         values = pc.fill_null(values, pa.scalar(fill, type=values.type))
-    if f.dtype == "str":
-        return values.to_numpy(zero_copy_only=False).astype(np.dtypes.StringDType())
-    if f.dtype == "bytes":
-        return values.to_numpy(zero_copy_only=False)
+    if f.dtype in ("str", "bytes"):
+        return arrays.VLenRows.from_arrow(values)
     return values.to_numpy(zero_copy_only=False)
 
 
@@ -603,12 +604,6 @@ class Committed:
     reasons: tuple[str, ...] = ()  # distinct rejection reasons (the first few)
 
 
-def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(parts) == 1:
-        return parts[0]
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-
-
 def write_parts(
     tx: arrays.Transaction,
     writers: streams.StreamWriters,
@@ -635,7 +630,7 @@ def write_parts(
         rejected += bad
     rows = sum(len(c[TIME]) for c in columns)
     if columns:
-        streams.write(tx, writers, tag, schema, _merge(columns))
+        streams.write(tx, writers, tag, schema, columns if len(columns) > 1 else columns[0])
     if rejected:
         streams.quarantine(tx, writers, tag, rejected)
     before = read_position(tx, tag, source_id)
