@@ -10,10 +10,17 @@ committed line. A move to another file with nothing to commit (a rotation)
 commits the new position alone. Setting ``stop`` reads the whole lines
 already in the file once more (up to ``max_pending_bytes``), commits all
 that was read and returns.
+
+A format whose records span lines (fluentd's multiline) leaves its open
+last event uncommitted (the position stays before it) until the next
+event starts, or no line has come for ``flush_seconds``, or the tail
+stops (in_tail's ``multiline_flush_interval`` and shutdown): then it is
+parsed as complete. A move to another file completes it too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -24,9 +31,9 @@ import pyarrow as pa
 
 from windvane.connectors.files import Part
 from windvane.connectors.files.logs import LogFormat, LogOptions, log_format, parse_log
-from windvane.connectors.files.logs.reader import known_types, to_part
+from windvane.connectors.files.logs.reader import MAX_LINE, known_types, to_part
 
-from .follow import FilePosition, Follower
+from .follow import Chunk, FilePosition, Follower
 
 #: ``commit(parts, position)`` stores ``parts`` and ``position`` (plain data) in one transaction;
 #: returns (rows stored, rows quarantined).
@@ -45,6 +52,7 @@ class TailSettings:
     max_pending_bytes: int = 16 << 20
     report_seconds: float = 5.0  # at most one progress line per this many seconds
     types: dict[str, pa.DataType] = field(default_factory=dict)  # the stream's column types, if it exists
+    flush_seconds: float = 5.0  # an open multi-line event with no line after it this long is complete
 
     def __post_init__(self) -> None:
         if not isinstance(self.format, LogFormat):
@@ -112,6 +120,8 @@ class Tailer:
         self._pending_lines = 0
         self._pending_bytes = 0
         self._first_at = 0.0
+        self._open: Chunk | None = None  # the bytes of an open event, as a chunk ending where it ends
+        self._open_at = 0.0  # when a line last came while an event was open
         self._reported = (-float("inf"), 0, 0)  # when, rows, rejected at the last progress line
 
     def run(self, stop: StopFlag | threading.Event) -> TailTotals:
@@ -121,15 +131,19 @@ class Tailer:
             stopping = stop.is_set()
             chunk = self.follower.read(max(64 << 10, s.max_pending_bytes - self._pending_bytes))
             if chunk is not None:
-                self._parse(chunk.data, chunk.first_line, chunk.position)
+                self._read(chunk)
             now = time.monotonic()
+            if self._open is not None and (stopping or now - self._open_at >= s.flush_seconds):
+                self._parse(self._open, final=True)
             due = self._pending and (
                 stopping
                 or self._pending_lines >= s.commit_lines
                 or self._pending_bytes >= s.max_pending_bytes
                 or now - self._first_at >= s.commit_ms / 1000
             )
-            moved = not self._pending and self.follower.position not in (None, self.totals.position)
+            moved = (
+                not self._pending and self._open is None and self.follower.position not in (None, self.totals.position)
+            )
             if due or moved:
                 self._commit(self._pending[-1].end if due else self.follower.position.to_dict())
             if stopping:
@@ -138,15 +152,36 @@ class Tailer:
             if chunk is None:
                 stop.wait(s.poll_ms / 1000)
 
-    def _parse(self, data: bytes, first_line: int, position: FilePosition) -> None:
+    def _read(self, chunk: Chunk) -> None:
+        """Parse ``chunk`` after the open event, if any (of the same file: another file's completes it first)."""
+        held = self._open
+        if held is not None and (held.position.dev, held.position.ino) != (chunk.position.dev, chunk.position.ino):
+            self._parse(held, final=True)
+        elif held is not None:
+            chunk = Chunk(held.data + chunk.data, held.first_line, chunk.position, chunk.path)
+        self._open_at = time.monotonic()
+        self._parse(chunk, final=len(chunk.data) >= MAX_LINE)  # an event past MAX_LINE is taken as it is
+
+    def _parse(self, chunk: Chunk, *, final: bool) -> None:
         options = LogOptions(self.settings.timezone, time.time_ns(), self.types)
-        parsed = parse_log(self.settings.format, data, options, first_line=first_line)
+        parsed = parse_log(self.settings.format, chunk.data, options, first_line=chunk.first_line, final=final)
         self.types = known_types(parsed.table, self.types)
+        self._open, done = None, len(chunk.data) - parsed.pending
+        if parsed.pending:  # the open event: the position committed stays before it
+            rest = chunk.data[done:]
+            self._open = Chunk(rest, chunk.position.line - rest.count(b"\n"), chunk.position, chunk.path)
+        if not done:
+            return
+        end = dataclasses.replace(
+            chunk.position,
+            offset=chunk.position.offset - parsed.pending,
+            line=chunk.first_line + chunk.data.count(b"\n", 0, done),
+        )
         if not self._pending:
             self._first_at = time.monotonic()
-        self._pending.append(to_part(parsed, position.to_dict(), len(data)))
+        self._pending.append(to_part(parsed, end.to_dict(), done))
         self._pending_lines += parsed.table.num_rows + len(parsed.rejected)
-        self._pending_bytes += len(data)
+        self._pending_bytes += done
 
     def _commit(self, position: dict[str, Any]) -> None:
         rows, rejected = self.commit(self._pending, position)

@@ -366,6 +366,7 @@ class TailOptions:
     commit_ms: float
     poll_ms: float
     rotate_wait: float
+    multiline_flush_interval: float = 5.0
     parser_path: str | None = None
     expression: str | None = None
     time_format: str | None = None
@@ -422,6 +423,13 @@ class TailOptions:
     show_default=True,
     help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.",
 )
+@click.option(
+    "--multiline-flush-interval",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="fluentd's multiline parser: seconds with no new line after which the last event is complete.",
+)
 @parser_options
 def tail(**options: Any) -> None:
     """Follow the log file PATH as it grows and commit its lines into stream TAG.
@@ -438,7 +446,7 @@ def tail(**options: Any) -> None:
 
     from windvane.connectors.files.logs import LogFormatError
     from windvane.connectors.tail.follow import FilePosition, Follower
-    from windvane.connectors.tail.run import StopFlag, Tailer, TailSettings
+    from windvane.connectors.tail.run import StopFlag, Tailer
     from windvane.ingest import imports
     from windvane.ingest.schema import load_schema
     from windvane.ingest.streams import StreamWriters
@@ -447,9 +455,7 @@ def tail(**options: Any) -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         schema = load_schema(opts.schema_path) if opts.schema_path else None
-        settings = TailSettings(
-            _tail_format(opts, schema), opts.timezone, opts.commit_lines, opts.commit_ms, opts.poll_ms
-        )
+        settings = _tail_settings(opts, schema)
     except (ingest.IngestError, LogFormatError) as exc:
         raise BadInput(str(exc)) from exc
     with open_store(opts.store_url) as st:
@@ -481,6 +487,20 @@ def tail(**options: Any) -> None:
         finally:
             follower.close()
     click.echo("stopped")
+
+
+def _tail_settings(opts: TailOptions, schema):
+    """`windvane tail`'s settings from its options (and the schema's ``[parse]``); LogFormatError if wrong."""
+    from windvane.connectors.tail.run import TailSettings
+
+    return TailSettings(
+        _tail_format(opts, schema),
+        opts.timezone,
+        opts.commit_lines,
+        opts.commit_ms,
+        opts.poll_ms,
+        flush_seconds=opts.multiline_flush_interval,
+    )
 
 
 def _tail_format(opts: TailOptions, schema):

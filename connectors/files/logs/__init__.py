@@ -21,6 +21,13 @@ Columns beside ``time`` (text unless said):
 
 Blank lines are skipped; line endings (``\\n``, ``\\r\\n``) are not part of
 a line.
+
+A format whose records span lines (fluentd's ``multiline``) has a
+``group`` step: it makes events of the lines (each parsed as one text, its
+lines joined with ``\\n``, numbered by its first line). Its last event may
+go on in the next block: ``parse_log(..., final=False)`` leaves it unparsed
+and says how many bytes it holds (:attr:`ParsedLines.pending`), for the
+reader to give them again in front of the next block.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from . import access, jsonlines, syslog
 from .errors import LogFormatError
-from .lines import Lines, RejectedLine, Rows, fault_mask, split_lines
+from .lines import Events, Lines, RejectedLine, Rows, fault_mask, split_lines
 from .options import LogOptions
 
 __all__ = [
@@ -56,6 +64,7 @@ class LogFormat:
     parse: Callable[[Lines, LogOptions], Rows]
     columns: dict[str, pa.DataType] | None = None
     keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
+    group: Callable[[Lines], Events] | None = None  # records span lines: the lines' events are parsed
 
 
 LOG_FORMATS = {
@@ -99,6 +108,7 @@ class ParsedLines:
     table: pa.Table
     rejected: list[RejectedLine]
     lines: pa.LargeStringArray  # the line each table row was read from (without its ending)
+    pending: int = 0  # bytes at the block's end left unparsed: an event the next block may go on with
 
     def raw(self, i: int) -> bytes:
         """The line table row ``i`` was read from, as it is in the file (without its line ending)."""
@@ -110,14 +120,56 @@ def _reject(lines: Lines, i: int, reason: str, options: LogOptions) -> RejectedL
     return RejectedLine(options.now, lines.raw(i), f"line {number}: {reason}", number)
 
 
+def _events(
+    fmt: LogFormat,
+    block: bytes,
+    lines: Lines,
+    rejected: list[RejectedLine],
+    options: LogOptions,
+    first_line: int | None,
+) -> tuple[Lines, list[RejectedLine], int]:
+    """The events of ``lines`` (``fmt.group``), the lines rejected, and the bytes the open last event holds.
+
+    ``first_line``: the block's first line; None when the block is final (the last event is complete). Else
+    the open event is left for the next block, and so are lines rejected in it (they are read again).
+    """
+    assert fmt.group is not None
+    grouped = fmt.group(lines)
+    rejected = rejected + [_reject(lines, i, reason, options) for i, reason in grouped.stray.items()]
+    rejected.sort(key=lambda r: r.line)
+    events = grouped.events
+    if first_line is None or not grouped.open:
+        return events, rejected, 0
+    start = int(events.numbers[-1])  # the open event's first line
+    events = events.pick(np.arange(len(events) - 1))
+    newlines = np.flatnonzero(np.frombuffer(block, np.uint8) == 0x0A)
+    offset = int(newlines[start - first_line - 1]) + 1 if start > first_line else 0
+    return events, [r for r in rejected if r.line < start], len(block) - offset
+
+
 def parse_log(
-    name: str | LogFormat, block: bytes, options: LogOptions | None = None, *, first_line: int = 1
+    name: str | LogFormat,
+    block: bytes,
+    options: LogOptions | None = None,
+    *,
+    first_line: int = 1,
+    final: bool = True,
 ) -> ParsedLines:
-    """Parse ``block`` (whole lines) as log format ``name`` (or the format itself); see the module docstring."""
+    """Parse ``block`` (whole lines) as log format ``name`` (or the format itself); see the module docstring.
+
+    ``final``: the block ends the file (or the wait for more), so an event at its end is complete.
+    """
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
-    lines, rejected = split_lines(block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank)
+    lines, rejected = split_lines(
+        block, first_line=first_line, now=options.now, keep_blank=fmt.keep_blank, keep_cr=fmt.group is not None
+    )
+    pending = 0
+    if fmt.group is not None:
+        lines, rejected, pending = _events(fmt, block, lines, rejected, options, None if final else first_line)
     rows = fmt.parse(lines, options)
+    if rows.sources is not None:  # several records of one event: each row's own copy of its event
+        lines = lines.pick(rows.sources)
     kept = lines.text
     if rows.faults:
         keep = pa.array(~fault_mask(rows.faults, len(lines)))
@@ -133,4 +185,4 @@ def parse_log(
     if fmt.columns is not None and not len(lines):
         columns = {k: pa.array([], t) for k, t in fmt.columns.items()}
     table = pa.table(columns) if columns else pa.table({"time": pa.array([], pa.int64())})
-    return ParsedLines(table, rejected, kept)
+    return ParsedLines(table, rejected, kept, pending)

@@ -51,15 +51,44 @@ class Lines:
         """The lines where the boolean mask ``keep`` is true."""
         return Lines(self.text.filter(pa.array(keep)), self.numbers[keep])
 
+    def pick(self, indices: np.ndarray) -> Lines:
+        """The lines at ``indices`` (int, in that order; an index may repeat)."""
+        return Lines(self.text.take(pa.array(indices, pa.int64())), self.numbers[indices])
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """A block's lines grouped into events, by a format whose records span lines (fluentd's multiline).
+
+    ``events``: each event's lines joined with ``\\n``, numbered by its
+    first line (:func:`join_lines`); ``stray``: the index (in the lines) of
+    each line that belongs to no event, and why (it is rejected as it is);
+    ``open``: the last event may go on in lines not read yet.
+    """
+
+    events: Lines
+    stray: dict[int, str]
+    open: bool
+
+
+def join_lines(lines: Lines, starts: np.ndarray) -> Lines:
+    """The runs of ``lines`` from each index of ``starts`` (ascending) to the next (the last: to the end), each
+    joined with ``\\n`` into one entry numbered by its first line; lines before ``starts[0]`` are in none."""
+    offsets = np.append(starts, len(lines)).astype(np.int64)
+    runs = pa.LargeListArray.from_arrays(pa.array(offsets), lines.text)
+    return Lines(pc.binary_join(runs, pa.scalar("\n", pa.large_string())), lines.numbers[starts])
+
 
 def split_lines(
-    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False
+    block: bytes, *, first_line: int = 1, now: int, keep_blank: bool = False, keep_cr: bool = False
 ) -> tuple[Lines, list[RejectedLine]]:
     """The lines of ``block`` (a last line without ``\\n`` counts too), and those that are not UTF-8.
 
     ``first_line`` is the number of the block's first line in its file;
     ``now`` the read time given to rejected lines. ``keep_blank``: blank
     lines are lines too (fluentd's in_tail parses them), not skipped.
+    ``keep_cr``: the ``\\r`` of a ``\\r\\n`` ending stays (fluentd keeps it
+    inside a multi-line event).
     """
     data = np.frombuffer(block, np.uint8)
     ends = np.flatnonzero(data == 0x0A) + 1
@@ -90,7 +119,7 @@ def split_lines(
                 )
         text = binary.filter(pa.array(valid)).cast(pa.large_string())
         numbers = numbers[valid]
-    text = pc.replace_substring_regex(text, r"\r?\n$", "")
+    text = pc.replace_substring_regex(text, r"\n$" if keep_cr else r"\r?\n$", "")
     lines = Lines(text, numbers)
     if keep_blank:
         return lines, rejected
@@ -102,13 +131,15 @@ def split_lines(
 class Rows:
     """What a format makes of :class:`Lines`: columns for every line (``time`` first, int64 ns), and faults.
 
-    ``faults`` maps the index of each line that cannot be stored to why
+    ``faults`` maps the index of each row that cannot be stored to why
     (without its line number); the caller drops those rows and rejects the
-    lines.
+    lines they were read from.
     """
 
     columns: dict[str, pa.Array]
     faults: dict[int, str]
+    #: the line each row was read from, when it is not row i from line i (an event fluentd reads as several records)
+    sources: np.ndarray | None = None
 
 
 def fault_mask(faults: dict[int, str], count: int) -> np.ndarray:

@@ -6,7 +6,10 @@ resumed from it starts at the next line and keeps numbering lines as the
 file does. A compressed file (:mod:`connectors.files.compression`) is read
 decompressed; its offsets are the content's. The types of a JSON lines
 file's first block (or the stream's, when the import knows them) hold for
-the rest of the file, as the CSV reader does.
+the rest of the file, as the CSV reader does. A format whose records span
+lines (fluentd's multiline) never has an event cut across parts: the open
+last event of a block is read again with the next, and parsed at the end
+of the file.
 """
 
 from __future__ import annotations
@@ -100,13 +103,26 @@ class LogReader:
         written = os.stat(self.path).st_mtime_ns  # RFC 3164 years: the file's, not today's
         with open_data(self.path) as f:
             f.seek(offset)
+            data = b""  # an open event (a format that groups lines) is read again with the next block
             for block in line_blocks(f, self.block_bytes):
-                options = LogOptions(self.timezone, time.time_ns(), self.types, written)
-                parsed = parse_log(self.format, block, options, first_line=line)
-                self.types = known_types(parsed.table, self.types)
-                offset += len(block)
-                line += block.count(b"\n")
-                yield to_part(parsed, {"offset": offset, "line": line}, len(block))
+                data += block
+                # an event that grows past MAX_LINE is taken as it is, as a line is
+                parsed = self._parse(data, line, written, final=len(data) >= MAX_LINE)
+                done = len(data) - parsed.pending
+                if done:
+                    offset, line = offset + done, line + data.count(b"\n", 0, done)
+                    yield to_part(parsed, {"offset": offset, "line": line}, done)
+                    data = data[done:]
+            if data:  # the last event, complete at the end of the file
+                parsed = self._parse(data, line, written, final=True)
+                offset, line = offset + len(data), line + data.count(b"\n")
+                yield to_part(parsed, {"offset": offset, "line": line}, len(data))
+
+    def _parse(self, data: bytes, line: int, written: int, *, final: bool) -> ParsedLines:
+        options = LogOptions(self.timezone, time.time_ns(), self.types, written)
+        parsed = parse_log(self.format, data, options, first_line=line, final=final)
+        self.types = known_types(parsed.table, self.types)
+        return parsed
 
 
 def log_reader(name: str | LogFormat) -> Callable[[str, ReaderOptions], LogReader]:

@@ -7,7 +7,8 @@ it as any log format::
     config = ParseConfig.from_mapping({"type": "regexp", "expression": r"^(?<host>\\S+) (?<message>.*)$"})
     parsed = parse_log(fluent_format(config), block)
 
-Parser types: :data:`.parsers.PARSERS`. Blank lines are lines (fluentd
+Parser types: :data:`.parsers.PARSERS`. ``multiline`` groups lines into
+events, each one text (the format's ``group`` step). Blank lines are lines (fluentd
 parses them; windvane's own formats skip them). Lines a parser cannot read are
 rejected with fluentd's reason (``pattern not matched``, ``invalid time
 format: ...``).
@@ -31,4 +32,7 @@ def fluent_format(config: ParseConfig) -> LogFormat:
         raise ParseConfigError(f"unknown parser type {config.type!r}; known: {', '.join(sorted(PARSERS))}")
     parser = make(config)
     # in_tail hands blank lines to the parser too: kept, they are parsed (or rejected) as fluentd does
-    return LogFormat(f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True)
+    group = getattr(parser, "group", None)  # a parser whose records span lines makes events of them first
+    return LogFormat(
+        f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True, group=group
+    )

@@ -25,8 +25,18 @@ from typing import Any
 from ..errors import LogFormatError
 
 #: The option whose default is per parser type (fluentd's ``config_set_default``).
-TIME_KEY_DEFAULTS = {"regexp": "time", "json": "time", "msgpack": "time", "ltsv": None, "csv": None, "tsv": None}
-TIME_KEY_DEFAULTS |= {"apache2": "time", "apache_error": "time", "nginx": "time"}
+TIME_KEY_DEFAULTS = {
+    "regexp": "time",
+    "json": "time",
+    "msgpack": "time",
+    "ltsv": None,
+    "csv": None,
+    "tsv": None,
+    "multiline": "time",
+    "apache2": "time",
+    "apache_error": "time",
+    "nginx": "time",
+}
 #: ``time_format`` where a parser type sets one (fluentd's config_set_default): it counts as given.
 TIME_FORMAT_DEFAULTS = {"nginx": "%d/%b/%Y:%H:%M:%S %z"}
 TIME_TYPES = ("string", "unixtime", "float", "mixed")
@@ -68,6 +78,7 @@ class ParseConfig:
     label_delimiter: str = ":"
     format_firstline: str | None = None
     formats: tuple[str, ...] = ()
+    unmatched_lines: str | None = None  # multiline: accepted, no effect (in_tail sets it from its own option)
     json_parser: str = "oj"
     stream_buffer_size: int | None = None
     parser_type: str | None = None

@@ -16,7 +16,7 @@ import re
 from .config import ParseConfigError
 
 _FLAGS = {"i": re.IGNORECASE, "m": re.DOTALL, "x": re.VERBOSE}
-_TOKEN = re.compile(r"\\.|\(\?<(?=[A-Za-z_])|\[|\]")
+_TOKEN = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\(\?<(?=[A-Za-z_])|\[|\]")
 _ESCAPES = {r"\h": "[0-9a-fA-F]", r"\H": "[^0-9a-fA-F]", r"\z": r"\Z", r"\Z": r"(?=\n?\Z)"}
 
 
@@ -33,8 +33,9 @@ def split_flags(text: str) -> tuple[str, int]:
     return text[1:right], flags
 
 
-def translate(source: str) -> str:
-    """A Ruby regexp source as a Python one (named groups, back references, ``\\h``, ``\\z``, ``\\Z``)."""
+def translate(source: str, *, binary: bool = False) -> str:
+    """A Ruby regexp source as a Python one (named groups, back references, ``\\h``, ``\\z``, ``\\Z``;
+    ``binary``: for a pattern of bytes, ``\\uHHHH`` as its UTF-8 bytes)."""
     out, i, in_class = [], 0, False
     for token in _TOKEN.finditer(source):
         out.append(source[i : token.start()])
@@ -49,6 +50,8 @@ def translate(source: str) -> str:
             text = _ESCAPES[text]
         elif text == r"\h":
             text = "0-9a-fA-F"
+        elif binary and text.startswith(r"\u"):
+            text = "".join(f"\\x{b:02x}" for b in chr(int(text[2:], 16)).encode())
         out.append(text)
         i = token.end()
     out.append(source[i:])
@@ -69,7 +72,7 @@ def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False,
     if multiline:
         flags |= re.DOTALL
     try:
-        pattern = translate(source)
+        pattern = translate(source, binary=binary)
         return re.compile(pattern.encode() if binary else pattern, flags)
     except re.error as exc:
         raise ParseConfigError(f"invalid regexp {text!r}: {exc}") from None

@@ -2,7 +2,9 @@
 
 Each class is made from a :class:`..config.ParseConfig` (its options
 checked then: a bad one raises ParseConfigError) and has
-``parse(lines, options) -> Rows``.
+``parse(lines, options) -> Rows``. A parser whose records span lines
+(``multiline``) also has ``group(lines) -> Events``: its ``parse`` is then
+given the events (see :func:`..fluent_format`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ...options import LogOptions
 from ..config import ParseConfig
 from .apache2 import Apache2Parser
 from .apache_error import ApacheErrorParser
+from .multiline import MultilineParser
 from .nginx import NginxParser
 from .none import NoneParser
 from .regexp import RegexpParser
@@ -27,7 +30,13 @@ class Parser(Protocol):
     def parse(self, lines: Lines, options: LogOptions) -> Rows: ...
 
 
-PARSERS: dict[str, type[Parser]] = {"regexp": RegexpParser, "none": NoneParser}
-PARSERS |= {"apache2": Apache2Parser, "apache_error": ApacheErrorParser, "nginx": NginxParser}
+PARSERS: dict[str, type[Parser]] = {
+    "regexp": RegexpParser,
+    "none": NoneParser,
+    "apache2": Apache2Parser,
+    "apache_error": ApacheErrorParser,
+    "nginx": NginxParser,
+    "multiline": MultilineParser,
+}
 
 __all__ = ["PARSERS", "Parser"]
