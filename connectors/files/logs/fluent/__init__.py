@@ -34,5 +34,10 @@ def fluent_format(config: ParseConfig) -> LogFormat:
     # in_tail hands blank lines to the parser too: kept, they are parsed (or rejected) as fluentd does
     group = getattr(parser, "group", None)  # a parser whose records span lines makes events of them first
     return LogFormat(
-        f"fluent:{config.type}", f"fluentd's {config.type} parser", parser.parse, keep_blank=True, group=group
+        f"fluent:{config.type}",
+        f"fluentd's {config.type} parser",
+        parser.parse,
+        keep_blank=True,
+        group=group,
+        independent=group is None,  # a parser reads a line (or event) by itself
     )
