@@ -437,7 +437,7 @@ def _column(f: Field, values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, st
     return cast(values.filter(pa.array(keep))), bad, f"is not a {f.dtype}"
 
 
-def _numpy_column(f: Field, values: pa.Array) -> Any:
+def _numpy_column(f: Field, values: pa.Array) -> np.ndarray | arrays.VLenRows:
     """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled.
 
     Text and bytes become :class:`arrays.VLenRows`: the records their chunks hold, made from the
@@ -449,7 +449,8 @@ def _numpy_column(f: Field, values: pa.Array) -> Any:
         values = pc.fill_null(values, pa.scalar(fill, type=values.type))
     if f.dtype in ("str", "bytes"):
         return arrays.VLenRows.from_arrow(values)
-    return values.to_numpy(zero_copy_only=False)
+    numbers: np.ndarray = values.to_numpy(zero_copy_only=False)
+    return numbers
 
 
 def _time_ns(table: pa.Table) -> np.ndarray:
@@ -543,7 +544,7 @@ def _cast_fields(
 
 def _good_values(
     f: Field, cast: dict[str, pa.Array], kept: dict[str, np.ndarray], good: np.ndarray, some_rejected: bool
-) -> np.ndarray:
+) -> np.ndarray | arrays.VLenRows:
     """Field ``f``'s column of the ``good`` rows (all missing if the part has no such column)."""
     if f.name not in cast:
         return _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
