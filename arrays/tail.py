@@ -305,7 +305,9 @@ class VLenTail(Tail):
     """A string or bytes array: the serialised records of the partial chunk's rows.
 
     Re-serialising the thousands of items already in the chunk cost more
-    than the rest of an append; concatenating their records does not.
+    than the rest of an append; concatenating their records does not. Rows
+    that come serialised already (:class:`~arrays.vlen_rows.VLenRows`) are
+    taken as their records: a whole chunk of them is encoded without a copy.
     """
 
     def __init__(self, name: str, meta: ArrayMeta, partial: np.ndarray | None):
