@@ -36,6 +36,7 @@ from .stream_registry import create_stream, create_streams, list_streams, open_s
 from .stream_schema import Column, column_key, stream_path
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
+from .vlen_rows import VLenRows
 from .zarr_store import ZarrStore
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "StreamWriter",
     "Transaction",
     "UnsupportedArrayError",
+    "VLenRows",
     "ZarrStore",
     "array_names",
     "column_key",

@@ -230,7 +230,7 @@ class VLenCodec(ChunkCodec):
         """
         return bytes(memoryview(self._serializer.encode(items.reshape(-1)))[4:])
 
-    def encode_serialized(self, count: int, *records: bytes) -> bytes:
+    def encode_serialized(self, count: int, *records: bytes | memoryview) -> bytes:
         """The stored bytes of a chunk of ``count`` items whose records (:meth:`serialize_items`) are ``records``."""
         buf: Any = b"".join((count.to_bytes(4, "little"), *records))
         for _, codec in self._steps:

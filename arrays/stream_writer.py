@@ -57,7 +57,7 @@ from .metadata import METADATA_KEY
 from .stream import Stream
 from .stream_registry import open_stream
 from .stream_schema import TIME, check_column_names
-from .tail import Tail
+from .tail import Rows, Tail
 from .transaction import Transaction
 from .writer_state import StateKeeper, WriterState
 
@@ -249,7 +249,7 @@ class StreamWriter(StateKeeper):
 
     def _coerce(
         self, tails: dict[str, Tail], parts: list[Mapping[str, Any]], fill_missing: bool
-    ) -> list[dict[str, np.ndarray]]:
+    ) -> list[dict[str, Rows]]:
         """Each part as rows of every array (ColumnError, before anything changes, if one does not fit)."""
         stored = {name: tail.length for name, tail in tails.items()}
         if len(set(stored.values())) > 1:
@@ -279,7 +279,7 @@ class StreamWriter(StateKeeper):
         return out
 
     @staticmethod
-    def _encode(tails: dict[str, Tail], parts: list[dict[str, np.ndarray]], logged: bool = True) -> Iterator[Encoded]:
+    def _encode(tails: dict[str, Tail], parts: list[dict[str, Rows]], logged: bool = True) -> Iterator[Encoded]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
         hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
 

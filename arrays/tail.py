@@ -34,6 +34,10 @@ from .appending import ChunkJob
 from .codecs import VLenCodec, shuffled
 from .errors import ArrayError, ColumnError
 from .metadata import ArrayMeta
+from .vlen_rows import VLenRows
+
+#: What a Tail takes as rows: an array of the stored dtype, or (string and bytes arrays) rows serialised already.
+Rows = np.ndarray | VLenRows
 
 
 class RowsShed(ArrayError):
@@ -103,7 +107,7 @@ class Tail:
     def _key(self, index: int) -> str:
         return f"{self.name}/{self._meta.chunk_key((index, *self._zeros))}"
 
-    def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
+    def coerce(self, tag: str, column: str, values: Any) -> Rows:
         """``values`` as rows of this array (ColumnError saying why not)."""
         if (
             type(values) is np.ndarray
@@ -138,7 +142,7 @@ class Tail:
     def forget_before(self, row: int) -> None:
         """:meth:`serialised_since` will not be asked for rows before ``row``: let go of what only they need."""
 
-    def append(self, value: np.ndarray, *, encoded: bool = True) -> list[ChunkJob]:
+    def append(self, value: Rows, *, encoded: bool = True) -> list[ChunkJob]:
         """Add ``value``'s rows (coerced by :meth:`coerce`): the chunks to store, in order.
 
         Advances the state at once; the caller drops the Tail if storing fails.
@@ -163,7 +167,7 @@ class Tail:
         self._length = length
         return jobs
 
-    def extend(self, value: np.ndarray) -> None:
+    def extend(self, value: Rows) -> None:
         """Add ``value``'s rows (coerced), which fill no chunk, making no job: what :meth:`append` does
         with ``encoded`` False when no chunk fills, without the jobs nobody would encode (a row log
         stores the rows). ValueError, before anything changes, if they would fill the chunk."""
@@ -173,11 +177,11 @@ class Tail:
             self._hold(self._length % self._rows_per_chunk, value)
             self._length += len(value)
 
-    def _hold(self, start: int, rows: np.ndarray) -> None:
+    def _hold(self, start: int, rows: Rows) -> None:
         """Keep ``rows``, from row ``start`` of the partial chunk on (they do not fill it)."""
         raise NotImplementedError
 
-    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+    def _put(self, index: int, start: int, rows: Rows) -> ChunkJob:
         raise NotImplementedError
 
     @property
@@ -202,6 +206,12 @@ class Tail:
         return copy.copy(self)
 
 
+def _numbers(rows: Rows) -> np.ndarray:
+    if not isinstance(rows, np.ndarray):  # coerce gives numbers as arrays: this is a caller's mistake
+        raise TypeError(f"a numeric array takes rows as an ndarray, not {type(rows).__name__}")
+    return rows
+
+
 class NumberTail(Tail):
     """A numeric (bool, int, float, complex, datetime) array: the partial chunk, decoded and writable."""
 
@@ -210,7 +220,8 @@ class NumberTail(Tail):
         # Written in place by later appends: ours alone (a copy of what was decoded).
         self._chunk = None if partial is None or self.partial_key is None else np.array(partial, copy=True)
 
-    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+    def _put(self, index: int, start: int, rows: Rows) -> ChunkJob:
+        rows = _numbers(rows)
         meta = self._meta
         codec = meta.codec
         end = start + len(rows)
@@ -236,7 +247,8 @@ class NumberTail(Tail):
             encode = functools.partial(self._encode_padded, chunk)
         return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize, codec.compressed, full)
 
-    def _hold(self, start: int, rows: np.ndarray) -> None:
+    def _hold(self, start: int, rows: Rows) -> None:
+        rows = _numbers(rows)
         if start == 0:
             self._shed = 0
         first, end = self._shed, start + len(rows)  # the held rows begin at ``first`` (0 unless shed)
@@ -293,7 +305,9 @@ class VLenTail(Tail):
     """A string or bytes array: the serialised records of the partial chunk's rows.
 
     Re-serialising the thousands of items already in the chunk cost more
-    than the rest of an append; concatenating their records does not.
+    than the rest of an append; concatenating their records does not. Rows
+    that come serialised already (:class:`~arrays.vlen_rows.VLenRows`) are
+    taken as their records: a whole chunk of them is encoded without a copy.
     """
 
     def __init__(self, name: str, meta: ArrayMeta, partial: np.ndarray | None):
@@ -313,42 +327,61 @@ class VLenTail(Tail):
         # Where the records of a row begin, for each row an append began or ended at.
         self._bounds = {0: 0, start: len(self._records)}
 
-    def coerce(self, tag: str, column: str, values: Any) -> np.ndarray:
-        # The common case, a list of str (what ingest gives): straight to an
-        # object array, which is what the serialiser takes; anything else
+    def coerce(self, tag: str, column: str, values: Any) -> Rows:
+        # The common cases: rows serialised already (VLenRows: what ingest gives), taken as they are; a
+        # list of str, straight to an object array, which is what the serialiser takes. Anything else
         # goes through the general conversion (numpy's str coercion, checks).
         dtype = self._meta.dtype
         inner = self._inner
+        if type(values) is VLenRows:
+            if inner or values.text != (dtype.kind == "T"):
+                takes = f"rows of shape {inner} of {dtype}" if inner else str(dtype)
+                raise ColumnError(f"column {column!r} of stream {tag!r} takes {takes}, not {values!r}")
+            return values
         if dtype.kind == "T" and isinstance(values, list) and not inner:
             if set(map(type, values)) <= {str}:
                 out = np.empty(len(values), dtype=object)
                 out[:] = values
                 return out
         value = super().coerce(tag, column, values)
+        assert isinstance(value, np.ndarray)  # the base class makes VLenRows of nothing
         return value if value.dtype == object else value.astype(object)
 
-    def _hold(self, start: int, rows: np.ndarray) -> None:
-        records = self._codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
+    def _serialised(self, rows: Rows) -> bytes | memoryview:
+        """The records of ``rows`` (a view when they come serialised)."""
+        if type(rows) is VLenRows:
+            return rows.records
+        return self._codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
+
+    def _hold(self, start: int, rows: Rows) -> None:
+        records = self._serialised(rows)
         if start == 0:
-            self._records, self._bounds, self._shed = records, {0: 0}, 0
+            # Held across appends, so ours (a view would keep a whole append's buffer alive).
+            self._records, self._bounds, self._shed = bytes(records), {0: 0}, 0
         else:
             self._records += records
         self._bounds[start + len(rows)] = len(self._records)
 
-    def _put(self, index: int, start: int, rows: np.ndarray) -> ChunkJob:
+    def _put(self, index: int, start: int, rows: Rows) -> ChunkJob:
         codec = self._codec
-        self._hold(start, rows)
         end = start + len(rows)
+        full = end == self._rows_per_chunk
+        records: bytes | memoryview
+        if start == 0 and full:
+            records = self._serialised(rows)  # a whole chunk: encoded straight from the rows' records
+            self._shed = 0
+        else:
+            self._hold(start, rows)
+            records = self._records
         fills = (self._rows_per_chunk - end) * self._items_per_row
         if self._shed:
             encode = functools.partial(_cannot_encode, self.name)
         else:
             # The filler is made when the chunk is encoded: most appends' jobs never are (a row log takes them).
             encode = functools.partial(
-                _encode_records, codec, self._rows_per_chunk * self._items_per_row, self._records, self._fill, fills
+                _encode_records, codec, self._rows_per_chunk * self._items_per_row, records, self._fill, fills
             )
-        weight = len(self._records) + len(self._fill) * fills
-        full = end == self._rows_per_chunk
+        weight = len(records) + len(self._fill) * fills
         if full:
             self._records, self._bounds = b"", {0: 0}
         return ChunkJob(self.chunk_key(index), encode, weight, codec.compressed, full)
@@ -380,7 +413,7 @@ class VLenTail(Tail):
         return twin
 
 
-def _encode_records(codec: VLenCodec, count: int, records: bytes, fill: bytes, fills: int) -> bytes:
+def _encode_records(codec: VLenCodec, count: int, records: bytes | memoryview, fill: bytes, fills: int) -> bytes:
     """The chunk of ``count`` items whose first records are ``records``, the rest ``fills`` times ``fill``."""
     return codec.encode_serialized(count, records, fill * fills)
 

@@ -437,18 +437,20 @@ def _column(f: Field, values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, st
     return cast(values.filter(pa.array(keep))), bad, f"is not a {f.dtype}"
 
 
-def _numpy_column(f: Field, values: pa.Array) -> Any:
-    """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled."""
+def _numpy_column(f: Field, values: pa.Array) -> np.ndarray | arrays.VLenRows:
+    """A cast column (nulls already refused or allowed) as what a stream append takes, nulls filled.
+
+    Text and bytes become :class:`arrays.VLenRows`: the records their chunks hold, made from the
+    Arrow buffers in one pass, without a Python object per value."""
     if values.null_count:
         fill = f.fill if f.fill is not None else {"str": "", "bytes": b""}.get(f.dtype)
         if fill is None and f.is_float:
             fill = float("nan")
         values = pc.fill_null(values, pa.scalar(fill, type=values.type))
-    if f.dtype == "str":
-        return values.to_numpy(zero_copy_only=False).astype(np.dtypes.StringDType())
-    if f.dtype == "bytes":
-        return values.to_numpy(zero_copy_only=False)
-    return values.to_numpy(zero_copy_only=False)
+    if f.dtype in ("str", "bytes"):
+        return arrays.VLenRows.from_arrow(values)
+    numbers: np.ndarray = values.to_numpy(zero_copy_only=False)
+    return numbers
 
 
 def _time_ns(table: pa.Table) -> np.ndarray:
@@ -542,7 +544,7 @@ def _cast_fields(
 
 def _good_values(
     f: Field, cast: dict[str, pa.Array], kept: dict[str, np.ndarray], good: np.ndarray, some_rejected: bool
-) -> np.ndarray:
+) -> np.ndarray | arrays.VLenRows:
     """Field ``f``'s column of the ``good`` rows (all missing if the part has no such column)."""
     if f.name not in cast:
         return _numpy_column(f, pa.nulls(len(good), _ARROW_DTYPES[f.dtype]))
@@ -603,12 +605,6 @@ class Committed:
     reasons: tuple[str, ...] = ()  # distinct rejection reasons (the first few)
 
 
-def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(parts) == 1:
-        return parts[0]
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-
-
 def write_parts(
     tx: arrays.Transaction,
     writers: streams.StreamWriters,
@@ -635,7 +631,7 @@ def write_parts(
         rejected += bad
     rows = sum(len(c[TIME]) for c in columns)
     if columns:
-        streams.write(tx, writers, tag, schema, _merge(columns))
+        streams.write(tx, writers, tag, schema, columns if len(columns) > 1 else columns[0])
     if rejected:
         streams.quarantine(tx, writers, tag, rejected)
     before = read_position(tx, tag, source_id)

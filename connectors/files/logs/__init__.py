@@ -66,6 +66,9 @@ class LogFormat:
     keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
     group: Callable[[Lines], Events] | None = None  # records span lines: the lines' events are parsed
     binary: bool = False  # the lines are bytes (fluentd's msgpack parser), not UTF-8 text
+    #: A block parses the same whatever blocks came before it (no event spans blocks, no types are carried
+    #: from one to the next in ``LogOptions.types``): a reader may parse several at once.
+    independent: bool = False
 
 
 LOG_FORMATS = {
@@ -77,9 +80,16 @@ LOG_FORMATS = {
             "syslog, RFC 3164 (and rsyslog's RFC 3339 file format)",
             syslog.parse_3164,
             syslog.COLUMNS_3164,
+            independent=True,
         ),
-        LogFormat("syslog5424", "syslog, RFC 5424", syslog.parse_5424, syslog.COLUMNS_5424),
-        LogFormat("combined", "nginx/Apache combined or common access log", access.parse_combined, access.COLUMNS),
+        LogFormat("syslog5424", "syslog, RFC 5424", syslog.parse_5424, syslog.COLUMNS_5424, independent=True),
+        LogFormat(
+            "combined",
+            "nginx/Apache combined or common access log",
+            access.parse_combined,
+            access.COLUMNS,
+            independent=True,
+        ),
     )
 }
 #: Other names of windvane's own formats. ``syslog`` and ``nginx`` are none of them: they are fluentd's parsers

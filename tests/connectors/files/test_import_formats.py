@@ -11,13 +11,14 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
+from tests.arrays.test_stream_writer import assert_same_streams
 from windvane import arrays, neostore
 from windvane.connectors.files import FileFormatError, ReaderOptions
 from windvane.connectors.files.arrow import parquet_reader
 from windvane.connectors.files.csv import CsvReader
 from windvane.connectors.files.formats import format_for
 from windvane.connectors.files.wav import wav_reader
-from windvane.ingest import imports
+from windvane.ingest import imports, streams
 from windvane.ingest.schema import parse_schema
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z in ns
@@ -238,6 +239,64 @@ def test_arrow_ipc_round_trip(sqlite_url, tmp_path, kind):
     result = run(sqlite_url, "ipc", reader, path)
     assert (result.rows, result.commits) == (1000, 4)
     check_table_stream(sqlite_url, "ipc", table)
+
+
+def test_text_and_bytes_columns_store_what_lists_of_values_store(sqlite_url, tmp_path):
+    """str and bytes fields (nulls filled, unicode, empty values, string, large_string and binary columns,
+    rows rejected between them) across parts that start, cross and end chunks: the chunks are those a
+    writer stores for the same values as lists, byte for byte."""
+    n = 1000
+    words = ["", "a", "ünïcødé", "日本語", "with\nnewline", "x" * 300, None]
+    texts = [words[i % len(words)] for i in range(n)]
+    blobs = [None if i % 5 == 0 else f"b{i}".encode() * (i % 4) for i in range(n)]
+    levels = [0.5 if i % 97 == 3 else 1 for i in range(n)]  # 0.5 is no int8: rows rejected
+    table = pa.table(
+        {
+            "when": pa.array(T0 + np.arange(n, dtype=np.int64), pa.int64()),
+            "word": pa.array(texts, pa.string()),
+            "long": pa.array(texts[::-1], pa.large_string()),
+            "blob": pa.array(blobs, pa.binary()),
+            "level": pa.array(levels, pa.float64()),
+        }
+    )
+    schema = parse_schema(
+        {
+            "kind": "log",
+            "tags": ["logs"],
+            "chunk_rows": 64,
+            "fields": [
+                {"name": "word", "dtype": "str"},
+                {"name": "long", "dtype": "str", "fill": "∅"},
+                {"name": "blob", "dtype": "bytes"},
+                {"name": "level", "dtype": "int8", "fill": -1},
+            ],
+            "extra": "reject",
+        },
+        name="logs",
+    )
+    path = tmp_path / "logs.parquet"
+    pq.write_table(table, path, row_group_size=150)
+    result = run(sqlite_url, "logs", parquet_reader(str(path), ReaderOptions(time_column="when")), path, schema)
+    kept = [i for i in range(n) if levels[i] == 1]
+    assert (result.rows, result.rejected) == (len(kept), n - len(kept))
+    want = {
+        "time": T0 + np.array(kept, dtype=np.int64),
+        "word": [texts[i] or "" for i in kept],
+        "long": [texts[::-1][i] if texts[::-1][i] is not None else "∅" for i in kept],
+        "blob": [blobs[i] or b"" for i in kept],
+        "level": np.ones(len(kept), dtype=np.int8),
+    }
+    with neostore.open(sqlite_url) as store:
+        attrs = {"schema": "logs", "kind": "log"}
+        arrays.create_stream(store, "lists", streams.schema_columns(schema), attrs=attrs, chunk_rows=64).close()
+        writer = arrays.StreamWriter(store, "lists")
+        for start in range(0, len(kept), 100):
+            with arrays.transaction(store) as tx:
+                writer.append(tx, {name: values[start : start + 100] for name, values in want.items()})
+        assert_same_streams(store, "logs", "lists")
+    s = arrays.open_stream(sqlite_url, "logs")
+    assert s["word"].dtype == np.dtypes.StringDType() and s["word"][:].tolist() == want["word"]
+    assert s["long"][:].tolist() == want["long"] and s["blob"][:].tolist() == want["blob"]
 
 
 def test_parquet_column_types_against_the_stream(sqlite_url, tmp_path):

@@ -526,3 +526,46 @@ def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_
         position = imports.read_position(store, "web.access", imports.source_id_for(path))
     assert (position.rows, position.rejected) == (len(good), len(bad))  # both runs, nothing twice
     assert position.value == {"offset": path.stat().st_size, "line": 30_001}
+
+
+@pytest.mark.parametrize("name", ["combined", "nginx"])
+def test_blocks_parsed_at_once_give_the_parts_parsed_one_by_one(tmp_path, name):
+    """A format whose blocks parse alone has them parsed a thread each: the same parts, in order, with the
+    same ends, rejected lines and line numbers, from the start or resumed; closed early, it stops."""
+    from windvane.connectors.files import ReaderOptions
+    from windvane.connectors.files.logs.fluent import ParseConfig, fluent_format
+    from windvane.connectors.files.logs.reader import LogReader
+
+    lines = []
+    for i in range(3000):
+        if i % 97 == 5:
+            lines.append(f"garbage ünïcødé line {i}")
+        elif i % 101 == 7:
+            lines.append("")
+        else:
+            lines.append(
+                f'10.0.{i % 256}.1 - - [23/Nov/2026:12:{i // 60 % 60:02d}:{i % 60:02d} +0100] "GET /é/{i} HTTP/1.1" '
+                f'200 {i} "-" "agent {i}"'
+            )
+    path = tmp_path / "access.log"
+    path.write_text("\n".join(lines))  # the last line has no newline
+    fmt = fluent_format(ParseConfig.from_mapping({"type": "nginx"})) if name == "nginx" else log_format(name)
+    assert fmt.independent
+    at_once = LogReader(path, fmt, ReaderOptions(block_bytes=8 << 10))
+    one_by_one = LogReader(path, fmt, ReaderOptions(block_bytes=8 << 10))
+    at_once.threads, one_by_one.threads = 3, 1
+
+    def described(parts):
+        return [(p.end, p.nbytes, p.table.to_pylist(), [(raw, why) for _, raw, why in p.rejected]) for p in parts]
+
+    want = described(one_by_one(None))
+    assert len(want) > 10 and any(rejected for *_, rejected in want)
+    assert want[-1][0] == {"offset": path.stat().st_size, "line": 3000}
+    assert described(at_once(None)) == want
+    resumed = described(at_once(want[4][0]))  # blocks cut from there: compare the rows
+    assert [row for part in resumed for row in part[2]] == [row for part in want[5:] for row in part[2]]
+    assert [r for part in resumed for r in part[3]] == [r for part in want[5:] for r in part[3]]
+    assert resumed[-1][0] == want[-1][0]
+    parts = at_once(None)
+    assert described([next(parts), next(parts)]) == want[:2]
+    parts.close()

@@ -41,4 +41,5 @@ def fluent_format(config: ParseConfig) -> LogFormat:
         keep_blank=True,
         group=group,
         binary=binary,
+        independent=group is None,  # a parser reads a line (or event) by itself
     )
