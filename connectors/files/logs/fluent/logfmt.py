@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from ..errors import LineError
+
 _KEY_END = re.compile(rb'[\x00- ="]')
 _VALUE_END = re.compile(rb'[\x00- ="]')
 _QUOTE_END = re.compile(rb'\\.|"', re.S)
@@ -27,7 +29,7 @@ _ESCAPES |= {ord("b"): "\b", ord("f"): "\f", ord("n"): "\n", ord("r"): "\r", ord
 _HEX4 = re.compile(rb"\\u([0-9A-Fa-f]{4})")
 
 
-class LogfmtError(ValueError):
+class LogfmtError(LineError):
     """The line is not logfmt (the message is the reference decoder's)."""
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 
+from ..errors import LineError
 from .rubysplit import ruby_split
 
 QUOTE = '"'
@@ -26,7 +27,7 @@ AFTER_QUOTE = "Any value after quoted field isn't allowed in line 1."
 ILLEGAL_QUOTING = "Illegal quoting in line 1."
 
 
-class MalformedCSV(ValueError):
+class MalformedCSV(LineError):
     """Ruby's ``CSV::MalformedCSVError``: the line is not CSV (its message is Ruby's)."""
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...errors import LineError
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
@@ -110,5 +111,5 @@ class LTSVParser:
         return [p.decode(errors="backslashreplace") for p in self.pattern.split(data) if p is not None]
 
 
-class _Clash(ValueError):
+class _Clash(LineError):
     """Ruby refused to compare a UTF-8 delimiter with a binary line (the message is Ruby's)."""

@@ -33,6 +33,7 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
+from ...errors import LineError
 from ...lines import Lines, Rows
 from ...options import LogOptions
 from ..config import ParseConfig
@@ -48,7 +49,7 @@ NOTHING = "no msgpack object (fluentd ignores the line)"
 _SCALARS = {str, int, float, bool, type(None)}
 
 
-class _Stuck(Exception):
+class _Stuck(LineError):
     """The unpacker met what it cannot read; fluentd's raises the same error on every later line."""
 
 

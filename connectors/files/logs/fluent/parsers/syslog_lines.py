@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...errors import LineError
 from ..records import PATTERN_NOT_MATCHED
 
 SP = 0x20
@@ -42,8 +43,8 @@ NAMES_5424 = ("host", "ident", "pid", "msgid", "extradata", "message")
 Fields = dict[str, bytes | int | None]
 
 
-class Rejected(Exception):
-    """fluentd drops the line: ``reason`` is in_tail's (``pattern not matched`` or ``invalid line found: ...``)."""
+class Rejected(LineError):
+    """fluentd drops the line (raised and caught line by line, never out of the parser): ``reason`` is in_tail's (``pattern not matched`` or ``invalid line found: ...``)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
