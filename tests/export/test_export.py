@@ -435,9 +435,11 @@ MEMORY_SCRIPT = textwrap.dedent("""
     export(url, "small", out + ".warm-up", fmt)  # imports the writer, starts the reading threads
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if mode == "whole":  # the control: what the probe sees when the whole stream is in memory at once
+        # from the resident size now, not the peak so far: a transient peak of the start-up would hide it
+        resident = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
         with arrays.open_stream(url, "big") as stream:
             whole = stream.to_arrow()
-        print(whole.nbytes, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+        print(whole.nbytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - resident)
     else:
         result = export(url, "big", out, fmt)
         print(result.nbytes, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
