@@ -28,10 +28,8 @@ results file::
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -44,7 +42,7 @@ import pytest
 from nginx_log import access_log
 from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION
-from test_log_parsing import TIME_FORMAT, alternate, run_fluentd
+from test_log_parsing import TIME_FORMAT, alternate, per_round, run_fluentd, write_results
 
 from tests.fluent_programs import fluentd_dir
 from windvane import arrays
@@ -80,11 +78,6 @@ def run_import(path: Path, count: int, options: list[str]) -> float:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def per_round(rates: dict[str, list[float]], name: str) -> list[float]:
-    """``name``'s ratio to fluentd in each round."""
-    return [ours / theirs for ours, theirs in zip(rates[name], rates[FLUENTD])]
-
-
 def test_log_import_against_fluentd(benchmark, bench_results):
     fluentd_dir()  # skips (fails in CI) where fluentd cannot run
     path, count = access_log(LOG_BYTES)
@@ -103,22 +96,11 @@ def test_log_import_against_fluentd(benchmark, bench_results):
         "lines_per_s": rates,
         "median_lines_per_s": median,
         **{f"{name}_over_fluentd": median[name] / median[FLUENTD] for name in IMPORTS},
-        **{f"per_round_{name}_over_fluentd": per_round(rates, name) for name in IMPORTS},
+        **{f"per_round_{name}_over_fluentd": per_round(rates, name, FLUENTD) for name in IMPORTS},
         "goal": "windvane import --format nginx >= 5x fluentd in_tail -> out_file",
     }
     benchmark.extra_info.update(info)
     bench_results["log_import"] = info
     print(json.dumps(info, indent=1))
     if not benchmark.disabled:
-        write_results(info)
-
-
-def write_results(info: dict) -> None:
-    date = datetime.date.today().isoformat()
-    doc = {
-        "date": date,
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "python": platform.python_version(),
-        "log_import": info,
-    }
-    (HERE / f"results-log-import-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        write_results(info, "log_import")

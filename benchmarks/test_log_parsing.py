@@ -260,12 +260,13 @@ def per_round(rates: dict[str, list[float]], name: str, baseline: str) -> list[f
     return [a / b for a, b in zip(rates[name], rates[baseline], strict=True)]
 
 
-def write_results(info: dict) -> None:
+def write_results(info: dict, name: str = "log_parsing") -> None:
+    """``info`` as ``results-<name>-<date>.json`` beside this file (``_`` in ``name`` written ``-``)."""
     date = datetime.date.today().isoformat()
     doc = {
         "date": date,
         "machine": f"{os.cpu_count()} cores, {platform.machine()}",
         "python": platform.python_version(),
-        "log_parsing": info,
+        name: info,
     }
-    (HERE / f"results-log-parsing-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (HERE / f"results-{name.replace('_', '-')}-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
