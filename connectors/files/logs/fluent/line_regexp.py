@@ -83,8 +83,7 @@ class LineRegexp:
                 found.append(missing)
             else:
                 found.append(match.group(*numbers) if len(numbers) > 1 else (match.group(numbers[0]),))
-        columns = list(zip(*found)) if found else [() for _ in numbers]
-        return Matches({name: _text(column) for name, column in zip(self.names, columns)}, unmatched)
+        return Matches(text_columns(self.names, found), unmatched)
 
 
 def _merge(first: np.ndarray, values: pa.Array, others: pa.Array) -> pa.Array:
@@ -93,6 +92,13 @@ def _merge(first: np.ndarray, values: pa.Array, others: pa.Array) -> pa.Array:
     order[first] = np.arange(len(values))
     order[~first] = len(values) + np.arange(len(others))
     return pa.concat_arrays([values, others.cast(values.type)]).take(pa.array(order))
+
+
+def text_columns(names: list[str], found: list[tuple]) -> dict[str, pa.Array]:
+    """The groups ``found`` (a tuple of bytes or None per record, in the order of ``names``) as a text column
+    per name."""
+    columns = list(zip(*found)) if found else [() for _ in names]
+    return {name: _text(column) for name, column in zip(names, columns)}
 
 
 def _text(values: tuple) -> pa.Array:

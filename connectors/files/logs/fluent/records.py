@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from ..lines import Rows, add_faults
 from ..options import LogOptions
 from .config import TIME_TYPES, ParseConfig, ParseConfigError
-from .rubynum import ruby_to_f, ruby_to_i
+from .rubynum import ruby_integers, ruby_to_f
 from .rubyre import ruby_regexp
 from .strptime import zone_offset_seconds
 from .timefmt import TimeParser
@@ -187,7 +187,7 @@ def _converter(name: str, spec: str, config: ParseConfig):
     if kind not in TYPES:
         raise ParseConfigError(f"unknown value conversion for key:{name!r}, type:{kind!r}; known: {', '.join(TYPES)}")
     if kind == "integer":
-        return lambda v, now: _keep_null(v, _integers(v))
+        return lambda v, now: ruby_integers(v)
     if kind == "float":
         return lambda v, now: _keep_null(v, pa.array(ruby_to_f(v), pa.float64()))
     if kind == "bool":
@@ -232,12 +232,6 @@ def _is_zone(text: str) -> bool:
     except Exception:  # noqa: BLE001 - not a zone: the text is the format
         return False
     return True
-
-
-def _integers(values: pa.Array) -> pa.Array:
-    """Ruby's to_i of each value; null past int64 (fluentd keeps a bignum; a stream column cannot)."""
-    numbers, over = ruby_to_i(values)
-    return pa.array(numbers, pa.int64(), mask=over)
 
 
 def _keep_null(source: pa.Array, converted: pa.Array) -> pa.Array:

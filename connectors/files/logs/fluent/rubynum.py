@@ -36,6 +36,16 @@ def ruby_to_i(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return out, over
 
 
+def ruby_integers(values: pa.Array, *, zero_is_null: bool = False) -> pa.Array:
+    """Ruby's ``to_i`` of each value as int64: null where the value is null or past int64 (fluentd keeps a bignum;
+    a stream column cannot), and with ``zero_is_null`` where it is 0."""
+    numbers, over = ruby_to_i(values)
+    null = over | ~values.is_valid().to_numpy(zero_copy_only=False)
+    if zero_is_null:
+        null |= numbers == 0
+    return pa.array(numbers, pa.int64(), mask=null)
+
+
 def ruby_to_f(texts: pa.Array) -> np.ndarray:
     """Ruby's ``String#to_f`` of each text (the longest leading decimal number; else 0.0)."""
     number = pc.replace_substring(pc.fill_null(leading(texts, _TO_F), ""), "_", "")

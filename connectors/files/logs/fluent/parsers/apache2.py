@@ -22,7 +22,7 @@ from ...options import LogOptions
 from ..access_split import APACHE2 as EXPRESSION
 from ..config import ParseConfig
 from ..records import RecordBuilder
-from ..rubynum import ruby_to_i
+from ..rubynum import ruby_integers
 from .regexp import RegexpParser
 
 #: fluentd 1.14.6's apache2 time format.
@@ -48,15 +48,6 @@ class Apache2Parser:
             for name, values in fields.items()
         }
         rows = self.regexp.records.to_rows(fields, len(lines), faults, options)
-        rows.columns["code"] = _integers(rows.columns["code"], zero_is_null=True)
-        rows.columns["size"] = _integers(rows.columns["size"], zero_is_null=False)
+        rows.columns["code"] = ruby_integers(rows.columns["code"], zero_is_null=True)
+        rows.columns["size"] = ruby_integers(rows.columns["size"])
         return rows
-
-
-def _integers(values: pa.Array, *, zero_is_null: bool) -> pa.Array:
-    """Ruby's ``to_i`` of each value as int64; null where the value is (or past int64; with ``zero_is_null``, 0)."""
-    numbers, over = ruby_to_i(values)
-    null = over | ~values.is_valid().to_numpy(zero_copy_only=False)
-    if zero_is_null:
-        null |= numbers == 0
-    return pa.array(numbers, pa.int64(), mask=null)

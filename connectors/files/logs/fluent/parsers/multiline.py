@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from ...lines import Events, Lines, Rows, join_lines
 from ...options import LogOptions
 from ..config import ParseConfig, ParseConfigError
+from ..line_regexp import text_columns
 from ..records import PATTERN_NOT_MATCHED, RecordBuilder
 from ..rubyre import ruby_regexp
 
@@ -114,9 +115,7 @@ class MultilineParser:
                     groups = missing
                 found.append(groups)
                 sources.append(k)
-        columns = list(zip(*found)) if found else [() for _ in self.names]
-        fields = {name: _text(column) for name, column in zip(self.names, columns)}
-        rows = self.records.to_rows(fields, len(found), faults, options)
+        rows = self.records.to_rows(text_columns(self.names, found), len(found), faults, options)
         rows.sources = np.array(sources, np.int64)
         return rows
 
@@ -141,8 +140,3 @@ def _events(lines: Lines, starts: np.ndarray) -> Lines:
     ``\\r\\n``, joined with ``\\n``, the last line's ``\\r`` chomped."""
     events = join_lines(lines, starts)
     return Lines(pc.replace_substring_regex(events.text, r"\r$", ""), events.numbers)
-
-
-def _text(values: tuple) -> pa.Array:
-    """A group's bytes of each record as text (bytes that are not UTF-8 written ``\\xHH``)."""
-    return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in values], pa.large_string())
