@@ -61,6 +61,10 @@ _YEAR_PAST_NS = (
     "a time outside 1678-2261: fluentd keeps it (a Ruby Time); a row's time is int64 ns since 1970, which cannot "
     "hold it, so windvane rejects the line (invalid time format) rather than store a wrapped-around time"
 )
+_ARRAY_BYTES = (
+    "; an empty delimiter (fluentd strips a space) splits the value into bytes, as Ruby splits a binary string: "
+    "fluentd's items are the lone bytes of a character, windvane's text writes them \\xHH"
+)
 KNOWN: dict[str, dict[int | str, str]] = {
     "regexp-signed-years": dict.fromkeys((2, 3), _YEAR_PAST_NS),
     "regexp-unixtime-past-ns": dict.fromkeys((1, 2, 3), _YEAR_PAST_NS),
@@ -75,6 +79,8 @@ KNOWN: dict[str, dict[int | str, str]] = {
     },
     "regexp-types-time-array": dict.fromkeys((0, 1, 2), _ARRAY_AS_JSON),
     "regexp-types": dict.fromkeys((0, 1, 2, 3), _ARRAY_AS_JSON),
+    "regexp-types-array-space": {**dict.fromkeys((0, 2), _ARRAY_AS_JSON), 1: _ARRAY_AS_JSON + _ARRAY_BYTES},
+    "json-types-array-empty-delimiter": {1: _ARRAY_AS_JSON, 0: _ARRAY_AS_JSON + _ARRAY_BYTES},
     "apache2-edges": {
         11: "a size past int64: fluentd keeps a Ruby bignum; an int64 column cannot, so it is null (as types integer)"
     },

@@ -19,7 +19,8 @@ msgpack, lists of values: see :mod:`.values`) and makes windvane's
    ``float`` ``to_f`` as float64, ``bool`` true for ``true``/``yes``/``1``
    (any case), ``string``, ``time[:zone][:format]`` (or ``time:unixtime`` /
    ``time:float``) as int64 ns (null if not a time), ``array[:delimiter]``
-   (default ``,``; empty: single characters) as a JSON list of text (fluentd
+   (default ``,``; empty: single bytes, a byte of a character written ``\\xHH``, as Ruby splits
+   in_tail's binary value; split as :func:`.rubysplit.ruby_split` does) as a JSON list of text (fluentd
    gives an array; a stream column cannot hold a list: ``windvane import``
    refuses a ``list<string>`` column).
 
@@ -48,6 +49,7 @@ from ..options import LogOptions
 from .config import TIME_TYPES, ParseConfig, ParseConfigError
 from .rubynum import ruby_integers, ruby_to_f
 from .rubyre import ruby_regexp
+from .rubysplit import ruby_split
 from .strptime import zone_offset_seconds
 from .timefmt import TimeParser
 from .values import INT64, MISSING, ruby_to_s, ruby_to_s_column, typed_column
@@ -195,7 +197,7 @@ def _converter(name: str, spec: str, config: ParseConfig):
     if kind == "array":
         delimiter = option if spec.count(":") else ","
         return lambda v, now: pa.array(
-            [None if s is None else json.dumps(_ruby_split(s, delimiter)) for s in v.to_pylist()], pa.large_string()
+            [None if s is None else json.dumps(ruby_split(s, delimiter)) for s in v.to_pylist()], pa.large_string()
         )
     if kind == "time":
         return _time_converter(option if ":" in spec else None, config)
@@ -237,14 +239,3 @@ def _is_zone(text: str) -> bool:
 def _keep_null(source: pa.Array, converted: pa.Array) -> pa.Array:
     """``converted`` with nulls where ``source`` has them (fluentd leaves a null value as it is)."""
     return pc.if_else(source.is_valid(), converted, pa.scalar(None, converted.type))
-
-
-def _ruby_split(text: str, delimiter: str) -> list[str]:
-    """Ruby's ``String#split(delimiter)``: a single space splits on runs of white space, an empty delimiter into
-    single characters; trailing empties dropped."""
-    if delimiter == "":
-        return list(text)
-    parts = text.split() if delimiter == " " else text.split(delimiter)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
