@@ -24,7 +24,8 @@ from windvane.cli.root import BadInput
 if TYPE_CHECKING:
     from windvane.connectors.files.logs.fluent import ParseConfig
 
-#: fluentd's parser types, by the names ``--format`` takes them (each runs once windvane has it in PARSERS).
+#: fluentd's parser types, by the names ``--format`` takes them: the names of PARSERS, written out so that
+#: ``--help`` loads no parser.
 FLUENTD_TYPES = (
     "nginx",
     "apache2",
@@ -110,11 +111,7 @@ def fluent_config(
             config = ParseConfig.from_toml(parser_file(parser_path))
         elif inline:
             config = ParseConfig.from_mapping({"type": format_name or "regexp", **inline}, where="--format")
-        elif format_name in {*FLUENTD_TYPES, *PARSERS} and not (
-            format_name in own_formats or _windvane_format(format_name, log_format)
-        ):
-            if format_name not in PARSERS:
-                raise BadInput(f"--format {format_name}: windvane has no fluentd {format_name} parser yet")
+        elif format_name in PARSERS and not (format_name in own_formats or _windvane_format(format_name, log_format)):
             config = ParseConfig(format_name)
         elif format_name is None and schema_parse is not None:
             config = ParseConfig.from_mapping(schema_parse, where="the schema's [parse]")
@@ -145,10 +142,7 @@ def parser_file(given: str) -> str:
 
 
 def _windvane_format(name: str, log_format: Callable[[str], Any]) -> bool:
-    from windvane.connectors.files.formats import FORMATS
-
-    if name in FORMATS:  # a file format of windvane's own (csv: a table with a header, not fluentd's csv parser)
-        return True
+    """Whether ``name`` is one of windvane's own log formats (file formats: the caller's ``own_formats``)."""
     try:
         log_format(name)
     except ValueError:
