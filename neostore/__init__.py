@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    BlobNotFoundError,
+    BlobStoreError,
+    BlobStoreUnavailableError,
     CommitLockTimeout,
     CommitOutcomeUnknown,
     ConflictError,
@@ -89,6 +92,9 @@ __all__ = [
     "Revision",
     "SchemaVersionError",
     "StorageUnavailableError",
+    "BlobStoreError",
+    "BlobStoreUnavailableError",
+    "BlobNotFoundError",
     "Store",
     "StoreNotFoundError",
     "StoreURL",

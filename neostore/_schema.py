@@ -43,6 +43,7 @@ def prepare_database(store: Store) -> None:
                     "open it writable once to upgrade it"
                 )
             _upgrade_database(store, conn, version)
+        check_blob_location(store, conn)
         if not store.read_only:
             discard_unfinished(backend, conn, timeout=0)
     finally:
@@ -102,3 +103,35 @@ def _init_rows(store: Store, conn: Any) -> None:
             cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
             cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
             cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
+
+
+def check_blob_location(store: Store, conn: Any) -> None:
+    """Refuse a URL whose ``blobs=`` differs from where the store keeps its big values; record it on first use.
+
+    A store has one blob location, kept in its ``config`` table. Opening it
+    without that location, or with another, would leave values unreadable
+    or split between two places: refused with the location to give.
+    """
+    cur = conn.cursor()
+    cur.execute("SELECT value FROM config WHERE name = 'blobs'")
+    row = cur.fetchone()
+    rollback_quietly(conn)
+    recorded = row[0] if row else None
+    wanted = store.url.blobs
+    if recorded == wanted or (recorded is None and (wanted is None or store.read_only)):
+        return
+    if recorded is None:
+        with write_transaction(store.backend, conn):
+            conn.cursor().execute("INSERT INTO config (name, value) VALUES ('blobs', ?)", (wanted,))
+        return
+    raise errors.BlobStoreError(
+        f"{store.url.display_name} keeps its big values in {recorded}: open it with "
+        f"?blobs={recorded} (and its endpoint), "
+        + ("not without it" if wanted is None else f"not {wanted}; windvane store tier moves them")
+    )
+
+
+def forget_blob_location(store: Store) -> None:
+    """Drop the store's recorded blob location (once no value is kept there any more)."""
+    with store.pool.writer() as conn:
+        conn.cursor().execute("DELETE FROM config WHERE name = 'blobs'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .blobs.tier import TIERED
 from .sql import chunked
 from .tids import p64
 from .upload import unref
@@ -60,7 +61,9 @@ def value_of(txn: Transaction, cur: Any, write: Write) -> bytes | None:
         return txn._pending[write.hash]
     cur.execute("SELECT compression, size, chunks, value FROM data WHERE hash = ?", (write.hash,))
     compression, size, chunks, stored = cur.fetchone()
-    if chunks:
+    if chunks == TIERED and txn.store_.tier is not None:
+        stored = txn.store_.tier.fetch(write.hash, compression)
+    elif chunks:
         cur.execute("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (txn._ids[write.hash],))
         stored = b"".join(row[0] for row in cur.fetchall())
     return txn.store_.codec.decode(compression, bytes(stored), size)

@@ -148,3 +148,19 @@ class TransactionError(NeoStoreError, POSException.StorageTransactionError):  # 
 
 class CommitLockTimeout(NeoStoreError, POSException.StorageError):  # type: ignore[misc]  # ZODB is untyped
     """Another writer held the commit lock for longer than the timeout."""
+
+
+class BlobStoreError(NeoStoreError):
+    """The object store holding a store's big values refused a request (access denied, bad bucket)."""
+
+
+class BlobStoreUnavailableError(BlobStoreError, StorageUnavailableError):
+    """The object store could not be reached, or kept failing (5xx, timeouts) through every retry.
+
+    Nothing of the transaction that met it became visible: values are
+    uploaded before their rows are committed. Retrying later works.
+    """
+
+
+class BlobNotFoundError(BlobStoreError):
+    """An object store has no object under the key asked for."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from . import errors
 from .backends import Backend
+from .blobs.tier import TIERED, BlobTier
 from .records import Revision
 from .sql import Query, Row
 from .tids import p64, u64
@@ -16,6 +17,8 @@ from .values import RAW, ValueCodec, value_hash
 # What load_many reads in one query once it has seen how big values are: small documents go thousands
 # at a time, chunks a few (memory stays bounded).
 _READ_BATCH_BYTES = 8 << 20
+# How many times as many bytes of tiered values a batch may ask for: their GETs run in parallel.
+_TIER_FLIGHT = 8
 
 
 class ValueReader:
@@ -24,11 +27,14 @@ class ValueReader:
     ``executor`` checks and decompresses values while the next ones are read.
     """
 
-    def __init__(self, query: Query, backend: Backend, codec: ValueCodec, executor: ThreadPoolExecutor):
+    def __init__(
+        self, query: Query, backend: Backend, codec: ValueCodec, executor: ThreadPoolExecutor, tier: BlobTier | None
+    ):
         self._query = query
         self.backend = backend
         self.codec = codec
         self._encoder = executor
+        self.tier = tier
 
     _VALUE_COLUMNS = "o.tid, o.data_id, d.hash, d.compression, d.size, d.chunks, d.value"
 
@@ -97,7 +103,9 @@ class ValueReader:
                 keys + extra,
             )
             by_oid = {row[0]: row[1:] for row in rows}
-            size = sum(row[5] or 0 for row in rows)  # raw sizes
+            # Raw sizes; a tiered value's bytes do not come through the query, so more of them
+            # (fetched by the tier's threads) may be in flight.
+            size = sum((row[5] or 0) // (_TIER_FLIGHT if row[6] == TIERED else 1) for row in rows)
             step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
             decoded: list[tuple[bytes | None, Future[bytes] | None]] = []
             for oid, key in zip(group, keys):
@@ -107,7 +115,8 @@ class ValueReader:
                         decoded.append((None, None))
                         continue
                     raise errors.POSKeyError(oid)
-                decoded.append((p64(row[0]), pool.submit(self._value, oid, row)))
+                runner = self.tier if row[5] == TIERED and self.tier is not None else pool
+                decoded.append((p64(row[0]), runner.submit(self._value, oid, row)))
             # Hand back the previous batch only now: its checks ran while
             # this batch was being read.
             for serial, future in pending:
@@ -127,19 +136,21 @@ class ValueReader:
         bound = "" if before is None else " AND tid < ?"
         ioid = u64(oid)
         rows = self._query(
-            "SELECT o.tid, o.data_id, d.compression, d.size, d.chunks FROM obj o "
+            "SELECT o.tid, o.data_id, d.compression, d.size, d.chunks, d.hash FROM obj o "
             "LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? AND o.tid = (SELECT MAX(tid) FROM obj WHERE oid = ?{bound})",
             (ioid, ioid) if before is None else (ioid, ioid, u64(before)),
         )
         if not rows or rows[0][1] is None:
             raise errors.POSKeyError(oid)
-        tid, data_id, compression, size, chunks = rows[0]
+        tid, data_id, compression, size, chunks, digest = rows[0]
         first, last, _ = slice(start, stop).indices(size)
         if last <= first:
             return b""
         if compression != RAW:
             return self.load_serial(oid, p64(tid))[first:last]
+        if chunks == TIERED:
+            return self._tiered_range(oid, p64(tid), bytes(digest), first, last)
         if not chunks:
             (row,) = self._query(
                 "SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id)
@@ -189,9 +200,38 @@ class ValueReader:
         tid, data_id, digest, compression, size, chunks, stored = row[:7]
         if digest is None:
             raise errors.CorruptDataError(oid, p64(tid), f"data row {data_id} is missing")
+        if chunks == TIERED:
+            return self._tiered_value(oid, row)
         if chunks:
             stored = self._big_value(data_id, chunks)
         return self.decode(oid, p64(tid), bytes(digest), compression, size, stored)
+
+    def _tiered_value(self, oid: bytes, row: Row) -> bytes:
+        """The value of a row kept in the blob tier, fetched and checked; read from its row if it just moved back."""
+        tid, data_id, digest, compression, size = row[:5]
+        if self.tier is None:
+            raise errors.BlobStoreError(
+                f"oid 0x{oid.hex()} is kept in an object store, and this store was opened without one: "
+                "open it with the ?blobs=s3://bucket/prefix it was written with"
+            )
+        key = self.tier.key(bytes(digest), compression)
+        try:
+            stored = self.tier.fetch(bytes(digest), compression)
+        except errors.BlobNotFoundError:
+            moved = self._query("SELECT compression, chunks, value FROM data WHERE id = ?", (data_id,))
+            if moved and moved[0][1] != TIERED:  # moved back into the database meanwhile
+                return self._value(oid, (tid, data_id, digest, *moved[0][:1], size, *moved[0][1:]))
+            raise errors.CorruptDataError(oid, p64(tid), f"its object {key} is missing") from None
+        return self.decode(oid, p64(tid), bytes(digest), compression, size, stored, where=key)
+
+    def _tiered_range(self, oid: bytes, tid: bytes, digest: bytes, first: int, last: int) -> bytes:
+        """``value[first:last]`` of a raw value kept in the blob tier, by one ranged GET."""
+        if self.tier is None:
+            return self.load_serial(oid, tid)[first:last]  # names what is wrong
+        try:
+            return self.tier.fetch_range(digest, RAW, first, last)
+        except errors.BlobNotFoundError:
+            return self.load_serial(oid, tid)[first:last]  # moved back, or missing: load_serial says which
 
     def _big_value(self, data_id: int, chunks: int) -> bytes:
         rows = self._query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
@@ -199,14 +239,20 @@ class ValueReader:
             return b""  # the hash check then names the corruption
         return b"".join(row[0] for row in rows)
 
-    def decode(self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any) -> bytes:
-        """A stored row's value, checked against its hash (CorruptDataError if it differs)."""
+    def decode(
+        self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any, where: str = ""
+    ) -> bytes:
+        """A stored row's value, checked against its hash (CorruptDataError if it differs).
+
+        ``where`` names the object a tiered value came from, for the message.
+        """
+        source = f" (object {where})" if where else ""
         try:
             value = self.codec.decode(compression, bytes(stored), size)
         except ValueError as exc:
-            raise errors.CorruptDataError(oid, tid, str(exc)) from None
+            raise errors.CorruptDataError(oid, tid, f"{exc}{source}") from None
         if len(value) != size or value_hash(value) != digest:
-            raise errors.CorruptDataError(oid, tid, "the value does not match its blake3 hash")
+            raise errors.CorruptDataError(oid, tid, f"the value does not match its blake3 hash{source}")
         return value
 
     def history(self, oid: bytes, size: int | None = 1) -> list[Revision]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors, history, stats
 from ._schema import prepare_database
 from .backends import Backend, backend_for
+from .blobs.tier import GRACE_SECONDS
 from .guard import guarded
 from .indoubt import transaction_committed
 from .names import NamedRevision, NameIndex
@@ -45,6 +46,7 @@ from .url import StoreURL, parse_url
 from .values import ValueCodec
 
 if TYPE_CHECKING:
+    from .blobs.tier import BlobTier
     from .pack import PackStats
 
 __all__ = ["Record", "Resolver", "Revision", "Store", "Transaction", "TransactionInfo", "ValueUsage"]
@@ -71,6 +73,7 @@ class Store:
         commit_lock_timeout: float = 60.0,
         flush_bytes: int = 64 * 1024 * 1024,
         in_doubt_timeout: float = 180.0,
+        blob_grace: float = GRACE_SECONDS,
         backend: Backend | None = None,
         **backend_options: Any,
     ):
@@ -84,10 +87,16 @@ class Store:
         # Long enough for a killed server to restart and finish crash recovery.
         self.in_doubt_timeout = in_doubt_timeout
         self.backend = backend or backend_for(self.url, create=self.create, **backend_options)
+        #: Where values of at least ``url.blob_threshold`` bytes go (``?blobs=``), None without a blob tier.
+        self.tier: BlobTier | None = None
+        if self.url.blobs is not None:
+            from .blobs import open_tier
+
+            self.tier = open_tier(self.url.blobs, self.url.endpoint, self.url.blob_threshold, grace=blob_grace)
         self.pool = ConnectionPool(self.backend)
         self.oids = OidAllocator(self.pool, self.backend)
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
-        self.reader = ValueReader(self._read, self.backend, self.codec, self._encoder)
+        self.reader = ValueReader(self._read, self.backend, self.codec, self._encoder, self.tier)
         self._names = NameIndex(self.pool, read=self._read, new_oids=self.new_oids)
         prepare_database(self)
 
@@ -122,6 +131,8 @@ class Store:
         self.pool.closed = True  # no new reader, while the encoder's last reads finish
         self._encoder.shutdown(wait=True)
         self.pool.close()
+        if self.tier is not None:
+            self.tier.close()
         self.backend.close()
 
     def __enter__(self) -> Store:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .blobs.tier import TIERED
 from .session import writer
 from .sql import Row, chunked
 from .values import EncodedValue
@@ -54,14 +55,21 @@ def unref(txn: Transaction, digest: bytes) -> None:
 
 
 def flush(txn: Transaction) -> None:
-    """Upload pending values, sending none the database already holds."""
+    """Upload pending values, sending none the database already holds.
+
+    With a blob tier, the big values go to the object store first, before
+    the commit lock is taken (:mod:`~neostore.blobs.tier` says why that is
+    safe); only their rows are written under it.
+    """
     if not txn._pending:
         return
-    writer(txn)
-    cur = txn._cursor()
-    backend = txn.store_.backend
+    store = txn.store_
     pending, raw = txn._pending, txn._pending_raw
     txn._pending, txn._pending_bytes, txn._pending_raw = {}, 0, set()
+    sent = _send_to_tier(txn, pending, raw) if store.tier is not None else {}
+    writer(txn)
+    cur = txn._cursor()
+    backend = store.backend
     hashes = list(pending)
     for batch in chunked(hashes, backend.max_params):
         cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(batch))}", batch)
@@ -70,11 +78,16 @@ def flush(txn: Transaction) -> None:
     missing = [h for h in hashes if h not in txn._ids]
     if not missing:
         return
-    codec = txn.store_.codec
+    codec = store.codec
 
     def encode(h: bytes) -> EncodedValue:
-        return codec.encode(pending[h], h, compress=h not in raw)
+        return sent[h] if h in sent else codec.encode(pending[h], h, compress=h not in raw)
 
+    if store.tier is not None:
+        big = [h for h in missing if store.tier.holds(len(pending[h]))]
+        if big:
+            insert_tiered(txn, cur, [encode(h) for h in big])
+            missing = [h for h in missing if not store.tier.holds(len(pending[h]))]
     if sum(len(pending[h]) for h in missing if h not in raw) < INLINE_ENCODE_BYTES:
         # A few small values, or values the caller compressed already (nothing to do but frame
         # them): handing them to the pool costs more than encoding them here.
@@ -82,8 +95,45 @@ def flush(txn: Transaction) -> None:
     else:
         # The pool compresses ahead while the values it has finished are
         # being inserted: compression and database work overlap.
-        encoded = txn.store_._encoder.map(encode, missing)
+        encoded = store._encoder.map(encode, missing)
     insert_values(txn, cur, encoded)
+
+
+def _send_to_tier(txn: Transaction, pending: dict[bytes, bytes], raw: set[bytes]) -> dict[bytes, EncodedValue]:
+    """Upload the big pending values the database does not hold yet, before any lock: ``{hash: encoded}``."""
+    store = txn.store_
+    assert store.tier is not None
+    big = [h for h, v in pending.items() if store.tier.holds(len(v))]
+    if not big:
+        return {}
+    backend = store.backend
+    for batch in chunked(big, backend.max_params):
+        known = {
+            bytes(row[0])
+            for row in store._read(f"SELECT hash FROM data WHERE hash IN {backend.in_list(len(batch))}", batch)
+        }
+        big = [h for h in big if h not in known]
+    codec = store.codec
+    encoded = list(store._encoder.map(lambda h: codec.encode(pending[h], h, compress=h not in raw), big))
+    txn._sent.update(store.tier.upload(encoded))
+    return {v.hash: v for v in encoded}
+
+
+def insert_tiered(txn: Transaction, cur: Any, values: list[EncodedValue]) -> None:
+    """Insert the rows of values kept in the blob tier, once their objects are sure to be there."""
+    tier = txn.store_.tier
+    assert tier is not None
+    unsent = [v for v in values if v.hash not in txn._sent]
+    if unsent:
+        # Values the database held a moment ago and no longer does (a pack removed them).
+        txn._sent.update(tier.upload(unsent))
+    tier.settle(values, txn._sent)
+    rows = [(v.hash, v.compression, v.size) for v in values]
+    cur.executemany(f"INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, {TIERED}, NULL)", rows)
+    backend = txn.store_.backend
+    for hashes in chunked([row[0] for row in rows], backend.max_params):
+        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(hashes))}", hashes)
+        _took(txn, cur.fetchall())
 
 
 def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) -> None:

@@ -3,17 +3,29 @@
 - ``sqlite:///relative.db`` and ``sqlite:////abs/path.db``
 - ``mariadb://user:pw@host:port/db``
 - ``mariadb://user@/db?unix_socket=/path/sock`` (``&engine=rocksdb`` selects MyRocks)
+
+Either may keep its big values in an object store (the blob tier):
+``?blobs=s3://bucket/prefix`` with ``&endpoint=http://host:port`` for a
+server other than AWS and ``&blob_threshold=262144`` (bytes; values at least
+this large go there). Credentials never go in the URL: they come from the
+standard AWS variables and files. Any other option is refused.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .errors import InvalidURLError
 
 MARIADB_ENGINES = {"innodb": "InnoDB", "rocksdb": "ROCKSDB"}
+
+#: Values at least this large go to the blob tier unless ``blob_threshold`` says otherwise.
+BLOB_THRESHOLD = 256 * 1024
+
+_BLOB_OPTIONS = ("blobs", "endpoint", "blob_threshold")
+_OPTIONS = {"sqlite": _BLOB_OPTIONS, "mariadb": ("unix_socket", "engine", *_BLOB_OPTIONS)}
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,10 @@ class StoreURL:
     engine: str = "InnoDB"
     options: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    #: The blob tier's location (``s3://bucket/prefix``), its endpoint and its size threshold.
+    blobs: str | None = None
+    endpoint: str | None = None
+    blob_threshold: int = BLOB_THRESHOLD
 
     def __str__(self) -> str:
         return self.text
@@ -51,9 +67,9 @@ def parse_url(url: str) -> StoreURL:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     if parts.scheme == "sqlite":
-        return _parse_sqlite(url, parts, query)
+        return _with_blobs(url, _parse_sqlite(url, parts, _known(url, "sqlite", query)), query)
     if parts.scheme == "mariadb":
-        return _parse_mariadb(url, parts, query)
+        return _with_blobs(url, _parse_mariadb(url, parts, _known(url, "mariadb", query)), query)
     raise InvalidURLError(
         f"unsupported store URL {url!r}: use sqlite:///relative.db, sqlite:////abs/path.db, "
         "mariadb://user:pw@host:port/db or mariadb://user@/db?unix_socket=/path/sock"
@@ -99,3 +115,43 @@ def _parse_mariadb(url: str, parts: SplitResult, query: dict[str, str]) -> Store
         options=query,
         text=url,
     )
+
+
+def _known(url: str, scheme: str, query: dict[str, str]) -> dict[str, str]:
+    """``query``, once every option in it is one the scheme takes (InvalidURLError naming the others)."""
+    unknown = sorted(set(query) - set(_OPTIONS[scheme]))
+    if unknown:
+        raise InvalidURLError(
+            f"{_safe(url)}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"a {scheme} URL takes {', '.join(_OPTIONS[scheme])}"
+        )
+    return dict(query)
+
+
+def _with_blobs(url: str, parsed: StoreURL, query: dict[str, str]) -> StoreURL:
+    """``parsed`` with the blob tier options of ``query``, checked."""
+    blobs, endpoint, threshold = query.get("blobs"), query.get("endpoint"), query.get("blob_threshold")
+    if blobs is None:
+        if endpoint is not None or threshold is not None:
+            raise InvalidURLError(f"{_safe(url)}: endpoint and blob_threshold belong with blobs=s3://bucket/prefix")
+        return parsed
+    from .blobs.location import parse_location  # checks the location's syntax
+
+    parse_location(blobs)
+    if endpoint is not None and urlsplit(endpoint).scheme not in ("http", "https"):
+        raise InvalidURLError(f"{_safe(url)}: endpoint={endpoint!r} is not an http:// or https:// address")
+    try:
+        size = BLOB_THRESHOLD if threshold is None else int(threshold)
+    except ValueError:
+        size = -1
+    if size < 1:
+        raise InvalidURLError(f"{_safe(url)}: blob_threshold={threshold!r} is not a positive number of bytes")
+    return replace(parsed, blobs=blobs, endpoint=endpoint, blob_threshold=size)
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return repr(url)
+    return repr(url.replace(f":{parts.password}@", ":***@", 1))

@@ -24,6 +24,7 @@ import pytest
 
 from tests import mariadb as test_servers
 from tests.layout import LIBRARY
+from tests.s3 import S3Server
 from windvane.ops.mariadb_server import MariaDBServer
 
 #: Fixtures that start or use a MariaDB server.
@@ -90,6 +91,42 @@ def sqlite_url(tmp_path) -> str:
 def store_url(request) -> str:
     """A fresh store URL, once per backend."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> S3Server:
+    """The session's S3 server (a real versitygw on a private port and directory)."""
+    server = S3Server(tmp_path_factory.mktemp("s3") / "data")
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch) -> S3Server:
+    """The session's S3 server, with the AWS variables its clients need set for this test (and its children)."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def blobs_option(s3_env) -> str:
+    """``blobs=...&endpoint=...`` for a fresh bucket of the session's S3 server: add it to a store URL."""
+    return f"blobs=s3://{s3_env.new_bucket()}/store&endpoint={s3_env.endpoint}"
+
+
+def with_blobs(url: str, option: str) -> str:
+    """``url`` with a blob tier option added."""
+    return url + ("&" if "?" in url else "?") + option
+
+
+@pytest.fixture
+def tiered_url(store_url, blobs_option) -> str:
+    """A fresh store URL, once per backend, keeping its big values in a fresh bucket of the S3 server."""
+    return with_blobs(store_url, blobs_option)
 
 
 # Scaled down like the session server's; private because the test kills it.

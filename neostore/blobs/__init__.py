@@ -1,0 +1,40 @@
+"""The blob tier: a store's big values in an S3-compatible object store, their rows in the database.
+
+:class:`~neostore.blobs.base.BlobStore` is the contract an object store
+client meets (:class:`~neostore.blobs.s3.S3BlobStore` is the one shipped),
+:mod:`~neostore.blobs.location` names the objects, :mod:`~neostore.blobs.tier`
+decides what goes there and moves it.
+"""
+
+from __future__ import annotations
+
+from .base import BlobStore, ListedBlob
+from .location import BlobLocation, blob_key, parse_key, parse_location
+from .tier import GRACE_SECONDS, TIERED, BlobTier
+
+__all__ = [
+    "GRACE_SECONDS",
+    "TIERED",
+    "BlobLocation",
+    "BlobStore",
+    "BlobTier",
+    "ListedBlob",
+    "blob_key",
+    "open_tier",
+    "parse_key",
+    "parse_location",
+]
+
+
+def open_tier(blobs: str, endpoint: str | None, threshold: int, **options: object) -> BlobTier:
+    """The tier of a store URL's ``blobs``, ``endpoint`` and ``blob_threshold`` options."""
+    try:
+        from .s3 import S3BlobStore  # the client loads only for stores that have a tier
+    except ImportError as exc:
+        if exc.name != "obstore":
+            raise
+        from ..errors import BlobStoreError
+
+        raise BlobStoreError(f"blobs={blobs} needs the S3 client: pip install 'windvane[s3]'") from None
+
+    return BlobTier(S3BlobStore(parse_location(blobs), endpoint), threshold, **options)  # type: ignore[arg-type]
