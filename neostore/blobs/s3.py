@@ -31,6 +31,9 @@ RETRIES = {
     "retry_timeout": timedelta(minutes=2),
 }
 
+#: What obstore raises for a missing object: its NotFoundError, or (for GET and HEAD, as of 0.12) Python's own.
+_NOT_FOUND = (obstore_errors.NotFoundError, FileNotFoundError)
+
 #: Keys per DeleteObjects request (the S3 limit is 1,000).
 DELETE_BATCH = 1000
 
@@ -80,7 +83,7 @@ class S3BlobStore(BlobStore):
     def exists(self, key: str) -> bool:
         try:
             obstore.head(self._store, key)
-        except obstore_errors.NotFoundError:
+        except _NOT_FOUND:
             return False
         except Exception as exc:
             raise self._error("HEAD", key, exc) from exc
@@ -100,7 +103,7 @@ class S3BlobStore(BlobStore):
             batch = todo[start : start + DELETE_BATCH]
             try:
                 obstore.delete(self._store, batch)
-            except obstore_errors.NotFoundError:
+            except _NOT_FOUND:
                 pass
             except Exception as exc:
                 raise self._error("DELETE", batch[0], exc) from exc
@@ -108,7 +111,7 @@ class S3BlobStore(BlobStore):
 
     def _error(self, method: str, key: str, exc: BaseException) -> BlobStoreError:
         where = f"{self.location}/{key}"
-        if isinstance(exc, obstore_errors.NotFoundError):
+        if isinstance(exc, _NOT_FOUND):
             return BlobNotFoundError(f"{method} {where}: no such object")
         if isinstance(exc, (obstore_errors.PermissionDeniedError, obstore_errors.UnauthenticatedError)):
             return BlobStoreError(
