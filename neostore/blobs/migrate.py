@@ -62,13 +62,13 @@ def _where(store: Store, out: bool) -> tuple[str, tuple[Any, ...]]:
     return f"chunks = {TIERED}", ()
 
 
-def move_out(store: Store, *, batch_bytes: int = BATCH_BYTES, progress: Progress | None = None) -> MoveStats:
+def move_out(store: Store, *, batch_bytes: int | None = None, progress: Progress | None = None) -> MoveStats:
     """Move the database's values of at least the threshold to the tier; ``progress(raw bytes)`` per batch."""
     tier = store.tier
     if tier is None:
         raise BlobStoreError(f"{store.url.display_name} was opened without ?blobs=: say where the values go")
     stats = MoveStats()
-    for batch in _batches(store, True, batch_bytes):
+    for batch in _batches(store, True, batch_bytes or BATCH_BYTES):
         values = [
             EncodedValue(bytes(h), size, compression, _stored(store, i, chunks, value))
             for i, h, compression, size, chunks, value in batch
@@ -91,14 +91,14 @@ def move_out(store: Store, *, batch_bytes: int = BATCH_BYTES, progress: Progress
     return stats
 
 
-def move_in(store: Store, *, batch_bytes: int = BATCH_BYTES, progress: Progress | None = None) -> MoveStats:
+def move_in(store: Store, *, batch_bytes: int | None = None, progress: Progress | None = None) -> MoveStats:
     """Move every tiered value back into the database, then drop the store's blob location if none is left."""
     tier = store.tier
     if tier is None:
         raise BlobStoreError(f"{store.url.display_name} was opened without ?blobs=: say where the values are")
     stats = MoveStats()
     split = store.backend.split_size
-    for batch in _batches(store, False, batch_bytes):
+    for batch in _batches(store, False, batch_bytes or BATCH_BYTES):
         stored = list(tier.pool.map(lambda row: _checked(store, row), batch))
         with _locked(store) as cur:
             for (data_id, *_), data in zip(batch, stored):
