@@ -10,6 +10,7 @@ from windvane import neostore
 from windvane.neostore.blobs import TIERED
 from windvane.neostore.blobs.migrate import move_in, move_out, to_move
 from windvane.neostore.blobs.sweep import sweep
+from windvane.neostore.tids import u64
 
 SIZES = [10, 5000, 256 * 1024, 1 << 20, 9 << 20, 20 << 20]  # 9 and 20 MiB: split into bigdata rows
 
@@ -72,3 +73,50 @@ def test_a_writer_commits_the_whole_time_a_move_runs(tiered_url, store_url, s3_e
         assert stats.location_forgotten
     with neostore.open(store_url) as store:
         assert [v for v, _ in store.load_many(list(expected))] == list(expected.values())
+
+
+def test_a_read_whose_row_moved_out_under_it_reads_the_object(store_url, tiered_url, s3_env):
+    split = [os.urandom(9 << 20), os.urandom(1 << 20)]  # split into bigdata rows, and in one row
+    with neostore.open(store_url) as store:
+        oids = commit(store, split)
+    with neostore.open(tiered_url, blob_grace=0) as store:
+        columns = store.reader._VALUE_COLUMNS
+        rows = [
+            store._query(f"SELECT {columns} FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?", (u64(oid),))[0]
+            for oid in oids
+        ]
+        assert move_out(store).values == 2  # between the reads of a row and of its bytes
+        assert [store.reader._value(oid, row) for oid, row in zip(oids, rows)] == split
+
+
+def test_readers_run_the_whole_time_a_move_runs(store_url, tiered_url, s3_env):
+    values = [os.urandom(n) for n in (9 << 20, 300 * 1024, 1 << 20) for _ in range(4)]
+    with neostore.open(store_url) as store:
+        oids = commit(store, values)
+    stop = threading.Event()
+    seen: list[object] = []
+
+    def read() -> None:
+        with neostore.open(tiered_url, blob_grace=0) as reader:
+            while not stop.is_set():
+                for oid, value in zip(oids, values):
+                    try:
+                        assert reader.load(oid)[0] == value
+                        assert reader.load_range(oid, 1000, 5000) == value[1000:5000]
+                        seen.append(True)
+                    except BaseException as exc:
+                        seen.append(exc)
+
+    with neostore.open(tiered_url, blob_grace=0) as store:
+        threads = [threading.Thread(target=read) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(2):
+                move_out(store, batch_bytes=1)
+                move_in(store, batch_bytes=1)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+    assert seen and all(outcome is True for outcome in seen), [o for o in seen if o is not True][:3]
