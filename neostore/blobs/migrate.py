@@ -55,6 +55,12 @@ def to_move(store: Store, out: bool) -> tuple[int, int]:
     return int(count), int(size or 0)
 
 
+def recorded_location(store: Store) -> str | None:
+    """The blob location ``store`` records (``s3://bucket/prefix``), None if it keeps no values in one."""
+    rows = store.pool.query("SELECT value FROM config WHERE name = 'blobs'")
+    return str(rows[0][0]) if rows else None
+
+
 def _where(store: Store, out: bool) -> tuple[str, tuple[Any, ...]]:
     if out:
         assert store.tier is not None

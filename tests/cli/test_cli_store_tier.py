@@ -63,10 +63,17 @@ def test_tier_errors_have_their_exit_codes(sqlite_url, blobs_option, s3_env):
     assert bad.returncode == 2 and "give s3://bucket/prefix or db" in bad.stderr
     no_location = windvane("store", "tier", sqlite_url, "--to", "db")
     assert no_location.returncode == 2 and "?blobs=" in no_location.stderr
+    never = windvane("store", "tier", with_blobs(sqlite_url, blobs_option), "--to", "db")
+    assert never.returncode == 2 and "keeps no values in an object store" in never.stderr
+    twice = windvane("store", "tier", with_blobs(sqlite_url, blobs_option), "--to", "s3://b/p")
+    assert twice.returncode == 2 and "--to only" in twice.stderr
     location = blobs_option.split("blobs=")[1].split("&")[0]
     assert windvane("store", "tier", sqlite_url, "--to", location, "--endpoint", s3_env.endpoint).returncode == 0
     other = windvane("store", "tier", sqlite_url, "--to", location + "-other", "--endpoint", s3_env.endpoint)
     assert other.returncode == 2 and f"keeps its big values in {location}" in other.stderr
+    elsewhere = with_blobs(sqlite_url, f"blobs={location}-other&endpoint={s3_env.endpoint}")
+    wrong = windvane("store", "tier", elsewhere, "--to", "db")
+    assert wrong.returncode == 2 and f"keeps its big values in {location}" in wrong.stderr
     grace = windvane("store", "pack", sqlite_url, "--keep-days", "0", "--blob-grace", "soon")
     assert grace.returncode == 2 and "not a duration" in grace.stderr
 

@@ -266,7 +266,7 @@ def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None
     """Move the store's values of at least --threshold bytes into the object store --to names,
     or, with --to db, every value kept there back into the database.
 
-    Writers keep running: values move in batches of at most 64 MB, each
+    Writers keep running: values move in batches of at most 64 MiB, each
     rewritten under the commit lock for a moment. Killed at any point, every
     value stays readable; run the command again to finish. Once values are
     in an object store, open the store with ?blobs=s3://BUCKET/PREFIX (and
@@ -282,6 +282,8 @@ def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None
     from windvane import neostore
 
     out = to != "db"
+    if out and "blobs=" in url:
+        raise BadInput("--to s3://...: give the location with --to only, not also as the URL's ?blobs=")
     if out:
         from windvane.neostore.blobs import parse_location
 
@@ -296,16 +298,31 @@ def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None
         raise BadInput(
             "--to db: give the URL with the store's ?blobs=s3://bucket/prefix (and &endpoint=) the values are in"
         )
+    if not out:
+        _require_location(url)
+    with _open_for_tier(url, create=False) as st:
+        _move(st, out)
+
+
+def _open_for_tier(url: str, **options) -> neostore.Store:
+    """The store at ``url``; exit code 2 if there is none or its recorded location is not the URL's."""
+    from windvane import neostore
+
     try:
-        st = neostore.open(url, create=False)
-    except neostore.StoreNotFoundError as exc:
-        raise BadInput(str(exc)) from exc
-    except (neostore.InvalidURLError, neostore.BlobStoreError) as exc:
+        return neostore.open(url, **options)
+    except (neostore.StoreNotFoundError, neostore.InvalidURLError, neostore.BlobStoreError) as exc:
         raise BadInput(str(exc)) from exc
     except neostore.NeoStoreError as exc:
         raise click.ClickException(str(exc)) from exc
-    with st:
-        _move(st, out)
+
+
+def _require_location(url: str) -> None:
+    """--to db: refuse a store that keeps no values in an object store (opening it writable would record one)."""
+    from windvane.neostore.blobs import migrate
+
+    with _open_for_tier(url, read_only=True) as st:
+        if migrate.recorded_location(st) is None:
+            raise BadInput(f"{st.url.display_name} keeps no values in an object store: there is nothing to move back")
 
 
 def _move(st: neostore.Store, out: bool) -> None:
