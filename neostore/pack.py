@@ -21,13 +21,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ReadOnlyError
 from .pool import rollback_quietly, write_transaction
 from .sql import delete_unreferenced_data
 from .store import Store
 from .tids import p64, u64
+
+if TYPE_CHECKING:
+    from .blobs.sweep import SweepStats
 
 
 @dataclass
@@ -43,6 +46,7 @@ class PackStats:
     disk_before: int = 0  # bytes the database's files took as pack began
     disk_after: int = 0  # ... and as it ended
     notes: list[str] = field(default_factory=list)  # space not given back, and why
+    blobs: SweepStats | None = None  # the blob tier's sweep, with a tier
 
     @property
     def bytes_freed(self) -> int:
@@ -86,7 +90,8 @@ def pack(
 
     Of ``store`` pack uses its public side only: ``pool`` (one writer for
     the whole pack, reads), ``backend``, ``commit_lock_timeout``,
-    ``read_only`` and ``load_serial``.
+    ``read_only``, ``load_serial`` and ``tier`` (whose unreferenced objects
+    :func:`~neostore.blobs.sweep.sweep` deletes last, phase ``"blobs"``).
     """
     if store.read_only:
         raise ReadOnlyError()
@@ -103,6 +108,11 @@ def pack(
         job.mark_packed()
         job.prune_data()
         job.record()
+        if store.tier is not None:
+            # After the data rows are pruned: the objects of the values pack removed go too.
+            from .blobs.sweep import sweep
+
+            stats.blobs = sweep(store, progress=lambda n: job.progress("blobs", n))
         if reclaim:
             job.progress("reclaim", 0)
             removed = {**job.removed, "obj": stats.revisions_deleted}

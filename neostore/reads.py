@@ -152,19 +152,21 @@ class ValueReader:
         if chunks == TIERED:
             return self._tiered_range(oid, p64(tid), bytes(digest), first, last)
         if not chunks:
-            (row,) = self._query(
-                "SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id)
-            )
-            return bytes(row[0])
+            rows = self._query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
+            if not rows or rows[0][0] is None:  # moved to the blob tier since the row was read
+                return self.load_serial(oid, p64(tid))[first:last]
+            return bytes(rows[0][0])
         piece = self.backend.split_size
         parts = []
         for seq in range(first // piece, (last - 1) // piece + 1):
             low, high = max(first - seq * piece, 0), min(last - seq * piece, piece)
-            (row,) = self._query(
+            rows = self._query(
                 "SELECT SUBSTR(value, ?, ?) FROM bigdata WHERE data_id = ? AND seq = ?",
                 (low + 1, high - low, data_id, seq),
             )
-            parts.append(bytes(row[0]))
+            if not rows:  # moved to the blob tier since the row was read
+                return self.load_serial(oid, p64(tid))[first:last]
+            parts.append(bytes(rows[0][0]))
         return b"".join(parts)
 
     def load_serial(self, oid: bytes, serial: bytes) -> bytes:
@@ -204,6 +206,11 @@ class ValueReader:
             return self._tiered_value(oid, row)
         if chunks:
             stored = self._big_value(data_id, chunks)
+            if stored is None:
+                moved = self._query("SELECT compression, chunks FROM data WHERE id = ?", (data_id,))
+                if moved and moved[0][1] == TIERED:  # moved to the blob tier since the row was read
+                    return self._tiered_value(oid, (tid, data_id, digest, moved[0][0], size))
+                stored = b""  # the hash check then names the corruption
         return self.decode(oid, p64(tid), bytes(digest), compression, size, stored)
 
     def _tiered_value(self, oid: bytes, row: Row) -> bytes:
@@ -233,10 +240,11 @@ class ValueReader:
         except errors.BlobNotFoundError:
             return self.load_serial(oid, tid)[first:last]  # moved back, or missing: load_serial says which
 
-    def _big_value(self, data_id: int, chunks: int) -> bytes:
+    def _big_value(self, data_id: int, chunks: int) -> bytes | None:
+        """A split value's stored bytes; None if its chunks are not all there (moved, or corrupt)."""
         rows = self._query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
         if len(rows) != chunks:
-            return b""  # the hash check then names the corruption
+            return None
         return b"".join(row[0] for row in rows)
 
     def decode(

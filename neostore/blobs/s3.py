@@ -31,6 +31,14 @@ RETRIES = {
     "retry_timeout": timedelta(minutes=2),
 }
 
+#: What obstore raises for a missing object: its NotFoundError, or (for GET and HEAD, as of 0.12) Python's own.
+_NOT_FOUND = (obstore_errors.NotFoundError, FileNotFoundError)
+
+#: Values at least this large are asked for (HEAD) before they are sent. A server may answer a
+#: conditional PUT of a key that exists before reading the body and close the connection (versitygw
+#: does, from a few MiB): the client then sees a failed request, not "already exists".
+HEAD_FIRST_BYTES = 1 << 20
+
 #: Keys per DeleteObjects request (the S3 limit is 1,000).
 DELETE_BATCH = 1000
 
@@ -57,13 +65,23 @@ class S3BlobStore(BlobStore):
         )
 
     def put_new(self, key: str, data: bytes | memoryview) -> bool:
+        if len(data) >= HEAD_FIRST_BYTES and self.exists(key):
+            return False
         try:
             obstore.put(self._store, key, data, mode="create")
         except (obstore_errors.AlreadyExistsError, obstore_errors.PreconditionError):
             return False
         except Exception as exc:
+            if self._written_meanwhile(key):  # by another writer since the HEAD (see HEAD_FIRST_BYTES)
+                return False
             raise self._error("PUT", key, exc) from exc
         return True
+
+    def _written_meanwhile(self, key: str) -> bool:
+        try:
+            return self.exists(key)
+        except BlobStoreError:
+            return False  # the PUT's own error says more
 
     def get(self, key: str) -> bytes:
         try:
@@ -80,7 +98,7 @@ class S3BlobStore(BlobStore):
     def exists(self, key: str) -> bool:
         try:
             obstore.head(self._store, key)
-        except obstore_errors.NotFoundError:
+        except _NOT_FOUND:
             return False
         except Exception as exc:
             raise self._error("HEAD", key, exc) from exc
@@ -100,7 +118,7 @@ class S3BlobStore(BlobStore):
             batch = todo[start : start + DELETE_BATCH]
             try:
                 obstore.delete(self._store, batch)
-            except obstore_errors.NotFoundError:
+            except _NOT_FOUND:
                 pass
             except Exception as exc:
                 raise self._error("DELETE", batch[0], exc) from exc
@@ -108,7 +126,7 @@ class S3BlobStore(BlobStore):
 
     def _error(self, method: str, key: str, exc: BaseException) -> BlobStoreError:
         where = f"{self.location}/{key}"
-        if isinstance(exc, obstore_errors.NotFoundError):
+        if isinstance(exc, _NOT_FOUND):
             return BlobNotFoundError(f"{method} {where}: no such object")
         if isinstance(exc, (obstore_errors.PermissionDeniedError, obstore_errors.UnauthenticatedError)):
             return BlobStoreError(

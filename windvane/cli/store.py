@@ -1,7 +1,8 @@
-"""`windvane store`: describe and pack a store."""
+"""`windvane store`: describe, pack a store, and move its big values between its database and an object store."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,26 @@ def _tid_text(tid: bytes) -> str:
         return "none"
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(neostore.tids.tid_time(neostore.u64(tid))))
     return f"0x{tid.hex()} ({when})"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class Duration(click.ParamType):
+    """A duration as schemas' retentions are written (``30m``, ``1h``, ``2d``; a bare number is seconds), in seconds."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        found = _DURATION.match(value)
+        if not found:
+            self.fail(
+                f"{value!r} is not a duration: give a number and a unit, s, m, h, d or w (30m, 1h, 0)", param, ctx
+            )
+        return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
 
 
 @cli.group()
@@ -93,6 +114,14 @@ def info(url: str) -> None:
     help="Directory of stream schemas: first trim each stream whose schema has a retention "
     '(retention = "90d") of its rows older than that, one commit per stream, and say what was trimmed.',
 )
+@click.option(
+    "--blob-grace",
+    type=Duration(),
+    default="1h",
+    show_default=True,
+    help="With an object store (?blobs=): delete its objects no value uses only once they are older than this. "
+    "Uploads of transactions not committed yet are younger: 0 is safe only while no writer runs.",
+)
 def pack(
     url: str,
     keep_days: float | None,
@@ -101,6 +130,7 @@ def pack(
     reclaim: bool,
     vacuum: bool,
     schemas_dir: str | None,
+    blob_grace: float,
 ) -> None:
     """Remove the history older than --keep-days (or --before), and values nothing uses,
     then give the disk they took back to the file system.
@@ -110,14 +140,15 @@ def pack(
     point on stay readable; older commits can no longer be opened (`arrays
     history` marks them). Works in small batches: writers wait for at most one
     batch, readers never (on MariaDB, statements on a table being rebuilt may
-    wait as the rebuild starts and ends, 10 s at most).
+    wait as the rebuild starts and ends, 10 s at most). With an object store
+    (?blobs=), last deletes its objects no value uses (see --blob-grace).
     """
     from windvane import neostore
 
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
-    with open_store(url, create=False) as st:
+    with open_store(url, create=False, blob_grace=blob_grace) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
         # --keep-days counts back from now, after the retention's trims: a pack keeping 0 days drops them too.
@@ -150,6 +181,9 @@ def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: 
             if phase == "reclaim":
                 bar.label = "giving the space back to the file system"
                 bar.render_progress()
+            elif phase == "blobs":
+                bar.label = "deleting the object store's unused objects"
+                bar.render_progress()
             else:
                 bar.update(n)
 
@@ -173,6 +207,12 @@ def _pack_report(stats, reclaim: bool) -> None:
         click.echo(f"the store takes {stats.disk_after / 1e6:.1f} MB; the space pack freed stays in it for new data")
     for note in stats.notes:
         click.echo(note)
+    if stats.blobs is not None:
+        b = stats.blobs
+        click.echo(
+            f"object store: deleted {b.deleted} unused objects ({b.deleted_bytes / 1e6:.1f} MB) of {b.listed}; "
+            f"kept {b.referenced} in use, {b.young} younger than the grace, {b.foreign} not the store's"
+        )
 
 
 def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
@@ -204,3 +244,107 @@ def _pack_before(keep_days: float | None, before: str | None) -> float | None:
         return parse_time(before, "--before") / 1e9
     except BadTime as exc:
         raise BadInput(str(exc)) from exc
+
+
+@store.command(short_help="Move big values between the database and an object store (S3).")
+@STORE_URL
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="s3://BUCKET/PREFIX|db",
+    help="Where the values go: an object store location, or db to bring every value kept in one back.",
+)
+@click.option("--endpoint", metavar="URL", help="The S3 service's address when not AWS (as the URL's &endpoint=).")
+@click.option(
+    "--threshold",
+    type=click.IntRange(min=1),
+    metavar="BYTES",
+    help="With --to s3://...: move values of at least BYTES (as the URL's &blob_threshold=; default 262144).",
+)
+def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None:
+    """Move the store's values of at least --threshold bytes into the object store --to names,
+    or, with --to db, every value kept there back into the database.
+
+    Writers keep running: values move in batches of at most 64 MiB, each
+    rewritten under the commit lock for a moment. Killed at any point, every
+    value stays readable; run the command again to finish. Once values are
+    in an object store, open the store with ?blobs=s3://BUCKET/PREFIX (and
+    &endpoint=); after --to db, without it. The objects --to db leaves behind
+    are deleted by `windvane store pack` (see --blob-grace).
+
+    \b
+    Exit codes: 0 done; 1 the database or the object store failed (run it
+    again); 2 a usage problem (bad --to, no store at URL, URL without the
+    store's ?blobs= for --to db, or another location than the store's);
+    130 interrupted (what was moved stays moved).
+    """
+    from windvane import neostore
+
+    out = to != "db"
+    if out and "blobs=" in url:
+        raise BadInput("--to s3://...: give the location with --to only, not also as the URL's ?blobs=")
+    if out:
+        from windvane.neostore.blobs import parse_location
+
+        try:
+            parse_location(to)
+        except neostore.InvalidURLError as exc:
+            raise BadInput(f"--to {to!r}: give s3://bucket/prefix or db") from exc
+        options = [f"blobs={to}"] + ([f"endpoint={endpoint}"] if endpoint else [])
+        options += [f"blob_threshold={threshold}"] if threshold else []
+        url = url + ("&" if "?" in url else "?") + "&".join(options)
+    elif "blobs=" not in url:
+        raise BadInput(
+            "--to db: give the URL with the store's ?blobs=s3://bucket/prefix (and &endpoint=) the values are in"
+        )
+    if not out:
+        _require_location(url)
+    with _open_for_tier(url, create=False) as st:
+        _move(st, out)
+
+
+def _open_for_tier(url: str, **options) -> neostore.Store:
+    """The store at ``url``; exit code 2 if there is none or its recorded location is not the URL's."""
+    from windvane import neostore
+
+    try:
+        return neostore.open(url, **options)
+    except (neostore.StoreNotFoundError, neostore.InvalidURLError, neostore.BlobStoreError) as exc:
+        raise BadInput(str(exc)) from exc
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _require_location(url: str) -> None:
+    """--to db: refuse a store that keeps no values in an object store (opening it writable would record one)."""
+    from windvane.neostore.blobs import migrate
+
+    with _open_for_tier(url, read_only=True) as st:
+        if migrate.recorded_location(st) is None:
+            raise BadInput(f"{st.url.display_name} keeps no values in an object store: there is nothing to move back")
+
+
+def _move(st: neostore.Store, out: bool) -> None:
+    """Run the move under a progress bar of the bytes to move, then say what was done."""
+    from windvane import neostore
+    from windvane.neostore.blobs import migrate
+
+    count, size = migrate.to_move(st, out)
+    where = st.tier.location if st.tier is not None else ""
+    label = f"moving {count} values to {where}" if out else f"moving {count} values from {where} to the database"
+    try:
+        with click.progressbar(length=max(size, 1), label=label, file=None) as bar:
+            move = migrate.move_out if out else migrate.move_in
+            stats = move(st, progress=bar.update)
+    except KeyboardInterrupt:
+        from windvane.cli.root import interrupted
+
+        interrupted("interrupted: the values moved so far stay moved; run it again to finish")
+    except neostore.NeoStoreError as exc:
+        raise click.ClickException(f"{exc} (what was moved stays moved: run it again to finish)") from exc
+    click.echo(f"moved {stats.values} values ({stats.bytes / 1e6:.1f} MB stored) in {stats.batches} batches")
+    if out:
+        click.echo(f"open the store with ?blobs={where} from now on")
+    elif stats.location_forgotten:
+        click.echo("no value is kept in the object store any more: open the store without ?blobs= from now on")
