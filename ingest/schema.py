@@ -23,6 +23,7 @@ import numpy as np
 from windvane.arrays import ColumnError, column_key
 
 from .errors import SchemaError
+from .times import duration_seconds
 
 
 class Kind(StrEnum):
@@ -75,9 +76,6 @@ VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
 DEFAULT_CHUNK_ROWS = 16384
 #: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
 CODECS = ("blosc", "lz4", "zstd", "none")
-#: A ``retention``: a positive number and a unit (seconds, minutes, hours, days, weeks).
-_RETENTION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True)
@@ -397,13 +395,13 @@ def _retention(text: str | None, where: str) -> float | None:
     """A ``retention`` such as ``"90d"`` in seconds (None if not given)."""
     if text is None:
         return None
-    found = _RETENTION.match(text)
-    if not found or float(found.group(1)) <= 0:
+    seconds = duration_seconds(text)
+    if not seconds:
         raise SchemaError(
             f"{where}: retention {text!r} is not a duration: give a positive number and a unit, "
             's, m, h, d or w ("90d", "12h", "2w")'
         )
-    return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    return seconds
 
 
 def _toml_value(value: Any) -> str:

@@ -252,3 +252,17 @@ def _cast_each(text: pa.Array, to: pa.DataType) -> tuple[np.ndarray, np.ndarray]
         else:
             values[i] = got
     return values, failed
+
+
+#: A duration: a number and a unit (seconds, minutes, hours, days, weeks).
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(text: str, *, unit_required: bool = True) -> float | None:
+    """Seconds of a duration written ``90d``, ``12h``, ``30m``, ``2w``, ``45s`` (a bare number: seconds,
+    where ``unit_required`` is false); None if ``text`` is not one."""
+    found = _DURATION.match(text)
+    if not found or (unit_required and not found.group(2)):
+        return None
+    return float(found.group(1)) * _UNIT_SECONDS.get(found.group(2), 1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING
 
@@ -24,10 +23,6 @@ def _tid_text(tid: bytes) -> str:
     return f"0x{tid.hex()} ({when})"
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 class Duration(click.ParamType):
     """A duration as schemas' retentions are written (``30m``, ``1h``, ``2d``; a bare number is seconds), in seconds."""
 
@@ -36,12 +31,14 @@ class Duration(click.ParamType):
     def convert(self, value, param, ctx) -> float:
         if isinstance(value, (int, float)):
             return float(value)
-        found = _DURATION.match(value)
-        if not found:
+        from windvane.ingest.times import duration_seconds  # loads numpy: only when the option is given
+
+        seconds = duration_seconds(value, unit_required=False)
+        if seconds is None:
             self.fail(
                 f"{value!r} is not a duration: give a number and a unit, s, m, h, d or w (30m, 1h, 0)", param, ctx
             )
-        return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+        return seconds
 
 
 @cli.group()
