@@ -31,6 +31,17 @@ RETRIES = {
     "retry_timeout": timedelta(minutes=2),
 }
 
+
+def retries_within(seconds: float) -> dict[str, Any]:
+    """:data:`RETRIES` giving up after ``seconds`` (a test's or an impatient caller's shorter window)."""
+    if not seconds > 0:
+        from ..errors import InvalidOptionError
+
+        raise InvalidOptionError(f"blob_retry_timeout must be a positive number of seconds, got {seconds!r}")
+    backoff = dict(RETRIES["backoff"], max_backoff=min(RETRIES["backoff"]["max_backoff"], timedelta(seconds=seconds)))
+    return dict(RETRIES, backoff=backoff, retry_timeout=timedelta(seconds=seconds))
+
+
 #: Keys per DeleteObjects request (the S3 limit is 1,000).
 DELETE_BATCH = 1000
 
