@@ -42,6 +42,10 @@ def retries_within(seconds: float) -> dict[str, Any]:
     return dict(RETRIES, backoff=backoff, retry_timeout=timedelta(seconds=seconds))
 
 
+#: What obstore raises for a missing key: its own NotFoundError, or (from get, get_range and head) the
+#: builtin FileNotFoundError.
+_NOT_FOUND = (obstore_errors.NotFoundError, FileNotFoundError)
+
 #: Keys per DeleteObjects request (the S3 limit is 1,000).
 DELETE_BATCH = 1000
 
@@ -91,7 +95,7 @@ class S3BlobStore(BlobStore):
     def exists(self, key: str) -> bool:
         try:
             obstore.head(self._store, key)
-        except obstore_errors.NotFoundError:
+        except _NOT_FOUND:
             return False
         except Exception as exc:
             raise self._error("HEAD", key, exc) from exc
@@ -111,7 +115,7 @@ class S3BlobStore(BlobStore):
             batch = todo[start : start + DELETE_BATCH]
             try:
                 obstore.delete(self._store, batch)
-            except obstore_errors.NotFoundError:
+            except _NOT_FOUND:
                 pass
             except Exception as exc:
                 raise self._error("DELETE", batch[0], exc) from exc
@@ -119,7 +123,7 @@ class S3BlobStore(BlobStore):
 
     def _error(self, method: str, key: str, exc: BaseException) -> BlobStoreError:
         where = f"{self.location}/{key}"
-        if isinstance(exc, obstore_errors.NotFoundError):
+        if isinstance(exc, _NOT_FOUND):
             return BlobNotFoundError(f"{method} {where}: no such object")
         if isinstance(exc, (obstore_errors.PermissionDeniedError, obstore_errors.UnauthenticatedError)):
             return BlobStoreError(

@@ -29,11 +29,14 @@ def bucket_of(url: str) -> str:
 
 
 def commit(store, values: dict[bytes, bytes]) -> bytes:
-    """Write ``{oid: value}`` (new or latest serials) in one transaction; its tid."""
+    """Write ``{oid: value}`` (new or latest serials) in one transaction; its tid.
+
+    The serials come from the history, which reads no value: nothing here adds to the object store's requests.
+    """
     txn = store.begin()
     for oid, value in values.items():
         try:
-            serial = store.load(oid)[1]
+            serial = store.history(oid, 1)[0].tid
         except POSKeyError:
             serial = None
         txn.write(oid, serial, value)
