@@ -37,13 +37,16 @@ class Seen:
     body_bytes: Counter[str] = field(default_factory=Counter)
     ranges: list[str] = field(default_factory=list)
     peers: list[tuple[str, int]] = field(default_factory=list)
+    #: Requests passed on, by the process id of the client that sent them (only with ``track_pids``).
+    by_pid: dict[int, Counter[str]] = field(default_factory=dict)
 
 
 class S3Relay:
     """A relay on ``127.0.0.1:<port>`` to ``upstream_port``; use :attr:`endpoint` as a store URL's endpoint."""
 
-    def __init__(self, upstream_port: int):
+    def __init__(self, upstream_port: int, *, track_pids: bool = False):
         self.upstream = ("127.0.0.1", upstream_port)
+        self.track_pids = track_pids
         self.seen = Seen()
         self._lock = threading.Lock()
         self._fail_next = 0
@@ -94,9 +97,10 @@ class S3Relay:
                 return
             with self._lock:
                 self.seen.peers.append(peer)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            pid = _pid_of(peer) if self.track_pids else None
+            threading.Thread(target=self._serve, args=(client, pid), daemon=True).start()
 
-    def _serve(self, client: socket.socket) -> None:
+    def _serve(self, client: socket.socket, pid: int | None = None) -> None:
         upstream: socket.socket | None = None
         reader = client.makefile("rb")
         try:
@@ -121,6 +125,8 @@ class S3Relay:
                 with self._lock:
                     self.seen.requests[method] += 1
                     self.seen.body_bytes[method] += response.body_size
+                    if pid is not None:
+                        self.seen.by_pid.setdefault(pid, Counter())[method] += 1
                     if request.headers.get(b"range"):
                         self.seen.ranges.append(request.headers[b"range"].decode())
                 client.sendall(response.raw)
@@ -205,12 +211,19 @@ def _chunked_payload(raw: bytes) -> int:
     return total
 
 
+def _pid_of(peer: tuple[str, int]) -> int | None:
+    """The process whose socket is the other end of a connection from ``peer`` (same machine, same user)."""
+    import psutil
+
+    for conn in psutil.net_connections(kind="tcp4"):
+        if conn.laddr and (conn.laddr.ip, conn.laddr.port) == tuple(peer[:2]) and conn.pid is not None:
+            return int(conn.pid)
+    return None
+
+
 def _slow_down() -> bytes:
     return (
         b"HTTP/1.1 503 Slow Down\r\n"
         b"Content-Type: application/xml\r\n"
-        b"x-amz-request-id: relay\r\n"
-        + f"Content-Length: {len(SLOW_DOWN)}\r\n".encode()
-        + b"\r\n"
-        + SLOW_DOWN
+        b"x-amz-request-id: relay\r\n" + f"Content-Length: {len(SLOW_DOWN)}\r\n".encode() + b"\r\n" + SLOW_DOWN
     )

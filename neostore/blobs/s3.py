@@ -19,13 +19,13 @@ import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import S3Store
 
-from ..errors import BlobNotFoundError, BlobStoreError, BlobStoreUnavailableError
+from ..errors import BlobNotFoundError, BlobStoreError, BlobStoreUnavailableError, InvalidOptionError
 from .base import BlobStore, ListedBlob
 from .credentials import shared_file_settings
 from .location import BlobLocation
 
 #: Retries of a failing request: 10 tries over up to two minutes, backing off from 100 ms to 15 s.
-RETRIES = {
+RETRIES: dict[str, Any] = {
     "max_retries": 10,
     "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=15), "base": 2.0},
     "retry_timeout": timedelta(minutes=2),
@@ -35,11 +35,10 @@ RETRIES = {
 def retries_within(seconds: float) -> dict[str, Any]:
     """:data:`RETRIES` giving up after ``seconds`` (a test's or an impatient caller's shorter window)."""
     if not seconds > 0:
-        from ..errors import InvalidOptionError
-
         raise InvalidOptionError(f"blob_retry_timeout must be a positive number of seconds, got {seconds!r}")
-    backoff = dict(RETRIES["backoff"], max_backoff=min(RETRIES["backoff"]["max_backoff"], timedelta(seconds=seconds)))
-    return dict(RETRIES, backoff=backoff, retry_timeout=timedelta(seconds=seconds))
+    window = timedelta(seconds=seconds)
+    backoff = {**RETRIES["backoff"], "max_backoff": min(RETRIES["backoff"]["max_backoff"], window)}
+    return {**RETRIES, "backoff": backoff, "retry_timeout": window}
 
 
 #: What obstore raises for a missing key: its own NotFoundError, or (from get, get_range and head) the

@@ -67,7 +67,11 @@ def test_a_deleted_object_is_corrupt_data_naming_its_key(tiered_url, s3_env):
         tid = commit(store, {oid: value})
         key, path = object_of(store, s3_env, tiered_url, oid)
         path.unlink()
-        for read in (lambda: store.load(oid), lambda: list(store.load_many([oid])), lambda: store.load_range(oid, 5, 50)):
+        for read in (
+            lambda: store.load(oid),
+            lambda: list(store.load_many([oid])),
+            lambda: store.load_range(oid, 5, 50),
+        ):
             with pytest.raises(neostore.CorruptDataError, match="is missing") as caught:
                 read()
             assert_names(caught.value, oid, tid, key)

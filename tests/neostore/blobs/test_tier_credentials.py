@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from tests.s3 import ACCESS_KEY, REGION, SECRET_KEY
 from tests.neostore.blobs.conftest import commit
+from tests.s3 import ACCESS_KEY, REGION, SECRET_KEY
 from windvane import neostore
 from windvane.neostore.blobs.credentials import shared_file_settings
 
@@ -22,7 +22,13 @@ AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKE
 @pytest.fixture
 def no_aws_variables(monkeypatch, tmp_path):
     """No AWS variable set, and a HOME without ~/.aws: only what a test writes counts."""
-    for name in (*AWS_VARIABLES, "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+    for name in (
+        *AWS_VARIABLES,
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return monkeypatch
