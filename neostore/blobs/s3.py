@@ -45,6 +45,9 @@ def retries_within(seconds: float) -> dict[str, Any]:
 #: builtin FileNotFoundError.
 _NOT_FOUND = (obstore_errors.NotFoundError, FileNotFoundError)
 
+#: Where the client asks for credentials the environment does not give (EC2 and ECS metadata services).
+_CREDENTIAL_SERVICES = ("169.254.169.254", "169.254.170.2")
+
 #: Keys per DeleteObjects request (the S3 limit is 1,000).
 DELETE_BATCH = 1000
 
@@ -128,6 +131,13 @@ class S3BlobStore(BlobStore):
             return BlobStoreError(
                 f"{method} {where} was refused ({_first_line(exc)}): check the AWS credentials "
                 "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials) and the bucket's policy"
+            )
+        if any(address in str(exc) for address in _CREDENTIAL_SERVICES):
+            # No key in the environment or the shared files, so the client asked the instance metadata
+            # service, and nothing answered with credentials: a setup to fix, not a service to wait for.
+            return BlobStoreError(
+                f"{method} {where}: no AWS credentials found (none in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                f"or ~/.aws/credentials, and no instance role answered: {_first_line(exc)}); check the AWS credentials"
             )
         return BlobStoreUnavailableError(f"{method} {where} failed after its retries: {_first_line(exc)}")
 

@@ -37,6 +37,7 @@ def damage(path):
 def assert_names(error, oid, tid, key):
     message = str(error)
     assert f"oid 0x{oid.hex()}" in message and f"tid 0x{tid.hex()}" in message and key in message, message
+    assert "altered or deleted outside neostore" in message  # the object, not the database row
 
 
 @pytest.mark.parametrize("compressible", [False, True], ids=["raw", "zstd"])

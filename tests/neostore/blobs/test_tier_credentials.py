@@ -95,3 +95,15 @@ def test_wrong_keys_are_refused_at_once_saying_to_check_the_credentials(tiered_u
         assert store.tier.requests["PUT"] == 1
         with pytest.raises(neostore.POSKeyError):
             store.load(oid)
+
+
+def test_no_credentials_at_all_is_a_setup_error_not_an_outage(store_url, s3_server, no_aws_variables):
+    url = f"{store_url}{'&' if '?' in store_url else '?'}blobs=s3://{s3_server.new_bucket()}/p&endpoint={s3_server.endpoint}"
+    with neostore.open(url, blob_retry_timeout=2.0) as store:
+        oid = store.new_oid()
+        with pytest.raises(
+            neostore.BlobStoreError, match="no AWS credentials found.*check the AWS credentials"
+        ) as caught:
+            commit(store, {oid: os.urandom(300_000)})
+        assert not isinstance(caught.value, neostore.StorageUnavailableError)  # retrying would never help
+        commit(store, {oid: b"small values need no object store"})
