@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from tests.serve_process import REPO
 from tests.neostore.blobs.conftest import bucket_of, commit, new_oids
+from tests.serve_process import REPO
 from windvane import neostore
 
 CHILD = r"""
