@@ -61,7 +61,10 @@ def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name fo
     Other options: ``compression_level`` (zstd level, 0 = off),
     ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold),
     ``in_doubt_timeout`` (seconds to wait for a server that went away during a
-    COMMIT, to learn whether it committed).
+    COMMIT, to learn whether it committed), and for a store with a blob tier
+    ``blob_grace`` (seconds an unreferenced object is left alone) and
+    ``blob_retry_timeout`` (seconds a failing object store request is retried
+    before BlobStoreUnavailableError; default two minutes).
     """
     return Store(url, **options)
 

@@ -82,14 +82,17 @@ class CommitOutcomeUnknown(DatabaseError):
 class CorruptDataError(NeoStoreError, POSException.StorageError):  # type: ignore[misc]  # ZODB is untyped
     """A stored value does not match its hash (or cannot be decompressed)."""
 
-    def __init__(self, oid: bytes, tid: bytes | None, detail: str):
+    def __init__(
+        self,
+        oid: bytes,
+        tid: bytes | None,
+        detail: str,
+        cause: str = "the database row was altered outside neostore or the disk is failing",
+    ):
         self.oid = oid
         self.tid = tid
         tid_text = tid.hex() if tid is not None else "?"
-        super().__init__(
-            f"corrupt value for oid 0x{oid.hex()} at tid 0x{tid_text}: {detail}; "
-            "the database row was altered outside neostore or the disk is failing"
-        )
+        super().__init__(f"corrupt value for oid 0x{oid.hex()} at tid 0x{tid_text}: {detail}; {cause}")
 
 
 class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[misc]  # ZODB is untyped

@@ -17,6 +17,8 @@ from .values import RAW, ValueCodec, value_hash
 # What load_many reads in one query once it has seen how big values are: small documents go thousands
 # at a time, chunks a few (memory stays bounded).
 _READ_BATCH_BYTES = 8 << 20
+# What a damaged or missing object of the blob tier points at.
+_OBJECT_CAUSE = "the object was altered or deleted outside neostore, or the object store lost it"
 # How many times as many bytes of tiered values a batch may ask for: their GETs run in parallel.
 _TIER_FLIGHT = 8
 
@@ -228,7 +230,7 @@ class ValueReader:
             moved = self._query("SELECT compression, chunks, value FROM data WHERE id = ?", (data_id,))
             if moved and moved[0][1] != TIERED:  # moved back into the database meanwhile
                 return self._value(oid, (tid, data_id, digest, *moved[0][:1], size, *moved[0][1:]))
-            raise errors.CorruptDataError(oid, p64(tid), f"its object {key} is missing") from None
+            raise errors.CorruptDataError(oid, p64(tid), f"its object {key} is missing", _OBJECT_CAUSE) from None
         return self.decode(oid, p64(tid), bytes(digest), compression, size, stored, where=key)
 
     def _tiered_range(self, oid: bytes, tid: bytes, digest: bytes, first: int, last: int) -> bytes:
@@ -254,13 +256,13 @@ class ValueReader:
 
         ``where`` names the object a tiered value came from, for the message.
         """
-        source = f" (object {where})" if where else ""
+        source, cause = (f" (object {where})", (_OBJECT_CAUSE,)) if where else ("", ())
         try:
             value = self.codec.decode(compression, bytes(stored), size)
         except ValueError as exc:
-            raise errors.CorruptDataError(oid, tid, f"{exc}{source}") from None
+            raise errors.CorruptDataError(oid, tid, f"{exc}{source}", *cause) from None
         if len(value) != size or value_hash(value) != digest:
-            raise errors.CorruptDataError(oid, tid, f"the value does not match its blake3 hash{source}")
+            raise errors.CorruptDataError(oid, tid, f"the value does not match its blake3 hash{source}", *cause)
         return value
 
     def history(self, oid: bytes, size: int | None = 1) -> list[Revision]:

@@ -61,6 +61,9 @@ class Store:
     A database driver's error escaping a method is raised as
     :class:`~neostore.errors.DatabaseError` (StorageUnavailableError when the
     database is out of reach); every error raised is a NeoStoreError.
+    With a blob tier (``?blobs=``), ``blob_retry_timeout`` bounds how long a
+    failing object store request is retried (seconds; None: two minutes)
+    before :class:`~neostore.errors.BlobStoreUnavailableError`.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Store:
         flush_bytes: int = 64 * 1024 * 1024,
         in_doubt_timeout: float = 180.0,
         blob_grace: float = GRACE_SECONDS,
+        blob_retry_timeout: float | None = None,
         backend: Backend | None = None,
         **backend_options: Any,
     ):
@@ -92,7 +96,9 @@ class Store:
         if self.url.blobs is not None:
             from .blobs import open_tier
 
-            self.tier = open_tier(self.url.blobs, self.url.endpoint, self.url.blob_threshold, grace=blob_grace)
+            self.tier = open_tier(
+                self.url.blobs, self.url.endpoint, self.url.blob_threshold, grace=blob_grace, retry=blob_retry_timeout
+            )
         self.pool = ConnectionPool(self.backend)
         self.oids = OidAllocator(self.pool, self.backend)
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")

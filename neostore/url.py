@@ -25,6 +25,12 @@ MARIADB_ENGINES = {"innodb": "InnoDB", "rocksdb": "ROCKSDB"}
 BLOB_THRESHOLD = 256 * 1024
 
 _BLOB_OPTIONS = ("blobs", "endpoint", "blob_threshold")
+#: What a message says to someone who put object store credentials in a URL.
+CREDENTIALS_HINT = (
+    "credentials never go in the URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "or use ~/.aws/credentials (AWS_PROFILE picks a profile)"
+)
+
 _OPTIONS = {"sqlite": _BLOB_OPTIONS, "mariadb": ("unix_socket", "engine", *_BLOB_OPTIONS)}
 
 
@@ -121,9 +127,11 @@ def _known(url: str, scheme: str, query: dict[str, str]) -> dict[str, str]:
     """``query``, once every option in it is one the scheme takes (InvalidURLError naming the others)."""
     unknown = sorted(set(query) - set(_OPTIONS[scheme]))
     if unknown:
+        # The URL is shown without its query: an unknown option's value may be a secret put there by mistake.
         raise InvalidURLError(
-            f"{_safe(url)}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"a {scheme} URL takes {', '.join(_OPTIONS[scheme])}"
+            f"{_safe(url.partition('?')[0])}: unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}; a {scheme} URL takes {', '.join(_OPTIONS[scheme])}"
+            + ("; " + CREDENTIALS_HINT if any(_secret_like(name) for name in unknown) else "")
         )
     return dict(query)
 
@@ -138,8 +146,12 @@ def _with_blobs(url: str, parsed: StoreURL, query: dict[str, str]) -> StoreURL:
     from .blobs.location import parse_location  # checks the location's syntax
 
     parse_location(blobs)
-    if endpoint is not None and urlsplit(endpoint).scheme not in ("http", "https"):
-        raise InvalidURLError(f"{_safe(url)}: endpoint={endpoint!r} is not an http:// or https:// address")
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.username is not None or parts.password is not None:
+            raise InvalidURLError(f"{_safe(url.partition('?')[0])}: the endpoint names a user; {CREDENTIALS_HINT}")
+        if parts.scheme not in ("http", "https"):
+            raise InvalidURLError(f"{_safe(url)}: endpoint={endpoint!r} is not an http:// or https:// address")
     try:
         size = BLOB_THRESHOLD if threshold is None else int(threshold)
     except ValueError:
@@ -147,6 +159,10 @@ def _with_blobs(url: str, parsed: StoreURL, query: dict[str, str]) -> StoreURL:
     if size < 1:
         raise InvalidURLError(f"{_safe(url)}: blob_threshold={threshold!r} is not a positive number of bytes")
     return replace(parsed, blobs=blobs, endpoint=endpoint, blob_threshold=size)
+
+
+def _secret_like(name: str) -> bool:
+    return any(word in name.lower() for word in ("key", "secret", "token", "password", "credential"))
 
 
 def _safe(url: str) -> str:

@@ -26,8 +26,13 @@ __all__ = [
 ]
 
 
-def open_tier(blobs: str, endpoint: str | None, threshold: int, **options: object) -> BlobTier:
-    """The tier of a store URL's ``blobs``, ``endpoint`` and ``blob_threshold`` options."""
+def open_tier(
+    blobs: str, endpoint: str | None, threshold: int, *, retry: float | None = None, **options: object
+) -> BlobTier:
+    """The tier of a store URL's ``blobs``, ``endpoint`` and ``blob_threshold`` options.
+
+    ``retry``: seconds a failing request is retried (None: the two minutes of ``s3.RETRIES``).
+    """
     try:
         from .s3 import S3BlobStore  # the client loads only for stores that have a tier
     except ImportError as exc:
@@ -37,4 +42,7 @@ def open_tier(blobs: str, endpoint: str | None, threshold: int, **options: objec
 
         raise BlobStoreError(f"blobs={blobs} needs the S3 client: pip install 'windvane[s3]'") from None
 
-    return BlobTier(S3BlobStore(parse_location(blobs), endpoint), threshold, **options)  # type: ignore[arg-type]
+    from .s3 import retries_within
+
+    store = S3BlobStore(parse_location(blobs), endpoint, retries=None if retry is None else retries_within(retry))
+    return BlobTier(store, threshold, **options)  # type: ignore[arg-type]

@@ -35,6 +35,10 @@ class BlobLocation:
 def parse_location(text: str) -> BlobLocation:
     """Parse ``s3://bucket/prefix``; InvalidURLError saying what is wrong."""
     parts = urlsplit(text)
+    if "@" in parts.netloc:
+        from ..url import CREDENTIALS_HINT  # a late import: url.py imports this module the same way
+
+        raise InvalidURLError(f"blobs=s3://***@{parts.netloc.rpartition('@')[2]}...: {CREDENTIALS_HINT}")
     if parts.scheme != "s3" or not parts.netloc:
         raise InvalidURLError(f"blobs={text!r}: write the object store location as s3://bucket/prefix")
     if parts.query or parts.fragment:

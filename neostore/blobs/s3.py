@@ -19,20 +19,34 @@ import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import S3Store
 
-from ..errors import BlobNotFoundError, BlobStoreError, BlobStoreUnavailableError
+from ..errors import BlobNotFoundError, BlobStoreError, BlobStoreUnavailableError, InvalidOptionError
 from .base import BlobStore, ListedBlob
 from .credentials import shared_file_settings
 from .location import BlobLocation
 
 #: Retries of a failing request: 10 tries over up to two minutes, backing off from 100 ms to 15 s.
-RETRIES = {
+RETRIES: dict[str, Any] = {
     "max_retries": 10,
     "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=15), "base": 2.0},
     "retry_timeout": timedelta(minutes=2),
 }
 
-#: What obstore raises for a missing object: its NotFoundError, or (for GET and HEAD, as of 0.12) Python's own.
+
+def retries_within(seconds: float) -> dict[str, Any]:
+    """:data:`RETRIES` giving up after ``seconds`` (a test's or an impatient caller's shorter window)."""
+    if not seconds > 0:
+        raise InvalidOptionError(f"blob_retry_timeout must be a positive number of seconds, got {seconds!r}")
+    window = timedelta(seconds=seconds)
+    backoff = {**RETRIES["backoff"], "max_backoff": min(RETRIES["backoff"]["max_backoff"], window)}
+    return {**RETRIES, "backoff": backoff, "retry_timeout": window}
+
+
+#: What obstore raises for a missing key: its own NotFoundError, or (from get, get_range and head) the
+#: builtin FileNotFoundError.
 _NOT_FOUND = (obstore_errors.NotFoundError, FileNotFoundError)
+
+#: Where the client asks for credentials the environment does not give (EC2 and ECS metadata services).
+_CREDENTIAL_SERVICES = ("169.254.169.254", "169.254.170.2")
 
 #: Values at least this large are asked for (HEAD) before they are sent. A server may answer a
 #: conditional PUT of a key that exists before reading the body and close the connection (versitygw
@@ -132,6 +146,13 @@ class S3BlobStore(BlobStore):
             return BlobStoreError(
                 f"{method} {where} was refused ({_first_line(exc)}): check the AWS credentials "
                 "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials) and the bucket's policy"
+            )
+        if any(address in str(exc) for address in _CREDENTIAL_SERVICES):
+            # No key in the environment or the shared files, so the client asked the instance metadata
+            # service, and nothing answered with credentials: a setup to fix, not a service to wait for.
+            return BlobStoreError(
+                f"{method} {where}: no AWS credentials found (none in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                f"or ~/.aws/credentials, and no instance role answered: {_first_line(exc)}); check the AWS credentials"
             )
         return BlobStoreUnavailableError(f"{method} {where} failed after its retries: {_first_line(exc)}")
 
