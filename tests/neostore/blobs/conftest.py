@@ -44,6 +44,13 @@ def commit(store, values: dict[bytes, bytes]) -> bytes:
     return txn.finish()
 
 
+def commit_new(store, values: list[bytes]) -> list[bytes]:
+    """Write ``values`` to fresh oids in one transaction; the oids."""
+    oids = new_oids(store, len(values))
+    commit(store, dict(zip(oids, values)))
+    return oids
+
+
 def new_oids(store, count: int) -> list[bytes]:
     """``count`` fresh oids, as bytes."""
     return [p64(n) for n in store.new_oids(count)]

@@ -11,26 +11,13 @@ import threading
 
 import pytest
 
+from tests.neostore.blobs.conftest import bucket_of, commit_new
 from tests.serve_process import REPO
 from windvane import neostore
 from windvane.neostore.blobs import TIERED, BlobTier
 from windvane.neostore.blobs.sweep import sweep
 
 BIG = 300 * 1024  # above the default threshold
-
-
-def bucket_of(url: str) -> str:
-    return url.split("blobs=s3://")[1].split("/")[0]
-
-
-def commit(store: neostore.Store, values: list[bytes]) -> list[bytes]:
-    txn = store.begin()
-    oids = [store.new_oid() for _ in values]
-    for oid, value in zip(oids, values):
-        txn.write(oid, None, value)
-    txn.vote()
-    txn.finish()
-    return oids
 
 
 def orphan(store: neostore.Store, values: list[bytes]) -> None:
@@ -53,7 +40,7 @@ def test_orphans_go_once_older_than_the_grace_referenced_never(tiered_url, s3_en
     bucket = bucket_of(tiered_url)
     kept = [os.urandom(BIG) for _ in range(3)]
     with neostore.open(tiered_url) as store:
-        oids = commit(store, kept)
+        oids = commit_new(store, kept)
         orphan(store, [os.urandom(BIG) for _ in range(2)])
         assert len(s3_env.objects(bucket)) == 5
         young = sweep(store)  # the default grace: an hour
@@ -69,7 +56,7 @@ def test_orphans_go_once_older_than_the_grace_referenced_never(tiered_url, s3_en
 def test_objects_of_values_pack_removed_are_deleted(tiered_url, s3_env):
     bucket = bucket_of(tiered_url)
     with neostore.open(tiered_url, blob_grace=0) as store:
-        (oid,) = commit(store, [os.urandom(BIG)])
+        (oid,) = commit_new(store, [os.urandom(BIG)])
         txn = store.begin()
         last = os.urandom(BIG)
         txn.write(oid, store.load(oid)[1], last)
@@ -113,7 +100,7 @@ class Pause:
 def _writer(url: str, values: list[bytes], out: dict) -> None:
     try:
         with neostore.open(url, blob_grace=0) as store:
-            out["oids"] = commit(store, values)
+            out["oids"] = commit_new(store, values)
     except BaseException as exc:
         out["error"] = exc
 
@@ -124,7 +111,7 @@ def test_a_sweep_deleting_a_slow_writers_objects_before_its_commit_makes_it_uplo
     bucket = bucket_of(tiered_url)
     values = [os.urandom(BIG) for _ in range(3)]
     with neostore.open(tiered_url, blob_grace=0) as store:
-        commit(store, [b"small"])  # the schema and the location are there before the race
+        commit_new(store, [b"small"])  # the schema and the location are there before the race
         pause = Pause(monkeypatch, "upload", after=True)  # uploaded, the commit lock not taken yet
         out: dict = {}
         thread = threading.Thread(target=_writer, args=(tiered_url, values, out))
@@ -145,7 +132,7 @@ def test_a_sweep_waits_for_a_writer_holding_the_commit_lock(tiered_url, s3_env, 
     bucket = bucket_of(tiered_url)
     values = [os.urandom(BIG) for _ in range(3)]
     with neostore.open(tiered_url, blob_grace=0) as store:
-        commit(store, [b"small"])
+        commit_new(store, [b"small"])
         pause = Pause(monkeypatch, "settle", after=False)  # under the commit lock, its rows not in yet
         out: dict = {}
         writer = threading.Thread(target=_writer, args=(tiered_url, values, out))
@@ -192,7 +179,7 @@ CHILD = textwrap.dedent(
 def test_kill_9_between_upload_and_commit_leaves_orphans_the_sweep_removes(tiered_url, s3_env):
     bucket = bucket_of(tiered_url)
     with neostore.open(tiered_url) as store:
-        commit(store, [b"small"])
+        commit_new(store, [b"small"])
         before = store.last_transaction()
     child = subprocess.Popen([sys.executable, "-c", CHILD, tiered_url], cwd=REPO, stdout=subprocess.PIPE)
     try:

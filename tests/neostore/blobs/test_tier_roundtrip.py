@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.conftest import with_blobs
-from tests.neostore.blobs.conftest import bucket_of, commit, new_oids
+from tests.neostore.blobs.conftest import bucket_of, commit, commit_new, new_oids
 from windvane import neostore
 from windvane.neostore.blobs import TIERED
 
@@ -16,20 +16,14 @@ def test_big_values_go_to_the_object_store_small_ones_stay(tiered_url, s3_env):
     sizes = [10, 1000, 256 * 1024 - 1, 256 * 1024, 3 << 20, 17 << 20]
     values = [os.urandom(n) for n in sizes] + [b"z" * (1 << 20)]
     with neostore.open(tiered_url) as store:
-        txn = store.begin()
-        oids = [store.new_oid() for _ in values]
-        for oid, value in zip(oids, values):
-            txn.write(oid, None, value)
-        txn.vote()
-        txn.finish()
+        oids = commit_new(store, values)
         assert [store.load(oid)[0] for oid in oids] == values
         assert [value for value, _ in store.load_many(oids)] == values
         rows = store._query("SELECT size, chunks, value IS NULL FROM data ORDER BY size")
     tiered = sorted(size for size, chunks, _ in rows if chunks == TIERED)
     assert tiered == sorted([256 * 1024, 3 << 20, 17 << 20, 1 << 20])
     assert all(empty for _, chunks, empty in rows if chunks == TIERED)
-    bucket = tiered_url.split("blobs=s3://")[1].split("/")[0]
-    assert len(s3_env.objects(bucket)) == 4
+    assert len(s3_env.objects(bucket_of(tiered_url))) == 4
 
 
 def test_unknown_url_options_are_refused(sqlite_url):
