@@ -1,0 +1,87 @@
+"""The object store stopped under ``windvane serve``: nothing is acknowledged until it is back, then all of it is stored once.
+
+A store URL with ``?blobs=`` and a small ``blob_threshold`` sends every
+column chunk of the run to the suite's real S3 server. A resending Forward
+client (out_forward's behaviour) sends 50,000 events; part-way the S3 server
+is stopped for 10 s. Uploads then fail and are retried, so no commit can
+finish and no chunk is acknowledged; the service itself keeps answering
+(``/health``, new connections), as it does while the database is down. Once
+the server is started again the client's resends are committed and every
+event is in the stream exactly once.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+
+from tests.conftest import with_blobs
+from tests.forward_sender import ResendingSender, chunk_id, packed_forward
+from tests.ingest.test_health import health
+from tests.ingest.test_ingest_durability import T0, schemas, wait_until  # noqa: F401 - schemas is a fixture
+from tests.serve_process import Serve, free_port
+from windvane import arrays
+
+EVENTS = 50_000
+PER_CHUNK = 500
+OUTAGE = 10.0
+
+
+def make_chunks() -> tuple[list[tuple[bytes, bytes]], dict[bytes, range]]:
+    chunks, seqs = [], {}
+    for start in range(0, EVENTS, PER_CHUNK):
+        cid = chunk_id()
+        events = [
+            (T0 + i * 1000, {"seq": i, "msg": f"event number {i} " + "x" * 40}) for i in range(start, start + PER_CHUNK)
+        ]
+        chunks.append((cid, packed_forward("durable.run", events, cid)))
+        seqs[cid] = range(start, start + PER_CHUNK)
+    return chunks, seqs
+
+
+def check_stream(url: str, acked_before: set[bytes], seqs: dict[bytes, range]) -> None:
+    with arrays.open_stream(url, "durable.run") as stream:
+        seq = stream["seq"][:]
+        msg = stream["msg"][-3:]
+    counts = np.bincount(seq, minlength=EVENTS)
+    assert counts.max() == 1, f"{int((counts > 1).sum())} events stored more than once"
+    lost = [s for cid in acked_before for s in seqs[cid] if counts[s] == 0]
+    assert not lost, f"{len(lost)} events acknowledged before the outage are missing"
+    assert len(seq) == EVENTS, "the client resent until everything was acknowledged"
+    assert all(m.startswith("event number ") for m in msg)
+
+
+def test_s3_stopped_mid_run(store_url, s3_env, schemas, tmp_path):
+    bucket = s3_env.new_bucket()
+    url = with_blobs(store_url, f"blobs=s3://{bucket}/store&endpoint={s3_env.endpoint}&blob_threshold=1024")
+    chunks, seqs = make_chunks()
+    port = free_port()
+    server = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
+    sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=3, hold_after=30)
+    thread = threading.Thread(target=sender.run, args=(time.monotonic() + 300,))
+    try:
+        thread.start()
+        wait_until(lambda: len(sender.acked) >= 30, 120, "30 acknowledged chunks")
+        assert s3_env.objects(bucket), "the run's column chunks went to the object store"
+        s3_env.stop()
+        try:
+            time.sleep(1)  # acks of commits whose uploads were done before the stop may still arrive
+            acked_before = sender.acked_ids()
+            sender.resume.set()
+            time.sleep(OUTAGE)
+            assert sender.acked_ids() == acked_before, "a chunk was acknowledged while its values could not be stored"
+            assert health(server)[0] in (200, 503), "the service still answers"
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        finally:
+            s3_env.start()
+        thread.join(300)
+        assert not thread.is_alive() and len(sender.acked) == len(chunks), (sender.errors[-5:], server.log())
+        assert server.stop() == 0, server.log()
+    finally:
+        server.__exit__(None, None, None)
+        thread.join(1)
+    assert len(acked_before) < len(chunks)
+    check_stream(url, acked_before, seqs)
