@@ -36,15 +36,19 @@ import os
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import ingest_load
 import numpy as np
 import pytest
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, http_load, ndjson_body, vibration_record
+from s3_bench import s3_server
 from sensor_data import parse_size
 from test_neostore import record, sqlite_url
 
+from tests.s3 import S3Server
 from tests.serve_process import Serve
 from windvane import arrays
 from windvane.ingest.schema import parse_schema
@@ -100,10 +104,28 @@ def vibration_chunks():
     ]
 
 
+#: The S3 server of the ``+s3`` backends (store URLs with ``?blobs=``), started on first use.
+_BLOBS = ExitStack()
+_BLOB_SERVERS: list[S3Server] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_blob_server() -> Iterator[None]:
+    yield
+    _BLOBS.close()
+    _BLOB_SERVERS.clear()
+
+
 def store_for(databases, backend: str, name: str) -> str:
-    if backend == "sqlite":
-        return sqlite_url(databases.fresh_sqlite(name))
-    url = databases.fresh_mariadb(name)
+    """A fresh store URL; ``<db>+s3``: with its values of 256 KiB and more in a fresh bucket of the S3 server."""
+    database, _, tier = backend.partition("+")
+    name = name.replace("+", "_")
+    url = sqlite_url(databases.fresh_sqlite(name)) if database == "sqlite" else databases.fresh_mariadb(name)
+    if tier:
+        if not _BLOB_SERVERS:
+            _BLOB_SERVERS.append(_BLOBS.enter_context(s3_server()))
+        server = _BLOB_SERVERS[0]
+        url += f"{'&' if '?' in url else '?'}blobs=s3://{server.new_bucket('ingest')}/store&endpoint={server.endpoint}"
     return url
 
 
@@ -168,7 +190,7 @@ def put_events(benchmark, bench_results, name, results, events, goal=None):
     bench_results[name] = info
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "sqlite+s3", "mariadb+s3"])
 def test_forward_packed_logs(benchmark, databases, schemas, log_chunks, bench_results, backend):
     results = run_served(
         benchmark,
@@ -259,7 +281,7 @@ class VibrationBaseline:
             assert len(check) == len(self.times)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "sqlite+s3", "mariadb+s3"])
 def test_vibration_forward(benchmark, databases, schemas, vibration_chunks, bench_results, backend):
     """Vibration over Forward against the arrays baseline, in pairs of rounds run back to back.
 
