@@ -112,6 +112,14 @@ _BLOB_SERVERS: list[S3Server] = []
 @pytest.fixture(scope="module", autouse=True)
 def _stop_blob_server() -> Iterator[None]:
     yield
+    for server in _BLOB_SERVERS:  # what reached the tier: the vibration stores' chunks must have
+        counts = {
+            bucket.name: len(server.objects(bucket.name))
+            for bucket in sorted(server.root.iterdir())
+            if not bucket.name.startswith(".")
+        }
+        print(f"objects per bucket of the +s3 stores: {counts}")
+        assert any(counts.values()), "no value reached the blob tier"
     _BLOBS.close()
     _BLOB_SERVERS.clear()
 
