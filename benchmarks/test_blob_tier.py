@@ -18,6 +18,13 @@ default settings); every request path runs 16 in flight.
    them: the tier's PUT count must stay 0, and the bucket's objects must be
    the same files, unmodified (what the server saw).
 
+The process runs with glibc's malloc thresholds raised as ``windvane
+serve`` raises its own (:func:`windvane.ingest.service.tune_malloc`: 2 MiB
+buffers are then reused instead of mapped, faulted in and unmapped each
+time), which made every path here faster, the tier's most (its GETs copy
+each body into a new ``bytes``). ``WINDVANE_BENCH_DEFAULT_MALLOC=1`` runs
+without it.
+
 MB/s (10^6 bytes of values), median of ``WINDVANE_BENCH_ROUNDS`` (3) rounds,
 the pairs alternating order each round::
 
@@ -27,6 +34,7 @@ the pairs alternating order each round::
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -42,9 +50,14 @@ from test_log_parsing import write_results
 
 from windvane import arrays, neostore
 from windvane.arrays.keys import encode_key
+from windvane.ingest.service import tune_malloc
 from windvane.neostore import p64
 
 pytestmark = pytest.mark.timeout(7200)
+# Set by the environment (MALLOC_*_THRESHOLD_, as for the recorded run) or here.
+TUNED_MALLOC = bool(os.environ.get("MALLOC_MMAP_THRESHOLD_")) or (
+    not os.environ.get("WINDVANE_BENCH_DEFAULT_MALLOC") and tune_malloc()
+)
 NAME = "bench/tiered"
 VALUES_PER_TXN = 32
 
@@ -213,6 +226,7 @@ def test_blob_tier_against_raw_obstore(benchmark, bench_results):
         "concurrency": CONCURRENCY,
         "values_per_transaction": VALUES_PER_TXN,
         "rounds": rounds,
+        "tuned_malloc": TUNED_MALLOC,
         "mb_per_s": rates,
         "median_mb_per_s": median,
         "commit_neostore_over_raw": median["commit_neostore"] / median["commit_raw_obstore_put"],
