@@ -8,6 +8,7 @@ that neostore's and obstore's clients find them as they would on AWS.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,6 +44,7 @@ def s3_server() -> Iterator[S3Server]:
             else:
                 os.environ[name] = value
         server.remove()
+        shutil.rmtree(server.root.parent, ignore_errors=True)  # its log beside the data
 
 
 def random_values(total: int | str) -> list[bytes]:
