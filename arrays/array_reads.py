@@ -132,12 +132,13 @@ class ArrayReads(ArrayView):
                 todo.append((piece, key, oid))
         if not todo:
             return
-        values = self._store.load_many([t[2] for t in todo], before=before, skip_missing=True)
         # A read larger than the cache would only churn it: it bypasses the
-        # cache, and whole chunks decode straight into the result.
+        # cache, and whole chunks decode straight into the result (from the
+        # buffers blobs arrive in, uncopied).
         bulk = len(todo) * meta.chunk_nbytes > self.cache.budget
+        values = self._store.load_many([t[2] for t in todo], before=before, skip_missing=True, buffers=bulk)
 
-        def place(job: tuple[tuple[Piece, str, bytes], tuple[bytes | None, bytes | None]]) -> None:
+        def place(job: tuple[tuple[Piece, str, bytes], tuple[bytes | memoryview | None, bytes | None]]) -> None:
             (piece, key, oid), (value, serial) = job
             target = out[piece.in_result]
             if value is None:

@@ -175,7 +175,7 @@ class ArrayView(StoreOwner):
     def _key(self, meta: ArrayMeta, coords: Sequence[int]) -> str:
         return f"{self.name}/{meta.chunk_key(coords)}"
 
-    def decode_chunk(self, meta: ArrayMeta, value: bytes, key: str) -> np.ndarray:
+    def decode_chunk(self, meta: ArrayMeta, value: bytes | memoryview, key: str) -> np.ndarray:
         """Chunk ``key``'s stored bytes ``value`` decoded; ArrayError naming the chunk if they do not decode."""
         try:
             return meta.codec.decode(value, meta.chunks)

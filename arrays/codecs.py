@@ -144,7 +144,7 @@ class ChunkCodec:
             buf = codec.encode(buf)
         return bytes(buf)
 
-    def decode_into(self, data: bytes, out: np.ndarray) -> None:
+    def decode_into(self, data: bytes | memoryview, out: np.ndarray) -> None:
         """Decode a whole chunk straight into ``out`` (C-contiguous, the chunk's shape and dtype).
 
         Saves the copy from a decoded buffer when a read covers whole chunks.
@@ -161,7 +161,7 @@ class ChunkCodec:
         except (RuntimeError, ValueError) as exc:
             raise ValueError(f"a chunk does not decode: {exc}") from None
 
-    def _decoded_size(self, data: bytes) -> int | None:
+    def _decoded_size(self, data: bytes | memoryview) -> int | None:
         """The decoded size a single blosc or zstd step announces in its header (None: unknown)."""
         if len(self._steps) != 1:
             return None
@@ -176,7 +176,7 @@ class ChunkCodec:
             return None
         return None
 
-    def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    def decode(self, data: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray:
         """The chunk of ``shape`` stored as ``data``; ValueError if the sizes disagree."""
         buf: Any = data
         for _, codec in reversed(self._steps):
@@ -242,10 +242,10 @@ class VLenCodec(ChunkCodec):
         decoded: np.ndarray = self._serializer.decode(b"".join((count.to_bytes(4, "little"), records)))
         return decoded
 
-    def decode_into(self, data: bytes, out: np.ndarray) -> None:
+    def decode_into(self, data: bytes | memoryview, out: np.ndarray) -> None:
         out[...] = self.decode(data, out.shape)
 
-    def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    def decode(self, data: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray:
         buf: Any = data
         for _, codec in reversed(self._steps):
             buf = codec.decode(buf)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal, overload
 
 from . import errors
 from .backends import Backend
@@ -74,10 +74,41 @@ class ValueReader:
             raise errors.POSKeyError(oid)
         return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
 
+    @overload
     def load_many(
-        self, oids: Iterable[bytes], *, batch: int = 8, before: bytes | None = None, skip_missing: bool = False
-    ) -> Iterator[tuple[bytes | None, bytes | None]]:
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = ...,
+        before: bytes | None = ...,
+        skip_missing: bool = ...,
+        buffers: Literal[False] = ...,
+    ) -> Iterator[tuple[bytes | None, bytes | None]]: ...
+    @overload
+    def load_many(
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = ...,
+        before: bytes | None = ...,
+        skip_missing: bool = ...,
+        buffers: bool,
+    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]: ...
+
+    def load_many(
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = 8,
+        before: bytes | None = None,
+        skip_missing: bool = False,
+        buffers: bool = False,
+    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]:
         """``(value, serial)`` of the latest revision of each oid, in order.
+
+        ``buffers=True``: a value fetched from the blob tier may come as the
+        read-only memoryview of the buffer it arrived in, not copied into
+        ``bytes`` (for callers that decode it at once, such as arrays' bulk reads).
 
         With ``before``, the revision current just before that tid (a
         snapshot read). Rows are read ``batch`` oids per query at first, and
@@ -89,7 +120,7 @@ class ValueReader:
         ``skip_missing``.
         """
         pool = self._encoder
-        pending: list[tuple[bytes | None, Future[bytes] | None]] = []
+        pending: list[tuple[bytes | None, Future[bytes | memoryview] | None]] = []
         bound = "" if before is None else " AND tid < ?"
         extra = [] if before is None else [u64(before)]
         todo, start, step = list(oids), 0, batch
@@ -109,7 +140,7 @@ class ValueReader:
             # (fetched by the tier's threads) may be in flight.
             size = sum((row[5] or 0) // (_TIER_FLIGHT if row[6] == TIERED else 1) for row in rows)
             step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
-            decoded: list[tuple[bytes | None, Future[bytes] | None]] = []
+            decoded: list[tuple[bytes | None, Future[bytes | memoryview] | None]] = []
             for oid, key in zip(group, keys):
                 row = by_oid.get(key)
                 if row is None or row[1] is None:
@@ -118,7 +149,7 @@ class ValueReader:
                         continue
                     raise errors.POSKeyError(oid)
                 runner = self.tier if row[5] == TIERED and self.tier is not None else pool
-                decoded.append((p64(row[0]), runner.submit(self._value, oid, row)))
+                decoded.append((p64(row[0]), runner.submit(self._value, oid, row, buffers)))
             # Hand back the previous batch only now: its checks ran while
             # this batch was being read.
             for serial, future in pending:
@@ -200,12 +231,19 @@ class ValueReader:
         )
         return [(p64(row[0]), self._value(oid, row)) for row in rows if row[1] is not None]
 
-    def _value(self, oid: bytes, row: Row) -> bytes:
+    @overload
+    def _value(self, oid: bytes, row: Row) -> bytes: ...
+    @overload
+    def _value(self, oid: bytes, row: Row, buffer: bool) -> bytes | memoryview: ...
+
+    def _value(self, oid: bytes, row: Row, buffer: bool = False) -> bytes | memoryview:
+        """The checked value of a row; with ``buffer``, a tiered one as the memoryview it arrived in."""
         tid, data_id, digest, compression, size, chunks, stored = row[:7]
         if digest is None:
             raise errors.CorruptDataError(oid, p64(tid), f"data row {data_id} is missing")
         if chunks == TIERED:
-            return self._tiered_value(oid, row)
+            value = self._tiered_value(oid, row)
+            return value if buffer or isinstance(value, bytes) else bytes(value)
         if chunks:
             stored = self._big_value(data_id, chunks)
             if stored is None:
@@ -215,7 +253,7 @@ class ValueReader:
                 stored = b""  # the hash check then names the corruption
         return self.decode(oid, p64(tid), bytes(digest), compression, size, stored)
 
-    def _tiered_value(self, oid: bytes, row: Row) -> bytes:
+    def _tiered_value(self, oid: bytes, row: Row) -> bytes | memoryview:
         """The value of a row kept in the blob tier, fetched and checked; read from its row if it just moved back."""
         tid, data_id, digest, compression, size = row[:5]
         if self.tier is None:
@@ -249,16 +287,26 @@ class ValueReader:
             return None
         return b"".join(row[0] for row in rows)
 
+    @overload
+    def decode(
+        self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any
+    ) -> bytes: ...
+    @overload
+    def decode(
+        self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any, where: str
+    ) -> bytes | memoryview: ...
+
     def decode(
         self, oid: bytes, tid: bytes | None, digest: bytes, compression: int, size: int, stored: Any, where: str = ""
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """A stored row's value, checked against its hash (CorruptDataError if it differs).
 
-        ``where`` names the object a tiered value came from, for the message.
+        ``where`` names the object a tiered value came from, for the message;
+        such a value, raw, comes back as the buffer it arrived in (no copy).
         """
         source, cause = (f" (object {where})", (_OBJECT_CAUSE,)) if where else ("", ())
         try:
-            value = self.codec.decode(compression, bytes(stored), size)
+            value = self.codec.decode(compression, stored if where else bytes(stored), size)
         except ValueError as exc:
             raise errors.CorruptDataError(oid, tid, f"{exc}{source}", *cause) from None
         if len(value) != size or value_hash(value) != digest:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import errors, history, stats
 from ._schema import prepare_database
@@ -185,16 +185,44 @@ class Store:
         """``(value, serial, next_serial)`` of the revision current just before ``before``: :meth:`ValueReader.load_before`."""
         return self.reader.load_before(oid, before)
 
+    @overload
+    def load_many(
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = ...,
+        before: bytes | None = ...,
+        skip_missing: bool = ...,
+        buffers: Literal[False] = ...,
+    ) -> Iterator[tuple[bytes | None, bytes | None]]: ...
+    @overload
+    def load_many(
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = ...,
+        before: bytes | None = ...,
+        skip_missing: bool = ...,
+        buffers: bool,
+    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]: ...
+
     @guarded
     def load_many(
-        self, oids: Iterable[bytes], *, batch: int = 8, before: bytes | None = None, skip_missing: bool = False
-    ) -> Iterator[tuple[bytes | None, bytes | None]]:
+        self,
+        oids: Iterable[bytes],
+        *,
+        batch: int = 8,
+        before: bytes | None = None,
+        skip_missing: bool = False,
+        buffers: bool = False,
+    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]:
         """``(value, serial)`` of the latest revision (before ``before``) of each oid, in order.
 
         An oid with no value raises POSKeyError, or gives ``(None, None)``
-        with ``skip_missing``. See :meth:`ValueReader.load_many`.
+        with ``skip_missing``. ``buffers=True`` lets values from the blob tier
+        come as read-only memoryviews, uncopied. See :meth:`ValueReader.load_many`.
         """
-        yield from self.reader.load_many(oids, batch=batch, before=before, skip_missing=skip_missing)
+        yield from self.reader.load_many(oids, batch=batch, before=before, skip_missing=skip_missing, buffers=buffers)
 
     @guarded
     def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import overload
 
 import blake3
 import zstandard
@@ -99,8 +100,13 @@ class ValueCodec:
                 return EncodedValue(digest, len(value), ZSTD, packed)
         return EncodedValue(digest, len(value), RAW, bytes(value))
 
-    def decode(self, compression: int, stored: bytes, size: int | None = None) -> bytes:
-        """The value a row holds. Raises ValueError for an unknown flag or bad frame."""
+    @overload
+    def decode(self, compression: int, stored: bytes, size: int | None = None) -> bytes: ...
+    @overload
+    def decode(self, compression: int, stored: bytes | memoryview, size: int | None = None) -> bytes | memoryview: ...
+
+    def decode(self, compression: int, stored: bytes | memoryview, size: int | None = None) -> bytes | memoryview:
+        """The value a row holds (``stored`` itself when raw). Raises ValueError for an unknown flag or bad frame."""
         if compression == RAW:
             return stored
         if compression == ZSTD:

@@ -35,8 +35,9 @@ class BlobStore(ABC):
         """Store ``data`` under ``key`` unless the key exists: True if written, False if it was there already."""
 
     @abstractmethod
-    def get(self, key: str) -> bytes:
-        """The whole value under ``key``; :class:`~neostore.errors.BlobNotFoundError` if there is none."""
+    def get(self, key: str) -> bytes | memoryview:
+        """The whole value under ``key`` (bytes, or a read-only view of the buffer it arrived in);
+        :class:`~neostore.errors.BlobNotFoundError` if there is none."""
 
     @abstractmethod
     def get_range(self, key: str, start: int, stop: int) -> bytes:

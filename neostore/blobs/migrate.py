@@ -169,7 +169,7 @@ def _checked(store: Store, row: Any) -> bytes:
     store.reader.decode(
         p64(0), None, bytes(digest), compression, size, stored, where=store.tier.key(bytes(digest), compression)
     )
-    return stored
+    return bytes(stored)
 
 
 @contextmanager

@@ -107,8 +107,8 @@ class BlobTier:
         self._count("HEAD")
         return self.blobs.exists(blob_key(value.hash, value.compression))
 
-    def fetch(self, digest: bytes, compression: int) -> bytes:
-        """The stored bytes of a value (BlobNotFoundError if its object is gone)."""
+    def fetch(self, digest: bytes, compression: int) -> bytes | memoryview:
+        """The stored bytes of a value, possibly as a read-only view (BlobNotFoundError if its object is gone)."""
         self._count("GET")
         return self.blobs.get(blob_key(digest, compression))
 

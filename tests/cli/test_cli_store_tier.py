@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from tests.conftest import with_blobs
-from tests.neostore.blobs.test_sweep import bucket_of, commit
+from tests.neostore.blobs.conftest import bucket_of, commit_new
 from tests.serve_process import REPO
 from windvane import neostore
 from windvane.neostore.blobs import TIERED
@@ -26,7 +26,7 @@ def windvane(*args: str) -> subprocess.CompletedProcess:
 def filled(url: str) -> dict[bytes, bytes]:
     values = [os.urandom(n) for n in BIG] + [b"small"]
     with neostore.open(url) as store:
-        return dict(zip(commit(store, values), values))
+        return dict(zip(commit_new(store, values), values))
 
 
 def read_all(url: str, expected: dict[bytes, bytes]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from tests.neostore.blobs.test_sweep import bucket_of, commit
+from tests.neostore.blobs.conftest import bucket_of, commit_new
 from windvane import neostore
 from windvane.neostore.blobs import TIERED
 from windvane.neostore.blobs.migrate import move_in, move_out, to_move
@@ -22,7 +22,7 @@ def tiered_rows(store: neostore.Store) -> int:
 def test_values_move_to_the_object_store_and_back_exactly(store_url, tiered_url, s3_env):
     values = [os.urandom(n) for n in SIZES]
     with neostore.open(store_url) as store:
-        oids = commit(store, values)
+        oids = commit_new(store, values)
     with neostore.open(tiered_url, blob_grace=0) as store:
         assert to_move(store, True)[0] == 4
         stats = move_out(store, batch_bytes=4 << 20)
@@ -42,7 +42,7 @@ def test_values_move_to_the_object_store_and_back_exactly(store_url, tiered_url,
 
 def test_a_writer_commits_the_whole_time_a_move_runs(tiered_url, store_url, s3_env):
     with neostore.open(store_url) as store:
-        first = commit(store, [os.urandom(300 * 1024) for _ in range(12)])
+        first = commit_new(store, [os.urandom(300 * 1024) for _ in range(12)])
         expected = {oid: store.load(oid)[0] for oid in first}
     stop = threading.Event()
     written: dict[bytes, bytes] = {}
@@ -53,7 +53,7 @@ def test_a_writer_commits_the_whole_time_a_move_runs(tiered_url, store_url, s3_e
             with neostore.open(tiered_url, blob_grace=0) as writer:
                 while not stop.is_set():
                     values = [os.urandom(300 * 1024), os.urandom(100)]
-                    written.update(zip(commit(writer, values), values))
+                    written.update(zip(commit_new(writer, values), values))
         except BaseException as exc:
             errors.append(exc)
 
@@ -78,7 +78,7 @@ def test_a_writer_commits_the_whole_time_a_move_runs(tiered_url, store_url, s3_e
 def test_a_read_whose_row_moved_out_under_it_reads_the_object(store_url, tiered_url, s3_env):
     split = [os.urandom(9 << 20), os.urandom(1 << 20)]  # split into bigdata rows, and in one row
     with neostore.open(store_url) as store:
-        oids = commit(store, split)
+        oids = commit_new(store, split)
     with neostore.open(tiered_url, blob_grace=0) as store:
         columns = store.reader._VALUE_COLUMNS
         rows = [
@@ -92,7 +92,7 @@ def test_a_read_whose_row_moved_out_under_it_reads_the_object(store_url, tiered_
 def test_readers_run_the_whole_time_a_move_runs(store_url, tiered_url, s3_env):
     values = [os.urandom(n) for n in (9 << 20, 300 * 1024, 1 << 20) for _ in range(4)]
     with neostore.open(store_url) as store:
-        oids = commit(store, values)
+        oids = commit_new(store, values)
     stop = threading.Event()
     seen: list[object] = []
 
