@@ -192,6 +192,12 @@ class StreamWriter(StateKeeper):
         self._forget(state, tails)
         staged.chunks = list(self._encode(tails, data, state.logged))
         staged.base, staged.appends, staged.tails = state, appends, tails
+        # Chunks a codec compressed are written incompressible: their uploads to a blob tier can go now,
+        # while the commit before this append's is still being made.
+        try:
+            self.store.send_ahead({digest: value for _, value, compressed, digest in staged.chunks if compressed})
+        except neostore.NeoStoreError:
+            pass  # the object store is away: the commit sends them, and says so if it cannot
         return staged
 
     def columns(self, tx: Transaction) -> list[str]:

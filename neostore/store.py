@@ -24,7 +24,7 @@ referenced), so a transaction is either entirely there or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -42,6 +42,7 @@ from .records import Record, Revision, TransactionInfo, ValueUsage
 from .sql import Row
 from .tids import p64
 from .transaction import Resolver, Transaction
+from .upload import send_to_tier
 from .url import StoreURL, parse_url
 from .values import ValueCodec
 
@@ -164,6 +165,19 @@ class Store:
         if self.read_only:
             raise errors.ReadOnlyError()
         return self.oids.new_oids(count, writer=writer)
+
+    @guarded
+    def send_ahead(self, values: Mapping[bytes, bytes]) -> None:
+        """Upload now values a transaction will soon write as incompressible (``{value_hash(value): value}``).
+
+        Only values the blob tier takes and the database lacks travel; without
+        a tier this does nothing. No lock is taken: a caller preparing its
+        next commit while the previous one commits overlaps the uploads with
+        that commit. The transaction that writes them then sends nothing
+        (unless half the grace period has passed: it checks them then).
+        """
+        if self.tier is not None and values:
+            send_to_tier(self, dict(values), set(values))
 
     def begin(
         self, user: bytes = b"", description: bytes = b"", extension: bytes = b"", *, tid: bytes | None = None

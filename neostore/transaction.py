@@ -67,7 +67,6 @@ class Transaction:
         self._inserted: list[int] = []  # data ids this transaction created
         self._refs: Counter[bytes] = Counter()  # hash -> how many writes set that value
         self._orphans = False  # an uploaded value is no longer set by any write
-        self._sent: dict[bytes, float] = {}  # hash -> when this transaction wrote its object (blob tier)
         self._checks: dict[int, int] = {}  # oid -> serial that must still be current at vote
         self._conn: Any = None
         self._cursors: list[Any] = []  # opened on _conn, closed before it goes back to the pool

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from .blobs.tier import TIERED
 from .session import writer
 from .sql import Row, chunked
-from .values import EncodedValue
+from .values import RAW, EncodedValue
 
 if TYPE_CHECKING:
+    from .store import Store
     from .transaction import Transaction
 
 #: Pending bytes below which values are compressed in the calling thread.
@@ -66,7 +67,7 @@ def flush(txn: Transaction) -> None:
     store = txn.store_
     pending, raw = txn._pending, txn._pending_raw
     txn._pending, txn._pending_bytes, txn._pending_raw = {}, 0, set()
-    sent = _send_to_tier(txn, pending, raw) if store.tier is not None else {}
+    encoded = send_to_tier(store, pending, raw) if store.tier is not None else {}
     writer(txn)
     cur = txn._cursor()
     backend = store.backend
@@ -81,7 +82,7 @@ def flush(txn: Transaction) -> None:
     codec = store.codec
 
     def encode(h: bytes) -> EncodedValue:
-        return sent[h] if h in sent else codec.encode(pending[h], h, compress=h not in raw)
+        return encoded[h] if h in encoded else codec.encode(pending[h], h, compress=h not in raw)
 
     if store.tier is not None:
         big = [h for h in missing if store.tier.holds(len(pending[h]))]
@@ -91,43 +92,48 @@ def flush(txn: Transaction) -> None:
     if sum(len(pending[h]) for h in missing if h not in raw) < INLINE_ENCODE_BYTES:
         # A few small values, or values the caller compressed already (nothing to do but frame
         # them): handing them to the pool costs more than encoding them here.
-        encoded: Iterable[EncodedValue] = map(encode, missing)
+        values: Iterable[EncodedValue] = map(encode, missing)
     else:
         # The pool compresses ahead while the values it has finished are
         # being inserted: compression and database work overlap.
-        encoded = store._encoder.map(encode, missing)
-    insert_values(txn, cur, encoded)
+        values = store._encoder.map(encode, missing)
+    insert_values(txn, cur, values)
 
 
-def _send_to_tier(txn: Transaction, pending: dict[bytes, bytes], raw: set[bytes]) -> dict[bytes, EncodedValue]:
-    """Upload the big pending values the database does not hold yet, before any lock: ``{hash: encoded}``."""
-    store = txn.store_
-    assert store.tier is not None
-    big = [h for h, v in pending.items() if store.tier.holds(len(v))]
+def send_to_tier(store: Store, pending: dict[bytes, bytes], raw: set[bytes]) -> dict[bytes, EncodedValue]:
+    """Upload the values of ``pending`` the tier holds and the database lacks, without any lock.
+
+    ``raw``: the hashes of values the caller marked incompressible. A value
+    this process sent recently is not sent again. Returns every big value
+    encoded, for the rows (``{hash: encoded}``).
+    """
+    tier = store.tier
+    assert tier is not None
+    big = [h for h, v in pending.items() if tier.holds(len(v))]
     if not big:
         return {}
     backend = store.backend
     for batch in chunked(big, backend.max_params):
-        known = {
-            bytes(row[0])
-            for row in store._read(f"SELECT hash FROM data WHERE hash IN {backend.in_list(len(batch))}", batch)
-        }
+        query = f"SELECT hash FROM data WHERE hash IN {backend.in_list(len(batch))}"
+        known = {bytes(row[0]) for row in store._read(query, batch)}
         big = [h for h in big if h not in known]
     codec = store.codec
-    encoded = list(store._encoder.map(lambda h: codec.encode(pending[h], h, compress=h not in raw), big))
-    txn._sent.update(store.tier.upload(encoded))
-    return {v.hash: v for v in encoded}
+
+    def encode(h: bytes) -> EncodedValue:
+        if h in raw and tier.sent(h) == RAW:
+            return EncodedValue(h, len(pending[h]), RAW, pending[h])  # what encode gives, without the copy
+        return codec.encode(pending[h], h, compress=h not in raw)
+
+    encoded = {v.hash: v for v in store._encoder.map(encode, big)}
+    tier.upload(v for v in encoded.values() if tier.sent(v.hash) != v.compression)
+    return encoded
 
 
 def insert_tiered(txn: Transaction, cur: Any, values: list[EncodedValue]) -> None:
     """Insert the rows of values kept in the blob tier, once their objects are sure to be there."""
     tier = txn.store_.tier
     assert tier is not None
-    unsent = [v for v in values if v.hash not in txn._sent]
-    if unsent:
-        # Values the database held a moment ago and no longer does (a pack removed them).
-        txn._sent.update(tier.upload(unsent))
-    tier.settle(values, txn._sent)
+    tier.settle(values)
     rows = [(v.hash, v.compression, v.size) for v in values]
     cur.executemany(f"INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, {TIERED}, NULL)", rows)
     backend = txn.store_.backend

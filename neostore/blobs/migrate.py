@@ -79,9 +79,9 @@ def move_out(store: Store, *, batch_bytes: int | None = None, progress: Progress
             EncodedValue(bytes(h), size, compression, _stored(store, i, chunks, value))
             for i, h, compression, size, chunks, value in batch
         ]
-        uploaded = tier.upload(values)
+        tier.upload(values)
         with _locked(store) as cur:
-            tier.settle(values, uploaded)
+            tier.settle(values)
             for (data_id, _, _, _, chunks, _), v in zip(batch, values):
                 cur.execute(
                     f"UPDATE data SET chunks = {TIERED}, value = NULL WHERE id = ? AND chunks = ? AND compression = ?",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -40,6 +40,11 @@ GRACE_SECONDS = 3600.0
 #: Requests in flight at once, per store.
 REQUESTS_IN_FLIGHT = 16
 
+#: Objects this process wrote that it remembers (hash, flag, when): enough for the values of the
+#: commits being prepared and made at once; one forgotten is asked for again, never wrongly trusted.
+RECENT_OBJECTS = 65536
+
+S = TypeVar("S")
 T = TypeVar("T")
 
 
@@ -61,6 +66,8 @@ class BlobTier:
         #: Requests sent, by kind: what the dedup benchmarks and tests count.
         self.requests: Counter[str] = Counter()
         self._counting = threading.Lock()
+        # hash -> (compression, monotonic time of the upload that wrote it, -inf if it was there already)
+        self._recent: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
 
     @property
     def location(self) -> str:
@@ -74,34 +81,51 @@ class BlobTier:
         """The full key (location included) of a value, for messages."""
         return f"{self.blobs.location}/{blob_key(digest, compression)}"
 
-    def upload(self, values: Iterable[EncodedValue]) -> dict[bytes, float]:
-        """Send ``values`` (unless their keys exist), many at once: ``{hash: when}`` for each.
-
-        ``when`` is the monotonic time before the request was sent, or
-        ``-inf`` for an object that was there already: it may be a dead
-        writer's, old enough for a sweep to take, so :meth:`settle` checks it.
-        """
+    def upload(self, values: Iterable[EncodedValue]) -> None:
+        """Send ``values`` (unless their keys exist), many at once, and remember each as :meth:`sent`."""
         started = time.monotonic()
-        futures = [(v.hash, self.pool.submit(self._put, v)) for v in values]
-        return {digest: started if future.result() else -math.inf for digest, future in futures}
+        futures = [(v, self.pool.submit(self._put, v)) for v in values]
+        for value, future in futures:
+            # An object found there already may be a dead writer's, old enough for a sweep to take:
+            # remembered as old, so that settle asks for it.
+            self._remember(value.hash, value.compression, started if future.result() else -math.inf)
+
+    def _remember(self, digest: bytes, compression: int, when: float) -> None:
+        with self._counting:
+            self._recent[digest] = (compression, when)
+            self._recent.move_to_end(digest)
+            while len(self._recent) > RECENT_OBJECTS:
+                self._recent.popitem(last=False)
+
+    def sent(self, digest: bytes) -> int | None:
+        """The compression flag of the object this process sent for ``digest`` less than half a grace
+        period ago (no sweep may delete it yet), None if there is none."""
+        with self._counting:
+            found = self._recent.get(digest)
+        if found is None or found[1] <= time.monotonic() - self.grace / 2:
+            return None
+        return found[0]
+
+    def known(self, digest: bytes) -> int | None:
+        """The compression flag of an object this process sent or found for ``digest``, however long ago."""
+        with self._counting:
+            found = self._recent.get(digest)
+        return None if found is None else found[0]
 
     def _put(self, value: EncodedValue) -> bool:
         self._count("PUT")
         return self.blobs.put_new(blob_key(value.hash, value.compression), value.stored)
 
-    def settle(self, values: Iterable[EncodedValue], uploaded: dict[bytes, float]) -> None:
+    def settle(self, values: list[EncodedValue]) -> None:
         """Under the commit lock, before their rows go in: make sure every object of ``values`` is there.
 
-        Objects this process wrote less than half a grace period ago are
-        (no sweep may delete them yet); the others are asked for, and sent
+        Objects this process sent less than half a grace period ago are (no
+        sweep may delete them yet); the others are asked for (HEAD), and sent
         again if a sweep removed them.
         """
-        fresh_after = time.monotonic() - self.grace / 2
-        doubtful = [v for v in values if uploaded.get(v.hash, -math.inf) <= fresh_after]
-        if not doubtful:
-            return
-        missing = [v for v, there in zip(doubtful, self.map(self._exists, doubtful)) if not there]
-        self.upload(missing)
+        doubtful = [v for v in values if self.sent(v.hash) != v.compression]
+        there = self.map(self._exists, doubtful)
+        self.upload([v for v, found in zip(doubtful, there) if not found])
 
     def _exists(self, value: EncodedValue) -> bool:
         self._count("HEAD")
@@ -125,8 +149,9 @@ class BlobTier:
         """Run ``fn(*args)`` on the tier's request threads."""
         return self.pool.submit(fn, *args)
 
-    def map(self, fn: Callable[[EncodedValue], T], values: list[EncodedValue]) -> list[T]:
-        return list(self.pool.map(fn, values))
+    def map(self, fn: Callable[[S], T], items: list[S]) -> list[T]:
+        """``[fn(item) for item in items]``, on the tier's request threads."""
+        return list(self.pool.map(fn, items))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

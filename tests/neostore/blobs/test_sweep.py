@@ -161,7 +161,7 @@ CHILD = textwrap.dedent(
 
     real = BlobTier.settle
 
-    def settle(tier, values, uploaded):
+    def settle(tier, values):
         print("paused", flush=True)  # uploaded, the commit lock held, no row in
         while True:
             time.sleep(3600)
