@@ -168,16 +168,17 @@ class Store:
 
     @guarded
     def send_ahead(self, values: Mapping[bytes, bytes]) -> None:
-        """Upload now values a transaction will soon write as incompressible (``{value_hash(value): value}``).
+        """Start uploading values a transaction will soon write as incompressible (``{value_hash(value): value}``).
 
         Only values the blob tier takes and the database lacks travel; without
-        a tier this does nothing. No lock is taken: a caller preparing its
-        next commit while the previous one commits overlaps the uploads with
-        that commit. The transaction that writes them then sends nothing
+        a tier this does nothing. It returns once the uploads are under way,
+        with no lock taken: a caller preparing its next commit while the
+        previous one commits overlaps the uploads with that commit. The
+        transaction that writes them waits for them and sends nothing more
         (unless half the grace period has passed: it checks them then).
         """
         if self.tier is not None and values:
-            send_to_tier(self, dict(values), set(values))
+            send_to_tier(self, dict(values), set(values), ahead=True)
 
     def begin(
         self, user: bytes = b"", description: bytes = b"", extension: bytes = b"", *, tid: bytes | None = None

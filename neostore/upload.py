@@ -100,18 +100,23 @@ def flush(txn: Transaction) -> None:
     insert_values(txn, cur, values)
 
 
-def send_to_tier(store: Store, pending: dict[bytes, bytes], raw: set[bytes]) -> dict[bytes, EncodedValue]:
+def send_to_tier(
+    store: Store, pending: dict[bytes, bytes], raw: set[bytes], *, ahead: bool = False
+) -> dict[bytes, EncodedValue]:
     """Upload the values of ``pending`` the tier holds and the database lacks, without any lock.
 
     ``raw``: the hashes of values the caller marked incompressible. A value
     this process sent recently is not sent again. Returns every big value
-    encoded, for the rows (``{hash: encoded}``).
+    encoded, for the rows (``{hash: encoded}``). ``ahead``: start the
+    uploads and return (:meth:`Store.send_ahead`).
     """
     tier = store.tier
     assert tier is not None
     big = [h for h, v in pending.items() if tier.holds(len(v))]
     if not big:
         return {}
+    if not ahead:
+        tier.wait_ahead(big)
     backend = store.backend
     for batch in chunked(big, backend.max_params):
         query = f"SELECT hash FROM data WHERE hash IN {backend.in_list(len(batch))}"
@@ -125,7 +130,11 @@ def send_to_tier(store: Store, pending: dict[bytes, bytes], raw: set[bytes]) -> 
         return codec.encode(pending[h], h, compress=h not in raw)
 
     encoded = {v.hash: v for v in store._encoder.map(encode, big)}
-    tier.upload(v for v in encoded.values() if tier.sent(v.hash) != v.compression)
+    unsent = [v for v in encoded.values() if tier.sent(v.hash) != v.compression]
+    if ahead:
+        tier.upload_ahead(unsent)
+    else:
+        tier.upload(unsent)
     return encoded
 
 

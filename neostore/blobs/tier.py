@@ -19,12 +19,13 @@ half the grace period.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from ..values import EncodedValue
@@ -68,6 +69,7 @@ class BlobTier:
         self._counting = threading.Lock()
         # hash -> (compression, monotonic time of the upload that wrote it, -inf if it was there already)
         self._recent: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
+        self._in_flight: dict[bytes, Future[bool]] = {}  # uploads sent ahead, not finished
 
     @property
     def location(self) -> str:
@@ -89,6 +91,33 @@ class BlobTier:
             # An object found there already may be a dead writer's, old enough for a sweep to take:
             # remembered as old, so that settle asks for it.
             self._remember(value.hash, value.compression, started if future.result() else -math.inf)
+
+    def upload_ahead(self, values: Iterable[EncodedValue]) -> None:
+        """Start sending ``values`` and return at once; :meth:`wait_ahead` waits for them.
+
+        A failed upload is only forgotten: the transaction that writes the
+        value sends it again (and reports the failure if it persists).
+        """
+        started = time.monotonic()
+        for value in values:
+            with self._counting:
+                if value.hash in self._in_flight:
+                    continue
+                future = self.pool.submit(self._put, value)
+                self._in_flight[value.hash] = future
+            future.add_done_callback(functools.partial(self._landed, value, started))
+
+    def _landed(self, value: EncodedValue, started: float, future: Future[bool]) -> None:
+        if future.exception() is None:
+            self._remember(value.hash, value.compression, started if future.result() else -math.inf)
+        with self._counting:
+            self._in_flight.pop(value.hash, None)
+
+    def wait_ahead(self, digests: Iterable[bytes]) -> None:
+        """Wait until the uploads sent ahead for ``digests`` have ended (whether or not they succeeded)."""
+        with self._counting:
+            futures = [f for f in map(self._in_flight.get, digests) if f is not None]
+        wait(futures)
 
     def _remember(self, digest: bytes, compression: int, when: float) -> None:
         with self._counting:

@@ -9,6 +9,7 @@ counts are the server's, not neostore's own bookkeeping.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -43,7 +44,8 @@ def test_values_sent_ahead_are_not_sent_again_by_their_commit(relayed_url, relay
     sent = values(6)
     with neostore.open(relayed_url) as store:
         relay.reset()
-        store.send_ahead(sent)
+        store.send_ahead(sent)  # returns with the uploads under way
+        store.tier.wait_ahead(sent)
         assert relay.reset().requests["PUT"] == 6
         oids = write_raw(store, sent)
         assert relay.reset().requests == {}  # no PUT, no HEAD: the objects are this process's, and fresh
@@ -64,6 +66,7 @@ def test_a_writer_trusts_its_uploads_for_half_its_grace_only(relayed_url, relay,
     sent = values(3)
     with neostore.open(relayed_url, blob_grace=0) as store:  # nothing is fresh for long
         store.send_ahead(sent)
+        store.tier.wait_ahead(sent)
         # A sweep of another process with grace 0 takes the unreferenced objects meanwhile.
         with neostore.open(relayed_url, blob_grace=0) as other:
             assert sweep(other).deleted == 3
@@ -73,6 +76,28 @@ def test_a_writer_trusts_its_uploads_for_half_its_grace_only(relayed_url, relay,
         seen = relay.reset().requests
         assert seen["HEAD"] == 3 and seen["PUT"] == 3  # asked for under the lock, found gone, sent again
         assert [store.load(oid)[0] for oid in oids] == list(sent.values())
+
+
+def test_a_commit_waits_for_the_uploads_sent_ahead_of_it(relayed_url, relay):
+    sent = values(4)
+    with neostore.open(relayed_url) as store:
+        relay.stall("PUT")
+        store.send_ahead(sent)  # returns although no upload can finish
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (write_raw(store, sent), done.set()))
+        writer.start()
+        assert relay.stalled.wait(30)
+        assert not done.wait(1)  # the commit waits for the uploads, rather than sending them again
+        relay.release()
+        writer.join(60)
+        assert done.is_set()
+        seen = relay.reset().requests
+        assert seen["PUT"] == 4 and seen["HEAD"] == 0
+        assert sorted(store.load(oid)[0] for oid in store_oids(store)) == sorted(sent.values())
+
+
+def store_oids(store: neostore.Store) -> list[bytes]:
+    return [neostore.p64(row[0]) for row in store._query("SELECT DISTINCT oid FROM obj")]
 
 
 def test_without_a_tier_send_ahead_does_nothing(sqlite_url):
@@ -92,6 +117,7 @@ def test_a_stream_writer_sends_its_staged_chunks_ahead(relayed_url, relay):
             writer.append(tx, {"time": data["time"][:10], "x": data["x"][:10]})
         relay.reset()
         staged = writer.stage({"time": data["time"][10:], "x": data["x"][10:]})
+        store.tier.wait_ahead([digest for _, _, _, digest in staged.chunks])
         ahead = relay.reset().requests["PUT"]
         assert ahead >= 3  # the full chunks of x, each over the threshold (time's compress below it)
         with arrays.transaction(store) as tx:
