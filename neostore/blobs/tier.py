@@ -10,11 +10,15 @@ objects no row references, which :mod:`~neostore.blobs.sweep` deletes.
 Why the rows can be trusted (the rule :mod:`~neostore.blobs.sweep` keeps
 too): the sweep deletes an object only under the commit lock, after seeing
 that no row references it, and only once the object is older than the grace
-period. A writer, under the commit lock, inserts the rows of the objects it
-uploaded less than half a grace period ago and checks every other object
-first (one HEAD, uploaded again if gone). So a row never points at an object
-a sweep deleted, whatever the timing, as long as clocks disagree by less than
+period. A writer, under the commit lock, inserts the rows of the objects its
+process sent less than half a grace period ago and checks every other object
+first (one HEAD, sent again if gone). So a row never points at an object a
+sweep deleted, whatever the timing, as long as clocks disagree by less than
 half the grace period.
+
+A writer preparing its next commit may send that commit's values ahead
+(:meth:`BlobTier.upload_ahead`, through ``Store.send_ahead``); the commit
+then waits for those uploads rather than sending the values again.
 """
 
 from __future__ import annotations
