@@ -133,24 +133,21 @@ class ArrayReads(ArrayView):
         if not todo:
             return
         # A read larger than the cache would only churn it: it bypasses the
-        # cache, and whole chunks decode straight into the result (from the
-        # buffers blobs arrive in, uncopied).
-        bulk = len(todo) * meta.chunk_nbytes > self.cache.budget
-        values = self._store.load_many([t[2] for t in todo], before=before, skip_missing=True, buffers=bulk)
+        # cache, and whole chunks decode straight into the result, each in the
+        # thread that fetched and checked it.
+        if len(todo) * meta.chunk_nbytes > self.cache.budget:
+            self._fill_bulk(meta, before, todo, out)
+            return
+        values = self._store.load_many([t[2] for t in todo], before=before, skip_missing=True)
 
-        def place(job: tuple[tuple[Piece, str, bytes], tuple[bytes | memoryview | None, bytes | None]]) -> None:
+        def place(job: tuple[tuple[Piece, str, bytes], tuple[bytes | None, bytes | None]]) -> None:
             (piece, key, oid), (value, serial) = job
             target = out[piece.in_result]
             if value is None:
                 target[...] = meta.fill_value
-            elif bulk and target.shape == meta.chunks and target.flags.c_contiguous:
-                try:
-                    meta.codec.decode_into(value, target)
-                except Exception as exc:
-                    raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
             else:
                 chunk = self.decode_chunk(meta, value, key)
-                if not bulk and serial is not None:  # a value always comes with its serial
+                if serial is not None:  # a value always comes with its serial
                     self.cache.put(oid, serial, chunk)
                 target[...] = chunk[piece.in_chunk]
 
@@ -158,6 +155,28 @@ class ArrayReads(ArrayView):
         # One chunk (a dask task), or a few small ones: no hand-off to the pool.
         for _ in weighted_map(place, zip(todo, values), len(todo) * meta.chunk_nbytes if len(todo) > 1 else 0):
             pass
+
+    def _fill_bulk(self, meta: ArrayMeta, before: bytes, todo: list[tuple[Piece, str, bytes]], out: np.ndarray) -> None:
+        """Decode the chunks of ``todo`` into ``out``, bypassing the cache, as neostore fetches them."""
+        where = {oid: (piece, key) for piece, key, oid in todo}
+        found: set[bytes] = set()
+
+        def place(oid: bytes, value: bytes | memoryview, serial: bytes) -> None:
+            piece, key = where[oid]
+            target = out[piece.in_result]
+            found.add(oid)
+            if target.shape == meta.chunks and target.flags.c_contiguous:
+                try:
+                    meta.codec.decode_into(value, target)
+                except Exception as exc:
+                    raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
+            else:
+                target[...] = self.decode_chunk(meta, value, key)[piece.in_chunk]
+
+        self._store.load_each(list(where), place, before=before, skip_missing=True)
+        for oid in where.keys() - found:  # written once, removed since: zarr's fill
+            out[where[oid][0].in_result] = meta.fill_value
+        self.count_loaded(len(todo))
 
     def _fill_from_transaction(self, meta: ArrayMeta, plan: list[Piece], out: np.ndarray) -> None:
         tx = self._live_transaction()

@@ -151,13 +151,13 @@ def read_arrays(url: str, expected: np.ndarray) -> float:
     return rate
 
 
-def read_load_many(url: str, nbytes: int) -> float:
-    """The same chunks by ``Store.load_many`` alone (fetched and hash-checked, not placed): where a gap lies."""
+def read_load_each(url: str, nbytes: int) -> float:
+    """The same chunks by ``Store.load_each`` alone (fetched and hash-checked, not placed): where a gap lies."""
     with neostore.open(url) as store:
         names = [encode_key(f"{NAME}/c/{i}") for i in range(nbytes // VALUE_BYTES)]
         found = store.oids_for(names)
         oids = [found[name] for name in names]
-        return mbps(nbytes, lambda: sum(len(v or b"") for v, _ in store.load_many(oids, buffers=True)))
+        return mbps(nbytes, lambda: store.load_each(oids, lambda oid, value, serial: None))
 
 
 def read_raw(raw: S3Store, objects: list[tuple[str, int]]) -> float:
@@ -233,7 +233,7 @@ def test_blob_tier_against_raw_obstore(benchmark, bench_results):
                             "read_arrays": lambda: read_arrays(url, expected),
                             "read_raw_get_range": lambda: read_raw(raw, objects),
                             "read_raw_get_range_into_array": lambda: read_raw_into_array(raw, objects),
-                            "read_neostore_load_many": lambda: read_load_many(url, expected.nbytes),
+                            "read_neostore_load_each": lambda: read_load_each(url, expected.nbytes),
                         },
                         rounds,
                     )
@@ -258,7 +258,7 @@ def test_blob_tier_against_raw_obstore(benchmark, bench_results):
         "commit_arrays_over_raw": median["commit_arrays_one_transaction"] / median["commit_raw_obstore_put"],
         "read_arrays_over_raw": median["read_arrays"] / median["read_raw_get_range"],
         "read_arrays_over_raw_into_array": median["read_arrays"] / median["read_raw_get_range_into_array"],
-        "read_load_many_over_raw": median["read_neostore_load_many"] / median["read_raw_get_range"],
+        "read_load_each_over_raw": median["read_neostore_load_each"] / median["read_raw_get_range"],
         "per_round_commit_neostore_over_raw": per_round(rates, "commit_neostore", "commit_raw_obstore_put"),
         "per_round_read_arrays_over_raw": per_round(rates, "read_arrays", "read_raw_get_range"),
         "per_round_read_arrays_over_raw_into_array": per_round(rates, "read_arrays", "read_raw_get_range_into_array"),

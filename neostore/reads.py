@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, overload
 
 from . import errors
 from .backends import Backend
 from .blobs.tier import TIERED, BlobTier
+from .read_ahead import read_ahead
 from .records import Revision
 from .sql import Query, Row
 from .tids import p64, u64
 from .values import RAW, ValueCodec, value_hash
 
-# What load_many reads in one query once it has seen how big values are: small documents go thousands
-# at a time, chunks a few (memory stays bounded).
-_READ_BATCH_BYTES = 8 << 20
 # What a damaged or missing object of the blob tier points at.
 _OBJECT_CAUSE = "the object was altered or deleted outside neostore, or the object store lost it"
-# How many times as many bytes of tiered values a batch may ask for: their GETs run in parallel.
-_TIER_FLIGHT = 8
 
 
 class ValueReader:
@@ -74,27 +70,6 @@ class ValueReader:
             raise errors.POSKeyError(oid)
         return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
 
-    @overload
-    def load_many(
-        self,
-        oids: Iterable[bytes],
-        *,
-        batch: int = ...,
-        before: bytes | None = ...,
-        skip_missing: bool = ...,
-        buffers: Literal[False] = ...,
-    ) -> Iterator[tuple[bytes | None, bytes | None]]: ...
-    @overload
-    def load_many(
-        self,
-        oids: Iterable[bytes],
-        *,
-        batch: int = ...,
-        before: bytes | None = ...,
-        skip_missing: bool = ...,
-        buffers: bool,
-    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]: ...
-
     def load_many(
         self,
         oids: Iterable[bytes],
@@ -102,61 +77,46 @@ class ValueReader:
         batch: int = 8,
         before: bytes | None = None,
         skip_missing: bool = False,
-        buffers: bool = False,
-    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]:
+    ) -> Iterator[tuple[bytes | None, bytes | None]]:
         """``(value, serial)`` of the latest revision of each oid, in order.
-
-        ``buffers=True``: a value fetched from the blob tier may come as the
-        read-only memoryview of the buffer it arrived in, not copied into
-        ``bytes`` (for callers that decode it at once, such as arrays' bulk reads).
 
         With ``before``, the revision current just before that tid (a
         snapshot read). Rows are read ``batch`` oids per query at first, and
         checked and decompressed in worker threads while the next batch is
         read, so bulk reads are not serialised behind hashing. Once values
-        turn out small, batches grow to hold about ``_READ_BATCH_BYTES``:
+        turn out small, batches grow to hold about 8 MiB of values:
         thousands of small documents are read in a few queries. An oid with
         no value raises POSKeyError, or gives ``(None, None)`` with
         ``skip_missing``.
         """
-        pool = self._encoder
-        pending: list[tuple[bytes | None, Future[bytes | memoryview] | None]] = []
-        bound = "" if before is None else " AND tid < ?"
-        extra = [] if before is None else [u64(before)]
-        todo, start, step = list(oids), 0, batch
-        while start < len(todo):
-            group = todo[start : start + step]
-            start += len(group)
-            keys = [u64(oid) for oid in group]
-            rows = self._query(
-                f"SELECT o.oid, {self._VALUE_COLUMNS} FROM obj o "
-                "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
-                f"WHERE oid IN {self.backend.in_list(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
-                "LEFT JOIN data d ON d.id = o.data_id",
-                keys + extra,
-            )
-            by_oid = {row[0]: row[1:] for row in rows}
-            # Raw sizes; a tiered value's bytes do not come through the query, so more of them
-            # (fetched by the tier's threads) may be in flight.
-            size = sum((row[5] or 0) // (_TIER_FLIGHT if row[6] == TIERED else 1) for row in rows)
-            step = max(batch, min(self.backend.max_params - 1, _READ_BATCH_BYTES * len(group) // max(size, 1)))
-            decoded: list[tuple[bytes | None, Future[bytes | memoryview] | None]] = []
-            for oid, key in zip(group, keys):
-                row = by_oid.get(key)
-                if row is None or row[1] is None:
-                    if skip_missing:
-                        decoded.append((None, None))
-                        continue
-                    raise errors.POSKeyError(oid)
-                runner = self.tier if row[5] == TIERED and self.tier is not None else pool
-                decoded.append((p64(row[0]), runner.submit(self._value, oid, row, buffers)))
-            # Hand back the previous batch only now: its checks ran while
-            # this batch was being read.
-            for serial, future in pending:
-                yield (None if future is None else future.result()), serial
-            pending = decoded
-        for serial, future in pending:
+        for serial, future in read_ahead(self, oids, batch, before, skip_missing, self._value):
             yield (None if future is None else future.result()), serial
+
+    def load_each(
+        self,
+        oids: Iterable[bytes],
+        fn: Callable[[bytes, bytes | memoryview, bytes], None],
+        *,
+        before: bytes | None = None,
+        skip_missing: bool = False,
+    ) -> None:
+        """Call ``fn(oid, value, serial)`` for the latest revision (before ``before``) of each oid, in no
+        order, in the threads that fetch and check the values; return once every call has returned.
+
+        For callers that place each value on its own (arrays' bulk reads
+        decode each chunk into its part of the result): the value is still in
+        the cache of the thread that checked it, and no thread hands values
+        over in order. Values from the blob tier come as read-only
+        memoryviews. ``fn``'s exceptions are raised here; an oid without
+        value raises POSKeyError, or is skipped with ``skip_missing``.
+        """
+
+        def check_then_call(oid: bytes, row: Row) -> None:
+            fn(oid, self._value(oid, row, True), p64(row[0]))
+
+        for _, future in read_ahead(self, oids, 8, before, skip_missing, check_then_call):
+            if future is not None:
+                future.result()
 
     def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:
         """``value[start:stop]`` of the latest revision (before ``before`` if given).

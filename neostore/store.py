@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from . import errors, history, stats
 from ._schema import prepare_database
 from .backends import Backend, backend_for
+from .blobs import open_tier
 from .blobs.tier import GRACE_SECONDS
 from .guard import guarded
 from .indoubt import transaction_committed
@@ -47,7 +48,6 @@ from .url import StoreURL, parse_url
 from .values import ValueCodec
 
 if TYPE_CHECKING:
-    from .blobs.tier import BlobTier
     from .pack import PackStats
 
 __all__ = ["Record", "Resolver", "Revision", "Store", "Transaction", "TransactionInfo", "ValueUsage"]
@@ -93,13 +93,7 @@ class Store:
         self.in_doubt_timeout = in_doubt_timeout
         self.backend = backend or backend_for(self.url, create=self.create, **backend_options)
         #: Where values of at least ``url.blob_threshold`` bytes go (``?blobs=``), None without a blob tier.
-        self.tier: BlobTier | None = None
-        if self.url.blobs is not None:
-            from .blobs import open_tier
-
-            self.tier = open_tier(
-                self.url.blobs, self.url.endpoint, self.url.blob_threshold, grace=blob_grace, retry=blob_retry_timeout
-            )
+        self.tier = open_tier(self.url, grace=blob_grace, retry=blob_retry_timeout)
         self.pool = ConnectionPool(self.backend)
         self.oids = OidAllocator(self.pool, self.backend)
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
@@ -170,12 +164,8 @@ class Store:
     def send_ahead(self, values: Mapping[bytes, bytes]) -> None:
         """Start uploading values a transaction will soon write as incompressible (``{value_hash(value): value}``).
 
-        Only values the blob tier takes and the database lacks travel; without
-        a tier this does nothing. It returns once the uploads are under way,
-        with no lock taken: a caller preparing its next commit while the
-        previous one commits overlaps the uploads with that commit. The
-        transaction that writes them waits for them and sends nothing more
-        (unless half the grace period has passed: it checks them then).
+        Those the blob tier takes and the database lacks go, without a lock; it returns with the uploads under
+        way, so they overlap the commit before. The transaction writing them waits for them, sends nothing more.
         """
         if self.tier is not None and values:
             send_to_tier(self, dict(values), set(values), ahead=True)
@@ -200,27 +190,6 @@ class Store:
         """``(value, serial, next_serial)`` of the revision current just before ``before``: :meth:`ValueReader.load_before`."""
         return self.reader.load_before(oid, before)
 
-    @overload
-    def load_many(
-        self,
-        oids: Iterable[bytes],
-        *,
-        batch: int = ...,
-        before: bytes | None = ...,
-        skip_missing: bool = ...,
-        buffers: Literal[False] = ...,
-    ) -> Iterator[tuple[bytes | None, bytes | None]]: ...
-    @overload
-    def load_many(
-        self,
-        oids: Iterable[bytes],
-        *,
-        batch: int = ...,
-        before: bytes | None = ...,
-        skip_missing: bool = ...,
-        buffers: bool,
-    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]: ...
-
     @guarded
     def load_many(
         self,
@@ -229,15 +198,26 @@ class Store:
         batch: int = 8,
         before: bytes | None = None,
         skip_missing: bool = False,
-        buffers: bool = False,
-    ) -> Iterator[tuple[bytes | memoryview | None, bytes | None]]:
+    ) -> Iterator[tuple[bytes | None, bytes | None]]:
         """``(value, serial)`` of the latest revision (before ``before``) of each oid, in order.
 
         An oid with no value raises POSKeyError, or gives ``(None, None)``
-        with ``skip_missing``. ``buffers=True`` lets values from the blob tier
-        come as read-only memoryviews, uncopied. See :meth:`ValueReader.load_many`.
+        with ``skip_missing``. See :meth:`ValueReader.load_many`.
         """
-        yield from self.reader.load_many(oids, batch=batch, before=before, skip_missing=skip_missing, buffers=buffers)
+        yield from self.reader.load_many(oids, batch=batch, before=before, skip_missing=skip_missing)
+
+    @guarded
+    def load_each(
+        self,
+        oids: Iterable[bytes],
+        fn: Callable[[bytes, bytes | memoryview, bytes], None],
+        *,
+        before: bytes | None = None,
+        skip_missing: bool = False,
+    ) -> None:
+        """Call ``fn(oid, value, serial)`` for the latest revision (before ``before``) of each oid, in no order,
+        in the threads that fetch the values: :meth:`ValueReader.load_each`."""
+        self.reader.load_each(oids, fn, before=before, skip_missing=skip_missing)
 
     @guarded
     def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:

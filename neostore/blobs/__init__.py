@@ -8,9 +8,14 @@ decides what goes there and moves it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .base import BlobStore, ListedBlob
 from .location import BlobLocation, blob_key, parse_key, parse_location
 from .tier import GRACE_SECONDS, TIERED, BlobTier
+
+if TYPE_CHECKING:
+    from ..url import StoreURL
 
 __all__ = [
     "GRACE_SECONDS",
@@ -26,13 +31,15 @@ __all__ = [
 ]
 
 
-def open_tier(
-    blobs: str, endpoint: str | None, threshold: int, *, retry: float | None = None, **options: object
-) -> BlobTier:
-    """The tier of a store URL's ``blobs``, ``endpoint`` and ``blob_threshold`` options.
+def open_tier(url: StoreURL, *, grace: float, retry: float | None = None) -> BlobTier | None:
+    """The tier of a store URL's ``blobs``, ``endpoint`` and ``blob_threshold`` options; None without ``blobs``.
 
-    ``retry``: seconds a failing request is retried (None: the two minutes of ``s3.RETRIES``).
+    ``grace``: the sweep's grace period (seconds); ``retry``: seconds a failing
+    request is retried (None: the two minutes of ``s3.RETRIES``).
     """
+    blobs = url.blobs
+    if blobs is None:
+        return None
     try:
         from .s3 import S3BlobStore  # the client loads only for stores that have a tier
     except ImportError as exc:
@@ -44,5 +51,5 @@ def open_tier(
 
     from .s3 import retries_within
 
-    store = S3BlobStore(parse_location(blobs), endpoint, retries=None if retry is None else retries_within(retry))
-    return BlobTier(store, threshold, **options)  # type: ignore[arg-type]
+    retries = None if retry is None else retries_within(retry)
+    return BlobTier(S3BlobStore(parse_location(blobs), url.endpoint, retries=retries), url.blob_threshold, grace=grace)
