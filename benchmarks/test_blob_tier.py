@@ -36,7 +36,6 @@ the pairs alternating order each round::
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -49,7 +48,7 @@ import pytest
 from obstore.store import S3Store
 from s3_bench import CONCURRENCY, ROUNDS, alternate, mbps, per_round, random_values, run_all, s3_server, total_of
 from sensor_data import TOTAL_BYTES, VALUE_BYTES
-from test_log_parsing import write_results
+from test_log_parsing import publish
 
 from windvane import arrays, neostore
 from windvane.arrays.keys import encode_key
@@ -265,8 +264,4 @@ def test_blob_tier_against_raw_obstore(benchmark, bench_results):
         "dedup": dedup_info,
         "goal": "commit and read >= 0.8 of raw obstore; re-commit: 0 PUTs",
     }
-    benchmark.extra_info.update(info)
-    bench_results["blob_tier"] = info
-    print(json.dumps(info, indent=1))
-    if not benchmark.disabled:
-        write_results(info, "blob_tier")
+    publish(benchmark, bench_results, "blob_tier", info)

@@ -28,7 +28,6 @@ results file::
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -42,7 +41,7 @@ import pytest
 from nginx_log import access_log
 from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION
-from test_log_parsing import TIME_FORMAT, alternate, per_round, run_fluentd, write_results
+from test_log_parsing import TIME_FORMAT, alternate, per_round, publish, run_fluentd
 
 from tests.fluent_programs import fluentd_dir
 from windvane import arrays
@@ -99,8 +98,4 @@ def test_log_import_against_fluentd(benchmark, bench_results):
         **{f"per_round_{name}_over_fluentd": per_round(rates, name, FLUENTD) for name in IMPORTS},
         "goal": "windvane import --format nginx >= 5x fluentd in_tail -> out_file",
     }
-    benchmark.extra_info.update(info)
-    bench_results["log_import"] = info
-    print(json.dumps(info, indent=1))
-    if not benchmark.disabled:
-        write_results(info, "log_import")
+    publish(benchmark, bench_results, "log_import", info)

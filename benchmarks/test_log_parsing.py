@@ -248,16 +248,22 @@ def test_log_parsing_against_fluentd_and_pyarrow(benchmark, bench_results):
         ),
         "goal": "windvane >= 5x fluentd and >= 0.5x pyarrow read_csv",
     }
-    benchmark.extra_info.update(info)
-    bench_results["log_parsing"] = info
-    print(json.dumps(info, indent=1))
-    if not benchmark.disabled:
-        write_results(info)
+    publish(benchmark, bench_results, "log_parsing", info)
 
 
 def per_round(rates: dict[str, list[float]], name: str, baseline: str) -> list[float]:
     """``name``'s rate over ``baseline``'s, round by round (both ran minutes apart at most)."""
     return [a / b for a, b in zip(rates[name], rates[baseline], strict=True)]
+
+
+def publish(benchmark, bench_results: dict, name: str, info: dict) -> None:
+    """Report ``info``: in the benchmark's JSON, the session's results, on stdout, and (timed runs only) in
+    ``results-<name>-<date>.json``."""
+    benchmark.extra_info.update(info)
+    bench_results[name] = info
+    print(json.dumps(info, indent=1))
+    if not benchmark.disabled:
+        write_results(info, name)
 
 
 def write_results(info: dict, name: str = "log_parsing") -> None:

@@ -12,7 +12,6 @@ fresh prefix each round and read back whole. MB/s, median of
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 
@@ -21,7 +20,7 @@ import obstore
 import pytest
 from obstore.store import S3Store
 from s3_bench import CONCURRENCY, ROUNDS, mbps, per_round, random_values, run_all, s3_server, total_of
-from test_log_parsing import write_results
+from test_log_parsing import publish
 
 boto3 = pytest.importorskip("boto3", reason="boto3 is in the bench extra")
 from botocore.config import Config  # noqa: E402
@@ -100,8 +99,4 @@ def test_s3_client_obstore_vs_boto3(benchmark, bench_results):
         "per_round_put_obstore_over_boto3": per_round(rates, "put_obstore", "put_boto3"),
         "per_round_get_obstore_over_boto3": per_round(rates, "get_obstore", "get_boto3"),
     }
-    benchmark.extra_info.update(info)
-    bench_results["s3_client"] = info
-    print(json.dumps(info, indent=1))
-    if not benchmark.disabled:
-        write_results(info, "s3_client")
+    publish(benchmark, bench_results, "s3_client", info)

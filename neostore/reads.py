@@ -15,6 +15,9 @@ from .sql import Query, Row
 from .tids import p64, u64
 from .values import RAW, ValueCodec, value_hash
 
+#: ``fn(oid, value, serial)``: what :meth:`ValueReader.load_each` calls with each value.
+ValueSink = Callable[[bytes, bytes | memoryview, bytes], None]
+
 # What a damaged or missing object of the blob tier points at.
 _OBJECT_CAUSE = "the object was altered or deleted outside neostore, or the object store lost it"
 
@@ -95,7 +98,7 @@ class ValueReader:
     def load_each(
         self,
         oids: Iterable[bytes],
-        fn: Callable[[bytes, bytes | memoryview, bytes], None],
+        fn: ValueSink,
         *,
         before: bytes | None = None,
         skip_missing: bool = False,

@@ -38,7 +38,7 @@ from .indoubt import transaction_committed
 from .names import NamedRevision, NameIndex
 from .oids import OidAllocator
 from .pool import ConnectionPool
-from .reads import ValueReader
+from .reads import ValueReader, ValueSink
 from .records import Record, Revision, TransactionInfo, ValueUsage
 from .sql import Row
 from .tids import p64
@@ -207,17 +207,10 @@ class Store:
         yield from self.reader.load_many(oids, batch=batch, before=before, skip_missing=skip_missing)
 
     @guarded
-    def load_each(
-        self,
-        oids: Iterable[bytes],
-        fn: Callable[[bytes, bytes | memoryview, bytes], None],
-        *,
-        before: bytes | None = None,
-        skip_missing: bool = False,
-    ) -> None:
-        """Call ``fn(oid, value, serial)`` for the latest revision (before ``before``) of each oid, in no order,
-        in the threads that fetch the values: :meth:`ValueReader.load_each`."""
-        self.reader.load_each(oids, fn, before=before, skip_missing=skip_missing)
+    def load_each(self, oids: Iterable[bytes], fn: ValueSink, **bounds: Any) -> None:
+        """Call ``fn(oid, value, serial)`` for the latest revision of each oid, in no order, in the threads that
+        fetch the values; ``bounds``: ``before``, ``skip_missing``. See :meth:`ValueReader.load_each`."""
+        self.reader.load_each(oids, fn, **bounds)
 
     @guarded
     def load_range(self, oid: bytes, start: int, stop: int | None = None, *, before: bytes | None = None) -> bytes:

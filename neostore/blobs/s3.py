@@ -2,7 +2,7 @@
 
 obstore (Rust's ``object_store``) was chosen by measurement against boto3 on
 the same server and concurrency: ranged and whole GETs of 2 MiB objects ran
-3.7 times as fast, PUTs at the same speed (see ``benchmarks/README.md``). Its
+2.7 times as fast, PUTs a little faster (see ``benchmarks/README.md``). Its
 calls release the GIL, so a thread pool drives many requests at once. It
 retries timeouts, dropped connections and 5xx answers (``503 SlowDown``
 included) with exponential backoff and jitter, as configured here.

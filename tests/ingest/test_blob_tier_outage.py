@@ -16,42 +16,21 @@ import socket
 import threading
 import time
 
-import numpy as np
-
 from tests.conftest import with_blobs
-from tests.forward_sender import ResendingSender, chunk_id, packed_forward
+from tests.forward_sender import ResendingSender
 from tests.ingest.test_health import health
-from tests.ingest.test_ingest_durability import T0, schemas, wait_until  # noqa: F401 - schemas is a fixture
+from tests.ingest.test_ingest_durability import (  # noqa: F401 - schemas is a fixture
+    all_acknowledged_then_stop,
+    check_stream,
+    make_chunks,
+    schemas,
+    wait_until,
+)
 from tests.serve_process import Serve, free_port
-from windvane import arrays
 
 EVENTS = 50_000
 PER_CHUNK = 500
 OUTAGE = 10.0
-
-
-def make_chunks() -> tuple[list[tuple[bytes, bytes]], dict[bytes, range]]:
-    chunks, seqs = [], {}
-    for start in range(0, EVENTS, PER_CHUNK):
-        cid = chunk_id()
-        events = [
-            (T0 + i * 1000, {"seq": i, "msg": f"event number {i} " + "x" * 40}) for i in range(start, start + PER_CHUNK)
-        ]
-        chunks.append((cid, packed_forward("durable.run", events, cid)))
-        seqs[cid] = range(start, start + PER_CHUNK)
-    return chunks, seqs
-
-
-def check_stream(url: str, acked_before: set[bytes], seqs: dict[bytes, range]) -> None:
-    with arrays.open_stream(url, "durable.run") as stream:
-        seq = stream["seq"][:]
-        msg = stream["msg"][-3:]
-    counts = np.bincount(seq, minlength=EVENTS)
-    assert counts.max() == 1, f"{int((counts > 1).sum())} events stored more than once"
-    lost = [s for cid in acked_before for s in seqs[cid] if counts[s] == 0]
-    assert not lost, f"{len(lost)} events acknowledged before the outage are missing"
-    assert len(seq) == EVENTS, "the client resent until everything was acknowledged"
-    assert all(m.startswith("event number ") for m in msg)
 
 
 def test_s3_stopped_mid_run(store_url, s3_env, schemas, tmp_path):
@@ -61,7 +40,7 @@ def test_s3_stopped_mid_run(store_url, s3_env, schemas, tmp_path):
     # higher threshold, a commit of rows that fill no chunk goes to the database alone, and is
     # rightly acknowledged during the outage.)
     url = with_blobs(store_url, f"blobs=s3://{bucket}/store&endpoint={s3_env.endpoint}&blob_threshold=1")
-    chunks, seqs = make_chunks()
+    chunks, seqs = make_chunks(EVENTS, PER_CHUNK, " " + "x" * 40)
     port = free_port()
     server = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
     sender = ResendingSender("127.0.0.1", port, chunks, ack_timeout=3, hold_after=30)
@@ -81,11 +60,9 @@ def test_s3_stopped_mid_run(store_url, s3_env, schemas, tmp_path):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
         finally:
             s3_env.start()
-        thread.join(300)
-        assert not thread.is_alive() and len(sender.acked) == len(chunks), (sender.errors[-5:], server.log())
-        assert server.stop() == 0, server.log()
+        all_acknowledged_then_stop(server, sender, thread, len(chunks))
     finally:
         server.__exit__(None, None, None)
         thread.join(1)
     assert len(acked_before) < len(chunks)
-    check_stream(url, acked_before, seqs)
+    check_stream(url, acked_before, seqs, EVENTS)

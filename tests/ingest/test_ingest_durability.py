@@ -48,13 +48,18 @@ def schemas(tmp_path) -> Path:
     return d
 
 
-def make_chunks() -> tuple[list[tuple[bytes, bytes]], dict[bytes, range]]:
+def make_chunks(
+    total: int = EVENTS, per_chunk: int = PER_CHUNK, padding: str = ""
+) -> tuple[list[tuple[bytes, bytes]], dict[bytes, range]]:
+    """``total`` events numbered by ``seq``, ``per_chunk`` to a PackedForward chunk; the chunks and their seqs."""
     chunks, seqs = [], {}
-    for start in range(0, EVENTS, PER_CHUNK):
+    for start in range(0, total, per_chunk):
         cid = chunk_id()
-        events = [(T0 + i * 1000, {"seq": i, "msg": f"event number {i}"}) for i in range(start, start + PER_CHUNK)]
+        events = [
+            (T0 + i * 1000, {"seq": i, "msg": f"event number {i}{padding}"}) for i in range(start, start + per_chunk)
+        ]
         chunks.append((cid, packed_forward("durable.run", events, cid)))
-        seqs[cid] = range(start, start + PER_CHUNK)
+        seqs[cid] = range(start, start + per_chunk)
     return chunks, seqs
 
 
@@ -66,18 +71,26 @@ def wait_until(condition, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-def check_stream(url: str, acked_before: set[bytes], seqs: dict[bytes, range]) -> None:
+def all_acknowledged_then_stop(server: Serve, sender: ResendingSender, thread: threading.Thread, chunks: int) -> None:
+    """Wait for ``sender`` to have all its ``chunks`` acknowledged, then stop the service, which must exit cleanly."""
+    thread.join(300)
+    assert not thread.is_alive() and len(sender.acked) == chunks, (sender.errors[-5:], server.log())
+    assert server.stop() == 0, server.log()
+
+
+def check_stream(url: str, acked_before: set[bytes], seqs: dict[bytes, range], total: int = EVENTS) -> None:
+    """Every one of ``total`` events stored once with its time, those of ``acked_before``'s chunks among them."""
     with arrays.open_stream(url, "durable.run") as stream:
         seq = stream["seq"][:]
         time_ns = stream["time"][:]
         msg = stream["msg"][-3:]
-    counts = np.bincount(seq, minlength=EVENTS)
+    counts = np.bincount(seq, minlength=total)
     assert counts.max() == 1, f"{int((counts > 1).sum())} events stored more than once"
     lost = [s for cid in acked_before for s in seqs[cid] if counts[s] == 0]
     assert not lost, f"{len(lost)} acknowledged events are missing"
-    assert len(seq) == EVENTS, "the client resent until everything was acknowledged"
+    assert len(seq) == total, "the client resent until everything was acknowledged"
     order = np.argsort(seq)
-    assert (time_ns[order] == T0 + np.arange(EVENTS) * 1000).all()
+    assert (time_ns[order] == T0 + np.arange(total) * 1000).all()
     assert all(m.startswith("event number ") for m in msg)
 
 
@@ -123,9 +136,7 @@ def test_kill_9_of_mariadbd_mid_run(private_server, schemas, tmp_path):
         sender.resume.set()
         time.sleep(1)  # commits fail meanwhile: nothing is acknowledged
         private_server.start(timeout=120)  # InnoDB crash recovery
-        thread.join(300)
-        assert not thread.is_alive() and len(sender.acked) == len(chunks), (sender.errors[-5:], server.log())
-        assert server.stop() == 0, server.log()
+        all_acknowledged_then_stop(server, sender, thread, len(chunks))
     finally:
         server.__exit__(None, None, None)
         thread.join(1)
