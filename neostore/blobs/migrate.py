@@ -75,10 +75,10 @@ def move_out(store: Store, *, batch_bytes: int | None = None, progress: Progress
         raise BlobStoreError(f"{store.url.display_name} was opened without ?blobs=: say where the values go")
     stats = MoveStats()
     for batch in _batches(store, True, batch_bytes or BATCH_BYTES):
-        values = [
-            EncodedValue(bytes(h), size, compression, _stored(store, i, chunks, value))
-            for i, h, compression, size, chunks, value in batch
-        ]
+        # A row packed away or moved since the batch was listed has no bytes here: left out.
+        found = [(row, _stored(store, row[0], row[4])) for row in batch]
+        batch = [row for row, stored in found if stored is not None]
+        values = [EncodedValue(bytes(row[1]), row[3], row[2], stored) for row, stored in found if stored is not None]
         tier.upload(values)
         with _locked(store) as cur:
             tier.settle(values)
@@ -131,12 +131,13 @@ def move_in(store: Store, *, batch_bytes: int | None = None, progress: Progress 
 
 
 def _batches(store: Store, out: bool, batch_bytes: int) -> Any:
-    """Rows ``(id, hash, compression, size, chunks, value)`` to move, in batches of about ``batch_bytes``."""
+    """Rows ``(id, hash, compression, size, chunks, None)`` to move, in batches of about ``batch_bytes``."""
     where, params = _where(store, out)
     position = 0
     while True:
         rows = store.pool.query(
-            f"SELECT id, hash, compression, size, chunks, value FROM data WHERE id > ? AND {where} "
+            # Without the values: a batch's are read one by one as it goes (bounded by the batch, not by _ROWS).
+            f"SELECT id, hash, compression, size, chunks, NULL FROM data WHERE id > ? AND {where} "
             f"ORDER BY id LIMIT {_ROWS}",
             (position, *params),
         )
@@ -153,11 +154,14 @@ def _batches(store: Store, out: bool, batch_bytes: int) -> Any:
         yield batch
 
 
-def _stored(store: Store, data_id: int, chunks: int, value: Any) -> bytes:
+def _stored(store: Store, data_id: int, chunks: int) -> bytes | None:
+    """The stored bytes of a database-held value (None if the row is gone or no longer holds them)."""
     if not chunks:
-        return bytes(value)
+        rows = store.pool.query("SELECT value FROM data WHERE id = ?", (data_id,))
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
     rows = store.pool.query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
-    return b"".join(bytes(row[0]) for row in rows)
+    # Never upload part of a value under its hash: a value packed away meanwhile has fewer pieces, or none.
+    return b"".join(bytes(row[0]) for row in rows) if len(rows) == chunks else None
 
 
 def _checked(store: Store, row: Any) -> bytes:

@@ -120,3 +120,19 @@ def test_readers_run_the_whole_time_a_move_runs(store_url, tiered_url, s3_env):
             for thread in threads:
                 thread.join(60)
     assert seen and all(outcome is True for outcome in seen), [o for o in seen if o is not True][:3]
+
+
+def test_a_value_losing_pieces_while_it_moves_is_not_uploaded_in_part(store_url, tiered_url, s3_env):
+    # A split value whose pieces are not all there when its batch is read (pack removing it meanwhile): nothing
+    # may reach the object store under its hash, where a later writer of the same value would trust it.
+    value = os.urandom(20 << 20)
+    with neostore.open(store_url) as store:
+        commit_new(store, [value])
+        (data_id, chunks) = store._query("SELECT id, chunks FROM data WHERE size = ?", (len(value),))[0]
+        assert chunks == 3
+        with store.pool.writer() as conn:
+            conn.cursor().execute("DELETE FROM bigdata WHERE data_id = ? AND seq = 2", (data_id,))
+    with neostore.open(tiered_url) as store:
+        assert move_out(store).values == 0
+        assert store._query("SELECT chunks FROM data WHERE id = ?", (data_id,)) == [(3,)]
+    assert s3_env.objects(bucket_of(tiered_url)) == []
