@@ -129,9 +129,3 @@ def check_blob_location(store: Store, conn: Any) -> None:
         f"?blobs={recorded} (and its endpoint), "
         + ("not without it" if wanted is None else f"not {wanted}; windvane store tier moves them")
     )
-
-
-def forget_blob_location(store: Store) -> None:
-    """Drop the store's recorded blob location (once no value is kept there any more)."""
-    with store.pool.writer() as conn:
-        conn.cursor().execute("DELETE FROM config WHERE name = 'blobs'")

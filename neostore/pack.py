@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ReadOnlyError
-from .pool import rollback_quietly, write_transaction
+from .pool import locked_transaction, rollback_quietly
 from .sql import delete_unreferenced_data
 from .store import Store
 from .tids import p64, u64
@@ -142,13 +142,8 @@ class _Pack:
     @contextmanager
     def batch(self) -> Iterator[Any]:
         """One locked, committed batch."""
-        backend, conn = self.backend, self.conn
-        backend.acquire_commit_lock(conn, self.store.commit_lock_timeout)
-        try:
-            with write_transaction(backend, conn):
-                yield conn.cursor()
-        finally:
-            backend.release_commit_lock(conn)
+        with locked_transaction(self.backend, self.conn, self.store.commit_lock_timeout) as cur:
+            yield cur
         self.stats.batches += 1
 
     def drop_old_revisions(self) -> None:

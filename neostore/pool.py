@@ -37,6 +37,22 @@ def write_transaction(backend: Backend, conn: Any) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def locked_transaction(backend: Backend, conn: Any, timeout: float) -> Iterator[Any]:
+    """A write transaction on ``conn`` under the commit lock (taken within ``timeout`` seconds): its cursor.
+
+    The lock is let go once the transaction has committed or rolled back:
+    what a batch of pack, the blob sweep or a migration does under it is
+    never seen half done.
+    """
+    backend.acquire_commit_lock(conn, timeout)
+    try:
+        with write_transaction(backend, conn):
+            yield conn.cursor()
+    finally:
+        backend.release_commit_lock(conn)
+
+
 class ConnectionPool:
     """The DB-API connections of one Store. Thread-safe.
 

@@ -117,11 +117,11 @@ def send_to_tier(
         return {}
     if not ahead:
         tier.wait_ahead(big)
-    backend = store.backend
+    backend, known = store.backend, set[bytes]()
     for batch in chunked(big, backend.max_params):
         query = f"SELECT hash FROM data WHERE hash IN {backend.in_list(len(batch))}"
-        known = {bytes(row[0]) for row in store._read(query, batch)}
-        big = [h for h in big if h not in known]
+        known.update(bytes(row[0]) for row in store._read(query, batch))
+    big = [h for h in big if h not in known]
     codec = store.codec
 
     def encode(h: bytes) -> EncodedValue:
@@ -145,10 +145,7 @@ def insert_tiered(txn: Transaction, cur: Any, values: list[EncodedValue]) -> Non
     tier.settle(values)
     rows = [(v.hash, v.compression, v.size) for v in values]
     cur.executemany(f"INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, {TIERED}, NULL)", rows)
-    backend = txn.store_.backend
-    for hashes in chunked([row[0] for row in rows], backend.max_params):
-        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(hashes))}", hashes)
-        _took(txn, cur.fetchall())
+    _took_ids(txn, cur, [row[0] for row in rows])
 
 
 def insert_values(txn: Transaction, cur: Any, values: Iterable[EncodedValue]) -> None:
@@ -191,9 +188,15 @@ def _insert_small(txn: Transaction, cur: Any, rows: list[Row]) -> None:
         _took(txn, cur.fetchall())
     elif small:
         cur.executemany(insert + row_values, small)
-        for hashes in chunked([row[0] for row in small], backend.max_params):
-            cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(hashes))}", hashes)
-            _took(txn, cur.fetchall())
+        _took_ids(txn, cur, [row[0] for row in small])
+
+
+def _took_ids(txn: Transaction, cur: Any, hashes: list[bytes]) -> None:
+    """Look up and remember the data ids of rows this transaction just inserted in bulk, by their hashes."""
+    backend = txn.store_.backend
+    for part in chunked(hashes, backend.max_params):
+        cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(part))}", part)
+        _took(txn, cur.fetchall())
 
 
 def _took(txn: Transaction, inserted: Iterable[tuple[bytes, int]]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BlobStoreError
-from ..pool import write_transaction
+from ..pool import locked_transaction
 from ..tids import p64
 from ..values import EncodedValue
 from .tier import TIERED
@@ -180,9 +180,5 @@ def _checked(store: Store, row: Any) -> bytes:
 def _locked(store: Store) -> Iterator[Any]:
     """A short write transaction under the commit lock, on a pooled writer: its cursor."""
     with store.pool.writer(transaction=False) as conn:
-        store.backend.acquire_commit_lock(conn, store.commit_lock_timeout)
-        try:
-            with write_transaction(store.backend, conn):
-                yield conn.cursor()
-        finally:
-            store.backend.release_commit_lock(conn)
+        with locked_transaction(store.backend, conn, store.commit_lock_timeout) as cur:
+            yield cur

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..pool import write_transaction
+from ..pool import locked_transaction
+from ..sql import chunked
 from .base import ListedBlob
 from .location import parse_key
 from .tier import TIERED
@@ -91,24 +92,17 @@ def _sweep_batch(store: Store, conn: Any, batch: list[tuple[ListedBlob, tuple[by
     backend, tier = store.backend, store.tier
     assert tier is not None
     hashes = sorted({digest for _, (digest, _) in batch})
-    backend.acquire_commit_lock(conn, store.commit_lock_timeout)
-    try:
-        referenced: set[tuple[bytes, int]] = set()
-        with write_transaction(backend, conn):
-            cur = conn.cursor()
-            for start in range(0, len(hashes), backend.max_params):
-                part = hashes[start : start + backend.max_params]
-                cur.execute(
-                    f"SELECT hash, compression FROM data WHERE chunks = {TIERED} "
-                    f"AND hash IN {backend.in_list(len(part))}",
-                    part,
-                )
-                referenced.update((bytes(digest), compression) for digest, compression in cur.fetchall())
+    referenced: set[tuple[bytes, int]] = set()
+    with locked_transaction(backend, conn, store.commit_lock_timeout) as cur:
+        for part in chunked(hashes, backend.max_params):
+            cur.execute(
+                f"SELECT hash, compression FROM data WHERE chunks = {TIERED} AND hash IN {backend.in_list(len(part))}",
+                part,
+            )
+            referenced.update((bytes(digest), compression) for digest, compression in cur.fetchall())
         dead = [blob for blob, parsed in batch if parsed not in referenced]
         # Deleted before the lock is let go: a writer settling meanwhile would see them still there.
         tier.blobs.delete(blob.key for blob in dead)
-    finally:
-        backend.release_commit_lock(conn)
     stats.batches += 1
     stats.referenced += len(batch) - len(dead)
     stats.deleted += len(dead)

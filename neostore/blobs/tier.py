@@ -139,12 +139,6 @@ class BlobTier:
             return None
         return found[0]
 
-    def known(self, digest: bytes) -> int | None:
-        """The compression flag of an object this process sent or found for ``digest``, however long ago."""
-        with self._counting:
-            found = self._recent.get(digest)
-        return None if found is None else found[0]
-
     def _put(self, value: EncodedValue) -> bool:
         self._count("PUT")
         return self.blobs.put_new(blob_key(value.hash, value.compression), value.stored)
