@@ -107,17 +107,6 @@ def _before_bound(at: At | None) -> bytes | None:
     return None if at is None else parse_at(at)
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for repr and messages."""
-    try:
-        parsed = neostore.parse_url(url)
-    except neostore.InvalidURLError:
-        return url
-    if parsed.password is None:
-        return url
-    return url.replace(f":{parsed.password}@", ":***@", 1)
-
-
 def _codec_compressed(value: memoryview) -> bool:
     """Whether ``value`` is a blosc frame, which neostore's zstd would not shrink.
 
@@ -269,7 +258,7 @@ class ZarrStore(Store):
         return hash((self.url, self.read_only, self._before, id(self._tx)))
 
     def __repr__(self) -> str:
-        url = repr(_redacted(self.url))
+        url = repr(neostore.redacted(self.url))
         flag = ", read_only=True" if self.read_only and self._before is None else ""
         if self._tx is not None:
             return f"ZarrStore.for_transaction(<{self._tx.state} transaction on {url}>{flag})"

@@ -42,7 +42,7 @@ from .errors import (
 from .names import NamedRevision
 from .store import Record, Revision, Store, Transaction, TransactionInfo
 from .tids import ZERO, p64, tid_at, u64
-from .url import StoreURL, parse_url
+from .url import StoreURL, parse_url, redacted
 from .values import value_hash
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ __all__ = [
     "ZERO",
     "ZODBStorage",
     "open",
+    "redacted",
     "p64",
     "parse_url",
     "tid_at",

@@ -165,9 +165,14 @@ def _secret_like(name: str) -> bool:
     return any(word in name.lower() for word in ("key", "secret", "token", "password", "credential"))
 
 
+def redacted(url: str) -> str:
+    """``url`` with its password (if it has one) written ``***``, for reprs and messages."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url
+    return url if password is None else url.replace(f":{password}@", ":***@", 1)
+
+
 def _safe(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return repr(url)
-    return repr(url.replace(f":{parts.password}@", ":***@", 1))
+    return repr(redacted(url))
