@@ -82,3 +82,12 @@ def test_a_good_url_parses_with_its_options():
     )
     assert (url.blobs, url.endpoint, url.blob_threshold) == ("s3://b/some/prefix", "http://h:9000", 4096)
     assert neostore.parse_url("sqlite:///x.db?blobs=s3://b").blob_threshold == 256 * 1024
+
+
+def test_redacted_hides_only_the_password():
+    assert (
+        neostore.redacted("mariadb://app:s3cret@db:3306/w?blobs=s3://b/p")
+        == "mariadb://app:***@db:3306/w?blobs=s3://b/p"
+    )
+    assert neostore.redacted("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    assert neostore.redacted("mariadb://app@/w?unix_socket=/s") == "mariadb://app@/w?unix_socket=/s"
