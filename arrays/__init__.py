@@ -31,6 +31,7 @@ from .errors import (
 )
 from .history import Commit, history
 from .keys import Entry, Snapshot
+from .metadata import dtype_name
 from .stream import Stream
 from .stream_registry import create_stream, create_streams, list_streams, open_stream, stream_keys
 from .stream_schema import Column, column_key, stream_path
@@ -69,6 +70,7 @@ __all__ = [
     "create",
     "create_stream",
     "create_streams",
+    "dtype_name",
     "stream_keys",
     "history",
     "list_streams",

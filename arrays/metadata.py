@@ -100,6 +100,16 @@ def storage_dtype(dtype: Any) -> np.dtype:
     return little
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """The name a schema gives ``dtype``, and every listing shows: ``str``, ``bytes``, or numpy's name."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "T":
+        return "str"
+    if dtype.kind == "O":
+        return "bytes"  # BigArray's only object arrays hold variable-length bytes (storage_dtype)
+    return str(dtype)
+
+
 def item_bytes(dtype: np.dtype) -> int:
     """The bytes one item is taken to weigh: its itemsize, or :data:`VLEN_ITEM_BYTES` for variable length."""
     return VLEN_ITEM_BYTES if is_vlen(dtype) else np.dtype(dtype).itemsize

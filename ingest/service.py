@@ -237,7 +237,10 @@ class Service:
                             "path": stream.path,
                             "rows": len(stream),
                             "columns": {
-                                name: {"dtype": str(stream[name].dtype), "shape": list(stream[name].shape)}
+                                name: {
+                                    "dtype": arrays.dtype_name(stream[name].dtype),
+                                    "shape": list(stream[name].shape),
+                                }
                                 for name in ["time", *stream.columns]
                             },
                             "schema": stream.attrs.get("schema"),

@@ -246,6 +246,8 @@ def test_health_metrics_and_streams(serve, store_url):
     assert status == 200
     mine = next(x for x in streams if x["tag"] == "app.m" and not x["quarantine"])
     assert mine["rows"] == 1 and "seq" in mine["columns"]
+    # dtypes named as schemas and `windvane info` name them
+    assert mine["columns"]["message"]["dtype"] == "str" and mine["columns"]["seq"]["dtype"] == "int64"
 
 
 def test_unrouted_tags_are_kept_in_quarantine(serve, store_url):

@@ -12,10 +12,13 @@ Every command exits with one of these codes, and only this module says which err
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 if TYPE_CHECKING:
     from windvane import neostore
@@ -115,16 +118,84 @@ def open_store(url: str, **options) -> neostore.Store:
         raise click.ClickException(str(exc)) from exc
 
 
-STORE_URL = click.argument("url", metavar="URL")
-#: The --store option of the commands that work on one store (WINDVANE_STORE when not given).
-STORE_OPTION = click.option(
+STORE_ENV = "WINDVANE_STORE"
+_STORE_META = "windvane.store"  # a group's --store (``streams --store URL ls``), for its commands
+
+
+def is_store_url(text: str) -> bool:
+    """Whether a positional word is a store URL (``scheme://...``) rather than a name: names never hold ``://``."""
+    return "://" in text
+
+
+def store_option(*, alias: bool = False, required: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The --store option (WINDVANE_STORE when not given), passed to the command as ``store_url``.
+
+    With ``alias``, the command also takes the URL as its first positional
+    argument, as it always did (``windvane store info URL``); a first word that
+    is not a store URL is the command's next argument (``arrays ls PREFIX``).
+    The positional URL overrides WINDVANE_STORE; given with a --store that
+    says otherwise, it is a usage error (exit 2). ``required=False`` leaves
+    ``store_url`` None when no store is given.
+    """
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            given = _shift_alias(ctx, kwargs) if alias else None
+            kwargs["store_url"] = _resolve_store(ctx, kwargs.get("store_url"), given, required)
+            ctx.meta[_STORE_META] = kwargs["store_url"]
+            return command(*args, **kwargs)
+
+        declared = _STORE(run)
+        return _STORE_ALIAS(declared) if alias else declared
+
+    return decorate
+
+
+_STORE = click.option(
     "--store",
     "store_url",
-    required=True,
-    envvar="WINDVANE_STORE",
+    metavar="URL",
+    envvar=STORE_ENV,
     show_envvar=True,
     help="Store URL: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
 )
+_STORE_ALIAS = click.argument("store_alias", metavar="[URL]", required=False)
+
+
+def _shift_alias(ctx: click.Context, kwargs: dict[str, Any]) -> str | None:
+    """The positional store URL, taken out of ``kwargs``; a first word that is no URL moves to the next argument."""
+    word = kwargs.pop("store_alias")
+    if word is None or is_store_url(word):
+        return word
+    following = [p for p in ctx.command.params if isinstance(p, click.Argument) and p.name != "store_alias"]
+    if not following or kwargs[following[-1].name] not in (None, following[-1].default):
+        raise click.UsageError(f"{word!r} is not a store URL: give one such as sqlite:///file.db, or --store URL")
+    # Each argument takes the word before it: the first gets the word the store's place held.
+    for param in reversed(following[1:]):
+        kwargs[param.name] = kwargs[following[following.index(param) - 1].name]
+    kwargs[following[0].name] = word
+    return None
+
+
+def _resolve_store(ctx: click.Context, option: str | None, positional: str | None, required: bool) -> str | None:
+    """The store a command works on: its positional URL or --store (which must agree), else the group's, else
+    WINDVANE_STORE."""
+    from_command_line = ctx.get_parameter_source("store_url") == ParameterSource.COMMANDLINE
+    if positional is not None:
+        if from_command_line and option != positional:
+            raise click.UsageError(f"the store is given twice and differs: {positional!r} and --store {option!r}")
+        return positional
+    if option is None or not from_command_line:
+        option = ctx.meta.get(_STORE_META) or option
+    if option is None and required:
+        raise click.UsageError(f"give the store: --store URL (or set {STORE_ENV})")
+    return option
+
+
+#: The store option of the commands that work on one store: ``@STORE_OPTION`` (see :func:`store_option`).
+STORE_OPTION = store_option()
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from windvane import ingest
-from windvane.cli.root import STORE_URL, BadInput, cli, open_store
+from windvane.cli.root import BadInput, cli, open_store, store_option
 
 if TYPE_CHECKING:
     from windvane import neostore
@@ -43,7 +43,7 @@ class Duration(click.ParamType):
 
 @cli.group()
 def store() -> None:
-    """Inspect and maintain a store.
+    """Inspect and maintain a store: the one --store names (or WINDVANE_STORE, or a URL given first).
 
     \b
     URL is one of:
@@ -54,21 +54,21 @@ def store() -> None:
 
 
 @store.command(short_help="Describe a store: engine, row counts, bytes, last commit and pack.")
-@STORE_URL
-def info(url: str) -> None:
-    """Describe the store at URL (read-only: exit code 2 if there is no store there, none is created).
+@store_option(alias=True)
+def info(store_url: str) -> None:
+    """Describe the store at --store (read-only: exit code 2 if there is no store there, none is created).
 
     `windvane info --store URL` adds what its streams hold.
     """
     from windvane.ops import info as contents
 
-    with open_store(url, read_only=True) as st:
+    with open_store(store_url, read_only=True) as st:
         for line in contents.report_lines(contents.describe(st, streams=False)):
             click.echo(line)
 
 
 @store.command(short_help="Drop old revisions and unreferenced values, and give the disk back.")
-@STORE_URL
+@store_option(alias=True)
 @click.option(
     "--keep-days",
     type=click.FloatRange(min=0),
@@ -120,7 +120,7 @@ def info(url: str) -> None:
     "Uploads of transactions not committed yet are younger: 0 is safe only while no writer runs.",
 )
 def pack(
-    url: str,
+    store_url: str,
     keep_days: float | None,
     before: str | None,
     zodb_gc: bool,
@@ -145,7 +145,7 @@ def pack(
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
     before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
-    with open_store(url, create=False, blob_grace=blob_grace) as st:
+    with open_store(store_url, create=False, blob_grace=blob_grace) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
         # --keep-days counts back from now, after the retention's trims: a pack keeping 0 days drops them too.
@@ -244,7 +244,7 @@ def _pack_before(keep_days: float | None, before: str | None) -> float | None:
 
 
 @store.command(short_help="Move big values between the database and an object store (S3).")
-@STORE_URL
+@store_option(alias=True)
 @click.option(
     "--to",
     "to",
@@ -259,7 +259,7 @@ def _pack_before(keep_days: float | None, before: str | None) -> float | None:
     metavar="BYTES",
     help="With --to s3://...: move values of at least BYTES (as the URL's &blob_threshold=; default 262144).",
 )
-def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None:
+def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -> None:
     """Move the store's values of at least --threshold bytes into the object store --to names,
     or, with --to db, every value kept there back into the database.
 
@@ -278,6 +278,7 @@ def tier(url: str, to: str, endpoint: str | None, threshold: int | None) -> None
     """
     from windvane import neostore
 
+    url = store_url
     out = to != "db"
     if out and "blobs=" in url:
         raise BadInput("--to s3://...: give the location with --to only, not also as the URL's ?blobs=")

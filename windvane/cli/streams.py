@@ -7,23 +7,17 @@ from collections.abc import Callable
 import click
 
 from windvane import ingest
-from windvane.cli.root import STORE_OPTION, BadInput, cli, open_store
+from windvane.cli.root import STORE_ENV, STORE_OPTION, BadInput, cli, open_store, store_option
 
 
 @cli.group(name="streams", invoke_without_command=True)
-@click.option(
-    "--store",
-    "store_url",
-    envvar="WINDVANE_STORE",
-    show_envvar=True,
-    help="Store URL whose streams to list: sqlite:///file.db, mariadb://user@/db?unix_socket=/path/sock, ...",
-)
+@store_option(required=False)
 @click.pass_context
 def streams_group(ctx: click.Context, store_url: str | None) -> None:
-    """List the streams of the store at --store (rows, time range, bytes stored); remove, rename or trim one.
+    """List the streams of a store (rows, time range, bytes stored); remove, rename or trim one.
 
     \b
-        windvane streams --store URL                       list them
+        windvane streams ls --store URL                    list them (also: windvane streams --store URL)
         windvane streams rm TAG --store URL                remove a stream
         windvane streams mv OLD NEW --store URL            rename it
         windvane streams trim TAG --before T --store URL   drop its rows older than T
@@ -35,13 +29,23 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
     them, mv renames them; trim leaves the quarantine as it is).
 
     Exit codes: 0 done (or nothing to trim), 2 bad input (no such stream,
-    a name taken, a TIME that is not one, no store at --store), 1 the store
-    failed.
+    a name taken, a TIME that is not one, no store at --store, a URL
+    without the store's ?blobs= or with another), 1 the store failed.
     """
-    if ctx.invoked_subcommand is not None:
-        return
-    if store_url is None:
-        raise BadInput("give the store whose streams to list: --store URL (or WINDVANE_STORE)")
+    if ctx.invoked_subcommand is None:
+        if store_url is None:
+            raise click.UsageError(f"give the store whose streams to list: --store URL (or set {STORE_ENV})")
+        _list_streams(store_url)
+
+
+@streams_group.command(name="ls", short_help="List the streams: rows, time range, bytes stored.")
+@STORE_OPTION
+def list_streams(store_url: str) -> None:
+    """List the streams of the store at --store: rows, first and last time, bytes stored."""
+    _list_streams(store_url)
+
+
+def _list_streams(store_url: str) -> None:
     from windvane.ops import info as contents
 
     with open_store(store_url, read_only=True) as st:
@@ -140,8 +144,8 @@ def quarantine_group() -> None:
         windvane quarantine replay TAG [--schema fixed.toml] --store URL
 
     Exit codes: 0 done, 2 bad input (no quarantine for TAG, no schema to
-    replay with, a schema that contradicts the stream, no store at --store),
-    1 the store failed.
+    replay with, a schema that contradicts the stream, no store at --store,
+    a URL without the store's ?blobs= or with another), 1 the store failed.
     """
 
 

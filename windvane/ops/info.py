@@ -193,7 +193,7 @@ def _column(store: neostore.Store, stream: arrays.Stream, name: str) -> ColumnIn
     kind = array.dtype.kind
     return ColumnInfo(
         name=name,
-        dtype="str" if kind == "T" else "bytes" if kind == "O" else str(array.dtype),
+        dtype=arrays.dtype_name(array.dtype),
         shape=tuple(array.shape),
         chunks=tuple(array.chunks),
         codec="+".join(c["name"] for c in array.codec[1:]) or "none",  # after the serialiser
