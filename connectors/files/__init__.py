@@ -38,6 +38,15 @@ class ReaderOptions:
     (``--rename``), applied after :func:`column_names`. ``timezone``: the IANA
     zone of times written without one (``--timezone``; None: UTC, and this
     machine's zone for RFC 3164 syslog, :class:`.logs.LogOptions`).
+
+    Table files (CSV, Parquet, Arrow): ``time_format``: the strptime layout
+    of a text time column (``--time-format``; None: the time rule's ISO 8601
+    and epoch numbers). ``time_from``: where a row's time comes from
+    (:data:`.times.TIME_FROM`: its time column; ``arrival``, the time its
+    block is read; ``row``, ``start`` plus its row number times
+    ``row_interval`` ns). ``delimiter`` (CSV): the field separator (None:
+    sniffed, :func:`.csv.sniff_delimiter`). ``na_values`` (CSV): cells that
+    are missing values besides pyarrow's null markers (``--na``).
     """
 
     time_column: str | None = None
@@ -47,6 +56,11 @@ class ReaderOptions:
     block_bytes: int = 16 << 20
     rename: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
+    time_format: str | None = None
+    time_from: str = "column"
+    row_interval: int = 1_000_000_000
+    delimiter: str | None = None
+    na_values: tuple[str, ...] = ()
 
 
 def column_names(path: str, header: Sequence[str | None], rename: Mapping[str, str]) -> tuple[list[str], list[str]]:

@@ -8,8 +8,11 @@ is read through ``pyarrow.ipc.open_stream`` from the start, skipping the
 rows already imported. Columns keep their types (the import engine checks
 them against the stream's) and their names, but for blank or repeated ones
 (:func:`connectors.files.column_names`); the time column is converted by
-:func:`connectors.files.times.time_ns`, and a row whose time is missing or
-not a time is rejected (its values as JSON) with the reason.
+:func:`connectors.files.times.time_ns` (a text column by
+``options.time_format`` if given), and a row whose time is missing or not a
+time is rejected (its values as JSON) with the reason; a file without one
+takes its times from ``options.time_from`` (the position is the row number
+``row`` counts by).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pyarrow.parquet as pq
 from windvane.ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions, column_names
-from .times import find_time_column, time_ns
+from .times import find_time_column, made_times, time_ns
 
 #: Rows per part when a row group or record batch is larger.
 BATCH_ROWS = 1 << 20
@@ -66,7 +69,7 @@ class ArrowReader:
             raise FileFormatError(f"{self.path}: not a readable {fmt} file: {exc}") from None
         self.names, self.notes = column_names(self.path, schema.names, options.rename)
         self.schema = pa.schema([f.with_name(n) for f, n in zip(schema, self.names)])
-        self.time_column = find_time_column(self.names, options.time_column, self.path)
+        self.time_column = find_time_column(self.names, options.time_column, self.path, options.time_from)
 
     def file_types(self) -> dict[str, pa.DataType]:
         """The type of each column (the file's schema says it)."""
@@ -110,8 +113,15 @@ class ArrowReader:
                 row += batch.num_rows
 
     def _part(self, table: pa.Table, end: int) -> Part:
-        times, wrong = time_ns(table.column(self.time_column), self.options.time_unit, self.options.timezone or "UTC")
-        rejected = []
+        rejected: list = []
+        if self.time_column is None:
+            times = made_times(self.options, np.arange(end - table.num_rows, end))
+            table = table.add_column(0, "time", pa.array(times, pa.int64()))
+            return Part(table, end, self._nbytes(table, rejected), rejected)
+        options = self.options
+        times, wrong = time_ns(
+            table.column(self.time_column), options.time_unit, options.timezone or "UTC", options.time_format
+        )
         if len(wrong):
             values = table.column(self.time_column)
             rejected = [
@@ -126,9 +136,11 @@ class ArrowReader:
             keep[wrong] = False
             table, times = table.filter(pa.array(keep)), times[keep]
         table = table.drop_columns([self.time_column]).add_column(0, "time", pa.array(times, pa.int64()))
-        rows = self.rows or 1
-        nbytes = self.size * (table.num_rows + len(rejected)) // rows if self.rows else table.nbytes
-        return Part(table, end, nbytes, rejected)
+        return Part(table, end, self._nbytes(table, rejected), rejected)
+
+    def _nbytes(self, table: pa.Table, rejected: list) -> int:
+        """The file's bytes a part of ``table`` and ``rejected`` rows stands for (its share of the rows)."""
+        return self.size * (table.num_rows + len(rejected)) // self.rows if self.rows else table.nbytes
 
 
 def parquet_reader(path: str | Path, options: ReaderOptions) -> ArrowReader:

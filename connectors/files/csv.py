@@ -17,6 +17,14 @@ the same types. The time column (:mod:`.times`) is read as text and
 converted by :func:`connectors.files.times.time_ns`. Column names are the
 header's, as :func:`connectors.files.column_names` makes them.
 
+The delimiter is ``options.delimiter``, else sniffed from the first rows
+(:func:`sniff_delimiter`: ``,``, ``;``, tab or ``|``). ``options.na_values``
+are missing values in every column, besides pyarrow's null markers
+(``ConvertOptions.null_values``), before the types are inferred. A file
+without a time column takes its times from ``options.time_from``
+(:func:`connectors.files.times.made_times`; ``row`` numbers the rows from
+the start of the file, so a resumed import counts the rows before it).
+
 Bad rows never fail the file: a row with the wrong number of fields, or
 whose time is not a time, is rejected verbatim (its bytes, without the line
 ending) with the reason. A block with a value pyarrow cannot convert to its
@@ -38,7 +46,7 @@ from windvane.ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions, column_names
 from .compression import open_data
-from .times import find_time_column, time_ns
+from .times import find_time_column, made_times, time_ns
 
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
 #: The largest share of a column's values that may be words (not numbers) in a column of numbers: more,
@@ -46,6 +54,10 @@ _NEWLINE, _QUOTE, _CR = 10, 34, 13
 STRAY_SHARE = 0.01
 _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _NUMBER = r"^\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$|^\s*[+-]?(?i:nan|inf|infinity)\s*$"
+#: The delimiters :func:`sniff_delimiter` chooses among, the first winning ties.
+DELIMITERS = (",", ";", "\t", "|")
+#: How many rows after the header :func:`sniff_delimiter` looks at.
+SNIFF_ROWS = 20
 
 
 class _Tally:
@@ -98,6 +110,36 @@ def record_ends(block: bytes | memoryview) -> np.ndarray:
     return newlines[np.searchsorted(quotes, newlines) % 2 == 0]
 
 
+def sniff_delimiter(head: bytes) -> str:
+    """The delimiter of the CSV text ``head`` (its header row, then rows): of :data:`DELIMITERS`, the one that
+    splits the header into the most fields, the first :data:`SNIFF_ROWS` rows having as many; ``,`` if none
+    splits it."""
+    ends = record_ends(head)
+    sample = head[: int(ends[min(SNIFF_ROWS, len(ends) - 1)]) + 1] if len(ends) else head
+    best, most = ",", 1
+    for delimiter in DELIMITERS:
+        uneven: list[int] = []
+
+        def invalid(row: pacsv.InvalidRow, uneven: list[int] = uneven) -> str:
+            uneven.append(row.number)
+            return "skip"
+
+        try:
+            table = pacsv.read_csv(
+                pa.py_buffer(sample),
+                read_options=pacsv.ReadOptions(autogenerate_column_names=True, use_threads=False),
+                parse_options=pacsv.ParseOptions(
+                    delimiter=delimiter, newlines_in_values=True, invalid_row_handler=invalid
+                ),
+                convert_options=pacsv.ConvertOptions(column_types={}, strings_can_be_null=False),
+            )
+        except pa.ArrowInvalid:
+            continue
+        if table.num_columns > most and not uneven:
+            best, most = delimiter, table.num_columns
+    return best
+
+
 class _Rows:
     """The bytes of the non-empty rows of a block, as pyarrow numbers them (1-based, empty lines skipped)."""
 
@@ -125,22 +167,24 @@ class _Rows:
 class CsvReader:
     """``reader(start)`` yields :class:`Part` objects of a CSV file from byte offset ``start``."""
 
-    def __init__(self, path: str | Path, options: ReaderOptions | None = None, *, delimiter: str = ","):
+    def __init__(self, path: str | Path, options: ReaderOptions | None = None):
         self.path = str(path)
-        self.options = options if options is not None else ReaderOptions()
+        self.options = options = options if options is not None else ReaderOptions()
         self.block_bytes = options.block_bytes
-        self.delimiter = delimiter
-        header, self.header_end = self._header()
-        self.names, self.notes = column_names(self.path, header, options.rename)
-        self.time_column = find_time_column(self.names, options.time_column, self.path)
-        self.types: dict[str, pa.DataType] = {n: t for n, t in options.column_types.items() if n in self.names}
-        self.types[self.time_column] = pa.string()
-        self._inferred = bool(options.column_types)
-        self._unit = options.time_unit
-
-    def _header(self) -> tuple[list[str | None], int]:
         with open_data(self.path) as f:
             head = f.read(1 << 20)
+        self.delimiter = options.delimiter or sniff_delimiter(head.removeprefix(b"\xef\xbb\xbf"))
+        header, self.header_end = self._header(head)
+        self.names, self.notes = column_names(self.path, header, options.rename)
+        self.time_column = find_time_column(self.names, options.time_column, self.path, options.time_from)
+        self.types: dict[str, pa.DataType] = {n: t for n, t in options.column_types.items() if n in self.names}
+        if self.time_column is not None:
+            self.types[self.time_column] = pa.string()
+        self._inferred = bool(options.column_types)
+        self._unit = options.time_unit
+        self._null_values = [*pacsv.ConvertOptions().null_values, *options.na_values]
+
+    def _header(self, head: bytes) -> tuple[list[str | None], int]:
         ends = record_ends(head)
         if not len(ends) and len(head) == 1 << 20:
             raise FileFormatError(f"{self.path}: no end of the header row in the first MiB")
@@ -159,9 +203,8 @@ class CsvReader:
     def file_types(self) -> dict[str, pa.DataType]:
         """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
         which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
-        tallies = {name: _Tally() for name in self.names if name not in self.options.column_types}
-        tallies.pop(self.time_column, None)
-        text = {self.time_column: pa.string()}
+        tallies = {n: _Tally() for n in self.names if n not in self.options.column_types and n != self.time_column}
+        text = {self.time_column: pa.string()} if self.time_column is not None else {}
         for block, _, _ in self._blocks(self.header_end):
             try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
                 table = self._read(block, text, [], True, threads=True)
@@ -177,10 +220,24 @@ class CsvReader:
 
     def __call__(self, start: int | None) -> Iterator[Part]:
         first = start is None
-        for block, ends, end in self._blocks(self.header_end if start is None else int(start)):
+        position = self.header_end if start is None else int(start)
+        row = self._rows_before(position) if self.options.time_from == "row" else 0
+        for block, ends, end in self._blocks(position):
             nbytes = len(block) + (self.header_end if first else 0)
             first = False
-            yield self._part(block, ends, end, nbytes)
+            part = self._part(block, ends, end, nbytes, row)
+            row += part.table.num_rows + len(part.rejected)
+            yield part
+
+    def _rows_before(self, position: int) -> int:
+        """How many rows (not empty lines) the file has between its header and byte offset ``position``."""
+        count = 0
+        for block, ends, end in self._blocks(self.header_end):
+            if end >= position:
+                block = block[: len(block) - (end - position)]
+                return count + len(_Rows(block, record_ends(block)))
+            count += len(_Rows(block, ends))
+        return count
 
     def _blocks(self, position: int) -> Iterator[tuple[bytes, np.ndarray, int]]:
         """``(block, its row ends, the offset after it)`` of whole rows from byte offset ``position`` on."""
@@ -221,7 +278,7 @@ class CsvReader:
             bad.append((row.number, f"{row.actual_columns} fields where the header has {row.expected_columns}"))
             return "skip"
 
-        return pacsv.read_csv(
+        table = pacsv.read_csv(
             pa.py_buffer(block),
             # Parallel blocks of 1 MiB use every core; one block in one thread numbers the rows.
             read_options=pacsv.ReadOptions(
@@ -232,10 +289,24 @@ class CsvReader:
             parse_options=pacsv.ParseOptions(
                 delimiter=self.delimiter, newlines_in_values=True, invalid_row_handler=invalid
             ),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=text),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, strings_can_be_null=text, null_values=self._null_values
+            ),
         )
+        if self.options.na_values and not text:  # text columns read with strings_can_be_null=False keep them
+            table = self._na_as_missing(table)
+        return table
 
-    def _part(self, block: bytes, ends: np.ndarray, end: int, nbytes: int) -> Part:
+    def _na_as_missing(self, table: pa.Table) -> pa.Table:
+        """``table`` with the text cells that are one of ``options.na_values`` missing (but the time column's)."""
+        tokens = pa.array(self.options.na_values, pa.string())
+        for i, field in enumerate(table.schema):
+            if pa.types.is_string(field.type) and field.name != self.time_column:
+                values = table.column(i)
+                table = table.set_column(i, field, pc.if_else(pc.is_in(values, tokens), None, values))
+        return table
+
+    def _part(self, block: bytes, ends: np.ndarray, end: int, nbytes: int, row: int = 0) -> Part:
         rows = _Rows(block, ends)
         bad: list[tuple[int, str]] = []
         try:
@@ -246,9 +317,9 @@ class CsvReader:
             bad.clear()
             text = {n: pa.string() for n in self.names}
             table = self._parse(block, text, bad, text=True)
-            table = table.set_column(
-                self.names.index(self.time_column), self.time_column, pc.fill_null(table.column(self.time_column), "")
-            )
+            if self.time_column is not None:
+                at = self.names.index(self.time_column)
+                table = table.set_column(at, self.time_column, pc.fill_null(table.column(at), ""))
         if not self._inferred:
             # The first block's types hold for the whole file (a column with no value yet stays open).
             self.types.update({f.name: f.type for f in table.schema if not pa.types.is_null(f.type)})
@@ -261,26 +332,36 @@ class CsvReader:
                 f"{self.path}: {table.num_rows} rows parsed where {len(rows)} were found "
                 f"before byte {end}; the file's quoting is not CSV"
             )
-        times, wrong = time_ns(table.column(self.time_column), self._unit, self.options.timezone or "UTC")
-        if len(wrong):
-            values = table.column(self.time_column)
-            for i in wrong:
-                i = int(i)
-                rejected.append(
-                    (
-                        INVALID_TIME,
-                        rows.raw(index[i] if index is not None else i),
-                        f"column {self.time_column!r}: {values[i].as_py()!r} is not a time "
-                        "(ISO 8601 or an epoch number)",
-                    )
-                )
-            keep = np.ones(table.num_rows, dtype=bool)
-            keep[wrong] = False
-            table, times = table.filter(pa.array(keep)), times[keep]
-            index = (index if index is not None else np.arange(len(rows)))[keep]
-        table = table.drop_columns([self.time_column]).add_column(0, "time", pa.array(times, pa.int64()))
+        if self.time_column is None:
+            times = made_times(self.options, row + (index if index is not None else np.arange(len(rows))))
+        else:
+            table, times, index = self._column_times(table, rows, index, rejected)
+        table = table.add_column(0, "time", pa.array(times, pa.int64()))
         raw = rows.raw if index is None else (lambda i: rows.raw(int(index[i])))
         return Part(table, end, nbytes, rejected, raw=raw)
+
+    def _column_times(
+        self, table: pa.Table, rows: _Rows, index: np.ndarray | None, rejected: list
+    ) -> tuple[pa.Table, np.ndarray, np.ndarray | None]:
+        """``table`` without its time column and its rows that have no time, their times, and the rows kept
+        (``index``: the rows ``table`` holds, None: all); ``rejected`` gets the rows without a time."""
+        assert self.time_column is not None
+        options = self.options
+        values = table.column(self.time_column)
+        times, wrong = time_ns(values, self._unit, options.timezone or "UTC", options.time_format)
+        table = table.drop_columns([self.time_column])
+        if not len(wrong):
+            return table, times, index
+        what = f"--time-format {options.time_format!r}" if options.time_format else "ISO 8601 or an epoch number"
+        for i in wrong:
+            i = int(i)
+            raw = rows.raw(index[i] if index is not None else i)
+            why = f"column {self.time_column!r}: {values[i].as_py()!r} is not a time ({what})"
+            rejected.append((INVALID_TIME, raw, why))
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[wrong] = False
+        index = (index if index is not None else np.arange(len(rows)))[keep]
+        return table.filter(pa.array(keep)), times[keep], index
 
 
 def csv_reader(path: str | Path, options: ReaderOptions) -> CsvReader:

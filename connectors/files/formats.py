@@ -7,7 +7,8 @@ at the registration point below.
 
 The name looked at is the file's without a compression suffix and
 logrotate's number (:func:`connectors.files.compression.data_name`):
-``x.csv.gz`` is CSV, ``syslog.1.gz`` RFC 3164 syslog (``syslog3164``). Whether a file is compressed
+``x.csv.gz`` is CSV (so are ``.tsv`` and ``.tab`` files: the CSV reader
+sniffs their tab delimiter), ``syslog.1.gz`` RFC 3164 syslog (``syslog3164``). Whether a file is compressed
 is told by its first bytes; formats read front to back (CSV, the log
 formats) read it decompressed as they go, the others (Parquet, Arrow, WAV)
 seek in their file and refuse it with a message saying so.
@@ -39,6 +40,7 @@ class Format:
     vibration: bool = False  # whether its parts are sample blocks (a vibration stream)
     names: tuple[str, ...] = ()  # whole file names that select it (lower case)
     compressed: bool = False  # whether its reader reads a compressed file (it reads front to back)
+    table: bool = False  # whether it is a table of columns (ReaderOptions' time_format, time_from, ... apply)
 
 
 FORMATS: dict[str, Format] = {}
@@ -52,6 +54,7 @@ def register(
     vibration: bool = False,
     names: Sequence[str] = (),
     compressed: bool = False,
+    table: bool = False,
 ) -> None:
     """Make format ``name`` known, chosen by ``--format name``, one of ``extensions`` or of the file ``names``."""
     if name in FORMATS:
@@ -63,13 +66,13 @@ def register(
             f"extension(s) or name(s) {clash} of format {name!r} already select {[taken[e.lower()] for e in clash]}"
         )
     FORMATS[name] = Format(
-        name, tuple(e.lower() for e in extensions), make, vibration, tuple(n.lower() for n in names), compressed
+        name, tuple(e.lower() for e in extensions), make, vibration, tuple(n.lower() for n in names), compressed, table
     )
 
 
-register("csv", (".csv",), csv_reader, compressed=True)
-register("parquet", (".parquet", ".pq"), parquet_reader)
-register("arrow", (".arrow", ".arrows", ".feather", ".ipc"), arrow_reader)
+register("csv", (".csv", ".tsv", ".tab"), csv_reader, compressed=True, table=True)
+register("parquet", (".parquet", ".pq"), parquet_reader, table=True)
+register("arrow", (".arrow", ".arrows", ".feather", ".ipc"), arrow_reader, table=True)
 register("wav", (".wav", ".wave", ".bwf"), wav_reader, vibration=True)
 
 # -- registration point of the log formats (connectors/files/logs.py): register(name, extensions, make) --

@@ -14,12 +14,23 @@ The rule is :mod:`ingest.times`'s, applied a whole column at a time:
 - Timestamp and date columns (Parquet, Arrow) are converted as they are;
   timestamps without a zone are wall-clock times in ``zone`` too.
 
+With a ``time_format`` (``windvane import --time-format``), text is read
+by that strptime layout instead (Arrow's ``strptime``, the one
+``pyarrow.csv``'s ``timestamp_parsers`` use: ``%m/%d/%Y %H:%M``; ``%z``
+reads an offset, text without one is a wall-clock time in ``zone``).
+
 A value that is none of these (or missing) makes its row rejected, with a
 reason naming the value, by the reader.
+
+A file without a time column takes its rows' times from elsewhere
+(``--time-from``, :func:`made_times`): ``arrival``, the wall clock when the
+row's block is read; ``row``, ``--start`` plus the row's number in the file
+(from 0, rejected rows counted) times ``--row-interval``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,15 +42,25 @@ from windvane.ingest.times import NS_PER_UNIT as UNITS
 from windvane.ingest.times import epoch_column_ns, iso_column_ns, wall_to_utc
 from windvane.ingest.times import unit_for as magnitude_unit
 
-from . import FileFormatError
+from . import FileFormatError, ReaderOptions
 
 #: Column names taken as the time column, in this order, when none is named.
 TIME_NAMES = ("time", "timestamp", "ts", "datetime", "date")
 _NUMBER = r"^\s*-?\d+(\.\d*)?([eE][+-]?\d+)?\s*$"
+#: Where a table row's time comes from (``--time-from``): its time column, the time it is read, its row number.
+TIME_FROM = ("column", "arrival", "row")
 
 
-def find_time_column(names: Sequence[str], wanted: str | None, where: str) -> str:
-    """The time column among ``names``: ``wanted``, or the first of :data:`TIME_NAMES` present."""
+def find_time_column(names: Sequence[str], wanted: str | None, where: str, time_from: str = "column") -> str | None:
+    """The time column among ``names``: ``wanted``, or the first of :data:`TIME_NAMES` present; None if the times
+    come from elsewhere (``time_from`` ``arrival`` or ``row``: then no column may be named ``time``)."""
+    if time_from != "column":
+        if "time" in names:
+            raise FileFormatError(
+                f"{where}: --time-from {time_from} makes each row's time, and the file has a column 'time' "
+                "already: keep it under another name with --rename time=NAME, or read it with --time-from column"
+            )
+        return None
     if wanted is not None:
         if wanted not in names:
             raise FileFormatError(f"{where}: no column {wanted!r} (--time-column); the columns are {list(names)}")
@@ -50,8 +71,19 @@ def find_time_column(names: Sequence[str], wanted: str | None, where: str) -> st
             return lowered[name]
     raise FileFormatError(
         f"{where}: no time column (one of {', '.join(TIME_NAMES)}); the columns are "
-        f"{list(names)}: name it with --time-column"
+        f"{list(names)}: name it with --time-column, or give rows the time they are read (--time-from arrival) "
+        "or one by their row number (--time-from row --start TIME)"
     )
+
+
+def made_times(options: ReaderOptions, rows: np.ndarray) -> np.ndarray:
+    """The times of the rows numbered ``rows`` (from 0 in the file) of a file without a time column, by
+    ``options.time_from``: ``arrival``, now; ``row``, ``options.start + row * options.row_interval``."""
+    if options.time_from == "arrival":
+        return np.full(len(rows), time.time_ns(), dtype=np.int64)
+    if options.start is None:
+        raise FileFormatError("--time-from row needs --start: the time of row 0")
+    return options.start + rows.astype(np.int64) * options.row_interval
 
 
 def unit_for(values: pa.Array, unit: str | None) -> str:
@@ -79,10 +111,13 @@ def _mixed(values: pa.Array, numeric: np.ndarray, unit: str | None, zone: str) -
     return pa.array(times, mask=bad)
 
 
-def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
+def _convert(values: pa.Array, unit: str | None, zone: str, layout: str | None = None) -> pa.Array:
     type_ = values.type
     if pa.types.is_dictionary(type_):
         values, type_ = values.dictionary_decode(), type_.value_type
+    if layout is not None and _is_text(type_):
+        values = pc.strptime(pc.utf8_trim_whitespace(values), format=layout, unit="ns", error_is_null=True)
+        type_ = values.type
     if pa.types.is_timestamp(type_) or pa.types.is_date(type_):
         zoned = pa.types.is_timestamp(type_) and type_.tz is not None
         ns = pc.cast(pc.cast(values, pa.timestamp("ns", tz=type_.tz if zoned else None)), pa.int64())
@@ -91,7 +126,7 @@ def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
         return pa.array(wall_to_utc(ns.fill_null(0).to_numpy(), zone), mask=ns.is_null().to_numpy(zero_copy_only=False))
     if pa.types.is_integer(type_) or pa.types.is_floating(type_):
         return epoch_column_ns(values, unit_for(values, unit))
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
+    if _is_text(type_):
         numeric = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
         if len(values) and pc.all(numeric).as_py():
             numbers = pc.cast(pc.utf8_trim_whitespace(values), pa.float64())
@@ -106,19 +141,24 @@ def _convert(values: pa.Array, unit: str | None, zone: str) -> pa.Array:
     raise FileFormatError(f"a time column of type {type_} is neither text, a number nor a timestamp")
 
 
+def _is_text(type_: pa.DataType) -> bool:
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+
+
 def time_ns(
-    values: pa.Array | pa.ChunkedArray, unit: str | None = None, zone: str = "UTC"
+    values: pa.Array | pa.ChunkedArray, unit: str | None = None, zone: str = "UTC", layout: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(times, bad)``: int64 ns since the epoch per value, and the indices of values that are not times.
 
     ``unit``: the epoch unit of numbers (None: by magnitude); ``zone``: the
-    zone of ISO 8601 text written without one. Rows at
+    zone of text written without one; ``layout``: the strptime format of
+    text (None: ISO 8601 or epoch numbers). Rows at
     ``bad`` (unparseable or missing) hold 0 in ``times``.
     """
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     try:
-        converted = _convert(values, unit, zone)
+        converted = _convert(values, unit, zone, layout)
         bad = np.flatnonzero(converted.is_null().to_numpy(zero_copy_only=False))
         return converted.fill_null(0).to_numpy(), bad
     except (pa.ArrowInvalid, OverflowError):
@@ -131,5 +171,5 @@ def time_ns(
         times[start : start + len(got)] = got.fill_null(0).to_numpy()
         nulls.append(start + np.flatnonzero(got.is_null().to_numpy(zero_copy_only=False)))
 
-    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone), converted), *nulls])
+    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone, layout), converted), *nulls])
     return times, np.sort(bad).astype(np.int64)

@@ -8,6 +8,8 @@ export`, so the test sees what a user does.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -335,3 +337,98 @@ async def test_served_records_with_such_field_names_are_stored_by_key(sqlite_url
             assert s.columns == ["Water flow [l%2Fs]", "n", "extra"]
             assert s["Water flow [l/s]"][:].tolist() == [1.5, 2.5] and s["n"][:].tolist() == [3, -1]
             assert s.to_pandas()["n"].tolist() == [3, pd.NA]
+
+
+# -- delimiters -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "delimiter"), [("semi.csv", ";"), ("tabs.tsv", "\t"), ("pipes.csv", "|"), ("semi_decimals.csv", ";")]
+)
+def test_the_delimiter_is_sniffed(sqlite_url, tmp_path, name, delimiter):
+    path = tmp_path / name
+    comma = name == "semi_decimals.csv"  # European: ';' between fields, ',' in the numbers
+    rows = [["2024-01-01T00:00:00Z", "1,5" if comma else "1.5", "30"], ["2024-01-01T00:01:00Z", "2.5", "31"]]
+    path.write_text("\n".join(delimiter.join(r) for r in [["date", "temp", "hum"], *rows]) + "\n")
+    imported(sqlite_url, path)
+    frame = arrays.open_stream(sqlite_url, "t").to_pandas()
+    assert list(frame.columns) == ["temp", "hum"]
+    assert frame["hum"].tolist() == [30, 31]
+    assert frame["temp"].tolist() == (["1,5", "2.5"] if comma else [1.5, 2.5])
+
+
+def test_delimiter_option_reads_a_file_the_sniffer_cannot(sqlite_url, tmp_path):
+    path = tmp_path / "colons.csv"
+    path.write_text("time:v\n1700000000:1\n1700000001:2\n")
+    result = run("import", str(path), "--store", sqlite_url, "--tag", "t")
+    assert result.exit_code == 2 and "the columns are ['time:v']" in result.output
+    imported(sqlite_url, path, "--delimiter", ":")
+    assert arrays.open_stream(sqlite_url, "t")["v"][:].tolist() == [1, 2]
+    tabs = tmp_path / "tabs.txt"
+    tabs.write_text("time\tv\n1700000002\t3\n")
+    imported(sqlite_url, tabs, "--format", "csv", "--delimiter", "tab")
+    assert arrays.open_stream(sqlite_url, "t")["v"][:].tolist() == [1, 2, 3]
+    bad = run("import", str(path), "--store", sqlite_url, "--tag", "t", "--delimiter", ";;")
+    assert bad.exit_code == 2 and "--delimiter ';;': give one character" in bad.output
+
+
+# -- times from elsewhere ------------------------------------------------------------------------------------
+
+
+def test_a_csv_without_a_time_column_takes_row_times(sqlite_url, tmp_path):
+    path = tmp_path / "samples.csv"
+    path.write_text("temp,hum\n1.5,30\n2.5,31\n3.5\n")  # the last row is short: rejected, still counted
+    refused = run("import", str(path), "--store", sqlite_url, "--tag", "t")
+    assert refused.exit_code == 2 and "--time-from row --start TIME" in refused.output
+    no_start = run("import", str(path), "--store", sqlite_url, "--tag", "t", "--time-from", "row")
+    assert no_start.exit_code == 2 and "--time-from row needs --start TIME" in no_start.output
+    args = ("--time-from", "row", "--start", "2024-01-01T00:00:00Z", "--row-interval", "0.5")
+    imported(sqlite_url, path, *args, rejects=True)
+    with path.open("a") as f:  # rows appended since: the resumed import numbers them on
+        f.write("4.5,33\n")
+    imported(sqlite_url, path, *args)
+    s = arrays.open_stream(sqlite_url, "t")
+    start = 1_704_067_200 * 10**9
+    assert s["time"][:].tolist() == [start, start + 5 * 10**8, start + 15 * 10**8]
+    assert s["hum"][:].tolist() == [30, 31, 33]
+
+
+def test_parquet_rows_take_arrival_or_row_times(sqlite_url, tmp_path):
+    path = tmp_path / "values.parquet"
+    pq.write_table(pa.table({"v": [1.0, 2.0, 3.0]}), path)
+    before = time.time_ns()
+    imported(sqlite_url, path, "--time-from", "arrival", tag="arrived")
+    after = time.time_ns()
+    times = arrays.open_stream(sqlite_url, "arrived")["time"][:].tolist()
+    assert len(times) == 3 and all(before <= t <= after for t in times)
+    imported(sqlite_url, path, "--time-from", "row", "--start", "1700000000", "--row-interval", "1e-9", tag="rows")
+    assert arrays.open_stream(sqlite_url, "rows")["time"][:].tolist() == [T0 * 10**9 + i for i in range(3)]
+
+
+def test_time_from_with_a_time_column_says_to_rename_it(sqlite_url, tmp_path):
+    path = tmp_path / "timed.csv"
+    path.write_text("time,v\n1700000000,1\n")
+    result = run("import", str(path), "--store", sqlite_url, "--tag", "t", "--time-from", "arrival")
+    assert result.exit_code == 2 and "--rename time=NAME" in result.output
+    imported(sqlite_url, path, "--time-from", "arrival", "--rename", "time=logged")
+    assert arrays.open_stream(sqlite_url, "t")["logged"][:].tolist() == [T0]
+    both = run("import", str(path), "--store", sqlite_url, "--tag", "u", "--time-from", "row", "--time-column", "v")
+    assert both.exit_code == 2 and "give no --time-column" in both.output
+
+
+# -- missing-value tokens -----------------------------------------------------------------------------------
+
+
+def test_na_tokens_are_missing_values_before_typing(sqlite_url, tmp_path):
+    path = tmp_path / "nil.csv"
+    values = ["nil" if i % 50 == 0 else str(i * 1.5) for i in range(200)]  # 2%: more than the stray words a
+    labels = ["-" if i % 3 == 0 else f"l{i}" for i in range(200)]  # number column keeps
+    path.write_text("time,v,label\n" + "".join(f"{T0 + i},{v},{lb}\n" for i, (v, lb) in enumerate(zip(values, labels))))
+    imported(sqlite_url, path, tag="plain")
+    assert arrays.open_stream(sqlite_url, "plain")["v"].dtype != np.float64  # what the user saw: text
+    result = imported(sqlite_url, path, "--na", "nil,-", tag="t")
+    assert 'name = "v"\ndtype = "float64"\n' in result.stderr
+    s = arrays.open_stream(sqlite_url, "t")
+    got = s["v"][:]
+    assert np.isnan(got[::50]).all() and got[1:50].tolist() == [i * 1.5 for i in range(1, 50)]
+    assert s["label"][:].tolist() == ["" if i % 3 == 0 else f"l{i}" for i in range(200)]

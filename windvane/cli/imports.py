@@ -37,6 +37,10 @@ class ImportOptions:
     parser_path: str | None = None
     expression: str | None = None
     time_format: str | None = None
+    delimiter: str | None = None
+    time_from: str = "column"
+    row_interval: float = 1.0
+    na: tuple[str, ...] = ()
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -75,13 +79,47 @@ class ImportOptions:
     help="Unit of epoch-number times. Default: chosen by magnitude.",
 )
 @click.option(
+    "--time-from",
+    type=click.Choice(["column", "arrival", "row"]),
+    default="column",
+    show_default=True,
+    help="Where a CSV, Parquet or Arrow row's time comes from: its time column; arrival: the time its block "
+    "is read (this run's clock, shared by the rows of a block); row: --start plus the row's number in the "
+    "file (from 0, rejected rows counted, the same when an import resumes) times --row-interval. "
+    "A file with a column named time needs --rename time=NAME for arrival and row.",
+)
+@click.option(
+    "--row-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="--time-from row: seconds between rows (0.001: a row per millisecond; at least 1e-9).",
+)
+@click.option(
     "--start",
     "start_time",
     default=None,
     metavar="TIME",
     help="ISO 8601 time of a recording's first sample (WAV); several WAV files are placed end to end "
     "in the order given, each starting where the one before ended. Default: each file's BWF "
-    "origination time, else its modification time minus its duration.",
+    "origination time, else its modification time minus its duration. With --time-from row: the time "
+    "of each file's row 0.",
+)
+@click.option(
+    "--delimiter",
+    default=None,
+    metavar="CHAR",
+    help="CSV field separator: one character, or tab. Default: sniffed from the header and the first "
+    "rows among , ; tab and | (the one giving the most fields, every row as many), else ,.",
+)
+@click.option(
+    "--na",
+    multiple=True,
+    metavar="TOKEN[,TOKEN...]",
+    help="CSV cells that are missing values, besides empty cells and pyarrow's NA, N/A, NULL, null, NaN, "
+    "#N/A, ... (repeatable): --na nil,- makes a number column with nil cells a number column with missing "
+    "values, read before the types are inferred.",
 )
 @click.option(
     "--timezone",
@@ -193,7 +231,8 @@ def _import_options(opts: ImportOptions) -> tuple:
     try:
         rename = _renames(opts.renames)
         schema = load_schema(opts.schema_path) if opts.schema_path else None
-        formats = _file_formats(opts, schema)
+        table_times = _table_time_format(opts)
+        formats = _file_formats(opts, schema, table_times)
         start_ns = None
         if opts.timezone is not None:
             check_zone(opts.timezone)
@@ -203,6 +242,7 @@ def _import_options(opts: ImportOptions) -> tuple:
                 raise BadInput(f"--start {opts.start_time!r} is not an ISO 8601 time or an epoch number")
     except (ingest.IngestError, FileFormatError) as exc:
         raise BadInput(str(exc)) from exc
+    _check_time_from(opts, start_ns)
     options = ReaderOptions(
         opts.time_column,
         opts.time_unit,
@@ -210,19 +250,60 @@ def _import_options(opts: ImportOptions) -> tuple:
         block_bytes=min(16 << 20, opts.commit_mb << 19),
         rename=rename,
         timezone=opts.timezone,
+        time_format=opts.time_format if table_times else None,
+        time_from=opts.time_from,
+        row_interval=max(1, round(opts.row_interval * 1e9)),
+        delimiter=_delimiter(opts.delimiter),
+        na_values=tuple(token for given in opts.na for token in given.split(",")),
     )
     return schema, formats, options
 
 
-def _file_formats(opts: ImportOptions, schema) -> list:
-    """The format of each of ``opts.paths``: a fluentd parser if the options or the schema's ``[parse]`` say one."""
+def _table_time_format(opts: ImportOptions) -> bool:
+    """Whether --time-format is the layout of table files' time column: every path is CSV, Parquet or Arrow
+    (by --format or its name) and no --expression or --parser says a fluentd parser."""
+    from windvane.connectors.files import FileFormatError
+    from windvane.connectors.files.formats import format_for
+
+    if opts.time_format is None or opts.expression is not None or opts.parser_path is not None:
+        return False
+    try:
+        return all(format_for(path, opts.format_name).table for path in opts.paths)
+    except FileFormatError:
+        return False  # a fluentd parser's name (regexp, nginx, ...), or a log file
+
+
+def _check_time_from(opts: ImportOptions, start_ns: int | None) -> None:
+    """BadInput if --time-from contradicts --time-column or lacks --start."""
+    if opts.time_from == "column":
+        return
+    if opts.time_column is not None:
+        raise BadInput(f"--time-from {opts.time_from} makes each row's time: give no --time-column")
+    if opts.time_from == "row" and start_ns is None:
+        raise BadInput("--time-from row needs --start TIME: the time of each file's row 0")
+
+
+def _delimiter(given: str | None) -> str | None:
+    """``--delimiter``: one character (``tab`` or a backslash and t: a tab); BadInput otherwise."""
+    if given is None:
+        return None
+    delimiter = "\t" if given.lower() in ("tab", "\\t") else given
+    if len(delimiter) != 1 or delimiter in '"\r\n':
+        raise BadInput(f"--delimiter {given!r}: give one character other than a quote or a line end, or tab")
+    return delimiter
+
+
+def _file_formats(opts: ImportOptions, schema, table_times: bool = False) -> list:
+    """The format of each of ``opts.paths``: a fluentd parser if the options or the schema's ``[parse]`` say one
+    (``table_times``: --time-format is the table files' own, no fluentd parser's)."""
     from windvane.connectors.files.formats import FORMATS, Format, format_for
     from windvane.connectors.files.logs.fluent import fluent_format
     from windvane.connectors.files.logs.reader import log_reader
 
     parse = getattr(schema, "parse", None)
+    time_format = None if table_times else opts.time_format
     config = fluent_config(
-        opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone, FORMATS
+        opts.format_name, opts.parser_path, opts.expression, time_format, parse, opts.timezone, FORMATS
     )
     if config is None:
         return [format_for(path, opts.format_name) for path in opts.paths]
