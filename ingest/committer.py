@@ -19,12 +19,12 @@ The work is split among the committer's parts, each in its module:
 - :mod:`ingest.decoding`: decoding and validating :class:`~ingest.batch.Undecoded`
   bytes, in ``decode_workers`` processes or the committer thread;
 - :mod:`ingest.staging`: a group gathered per tag, staged and written;
-- :mod:`ingest.pipeline`: the committer and commit threads, fan-out
-  lingering and the store check while commits fail;
+- :mod:`ingest.pipeline`: the committer and commit threads and fan-out
+  lingering;
 - :mod:`ingest.retries`: a failed group retried one submission at a time;
 - :mod:`ingest.observer`: what is counted in :class:`Metrics` (``/metrics``;
-  while commits fail, :attr:`Metrics.failure` says why and ``/health``
-  answers 503) and logged.
+  until the work of a failed commit is committed, :attr:`Metrics.failing`
+  says which streams fail and why, and ``/health`` answers 503) and logged.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ from .prepare import INVALID_TAG, valid_tag
 from .record_types import record_type_for
 from .retries import Retries
 from .schema import SchemaSet
-from .staging import PROBE_KEY, GroupWriter
-from .submission import Outcomes, Submission
+from .staging import GroupWriter
+from .submission import Outcomes, Submission, streams_of
 
 log = logging.getLogger("windvane.ingest")
 
-__all__ = ["INVALID_TAG", "PROBE_KEY", "GroupCommitter"]
+__all__ = ["INVALID_TAG", "GroupCommitter"]
 
 #: (index in the call's items, the waiter, whether it is a resend of a submission in flight)
 _Waiting = tuple[int, asyncio.Future, bool]
@@ -91,7 +91,6 @@ class GroupCommitter:
         key_window: float = CommitterConfig.key_window,
         metrics: Metrics | None = None,
         decode_workers: int = 0,
-        probe_interval: float = 5.0,
     ):
         self.store = store
         self.schemas = schemas
@@ -112,9 +111,7 @@ class GroupCommitter:
             Retries(self.observer, fail),
             self.observer,
         )
-        self.pipeline = Pipeline(
-            parts, interval=interval, max_group_bytes=max_group_bytes, probe_interval=probe_interval
-        )
+        self.pipeline = Pipeline(parts, interval=interval, max_group_bytes=max_group_bytes)
 
     @property
     def accepts_undecoded(self) -> bool:
@@ -187,7 +184,7 @@ class GroupCommitter:
         waiting: list[_Waiting] = []
         new: list[tuple[int, int]] = []  # (index, size)
         for i, (batches, key) in enumerate(items):
-            if self.dedup.committed(key):
+            if self.dedup.committed(key, streams_of(batches)):
                 outcomes[i] = Receipt(0, 0, None, duplicate=True)
                 continue
             first = self.dedup.in_flight(key)

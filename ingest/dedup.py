@@ -11,7 +11,7 @@ resent chunk twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .batch import Receipt
 from .ledger import KeyLedger
@@ -30,11 +30,12 @@ class Dedup:
         self._observer = observer
         self._in_flight: dict[bytes, Submission] = {}
 
-    def committed(self, key: bytes | None) -> bool:
-        """Whether ``key`` is committed already (as far as this process knows); counts it if so."""
+    def committed(self, key: bytes | None, streams: Iterable[str] = ()) -> bool:
+        """Whether ``key``, a submission's for ``streams``, is committed already (as far as this process
+        knows); counts it if so."""
         if key is None or key not in self.ledger:
             return False
-        self._observer.duplicate()
+        self._observer.duplicate(streams)
         return True
 
     def in_flight(self, key: bytes | None) -> Submission | None:
@@ -68,7 +69,7 @@ class Dedup:
         if not self.any_committed(group):
             return group
         done = [item for item in group if item.key is not None and item.key in self.ledger]
-        for _ in done:
-            self._observer.duplicate()
+        for item in done:
+            self._observer.duplicate(item.streams)
         finish(done, [DUPLICATE] * len(done))
         return [item for item in group if item not in done]

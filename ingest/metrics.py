@@ -1,9 +1,16 @@
 """Counters of what ingestion did, per stream, as plain data for ``GET /metrics``, and whether commits fail.
 
 Only the committer's threads write them (after each commit); readers take a
-copy under the lock, so a scrape never sees half a commit. :attr:`Metrics.failure`
-is set by a commit that fails and cleared by the next that succeeds: what
-``GET /health`` reports.
+copy under the lock, so a scrape never sees half a commit.
+
+Whether commits fail is kept per stream: a submission that fails to commit
+marks each stream it writes failing (:attr:`Metrics.failing`), and only a
+later commit of work for that stream (its sender's resend) clears it. A
+commit of other streams, or of a few bytes, says nothing of the work that
+failed: a full disk can still take a small commit, and a stream whose data
+cannot be read back fails every append while others commit. A failure of
+work that names no stream is cleared by any commit. ``GET /health``
+answers 503 while anything fails.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -34,6 +42,14 @@ class CommitFailure:
     since: float
     failures: int
 
+    def again(self, reason: str) -> CommitFailure:
+        """This failure after one more, for ``reason``."""
+        return CommitFailure(reason, self.since, self.failures + 1)
+
+
+#: The key of :attr:`Metrics.failing` for failed work that names no stream.
+NO_STREAM = ""
+
 
 @dataclass
 class Metrics:
@@ -49,21 +65,25 @@ class Metrics:
     commit_seconds: float = 0.0  # total time spent committing
     pending_bytes: int = 0
     started: float = field(default_factory=time.time)
-    failure: CommitFailure | None = None  # set while commits fail; replaced whole, so read it without the lock
+    # While commits fail: the failure as a whole (the last reason, since the first); None otherwise.
+    failure: CommitFailure | None = None
+    # Each stream whose failed work is not committed yet -> its failure (NO_STREAM: work naming none).
+    # Both are replaced whole, so read them without the lock.
+    failing: dict[str, CommitFailure] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_commit(
         self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float, poisoned: tuple[int, int] = (0, 0)
     ) -> None:
         """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``poisoned``: (submissions,
-        events) of the commit quarantined verbatim. A commit clears :attr:`failure`."""
+        events) of the commit quarantined verbatim. A commit clears a failure that names no stream."""
         now = time.time()
         with self._lock:
             self.commits += 1
             self.commit_seconds += seconds
             self.poisoned_submissions += poisoned[0]
             self.poisoned_events += poisoned[1]
-            self.failure = None
+            self._settle((NO_STREAM,))
             for tag, (events, size, rejects, newest) in per_tag.items():
                 c = self.streams[tag]
                 c.events += events
@@ -74,21 +94,31 @@ class Metrics:
                 if newest:
                     c.lag_seconds = now - newest / 1e9
 
-    def record_failure(self, reason: str, *, count: bool = True) -> None:
-        """A commit failed because of ``reason``; ``count=False`` for the committer's own store check,
-        which is not a commit of anyone's data."""
+    def record_failure(self, reason: str, streams: Iterable[str] = ()) -> None:
+        """A commit of work for ``streams`` (none: work that names no stream) failed because of ``reason``."""
+        now = time.time()
         with self._lock:
-            if count:
-                self.failed_commits += 1
-            previous = self.failure
-            self.failure = CommitFailure(
-                reason, previous.since if previous else time.time(), (previous.failures if previous else 0) + count
-            )
+            self.failed_commits += 1
+            failing = dict(self.failing)
+            for stream in set(streams) or {NO_STREAM}:
+                failing[stream] = failing[stream].again(reason) if stream in failing else CommitFailure(reason, now, 1)
+            self.failing = failing
+            self.failure = self.failure.again(reason) if self.failure else CommitFailure(reason, now, 1)
 
-    def record_recovery(self) -> None:
-        """The store committed again (the committer's store check): commits no longer fail."""
+    def record_committed(self, streams: Iterable[str]) -> dict[str, CommitFailure]:
+        """Work for ``streams`` is committed (or found committed already): those that failed no longer do;
+        they are returned with the failure each had."""
         with self._lock:
-            self.failure = None
+            return self._settle(streams)
+
+    def _settle(self, streams: Iterable[str]) -> dict[str, CommitFailure]:
+        """Under the lock: ``streams`` no longer fail; those that did, with their failures."""
+        settled = {stream: self.failing[stream] for stream in streams if stream in self.failing}
+        if settled:
+            self.failing = {s: f for s, f in self.failing.items() if s not in settled}
+            if not self.failing:
+                self.failure = None
+        return settled
 
     def record_internal_error(self) -> None:
         with self._lock:
@@ -113,8 +143,8 @@ class Metrics:
                 ),
                 (
                     "windvane_commits_failing",
-                    "1 while commits fail (from a failed commit to the next that "
-                    "succeeds; GET /health answers 503 meanwhile), else 0.",
+                    "1 while commits fail (from a failed commit until the work that failed is "
+                    "committed; GET /health answers 503 meanwhile), else 0.",
                     "gauge",
                     {},
                     int(self.failure is not None),
@@ -146,7 +176,7 @@ class Metrics:
                 ("windvane_commit_seconds_total", "Time spent committing.", "counter", {}, self.commit_seconds),
                 ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", {}, self.pending_bytes),
             ]
-        return out + _stream_samples(streams)
+        return out + _stream_samples(streams) + _failing_samples(set(streams), self.failing)
 
 
 #: The per-stream samples: (name, help, type, the :class:`StreamCounters` attribute).
@@ -170,4 +200,15 @@ def _stream_samples(streams: dict[str, StreamCounters]) -> list[tuple[str, str, 
         (name, help_text, kind, {"tag": tag}, getattr(c, attr))
         for name, help_text, kind, attr in _PER_STREAM
         for tag, c in sorted(streams.items())
+    ]
+
+
+def _failing_samples(
+    streams: set[str], failing: dict[str, CommitFailure]
+) -> list[tuple[str, str, str, dict[str, str], float]]:
+    """``windvane_stream_commits_failing`` of every stream committed to or failing, by tag."""
+    help_text = "1 while work for the stream failed to commit and is not committed yet (GET /health names it), else 0."
+    return [
+        ("windvane_stream_commits_failing", help_text, "gauge", {"tag": tag}, int(tag in failing))
+        for tag in sorted((streams | set(failing)) - {NO_STREAM})
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .metrics import Metrics
@@ -26,27 +27,29 @@ class CommitObserver:
         self.metrics = metrics or Metrics()
         self._tracebacks: dict[str, float] = {}  # kind of internal error -> when its traceback was last logged
 
-    @property
-    def failing(self) -> bool:
-        """Whether commits fail (since the last failure, no commit succeeded)."""
-        return self.metrics.failure is not None
-
     def pending(self, size: int) -> None:
         """``size`` bytes are received and not yet committed."""
         self.metrics.pending_bytes = size
 
-    def duplicate(self) -> None:
-        """A submission's idempotency key was committed already (or is being committed)."""
+    def duplicate(self, streams: Iterable[str] = ()) -> None:
+        """A submission's idempotency key was committed already (or is being committed); ``streams``: those
+        it writes, when its work is known committed."""
         self.metrics.record_duplicate()
+        self._settled(streams)
 
-    def failed(self, reason: str, *, count: bool = True) -> None:
-        """A commit failed (``count=False``: the store check, which commits nobody's data)."""
-        self.metrics.record_failure(reason, count=count)
+    def failed(self, reason: str, streams: Iterable[str] = ()) -> None:
+        """A commit of work for ``streams`` failed: they fail until work for them is committed."""
+        self.metrics.record_failure(reason, streams)
 
-    def recovered(self) -> None:
-        """The store check committed: the store commits again."""
-        self.metrics.record_recovery()
-        log.warning("the store commits again")
+    def _settled(self, streams: Iterable[str]) -> None:
+        """Work for ``streams`` is committed: those whose earlier work failed no longer fail."""
+        for stream, failure in self.metrics.record_committed(streams).items():
+            log.warning(
+                "work for stream %r is committed again, after %d failed commit(s) over %.0f s",
+                stream or "(none named)",
+                failure.failures,
+                time.time() - failure.since,
+            )
 
     def internal_error(self, what: str, exc: BaseException) -> None:
         """Log a bug with its traceback (once a minute per kind, so a stream of poisoned input cannot flood
@@ -60,8 +63,9 @@ class CommitObserver:
         else:
             log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc)
 
-    def committed(self, gathered: Group, tid: bytes | None, seconds: float) -> None:
-        """``gathered`` is committed in ``tid`` (None: it stored nothing, so made no commit) in ``seconds``."""
+    def committed(self, gathered: Group, tid: bytes | None, seconds: float, streams: Iterable[str]) -> None:
+        """``gathered``, the work of submissions for ``streams``, is committed in ``tid`` (None: it stored
+        nothing, so made no commit) in ``seconds``."""
         per_tag = {}
         for tag in set(gathered.rows) | set(gathered.rejected):
             parts = gathered.rows.get(tag, [])
@@ -73,6 +77,7 @@ class CommitObserver:
             )
         if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store
             self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned)
+        self._settled(streams)  # committed, or nothing of it was left to store
         for tag, rejected in gathered.rejected.items():
             # Quarantined records are kept, not lost, but the sender should hear of them.
             log.warning(

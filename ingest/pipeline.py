@@ -17,9 +17,9 @@ for as long as that commit took (at most :attr:`Pipeline.MAX_LINGER`)
 before it is taken, and each commit that is not a fan-out halves that; a
 lull longer than the wait ends it.
 
-While commits fail and nothing is queued, a tiny commit of the time
-(:data:`ingest.staging.PROBE_KEY`) is tried every ``probe_interval``
-seconds, so that a store that commits again is noticed without traffic.
+No commit of the pipeline's own tells whether commits fail: a full disk
+can take a tiny commit and still fail the work that failed. Only that
+work, sent again and committed, clears its failure (see :mod:`ingest.metrics`).
 """
 
 from __future__ import annotations
@@ -67,11 +67,10 @@ class Pipeline:
     FANOUT_ROWS = 4
     MAX_LINGER = 5.0
 
-    def __init__(self, parts: Parts, *, interval: float, max_group_bytes: int, probe_interval: float):
+    def __init__(self, parts: Parts, *, interval: float, max_group_bytes: int):
         self.parts = parts
         self.interval = interval
         self.max_group_bytes = max_group_bytes
-        self.probe_interval = probe_interval
         self.queue: collections.deque[Submission] = collections.deque()
         self.closing = False
         self._cond = threading.Condition()
@@ -105,13 +104,11 @@ class Pipeline:
 
     def _run(self) -> None:
         while True:
-            probe, first = self._next()
+            first = self._next()
             if first is None:
                 if self.closing and not self._commit_ended():
                     break
                 self._settle()  # a commit ended while nothing waits: retry it now if it failed as a group
-                if probe and self.parts.observer.failing:
-                    self._probe()
                 continue
             self._gather_wait(first)
             self._taken = time.monotonic()
@@ -124,14 +121,12 @@ class Pipeline:
                 self.parts.retries.crashed(group, exc)
         self._settle()
 
-    def _next(self) -> tuple[bool, Submission | None]:
-        """Wait for a submission or an ended commit: (whether the wait timed out for a probe, the first queued)."""
+    def _next(self) -> Submission | None:
+        """Wait for a submission or an ended commit: the first queued, if any."""
         with self._cond:
             while not self.queue and not self.closing and not self._commit_ended():
-                # While commits fail, an idle wait ends in a probe commit (see the module docstring).
-                if not self._cond.wait(self.probe_interval if self.parts.observer.failing else None):
-                    return True, self.queue[0] if self.queue else None
-            return False, self.queue[0] if self.queue else None  # only this thread pops: it stays first
+                self._cond.wait()
+            return self.queue[0] if self.queue else None  # only this thread pops: it stays first
 
     def _gather_wait(self, first: Submission) -> None:
         """Let the group that ``first`` begins gather (``interval``, or the linger after a fan-out)."""
@@ -247,17 +242,6 @@ class Pipeline:
             self._commit([item])
             self._settle()
 
-    def _probe(self) -> None:
-        """While commits fail and nothing is queued: commit the time alone, so that a store that commits
-        again is noticed (and reported healthy) without traffic; one that does not keeps its reason."""
-        try:
-            self.parts.writer.probe()
-        except Exception as exc:  # noqa: BLE001 - the store still cannot commit: say why, try again later
-            self.parts.observer.failed(f"the store could not commit: {exc}", count=False)
-            log.warning("the store still cannot commit: %s", exc)
-            return
-        self.parts.observer.recovered()
-
     # -- the commit thread -------------------------------------------------------------
 
     def _write_and_commit(
@@ -330,5 +314,5 @@ class Pipeline:
         self.parts.writer.committed(gathered, tid)
         seconds = time.perf_counter() - started
         self.parts.admission.measured(sum(item.size for item in group), seconds)
-        self.parts.observer.committed(gathered, tid, seconds)
+        self.parts.observer.committed(gathered, tid, seconds, set().union(*(item.streams for item in group)))
         self.parts.outcomes.finish(group, receipts=[Receipt(a, q, tid, reasons=r) for a, q, r in gathered.receipts])

@@ -38,6 +38,11 @@ def salvage_reason(exc: BaseException) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:2000]
 
 
+def _streams(group: list[Submission]) -> set[str]:
+    """The streams the work of ``group`` writes."""
+    return set().union(*(item.streams for item in group))
+
+
 class Retries:
     """Decides what becomes of the submissions of a failed commit; fails them through ``fail``
     (``fail(group, error)`` answers each of ``group`` with ``error``)."""
@@ -51,7 +56,7 @@ class Retries:
         if isinstance(exc, neostore.CommitOutcomeUnknown):
             # Retrying could store the group twice: its senders resend, and the ledger,
             # read from the store under the next keyed commit's lock, recognises keyed resends.
-            self._observer.failed(str(exc))
+            self._observer.failed(str(exc), _streams(group))
             log.error("commit failed, nothing acknowledged: %s", exc)
             self._fail(group, CommitFailed(f"{exc}; nothing was acknowledged, send again"))
             return []
@@ -63,7 +68,7 @@ class Retries:
             self._observer.internal_error("storing", exc)
             item.salvage = salvage_reason(exc)
             return group
-        self._observer.failed(f"the store could not commit: {exc}")
+        self._observer.failed(f"the store could not commit: {exc}", item.streams)
         log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not store_failure(exc))
         self._fail(group, CommitFailed(f"the store could not commit: {exc}"))
         return []
@@ -71,5 +76,5 @@ class Retries:
     def crashed(self, group: list[Submission], exc: BaseException, thread: str = "committer") -> None:
         """The ``thread`` caught ``exc``, a bug: fail what of ``group`` is not answered yet."""
         log.critical("the %s failed unexpectedly: %r", thread, exc, exc_info=True)
-        self._observer.failed(f"the committer failed unexpectedly: {exc!r}")
+        self._observer.failed(f"the committer failed unexpectedly: {exc!r}", _streams(group))
         self._fail([i for i in group if not i.finished], CommitFailed(f"the committer failed unexpectedly: {exc!r}"))

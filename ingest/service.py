@@ -29,7 +29,7 @@ from .auth import Users
 from .committer import GroupCommitter
 from .config import ServiceConfig, default_decode_workers
 from .errors import AuthError
-from .metrics import Metrics
+from .metrics import NO_STREAM, CommitFailure, Metrics
 from .schema import SchemaSet, load_schemas
 
 log = logging.getLogger("windvane.ingest")
@@ -145,6 +145,23 @@ def _iso(when: float) -> str:
     return datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds")
 
 
+#: Streams a failing /health message names one by one; the others it counts.
+_NAMED_STREAMS = 5
+
+
+def _failing_message(failure: CommitFailure, failing: dict[str, CommitFailure]) -> str:
+    """What /health says while ``failing`` (the whole ``failure``): which streams' work is not committed, why."""
+    named = [
+        f"{tag!r} ({f.failures} failed since {_iso(f.since)}: {f.reason})"
+        for tag, f in sorted(failing.items(), key=lambda item: item[1].since)
+        if tag != NO_STREAM
+    ]
+    if len(named) > _NAMED_STREAMS:
+        named[_NAMED_STREAMS:] = [f"and {len(named) - _NAMED_STREAMS} more stream(s)"]
+    why = f"work not committed yet (until it is sent again) for stream {', '.join(named)}" if named else failure.reason
+    return f"commits fail since {_iso(failure.since)} ({failure.failures} failed): {why}"
+
+
 #: Connection counters read from a listening endpoint's ``stats``: key -> (metric, help).
 ENDPOINT_COUNTERS = {
     "timeouts": (
@@ -199,24 +216,30 @@ class Service:
     # -- what endpoints ask (these read the database: call them off the event loop) --------
 
     def health(self) -> dict[str, Any]:
-        """``status`` "ok", or "failing" with ``error`` and ``message`` saying why while commits fail
-        (from a failed commit to the next that succeeds); raises if the store cannot be read."""
+        """``status`` "ok", or "failing" with ``error``, ``message`` and ``streams`` saying why while commits
+        fail (from a failed commit until the work that failed is committed, stream by stream: see
+        :mod:`ingest.metrics`); raises if the store cannot be read."""
         out: dict[str, Any] = {
             "status": "ok",
             "schemas": len(self.schemas),
             "pending_bytes": self.committer.pending_bytes,
         }
-        failure = self.metrics.failure
+        failure, failing = self.metrics.failure, self.metrics.failing
         if failure is not None:
             # Not read from the store: a store that is down could keep this answer waiting.
             return {
                 **out,
                 "status": "failing",
                 "error": "commits_failing",
-                "message": f"commits fail since {_iso(failure.since)} ({failure.failures} in a row): {failure.reason}",
+                "message": _failing_message(failure, failing),
                 "reason": failure.reason,
                 "failing_since": failure.since,
                 "failed_commits": failure.failures,
+                "streams": {
+                    tag: {"reason": f.reason, "failing_since": f.since, "failed_commits": f.failures}
+                    for tag, f in sorted(failing.items())
+                    if tag != NO_STREAM
+                },
             }
         last = self.store.last_transaction()
         out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None

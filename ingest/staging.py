@@ -10,7 +10,6 @@ caller commits.
 from __future__ import annotations
 
 import collections
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,9 +25,6 @@ from .ledger import KeyLedger
 from .prepare import INVALID_TAG, Validated, valid_tag, validate_many
 from .schema import Schema, SchemaSet
 from .submission import Submission
-
-#: What the committer's store check (while commits fail and nothing is queued) writes: the time, as JSON.
-PROBE_KEY = "_windvane/ingest/probe"
 
 
 class KeysCommitted(IngestError):
@@ -218,15 +214,3 @@ class GroupWriter:
             self.ledger.committed(*gathered.key_write, gathered.keys, tid, gathered.head)
         elif tid is not None and gathered.head is not None:
             self.ledger.advanced(tid, gathered.head)
-
-    def probe(self) -> None:
-        """Commit the time alone (:data:`PROBE_KEY`): whether the store commits again; raises if not."""
-        tx = arrays.Transaction(self.store, message="ingest: store check after failed commits", user="windvane-ingest")
-        try:
-            head = tx.head()
-            tx.set(PROBE_KEY, json.dumps({"time": time.time()}).encode())
-            tid = tx.commit()
-        except BaseException:
-            tx.abort()
-            raise
-        self.ledger.advanced(tid, head)

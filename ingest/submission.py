@@ -19,6 +19,11 @@ from .batch import Batch, Receipt, Undecoded
 from .prepare import Prepared, Validated
 
 
+def streams_of(batches: Sequence[Batch | Undecoded]) -> set[str]:
+    """The tags of ``batches``."""
+    return {b.tag for b in batches}
+
+
 @dataclass(eq=False, slots=True)  # thousands a second (sensors' chunks): slots make them cheaper to make
 class Submission:
     """One ``(batches, key)`` submitted, with what the committer learns of it on the way."""
@@ -43,6 +48,11 @@ class Submission:
     @property
     def finished(self) -> bool:
         return self.receipt is not None or self.error is not None
+
+    @property
+    def streams(self) -> set[str]:
+        """The tags its batches are for: the streams its work writes (see :attr:`ingest.metrics.Metrics.failing`)."""
+        return streams_of(self.batches)
 
     def ready(self) -> bool:
         """Whether the commit thread can take it without waiting for a worker."""

@@ -1,25 +1,34 @@
-"""``/health`` tells the truth: 503 naming the reason while commits fail, 200 once one succeeds.
+"""``/health`` tells the truth: 503 naming the reason and the streams while commits fail, 200 only once
+the work that failed is committed.
 
 The failures are real: a ``windvane serve`` on SQLite whose file size limit
 (RLIMIT_FSIZE, set on the running process with prlimit) is 0, so that every
-write to its files fails as on a full disk; a MariaDB server of the test's
-own, stopped and started again. ``/metrics`` counts the failed commits and
-the poisoned submissions, and the connections the endpoints timed out or
-refused.
+write to its files fails as on a full disk; a store on a small tmpfs of the
+test's own, filled up; a stream whose stored rows were altered in the
+database file; a MariaDB server of the test's own, stopped and started
+again. ``/metrics`` counts the failed commits and the poisoned submissions,
+and the connections the endpoints timed out or refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import resource
 import socket
+import sqlite3
+import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 
 from tests.cli.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
 from tests.forward_sender import chunk_id, packed_forward
@@ -54,12 +63,16 @@ def send(server: Serve, seq: int) -> tuple[int, dict]:
     return status, reply
 
 
-def assert_failing(server: Serve, failures: int) -> dict:
+def assert_failing(server: Serve, failures: int, streams: dict[str, str]) -> dict:
+    """/health is 503 naming each of ``streams`` (tag -> what its reason says); /metrics agrees."""
     status, body = health(server)
     assert status == 503, body
     assert body["status"] == "failing" and body["error"] == "commits_failing"
-    assert body["reason"] in body["message"] and "could not commit" in body["reason"]
+    assert body["reason"] in body["message"] and set(body["streams"]) == set(streams), body
     text = metrics(server)
+    for tag, reason in streams.items():
+        assert repr(tag) in body["message"] and reason in body["streams"][tag]["reason"], body
+        assert metric(text, f'windvane_stream_commits_failing{{tag="{tag}"}}') == 1
     assert metric(text, "windvane_commits_failing") == 1
     assert metric(text, "windvane_commit_failures_total") == failures
     return body
@@ -68,10 +81,14 @@ def assert_failing(server: Serve, failures: int) -> dict:
 def assert_healthy(server: Serve) -> None:
     status, body = health(server)
     assert status == 200 and body["status"] == "ok" and "error" not in body, body
-    assert metric(metrics(server), "windvane_commits_failing") == 0
+    text = metrics(server)
+    assert metric(text, "windvane_commits_failing") == 0
+    assert "windvane_stream_commits_failing{" in text and not re.search(
+        r"^windvane_stream_commits_failing.* 1$", text, re.M
+    )
 
 
-def test_sqlite_that_cannot_write_is_503_until_a_commit_succeeds(sqlite_url, schemas, tmp_path):
+def test_sqlite_that_cannot_write_is_503_until_the_failed_work_is_committed(sqlite_url, schemas, tmp_path):
     with Serve(sqlite_url, schemas, tmp_path / "serve.log", "--decode-workers", "0") as server:
         assert send(server, 1)[0] == 200
         assert_healthy(server)
@@ -86,28 +103,107 @@ def test_sqlite_that_cannot_write_is_503_until_a_commit_succeeds(sqlite_url, sch
         try:
             status, reply = send(server, 2)
             assert status == 500 and reply["error"] == "commit_failed", reply
-            first = assert_failing(server, failures=1)
+            first = assert_failing(server, 1, {"app.health": "could not commit"})
             assert send(server, 3)[0] == 500
-            assert assert_failing(server, failures=2)["failing_since"] == first["failing_since"]
+            assert (
+                assert_failing(server, 2, {"app.health": "could not commit"})["failing_since"] == first["failing_since"]
+            )
         finally:
             resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
-        # The next commit succeeds: healthy again at once.
+        # The store commits again, but what failed is not stored until its sender sends it again:
+        # another stream's commit says nothing of it.
+        assert post(server.http_port, "/app/other", b'{"seq": 1}\n')[0] == 200
+        assert_failing(server, 2, {"app.health": "could not commit"})
         assert send(server, 4)[0] == 200
-        assert_healthy(server)
-
-        # Without traffic, the committer's own check commits once the store can: healthy again too.
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
-        try:
-            assert send(server, 5)[0] == 500
-            assert_failing(server, failures=3)
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
-        deadline = time.monotonic() + 60
-        while health(server)[0] != 200 and time.monotonic() < deadline:
-            time.sleep(0.5)
         assert_healthy(server)
         assert server.stop() == 0
     assert column(sqlite_url, "app.health", "seq") == [1, 4]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A file system of 8 MiB of the test's own (a tmpfs, mounted as root), that can fill up for real."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "windvane-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def _fill(directory: Path, leave: int) -> Path:
+    """A file filling the file system of ``directory`` but ``leave`` bytes (about)."""
+    filler = directory / "filler"
+    with open(filler, "wb") as f:
+        with contextlib.suppress(OSError):  # ENOSPC: full
+            while True:
+                f.write(bytes(65536))
+                f.flush()
+    os.truncate(filler, max(0, os.path.getsize(filler) - leave))
+    return filler
+
+
+def test_full_disk_is_503_until_the_failed_work_is_committed(small_disk, schemas, tmp_path):
+    url = f"sqlite:///{small_disk}/store.db"
+    big = json.dumps({"seq": 1, "message": os.urandom(300_000).hex()}).encode() + b"\n"
+    with Serve(url, schemas, tmp_path / "serve.log", "--decode-workers", "0", forward=None) as server:
+        assert send(server, 1)[0] == 200
+        filler = _fill(small_disk, leave=256 << 10)
+        status, reply = post(server.http_port, "/app/big", big)[::2]
+        assert status == 500 and "disk is full" in reply["message"], reply
+        # A small commit still fits on the disk: it says nothing of the work that did not.
+        assert send(server, 2)[0] == 200
+        assert_failing(server, 1, {"app.big": "disk is full"})
+        os.remove(filler)
+        assert post(server.http_port, "/app/big", big)[0] == 200
+        assert_healthy(server)
+        assert "work for stream 'app.big' is committed again" in server.log()
+        assert server.stop() == 0
+    assert column(url, "app.health", "seq") == [1, 2] and column(url, "app.big", "seq") == [1]
+
+
+def _damage_row_log(url: str, tag: str) -> Callable[[], None]:
+    """Alter the stored bytes of the latest rows of stream ``tag`` in the database file (as a failing disk
+    would); the function that puts them back."""
+    with neostore.open(url) as store:
+        name = f"streams/{tag}/__rows".encode()
+        oid = neostore.u64(store.oids_for([name])[name])
+    path = url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        data_id, value = conn.execute(
+            "SELECT d.id, d.value FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ? ORDER BY o.tid DESC",
+            (oid,),
+        ).fetchone()
+        conn.execute("UPDATE data SET value = ? WHERE id = ?", (bytes([value[0] ^ 0xFF]) + value[1:], data_id))
+
+    def repair() -> None:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE data SET value = ? WHERE id = ?", (value, data_id))
+
+    return repair
+
+
+def test_stream_with_a_corrupt_chunk_is_503_while_other_streams_commit(sqlite_url, schemas, tmp_path):
+    log = tmp_path / "serve.log"
+    with Serve(sqlite_url, schemas, log, "--decode-workers", "0", forward=None) as server:
+        assert send(server, 1)[0] == 200
+        assert server.stop() == 0
+    repair = _damage_row_log(sqlite_url, "app.health")
+    with Serve(sqlite_url, schemas, log, "--decode-workers", "0", forward=None) as server:
+        for seq in (2, 3):
+            status, reply = send(server, seq)
+            assert status == 500 and "does not match its blake3 hash" in reply["message"], reply
+            # Commits to other streams go on between the failed appends: the stream still fails.
+            assert post(server.http_port, "/app/other", b'{"seq": %d}\n' % seq)[0] == 200
+            body = assert_failing(server, seq - 1, {"app.health": "does not match its blake3 hash"})
+            assert body["streams"]["app.health"]["failed_commits"] == seq - 1
+        assert metric(metrics(server), 'windvane_stream_commits_failing{tag="app.other"}') == 0
+        repair()
+        assert send(server, 4)[0] == 200
+        assert_healthy(server)
+        assert server.stop() == 0
+    assert column(sqlite_url, "app.health", "seq") == [1, 4] and column(sqlite_url, "app.other", "seq") == [2, 3]
 
 
 def test_mariadb_down_is_503_until_a_commit_succeeds(private_server, schemas, tmp_path):
@@ -119,7 +215,7 @@ def test_mariadb_down_is_503_until_a_commit_succeeds(private_server, schemas, tm
         try:
             status, reply = send(server, 2)
             assert status == 500 and reply["error"] == "commit_failed", reply
-            assert_failing(server, failures=1)
+            assert_failing(server, 1, {"app.health": "could not commit"})
         finally:
             private_server.start(timeout=120)
         deadline = time.monotonic() + 60
