@@ -47,6 +47,9 @@ class ReaderOptions:
     ``row_interval`` ns). ``delimiter`` (CSV): the field separator (None:
     sniffed, :func:`.csv.sniff_delimiter`). ``na_values`` (CSV): cells that
     are missing values besides pyarrow's null markers (``--na``).
+
+    Log files: ``keep_blank_lines``: blank lines are handed to the parser
+    (``--keep-blank-lines``) instead of skipped and counted.
     """
 
     time_column: str | None = None
@@ -61,6 +64,7 @@ class ReaderOptions:
     row_interval: int = 1_000_000_000
     delimiter: str | None = None
     na_values: tuple[str, ...] = ()
+    keep_blank_lines: bool = False
 
 
 def column_names(path: str, header: Sequence[str | None], rename: Mapping[str, str]) -> tuple[list[str], list[str]]:

@@ -16,6 +16,9 @@ last event uncommitted (the position stays before it) until the next
 event starts, or no line has come for ``flush_seconds``, or the tail
 stops (in_tail's ``multiline_flush_interval`` and shutdown): then it is
 parsed as complete. A move to another file completes it too.
+
+Blank lines are skipped and counted (the progress line says how many)
+unless ``keep_blank_lines`` hands them to the parser.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class TailSettings:
     report_seconds: float = 5.0  # at most one progress line per this many seconds
     types: dict[str, pa.DataType] = field(default_factory=dict)  # the stream's column types, if it exists
     flush_seconds: float = 5.0  # an open multi-line event with no line after it this long is complete
+    keep_blank_lines: bool = False  # blank lines go to the parser (fluentd's in_tail), not skipped and counted
 
     def __post_init__(self) -> None:
         if not isinstance(self.format, LogFormat):
@@ -95,6 +99,7 @@ class TailTotals:
     rows: int = 0
     rejected: int = 0
     lines: int = 0
+    blank: int = 0  # blank lines skipped
     commits: int = 0
     position: FilePosition | None = None
 
@@ -118,11 +123,12 @@ class Tailer:
         self.totals = TailTotals(position=committed)
         self._pending: list[Part] = []
         self._pending_lines = 0
+        self._pending_blank = 0
         self._pending_bytes = 0
         self._first_at = 0.0
         self._open: Chunk | None = None  # the bytes of an open event, as a chunk ending where it ends
         self._open_at = 0.0  # when a line last came while an event was open
-        self._reported = (-float("inf"), 0, 0)  # when, rows, rejected at the last progress line
+        self._reported = (-float("inf"), 0, 0, 0)  # when, rows, rejected, blank at the last progress line
 
     def run(self, stop: StopFlag | threading.Event) -> TailTotals:
         """Follow until ``stop`` is set; then commit what was read and return the totals."""
@@ -163,7 +169,9 @@ class Tailer:
         self._parse(chunk, final=len(chunk.data) >= MAX_LINE)  # an event past MAX_LINE is taken as it is
 
     def _parse(self, chunk: Chunk, *, final: bool) -> None:
-        options = LogOptions(self.settings.timezone, time.time_ns(), self.types)
+        options = LogOptions(
+            self.settings.timezone, time.time_ns(), self.types, keep_blank=self.settings.keep_blank_lines
+        )
         parsed = parse_log(self.settings.format, chunk.data, options, first_line=chunk.first_line, final=final)
         self.types = known_types(parsed.table, self.types)
         self._open, done = None, len(chunk.data) - parsed.pending
@@ -181,6 +189,7 @@ class Tailer:
             self._first_at = time.monotonic()
         self._pending.append(to_part(parsed, end.to_dict(), done))
         self._pending_lines += parsed.table.num_rows + len(parsed.rejected)
+        self._pending_blank += parsed.blank
         self._pending_bytes += done
 
     def _commit(self, position: dict[str, Any]) -> None:
@@ -192,20 +201,22 @@ class Tailer:
             t.lines + self._pending_lines,
             t.commits + 1,
         )
+        t.blank += self._pending_blank
         t.position = FilePosition.from_dict(position)
-        self._pending, self._pending_lines, self._pending_bytes = [], 0, 0
+        self._pending, self._pending_lines, self._pending_blank, self._pending_bytes = [], 0, 0, 0
         self._report()
 
     def _report(self, force: bool = False) -> None:
-        when, rows, rejected = self._reported
+        when, rows, rejected, blank = self._reported
         now = time.monotonic()
         t = self.totals
-        if (t.rows, t.rejected) == (rows, rejected) and not force:
+        if (t.rows, t.rejected, t.blank) == (rows, rejected, blank) and not force:
             return
         if force or now - when >= self.settings.report_seconds:
             where = f"line {t.position.line}, offset {t.position.offset}" if t.position else "nothing read"
+            skipped = f", {t.blank - blank:,} blank lines skipped ({t.blank:,} in all)" if t.blank else ""
             self.echo(
                 f"committed {t.rows - rows:,} rows, {t.rejected - rejected:,} rejected "
-                f"({t.rows:,} and {t.rejected:,} in all); at {where}"
+                f"({t.rows:,} and {t.rejected:,} in all){skipped}; at {where}"
             )
-            self._reported = (now, t.rows, t.rejected)
+            self._reported = (now, t.rows, t.rejected, t.blank)

@@ -37,6 +37,7 @@ class ImportOptions:
     parser_path: str | None = None
     expression: str | None = None
     time_format: str | None = None
+    keep_blank_lines: bool = False
     delimiter: str | None = None
     time_from: str = "column"
     row_interval: float = 1.0
@@ -217,7 +218,7 @@ def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, option
             options = dataclasses.replace(options, start=reader.end_ns)
         result = _import_reader(st, writers, bar, opts, path, reader, schema)
         schema = result.schema or schema
-        _report_file(opts.tag, path, fmt, schema, result)
+        _report_file(opts.tag, path, fmt, schema, result, getattr(reader, "blank_lines", 0))
         rejected += result.rejected
     return rejected
 
@@ -255,6 +256,7 @@ def _import_options(opts: ImportOptions) -> tuple:
         row_interval=max(1, round(opts.row_interval * 1e9)),
         delimiter=_delimiter(opts.delimiter),
         na_values=tuple(token for given in opts.na for token in given.split(",")),
+        keep_blank_lines=opts.keep_blank_lines,
     )
     return schema, formats, options
 
@@ -353,11 +355,12 @@ def _import_reader(st, writers, bar, opts: ImportOptions, path: str, reader, sch
     return result
 
 
-def _report_file(tag: str, path: str, fmt, schema, result) -> None:
-    """Print what importing ``path`` did: the schema a new stream got, the summary, syslog's years."""
+def _report_file(tag: str, path: str, fmt, schema, result, blank: int = 0) -> None:
+    """Print what importing ``path`` did: the schema a new stream got, the summary (``blank``: the blank lines a
+    log reader skipped), syslog's years."""
     if result.inferred and not schema.holds_blocks:
         click.echo(_inferred_schema(tag, path, schema), err=True)
-    click.echo(_import_summary(path, result))
+    click.echo(_import_summary(path, result, blank))
     if fmt.name == "syslog3164":
         click.echo(_syslog_years(path))
 
@@ -411,8 +414,8 @@ def _syslog_years(path: str) -> str:
     )
 
 
-def _import_summary(path: str, result) -> str:
-    """One line per imported file: rows, rejects, MB, MB/s, where it resumed."""
+def _import_summary(path: str, result, blank: int = 0) -> str:
+    """One line per imported file: rows, rejects, blank lines skipped, MB, MB/s, where it resumed."""
     if result.duplicate_of is not None and not result.commits:
         return (
             f"{path}: already imported: the same content as {result.duplicate_of}; nothing imported "
@@ -421,7 +424,9 @@ def _import_summary(path: str, result) -> str:
     if result.resumed_from is not None and not (result.rows or result.rejected):
         return f"{path}: already imported, nothing new after position {result.resumed_from}"
     line = (
-        f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, {result.nbytes / 1e6:.1f} MB "
+        f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, "
+        + (f"{blank:,} blank lines skipped, " if blank else "")
+        + f"{result.nbytes / 1e6:.1f} MB "
         f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)"
     )
     if result.resumed_from is not None:
@@ -451,6 +456,7 @@ class TailOptions:
     parser_path: str | None = None
     expression: str | None = None
     time_format: str | None = None
+    keep_blank_lines: bool = False
 
 
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
@@ -581,6 +587,7 @@ def _tail_settings(opts: TailOptions, schema):
         opts.commit_ms,
         opts.poll_ms,
         flush_seconds=opts.multiline_flush_interval,
+        keep_blank_lines=opts.keep_blank_lines,
     )
 
 

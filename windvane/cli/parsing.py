@@ -1,4 +1,5 @@
-"""The fluentd parser options of `windvane import` and `windvane tail`: ``--parser``, ``--expression``, ``--time-format``.
+"""The fluentd parser options of `windvane import` and `windvane tail`: ``--parser``, ``--expression``, ``--time-format``,
+``--keep-blank-lines``.
 
 A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``
 (or ``--parser NAME``, a shipped parser of :mod:`windvane.parsers`);
@@ -73,6 +74,13 @@ _OPTIONS = (
         default=None,
         metavar="STRPTIME",
         help="fluentd's time_format of the time field (e.g. %d/%b/%Y:%H:%M:%S %z) for --expression or --format.",
+    ),
+    click.option(
+        "--keep-blank-lines",
+        is_flag=True,
+        help="Hand blank (empty or whitespace-only) lines of a log to its parser, as fluentd's in_tail does "
+        "(most parsers reject them). Default: they are skipped, and the summary says how many; fluentd's "
+        "multiline parser always keeps them (they belong to its events).",
     ),
 )
 

@@ -19,8 +19,12 @@ Columns beside ``time`` (text unless said):
   remote_user, method, path, protocol, status (int16), bytes_sent (int64),
   referer, user_agent, rest.
 
-Blank lines are skipped; line endings (``\\n``, ``\\r\\n``) are not part of
-a line.
+Blank lines (empty or whitespace only) are skipped and counted
+(:attr:`ParsedLines.blank`), fluentd's parsers' too, unless
+``LogOptions(keep_blank=True)`` hands them to the parser (as fluentd's
+in_tail does: most parsers then reject them). A format whose records span
+lines always keeps them: they belong to its events. Line endings (``\\n``,
+``\\r\\n``) are not part of a line.
 
 A format whose records span lines (fluentd's ``multiline``) has a
 ``group`` step: it makes events of the lines (each parsed as one text, its
@@ -40,7 +44,7 @@ import pyarrow as pa
 
 from . import access, jsonlines, syslog
 from .errors import LogFormatError
-from .lines import Events, Lines, RejectedLine, Rows, fault_mask, split_lines
+from .lines import Events, Lines, RejectedLine, Rows, fault_mask, line_count, split_lines
 from .options import LogOptions
 
 __all__ = [
@@ -63,7 +67,7 @@ class LogFormat:
     description: str
     parse: Callable[[Lines, LogOptions], Rows]
     columns: dict[str, pa.DataType] | None = None
-    keep_blank: bool = False  # blank lines are parsed too (fluentd's parsers), not skipped
+    keep_blank: bool = False  # blank lines are always parsed too (fluentd's multiline: part of events), not skipped
     group: Callable[[Lines], Events] | None = None  # records span lines: the lines' events are parsed
     binary: bool = False  # the lines are bytes (fluentd's msgpack parser), not UTF-8 text
     #: A block parses the same whatever blocks came before it (no event spans blocks, no types are carried
@@ -120,6 +124,7 @@ class ParsedLines:
     rejected: list[RejectedLine]
     lines: pa.LargeStringArray  # the line each table row was read from (without its ending)
     pending: int = 0  # bytes at the block's end left unparsed: an event the next block may go on with
+    blank: int = 0  # blank lines skipped (not handed to the parser)
 
     def raw(self, i: int) -> bytes:
         """The line table row ``i`` was read from, as it is in the file (without its line ending)."""
@@ -172,14 +177,17 @@ def parse_log(
     """
     fmt = name if isinstance(name, LogFormat) else log_format(name)
     options = options or LogOptions()
+    keep_blank = fmt.keep_blank or options.keep_blank
     lines, rejected = split_lines(
         block,
         first_line=first_line,
         now=options.now,
-        keep_blank=fmt.keep_blank,
+        keep_blank=keep_blank,
         keep_cr=fmt.group is not None,
         binary=fmt.binary,
     )
+    # the lines split_lines dropped that are not among those rejected (not UTF-8): the blank ones
+    blank = 0 if keep_blank else line_count(block) - len(lines) - len(rejected)
     pending = 0
     if fmt.group is not None:
         lines, rejected, pending = _events(fmt, block, lines, rejected, options, None if final else first_line)
@@ -201,4 +209,4 @@ def parse_log(
     if fmt.columns is not None and not len(lines):
         columns = {k: pa.array([], t) for k, t in fmt.columns.items()}
     table = pa.table(columns) if columns else pa.table({"time": pa.array([], pa.int64())})
-    return ParsedLines(table, rejected, kept, pending)
+    return ParsedLines(table, rejected, kept, pending, blank)

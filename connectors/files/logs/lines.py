@@ -82,6 +82,11 @@ def join_lines(lines: Lines, starts: np.ndarray) -> Lines:
     return Lines(pc.binary_join(runs, pa.scalar("\n", pa.large_string())), lines.numbers[starts])
 
 
+def line_count(block: bytes) -> int:
+    """How many lines :func:`split_lines` cuts ``block`` into (a last line without ``\\n`` counts too)."""
+    return block.count(b"\n") + (1 if block and block[-1] != 0x0A else 0)
+
+
 def split_lines(
     block: bytes,
     *,

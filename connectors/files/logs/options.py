@@ -25,12 +25,16 @@ class LogOptions:
     ``types``: Arrow types of columns the destination stream already has,
     so that a JSON field keeps its type from one block to the next (a value
     that does not fit is rejected rather than the column changed).
+    ``keep_blank``: blank lines (empty or whitespace only) are handed to the
+    parser as fluentd's in_tail does, not skipped and counted
+    (:attr:`..ParsedLines.blank`).
     """
 
     timezone: str | None = None
     now: int | None = None
     types: Mapping[str, pa.DataType] = field(default_factory=dict)
     written: int | None = None
+    keep_blank: bool = False
 
     def __post_init__(self) -> None:
         if self.timezone:

@@ -12,7 +12,8 @@ last event of a block is read again with the next, and parsed at the end
 of the file. A format whose blocks parse alone (:attr:`LogFormat.independent`)
 has :data:`PARSE_THREADS` of them parsed at once, in threads (the parsers'
 Arrow and numpy work runs without the interpreter lock), and its parts
-yielded in order.
+yielded in order. The blank lines skipped in the parts yielded are counted
+(:attr:`LogReader.blank_lines`) for the import's summary.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def known_types(table: pa.Table, types: dict[str, pa.DataType]) -> dict[str, pa.
 
 
 class LogReader:
-    """``reader(start)`` yields the parts of a log file from position ``start`` (None: its beginning)."""
+    """``reader(start)`` yields the parts of a log file from position ``start`` (None: its beginning);
+    ``blank_lines``: the blank lines skipped in the parts it yielded."""
 
     def __init__(self, path: str | Path, fmt: LogFormat, options: ReaderOptions):
         self.path = str(path)
@@ -106,6 +108,8 @@ class LogReader:
         self.timezone = options.timezone
         self.types = dict(options.column_types)
         self.threads = PARSE_THREADS if fmt.independent else 1
+        self.keep_blank = options.keep_blank_lines
+        self.blank_lines = 0
         LogOptions(timezone=self.timezone)  # a bad zone fails now, not at the first block
 
     def __call__(self, start: dict | None) -> Iterator[Part]:
@@ -128,12 +132,12 @@ class LogReader:
             done = len(data) - parsed.pending
             if done:
                 offset, line = offset + done, line + data.count(b"\n", 0, done)
-                yield to_part(parsed, {"offset": offset, "line": line}, done)
+                yield self._to_part(parsed, {"offset": offset, "line": line}, done)
                 data = data[done:]
         if data:  # the last event, complete at the end of the file
             parsed = self._parse(data, line, written, final=True)
             offset, line = offset + len(data), line + data.count(b"\n")
-            yield to_part(parsed, {"offset": offset, "line": line}, len(data))
+            yield self._to_part(parsed, {"offset": offset, "line": line}, len(data))
 
     def _parts_at_once(self, f: BinaryIO, offset: int, line: int, written: int) -> Iterator[Part]:
         """What :meth:`_parts` yields, ``self.threads`` blocks parsed at once (a format whose blocks parse alone)."""
@@ -141,22 +145,28 @@ class LogReader:
         ahead: collections.deque[tuple[Future[ParsedLines], dict[str, int], int]] = collections.deque()
         try:
             for block in line_blocks(f, self.block_bytes):
-                options = LogOptions(self.timezone, time.time_ns(), self.types, written)
+                options = self._options(written)
                 parsing = pool.submit(parse_log, self.format, block, options, first_line=line)
                 offset, line = offset + len(block), line + block.count(b"\n")
                 ahead.append((parsing, {"offset": offset, "line": line}, len(block)))
                 if len(ahead) >= self.threads:
                     parsing, end, size = ahead.popleft()
-                    yield to_part(parsing.result(), end, size)
+                    yield self._to_part(parsing.result(), end, size)
             while ahead:
                 parsing, end, size = ahead.popleft()
-                yield to_part(parsing.result(), end, size)
+                yield self._to_part(parsing.result(), end, size)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # closed early: the blocks under way are let finish
 
+    def _options(self, written: int) -> LogOptions:
+        return LogOptions(self.timezone, time.time_ns(), self.types, written, self.keep_blank)
+
+    def _to_part(self, parsed: ParsedLines, end: dict[str, int], nbytes: int) -> Part:
+        self.blank_lines += parsed.blank
+        return to_part(parsed, end, nbytes)
+
     def _parse(self, data: bytes, line: int, written: int, *, final: bool) -> ParsedLines:
-        options = LogOptions(self.timezone, time.time_ns(), self.types, written)
-        parsed = parse_log(self.format, data, options, first_line=line, final=final)
+        parsed = parse_log(self.format, data, self._options(written), first_line=line, final=final)
         self.types = known_types(parsed.table, self.types)
         return parsed
 

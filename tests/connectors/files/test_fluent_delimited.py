@@ -21,7 +21,7 @@ SECOND = 1_000_000_000
 def parse(text: str | bytes, **options):
     config = ParseConfig.from_mapping(options)
     data = text.encode() if isinstance(text, str) else text
-    return parse_log(fluent_format(config), data, LogOptions(now=NOW))
+    return parse_log(fluent_format(config), data, LogOptions(now=NOW, keep_blank=True))
 
 
 def records(parsed) -> list[dict]:
@@ -146,7 +146,7 @@ def test_arrow_and_python_csv_read_as_the_line_by_line_reader(engine) -> None:
     chars = ["a", ",", '"', '""', "\u00e9", " ", "\r"]
     lines = ["".join(pick.choice(chars) for _ in range(pick.randint(0, 9))) for _ in range(3000)]
     config = ParseConfig.from_mapping({"type": "csv", "keys": "a,b,c", "parser_engine": engine})
-    parsed = parse_log(fluent_format(config), "\n".join(lines).encode() + b"\n", LogOptions(now=NOW))
+    parsed = parse_log(fluent_format(config), "\n".join(lines).encode() + b"\n", LogOptions(now=NOW, keep_blank=True))
     # in_tail, as split_lines, takes "\r\n" for the line's end
     expected = [expected_csv(line.removesuffix("\r"), engine, ["a", "b", "c"]) for line in lines]
     assert {r.line - 1 for r in parsed.rejected} == {n for n, e in enumerate(expected) if e is None}

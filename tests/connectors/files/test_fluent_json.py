@@ -188,7 +188,9 @@ def test_ruby_to_s_and_inspect():
 
 def unpack(lines: list[bytes], **options):
     fmt = fluent_format(ParseConfig.from_mapping({"type": "msgpack", **options}))
-    parsed = parse_log(fmt, b"".join(line + b"\n" for line in lines), LogOptions(now=NOW, written=NOW), first_line=0)
+    parsed = parse_log(
+        fmt, b"".join(line + b"\n" for line in lines), LogOptions(now=NOW, written=NOW, keep_blank=True), first_line=0
+    )
     return parsed.table.to_pylist(), [(r.line, r.reason) for r in parsed.rejected]
 
 

@@ -15,7 +15,7 @@ NOW = 1_700_000_000_123_456_789
 
 def parse(lines: str, **options):
     config = ParseConfig.from_mapping({"type": "regexp", **options})
-    return parse_log(fluent_format(config), lines.encode(), LogOptions(now=NOW))
+    return parse_log(fluent_format(config), lines.encode(), LogOptions(now=NOW, keep_blank=True))
 
 
 def records(parsed) -> list[dict]:
@@ -135,7 +135,7 @@ def test_bad_options_are_refused(options: dict, message: str) -> None:
 def test_none_parser() -> None:
     config = ParseConfig("none", message_key="log")
     # blank lines too, and \r\n ends a line (as fluentd's in_tail gives them)
-    parsed = parse_log(fluent_format(config), b"a b  \n\n  \n\xc3\xbc \r\n", LogOptions(now=NOW))
+    parsed = parse_log(fluent_format(config), b"a b  \n\n  \n\xc3\xbc \r\n", LogOptions(now=NOW, keep_blank=True))
     assert [r["log"] for r in records(parsed)] == ["a b  ", "", "  ", "ü "]
     assert {r["time"] for r in records(parsed)} == {NOW}
     config = ParseConfig("none", estimate_current_event=False)

@@ -129,7 +129,8 @@ def windvane_rows(case: CorpusCase, now: int) -> dict[int, tuple[int, dict] | st
     fmt = fluent_format(ParseConfig.from_mapping(case.parse))
     block = b"".join(line + b"\n" for line in case.lines)
     options = LogOptions(now=now, written=now)
-    lines, rejected = split_lines(block, first_line=0, now=now, binary=fmt.binary)
+    # blank lines handed to the parser, as --keep-blank-lines does: what fluentd's in_tail does
+    lines, rejected = split_lines(block, first_line=0, now=now, keep_blank=True, binary=fmt.binary)
     rows = fmt.parse(lines, options)
     found: dict[int, tuple[int, dict] | str] = {i: SKIPPED for i in range(len(case.lines))}
     found |= {r.line: "rejected: " + r.reason for r in rejected}
@@ -212,8 +213,6 @@ def differences(case: CorpusCase, run: OracleRun) -> dict[int | str, str]:
     found: dict[int | str, str] = {}
     for outcome in outcomes:
         assert outcome.line is not None
-        if mine[outcome.line] == SKIPPED and not case.lines[outcome.line].strip():
-            continue  # windvane skips blank lines before any parser (split_lines); fluentd parses them
         why = line_difference(outcome, mine[outcome.line], run, now, time_typed(case))
         if why:
             found[outcome.line] = why

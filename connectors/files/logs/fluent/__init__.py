@@ -8,8 +8,11 @@ it as any log format::
     parsed = parse_log(fluent_format(config), block)
 
 Parser types: :data:`.parsers.PARSERS`. ``multiline`` groups lines into
-events, each one text (the format's ``group`` step). Blank lines are lines (fluentd
-parses them; windvane's own formats skip them). Lines a parser cannot read are
+events, each one text (the format's ``group`` step). Blank lines are skipped and
+counted, as windvane's own formats do (fluentd's in_tail hands them to the parser, which
+rejects them but for ``none`` and a few expressions); ``LogOptions(keep_blank=True)``
+parses them as fluentd does. ``multiline`` always keeps them: they belong to its
+events. Lines a parser cannot read are
 rejected with fluentd's reason (``pattern not matched``, ``invalid time
 format: ...``).
 """
@@ -31,14 +34,13 @@ def fluent_format(config: ParseConfig) -> LogFormat:
     if make is None:
         raise ParseConfigError(f"unknown parser type {config.type!r}; known: {', '.join(sorted(PARSERS))}")
     parser = make(config)
-    # in_tail hands blank lines to the parser too: kept, they are parsed (or rejected) as fluentd does
     group = getattr(parser, "group", None)  # a parser whose records span lines makes events of them first
     binary = getattr(parser, "binary", False)  # msgpack reads the lines' bytes
     return LogFormat(
         f"fluent:{config.type}",
         f"fluentd's {config.type} parser",
         parser.parse,
-        keep_blank=True,
+        keep_blank=group is not None,  # a blank line inside an event is part of it
         group=group,
         binary=binary,
         independent=group is None,  # a parser reads a line (or event) by itself
