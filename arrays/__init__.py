@@ -27,6 +27,7 @@ from .errors import (
     StreamError,
     StreamExistsError,
     StreamNotFoundError,
+    TimeError,
     UnsupportedArrayError,
 )
 from .history import Commit, history
@@ -61,6 +62,7 @@ __all__ = [
     "StreamNotFoundError",
     "Staged",
     "StreamWriter",
+    "TimeError",
     "Transaction",
     "UnsupportedArrayError",
     "VLenRows",

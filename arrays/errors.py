@@ -34,6 +34,10 @@ class SnapshotError(ArrayError):
     """``at=`` names a time or tid the store cannot read (before the pack horizon, or malformed)."""
 
 
+class TimeError(ArrayError, ValueError):
+    """A moment (``at=``, a time range's ``start``/``stop``) given as text or a datetime that is not a time."""
+
+
 class StreamError(ArrayError):
     """Base class of the errors of streams (:mod:`arrays.stream`)."""
 

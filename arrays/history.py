@@ -9,8 +9,9 @@ from typing import Any
 
 from windvane import neostore
 
-from .errors import ArrayNotFoundError
+from .errors import ArrayNotFoundError, InvalidTagError
 from .keys import next_tid_after
+from .stream_schema import stream_path
 from .timetravel import packed_away
 
 
@@ -41,25 +42,46 @@ def _metadata(extension: bytes) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def history(url_or_store: str | neostore.Store, name: str) -> list[Commit]:
-    """The commits that wrote any key of array (or group) ``name``, oldest first.
+def _paths(name: str, quarantine: bool) -> list[str]:
+    """Where ``name`` may have been written: the quarantine stream's path, or the path itself, then the
+    stream's if ``name`` can be a tag."""
+    if quarantine:
+        return [stream_path(name, quarantine=True)]
+    paths = [name.rstrip("/")]
+    if "/" not in paths[0]:
+        try:
+            paths.append(stream_path(name))
+        except InvalidTagError:
+            pass
+    return paths
 
-    After a pack, the commits older than its point are those whose revisions
-    it kept (each key's revision as of that point), marked ``openable=False``.
-    ArrayNotFoundError if nothing was ever written there.
+
+def history(url_or_store: str | neostore.Store, name: str, *, quarantine: bool = False) -> list[Commit]:
+    """The commits that wrote any key of array (or group) ``name``, or of stream ``name``, oldest first.
+
+    ``name`` is an array's or group's path (``"streams/web.gz"``,
+    ``"plant/line1"``) or, as every stream function takes it, a stream's
+    tag (``"web.gz"``; with ``quarantine``, its quarantine stream's). A
+    name that is both (a tag that is also an array at the store's root) is
+    the array. After a pack, the commits older than its point are those
+    whose revisions it kept (each key's revision as of that point), marked
+    ``openable=False``. ArrayNotFoundError if nothing was ever written there.
     """
     store = neostore.open(url_or_store, read_only=True) if isinstance(url_or_store, str) else url_or_store
     owned = store is not url_or_store
     try:
-        # Read after the history: a pack finishing in between then marks the commits it reached, where
-        # reading it first would leave them marked openable.
-        infos = store.name_history(f"{name.rstrip('/')}/".encode())
+        for path in _paths(name, quarantine):
+            # Read after the history: a pack finishing in between then marks the commits it reached, where
+            # reading it first would leave them marked openable.
+            infos = store.name_history(f"{path}/".encode())
+            if infos:
+                break
         packed = store.pack_tid()
     finally:
         if owned:
             store.close()
     if not infos:
-        raise ArrayNotFoundError(name, "in the store's history")
+        raise ArrayNotFoundError(name, "in the store's history (nor a stream of that tag)")
     return [
         Commit(
             info.tid,

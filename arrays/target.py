@@ -30,9 +30,9 @@ def resolve(target: Target, *, create: bool = False) -> tuple[neostore.Store, Tr
     raise TypeError(f"expected a store URL, a neostore.Store or an arrays.Transaction, not {type(target).__name__}")
 
 
-def previous(before: bytes) -> bytes:
+def previous(before: bytes) -> neostore.Tid:
     """The tid just before the snapshot bound ``before``: the last commit it shows."""
-    return neostore.p64(neostore.u64(before) - 1)
+    return neostore.Tid(neostore.p64(neostore.u64(before) - 1))
 
 
 class StoreOwner:

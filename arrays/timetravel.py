@@ -1,21 +1,26 @@
-"""``at=``: a point of history (a tid, a datetime, a Unix time) as a snapshot bound.
+"""``at=``: a point of history (a tid, a datetime, ISO 8601 text, a Unix time) as a snapshot bound.
 
 A snapshot is read with ``before`` = the first tid it must not see. A tid
+(8 bytes, or the hex text the command line prints, ``0x040d6ae3f1dab299``)
 means "as that commit left it" (the commit included); a time means "what
-had been committed then". Naive datetimes are taken as UTC, like tids.
+had been committed then". Naive datetimes and ISO text without a zone are
+taken as UTC, like tids.
 """
 
 from __future__ import annotations
 
 import numbers
-from datetime import UTC, datetime
+from datetime import datetime
+
+import numpy as np
 
 from windvane import neostore
 
-from .errors import SnapshotError
+from .errors import SnapshotError, TimeError
 from .keys import next_tid_after
+from .times import NS, moment_ns
 
-At = bytes | datetime | float | int
+At = bytes | datetime | str | float | int
 
 
 def describe(at: At) -> str:
@@ -26,19 +31,28 @@ def describe(at: At) -> str:
 
 
 def parse_at(at: At) -> bytes:
-    """The ``before`` bound ``at`` names, without asking the store (SnapshotError if malformed)."""
-    if isinstance(at, (bytes, bytearray)):
-        if len(at) != 8:
-            raise SnapshotError(
-                f"a tid is 8 bytes, not {len(at)}: pass the tid of a commit (arrays.history lists them)"
-            )
-        return next_tid_after(bytes(at))
-    if isinstance(at, datetime):
-        moment = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-        return neostore.tid_at(moment.timestamp())
+    """The ``before`` bound ``at`` names, without asking the store.
+
+    SnapshotError if it is malformed (a tid of another length, text that is
+    neither a tid nor a time); TypeError if it is of a type ``at=`` does not take.
+    """
+    if isinstance(at, (bytes, bytearray)) or (isinstance(at, str) and neostore.tids.looks_like_tid(at)):
+        try:
+            return next_tid_after(neostore.as_tid(at))
+        except neostore.TidError as exc:
+            raise SnapshotError(f"{exc} (arrays.history lists them)") from None
+    if isinstance(at, (datetime, np.datetime64, str)):
+        try:
+            ns = moment_ns(at, "at=")
+        except TimeError as exc:
+            raise SnapshotError(f"{exc}; or a tid as `windvane` prints it (0x040d6ae3f1dab299)") from None
+        return neostore.tid_at(ns / NS)
     if isinstance(at, numbers.Real) and not isinstance(at, bool):
         return neostore.tid_at(float(at))
-    raise SnapshotError(f"at= takes a tid (8 bytes), a datetime or a Unix time, not {type(at).__name__}")
+    raise TypeError(
+        f"at= takes a tid (8 bytes or 0x and 16 hex digits), a datetime, ISO 8601 text or a Unix time, "
+        f"not {type(at).__name__}"
+    )
 
 
 def packed_away(before: bytes, packed: bytes) -> bool:

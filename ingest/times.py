@@ -9,12 +9,13 @@ Every connector (Forward, HTTP, MQTT, file import, tail) and export's
   ``Date.now()``). A float goes through its shortest decimal form, so
   ``1700000000.123456`` is ``...123456000`` ns. Text holding a decimal
   number is that number.
-- ISO 8601 text: a date, optionally a time after ``T`` or a space, with
+- ISO 8601 text (read by :mod:`arrays.times`, which ``at=`` and
+  time-range reads in arrays use too): a date, optionally a time after ``T`` or a space, with
   fractions to the nanosecond and a zone ``Z``, ``+02:00`` or ``+0200``.
   Text without a zone is a wall-clock time in ``zone`` (UTC unless a
   ``--timezone`` says otherwise); a date alone is its midnight.
-- a fluentd EventTime (msgpack ext 0, ``>II`` seconds and nanoseconds) or
-  a msgpack Timestamp.
+- a fluentd EventTime (msgpack ext 0, ``>II`` seconds and nanoseconds,
+  the nanoseconds below 10**9) or a msgpack Timestamp.
 
 Anything else (booleans, None, other text, times outside the years
 1677-2262 that int64 nanoseconds hold) is not a time: the record holding it
@@ -27,8 +28,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from calendar import timegm
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -36,6 +36,9 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from windvane.arrays.times import NS, datetime_ns, iso_ns
+from windvane.arrays.times import in_range as _in_range
 
 from .errors import IngestError
 
@@ -45,6 +48,7 @@ __all__ = [
     "BadZone",
     "check_zone",
     "epoch_column_ns",
+    "event_time_ns",
     "iso_column_ns",
     "iso_text",
     "iso_zoned",
@@ -55,16 +59,13 @@ __all__ = [
     "wall_to_utc",
 ]
 
-_INT64_MAX = (1 << 63) - 1
 # (magnitude below which, power of ten to nanoseconds): seconds, milliseconds, microseconds; else nanoseconds.
 _UNITS = ((1e11, 9), (1e14, 6), (1e17, 3))
 #: Nanoseconds per epoch unit, by the unit's name.
 NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
-_ISO = re.compile(r"(\d{4}-\d\d-\d\d)(?:[T ](\d\d:\d\d(?::\d\d)?)(?:[.,](\d{1,9}))?)?\s*(Z|z|[+-]\d\d(?::?\d\d)?)?")
 _DECIMAL = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?")
 # A zone after a time of day (a date's own "-01" is no zone).
 _ZONED = r"\d\d:\d\d(:\d\d([.,]\d+)?)?\s*(Z|z|[+-]\d\d(:?\d\d)?)$"
-NS = 1_000_000_000
 
 
 class BadZone(IngestError):
@@ -80,20 +81,31 @@ def time_ns(value: Any) -> int | None:
         text = value.strip()
         if _DECIMAL.fullmatch(text):
             return _number_ns(Decimal(text))
-        return _iso_ns(text)
+        return iso_ns(text)
     if kind is msgpack.Timestamp:
         return _in_range(value.to_unix_nano())
     if kind is msgpack.ExtType and value.code == 0 and len(value.data) == 8:  # fluentd EventTime
-        return _in_range(int.from_bytes(value.data[:4], "big") * NS + int.from_bytes(value.data[4:], "big"))
+        return event_time_ns(value.data)
     if kind is datetime:
-        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-        return _in_range((delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1000)
+        return datetime_ns(value)
     return None
+
+
+def event_time_ns(data: bytes) -> int | None:
+    """Nanoseconds since the epoch of a fluentd EventTime's 8 bytes (``>II``: seconds, nanoseconds); None if
+    its nanoseconds are 10**9 or more, which no clock gives (:func:`not_a_time` names them)."""
+    nanos = int.from_bytes(data[4:8], "big")
+    return int.from_bytes(data[:4], "big") * NS + nanos if nanos < NS else None
 
 
 def not_a_time(value: Any) -> str:
     """The quarantine reason of a record whose time ``value`` :func:`time_ns` does not read."""
+    if type(value) is msgpack.ExtType and value.code == 0 and len(value.data) == 8:
+        seconds, nanos = int.from_bytes(value.data[:4], "big"), int.from_bytes(value.data[4:], "big")
+        return (
+            f"the event time is an EventTime of {seconds} s and {nanos} ns, which is not a time: "
+            f"its nanoseconds must be 0 to 999999999"
+        )
     text = repr(value)
     if len(text) > 80:
         text = text[:77] + "..."
@@ -101,10 +113,6 @@ def not_a_time(value: Any) -> str:
         f"the event time {text} is not a time: give epoch seconds, ms, us or ns, ISO 8601 text "
         "(2024-05-01T12:00:00Z) or a fluentd EventTime"
     )
-
-
-def _in_range(ns: int) -> int | None:
-    return ns if -_INT64_MAX <= ns <= _INT64_MAX else None
 
 
 def _number_ns(value: int | float | Decimal) -> int | None:
@@ -120,22 +128,6 @@ def _number_ns(value: int | float | Decimal) -> int | None:
         return _in_range(int(exact.scaleb(scale).to_integral_value()))
     except (InvalidOperation, OverflowError):
         return None
-
-
-def _iso_ns(text: str) -> int | None:
-    match = _ISO.fullmatch(text)
-    if match is None:
-        return None
-    date, clock, fraction, zone = match.groups()
-    if zone in (None, "Z", "z"):
-        zone = "+00:00"
-    elif ":" not in zone:
-        zone = zone[:3] + (":" + zone[3:] if len(zone) > 3 else ":00")
-    try:
-        moment = datetime.fromisoformat(f"{date}T{clock or '00:00'}{zone}")
-    except ValueError:
-        return None
-    return _in_range(timegm(moment.utctimetuple()) * NS + int((fraction or "").ljust(9, "0")))
 
 
 # ---------------------------------------------------------------- zones

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    BlobLocationError,
     BlobNotFoundError,
     BlobStoreError,
     BlobStoreUnavailableError,
@@ -41,8 +42,8 @@ from .errors import (
 )
 from .names import NamedRevision
 from .store import Record, Revision, Store, Transaction, TransactionInfo
-from .tids import ZERO, p64, tid_at, u64
-from .url import StoreURL, parse_url, redacted
+from .tids import ZERO, Tid, TidError, as_tid, p64, tid_at, u64
+from .url import StoreURL, parse_url, redacted, with_tier
 from .values import value_hash
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ __all__ = [
     "Revision",
     "SchemaVersionError",
     "StorageUnavailableError",
+    "BlobLocationError",
     "BlobStoreError",
     "BlobStoreUnavailableError",
     "BlobNotFoundError",
@@ -104,14 +106,18 @@ __all__ = [
     "Transaction",
     "TransactionError",
     "TransactionInfo",
+    "Tid",
+    "TidError",
     "TransientDatabaseError",
     "UndoError",
     "Unsupported",
     "ZERO",
     "ZODBStorage",
     "open",
+    "as_tid",
     "redacted",
     "p64",
+    "with_tier",
     "parse_url",
     "tid_at",
     "u64",

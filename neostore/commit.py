@@ -11,7 +11,7 @@ from .indoubt import transaction_committed
 from .pool import rollback_quietly, write_transaction
 from .session import release, writer
 from .sql import chunked, delete_unreferenced_data
-from .tids import next_tid, p64, u64
+from .tids import Tid, next_tid, p64, u64
 from .upload import flush
 from .writes import Rewind, Write
 
@@ -196,4 +196,4 @@ def _assign_tid(txn: Transaction, cur: Any) -> None:
         tid = txn.requested_tid
     else:
         tid = next_tid(last)
-    txn.tid = p64(tid)
+    txn.tid = Tid(p64(tid))

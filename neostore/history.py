@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from . import errors
 from .records import Record, TransactionInfo
 from .sql import Query
-from .tids import ZERO, p64, u64
+from .tids import ZERO, Tid, p64, u64
 
 _MAX_INT = (1 << 63) - 1
 
@@ -15,7 +15,7 @@ _MAX_INT = (1 << 63) - 1
 def last_transaction(query: Query) -> bytes:
     """The tid of the newest committed transaction (8 zero bytes if none)."""
     (row,) = query("SELECT MAX(tid) FROM trans", ())
-    return ZERO if row[0] is None else p64(row[0])
+    return Tid(ZERO if row[0] is None else p64(row[0]))
 
 
 def changes_since(query: Query, tid: bytes, limit: int) -> list[tuple[bytes, list[bytes]]]:

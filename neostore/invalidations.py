@@ -28,7 +28,7 @@ class Invalidations:
         self._store = store
         self.db: Any = None  # the DB (an IStorageWrapper) the storage was registered with
         # The newest tid whose invalidations were delivered (lastTransaction).
-        self.last_tid = store.last_transaction()
+        self.last_tid = bytes(store.last_transaction())
         self._lock = threading.Lock()
         # Cleared while finish() runs.
         self._idle = threading.Event()
@@ -65,7 +65,7 @@ class Invalidations:
                 # Others' commits are all older than ours (the storage holds the
                 # commit lock since vote): announce them first.
                 self._poll()
-                tid = txn.finish()
+                tid = bytes(txn.finish())  # ZODB takes exactly bytes, not a Tid
                 if f is not None:
                     f(tid)
                 self.last_tid = tid

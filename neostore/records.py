@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .tids import p64, tid_time, u64
+from .tids import Tid, p64, tid_time, u64
 
 
 class _Stamped:
@@ -32,7 +32,7 @@ class TransactionInfo(_Stamped):
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> TransactionInfo:
         """From a ``trans`` row read as ``tid, user, description, ext, packed``."""
-        return cls(p64(row[0]), bytes(row[1]), bytes(row[2]), bytes(row[3]), bool(row[4]))
+        return cls(Tid(p64(row[0])), bytes(row[1]), bytes(row[2]), bytes(row[3]), bool(row[4]))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from .names import name_range
 from .records import ValueUsage
 from .sql import Query
-from .tids import p64
+from .tids import Tid, p64
 
 
 def value_size(query: Query) -> int:
@@ -65,4 +65,4 @@ def counts(query: Query) -> dict[str, int]:
 def pack_tid(query: Query) -> bytes:
     """The tid of the latest completed pack (zero bytes if never packed)."""
     (row,) = query("SELECT value FROM config WHERE name = 'pack_tid'", ())
-    return p64(int(row[0]))
+    return Tid(p64(int(row[0])))

@@ -95,7 +95,7 @@ def _undo_log(
     for info in store.iter_transactions(newest_first=True, page=max(20, min(last, 1000))):
         if info.packed:
             break
-        entry = {"id": info.tid, "time": info.time, "user_name": info.user, "description": info.description}
+        entry = {"id": bytes(info.tid), "time": info.time, "user_name": info.user, "description": info.description}
         for key, value in _extension_items(info.extension).items():
             entry.setdefault(key, value)
         if filter is not None and not filter(entry):
@@ -117,7 +117,7 @@ class NeoTransactionRecord(TransactionRecord):  # type: ignore[misc]  # ZODB is 
 
     def __init__(self, store: Store, info: TransactionInfo):
         TransactionRecord.__init__(
-            self, info.tid, "p" if info.packed else " ", info.user, info.description, info.extension
+            self, bytes(info.tid), "p" if info.packed else " ", info.user, info.description, info.extension
         )
         self._store = store
 
