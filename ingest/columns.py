@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -218,27 +219,56 @@ def _extras(schema: Schema, records: list[dict], key: Any = _str_key) -> tuple[l
     faults: dict[int, str] = {}
     for j, r in enumerate(records):
         extra = {k: v for k, v in r.items() if k not in declared}
-        text = _extra_json(extra) if extra else ""
-        if text is None or not _utf8(text):
-            faults[j] = (
-                "undeclared fields are nested too deeply to keep as JSON"
-                if text is None
-                else "undeclared fields hold text that is not valid UTF-8"
-            )
-            text = ""
+        text, why = _extra_json(extra) if extra else ("", None)
+        if why is not None:
+            faults[j] = why
         out.append(text)
     return out, faults
 
 
-def _extra_json(extra: dict) -> str | None:
-    """``extra`` as JSON text (bin as text, nested bin keys too); None if it is nested too deeply to encode."""
+def _extra_json(extra: dict) -> tuple[str, str | None]:
+    """``extra`` as JSON text (bin as text, nested bin keys too), or "" and why it cannot be kept."""
     try:
         try:
-            return json.dumps(extra, ensure_ascii=False, default=_jsonable, separators=(",", ":"))
+            text = _dumps(extra)
         except TypeError:  # a nested map with bin (or other non-str) keys
-            return json.dumps(_json_keys(extra), ensure_ascii=False, default=_jsonable, separators=(",", ":"))
+            text = _dumps(_json_keys(extra))
+        except ValueError:  # NaN or an infinity: JSON has no text for them
+            return "", non_finite_reason(extra)
     except RecursionError:
+        return "", "undeclared fields are nested too deeply to keep as JSON"
+    if not _utf8(text):
+        return "", "undeclared fields hold text that is not valid UTF-8"
+    return text, None
+
+
+def non_finite_reason(fields: Mapping[Any, Any]) -> str:
+    """Why undeclared ``fields`` that hold NaN or an infinity are not kept: the ``extra`` column is JSON text,
+    and JSON has no NaN or Infinity."""
+    for name, value in fields.items():
+        found = _non_finite(value)
+        if found is None:
+            continue
+        shown = name.decode("utf-8", "backslashreplace") if type(name) is bytes else name
+        if isinstance(value, float):
+            advice = "declare it as a float32 or float64 field to store it"
+        else:
+            found, advice = f"{found} inside it", "send null or text in its place"
+        return f"undeclared field {shown!r} holds {found}, which JSON (the extra column) cannot hold: {advice}"
+    return "undeclared fields hold NaN or Infinity, which JSON (the extra column) cannot hold"
+
+
+def _non_finite(value: Any) -> str | None:
+    """``NaN``, ``Infinity`` or ``-Infinity``: the first such float in ``value`` (nested too), as JSON-ish text."""
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        return None if -math.inf < value < math.inf else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
         return None
+    return next(filter(None, map(_non_finite, value)), None)
 
 
 def _json_keys(value: Any) -> Any:
@@ -263,6 +293,9 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
     return repr(value)
+
+
+_dumps = functools.partial(json.dumps, ensure_ascii=False, default=_jsonable, separators=(",", ":"), allow_nan=False)
 
 
 @dataclass

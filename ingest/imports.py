@@ -65,7 +65,7 @@ from windvane import arrays, neostore
 from windvane.arrays.stream import MISSING_ATTR
 
 from . import checkpoints, streams
-from .columns import Rejected
+from .columns import Rejected, non_finite_reason
 from .errors import IngestError
 from .parts import Part, failing_rows
 from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
@@ -498,6 +498,7 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
         why = f"undeclared field(s) {', '.join(undeclared)} (schema {schema.name} declares: {declared})"
         for i in range(n):
             reasons.setdefault(i, why)
+    extras = _extra_json(table, undeclared, reasons) if schema.extra == "keep" else None
     rejected += [
         Rejected(int(time[i]) if time[i] != -1 else 0, reasons[i], bytes(raw(i)), source) for i in sorted(reasons)
     ]
@@ -507,8 +508,8 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
     columns: dict[str, Any] = {TIME: time if not reasons else time[good]}
     for f in schema.fields:
         columns[f.name] = _good_values(f, cast, kept, good, bool(reasons))
-    if schema.extra == "keep":
-        columns["extra"] = _extra_json(table, undeclared, good)
+    if extras is not None:
+        columns["extra"] = extras[good] if reasons else extras
     return columns, rejected
 
 
@@ -556,21 +557,22 @@ def _good_values(
     return _numpy_column(f, values)
 
 
-def _extra_json(table: pa.Table, names: list[str], rows: np.ndarray) -> np.ndarray:
+def _extra_json(table: pa.Table, names: list[str], reasons: dict[int, str]) -> np.ndarray:
+    """The columns ``names`` of each row as JSON text; a row holding NaN or an infinity, which JSON has no
+    text for, gets its reason in ``reasons`` (row -> why)."""
     import json
 
     if not names:
-        return np.full(len(rows), "", dtype=np.dtypes.StringDType())
-    picked = table.select(names).take(pa.array(rows)).to_pylist()
-    return np.array(
-        [
-            json.dumps(
-                {k: v for k, v in r.items() if v is not None}, ensure_ascii=False, default=str, separators=(",", ":")
-            )
-            for r in picked
-        ],
-        dtype=np.dtypes.StringDType(),
-    )
+        return np.full(table.num_rows, "", dtype=np.dtypes.StringDType())
+    texts = []
+    for i, row in enumerate(table.select(names).to_pylist()):
+        fields = {k: v for k, v in row.items() if v is not None}
+        try:
+            texts.append(json.dumps(fields, ensure_ascii=False, default=str, separators=(",", ":"), allow_nan=False))
+        except ValueError:
+            reasons.setdefault(i, non_finite_reason(fields))
+            texts.append("")
+    return np.array(texts, dtype=np.dtypes.StringDType())
 
 
 def _vibration_columns(schema: Schema, part: Part, time: np.ndarray) -> dict[str, Any]:

@@ -63,6 +63,7 @@ import numpy as np
 from windvane.ingest.batch import INVALID_TIME, Batch, Undecoded
 from windvane.ingest.times import not_a_time, time_ns
 
+from ..json_text import JsonReader
 from .config import ForwardConfig
 from .decompress import decompress_entries
 from .errors import MalformedMessage
@@ -103,6 +104,8 @@ def _time_ns(t: Any) -> int:
         if len(t) != 8:
             return INVALID_TIME
         seconds, nanos = _unpack_event_time(t)
+        if nanos >= _NS:
+            return INVALID_TIME
         return seconds * _NS + nanos if seconds else time.time_ns()
     if t is None or ((tt is int or tt is float) and t == 0):
         return time.time_ns()
@@ -114,11 +117,19 @@ def _time_faults(times: array, values: list) -> dict[int, str] | None:
     """Why each time of ``times`` that is :data:`INVALID_TIME` is not a time, naming its value; None if none is."""
     if not len(times) or min(times) != INVALID_TIME:
         return None
-    return {
-        i: not_a_time(bytes(v) if type(v) is EventTimeBytes else v)
-        for i, (ns, v) in enumerate(zip(times, values))
-        if ns == INVALID_TIME
-    }
+    return {i: not_a_time(_as_sent(v)) for i, (ns, v) in enumerate(zip(times, values)) if ns == INVALID_TIME}
+
+
+def _as_sent(t: Any) -> Any:
+    """A time value as its quarantine reason names it: an EventTime (its 8 bytes, msgspec's Ext, or Fluent
+    Bit's ``[EventTime, {metadata}]``) as msgpack's ExtType, which :func:`ingest.times.not_a_time` reads."""
+    if type(t) is list and t and type(t[0]) in (bytes, EventTimeBytes):
+        t = t[0]
+    if type(t) is msgspec.msgpack.Ext and t.code == 0:
+        t = bytes(t.data)
+    if type(t) in (bytes, EventTimeBytes) and len(t) == 8:
+        return msgpack.ExtType(0, bytes(t))
+    return bytes(t) if type(t) is EventTimeBytes else t
 
 
 def _times_ns(values: list) -> array:
@@ -136,6 +147,7 @@ def _times_ns(values: list) -> array:
         zero = seconds == 0
         if zero.any():  # EventTime of second 0 means "now", as in in_forward (time.to_i == 0)
             ns[zero] = time.time_ns()
+        ns[pairs[:, 1] >= _NS] = INVALID_TIME  # nanoseconds no clock gives: the record is quarantined
     elif types == {int} and min(values) > 0 and max(values) < _SECONDS_BELOW:
         ns = np.array(values, dtype=np.int64) * _NS
     if ns is None:
@@ -168,7 +180,7 @@ def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
     """The value of one framed message (msgpack, or JSON text); :class:`MalformedMessage` if unreadable."""
     try:
         if json_mode:
-            return json.loads(frame)
+            return _json_message(frame)
         up = unpacker(max(len(frame), 1), message_ext_hook)
         up.feed(frame)
         value = up.unpack()
@@ -178,6 +190,23 @@ def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
         raise MalformedMessage(f"unreadable {'JSON' if json_mode else 'msgpack'} message: {exc}") from exc
     if up.tell() != len(frame):
         raise MalformedMessage(f"msgpack message has {len(frame) - up.tell()} bytes after its end")
+    return value
+
+
+def _json_message(frame: bytes) -> Any:
+    """A JSON-mode message, read strictly (:mod:`connectors.json_text`), its float times as sent: the exact
+    Decimal of one too long for a float64."""
+    reader = JsonReader()
+    value = reader.loads(frame.decode(json.detect_encoding(frame), "surrogatepass"))
+    exact = reader.exact_numbers()
+    if exact is None or type(value) is not list or len(value) < 2:
+        return value
+    if type(value[1]) is float:  # Message mode: [tag, time, record]
+        value[1] = exact(value[1])
+    elif type(value[1]) is list:  # Forward mode: [tag, [[time, record], ...]]
+        for entry in value[1]:
+            if type(entry) is list and entry and type(entry[0]) is float:
+                entry[0] = exact(entry[0])
     return value
 
 

@@ -42,13 +42,14 @@ instead). A null time field is no time: the record arrives now.
 
 NDJSON: a line that is not JSON is quarantined verbatim with its line
 number and the parser's message, and the other lines are stored; a body of
-which no line is JSON is a 400.
+which no line is JSON is a 400. JSON is read as RFC 8259 has it
+(:mod:`connectors.json_text`): ``NaN`` and ``Infinity`` are not JSON, and a
+number's time is read from its text, exact to the nanosecond.
 """
 
 from __future__ import annotations
 
 import json
-import json.scanner
 import re
 import time as _time
 import zlib
@@ -62,6 +63,7 @@ from windvane.ingest.batch import Batch
 from windvane.ingest.times import NS as _NS
 from windvane.ingest.times import not_a_time, time_ns
 
+from ..json_text import JsonConstant, JsonReader, constant_error
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 __all__ = [
@@ -89,10 +91,8 @@ _TSV_TYPES = ("text/tab-separated-values",)
 #: User-Agent prefix of Fluent Bit, whose JSON formats carry the event time in a ``date`` key (json_date_key).
 FLUENT_BIT_AGENT = "Fluent-Bit"
 
-_loads = json.loads
 _JSONDecodeError = json.JSONDecodeError
 _WS = re.compile(r"[ \t\n\r]*")
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())
 
 
 class _Decoded(NamedTuple):
@@ -104,6 +104,8 @@ class _Decoded(NamedTuple):
     times: list[int | None] | None = None
     #: Records the body holds but that are not records (an NDJSON line that is not JSON): index -> why.
     faults: dict[int, str] | None = None
+    #: A JSON body's numbers as sent (:meth:`connectors.json_text.JsonReader.exact`), for the times read from them.
+    exact: Callable[[Any], Any] | None = None
 
 
 # ---------------------------------------------------------------- times
@@ -138,7 +140,7 @@ def _take_times(
     if fixed_ns is not None:
         return [fixed_ns] * len(records), faults
     bkey = key.encode("utf-8", "surrogateescape")
-    given = decoded.times
+    given, exact = decoded.times, decoded.exact
     times = []
     append = times.append
     for i, rec in enumerate(records):
@@ -148,7 +150,8 @@ def _take_times(
         if type(rec) is dict:
             name = key if key in rec else bkey if bkey in rec else None
             if name is not None:
-                t = rec.pop(name)
+                sent = rec.pop(name)
+                t = sent if exact is None else exact(sent)
                 # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
                 if type(t) is float and 0.0 <= t < 1e11:
                     ip, _, fp = repr(t).partition(".")
@@ -157,7 +160,7 @@ def _take_times(
                         continue
                 ns = now_ns if t is None else time_ns(t)
                 if ns is None:
-                    rec[name] = t  # kept: the record is quarantined as it came
+                    rec[name] = sent  # kept: the record is quarantined as it came
                     faults[i] = not_a_time(t)
                     ns = now_ns
                 append(ns)
@@ -399,16 +402,17 @@ def _decode_json(body: bytes) -> _Decoded:
     whitespace between them.
     """
     text = _text(body)
+    reader = JsonReader()
     try:
-        doc = _loads(text)
+        doc = reader.loads(text)
     except _JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise _json_error(exc, "the body") from None
-        return _decode_json_stream(text)
+        return _decode_json_stream(text, reader)
     except RecursionError:
         raise BadRequest("bad_json", "the JSON body nests too deeply") from None
     if type(doc) is not list:
-        return _Decoded([doc], lambda i: body)
+        return _Decoded([doc], lambda i: body, exact=reader.exact_numbers())
     spans: list[tuple[int, int]] = []
 
     def raw(i: int) -> bytes:
@@ -418,11 +422,11 @@ def _decode_json(body: bytes) -> _Decoded:
         start, end = spans[i]
         return _bytes(text[start:end])
 
-    return _Decoded(doc, raw)
+    return _Decoded(doc, raw, exact=reader.exact_numbers())
 
 
-def _decode_json_stream(text: str) -> _Decoded:
-    decode = json.JSONDecoder().raw_decode
+def _decode_json_stream(text: str, reader: JsonReader) -> _Decoded:
+    decode = reader.raw_decode
     records: list[Any] = []
     spans: list[tuple[int, int]] = []
     i, n = _WS.match(text, 0).end(), len(text)
@@ -436,7 +440,7 @@ def _decode_json_stream(text: str) -> _Decoded:
         records.append(obj)
         spans.append((i, end))
         i = _WS.match(text, end).end()
-    return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]))
+    return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]), exact=reader.exact_numbers())
 
 
 def _json_array_spans(text: str) -> list[tuple[int, int]]:
@@ -476,7 +480,8 @@ def _decode_ndjson(body: bytes) -> _Decoded:
     lines: list[str] = []
     faults: dict[int, str] = {}
     append, keep = records.append, lines.append
-    loads, scan = _loads, _scan_once
+    reader = JsonReader()
+    loads, scan = reader.loads, reader.scan_once
     for lineno, line in _lines(text):
         try:
             # The C scanner straight away: json.loads adds three Python calls and two regex matches per line.
@@ -493,11 +498,13 @@ def _decode_ndjson(body: bytes) -> _Decoded:
                 obj = faults[len(records)] = _line_fault(exc, lineno)
         except (_JSONDecodeError, RecursionError) as exc:
             obj = faults[len(records)] = _line_fault(exc, lineno)
+        except JsonConstant:
+            obj = faults[len(records)] = _line_fault(constant_error(line), lineno)
         append(obj)
         keep(line)
     if faults and len(faults) == len(records):
         raise BadRequest("bad_json", f"the NDJSON body has no valid JSON line: {faults[0]}")
-    return _Decoded(records, lambda i: _bytes(lines[i]), faults=faults or None)
+    return _Decoded(records, lambda i: _bytes(lines[i]), faults=faults or None, exact=reader.exact_numbers())
 
 
 def _line_fault(exc: Exception, lineno: int) -> str:

@@ -22,6 +22,9 @@
   ``time``, ``extra`` or ``other_keys``) are kept in an ``other_keys``
   column as a JSON object ("" in lines without any).
 
+JSON is RFC 8259's: a line holding ``NaN`` or ``Infinity`` is not JSON
+and is rejected (as over HTTP, :mod:`connectors.json_text`).
+
 Lines are decoded one at a time with msgspec rather than as a block with
 ``pyarrow.json``: the latter turns strings that look like times into
 timestamps (the text is then not what the log holds), and one bad line or
@@ -38,6 +41,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from windvane.connectors.json_text import constant_at, not_a_number
 from windvane.ingest.times import iso_column_ns, time_ns
 
 from .lines import Lines, Rows
@@ -114,6 +118,20 @@ def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str,
     )
 
 
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _not_json(text: str, exc: msgspec.DecodeError) -> str:
+    """msgspec's message for a line that is not JSON, or, where it stopped at NaN or an infinity, what those are."""
+    at_byte, found = _AT_BYTE.search(str(exc)), constant_at(text)
+    if at_byte and found:
+        start = len(text[: found[0]].encode())
+        # msgspec stops at -Infinity's I, after the sign
+        if int(at_byte.group(1)) in (start, start + found[1].startswith("-")):
+            return f"byte {start}: {not_a_number(found[1])}"
+    return str(exc)
+
+
 def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
     """JSON lines to a ``time`` column and one column per field; see the module docstring."""
     count = len(lines)
@@ -125,7 +143,7 @@ def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
         try:
             record = _decode(text)
         except msgspec.DecodeError as exc:
-            faults[i] = f"not JSON: {exc}"
+            faults[i] = f"not JSON: {_not_json(text, exc)}"
             continue
         if type(record) is not dict:
             faults[i] = f"a JSON {_JSON_NAME.get(type(record), 'value')}, not an object"
