@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .stream_schema import MISSING_ATTR, TIME
+from .stream_schema import TIME, missing_value
 from .stream_view import StreamView
 
 
@@ -85,23 +85,36 @@ def to_xarray(stream: StreamView, start: int = 0, stop: int | None = None) -> An
     """An xarray Dataset of rows ``[start:stop]``: coordinate ``time`` (datetime64[ns]), one variable per column.
 
     Variables keep their arrays' dims and attributes; the Dataset's
-    attributes are the stream's user attributes.
+    attributes are the stream's user attributes. An integer column with a
+    :data:`MISSING_ATTR` value is decoded as xarray decodes a CF
+    ``_FillValue``: float64, NaN where it holds that value (so ``mean()``
+    skips them), its encoding ``{"_FillValue": <value>, "dtype": <int
+    dtype>}`` so that ``to_netcdf``/``to_zarr`` store the integers again.
     """
     import xarray as xr
 
     time, columns = _columns_data(stream, start, stop)
-    variables = {
-        stream.name_of(key): xr.Variable(stream[key].dims or (TIME,), data, attrs=stream[key].attrs)
-        for key, data in columns.items()
-    }
+    variables = {stream.name_of(key): _variable(xr, stream[key], data) for key, data in columns.items()}
     coords = {TIME: xr.Variable((TIME,), time.view("datetime64[ns]"))}
     return xr.Dataset(variables, coords=coords, attrs=stream.attrs)
 
 
+def _variable(xr: Any, array: Any, data: np.ndarray) -> Any:
+    """The xarray Variable of a column's rows ``data`` (integers with a missing value masked, as CF does)."""
+    attrs = array.attrs
+    mask = _missing(data, attrs)
+    if mask is None:
+        return xr.Variable(array.dims or (TIME,), data, attrs=attrs)
+    decoded = data.astype(np.float64)
+    decoded[mask] = np.nan
+    encoding = {"_FillValue": missing_value(data.dtype, attrs), "dtype": data.dtype}
+    return xr.Variable(array.dims or (TIME,), decoded, attrs=attrs, encoding=encoding)
+
+
 def _missing(data: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     """Where integer column values ``data`` hold the column's :data:`MISSING_ATTR` value (None: it has none)."""
-    missing = attrs.get(MISSING_ATTR)
-    if missing is None or data.dtype.kind not in "iu" or isinstance(missing, bool):
+    missing = missing_value(data.dtype, attrs)
+    if missing is None:
         return None
     where: np.ndarray = data == missing
     return where

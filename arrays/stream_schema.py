@@ -54,6 +54,17 @@ NAME_ATTR = "name"
 #: The column attribute naming the value a column holds where a value is missing: an integer column's
 #: exports (:meth:`Stream.to_arrow`, ``to_pandas``) give those rows back as missing (null, ``<NA>``).
 MISSING_ATTR = "missing"
+
+
+def missing_value(dtype: np.dtype, attrs: Mapping[str, Any]) -> int | None:
+    """The value an integer column of ``dtype`` holds where a value is missing (its :data:`MISSING_ATTR`), or
+    None: a column of another kind, or without one. Exports give those rows back as missing."""
+    missing = attrs.get(MISSING_ATTR)
+    if missing is None or np.dtype(dtype).kind not in "iu" or isinstance(missing, bool):
+        return None
+    return int(missing)
+
+
 #: What :func:`column_key` escapes in a name that cannot be a key as it is (besides unprintable characters).
 _ESCAPED = frozenset("%/.")
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from windvane.arrays.stream import MISSING_ATTR
+from windvane.arrays.stream_schema import MISSING_ATTR, missing_value
 
 from ..blocks import ColumnLayout
 
@@ -42,6 +42,13 @@ def column_values(table: pa.Table, column: ColumnLayout) -> np.ndarray:
     else:
         flat = values.to_numpy(zero_copy_only=False)  # objects: str or bytes
     return flat.reshape((table.num_rows, *column.inner))
+
+
+def fill_value(column: ColumnLayout) -> int | None:
+    """The value an integer column holds where a value is missing (arrays.stream.MISSING_ATTR), which array
+    formats declare as the variable's fill value (CF ``_FillValue``) so that xarray reads those rows as
+    missing (NaN); None for other columns."""
+    return missing_value(column.dtype, column.attrs) if column.kind == "number" else None
 
 
 def attribute(value: Any) -> Any:

@@ -7,7 +7,8 @@
 at the first NUL), are a variable-length ``ubyte`` type named ``bytes``,
 read back as one uint8 array per value (``bytes(value)`` is the original);
 booleans are int8 with ``dtype = "bool"``, which xarray decodes back to
-bool. The file's attributes are the stream's, plus ``stream`` (its tag).
+bool. An integer column with a missing value (``missing`` attribute) has it
+as the variable's ``_FillValue``: xarray reads those rows as NaN. The file's attributes are the stream's, plus ``stream`` (its tag).
 
 Number variables (``time`` included) are compressed with netCDF-4's
 standard filters, shuffle then zlib (deflate level :data:`DEFLATE_LEVEL`),
@@ -31,7 +32,7 @@ import pyarrow as pa
 
 from ..blocks import ColumnLayout, Layout
 from ..errors import ExportError
-from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, time_values
+from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, fill_value, time_values
 
 #: The raw bytes a variable's chunk is at most: more than half of that unless the export is small or its
 #: columns many or wide (see _GATHER_BYTES).
@@ -126,7 +127,9 @@ class Writer(ChunkWriter):
                 else:
                     dtype = c.dtype
                 filters = deflate if c.kind == "number" else {}
-                var = self._file.create_variable(c.key, c.dims, dtype, chunks=(chunks[c.name], *c.inner), **filters)
+                var = self._file.create_variable(
+                    c.key, c.dims, dtype, chunks=(chunks[c.name], *c.inner), fillvalue=fill_value(c), **filters
+                )
                 var.attrs.update(attrs)
                 self._vars[c.key] = var
         except BaseException:

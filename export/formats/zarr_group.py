@@ -4,7 +4,9 @@
 column with its dims (``(time, channel)`` for vibration samples);
 ``zarr.open_group(path)`` gives the int64 ns and the columns as stored.
 Strings are zarr's ``string`` (variable-length UTF-8), bytes its
-``variable_length_bytes``; every array keeps the codecs its stream column
+``variable_length_bytes``; an integer column with a missing value
+(``missing`` attribute) has it as its ``fill_value`` and CF
+``_FillValue``, so xarray reads those rows as NaN; every array keeps the codecs its stream column
 has (blosc by default), so the export costs what the stream's own encoding
 does. The group's attributes are the stream's, plus ``stream`` (its tag);
 metadata is consolidated on close.
@@ -27,7 +29,7 @@ from zarr.errors import UnstableSpecificationWarning, ZarrUserWarning
 from zarr.storage import LocalStore
 
 from ..blocks import Layout
-from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, time_values
+from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, fill_value, time_values
 
 
 class Writer(ChunkWriter):
@@ -57,6 +59,10 @@ class Writer(ChunkWriter):
             }
             for c in layout.columns:
                 dtype = "str" if c.kind == "str" else VariableLengthBytes() if c.kind == "bytes" else c.dtype
+                attributes = {k: attribute(v) for k, v in c.attrs.items()}
+                missing = fill_value(c)
+                if missing is not None:  # zarr v3's fill_value is no mask to xarray: CF's _FillValue is
+                    attributes["_FillValue"] = missing
                 self._arrays[c.key] = group.create_array(
                     c.key,
                     shape=(rows, *c.inner),
@@ -65,7 +71,8 @@ class Writer(ChunkWriter):
                     dimension_names=c.dims,
                     serializer=c.codecs[0],
                     compressors=c.codecs[1:],
-                    attributes={k: attribute(v) for k, v in c.attrs.items()},
+                    fill_value=missing,
+                    attributes=attributes,
                 )
 
     def _append(self, table: pa.Table, start: int, stop: int) -> None:

@@ -12,7 +12,6 @@ crosses many block and chunk boundaries.
 
 from __future__ import annotations
 
-import base64
 import math
 import os
 import subprocess
@@ -31,6 +30,7 @@ from tests.serve_process import REPO
 from windvane import arrays
 from windvane import export as exporting
 from windvane.export import export
+from windvane.export.formats.csv_text import bytes_from_text
 from windvane.ingest.streams import QUARANTINE_COLUMNS
 
 # zarr warns that its variable_length_bytes (the bytes columns) has no v3 spec yet, on every read.
@@ -173,7 +173,7 @@ def _from_csv(path: str, expected: dict[str, np.ndarray]) -> dict:
             ]
             got[name] = np.stack(parts, axis=1).reshape(want.shape)
         elif want.dtype == object:
-            got[name] = [base64.b64decode(v) for v in table.column(name).to_pylist()]
+            got[name] = [bytes_from_text(v) for v in table.column(name).to_pylist()]
         elif want.dtype.kind == "T":
             got[name] = table.column(name).to_pylist()
         else:
@@ -427,6 +427,27 @@ def test_a_quarantine_stream_exports_with_its_raw_bytes(sqlite_url, tmp_path):
     assert_same(read_back("arrow", str(tmp_path / "q.arrow"), want, {})[0], want)
 
 
+def test_a_quarantine_csv_shows_raw_lines_as_text(sqlite_url, tmp_path):
+    raws = [
+        b"1/1/2022 0:05,1",  # a rejected CSV row, as `windvane import` quarantines it
+        'caf\xe9 "au lait"\nsecond line'.encode(),
+        b"\x00\xffgarbage",  # not UTF-8
+        b"base64:looks encoded",  # text that begins as an encoded cell does
+    ]
+    quarantine = arrays.create_stream(sqlite_url, "plant.mixed", list(QUARANTINE_COLUMNS), quarantine=True)
+    quarantine.append({"time": [T0 + i for i in range(4)], "reason": ["r"] * 4, "raw": raws, "source": ["import"] * 4})
+    quarantine.close()
+    out = tmp_path / "rejects.csv"
+    export(sqlite_url, "plant.mixed", str(out), "csv", quarantine=True)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines[1].endswith(',"r","1/1/2022 0:05,1","import"'), lines
+    assert lines[2].endswith(',"r","caf\xe9 ""au lait""') and lines[3] == 'second line","import"'
+    assert lines[4].endswith(',"r","base64:AP9nYXJiYWdl","import"')
+    assert lines[5].endswith(',"r","base64:YmFzZTY0Omxvb2tzIGVuY29kZWQ=","import"')
+    table = pacsv.read_csv(out, parse_options=pacsv.ParseOptions(newlines_in_values=True))
+    assert [bytes_from_text(v) for v in table.column("raw").to_pylist()] == raws
+
+
 MEMORY_SCRIPT = textwrap.dedent("""
     import resource, sys
     from windvane import arrays
@@ -505,3 +526,32 @@ def _peak_growth(url: str, fmt: str, out: str, mode: str) -> tuple[int, int]:
     assert proc.returncode == 0, proc.stderr
     nbytes, growth = map(int, proc.stdout.split())
     return nbytes, growth
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf", "xarray"])
+def test_missing_integers_are_missing_in_xarray(sqlite_url, tmp_path, fmt):
+    # An integer column's missing value (its "missing" attribute, as ingest sets it) read as a real number:
+    # the mean of [10, <missing>, 20] came out near -3e18 instead of 15.
+    least = int(np.iinfo(np.int64).min)
+    columns = [arrays.Column("count", "int64", attrs={"missing": least}), arrays.Column("plain", "int32")]
+    with arrays.create_stream(sqlite_url, "counts", columns, chunk_rows=2) as stream:
+        stream.append({"time": [T0, T0 + 1, T0 + 2], "count": [10, least, 20], "plain": [1, 2, 3]})
+        if fmt == "xarray":
+            data = stream.to_xarray()
+    if fmt != "xarray":
+        path = tmp_path / f"counts{EXTENSIONS[fmt]}"
+        export(sqlite_url, "counts", path, fmt)
+        data = xr.open_zarr(path) if fmt == "zarr" else xr.open_dataset(path)
+    count = data["count"].values
+    assert np.isnan(count[1]) and count[[0, 2]].tolist() == [10, 20]
+    assert float(data["count"].mean()) == 15.0
+    assert data["plain"].dtype == np.int32 and data["plain"].values.tolist() == [1, 2, 3]
+    # Written back, the integers are integers again, with the missing value where it was.
+    again = tmp_path / "again.nc"
+    data.to_netcdf(again)
+    with xr.open_dataset(again, mask_and_scale=False) as raw:
+        assert raw["count"].dtype == np.int64 and raw["count"].values.tolist() == [10, least, 20]
+    if fmt == "zarr":
+        group = zarr.open_group(tmp_path / "counts.zarr", mode="r")
+        assert group["count"].fill_value == least and group["count"][:].tolist() == [10, least, 20]
+    data.close()
