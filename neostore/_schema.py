@@ -7,13 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .backends import SCHEMA_VERSION
+from .blobs.tier import TIERED
 from .indoubt import discard_unfinished
 from .pool import rollback_quietly, write_transaction
+from .url import BLOB_THRESHOLD, redacted, with_tier
 
 if TYPE_CHECKING:
     from .store import Store
 
 log = logging.getLogger(__name__)
+
+#: The ``config`` rows of the blob tier: where the store keeps its big values, and the endpoint last used there.
+_LOCATION, _ENDPOINT = "blobs", "blobs_endpoint"
 
 
 def prepare_database(store: Store) -> None:
@@ -108,24 +113,60 @@ def _init_rows(store: Store, conn: Any) -> None:
 def check_blob_location(store: Store, conn: Any) -> None:
     """Refuse a URL whose ``blobs=`` differs from where the store keeps its big values; record it on first use.
 
-    A store has one blob location, kept in its ``config`` table. Opening it
-    without that location, or with another, would leave values unreadable
-    or split between two places: refused with the location to give.
+    A store has one blob location, kept in its ``config`` table with the
+    endpoint last used to reach it (only for messages: the same bucket may be
+    reached at another address). Opening it without that location, or with
+    another, would leave values unreadable or split between two places:
+    refused with the URL to give.
     """
     cur = conn.cursor()
-    cur.execute("SELECT value FROM config WHERE name = 'blobs'")
-    row = cur.fetchone()
+    cur.execute(f"SELECT name, value FROM config WHERE name IN ('{_LOCATION}', '{_ENDPOINT}')")
+    rows = dict(cur.fetchall())
     rollback_quietly(conn)
-    recorded = row[0] if row else None
-    wanted = store.url.blobs
-    if recorded == wanted or (recorded is None and (wanted is None or store.read_only)):
+    recorded, wanted, endpoint = rows.get(_LOCATION), store.url.blobs, store.url.endpoint
+    if recorded is None and (wanted is None or store.read_only):
         return
-    if recorded is None:
-        with write_transaction(store.backend, conn):
-            conn.cursor().execute("INSERT INTO config (name, value) VALUES ('blobs', ?)", (wanted,))
+    if recorded is not None and recorded != wanted:
+        raise errors.BlobLocationError(_location_refused(store, recorded, rows.get(_ENDPOINT) or endpoint))
+    if store.read_only or (recorded is not None and endpoint == rows.get(_ENDPOINT)):
         return
-    raise errors.BlobStoreError(
-        f"{store.url.display_name} keeps its big values in {recorded}: open it with "
-        f"?blobs={recorded} (and its endpoint), "
-        + ("not without it" if wanted is None else f"not {wanted}; windvane store tier moves them")
+    with write_transaction(store.backend, conn):
+        cur = conn.cursor()
+        if recorded is None:
+            cur.execute(f"INSERT INTO config (name, value) VALUES ('{_LOCATION}', ?)", (wanted,))
+        cur.execute(f"DELETE FROM config WHERE name = '{_ENDPOINT}'")
+        if endpoint is not None:
+            cur.execute(f"INSERT INTO config (name, value) VALUES ('{_ENDPOINT}', ?)", (endpoint,))
+
+
+def _location_refused(store: Store, recorded: str, endpoint: str | None) -> str:
+    """The refusal of a URL without the store's blob location, or with another: the whole URL to use instead."""
+    url = store.url
+    threshold = url.blob_threshold if url.blob_threshold != BLOB_THRESHOLD else None
+    use = redacted(with_tier(url.text, recorded, endpoint, threshold))
+    return (
+        f"{url.display_name} keeps its big values in {recorded}: open it as '{use}'"
+        + ("" if endpoint else " (add &endpoint=http://HOST:PORT unless the object store is AWS S3)")
+        + (
+            ", not without ?blobs="
+            if url.blobs is None
+            else f", not with ?blobs={url.blobs} (windvane store tier --to db, then --to the new location, "
+            "moves the values)"
+        )
     )
+
+
+def keep_blob_location(store: Store, cur: Any) -> None:
+    """Under the commit lock, as rows of tiered values go in: record the location again if it was dropped."""
+    cur.execute(
+        f"{store.backend.insert_ignore} INTO config (name, value) VALUES ('{_LOCATION}', ?)", (store.url.blobs,)
+    )
+
+
+def forget_unused_blob_location(cur: Any) -> bool:
+    """Under the commit lock: drop the store's blob location if no row keeps its value there; whether one was."""
+    cur.execute(f"SELECT 1 FROM data WHERE chunks = {TIERED} LIMIT 1")
+    if cur.fetchone() is not None:
+        return False
+    cur.execute(f"DELETE FROM config WHERE name IN ('{_LOCATION}', '{_ENDPOINT}')")
+    return bool(cur.rowcount)

@@ -20,6 +20,13 @@ class InvalidURLError(NeoStoreError, ValueError):
     """A store URL that does not follow neostore's URL syntax."""
 
 
+class BlobLocationError(InvalidURLError):
+    """The URL's ``?blobs=`` is not where the store keeps its big values (another location, or none).
+
+    The message gives the whole URL to open the store with.
+    """
+
+
 class StoreNotFoundError(NeoStoreError):
     """No store exists where the URL points, and the open was not one that creates it.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ._schema import keep_blob_location
 from .blobs.tier import TIERED
 from .session import writer
 from .sql import Row, chunked
@@ -143,6 +144,7 @@ def insert_tiered(txn: Transaction, cur: Any, values: list[EncodedValue]) -> Non
     tier = txn.store_.tier
     assert tier is not None
     tier.settle(values)
+    keep_blob_location(txn.store_, cur)
     rows = [(v.hash, v.compression, v.size) for v in values]
     cur.executemany(f"INSERT INTO data (hash, compression, size, chunks, value) VALUES (?, ?, ?, {TIERED}, NULL)", rows)
     _took_ids(txn, cur, [row[0] for row in rows])

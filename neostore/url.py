@@ -161,6 +161,17 @@ def _with_blobs(url: str, parsed: StoreURL, query: dict[str, str]) -> StoreURL:
     return replace(parsed, blobs=blobs, endpoint=endpoint, blob_threshold=size)
 
 
+def with_tier(url: str, blobs: str | None, endpoint: str | None = None, blob_threshold: int | None = None) -> str:
+    """``url`` with its blob tier options replaced by these (``blobs`` None: with none), its other options kept."""
+    base, _, query = url.partition("?")
+    kept = [o for o in query.split("&") if o and o.partition("=")[0] not in _BLOB_OPTIONS]
+    if blobs is not None:
+        kept.append(f"blobs={blobs}")
+        kept += [f"endpoint={endpoint}"] if endpoint else []
+        kept += [f"blob_threshold={blob_threshold}"] if blob_threshold else []
+    return base + ("?" + "&".join(kept) if kept else "")
+
+
 def _secret_like(name: str) -> bool:
     return any(word in name.lower() for word in ("key", "secret", "token", "password", "credential"))
 

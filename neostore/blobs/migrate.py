@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._schema import forget_unused_blob_location
 from ..errors import BlobStoreError
 from ..pool import locked_transaction
 from ..tids import p64
@@ -123,10 +124,7 @@ def move_in(store: Store, *, batch_bytes: int | None = None, progress: Progress 
             progress(sum(row[3] for row in batch))
     with _locked(store) as cur:
         # Under the lock: a writer still tiering new values keeps the location recorded.
-        cur.execute(f"SELECT 1 FROM data WHERE chunks = {TIERED} LIMIT 1")
-        if cur.fetchone() is None:
-            cur.execute("DELETE FROM config WHERE name = 'blobs'")
-            stats.location_forgotten = True
+        stats.location_forgotten = forget_unused_blob_location(cur)
     return stats
 
 

@@ -8,7 +8,8 @@ sent before the lock is released. A writer, for its part, checks under the
 same lock every object it did not upload less than half a grace ago (see
 :meth:`~neostore.blobs.tier.BlobTier.settle`), so no committed row ever
 points at an object a sweep removed. Keys the tier did not make are left
-alone and counted.
+alone and counted. A sweep that leaves nothing of the store's drops its
+recorded location, so that the store opens without ``?blobs=`` again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._schema import forget_unused_blob_location
 from ..pool import locked_transaction
 from ..sql import chunked
 from .base import ListedBlob
@@ -42,6 +44,7 @@ class SweepStats:
     referenced: int = 0  # kept: a row references them
     foreign: int = 0  # kept: keys the tier does not make
     batches: int = 0
+    location_forgotten: bool = False  # the store's location dropped: it kept nothing there
 
 
 def sweep(
@@ -84,6 +87,10 @@ def sweep(
             _sweep_batch(store, conn, pending, stats)
             if progress is not None:
                 progress(len(pending))
+        if not stats.referenced and not stats.young:
+            # Nothing of the store's is left there: it opens without ?blobs= again (a writer tiering records it anew).
+            with locked_transaction(store.backend, conn, store.commit_lock_timeout) as cur:
+                stats.location_forgotten = forget_unused_blob_location(cur)
     return stats
 
 

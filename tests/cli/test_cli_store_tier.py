@@ -42,19 +42,44 @@ def test_tier_moves_values_out_and_back_with_progress(store_url, blobs_option, s
     assert "moving 5 values to " + location in done.stdout + done.stderr
     assert "moved 5 values" in done.stdout
     tiered = with_blobs(store_url, blobs_option)
+    # The whole URL to use, endpoint included: following it reaches the values.
+    assert f"open the store as '{neostore.redacted(tiered)}' from now on" in done.stdout
     read_all(tiered, expected)
     refused = windvane("store", "info", store_url)
-    assert refused.returncode == 1 and location in refused.stderr
+    assert refused.returncode == 2
+    assert f"open it as '{neostore.redacted(tiered)}', not without ?blobs=" in refused.stderr
     back = windvane("store", "tier", tiered, "--to", "db")
     assert back.returncode == 0, back.stderr
-    assert "open the store without ?blobs=" in back.stdout
+    assert f"open the store as '{neostore.redacted(store_url)}' from now on" in back.stdout
+    assert f"`windvane store pack '{neostore.redacted(tiered)}' --keep-days DAYS` deletes" in back.stdout
     read_all(store_url, expected)
     assert len(s3_env.objects(bucket_of(tiered))) == 5
     # Nothing references them now: pack (with the tier, grace 0) deletes them.
-    packed = windvane("store", "pack", with_blobs(store_url, blobs_option), "--keep-days", "0", "--blob-grace", "0")
+    packed = windvane("store", "pack", tiered, "--keep-days", "0", "--blob-grace", "0")
     assert packed.returncode == 0, packed.stderr
     assert "object store: deleted 5 unused objects" in packed.stdout
+    assert f"open it as '{neostore.redacted(store_url)}' from now on" in packed.stdout
     assert s3_env.objects(bucket_of(tiered)) == []
+    # The bucket holds nothing of the store's: it opens without ?blobs= again.
+    info = windvane("store", "info", store_url)
+    assert info.returncode == 0, info.stderr
+    read_all(store_url, expected)
+
+
+def test_a_url_without_the_stores_location_is_exit_code_2_for_every_command(sqlite_url, blobs_option, s3_env):
+    filled(sqlite_url)
+    location = blobs_option.split("blobs=")[1].split("&")[0]
+    assert windvane("store", "tier", sqlite_url, "--to", location, "--endpoint", s3_env.endpoint).returncode == 0
+    hint = f"open it as '{with_blobs(sqlite_url, blobs_option)}', not without ?blobs="
+    for args in (
+        ["store", "info", sqlite_url],
+        ["info", "--store", sqlite_url],
+        ["streams", "ls", "--store", sqlite_url],
+        ["export", "s", "--store", sqlite_url, "--to", os.devnull, "--format", "csv"],
+        ["store", "pack", sqlite_url, "--keep-days", "0"],
+    ):
+        refused = windvane(*args)
+        assert refused.returncode == 2 and hint in refused.stderr, (args, refused.stderr)
 
 
 def test_tier_errors_have_their_exit_codes(sqlite_url, blobs_option, s3_env):

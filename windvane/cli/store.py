@@ -56,7 +56,10 @@ def store() -> None:
 @store.command(short_help="Describe a store: engine, row counts, bytes, last commit and pack.")
 @store_option(alias=True)
 def info(store_url: str) -> None:
-    """Describe the store at --store (read-only: exit code 2 if there is no store there, none is created).
+    """Describe the store at --store (read-only: none is created).
+
+    Exit code 2 if there is no store there, or the URL lacks the store's
+    ?blobs= (or names another location): the message gives the URL to use.
 
     `windvane info --store URL` adds what its streams hold.
     """
@@ -163,7 +166,7 @@ def pack(
 
             references = referencesf
         stats = _pack_with_progress(st, tid, references, reclaim=reclaim, vacuum=vacuum)
-        _pack_report(stats, reclaim)
+        _pack_report(stats, reclaim, store_url)
 
 
 def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: bool, vacuum: bool):
@@ -189,8 +192,8 @@ def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: 
         )
 
 
-def _pack_report(stats, reclaim: bool) -> None:
-    """What pack removed and what the store takes now."""
+def _pack_report(stats, reclaim: bool, url: str) -> None:
+    """What pack removed and what the store takes now (and at what URL, once its object store holds nothing)."""
     click.echo(
         f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
         f"and {stats.data_deleted} values in {stats.batches} batches, {stats.seconds:.1f} s"
@@ -210,6 +213,13 @@ def _pack_report(stats, reclaim: bool) -> None:
             f"object store: deleted {b.deleted} unused objects ({b.deleted_bytes / 1e6:.1f} MB) of {b.listed}; "
             f"kept {b.referenced} in use, {b.young} younger than the grace, {b.foreign} not the store's"
         )
+        if b.location_forgotten:
+            from windvane import neostore
+
+            click.echo(
+                f"the object store keeps nothing of the store's any more: open it as "
+                f"'{neostore.redacted(neostore.with_tier(url, None))}' from now on"
+            )
 
 
 def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
@@ -265,10 +275,12 @@ def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -
 
     Writers keep running: values move in batches of at most 64 MiB, each
     rewritten under the commit lock for a moment. Killed at any point, every
-    value stays readable; run the command again to finish. Once values are
-    in an object store, open the store with ?blobs=s3://BUCKET/PREFIX (and
-    &endpoint=); after --to db, without it. The objects --to db leaves behind
-    are deleted by `windvane store pack` (see --blob-grace).
+    value stays readable; run the command again to finish. It ends with the
+    URL to open the store with from then on: with
+    ?blobs=s3://BUCKET/PREFIX&endpoint=... once values are in an object
+    store, without it after --to db. The objects --to db leaves behind are
+    deleted by `windvane store pack` given the URL with ?blobs= (see
+    --blob-grace); once it leaves none, the store no longer needs ?blobs=.
 
     \b
     Exit codes: 0 done; 1 the database or the object store failed (run it
@@ -289,9 +301,7 @@ def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -
             parse_location(to)
         except neostore.InvalidURLError as exc:
             raise BadInput(f"--to {to!r}: give s3://bucket/prefix or db") from exc
-        options = [f"blobs={to}"] + ([f"endpoint={endpoint}"] if endpoint else [])
-        options += [f"blob_threshold={threshold}"] if threshold else []
-        url = url + ("&" if "?" in url else "?") + "&".join(options)
+        url = neostore.with_tier(url, to, endpoint, threshold)
     elif "blobs=" not in url:
         raise BadInput(
             "--to db: give the URL with the store's ?blobs=s3://bucket/prefix (and &endpoint=) the values are in"
@@ -299,7 +309,7 @@ def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -
     if not out:
         _require_location(url)
     with _open_for_tier(url, create=False) as st:
-        _move(st, out)
+        _move(st, out, url)
 
 
 def _open_for_tier(url: str, **options) -> neostore.Store:
@@ -323,8 +333,8 @@ def _require_location(url: str) -> None:
             raise BadInput(f"{st.url.display_name} keeps no values in an object store: there is nothing to move back")
 
 
-def _move(st: neostore.Store, out: bool) -> None:
-    """Run the move under a progress bar of the bytes to move, then say what was done."""
+def _move(st: neostore.Store, out: bool, url: str) -> None:
+    """Run the move under a progress bar of the bytes to move, then say what was done and the URL to use."""
     from windvane import neostore
     from windvane.neostore.blobs import migrate
 
@@ -343,6 +353,10 @@ def _move(st: neostore.Store, out: bool) -> None:
         raise click.ClickException(f"{exc} (what was moved stays moved: run it again to finish)") from exc
     click.echo(f"moved {stats.values} values ({stats.bytes / 1e6:.1f} MB stored) in {stats.batches} batches")
     if out:
-        click.echo(f"open the store with ?blobs={where} from now on")
+        click.echo(f"open the store as '{neostore.redacted(url)}' from now on")
     elif stats.location_forgotten:
-        click.echo("no value is kept in the object store any more: open the store without ?blobs= from now on")
+        click.echo(
+            f"no value is kept in {where} any more: open the store as "
+            f"'{neostore.redacted(neostore.with_tier(url, None))}' from now on; "
+            f"`windvane store pack '{neostore.redacted(url)}' --keep-days DAYS` deletes the objects left there"
+        )

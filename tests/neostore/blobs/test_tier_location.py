@@ -23,10 +23,11 @@ def test_opening_without_the_recorded_location_is_refused(tiered_url, read_only)
         oid = store.new_oid()
         commit(store, {oid: os.urandom(300_000)})
     recorded = f"s3://{bucket_of(tiered_url)}/store"
-    with pytest.raises(neostore.BlobStoreError, match="keeps its big values in") as caught:
+    with pytest.raises(neostore.BlobLocationError, match=f"keeps its big values in {recorded}") as caught:
         neostore.open(without_tier(tiered_url), read_only=read_only)
-    message = str(caught.value)
-    assert f"?blobs={recorded}" in message and "not without it" in message
+    # The whole URL to use, its endpoint included (the store recorded it with the location).
+    assert f"open it as '{neostore.redacted(tiered_url)}'" in str(caught.value)
+    assert str(caught.value).endswith("not without ?blobs=")
 
 
 @pytest.mark.parametrize("read_only", [False, True])
@@ -36,9 +37,10 @@ def test_opening_with_another_bucket_or_prefix_is_refused(tiered_url, s3_env, re
     recorded = f"s3://{bucket_of(tiered_url)}/store"
     for other in (f"s3://{s3_env.new_bucket()}/store", f"{recorded}/deeper", f"s3://{bucket_of(tiered_url)}/other"):
         url = tiered_url.replace(f"blobs={recorded}", f"blobs={other}")
-        with pytest.raises(neostore.BlobStoreError, match=f"keeps its big values in {recorded}: ") as caught:
+        with pytest.raises(neostore.BlobLocationError, match=f"keeps its big values in {recorded}: ") as caught:
             neostore.open(url, read_only=read_only)
-        assert f"not {other}" in str(caught.value)
+        assert f"not with ?blobs={other} " in str(caught.value)
+        assert f"open it as '{neostore.redacted(tiered_url)}'" in str(caught.value)
 
 
 def test_the_location_is_recorded_at_first_writable_open_not_by_a_reader(store_url, blobs_option):
@@ -51,7 +53,7 @@ def test_the_location_is_recorded_at_first_writable_open_not_by_a_reader(store_u
         pass
     with neostore.open(tiered):
         pass
-    with pytest.raises(neostore.BlobStoreError, match="keeps its big values in s3://"):
+    with pytest.raises(neostore.BlobLocationError, match="keeps its big values in s3://"):
         neostore.open(store_url, read_only=True)
 
 
@@ -65,3 +67,16 @@ def test_the_endpoint_is_not_part_of_the_location(tiered_url, relay):
     with neostore.open(tiered_url.replace(endpoint, relay.endpoint), read_only=True) as store:
         assert store.load(oid) == (value, tid)
     assert relay.seen.requests["GET"] == 1
+
+
+def test_a_sweep_leaving_nothing_drops_the_location_and_a_writer_tiering_records_it_again(tiered_url):
+    with neostore.open(tiered_url, blob_grace=0) as writer:
+        commit(writer, {writer.new_oid(): b"small"})  # nothing in the object store
+        stats = writer.pack(writer.last_transaction())
+        assert stats.blobs is not None and stats.blobs.location_forgotten
+        with neostore.open(without_tier(tiered_url), read_only=True):  # nothing there: no ?blobs= needed
+            pass
+        # A writer opened before the sweep tiers a value: the store records where it went.
+        commit(writer, {writer.new_oid(): os.urandom(300_000)})
+    with pytest.raises(neostore.BlobLocationError, match="keeps its big values in s3://"):
+        neostore.open(without_tier(tiered_url), read_only=True)

@@ -21,7 +21,7 @@ def test_a_refused_open_closes_what_it_opened(sqlite_url, blobs_option, tmp_path
         commit(store, {store.new_oid(): os.urandom(300_000)})
     assert open_files(path) == 0
     threads = threading.active_count()
-    with pytest.raises(neostore.BlobStoreError) as caught:
+    with pytest.raises(neostore.BlobLocationError) as caught:
         neostore.open(sqlite_url, read_only=True)
     assert caught.value.__traceback__ is not None  # the frames (and the half-made Store) are still referenced
     assert open_files(path) == 0
