@@ -121,7 +121,7 @@ def test_rename_errors_exit_2(sqlite_url, tmp_path, rename, message):
 def test_the_printed_schema_pins_the_types_of_a_new_stream(sqlite_url, tmp_path):
     path = tmp_path / "plant.csv"
     path.write_text(UNITS_CSV, encoding="utf-8")
-    result = imported(sqlite_url, path)
+    result = imported(sqlite_url, path, "--verbose")
     hint = (
         f"stream 't' is new: its columns are typed from {path} (integer and bool columns store a missing "
         "value as their 'fill'). To pin them, save this as t.toml and pass --schema t.toml:\n"
@@ -181,7 +181,7 @@ def test_a_decimal_after_60000_integers_makes_the_column_float(sqlite_url, tmp_p
     flows = [str(i % 1000) for i in range(60_000)]
     flows[55_000] = "592.2"
     path.write_text("time,flow\n" + "".join(f"{T0 + i},{v}\n" for i, v in enumerate(flows)))
-    result = imported(sqlite_url, path, "--commit-mb", "1")
+    result = imported(sqlite_url, path, "--commit-mb", "1", "--verbose")
     assert 'name = "flow"\ndtype = "float64"\n' in result.stderr
     assert f"{path}: 60,000 rows, 0 rejected" in result.stdout
     s = arrays.open_stream(sqlite_url, "t")
@@ -232,7 +232,7 @@ def test_missing_integers_and_bools_are_stored_with_their_fill(sqlite_url, tmp_p
     path.write_text(
         "time,count,ok,label\n2024-01-01T00:00:00Z,1,true,a\n2024-01-01T00:00:01Z,,,\n2024-01-01T00:00:02Z,3,false,c\n"
     )
-    result = imported(sqlite_url, path)
+    result = imported(sqlite_url, path, "--verbose")
     assert f"{path}: 3 rows, 0 rejected" in result.stdout
     assert f'name = "count"\ndtype = "int64"\nfill = {INT64_MIN}\n' in result.stderr
     assert 'name = "ok"\ndtype = "bool"\nfill = false\n' in result.stderr
@@ -426,7 +426,7 @@ def test_na_tokens_are_missing_values_before_typing(sqlite_url, tmp_path):
     path.write_text("time,v,label\n" + "".join(f"{T0 + i},{v},{lb}\n" for i, (v, lb) in enumerate(zip(values, labels))))
     imported(sqlite_url, path, tag="plain")
     assert arrays.open_stream(sqlite_url, "plain")["v"].dtype != np.float64  # what the user saw: text
-    result = imported(sqlite_url, path, "--na", "nil,-", tag="t")
+    result = imported(sqlite_url, path, "--na", "nil,-", "--verbose", tag="t")
     assert 'name = "v"\ndtype = "float64"\n' in result.stderr
     s = arrays.open_stream(sqlite_url, "t")
     got = s["v"][:]

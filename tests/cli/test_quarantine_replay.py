@@ -233,7 +233,7 @@ def test_replay_keeps_what_it_cannot_read_with_the_reason(sqlite_url, tmp_path):
     assert result.exit_code == 0 and "1 rejected" in result.output, result.output
     again = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
     assert again.exit_code == 0, again.output
-    assert "replayed 0 records" in again.output and "1 stay in quarantine" in again.output
+    assert "replayed 0 records" in again.output and "; 1 stays in quarantine" in again.output
     reason = "replay cannot read this record: its bytes are not one msgpack or JSON object"
     assert column(sqlite_url, "reason", quarantine=True) == [reason]
     assert column(sqlite_url, "n") == [1]

@@ -117,7 +117,7 @@ def test_rm_removes_stream_quarantine_and_positions_in_one_commit_history_keeps_
     before, commits = head(store_url), transactions(store_url)
     result = cli("streams", "rm", "plant.a", "--store", store_url)
     assert result.exit_code == 0, result.output
-    assert "removed stream plant.a (3 rows, 1 quarantined records, 2 import records) in commit 0x" in result.output
+    assert "removed stream plant.a (3 rows, 1 quarantined record, 2 import records) in commit 0x" in result.output
     assert transactions(store_url) == commits + 1
     assert arrays.list_streams(store_url) == ["plant.b"]
     assert arrays.list_streams(store_url, quarantine=True) == []
@@ -151,7 +151,7 @@ def test_mv_renames_stream_quarantine_and_positions_history_keeps_the_old_name(s
     before = head(store_url)
     result = cli("streams", "mv", "plant.a", "plant.renamed", "--store", store_url)
     assert result.exit_code == 0, result.output
-    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined records, 2 import records)" in result.output
+    assert "renamed stream plant.a to plant.renamed (4 rows, 1 quarantined record, 2 import records)" in result.output
     assert arrays.list_streams(store_url) == ["plant.renamed"]
     assert arrays.list_streams(store_url, quarantine=True) == ["plant.renamed"]
     assert column(store_url, "plant.renamed", "n") == [0, 1, 2, 3]

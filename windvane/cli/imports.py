@@ -10,7 +10,7 @@ import click
 
 from windvane import ingest
 from windvane.cli.parsing import fluent_config, format_names, parser_options
-from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, interrupted, open_store
+from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, counted, interrupted, open_store, say
 
 if TYPE_CHECKING:
     from windvane.connectors.files import ReaderOptions
@@ -34,6 +34,7 @@ class ImportOptions:
     commit_mb: int
     allow_rejects: bool
     renames: tuple[str, ...]
+    verbose: bool = False
     parser_path: str | None = None
     expression: str | None = None
     time_format: str | None = None
@@ -143,6 +144,12 @@ class ImportOptions:
     "--allow-rejects", is_flag=True, help="Exit 0 even if rows were quarantined (they are still counted and reported)."
 )
 @click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Print the whole schema a new stream's columns were typed with (as a schema file, to pin with --schema).",
+)
+@click.option(
     "--rename",
     "renames",
     multiple=True,
@@ -162,8 +169,8 @@ def import_files(**options: Any) -> None:
     with the reason, to the tag's quarantine stream. Compressed files
     (gzip, zstd, bzip2, xz: told by their first bytes) of CSV and the log
     formats are read decompressed as they go. A new stream's columns are
-    typed from the whole first file; the schema inferred is printed, to pin
-    with --schema. Column names are kept as written; one a store key cannot
+    typed from the whole first file; a line says so (--verbose prints the
+    schema inferred, as a file to pin with --schema). Column names are kept as written; one a store key cannot
     hold ("flow [l/s]") is stored under an escaped key (see the README).
     RFC 3164 syslog lines carry no year: they are taken in the year of the
     file's modification time (the year before for dates after it), and the
@@ -205,7 +212,7 @@ def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool)
         message = _rejects_message(rejected, tag, store_url)
         if not allow_rejects:
             raise RowsRejected(f"{message}; --allow-rejects makes this exit 0")
-        click.echo(message, err=True)
+        say(f"warning: {message}", err=True)
 
 
 def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, options: ReaderOptions) -> int:
@@ -218,7 +225,7 @@ def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, option
             options = dataclasses.replace(options, start=reader.end_ns)
         result = _import_reader(st, writers, bar, opts, path, reader, schema)
         schema = result.schema or schema
-        _report_file(opts.tag, path, fmt, schema, result, getattr(reader, "blank_lines", 0))
+        _report_file(opts.tag, path, fmt, schema, result, getattr(reader, "blank_lines", 0), opts.verbose)
         rejected += result.rejected
     return rejected
 
@@ -320,7 +327,7 @@ def _open_reader(path: str, fmt, schema, options: ReaderOptions):
     types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
     reader = fmt.make(path, dataclasses.replace(options, column_types=types))
     for note in getattr(reader, "notes", ()):
-        click.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
     return reader
 
 
@@ -355,14 +362,14 @@ def _import_reader(st, writers, bar, opts: ImportOptions, path: str, reader, sch
     return result
 
 
-def _report_file(tag: str, path: str, fmt, schema, result, blank: int = 0) -> None:
-    """Print what importing ``path`` did: the schema a new stream got, the summary (``blank``: the blank lines a
-    log reader skipped), syslog's years."""
+def _report_file(tag: str, path: str, fmt, schema, result, blank: int = 0, verbose: bool = False) -> None:
+    """Print what importing ``path`` did: the columns a new stream got (``verbose``: its schema), the summary
+    (``blank``: the blank lines a log reader skipped), syslog's years."""
     if result.inferred and not schema.holds_blocks:
-        click.echo(_inferred_schema(tag, path, schema), err=True)
-    click.echo(_import_summary(path, result, blank))
+        say(_new_stream(tag, path, schema, verbose), err=True)
+    say(_import_summary(path, result, blank))
     if fmt.name == "syslog3164":
-        click.echo(_syslog_years(path))
+        say(_syslog_years(path))
 
 
 def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
@@ -372,9 +379,9 @@ def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
     from windvane.arrays.stream import stream_path
 
     return (
-        f"{rejected:,} rows rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
-        f"read them with `windvane export {shlex.quote(tag)} --quarantine --store {shlex.quote(store_url)} "
-        "--to rejects.csv --format csv`"
+        f"{counted(rejected, 'row')} rejected into the quarantine stream {stream_path(tag, quarantine=True)!r}; "
+        f"read {'it' if rejected == 1 else 'them'} with `windvane export {shlex.quote(tag)} --quarantine "
+        f"--store {shlex.quote(store_url)} --to rejects.csv --format csv`"
     )
 
 
@@ -391,14 +398,25 @@ def _renames(renames: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _inferred_schema(tag: str, path: str, schema) -> str:
-    """The schema a new stream got from ``path``, as a schema file, and how to pin it."""
+#: Columns a new stream's one-line summary names; --verbose prints them all.
+_NAMED_COLUMNS = 6
+
+
+def _new_stream(tag: str, path: str, schema, verbose: bool) -> str:
+    """What a new stream got from ``path``: its columns in one line, or (``verbose``) the schema file to pin them."""
     from windvane.ingest.schema import schema_toml
 
+    if verbose:
+        return (
+            f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
+            f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
+            + schema_toml(schema).rstrip("\n")
+        )
+    named = ", ".join(f"{f.name} {f.dtype}" for f in schema.fields[:_NAMED_COLUMNS])
+    more = f", and {len(schema.fields) - _NAMED_COLUMNS} more" if len(schema.fields) > _NAMED_COLUMNS else ""
     return (
-        f"stream {tag!r} is new: its columns are typed from {path} (integer and bool columns store a missing "
-        f"value as their 'fill'). To pin them, save this as {tag}.toml and pass --schema {tag}.toml:\n"
-        + schema_toml(schema).rstrip("\n")
+        f"stream {tag!r} is new: {counted(len(schema.fields), 'column')} typed from {path} ({named}{more}); "
+        "--verbose prints the schema, to pin with --schema"
     )
 
 
@@ -424,7 +442,7 @@ def _import_summary(path: str, result, blank: int = 0) -> str:
     if result.resumed_from is not None and not (result.rows or result.rejected):
         return f"{path}: already imported, nothing new after position {result.resumed_from}"
     line = (
-        f"{path}: {result.rows:,} rows, {result.rejected:,} rejected, "
+        f"{path}: {counted(result.rows, 'row')}, {result.rejected:,} rejected, "
         + (f"{blank:,} blank lines skipped, " if blank else "")
         + f"{result.nbytes / 1e6:.1f} MB "
         f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)"

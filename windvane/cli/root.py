@@ -37,9 +37,29 @@ class BadInput(click.ClickException):
 
 
 class RowsRejected(click.ClickException):
-    """`windvane import` quarantined rows and was not told to allow it: exit code 3."""
+    """`windvane import` quarantined rows and was not told to allow it: exit code 3.
+
+    The other rows are stored: it is said as a warning, not an error.
+    """
 
     exit_code = EXIT_ROWS_REJECTED
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"warning: {self.format_message()}", file=file, err=True)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` as English says them: "1 row", "2 rows", "1,024 batches" (``plural`` when not noun+s)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def say(line: str, *, err: bool = False) -> None:
+    """Echo ``line`` on a terminal line of its own: a progress bar drawn on stderr (which ends with no newline
+    until it is done) is erased first, and drawn again below at its next update."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
+    click.echo(line, err=err)
 
 
 def interrupted(message: str) -> NoReturn:

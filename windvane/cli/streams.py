@@ -7,7 +7,7 @@ from collections.abc import Callable
 import click
 
 from windvane import ingest
-from windvane.cli.root import STORE_ENV, STORE_OPTION, BadInput, cli, open_store, store_option
+from windvane.cli.root import STORE_ENV, STORE_OPTION, BadInput, cli, counted, open_store, store_option
 
 
 @cli.group(name="streams", invoke_without_command=True)
@@ -69,9 +69,9 @@ def _stream_change(store_url: str, change: Callable) -> object:
 
 
 def _change_text(change) -> str:
-    extras = [f"{change.quarantined:,} quarantined records"] if change.quarantined else []
-    extras += [f"{change.records:,} import records"] if change.records else []
-    return f"{change.rows:,} rows" + "".join(f", {e}" for e in extras)
+    extras = [counted(change.quarantined, "quarantined record")] if change.quarantined else []
+    extras += [counted(change.records, "import record")] if change.records else []
+    return counted(change.rows, "row") + "".join(f", {e}" for e in extras)
 
 
 @streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import records).")
@@ -130,7 +130,7 @@ def trim_stream(tag: str, before: str, store_url: str) -> None:
         click.echo(f"nothing to trim: no row of stream {tag} is before {before}")
     else:
         click.echo(
-            f"trimmed {change.rows:,} rows of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
+            f"trimmed {counted(change.rows, 'row')} of stream {tag} before {before} in commit 0x{change.tid.hex()}; "
             "they stay in history until `windvane store pack`"
         )
 
@@ -175,7 +175,7 @@ def list_quarantine(store_url: str, tag: str | None) -> None:
     if not found:
         click.echo("nothing is quarantined")
     for summary in found:
-        click.echo(f"quarantine/{summary.tag}: {summary.rows:,} records")
+        click.echo(f"quarantine/{summary.tag}: {counted(summary.rows, 'record')}")
         for line in _reason_lines(summary):
             click.echo(line)
 
@@ -210,7 +210,7 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
                 st,
                 tag,
                 schema,
-                started=lambda n: click.echo(f"replaying {n:,} quarantined records of {tag} ...", err=True),
+                started=lambda n: click.echo(f"replaying {counted(n, 'quarantined record')} of {tag} ...", err=True),
             )
     except (ingest.IngestError, arrays.InvalidTagError) as exc:
         raise BadInput(str(exc)) from exc
@@ -218,8 +218,8 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
         raise click.ClickException(str(exc)) from exc
     where = f"in commit 0x{result.tid.hex()}" if result.tid is not None else "(nothing changed, nothing committed)"
     click.echo(
-        f"replayed {result.replayed:,} records of quarantine/{tag} into stream {tag} {where}; "
-        f"{result.remaining.rows:,} stay in quarantine"
+        f"replayed {counted(result.replayed, 'record')} of quarantine/{tag} into stream {tag} {where}; "
+        f"{result.remaining.rows:,} {'stays' if result.remaining.rows == 1 else 'stay'} in quarantine"
     )
     for line in _reason_lines(result.remaining):
         click.echo(line)
