@@ -51,7 +51,9 @@ FORMATS: dict[str, Format] = {
     for f in (
         Format("parquet", ".parquet", False, "parquet", "Apache Parquet, one row group per block"),
         Format("arrow", ".arrow", False, "arrow_ipc", "Arrow IPC file format (Feather v2)"),
-        Format("csv", ".csv", False, "csv_text", "CSV, ISO 8601 times with offset, bytes as base64"),
+        Format(
+            "csv", ".csv", False, "csv_text", "CSV, ISO 8601 times with offset, bytes as text (base64: if not UTF-8)"
+        ),
         Format("zarr", ".zarr", True, "zarr_group", "a zarr v3 group directory, CF time"),
         Format("netcdf", ".nc", False, "netcdf", "netCDF-4 (HDF5), CF time"),
     )

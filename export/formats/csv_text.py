@@ -10,13 +10,19 @@
 - A column with an inner shape (vibration ``samples``, rows x channels)
   becomes one column per element, ``samples[0]``, ``samples[1]``, ... (as
   :meth:`arrays.Stream.to_pandas` names them).
-- Bytes are base64 (standard alphabet, padded): CSV holds text only.
+- Bytes (a quarantine stream's ``raw`` lines) are written as the text
+  they are where they are UTF-8 without control characters (but tab and
+  line ends); others, and text that itself begins with ``base64:``, are
+  ``base64:`` and their base64 (standard alphabet, padded). So a log line
+  reads as itself, binary data stays out of the text, and every value
+  comes back exactly: :func:`bytes_from_text` reads a cell back.
 """
 
 from __future__ import annotations
 
 import base64
 import itertools
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -48,10 +54,31 @@ def iso_times(values: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.large_string(), len(text), [None, pa.py_buffer(starts), pa.py_buffer(out)])
 
 
-def _base64(values: pa.ChunkedArray) -> pa.Array:
-    return pa.array(
-        [None if v is None else base64.b64encode(v).decode("ascii") for v in values.to_pylist()], pa.large_string()
-    )
+#: What begins a bytes cell written as base64 (bytes that are not UTF-8 text, or text that begins so itself).
+BASE64_PREFIX = "base64:"
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # binary in text: all but tab, \n and \r
+
+
+def _bytes_text(value: bytes) -> str:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or text.startswith(BASE64_PREFIX) or _CONTROL.search(text):
+        return BASE64_PREFIX + base64.b64encode(value).decode("ascii")
+    return text
+
+
+def bytes_text(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Bytes values as CSV text: the text they are if UTF-8, else ``base64:`` and their base64 (see the module)."""
+    return pa.array([None if v is None else _bytes_text(v) for v in values.to_pylist()], pa.large_string())
+
+
+def bytes_from_text(cell: str) -> bytes:
+    """The bytes a cell :func:`bytes_text` wrote stands for."""
+    if cell.startswith(BASE64_PREFIX):
+        return base64.b64decode(cell[len(BASE64_PREFIX) :])
+    return cell.encode("utf-8")
 
 
 class Writer:
@@ -71,7 +98,7 @@ class Writer:
             raise
 
     def _text_table(self, table: pa.Table) -> pa.Table:
-        """``table`` as the CSV's columns: ISO times, one column per element of inner shapes, base64 bytes."""
+        """``table`` as the CSV's columns: ISO times, one column per element of inner shapes, bytes as text."""
         names, values = ["time"], [iso_times(table.column("time"))]
         for column in self._layout.columns:
             data = table.column(column.name)
@@ -80,7 +107,7 @@ class Writer:
                 for index in position:
                     element = pc.list_element(element, index)
                 if column.kind == "bytes":
-                    element = _base64(element)
+                    element = bytes_text(element)
                 names.append(f"{column.name}[{','.join(map(str, position))}]" if position else column.name)
                 values.append(element)
         return pa.table(values, names=names)

@@ -79,7 +79,7 @@ def test_time_range_and_quarantine_options(store, tmp_path):
     assert result.exit_code == 0 and "exported 1 rows" in result.stdout
     assert (tmp_path / "q.csv").read_text().splitlines()[
         1
-    ] == '"1970-01-01T00:00:00.000000001+00:00","bad","AA==","http"'
+    ] == '"1970-01-01T00:00:00.000000001+00:00","bad","base64:AA==","http"'
 
 
 def shrink(url: str) -> None:

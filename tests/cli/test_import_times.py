@@ -48,6 +48,40 @@ def test_timezone_applies_to_csv_and_jsonl_times_without_a_zone(sqlite_url, tmp_
     assert times(sqlite_url, "naive") == [ns("2024-07-01T03:00:00+00:00")]
 
 
+def test_time_format_reads_table_time_columns(sqlite_url, tmp_path):
+    rows = "time,v\n1/1/2022 0:05,1\n7/1/2022 13:10,2\n13/45/2022 0:00,3\n"
+    csv = tmp_path / "us.csv"
+    csv.write_text(rows)
+    out = run_import(str(csv), "--store", sqlite_url, "--tag", "plain")
+    assert out.returncode == 3 and "'1/1/2022 0:05' is not a time" in out.stdout  # what the user saw
+    layout = ("--time-format", "%m/%d/%Y %H:%M", "--timezone", "Europe/Paris", "--allow-rejects")
+    want = [ns("2022-01-01T00:05:00+01:00"), ns("2022-07-01T13:10:00+02:00")]
+    tsv = tmp_path / "us.tsv"
+    tsv.write_text(rows.replace(",", "\t"))
+    text = tmp_path / "us.parquet"
+    pq.write_table(pa.table({"time": ["1/1/2022 0:05", "7/1/2022 13:10", "13/45/2022 0:00"], "v": [1, 2, 3]}), text)
+    for tag, path, extra in (
+        ("csv", csv, ()),
+        ("as_csv", csv, ("--format", "csv")),
+        ("tsv", tsv, ()),
+        ("pq", text, ()),
+    ):
+        out = run_import(str(path), "--store", sqlite_url, "--tag", tag, *layout, *extra)
+        assert out.returncode == 0, out.stderr
+        assert "2 rows, 1 rejected" in out.stdout and "'13/45/2022 0:00' is not a time" in out.stdout, out.stdout
+        assert times(sqlite_url, tag) == want
+    with arrays.open_stream(sqlite_url, "csv", quarantine=True) as quarantine:
+        assert quarantine["raw"][:].tolist() == [b"13/45/2022 0:00,3"]
+        assert quarantine["reason"][:].tolist() == [
+            "column 'time': '13/45/2022 0:00' is not a time (--time-format '%m/%d/%Y %H:%M')"
+        ]
+    zoned = tmp_path / "zoned.csv"
+    zoned.write_text("time,v\n01.02.2022 10:00 +0300,1\n")
+    out = run_import(str(zoned), "--store", sqlite_url, "--tag", "zoned", "--time-format", "%d.%m.%Y %H:%M %z")
+    assert out.returncode == 0, out.stderr
+    assert times(sqlite_url, "zoned") == [ns("2022-02-01T07:00:00+00:00")]
+
+
 def test_an_unknown_timezone_exits_2_naming_it(sqlite_url, tmp_path):
     csv = tmp_path / "x.csv"
     csv.write_text("time,v\n2024-07-01T12:00:00,1\n")

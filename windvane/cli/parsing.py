@@ -73,7 +73,9 @@ _OPTIONS = (
         "--time-format",
         default=None,
         metavar="STRPTIME",
-        help="fluentd's time_format of the time field (e.g. %d/%b/%Y:%H:%M:%S %z) for --expression or --format.",
+        help="fluentd's time_format of the time field (e.g. %d/%b/%Y:%H:%M:%S %z) for --expression or --format; "
+        "`import` of CSV, Parquet or Arrow files without --expression or --parser: the strptime layout of their "
+        "text time column (e.g. %m/%d/%Y %H:%M; Arrow's strptime, in --timezone unless %z).",
     ),
     click.option(
         "--keep-blank-lines",
