@@ -12,6 +12,9 @@ record at that time); an array element that is itself ``[time, map]`` is
 one record at that time too. Elements that are not maps are kept as
 records, for ingest to quarantine with the reason and their own bytes.
 
+JSON is RFC 8259's: ``NaN`` and ``Infinity`` make a payload not JSON, and a
+number's time is read from its text, exact to the nanosecond.
+
 Event time: the ``time`` of ``[time, map]``; else the record's ``time``
 field, else its ``timestamp`` field, which is then removed from the record;
 else the arrival time. Each is read by windvane's one time rule,
@@ -38,13 +41,14 @@ import msgpack
 from windvane.ingest.batch import INVALID_TIME
 from windvane.ingest.times import not_a_time, time_ns
 
+from ..json_text import JsonReader
+
 __all__ = ["Events", "UnreadablePayload", "decode_payload", "topic_to_tag"]
 
 _TIME_FIELDS = ("time", "timestamp")
 _SPACE = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 _JSON_SPACE = re.compile(r"[ \t\r\n]*")
-_RAW_DECODE = json.JSONDecoder().raw_decode
 
 
 def topic_to_tag(topic: str) -> str:
@@ -106,15 +110,36 @@ def _skip_space(text: str, at: int) -> int:
 
 
 def _json_items(text: str) -> tuple[Any, list[tuple[Any, bytes]] | None]:
-    """The JSON document of ``text`` and, if it is an array, its elements with the bytes of each."""
+    """The JSON document of ``text`` (RFC 8259's, :mod:`connectors.json_text`) and, if it is an array, its
+    elements with the bytes of each; times as sent (:func:`_exact_times`)."""
+    reader = JsonReader()
+    doc, items = _json_parts(text, reader)
+    exact = reader.exact_numbers()
+    if exact is not None:
+        for item in (doc, *doc) if type(doc) is list else (doc,):  # the payload's [time, map], or its items'
+            _exact_times(item, exact)
+    return doc, items
+
+
+def _exact_times(item: Any, exact: Any) -> None:
+    """``item``'s float time (of ``[time, map]``, or its time field) replaced by the exact number sent."""
+    if type(item) is list and len(item) == 2 and type(item[0]) is float:
+        item[0] = exact(item[0])
+    elif type(item) is dict:
+        for name in _TIME_FIELDS:
+            if type(item.get(name)) is float:
+                item[name] = exact(item[name])
+
+
+def _json_parts(text: str, reader: JsonReader) -> tuple[Any, list[tuple[Any, bytes]] | None]:
     at = _skip_space(text, 0)
     if not text.startswith("[", at):
-        return json.loads(text), None
+        return reader.loads(text), None
     items = []
     at = _skip_space(text, at + 1)
     if not text.startswith("]", at):
         while True:
-            value, end = _RAW_DECODE(text, at)
+            value, end = reader.raw_decode(text, at)
             items.append((value, text[at:end].encode("utf-8")))
             at = _skip_space(text, end)
             if text.startswith(",", at):

@@ -61,6 +61,7 @@ def test_times(value, ns):
         [1],
         {"t": 1},
         msgpack.ExtType(1, b"12345678"),
+        msgpack.ExtType(0, (1700000000).to_bytes(4, "big") + (10**9).to_bytes(4, "big")),
         "2023-11-14T25:00:00",
     ],
 )

@@ -437,6 +437,26 @@ def test_json_stream():
     assert json.loads(ack_bytes("j1", json_mode=True)) == {"ack": "j1"}
 
 
+def test_json_mode_times_are_exact_and_nan_is_not_json():
+    message = decode_message(b'["t", [[1709294400.123456789, {"n": 1}]]]', json_mode=True)
+    assert list(message.batch.times) == [1709294400_123456789]
+    message = decode_message(b'["t", 1709294400.000000001, {"n": 1}]', json_mode=True)
+    assert list(message.batch.times) == [1709294400_000000001]
+    with pytest.raises(MalformedMessage, match="NaN is not a JSON number: .*: line 1 column 16"):
+        decode_message(b'["t", 1, {"n": NaN}]', json_mode=True)
+
+
+def test_an_event_time_whose_nanoseconds_reach_a_second_is_not_a_time():
+    bad = msgpack.ExtType(0, struct.pack(">II", 1709294400, 10**9))
+    message = decode_message(msgpack.packb(["t", bad, {"n": 1}]))
+    assert list(message.batch.times) == [INVALID_TIME]
+    assert message.batch.faults == {0: not_a_time(bad)}
+    assert not_a_time(bad) == (
+        "the event time is an EventTime of 1709294400 s and 1000000000 ns, which is not a time: "
+        "its nanoseconds must be 0 to 999999999"
+    )
+
+
 def test_json_garbage_is_malformed():
     with pytest.raises(MalformedMessage):
         decode_all(b'["t", 1, {"a": }]')

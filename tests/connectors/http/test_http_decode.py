@@ -142,6 +142,32 @@ def test_fluent_bit_date_only_for_fluent_bit_or_when_named():
     assert b.records == [{}, {}, {"ts": "soon"}] and list(b.faults) == [2]
 
 
+@pytest.mark.parametrize(
+    "content_type, body",
+    [
+        ("application/json", b'{"time": 1709294400.123456789}'),
+        ("application/json", b'[{"time": 1709294400.123456789}]'),
+        ("application/json", b'{"time": 1709294400.123456789} {"time": 1709294400.123456789}'),
+        ("application/x-ndjson", b'{"time": 1709294400.123456789}\n'),
+        ("application/x-www-form-urlencoded", b"json=%7B%22time%22%3A1709294400.123456789%7D"),
+    ],
+)
+def test_json_number_times_are_read_from_their_text(content_type, body):
+    (batch,) = decode_in_http(body, content_type, tag="t")
+    assert set(batch.times) == {1709294400_123456789}
+
+
+def test_nan_and_infinity_are_not_json():
+    (batch,) = decode_in_http(b'{"a": 1}\n{"a": -Infinity}\n', "application/x-ndjson", tag="t")
+    assert batch.faults == {
+        1: "line 2 of the NDJSON body is not valid JSON: column 7: -Infinity is not a JSON number: "
+        "JSON has no NaN or Infinity (send null, or the value as a string)"
+    }
+    for body in (b'{"a": NaN}', b'{"a": 1} {"a": Infinity}', b'{"a": "NaN", "b": [Infinity]}'):
+        with pytest.raises(BadRequest, match="is not a JSON number"):
+            decode_in_http(body, "application/json", tag="t")
+
+
 def test_json_stream_errors_name_the_place():
     b = one(decode_in_http(b' {"a":1}{"a":2}\n {"a":3} ', "application/json", tag="t", now_ns=NOW))
     assert b.records == [{"a": 1}, {"a": 2}, {"a": 3}] and b.raw(1) == b'{"a":2}' and b.raw(2) == b'{"a":3}'

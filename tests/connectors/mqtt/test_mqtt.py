@@ -167,6 +167,12 @@ def test_times_that_are_not_times_are_faults_naming_the_value():
     assert not_a_time("yesterday").startswith("the event time 'yesterday' is not a time")
 
 
+def test_json_number_times_are_exact_and_nan_is_not_json():
+    events = decode_payload(b'[{"time": 1709294400.123456789}, [1709294400.000000001, {"v": 1}]]', 42)
+    assert events.times == [1709294400_123456789, 1709294400_000000001]
+    assert repr(decode_payload(b'{"v": NaN}', 42).records[0]) == "(invalid JSON: line 1 column 7)"
+
+
 def test_array_elements_keep_the_bytes_they_arrived_as():
     events = decode_payload(b'[ {"value": 1} ,"x", [1700000000, {"value": 2}]]', 42)
     assert events.raws == [b'{"value": 1}', b'"x"', b'[1700000000, {"value": 2}]']
