@@ -3,7 +3,8 @@
 :func:`replay` validates every record of a tag's quarantine stream again,
 against a (fixed) schema, and in **one commit** appends those that fit to
 the tag's stream and rewrites the quarantine stream without them; the
-records that still do not fit stay, with the reason they fail now. The
+records that still do not fit stay, with the reason they fail now
+(nothing is committed when none fits). The
 commit lock is held from the first read to the commit, so nothing else
 commits in between: a replay run twice, or run again after it was killed,
 never stores a record twice and never loses one.
@@ -18,7 +19,8 @@ it; the field is dropped from the record, as the connectors drop the field
 they read the time from), else the time the quarantine stream recorded.
 Records quarantined because their time was unreadable stay: no schema
 fixes a time. Bytes replay cannot read (a CSV or log line, a whole Forward
-message of many entries) stay, with that reason.
+message of many entries) stay with the reason they were quarantined for
+(their line number with it), and why replay cannot read them beside it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ TIME_REASONS = frozenset({BAD_TIME, NO_TIME})
 SOURCE = "replay"
 #: The commonest reasons ``quarantine ls`` and ``replay`` report.
 TOP_REASONS = 5
+#: What joins a record's quarantine reason and why replay cannot read it (kept beside it, never instead).
+UNREADABLE = "; replay cannot read this record: "
 
 
 class ReplayError(IngestError):
@@ -80,17 +84,17 @@ class ReplayResult:
 
 def record_of(raw: bytes) -> tuple[Any, int | None, str | None]:
     """``(record, time, None)`` for quarantined bytes that hold a record replay reads, else ``(None, None, why
-    not)``. ``time`` (ns since the epoch) is the record's ``time`` field, read as the connectors and imports read
-    it (epoch seconds or ISO 8601), or None when it has none."""
+    not)`` (said after :data:`UNREADABLE`). ``time`` (ns since the epoch) is the record's ``time`` field, read
+    as the connectors and imports read it (epoch seconds or ISO 8601), or None when it has none."""
     try:
         obj = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         try:
             obj = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            return None, None, "replay cannot read this record: its bytes are not one msgpack or JSON object"
+            return None, None, "its bytes are not one msgpack or JSON object"
         if type(obj) is not dict:
-            return None, None, f"replay cannot read this record: the JSON holds a {type(obj).__name__}, not an object"
+            return None, None, f"the JSON holds a {type(obj).__name__}, not an object"
     if type(obj) is list and len(obj) == 2:
         obj = obj[1]
     elif type(obj) is list and len(obj) in (3, 4) and type(obj[0]) is str:
@@ -133,7 +137,8 @@ def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[
             continue
         record, time_ns, why = record_of(raw)
         if why is not None:
-            reasons[i] = why
+            # The reason it was quarantined (its line, what was wrong) stays; a later replay replaces only its own part.
+            reasons[i] = reason.split(UNREADABLE)[0] + UNREADABLE + why
         else:
             candidates.append(i)
             records.append(record)
@@ -162,8 +167,10 @@ def replay(
 ) -> ReplayResult:
     """Move the records of ``tag``'s quarantine that fit ``schema`` (default: the stream's) into its stream.
 
-    One commit (none if nothing changes); ``started(records)`` is called once the
-    quarantine is read, before any is validated. NoQuarantine if ``tag`` has no
+    One commit, none if no record fits; the records that stay get the reason
+    they fail now (those replay cannot read keep the one they were
+    quarantined for, replay's beside it). ``started(records)`` is called
+    once the quarantine is read, before any is validated. NoQuarantine if ``tag`` has no
     quarantine stream; ReplayError if there is neither ``schema`` nor a
     stream to take one from; :class:`ingest.imports.SchemaMismatch` if
     ``schema`` gives a column of the stream another type.
@@ -180,9 +187,8 @@ def replay(
             started(len(rows["time"]))
         columns, fits, reasons = _revalidate(schema, tag, rows)
         stay = ~fits
-        if columns is not None:
+        if fits.any():
             streams.write(tx, streams.StreamWriters(store), tag, schema, columns.columns)
-        if columns is not None or np.any(reasons != rows["reason"].astype(object)):
             stream_edit.refill(
                 tx,
                 tag,

@@ -216,27 +216,32 @@ def test_replay_reads_records_that_arrived_over_forward_and_http(sqlite_url, tmp
     assert column(sqlite_url, "raw", quarantine=True) == []
 
 
-def test_replay_keeps_what_it_cannot_read_with_the_reason(sqlite_url, tmp_path):
-    path = tmp_path / "rows.csv"
-    path.write_text(f"time,speed,n\n{T0},1.5,1\n{T0 + 1},fast,2\n")
-    result = cli(
-        "import",
-        str(path),
-        "--store",
-        sqlite_url,
-        "--tag",
-        "plant.a",
-        "--schema",
-        schema(tmp_path, STRICT, "strict"),
-        "--allow-rejects",
-    )
+def test_replay_keeps_what_it_cannot_read_with_its_reason_and_commits_nothing_when_nothing_fits(sqlite_url, tmp_path):
+    path = tmp_path / "access.log"
+    path.write_text("GET / HTTP/1.1\n")
+    strict = schema(tmp_path, STRICT, "strict")
+    args = ("--store", sqlite_url, "--tag", "plant.a", "--schema", strict, "--allow-rejects")
+    result = cli("import", str(path), "--format", "combined", *args)
     assert result.exit_code == 0 and "1 rejected" in result.output, result.output
-    again = cli("quarantine", "replay", "plant.a", "--store", sqlite_url)
+    [original] = column(sqlite_url, "reason", quarantine=True)
+    assert original.startswith("line 1: not a combined or common access log line (")
+    before = head(sqlite_url)
+    again = cli("quarantine", "replay", "plant.a", "--schema", strict, "--store", sqlite_url)
     assert again.exit_code == 0, again.output
-    assert "replayed 0 records" in again.output and "; 1 stays in quarantine" in again.output
-    reason = "replay cannot read this record: its bytes are not one msgpack or JSON object"
-    assert column(sqlite_url, "reason", quarantine=True) == [reason]
-    assert column(sqlite_url, "n") == [1]
+    assert (
+        "replayed 0 records" in again.output
+        and "(nothing changed, nothing committed); 1 stays in quarantine" in again.output
+    )
+    said = f"{original}; replay cannot read this record: its bytes are not one msgpack or JSON object"
+    assert said in again.output
+    assert head(sqlite_url) == before and column(sqlite_url, "reason", quarantine=True) == [original]
+    # With records that move, the unreadable one stays with its line and reason, replay's beside them, once.
+    quarantined(sqlite_url, tmp_path, 3, start=1)
+    for _ in range(2):
+        moved = cli(*replay_args(sqlite_url, tmp_path))
+        assert moved.exit_code == 0, moved.output
+        assert column(sqlite_url, "reason", quarantine=True) == [said]
+    assert column(sqlite_url, "n") == [1, 2, 3]
 
 
 def replay_args(url: str, tmp_path) -> tuple[str, ...]:
