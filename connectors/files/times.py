@@ -30,6 +30,7 @@ row's block is read; ``row``, ``--start`` plus the row's number in the file
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 
@@ -74,6 +75,20 @@ def find_time_column(names: Sequence[str], wanted: str | None, where: str, time_
         f"{list(names)}: name it with --time-column, or give rows the time they are read (--time-from arrival) "
         "or one by their row number (--time-from row --start TIME)"
     )
+
+
+#: The directives of Arrow's strptime (C's, as its vendored musl strptime reads them).
+_DIRECTIVES = frozenset("aAbBcCdDeFgGhHIjmMnprRStTUVwWxXyYzZ%")
+
+
+def check_layout(layout: str) -> str:
+    """``layout`` if it is a strptime layout with a directive, all of them Arrow's; FileFormatError otherwise."""
+    found = re.findall(r"%([EO]?.)", layout)
+    unknown = [d for d in found if d[-1] not in _DIRECTIVES]
+    if not found or unknown:
+        what = f"unknown directive %{unknown[0]}" if unknown else "no directive (%Y, %m, %d, %H, %M, %S, %z, ...)"
+        raise FileFormatError(f"--time-format {layout!r}: {what}")
+    return layout
 
 
 def made_times(options: ReaderOptions, rows: np.ndarray) -> np.ndarray:

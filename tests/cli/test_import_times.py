@@ -82,6 +82,14 @@ def test_time_format_reads_table_time_columns(sqlite_url, tmp_path):
     assert times(sqlite_url, "zoned") == [ns("2022-02-01T07:00:00+00:00")]
 
 
+def test_a_time_format_without_a_known_directive_exits_2(sqlite_url, tmp_path):
+    csv = tmp_path / "x.csv"
+    csv.write_text("time,v\n1/1/2022 0:05,1\n")
+    for layout, message in (("%Q/%m", "unknown directive %Q"), ("m/d/Y", "no directive")):
+        out = run_import(str(csv), "--store", sqlite_url, "--tag", "x", "--time-format", layout)
+        assert out.returncode == 2 and f"--time-format {layout!r}: {message}" in out.stderr, out.stderr
+
+
 def test_an_unknown_timezone_exits_2_naming_it(sqlite_url, tmp_path):
     csv = tmp_path / "x.csv"
     csv.write_text("time,v\n2024-07-01T12:00:00,1\n")

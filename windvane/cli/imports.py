@@ -233,6 +233,7 @@ def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, option
 def _import_options(opts: ImportOptions) -> tuple:
     """``(schema, formats, reader options)`` from `windvane import`'s options; BadInput if one is wrong."""
     from windvane.connectors.files import FileFormatError, ReaderOptions
+    from windvane.connectors.files.times import check_layout
     from windvane.ingest.schema import load_schema
     from windvane.ingest.times import check_zone, time_ns
 
@@ -240,6 +241,8 @@ def _import_options(opts: ImportOptions) -> tuple:
         rename = _renames(opts.renames)
         schema = load_schema(opts.schema_path) if opts.schema_path else None
         table_times = _table_time_format(opts)
+        if table_times:
+            check_layout(opts.time_format)
         formats = _file_formats(opts, schema, table_times)
         start_ns = None
         if opts.timezone is not None:
