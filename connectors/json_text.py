@@ -7,7 +7,8 @@ like any other text that is not JSON.
 
 A JSON number is exact decimal text, a float64 is not: ``1709294400.123456789``
 reads as ``1709294400.1234567``. :class:`JsonReader` keeps the text of each
-number longer than the 15 digits every float64 holds, so that a time is read
+number longer than the 15 digits every float64 holds and not its float's
+shortest text (``repr``), so that a time is read
 from what was sent (:meth:`JsonReader.exact`), while records keep plain
 floats.
 """
@@ -76,13 +77,13 @@ class JsonReader:
 
     def _float(self, text: str) -> float:
         value = float(text)
-        if len(text) > _FLOAT_DIGITS:
+        if len(text) > _FLOAT_DIGITS and repr(value) != text:
             self._texts[id(value)] = (value, text)
         return value
 
     def exact(self, value: Any) -> Any:
-        """``value`` as sent: the exact :class:`~decimal.Decimal` of a float this reader read from a number too
-        long for a float64; any other value as it is."""
+        """``value`` as sent: the exact :class:`~decimal.Decimal` of a float this reader read from a number that
+        is not its float64's shortest text; any other value as it is."""
         entry = self._texts.get(id(value))
         return Decimal(entry[1]) if entry is not None and entry[0] is value else value
 
