@@ -12,6 +12,9 @@ import pytest
 
 from tests.cli.test_serve import column, post, schemas, serve, windvane  # noqa: F401 - schemas, serve: fixtures
 
+#: What the start-up lines say each listener takes: Forward opens UDP too, and either is closed with "off".
+FORWARD = "(TCP, and UDP for heartbeats; --forward off closes it)"
+HTTP = "(TCP: posts, /health, /metrics, /streams; --http off closes it)"
 USERS = '[users.sender]\npassword = "right password"\ntokens = ["a-long-token"]\n'
 
 
@@ -47,7 +50,7 @@ def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(
 
 def test_users_alone_protect_http(serve, store_url, users):  # noqa: F811 - the fixture imported above
     s = serve("--users", users, "--forward", "off")
-    assert s.lines == [f"http: 127.0.0.1:{s.http_port}  auth: users (Basic or Bearer)", "ready"]
+    assert s.lines == [f"http: 127.0.0.1:{s.http_port} {HTTP}  auth: users (Basic or Bearer)", "ready"]
     status, headers, reply = post(s.http_port, "/app/auth", b'{"seq": 1}\n')
     assert status == 401 and reply["error"] == "unauthorized" and "WWW-Authenticate" in headers
     right = base64.b64encode(b"sender:right password").decode()
@@ -98,21 +101,21 @@ def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):  # noqa: F
 def test_each_listener_says_what_protects_it(serve, users):  # noqa: F811 - the fixture imported above
     s = serve("--shared-key", "the key", "--http-auth", "none")
     assert s.lines == [
-        f"forward: 127.0.0.1:{s.forward_port}  auth: shared key (handshake)",
-        f"http: 127.0.0.1:{s.http_port}  auth: none: open to anyone who can connect",
+        f"forward: 127.0.0.1:{s.forward_port} {FORWARD}  auth: shared key (handshake)",
+        f"http: 127.0.0.1:{s.http_port} {HTTP}  auth: none: open to anyone who can connect",
         "ready",
     ]
     assert post(s.http_port, "/app/open", b'{"seq": 1}\n')[0] == 200  # open, as asked
     s = serve("--shared-key", "the key", "--users", users)
     assert s.lines == [
-        f"forward: 127.0.0.1:{s.forward_port}  auth: shared key and user passwords (handshake)",
-        f"http: 127.0.0.1:{s.http_port}  auth: users (Basic or Bearer)",
+        f"forward: 127.0.0.1:{s.forward_port} {FORWARD}  auth: shared key and user passwords (handshake)",
+        f"http: 127.0.0.1:{s.http_port} {HTTP}  auth: users (Basic or Bearer)",
         "ready",
     ]
     assert post(s.http_port, "/app/closed", b'{"seq": 1}\n')[0] == 401
     s = serve()
     assert s.lines == [
-        f"forward: 127.0.0.1:{s.forward_port}  auth: none: open to anyone who can connect",
-        f"http: 127.0.0.1:{s.http_port}  auth: none: open to anyone who can connect",
+        f"forward: 127.0.0.1:{s.forward_port} {FORWARD}  auth: none: open to anyone who can connect",
+        f"http: 127.0.0.1:{s.http_port} {HTTP}  auth: none: open to anyone who can connect",
         "ready",
     ]

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from tests.ops.test_info import sqlite_stored, windvane
+from tests.serve_process import free_port
 from windvane import arrays
 from windvane.ops import demo
 
@@ -68,11 +69,13 @@ def time_ns(seconds: float) -> int:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory) -> tuple[Path, str]:
-    """`windvane demo` run once in a fresh directory: (that directory, what it printed)."""
+    """`windvane demo` run once in a fresh directory, on ports chosen: (that directory, what it printed)."""
     cwd = tmp_path_factory.mktemp("demo")
-    result = windvane("demo", cwd=str(cwd))
+    forward, http = free_port(), free_port()
+    result = windvane("demo", "--forward-port", str(forward), "--http-port", str(http), cwd=str(cwd))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"creating a fresh store in {cwd}/var/demo.db" in result.stderr
+    assert f"windvane serve is up: Forward on 127.0.0.1:{forward}, HTTP on 127.0.0.1:{http}" in result.stderr
     return cwd, result.stdout
 
 

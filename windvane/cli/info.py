@@ -46,7 +46,21 @@ def store_contents(store_url: str, as_json: bool) -> None:
     help="Where the demo's store (demo.db) and the service's log (demo-serve.log) go.",
 )
 @click.option("--keep", is_flag=True, help="Add to the store an earlier demo left in --dir instead of starting afresh.")
-def demo(directory: str, keep: bool) -> None:
+@click.option(
+    "--forward-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port on 127.0.0.1 of the service's Forward listener (TCP, and UDP heartbeats); 0: a free one.",
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port on 127.0.0.1 of the service's HTTP listener; 0: a free one.",
+)
+def demo(directory: str, keep: bool, forward_port: int, http_port: int) -> None:
     """Start `windvane serve` on DIR/demo.db (SQLite, made afresh) and send it the shipped samples.
 
     A week of real wind-turbine SCADA data (ENGIE's La Haute Borne) and a
@@ -55,7 +69,9 @@ def demo(directory: str, keep: bool) -> None:
     (sources: windvane/ops/samples/README.md). Once the service
     has committed them and stopped, this prints what the store holds (streams,
     rows, shapes, bytes raw and stored, dedup ratio), the throughput of each
-    stage, and how to open the data in a notebook.
+    stage, and how to open the data in a notebook. The service listens on
+    127.0.0.1 only, on free ports unless --forward-port and --http-port say
+    which; the demo prints them as it starts.
     """
     from windvane import neostore
     from windvane.ops import demo as walkthrough
@@ -66,6 +82,8 @@ def demo(directory: str, keep: bool) -> None:
         result = walkthrough.run(
             directory,
             keep=keep,
+            forward_port=forward_port,
+            http_port=http_port,
             say=lambda line: click.echo(line, err=True),
             progress=lambda label, length: click.progressbar(length=length, label=label, file=err),
         )

@@ -217,10 +217,12 @@ def serve(**options: Any) -> None:
     Forward clients (fluentd, Fluent Bit, the fluent-logger libraries) get
     their ack once the chunk is committed; HTTP clients get their 2xx then.
     Records that do not fit their schema are kept, with the reason, in the
-    tag's quarantine stream. When ready it prints the bound addresses and
-    "ready"; SIGTERM or Ctrl-C stops it after committing what it received.
-    Each listener's line says how it authenticates ("auth: ..."); it refuses
-    to start with Forward protected and HTTP open unless told so.
+    tag's quarantine stream. When ready it prints a line per listener (its
+    address, what it takes, how it authenticates: "auth: ...") and "ready";
+    Forward (TCP, and UDP heartbeats on the same port) and HTTP are on
+    unless --forward off or --http off. SIGTERM or Ctrl-C stops it after
+    committing what it received. It refuses to start with Forward protected
+    and HTTP open unless told so.
     """
     import asyncio
 
@@ -316,6 +318,15 @@ def _check_mqtt(mqtt: MqttConfig) -> None:
         check_topic_filter(topic)
 
 
+#: What each start-up line says its listener takes besides its address (Forward listens on UDP too), and how
+#: to close it: Forward and HTTP are on unless told off.
+_CARRIES = {
+    "forward": "(TCP, and UDP for heartbeats; --forward off closes it)",
+    "http": "(TCP: posts, /health, /metrics, /streams; --http off closes it)",
+    "mqtt": "(the broker subscribed to)",
+}
+
+
 async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:
     # With the helpers below, the one place that imports connectors: the layers meet here.
     from windvane.connectors.budget import MemoryBudget
@@ -333,7 +344,7 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
 
     def ready() -> None:
         for name, endpoint, host in lines:
-            click.echo(f"{name}: {host}:{endpoint.port}  auth: {auth[name]}")
+            click.echo(f"{name}: {host}:{endpoint.port} {_CARRIES[name]}  auth: {auth[name]}")
         click.echo("ready")
 
     try:
