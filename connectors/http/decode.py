@@ -566,15 +566,21 @@ def _unpack_stream(data: bytes, what: str) -> tuple[list[Any], list[int]]:
     return objs, offsets
 
 
-def _event_pair(obj: Any) -> tuple[int, Any] | None:
-    """(time, record) of a ``[time, map]`` or Fluent Bit ``[[time, metadata], map]`` item, else None."""
+def _is_event_time(value: Any) -> bool:
+    """Whether ``value`` is a fluentd EventTime (msgpack ext 0): an event's time, read as one or not."""
+    return type(value) is msgpack.ExtType and value.code == 0
+
+
+def _event_pair(obj: Any) -> tuple[int | None, Any, Any] | None:
+    """(time, record, the time as sent) of a ``[time, map]`` or Fluent Bit ``[[time, metadata], map]`` item,
+    else None; the time is None for an EventTime that is not a time (its record is quarantined)."""
     if type(obj) is not list or len(obj) != 2 or type(obj[1]) is not dict:
         return None
     head = obj[0]
     if type(head) is list and len(head) == 2 and type(head[1]) is dict:
         head = head[0]
     ns = time_ns(head)
-    return None if ns is None else (ns, obj[1])
+    return None if ns is None and not _is_event_time(head) else (ns, obj[1], head)
 
 
 def _decode_msgpack(body: bytes) -> _Decoded:
@@ -589,6 +595,7 @@ def _decode_msgpack(body: bytes) -> _Decoded:
         return _Decoded(objs, lambda i: body[offsets[i] : offsets[i + 1]])
     records: list[Any] = []
     times: list[int | None] = []
+    faults: dict[int, str] = {}
     # Per record: its (start, end) in body, or (array start, element index) for array elements.
     where: list[tuple[bool, int, int]] = []
     for n, obj in enumerate(objs):
@@ -598,6 +605,8 @@ def _decode_msgpack(body: bytes) -> _Decoded:
             times.extend([None] * len(obj))
             where.extend((True, offsets[n], k) for k in range(len(obj)))
         else:
+            if pair is not None and pair[0] is None:
+                faults[len(records)] = not_a_time(pair[2])
             records.append(obj if pair is None else pair[1])
             times.append(None if pair is None else pair[0])
             where.append((False, offsets[n], offsets[n + 1]))
@@ -612,7 +621,7 @@ def _decode_msgpack(body: bytes) -> _Decoded:
         a, b = element_spans[start][k]
         return body[a:b]
 
-    return _Decoded(records, raw, times)
+    return _Decoded(records, raw, times, faults or None)
 
 
 def _msgpack_element_spans(body: bytes, start: int) -> list[tuple[int, int]]:
@@ -740,7 +749,7 @@ def decode_wendelin(
             "empty_body", "the body (or its data_chunk field) is empty: send a msgpack stream of [time, record]"
         )
     objs, offsets = _unpack_stream(data, "the data chunk")
-    times, records = _wendelin_events(objs, now)
+    times, records, faults = _wendelin_events(objs, now)
     if not records:
         return []
     return [
@@ -751,28 +760,34 @@ def decode_wendelin(
             lambda i: data[offsets[i] : offsets[i + 1]],
             SOURCE,
             len(body) if size is None else size,
+            faults=faults or None,
         )
     ]
 
 
-def _wendelin_events(objs: list[Any], now_ns: int) -> tuple[list[int], list[Any]]:
+def _wendelin_events(objs: list[Any], now_ns: int) -> tuple[list[int], list[Any], dict[int, str]]:
     """The times and records of a wendelin stream's items: ``[time, record]`` or ``[[time, metadata], record]``;
-    any other item is a record of its own, arriving at ``now_ns``."""
+    any other item is a record of its own, arriving at ``now_ns``. And the faults: index -> why, for the
+    records whose EventTime is not a time."""
     times: list[int] = []
     records: list[Any] = []
+    faults: dict[int, str] = {}
     for obj in objs:
         if type(obj) is list and len(obj) == 2:
             head = obj[0]
             ns = time_ns(head)
             if ns is None and type(head) is list and head:
-                ns = time_ns(head[0])
-            if ns is not None:
-                times.append(ns)
+                head = head[0]
+                ns = time_ns(head)
+            if ns is not None or _is_event_time(head):
+                if ns is None:
+                    faults[len(records)] = not_a_time(head)
+                times.append(now_ns if ns is None else ns)
                 records.append(obj[1])
                 continue
         times.append(now_ns)
         records.append(obj)
-    return times, records
+    return times, records, faults
 
 
 def count_events(batches: Sequence[Batch]) -> int:

@@ -114,6 +114,34 @@ def test_an_event_time_with_nanoseconds_past_a_second_is_quarantined_and_the_chu
     assert column(sqlite_url, tag, "raw", quarantine=True) == [entries[1]]
 
 
+def test_an_event_time_with_nanoseconds_past_a_second_over_http_msgpack_is_quarantined(server, sqlite_url):
+    """Fluent Bit's ``Format msgpack`` events ``[[EventTime, metadata], record]``, and wendelin's ``[time, record]``."""
+    events = [
+        msgpack.packb([[_event_time(SECOND, 0xFFFFFFFF), {}], {"seq": 1}]),
+        msgpack.packb([[_event_time(SECOND, 2), {}], {"seq": 2}]),
+    ]
+    status, _, reply = post(server.http_port, "/app/fb", b"".join(events), {"Content-Type": "application/msgpack"})
+    reason = (
+        f"the event time is an EventTime of {SECOND} s and 4294967295 ns, which is not a time: "
+        "its nanoseconds must be 0 to 999999999"
+    )
+    assert (status, reply) == (200, {"accepted": 1, "quarantined": 1, "reasons": [reason]})
+    assert column(sqlite_url, "app.fb", "seq") == [2]
+    assert column(sqlite_url, "app.fb", "time") == [SECOND * NS + 2]
+    assert column(sqlite_url, "app.fb", "raw", quarantine=True) == events[:1]
+    items = [msgpack.packb([_event_time(SECOND, 10**9), {"seq": 3}]), msgpack.packb([SECOND, {"seq": 4}])]
+    status, _, _ = post(
+        server.http_port,
+        "/x/ingest?reference=app.wv",
+        b"".join(items),
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert status == 204
+    assert column(sqlite_url, "app.wv", "seq") == [4]
+    assert column(sqlite_url, "app.wv", "raw", quarantine=True) == items[:1]
+    assert column(sqlite_url, "app.wv", "reason", quarantine=True) == [reason.replace("4294967295", "1000000000")]
+
+
 # -- NaN and Infinity --------------------------------------------------------------------------------
 
 
