@@ -52,6 +52,9 @@ class ChunkJob:
     weight: int
     compressed: bool
     full: bool = False  # the chunk holds all its rows (not the partial last one)
+    # A full chunk of numbers: its index along the first axis and its rows (a stream's time records need them).
+    index: int = -1
+    values: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -95,12 +98,19 @@ def append_region(name: str, latest: ArrayMeta, added: tuple[int, ...], axis: in
 
 
 def region_jobs(
-    region: Region, value: np.ndarray, old: Mapping[str, np.ndarray], built: list[tuple[str, np.ndarray]]
+    region: Region,
+    value: np.ndarray,
+    old: Mapping[str, np.ndarray],
+    built: list[tuple[str, np.ndarray]],
+    filled: list[tuple[int, np.ndarray]] | None = None,
 ) -> Iterator[ChunkJob]:
     """A job per chunk of ``region`` storing ``value`` over ``old`` (the decoded ``partial`` chunks that
-    exist); chunks made by copying (worth caching) are added to ``built``."""
+    exist); chunks made by copying (worth caching) are added to ``built``, and to ``filled`` (as their
+    index along the first axis and values) those every row of which is written (for a stream's time
+    records, :mod:`arrays.time_index`)."""
     meta = region.meta
     codec = meta.codec
+    rows, length = meta.chunks[0], meta.shape[0]
     for piece, key in zip(region.pieces, region.keys):
         part = value[piece.in_result]
         if part.shape == meta.chunks and key not in old:
@@ -113,6 +123,8 @@ def region_jobs(
                 chunk = base.copy()
             chunk[piece.in_chunk] = part
             built.append((key, chunk))
+        if filled is not None and (piece.coords[0] + 1) * rows <= length:
+            filled.append((piece.coords[0], chunk))
         yield ChunkJob(key, functools.partial(codec.encode, chunk), meta.chunk_nbytes, codec.compressed, True)
 
 

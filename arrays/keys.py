@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from windvane import neostore
 from windvane.neostore import POSKeyError
 
-from . import row_log
+from . import row_log, time_index
 from .metadata import METADATA_KEY, ArrayMeta
 
 
@@ -124,7 +124,8 @@ class LoggedView:
 
     def list(self, prefix: str = "") -> list[Entry]:
         """The keys under ``prefix`` that exist, sorted, with their sizes (row logs applied, not listed)."""
-        entries = {e.key: e for e in self.raw_list(prefix)}
+        # Streams' time records are no zarr keys: listings leave them out, as they do row logs.
+        entries = {e.key: e for e in self.raw_list(prefix) if not time_index.is_record_key(e.key)}
         logs = {k for k in entries if row_log.is_log_key(k)}
         logs |= set(self.raw_get_many([row_log.log_key(g) for g in row_log.candidate_groups([prefix + "x"])]))
         for k in logs:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from . import appending, stream_export
+from . import appending, stream_export, time_index
 from .array_view import View
 from .bigarray import BigArray
 from .errors import ArrayError, ColumnError, ReadOnlyArrayError, StreamError
@@ -224,13 +224,16 @@ class Stream(StreamView):
         }
         old = self._partial_chunks(tx, regions, cached)
         built: list[tuple[str, np.ndarray]] = []
+        filled: list[tuple[int, np.ndarray]] = []  # the time chunks this append fills: their records
         jobs = (
-            job for name, region in regions.items() for job in appending.region_jobs(region, data[name], old, built)
+            job
+            for name, region in regions.items()
+            for job in appending.region_jobs(region, data[name], old, built, filled if name == TIME else None)
         )
         weight = sum(item_bytes(r.meta.dtype) * math.prod(r.meta.chunks) * len(r.keys) for r in regions.values())
         batches = appending.Batches(tx)
         batches.add(appending.encode(jobs, weight))
-        documents = {}
+        documents = time_index.records(self.path, filled)
         for name, region in regions.items():
             raw = region.meta.to_bytes()
             documents[f"{region.name}/{METADATA_KEY}"] = raw
@@ -312,16 +315,18 @@ class Stream(StreamView):
         self._load({self._group_key: group_raw, key: raw})
 
     # -- exporting ---------------------------------------------------------------------
-    # -- exporting ---------------------------------------------------------------------
 
-    def to_arrow(self, start: int = 0, stop: int | None = None) -> Any:
-        """A pyarrow Table of rows ``[start:stop]``: see :func:`arrays.stream_export.to_arrow`."""
+    def to_arrow(self, start: stream_export.Bound = None, stop: stream_export.Bound = None) -> Any:
+        """A pyarrow Table of rows ``[start:stop]``, or of the rows whose time is in ``[start, stop)`` when they are
+        times (datetimes, ISO 8601 text): see :func:`arrays.stream_export.to_arrow`."""
         return stream_export.to_arrow(self, start, stop)
 
-    def to_pandas(self, start: int = 0, stop: int | None = None) -> Any:
-        """A pandas DataFrame of rows ``[start:stop]``: see :func:`arrays.stream_export.to_pandas`."""
+    def to_pandas(self, start: stream_export.Bound = None, stop: stream_export.Bound = None) -> Any:
+        """A pandas DataFrame of rows ``[start:stop]``, or of the rows whose time is in ``[start, stop)`` when they are
+        times (datetimes, ISO 8601 text): see :func:`arrays.stream_export.to_pandas`."""
         return stream_export.to_pandas(self, start, stop)
 
-    def to_xarray(self, start: int = 0, stop: int | None = None) -> Any:
-        """An xarray Dataset of rows ``[start:stop]``: see :func:`arrays.stream_export.to_xarray`."""
+    def to_xarray(self, start: stream_export.Bound = None, stop: stream_export.Bound = None) -> Any:
+        """An xarray Dataset of rows ``[start:stop]``, or of the rows whose time is in ``[start, stop)`` when they are
+        times (datetimes, ISO 8601 text): see :func:`arrays.stream_export.to_xarray`."""
         return stream_export.to_xarray(self, start, stop)

@@ -1,23 +1,63 @@
-"""A stream's rows as pyarrow, pandas and xarray tables (:meth:`arrays.Stream.to_arrow` and the others)."""
+"""A stream's rows as pyarrow, pandas and xarray tables (:meth:`arrays.Stream.to_arrow` and the others).
+
+Each takes the rows to read as ``start``/``stop``: row numbers (``[start:stop]``,
+as a slice) or moments, datetimes, numpy datetime64 or ISO 8601 text (no
+zone: UTC), for the rows whose time is in ``[start, stop)``. Time is in
+arrival order, not sorted: a time range reads the chunks whose time range
+(:meth:`~arrays.Stream.time_ranges`, kept without reading them) meets it,
+and keeps their rows in it, in stream order; rows without a time are in
+no range.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from . import time_index
 from .stream_schema import TIME, missing_value
 from .stream_view import StreamView
+from .times import is_moment, moment_ns
+
+#: Row numbers (``int``) or moments (datetime, numpy datetime64, ISO 8601 text); None: from the start, to the end.
+Bound = int | datetime | np.datetime64 | str | None
 
 
-def _columns_data(stream: StreamView, start: int, stop: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    time = stream[TIME][start:stop]
-    return time, {name: stream[name][start:stop] for name in stream.columns}
+def _window(start: Bound, stop: Bound) -> tuple[int | None, int | None] | None:
+    """``[start, stop)`` in ns if either is a moment (None: they are row numbers); TypeError if they mix."""
+    if not (is_moment(start) or is_moment(stop)):
+        return None
+    if not all(value is None or is_moment(value) for value in (start, stop)):
+        raise TypeError(
+            f"start and stop are both row numbers or both times (datetime, ISO 8601 text), not "
+            f"{type(start).__name__} and {type(stop).__name__}"
+        )
+    return (None if start is None else moment_ns(start, "start"), None if stop is None else moment_ns(stop, "stop"))
 
 
-def to_arrow(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+def _columns_data(stream: StreamView, start: Bound, stop: Bound) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    window = _window(start, stop)
+    if window is None:
+        time = stream[TIME][start:stop]
+        return time, {name: stream[name][start:stop] for name in stream.columns}
+    time_array = stream[TIME]
+    spans = time_index.overlapping(stream.time_ranges(), time_array.chunks[0], len(time_array), *window)
+    picked: list[tuple[int, int, np.ndarray]] = []
+    for first, last in spans:
+        keep = time_index.in_window(time_array[first:last], *window)
+        if keep.any():
+            picked.append((first, last, keep))
+    names = [TIME, *stream.columns]
+    data = {name: [stream[name][first:last][keep] for first, last, keep in picked] for name in names}
+    out = {name: np.concatenate(parts) if parts else stream[name][0:0] for name, parts in data.items()}
+    return out.pop(TIME), out
+
+
+def to_arrow(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
     """A pyarrow Table of rows ``[start:stop]``.
 
     ``time`` is ``timestamp[ns, tz=UTC]``; strings ``large_string``,
@@ -50,7 +90,7 @@ def to_arrow(stream: StreamView, start: int = 0, stop: int | None = None) -> Any
     return pa.Table.from_arrays(values, schema=pa.schema(fields, metadata={b"stream": stream.tag}))
 
 
-def to_pandas(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+def to_pandas(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
     """A pandas DataFrame of rows ``[start:stop]``, indexed by ``time`` (``datetime64[ns, UTC]``).
 
     One column per column of the stream, strings and bytes as object
@@ -81,7 +121,7 @@ def to_pandas(stream: StreamView, start: int = 0, stop: int | None = None) -> An
     return pd.DataFrame(frame, index=index)
 
 
-def to_xarray(stream: StreamView, start: int = 0, stop: int | None = None) -> Any:
+def to_xarray(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
     """An xarray Dataset of rows ``[start:stop]``: coordinate ``time`` (datetime64[ns]), one variable per column.
 
     Variables keep their arrays' dims and attributes; the Dataset's

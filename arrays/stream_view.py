@@ -8,6 +8,7 @@ from typing import Any
 
 from windvane import neostore
 
+from . import time_index
 from .bigarray import BigArray
 from .cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .errors import ColumnError, StreamError, StreamNotFoundError
@@ -49,6 +50,7 @@ class StreamView(StoreOwner):
         self._group_raw = b""
         self._attrs: dict[str, Any] = {}
         self._arrays: dict[str, BigArray] = {}
+        self._known_ranges: dict[tuple[int, bytes], time_index.Range] = {}  # computed: chunks without a record
         # Inside a transaction: whether the metadata held was read (or written)
         # while the transaction held the commit lock, so is still the latest.
         self._current = current
@@ -104,6 +106,23 @@ class StreamView(StoreOwner):
     def __repr__(self) -> str:
         where = "in a transaction" if self._before is None else f"at 0x{previous(self._before).hex()}"
         return f"<Stream {self.tag!r} rows={len(self)} columns={self.columns} {where}>"
+
+    def time_ranges(self) -> list[time_index.Range]:
+        """The least and greatest ``time`` of each chunk of rows, in order (None: no row of it has a time).
+
+        Read from the records kept beside the chunks (:mod:`arrays.time_index`):
+        only the partial last chunk and chunks written without a record are
+        read (a stream written before records were kept: each once per view).
+        """
+        reader = self._live_transaction() if self._before is None else Snapshot(self._store, self._before)
+        return time_index.chunk_ranges(reader, self.path, self._arrays[TIME], self._known_ranges)
+
+    def time_span(self) -> time_index.Range:
+        """The least and greatest ``time`` of the stream's rows, ns since the epoch (UTC); None if none has one.
+
+        Time is in arrival order: these are not the first and last rows' times.
+        """
+        return time_index.span(self.time_ranges())
 
     # -- loading metadata --------------------------------------------------------------
 

@@ -43,6 +43,7 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -50,7 +51,7 @@ import numpy as np
 
 from windvane import neostore
 
-from . import appending, row_log
+from . import appending, row_log, time_index
 from .appending import ChunkJob, Encoded
 from .errors import ColumnError, StreamError
 from .metadata import METADATA_KEY
@@ -284,22 +285,29 @@ class StreamWriter(StateKeeper):
                 out.append(data)
         return out
 
-    @staticmethod
-    def _encode(tails: dict[str, Tail], parts: list[dict[str, Rows]], logged: bool = True) -> Iterator[Encoded]:
+    def _encode(self, tails: dict[str, Tail], parts: list[dict[str, Rows]], logged: bool = True) -> Iterator[Encoded]:
         """Advance ``tails`` by each part (coerced) now; the chunks to store, as (key, bytes, compressed,
-        hash), encoded as they are taken (so a large append is stored batch by batch, not held whole).
+        hash), encoded as they are taken (so a large append is stored batch by batch, not held whole),
+        then the time records of the time chunks filled (:mod:`arrays.time_index`).
 
         The codec threads hash what they encode: the commit then need not
         (under the commit lock, where no other work overlaps it)."""
         jobs: dict[str, ChunkJob] = {}
+        filled: dict[int, np.ndarray] = {}
         for data in parts:
             for name, tail in tails.items():
                 for job in tail.append(data[name], encoded=not logged):
                     # A chunk two parts fill is encoded once, by the later job: it
                     # reads the chunk as the tail holds it after both.
                     jobs[job.key] = job
+                    if name == TIME and job.full and job.values is not None:
+                        filled[job.index] = job.values
         todo = [j for j in jobs.values() if j.full or not logged]
-        return appending.encode(todo, sum(j.weight for j in todo) if len(todo) > 1 else 0)
+        records = time_index.records(self.path, filled.items())
+        return itertools.chain(
+            appending.encode(todo, sum(j.weight for j in todo) if len(todo) > 1 else 0),
+            ((key, value, False, neostore.value_hash(value)) for key, value in records.items()),
+        )
 
     def _store(self, tx: Transaction, state: WriterState, chunks: Iterable[Encoded]) -> None:
         """Write ``chunks`` (those that filled; every one touched when the stream keeps no row log), the
@@ -328,15 +336,16 @@ class StreamWriter(StateKeeper):
         self._remember(tx, state)
         self._mark = tx.write_mark()
 
-    @staticmethod
-    def _bind_ahead(tx: Transaction, state: WriterState, current: int) -> None:
+    def _bind_ahead(self, tx: Transaction, state: WriterState, current: int) -> None:
         """Bind the names of the chunks after chunk ``current`` (the one filling now) that the stream is
-        likely to fill soon, when fewer than half of those are bound: see :data:`_BIND_AHEAD`."""
+        likely to fill soon, and of their time records, when fewer than half of those are bound: see
+        :data:`_BIND_AHEAD`."""
         ahead = min(_BIND_AHEAD, current // 4)
         if ahead < 2 or state.bound_until - current > ahead // 2:
             return
         start, stop = max(state.bound_until, current + 1), current + 1 + ahead
-        tx.bind([key for tail in state.tails.values() for key in tail.chunk_keys(start, stop)])
+        keys = [key for tail in state.tails.values() for key in tail.chunk_keys(start, stop)]
+        tx.bind(keys + [time_index.record_key(self.path, index) for index in range(start, stop)])
         state.bound_until = stop
 
     def _revision(self, state: WriterState, length: int) -> row_log.Revision:

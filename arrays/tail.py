@@ -245,7 +245,9 @@ class NumberTail(Tail):
             encode = functools.partial(codec.encode, chunk)
         else:
             encode = functools.partial(self._encode_padded, chunk)
-        return ChunkJob(self.chunk_key(index), encode, math.prod(meta.chunks) * chunk.itemsize, codec.compressed, full)
+        values = chunk if full and not first else None
+        weight = math.prod(meta.chunks) * chunk.itemsize
+        return ChunkJob(self.chunk_key(index), encode, weight, codec.compressed, full, index, values)
 
     def _hold(self, start: int, rows: Rows) -> None:
         rows = _numbers(rows)

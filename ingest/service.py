@@ -31,6 +31,7 @@ from .config import ServiceConfig, default_decode_workers
 from .errors import AuthError
 from .metrics import NO_STREAM, CommitFailure, Metrics
 from .schema import SchemaSet, load_schemas
+from .times import iso_text
 
 log = logging.getLogger("windvane.ingest")
 
@@ -253,12 +254,15 @@ class Service:
         for quarantine in (False, True):
             for tag in arrays.list_streams(self.store, quarantine=quarantine):
                 with arrays.open_stream(self.store, tag, quarantine=quarantine) as stream:
+                    span = stream.time_span()  # the least and greatest time: rows arrive in any time order
                     out.append(
                         {
                             "tag": tag,
                             "quarantine": quarantine,
                             "path": stream.path,
                             "rows": len(stream),
+                            "earliest_time": None if span is None else iso_text(span[0]),
+                            "latest_time": None if span is None else iso_text(span[1]),
                             "columns": {
                                 name: {
                                     "dtype": arrays.dtype_name(stream[name].dtype),

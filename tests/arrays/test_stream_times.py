@@ -4,6 +4,7 @@ time-range reads and the per-chunk time ranges behind them, on real SQLite files
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -42,7 +43,8 @@ def test_at_takes_iso_text_and_hex_tids(sqlite_url):
         s.append({"time": [T0], "v": [1]})
         first = s.tid
         s.append({"time": [T0 + S], "v": [2]})
-    when = arrays.history(sqlite_url, "web.gz")[-2].time  # the commit of the first append
+    commits = arrays.history(sqlite_url, "web.gz")
+    when = commits[-2].time + (commits[-1].time - commits[-2].time) / 2  # between the two appends' commits
     # ISO text raised SnapshotError; every command-line option takes it.
     iso = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     with arrays.open_stream(sqlite_url, "web.gz", at=iso) as old:
@@ -74,3 +76,94 @@ def test_history_takes_a_stream_tag(sqlite_url):
         arrays.history(sqlite_url, "web.gz", quarantine=True)
     with pytest.raises(arrays.ArrayNotFoundError):
         arrays.history(sqlite_url, "absent")
+
+
+# Arrival order, not time order: chunk 0 spans 0..9 s, chunk 1 holds a row without a time, chunk 2 is partial.
+UNSORTED = np.array([5, 0, 2, 9, 1, 3, None, 7, 4, 8], dtype=object)
+
+
+def unsorted_times() -> np.ndarray:
+    return np.array([arrays.times.NO_TIME if t is None else T0 + t * S for t in UNSORTED], dtype=np.int64)
+
+
+def expected_ranges(times: np.ndarray, rows: int) -> list:
+    out = []
+    for first in range(0, len(times), rows):
+        chunk = times[first : first + rows]
+        chunk = chunk[chunk != arrays.times.NO_TIME]
+        out.append((int(chunk.min()), int(chunk.max())) if len(chunk) else None)
+    return out
+
+
+def test_time_ranges_are_kept_per_chunk_and_read_without_reading_chunks(sqlite_url):
+    times = unsorted_times()
+    with arrays.create_stream(sqlite_url, "a", [Column("v", "int64")], chunk_rows=4) as s:
+        s.append({"time": times[:3], "v": np.arange(3)})
+        s.append({"time": times[3:], "v": np.arange(3, 10)})
+    with neostore.open(sqlite_url) as store:  # the ingest path: a kept writer and its row log
+        writer = arrays.StreamWriter(store, "a")
+        for first in range(10, 30, 5):
+            with arrays.transaction(store) as tx:
+                part = times[first % 10 : first % 10 + 5]
+                part = np.where(part == arrays.times.NO_TIME, part, part + first * S)
+                writer.append(tx, {"time": part, "v": np.arange(5)})
+    with arrays.open_stream(sqlite_url, "a") as s:
+        ranges = s.time_ranges()
+        # The full chunks' ranges come from their records: only the partial last chunk is read.
+        assert s["time"].chunks_loaded == 1
+        whole = s["time"][:]
+        assert len(whole) == 30 and ranges == expected_ranges(whole, 4)
+        assert s.time_span() == (int(whole[whole != arrays.times.NO_TIME].min()), int(whole.max()))
+        assert s.time_span() != (int(whole[0]), int(whole[-1]))  # not the first and last rows
+    # Records are no zarr keys: listings (and so zarr and xarray) leave them out.
+    assert not [k for k in arrays.array_names(sqlite_url) if "__times" in k]
+
+
+def test_chunks_written_without_a_record_are_read_and_still_right(sqlite_url):
+    times = unsorted_times()
+    with arrays.create_stream(sqlite_url, "old", [Column("v", "int64")], chunk_rows=4) as s:
+        s.append({"time": times[:8], "v": np.arange(8)})
+    # A store written before records were kept: none at all.
+    with arrays.transaction(sqlite_url) as tx:
+        tx.delete_prefix("streams/old/__times/")
+    # A chunk rewritten by another writer than the stream's: its record is stale, not believed.
+    with arrays.open(sqlite_url, "streams/old/time") as time_array:
+        time_array[1] = T0 - 100 * S
+    with arrays.open_stream(sqlite_url, "old") as s:
+        whole = s["time"][:]
+        assert whole[1] == T0 - 100 * S
+        assert s.time_ranges() == expected_ranges(whole, 4)
+        loaded = s["time"].chunks_loaded
+        assert s.time_ranges() == expected_ranges(whole, 4)  # computed once per view
+        assert s["time"].chunks_loaded == loaded
+        s_span = s.time_span()
+    assert s_span == (T0 - 100 * S, T0 + 9 * S)
+    with arrays.open_stream(sqlite_url, "old") as s:  # appends from here on keep records again
+        s.append({"time": times[8:] + 100 * S, "v": [8, 9]})
+        assert s.time_ranges() == expected_ranges(s["time"][:], 4)
+
+
+def test_time_range_reads_pick_the_chunks_that_overlap_and_filter_rows(sqlite_url):
+    times = unsorted_times()
+    with arrays.create_stream(sqlite_url, "r", [Column("v", "int64")], chunk_rows=4) as s:
+        s.append({"time": times, "v": np.arange(10)})
+        s.append({"time": T0 + 100 * S + np.arange(8) * S, "v": np.arange(10, 18)})  # chunks 3, 4: later
+    start, stop = T0 + 2 * S, T0 + 5 * S
+    with arrays.open_stream(sqlite_url, "r") as s:
+        loaded = s["v"].chunks_loaded
+        frame = s.to_pandas(start=datetime.fromtimestamp(start / S, UTC), stop="2023-11-14T22:13:25Z")
+        # Rows 2 (2 s), 5 (3 s), 8 (4 s), in stream order; chunks 3 and 4 were not read.
+        assert frame["v"].tolist() == [2, 5, 8]
+        assert [t.value for t in frame.index] == [start, T0 + 3 * S, T0 + 4 * S]
+        assert s["v"].chunks_loaded - loaded == 3
+        table = s.to_arrow(start=np.datetime64(start, "ns"), stop=np.datetime64(stop, "ns"))
+        assert table.column("v").to_pylist() == [2, 5, 8]
+        dataset = s.to_xarray(start="2023-11-14T22:15:00Z")
+        assert dataset["v"].values.tolist() == list(range(10, 18))
+        assert s.to_pandas(stop="2023-11-14T22:13:21Z")["v"].tolist() == [1]  # the row without a time: never
+        assert len(s.to_pandas(start="2030-01-01")) == 0 and s.to_pandas(start="2030-01-01").columns.tolist() == ["v"]
+        assert s.to_pandas(2, 4)["v"].tolist() == [2, 3]  # row numbers, as before
+        with pytest.raises(TypeError, match="both row numbers or both times"):
+            s.to_pandas(0, "2024-01-01")
+        with pytest.raises(arrays.TimeError, match="'soon' is not a time"):
+            s.to_pandas(start="soon")

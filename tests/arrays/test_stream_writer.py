@@ -374,8 +374,9 @@ def test_writers_in_two_processes_stay_aligned(store_url):
 
 
 def test_names_grow_with_the_chunks_filled(store_url):
-    """A stream binds a name per chunk it fills, one for its row log, and ahead of its appends a quarter of
-    the chunks it has filled (none while it has fewer than 8); it lists what it holds."""
+    """A stream binds a name per chunk it fills and one for its time record, one for its row log, and ahead
+    of its appends a quarter of the chunks it has filled (none while it has fewer than 8) with their
+    records; it lists what it holds."""
     store = neostore.open(store_url)
     try:
         arrays.create_stream(store, "names", COLUMNS, chunk_rows=16).close()
@@ -389,10 +390,10 @@ def test_names_grow_with_the_chunks_filled(store_url):
             with arrays.transaction(store) as tx:
                 writer.append(tx, rows(20 * k, 20))
             if k == 5:  # 120 rows: 7 chunks filled, nothing bound ahead yet
-                assert bound() == created + 1 + len(writer._state.tails) * (120 // 16)
-        arrays_in_stream = len(writer._state.tails)
+                assert bound() == created + 1 + (len(writer._state.tails) + 1) * (120 // 16)
+        per_chunk = len(writer._state.tails) + 1  # the arrays' chunks and the time record
         # 12 chunks filled: chunk 12 is filling, and the 3 after it are bound ahead
-        assert bound() == created + 1 + arrays_in_stream * (200 // 16 + 1 + 200 // 16 // 4)
+        assert bound() == created + 1 + per_chunk * (200 // 16 + 1 + 200 // 16 // 4)
         with arrays.open_stream(store, "names") as stream:
             assert len(stream) == 200 and stream["time"][:].tolist() == rows(0, 200)["time"].tolist()
         listed = [e.key for e in Snapshot.latest(store).list("streams/names/time/")]

@@ -248,6 +248,10 @@ def test_health_metrics_and_streams(serve, store_url):
     assert mine["rows"] == 1 and "seq" in mine["columns"]
     # dtypes named as schemas and `windvane info` name them
     assert mine["columns"]["message"]["dtype"] == "str" and mine["columns"]["seq"]["dtype"] == "int64"
+    # The time range of its rows (the least and greatest time), as ISO 8601 UTC text.
+    with arrays.open_stream(store_url, "app.m") as stream:
+        when = str(stream["time"][:].astype("datetime64[ns]")[0]) + "Z"
+    assert mine["earliest_time"] == mine["latest_time"] == when
 
 
 def test_unrouted_tags_are_kept_in_quarantine(serve, store_url):

@@ -86,7 +86,7 @@ def test_streams_lists_rows_time_range_and_stored_bytes(sqlite_url, tmp_path):
     with neostore.open(sqlite_url, read_only=True) as st:
         found = {("quarantine/" if s.quarantine else "") + s.tag: s for s in info.describe_streams(st)}
     lines = result.output.splitlines()
-    assert lines[0].split() == ["stream", "rows", "first", "last", "stored", "with", "history"]
+    assert lines[0].split() == ["stream", "rows", "earliest", "latest", "stored", "with", "history"]
     by_name = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(by_name) == {"plant.a", "plant.b", "quarantine/plant.b"}
     assert by_name["plant.a"] == [
@@ -103,6 +103,20 @@ def test_streams_lists_rows_time_range_and_stored_bytes(sqlite_url, tmp_path):
     ]
     assert by_name["plant.b"][1] == "2"
     assert by_name["quarantine/plant.b"][1] == "1"
+
+
+def test_streams_show_the_time_range_of_rows_in_arrival_order(sqlite_url):
+    # The first and the last row arrived with 2024 times, the rows between with 2026 ones: it showed
+    # 2024-03-01 12:00:00 .. 12:00:00.123 for a stream holding rows from 2026.
+    first = 1_709_294_400 * 10**9  # 2024-03-01 12:00:00 UTC
+    later = 1_796_172_000 * 10**9  # 2026-12-02 00:40:00 UTC
+    times = [first, *(later + i * 10**9 for i in range(5)), first + 123_000_000]
+    with arrays.create_stream(sqlite_url, "app.mqtt", [arrays.Column("n", "int64")], chunk_rows=2) as s:
+        s.append({"time": times, "n": list(range(7))})
+    result = cli("streams", "--store", sqlite_url)
+    assert result.exit_code == 0, result.output
+    line = next(line.split() for line in result.output.splitlines() if line.startswith("app.mqtt "))
+    assert line[2:8] == ["2024-03-01", "12:00:00", "UTC", "2026-12-02", "00:40:04", "UTC"]
 
 
 def test_streams_without_a_store_says_so():

@@ -76,7 +76,7 @@ def test_info_json_describes_every_stream(store_url):
     assert sorted(streams) == [("a", False), ("a", True), ("copy", False)]
     a = streams[("a", False)]
     assert (a["rows"], a["schema"], a["kind"], a["path"]) == (300, "demo", "sensor", "streams/a")
-    assert (a["first_time"], a["last_time"]) == (T0, T0 + 299 * 10**9)
+    assert (a["earliest_time"], a["latest_time"]) == (T0, T0 + 299 * 10**9)
     columns = {c["name"]: c for c in a["columns"]}
     assert list(columns) == ["time", "power", "axes", "message", "raw"]
     with arrays.open_stream(store_url, "a") as stream:
@@ -93,7 +93,7 @@ def test_info_json_describes_every_stream(store_url):
     # The appends rewrote partial chunks: the history holds more than the latest revisions.
     assert 0 < a["stored_bytes"] < a["history_bytes"]
     q = streams[("a", True)]
-    assert (q["rows"], q["path"], q["first_time"], q["last_time"]) == (2, "quarantine/a", T0, T0 + 5)
+    assert (q["rows"], q["path"], q["earliest_time"], q["latest_time"]) == (2, "quarantine/a", T0, T0 + 5)
     # "copy" holds the same values: it takes the same bytes, stored once, and dedup counts them twice.
     copy = streams[("copy", False)]
     assert copy["stored_bytes"] == a["stored_bytes"] and copy["raw_bytes"] == a["raw_bytes"]
@@ -140,8 +140,9 @@ def test_rows_without_a_time_are_said_to_have_none(tmp_path, sqlite_url):
     # A row whose time cannot be read goes to the quarantine stream without one.
     (tmp_path / "a.csv").write_text("time,speed\n2024-01-01T00:00:00,1.5\nyesterday,2.5\n")
     result = windvane("import", str(tmp_path / "a.csv"), "--store", sqlite_url, "--tag", "t1", "--allow-rejects")
-    assert result.returncode == 0 and "a.csv: 1 rows, 1 rejected" in result.stdout, result.stderr
-    # Rows without a time on both ends of a stream, over several chunks: the span is that of the rows with one.
+    assert result.returncode == 0 and "a.csv: 1 row, 1 rejected" in result.stdout, result.stderr
+    # Rows without a time on both ends of a stream, over several chunks, in arrival order (not time order): the
+    # span is the least and greatest time of the rows that have one (it showed the first row's after the last's).
     no_time = ingest.INVALID_TIME
     with arrays.create_stream(sqlite_url, "mixed", [arrays.Column("v", "int8")], chunk_rows=2) as s:
         s.append({"time": [no_time, no_time, no_time, T0 + 5, T0 + 3, no_time, no_time], "v": list(range(7))})
@@ -151,14 +152,14 @@ def test_rows_without_a_time_are_said_to_have_none(tmp_path, sqlite_url):
     assert blocks["quarantine t1  (quarantine/t1)"] == "  rows: 1, no time"
     assert blocks["stream t1  (streams/t1)"] == "  rows: 1, 2024-01-01 00:00:00 UTC .. 2024-01-01 00:00:00 UTC"
     assert blocks["stream mixed  (streams/mixed)"] == (
-        "  rows: 7, 2023-11-14 22:13:20.000000005 UTC .. 2023-11-14 22:13:20.000000003 UTC"
+        "  rows: 7, 2023-11-14 22:13:20.000000003 UTC .. 2023-11-14 22:13:20.000000005 UTC"
     )
     found = json.loads(windvane("info", "--store", sqlite_url, "--json").stdout)
-    spans = {(s["tag"], s["quarantine"]): (s["first_time"], s["last_time"]) for s in found["streams"]}
+    spans = {(s["tag"], s["quarantine"]): (s["earliest_time"], s["latest_time"]) for s in found["streams"]}
     assert spans == {
         ("t1", True): (None, None),
         ("t1", False): (1704067200 * 10**9,) * 2,
-        ("mixed", False): (T0 + 5, T0 + 3),
+        ("mixed", False): (T0 + 3, T0 + 5),
     }
 
 

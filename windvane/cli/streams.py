@@ -41,7 +41,12 @@ def streams_group(ctx: click.Context, store_url: str | None) -> None:
 @streams_group.command(name="ls", short_help="List the streams: rows, time range, bytes stored.")
 @STORE_OPTION
 def list_streams(store_url: str) -> None:
-    """List the streams of the store at --store: rows, first and last time, bytes stored."""
+    """List the streams of the store at --store: rows, earliest and latest time, bytes stored.
+
+    Rows arrive in any time order: earliest and latest are the least and
+    greatest time of the rows (not the first and last rows'), kept per
+    chunk so that no stream's data is read to list them.
+    """
     _list_streams(store_url)
 
 

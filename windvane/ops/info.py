@@ -19,7 +19,7 @@ returns a :class:`StoreInfo`; :func:`to_json` makes it JSON data and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from windvane import arrays, neostore
-from windvane.ingest.batch import INVALID_TIME
 from windvane.neostore.store import ValueUsage
 
 #: Rows of a text column read at a time to measure it.
@@ -57,8 +56,10 @@ class StreamInfo:
     schema: str | None
     kind: str | None
     rows: int
-    first_time: int | None  # of the first row that has a time; None if no row has one
-    last_time: int | None  # of the last row that has a time
+    # The least and greatest time of its rows (rows arrive in any time order), from the time records kept per
+    # chunk (arrays.time_index); None if no row has a time.
+    earliest_time: int | None
+    latest_time: int | None
     columns: tuple[ColumnInfo, ...]  # "time" first
     raw_bytes: int
     stored_bytes: int
@@ -144,7 +145,7 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> StreamInfo:
     with arrays.open_stream(store, tag, quarantine=quarantine) as stream:
         rows = len(stream)
         columns = tuple(_column(store, stream, name) for name in ["time", *stream.columns])
-        first, last = _time_span(stream["time"])
+        span = stream.time_span()
         attrs = stream.attrs
         path = stream.path
     return StreamInfo(
@@ -154,38 +155,13 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool) -> StreamInfo:
         schema=attrs.get("schema"),
         kind=attrs.get("kind"),
         rows=rows,
-        first_time=first,
-        last_time=last,
+        earliest_time=None if span is None else span[0],
+        latest_time=None if span is None else span[1],
         columns=columns,
         raw_bytes=sum(c.raw_bytes for c in columns),
         stored_bytes=_usage(store, f"{path}/", latest=True).stored_bytes,
         history_bytes=_usage(store, f"{path}/", latest=False).stored_bytes,
     )
-
-
-def _time_span(times: arrays.BigArray) -> tuple[int | None, int | None]:
-    """The times of the first and the last row that have one; ``(None, None)`` if none has.
-
-    Rows without a time (quarantined records whose time could not be read)
-    hold INVALID_TIME. Reads a chunk at a time from each end: only rows
-    without a time make it read further.
-    """
-    step = times.chunks[0]
-    starts = range(0, len(times), step)
-    first = _timed(times, starts, step)
-    if first is None:
-        return None, None
-    return int(first[0]), int(_timed(times, reversed(starts), step)[-1])
-
-
-def _timed(times: arrays.BigArray, starts: Iterable[int], step: int) -> np.ndarray | None:
-    """The times that are not INVALID_TIME of the first chunk, taken in the order of ``starts``, that has any."""
-    for start in starts:
-        block = times[start : start + step]
-        block = block[block != INVALID_TIME]
-        if len(block):
-            return block
-    return None
 
 
 def _column(store: neostore.Store, stream: arrays.Stream, name: str) -> ColumnInfo:
@@ -254,8 +230,8 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
         yield ""
         yield f"{'quarantine' if s.quarantine else 'stream'} {s.tag}  ({s.path})"
         span = (
-            f", {_when(s.first_time, ns=True)} .. {_when(s.last_time, ns=True)}"
-            if s.first_time is not None
+            f", {_when(s.earliest_time, ns=True)} .. {_when(s.latest_time, ns=True)}"
+            if s.earliest_time is not None
             else ", no time"
             if s.rows
             else ""
@@ -277,12 +253,15 @@ def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
         yield "no streams"
         return
     names = [f"quarantine/{s.tag}" if s.quarantine else s.tag for s in found]
-    spans = [(_when(s.first_time, ns=True), _when(s.last_time, ns=True)) if s.rows else ("-", "-") for s in found]
+    spans = [
+        (_when(s.earliest_time, ns=True), _when(s.latest_time, ns=True)) if s.earliest_time is not None else ("-", "-")
+        for s in found
+    ]
     width = max(len("stream"), *map(len, names))
-    at = max(len("first"), *(len(t) for span in spans for t in span))
-    yield f"{'stream':<{width}}  {'rows':>12}  {'first':<{at}}  {'last':<{at}}  {'stored':>14}  {'with history':>14}"
-    for name, (first, last), s in zip(names, spans, found):
+    at = max(len("earliest"), *(len(t) for span in spans for t in span))
+    yield f"{'stream':<{width}}  {'rows':>12}  {'earliest':<{at}}  {'latest':<{at}}  {'stored':>14}  {'with history':>14}"
+    for name, (earliest, latest), s in zip(names, spans, found):
         yield (
-            f"{name:<{width}}  {s.rows:>12,}  {first:<{at}}  {last:<{at}}  {s.stored_bytes:>14,}  "
+            f"{name:<{width}}  {s.rows:>12,}  {earliest:<{at}}  {latest:<{at}}  {s.stored_bytes:>14,}  "
             f"{s.history_bytes:>14,}"
         )
