@@ -109,6 +109,7 @@ class Pipeline:
                 if self.closing and not self._commit_ended():
                     break
                 self._settle()  # a commit ended while nothing waits: retry it now if it failed as a group
+                self._checkpoint_idle()
                 continue
             self._gather_wait(first)
             self._taken = time.monotonic()
@@ -231,6 +232,17 @@ class Pipeline:
         future, self._committing = self._committing, None
         if future is not None:
             self._retry(future.result())
+
+    def _checkpoint_idle(self) -> None:
+        """No commit is under way: if nothing is queued either, let the store bound its log
+        (:meth:`neostore.Store.checkpoint_idle`), which it does only while no one commits."""
+        with self._cond:
+            if self.queue or self.closing:
+                return
+        try:
+            self.parts.writer.store.checkpoint_idle()
+        except Exception as exc:  # noqa: BLE001 - the log then stays as it is until the next idle moment
+            log.warning("the store's log could not be checkpointed while idle: %s", exc)
 
     def _failed(self, group: list[Submission], exc: Exception) -> None:
         """Preparing ``group`` failed: once the commit in flight is settled, retry it one by one or fail it."""

@@ -339,6 +339,12 @@ class Store:
     # -- maintenance -------------------------------------------------------------
 
     @guarded
+    def checkpoint_idle(self) -> bool:
+        """For a writer with nothing to commit: shrink the database's log past its bound (SQLite's
+        write-ahead log: :meth:`SQLiteBackend.checkpoint_idle`); whether it did."""
+        return not self.read_only and self.backend.checkpoint_idle()
+
+    @guarded
     def pack(
         self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None, **options: Any
     ) -> PackStats:

@@ -134,6 +134,12 @@ class Backend(ABC):
     def disk_size(self) -> int:
         """Bytes the database's files take on disk now."""
 
+    def checkpoint_idle(self) -> bool:
+        """Shrink the database's own log if it grew past its bound, while the store's writer has nothing
+        to do, without waiting for other writers or readers; whether it did. Engines whose server keeps
+        its log bounded do nothing."""
+        return False
+
     @abstractmethod
     def reclaim(self, conn: Any, removed: Mapping[str, int], *, vacuum: bool, lock_timeout: float) -> list[str]:
         """Give the space of deleted rows back to the file system, while others read and write.

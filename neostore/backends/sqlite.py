@@ -1,4 +1,13 @@
-"""SQLite: the embedded default. WAL journal, one writer at a time, many readers."""
+"""SQLite: the embedded default. WAL journal, one writer at a time, many readers.
+
+The write-ahead log (``<file>-wal``) takes every page a commit changes, so
+it grows far faster than the data: small commits change a few pages of
+each index for a few rows. SQLite moves it into the file every
+``wal_autocheckpoint`` pages but never shrinks it by itself; so a store
+bounds it at :attr:`SQLiteBackend.wal_limit` bytes: a checkpoint truncates
+the log to that size (``journal_size_limit``), and a writer with nothing to
+do checkpoints and empties a log past it (:meth:`SQLiteBackend.checkpoint_idle`).
+"""
 
 from __future__ import annotations
 
@@ -48,6 +57,9 @@ class SQLiteBackend(Backend):
     #: Seconds the final checkpoint waits for readers still on the
     #: write-ahead log; writers wait as long, so well below their lock timeout.
     checkpoint_wait = 5.0
+    #: Bytes the write-ahead log is bounded at: a checkpoint truncates it to this size, and an idle
+    #: writer checkpoints and empties it once it is larger (see the module docstring).
+    wal_limit = 4 << 20
 
     def __init__(self, url: StoreURL, *, create: bool = True, busy_timeout: float = 60.0, synchronous: str = "FULL"):
         self.path = url.path
@@ -101,6 +113,7 @@ class SQLiteBackend(Backend):
             # Checkpoints stall the writer that triggers them; bigger steps
             # mean fewer stalls when BLOBs stream in.
             conn.execute("PRAGMA wal_autocheckpoint=16384")
+            conn.execute(f"PRAGMA journal_size_limit={self.wal_limit}")
             conn.execute("PRAGMA cache_size=-65536")
             if not for_writing:
                 # Readers map the file: a BLOB is copied once (into the
@@ -175,18 +188,40 @@ class SQLiteBackend(Backend):
         conn.close()
 
     def describe(self) -> dict[str, str]:
-        return {"backend": "sqlite", "file": self.path, "sqlite": sqlite3.sqlite_version}
+        return {
+            "backend": "sqlite",
+            "file": self.path,
+            "sqlite": sqlite3.sqlite_version,
+            "file size": f"{_file_size(self.path):,} bytes",
+            "write-ahead log": f"{self.log_size():,} bytes ({self.path}-wal, bounded at {self.wal_limit:,})",
+        }
 
     # -- giving space back -------------------------------------------------------
 
     def disk_size(self) -> int:
-        size = 0
-        for path in (self.path, self.path + "-wal"):
-            try:
-                size += os.path.getsize(path)
-            except FileNotFoundError:
-                pass  # no write-ahead log while no connection is open
-        return size
+        return _file_size(self.path) + self.log_size()
+
+    def log_size(self) -> int:
+        """Bytes of the write-ahead log (none while no connection is open)."""
+        return _file_size(self.path + "-wal")
+
+    def checkpoint_idle(self) -> bool:
+        """Past :attr:`wal_limit`, move the write-ahead log into the file and empty it; whether it did.
+
+        Never waits: not for the commit lock (a writer holds it, so the
+        writer is not idle), nor for readers still on the log (then only
+        what they no longer need is moved, and the log shrinks at a later
+        checkpoint).
+        """
+        if self.log_size() <= self.wal_limit:
+            return False
+        conn = self.connect(for_writing=True)
+        try:
+            return not self._truncate_wal(conn, lock_timeout=0.0, wait=0.0)
+        except CommitLockTimeout:
+            return False
+        finally:
+            self.close_connection(conn)
 
     def reclaim(self, conn: Any, removed: Mapping[str, int], *, vacuum: bool, lock_timeout: float) -> list[str]:
         """Move pages off the end of the file into free ones and cut it, a step at a time.
@@ -212,7 +247,7 @@ class SQLiteBackend(Backend):
                         "incremental vacuum; pack with --vacuum rewrites it once so that packs give space back "
                         "(writers wait meanwhile)"
                     )
-            return notes + self._truncate_wal(conn, lock_timeout)
+            return notes + self._truncate_wal(conn, lock_timeout, self.checkpoint_wait)
         except CommitLockTimeout as exc:
             # What pack deleted is committed: only the giving back waits for a later pack.
             return notes + [f"space not given back yet: {exc}; pack again to give it back"]
@@ -248,9 +283,11 @@ class SQLiteBackend(Backend):
             conn.execute("VACUUM")
         return []
 
-    def _truncate_wal(self, conn: Any, lock_timeout: float) -> list[str]:
+    def _truncate_wal(self, conn: Any, lock_timeout: float, wait: float) -> list[str]:
+        """Checkpoint the write-ahead log and truncate it, under the commit lock, waiting ``wait`` seconds
+        for readers still on it; what stays, as a note."""
         with self._locked(conn, lock_timeout):
-            conn.execute(f"PRAGMA busy_timeout={int(self.checkpoint_wait * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
             try:
                 busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             finally:
@@ -273,6 +310,13 @@ class SQLiteBackend(Backend):
 
 
 _NONE, _INCREMENTAL = 0, 2  # PRAGMA auto_vacuum values
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def _pragma(conn: Any, name: str) -> int:
