@@ -29,6 +29,11 @@ def parse_address(text: str, default_port: int) -> tuple[str, int]:
     return host, number
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` (``[v6]:PORT``), as :func:`parse_address` reads it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass(frozen=True)
 class ListenerConfig:
     """Where a listening connector listens, and with which TLS (None: plain TCP). Port 0: any free port."""
@@ -40,7 +45,7 @@ class ListenerConfig:
     @property
     def address(self) -> str:
         """``HOST:PORT`` (``[v6]:PORT``), as :func:`parse_address` reads it."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
     @classmethod
     def at(cls, address: str, **settings: Any) -> Self:

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from windvane.connectors.errors import ConnectorConfigError, NotStarted
+from windvane.connectors.address import host_port
+from windvane.connectors.errors import ConnectorConfigError, ListenError, NotStarted
 
 log = logging.getLogger("windvane.connectors")
 
@@ -181,6 +182,7 @@ class Listener:
             self.host or None, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         seen = set()
+        address: Any = (self.host, self.requested_port)
         try:
             for family, kind, proto, _, address in infos:
                 if (family, address) in seen:
@@ -194,9 +196,9 @@ class Listener:
                 sock.bind(address)
                 sock.listen(self.backlog)
                 sock.setblocking(False)
-        except OSError:
+        except OSError as exc:
             self._close_sockets()
-            raise
+            raise ListenError(self.name, host_port(*address[:2]), "TCP", exc) from exc
         self._spare = _open_spare()
         for sock in self._sockets:
             self._loop.add_reader(sock.fileno(), self._accept, sock)

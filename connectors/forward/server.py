@@ -63,8 +63,9 @@ import socket
 import ssl as ssl_module
 from typing import Any
 
+from windvane.connectors.address import host_port
 from windvane.connectors.budget import MemoryBudget, inflate_limit
-from windvane.connectors.errors import ConnectorConfigError, NotStarted
+from windvane.connectors.errors import ConnectorConfigError, ListenError, NotStarted
 from windvane.connectors.limits import Limits
 from windvane.connectors.listener import ConnectionCounters, Listener
 from windvane.ingest.auth import Users
@@ -193,10 +194,10 @@ class ForwardServer:
                     lambda: _Heartbeat(self), local_addr=(self.host, port)
                 )
                 break
-            except OSError:
+            except OSError as exc:
                 listener.close()
                 if self.requested_port != 0 or attempt == 19:
-                    raise
+                    raise ListenError("Forward", host_port(self.host, port), "UDP, for heartbeats", exc) from exc
         self._listener = listener
         self._port = port
         log.info("Forward server listening on %s:%d%s", self.host, port, " (TLS)" if self.ssl else "")

@@ -15,6 +15,7 @@ from .config import MqttConfig
 from .errors import BrokerUnavailable, BrokerUrlError, MqttError, TopicFilterError
 
 __all__ = [
+    "UNREADABLE",
     "BrokerAddress",
     "BrokerUnavailable",
     "BrokerUrlError",
@@ -22,7 +23,6 @@ __all__ = [
     "MqttError",
     "MqttSubscriber",
     "TopicFilterError",
-    "UnreadablePayload",
     "check_topic_filter",
     "decode_payload",
     "default_client_id",
@@ -34,7 +34,7 @@ __all__ = [
 __getattr__ = lazy_attributes(
     __name__,
     {
-        **dict.fromkeys(("UnreadablePayload", "decode_payload", "topic_to_tag"), "decode"),
+        **dict.fromkeys(("UNREADABLE", "decode_payload", "topic_to_tag"), "decode"),
         **dict.fromkeys(("MqttSubscriber", "message_key"), "subscriber"),
     },
 )

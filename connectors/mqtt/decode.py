@@ -24,9 +24,9 @@ quarantined, verbatim, with a reason naming the value
 (:attr:`Events.faults`).
 
 A payload that is neither JSON nor msgpack (or is empty) becomes one
-:class:`UnreadablePayload` record with the payload as its bytes: ingest
-quarantines it verbatim ("a record must be a map of field names to
-values, not UnreadablePayload (invalid JSON: line 1 column 9)").
+event with no record, the payload as its bytes and a fault saying why:
+ingest quarantines it verbatim with that reason ("unreadable MQTT payload
+(invalid JSON: line 1 column 9)").
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ from windvane.ingest.times import not_a_time, time_ns
 
 from ..json_text import JsonReader
 
-__all__ = ["Events", "UnreadablePayload", "decode_payload", "topic_to_tag"]
+__all__ = ["UNREADABLE", "Events", "decode_payload", "topic_to_tag"]
 
 _TIME_FIELDS = ("time", "timestamp")
+#: How the quarantine reason of a payload that cannot be decoded begins (why follows, in parentheses).
+UNREADABLE = "unreadable MQTT payload"
 _SPACE = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 _JSON_SPACE = re.compile(r"[ \t\r\n]*")
@@ -54,18 +56,6 @@ _JSON_SPACE = re.compile(r"[ \t\r\n]*")
 def topic_to_tag(topic: str) -> str:
     """``a/b/c`` -> ``a.b.c``."""
     return topic.replace("/", ".")
-
-
-class UnreadablePayload:
-    """The record a payload that cannot be decoded becomes; its repr says why (ingest puts it in the reason)."""
-
-    __slots__ = ("why",)
-
-    def __init__(self, why: str):
-        self.why = why
-
-    def __repr__(self) -> str:
-        return f"({self.why})"
 
 
 @dataclass(slots=True)
@@ -184,18 +174,23 @@ def _why(exc: Exception) -> str:
     return f"not JSON nor msgpack: {type(exc).__name__}"
 
 
+def _unreadable(payload: bytes, arrival_ns: int, why: str) -> Events:
+    """The one event of a payload that cannot be decoded: no record, its fault saying why."""
+    return Events([arrival_ns], [None], [payload], {0: f"{UNREADABLE} ({why})"})
+
+
 def decode_payload(payload: bytes, arrival_ns: int) -> Events:
     """The events of one MQTT payload (see the module docstring); never raises."""
     body = payload.lstrip(_SPACE)
     if not body:
-        return Events([arrival_ns], [UnreadablePayload("empty payload")], [payload])
+        return _unreadable(payload, arrival_ns, "empty")
     try:
         if body.startswith(_BOM) or body[:1] in (b"{", b"["):
             doc, items = _json_items(payload.decode("utf-8-sig"))
         else:
             doc, items = _msgpack_items(payload)
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:  # JSON errors are ValueErrors
-        return Events([arrival_ns], [UnreadablePayload(_why(exc))], [payload])
+        return _unreadable(payload, arrival_ns, _why(exc))
     out = Events([], [], [])
     for value, raw in [(doc, payload)] if items is None or _pair(doc) is not None else items:
         time, record, fault = _timed(value, arrival_ns)

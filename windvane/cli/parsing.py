@@ -112,6 +112,7 @@ def fluent_config(
     from windvane.connectors.files.logs.fluent import PARSERS, ParseConfig, fluent_format
 
     inline = {k: v for k, v in (("expression", expression), ("time_format", time_format)) if v is not None}
+    alone = False  # --format TYPE with no option: those TYPE needs come only from a --parser file
     try:
         if parser_path is not None:
             if inline or format_name is not None:
@@ -122,7 +123,7 @@ def fluent_config(
         elif inline:
             config = ParseConfig.from_mapping({"type": format_name or "regexp", **inline}, where="--format")
         elif format_name in PARSERS and not (format_name in own_formats or _windvane_format(format_name, log_format)):
-            config = ParseConfig(format_name)
+            config, alone = ParseConfig(format_name), True
         elif format_name is None and schema_parse is not None:
             config = ParseConfig.from_mapping(schema_parse, where="the schema's [parse]")
         else:
@@ -131,6 +132,11 @@ def fluent_config(
             config = config.replace(timezone=timezone)  # --timezone: the zone of times written without one
         fluent_format(config)  # every option checked before anything is read
     except LogFormatError as exc:
+        if alone:
+            raise BadInput(
+                f"--format {format_name}: {exc}; --format gives no parser options: write them with "
+                f'type = "{format_name}" in a TOML file and give it as --parser FILE.toml'
+            ) from exc
         raise BadInput(str(exc)) from exc
     return config
 

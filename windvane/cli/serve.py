@@ -251,9 +251,14 @@ def serve(**options: Any) -> None:
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     tune_interpreter()
+    from windvane.connectors.errors import ListenError
+
     try:
         asyncio.run(_serve(service, config, auth, ssl))
-    except OSError as exc:  # typically the address is in use
+    except ListenError as exc:  # the message names the listener, its address and what to do
+        option = f"--{exc.name.lower()}"
+        raise BadInput(f"{exc}: {option} HOST:PORT, or {option} off") from exc
+    except OSError as exc:
         raise BadInput(f"cannot listen: {exc}") from exc
 
 

@@ -170,7 +170,7 @@ def test_times_that_are_not_times_are_faults_naming_the_value():
 def test_json_number_times_are_exact_and_nan_is_not_json():
     events = decode_payload(b'[{"time": 1709294400.123456789}, [1709294400.000000001, {"v": 1}]]', 42)
     assert events.times == [1709294400_123456789, 1709294400_000000001]
-    assert repr(decode_payload(b'{"v": NaN}', 42).records[0]) == "(invalid JSON: line 1 column 7)"
+    assert decode_payload(b'{"v": NaN}', 42).faults == {0: "unreadable MQTT payload (invalid JSON: line 1 column 7)"}
 
 
 def test_array_elements_keep_the_bytes_they_arrived_as():
@@ -188,14 +188,14 @@ def test_array_elements_keep_the_bytes_they_arrived_as():
         (b'{"a": "\xff"}', "JSON that is not UTF-8 (byte 7)"),
         (b"hello", "not JSON nor msgpack: 4 extra bytes"),
         (msgpack.packb([1, 2, 3])[:-1], "not JSON nor msgpack: truncated"),
-        (b"", "empty payload"),
-        (b"  \n", "empty payload"),
+        (b"", "empty"),
+        (b"  \n", "empty"),
     ],
 )
-def test_undecodable_payloads_become_one_record_that_says_why(payload, why):
+def test_undecodable_payloads_become_one_event_whose_fault_says_why(payload, why):
     events = decode_payload(payload, 42)
     assert events.times == [42] and events.raws == [payload]
-    assert repr(events.records[0]) == f"({why})"
+    assert events.faults == {0: f"unreadable MQTT payload ({why})"}
 
 
 def test_topics_urls_and_client_ids():
@@ -338,8 +338,8 @@ def test_json_and_msgpack_from_several_topics_land_exactly_and_bad_payloads_are_
         assert quarantined["raw"].tolist() == [bad[k][1]]
         assert quarantined["source"].tolist() == ["mqtt"]
         reasons += quarantined["reason"].tolist()
-    assert "not UnreadablePayload (invalid JSON: line 1 column 11)" in reasons[0]
-    assert "not JSON nor msgpack" in reasons[1]
+    assert reasons[0] == "unreadable MQTT payload (invalid JSON: line 1 column 11)"
+    assert reasons[1].startswith("unreadable MQTT payload (not JSON nor msgpack")
     assert "field 'value': expected float64, got str 'high'" in reasons[2]
 
 

@@ -54,6 +54,12 @@ class _DefaultTimeType(str):
 _NOT_GIVEN = _DefaultTimeType("string")
 
 
+#: What to do, said after fluentd's message when a csv or tsv section gives no ``keys``.
+KEYS_HINT = (
+    ': name each line\'s fields in order, e.g. keys = ["time", "host", "message"] (fluentd: keys time,host,message)'
+)
+
+
 class ParseConfigError(LogFormatError):
     """A ``<parse>`` section is invalid: an unknown option, a wrong value, a type fluentd does not have."""
 

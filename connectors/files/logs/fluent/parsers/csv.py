@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ...lines import Lines, Rows, add_faults
 from ...options import LogOptions
-from ..config import ParseConfig, ParseConfigError
+from ..config import KEYS_HINT, ParseConfig, ParseConfigError
 from ..fieldcols import assemble, empty_as_nil, last_column, nil_time_faults, nth_columns
 from ..records import RecordBuilder
 from ..rubycsv import MalformedCSV, csv_line, fast_line, quick_csv_lines, well_formed
@@ -40,7 +40,7 @@ class CSVParser:
 
     def __init__(self, config: ParseConfig):
         if not config.keys:
-            raise ParseConfigError("csv parser: 'keys' parameter is required")
+            raise ParseConfigError(f"csv parser: 'keys' parameter is required{KEYS_HINT}")
         engine = config.parser_engine or config.parser_type or "normal"
         if engine not in ENGINES:
             raise ParseConfigError(f"csv parser: valid options are normal,fast but got {engine}")

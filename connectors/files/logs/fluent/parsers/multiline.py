@@ -48,6 +48,12 @@ from ..rubyre import ruby_regexp
 
 #: fluentd reads format1 ... format20.
 FORMAT_MAX = 20
+#: What to do, said after fluentd's message when the section gives no formatN at all.
+NO_FORMATS = (
+    ": the multiline parser needs format1 (to formatN, joined into one regexp) with (?<name>...) groups, "
+    "and format_firstline for where an event starts; e.g. format_firstline = '/^\\d{4}-\\d{2}-\\d{2}/' and "
+    "format1 = '/^(?<time>\\S+ \\S+) (?<level>\\w+) (?<message>.*)/'"
+)
 BEFORE_FIRST_LINE = "got incomplete line before first line"
 
 
@@ -71,7 +77,7 @@ class MultilineParser:
             f"/{source}/{flags}", ignorecase=config.ignorecase, multiline=config.multiline, binary=True
         )
         if not self.pattern.groupindex:
-            raise ParseConfigError(f"Invalid regexp '{source}': No named captures")
+            raise ParseConfigError(f"Invalid regexp '{source}': No named captures" + ("" if source else NO_FORMATS))
         self.firstline: re.Pattern | None = None
         if config.format_firstline is not None:
             self.firstline = ruby_regexp(f"/{_source(config.format_firstline, 'format_firstline')}/", binary=True)

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ...lines import Lines, Rows
 from ...options import LogOptions
-from ..config import ParseConfig, ParseConfigError
+from ..config import KEYS_HINT, ParseConfig, ParseConfigError
 from ..fieldcols import assemble, nil_time_faults, nth_columns
 from ..records import RecordBuilder
 from ..rubysplit import INCOMPATIBLE, clashes, ruby_split
@@ -28,7 +28,7 @@ class TSVParser:
 
     def __init__(self, config: ParseConfig):
         if not config.keys:
-            raise ParseConfigError("tsv parser: 'keys' parameter is required")
+            raise ParseConfigError(f"tsv parser: 'keys' parameter is required{KEYS_HINT}")
         self.config = config
         self.keys = list(config.keys)
         self.delimiter = "\t" if config.delimiter is None else config.delimiter
