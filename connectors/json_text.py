@@ -7,8 +7,7 @@ like any other text that is not JSON.
 
 A JSON number is exact decimal text, a float64 is not: ``1709294400.123456789``
 reads as ``1709294400.1234567``. :class:`JsonReader` keeps the text of each
-number longer than the 15 digits every float64 holds and not its float's
-shortest text (``repr``), so that a time is read
+number longer than the 15 digits every float64 holds, so that a time is read
 from what was sent (:meth:`JsonReader.exact`), while records keep plain
 floats.
 """
@@ -77,15 +76,25 @@ class JsonReader:
 
     def _float(self, text: str) -> float:
         value = float(text)
-        if len(text) > _FLOAT_DIGITS and repr(value) != text:
+        if len(text) > _FLOAT_DIGITS:
             self._texts[id(value)] = (value, text)
         return value
 
-    def exact(self, value: Any) -> Any:
-        """``value`` as sent: the exact :class:`~decimal.Decimal` of a float this reader read from a number that
-        is not its float64's shortest text; any other value as it is."""
+    def text(self, value: Any) -> str | None:
+        """The text this reader read the float ``value`` from, where it is longer than the digits every float64
+        holds; else None (the float's shortest text, ``repr``, is then the number sent)."""
         entry = self._texts.get(id(value))
-        return Decimal(entry[1]) if entry is not None and entry[0] is value else value
+        return entry[1] if entry is not None and entry[0] is value else None
+
+    def texts(self) -> Callable[[Any], str | None] | None:
+        """:meth:`text`, or None if no number read so far was that long."""
+        return self.text if self._texts else None
+
+    def exact(self, value: Any) -> Any:
+        """``value`` as sent: the exact :class:`~decimal.Decimal` of a float :meth:`text` knows the text of; any
+        other value as it is."""
+        text = self.text(value)
+        return value if text is None else Decimal(text)
 
     def exact_numbers(self) -> Callable[[Any], Any] | None:
         """:meth:`exact`, or None if no number read so far was too long for a float64 (every value is as sent)."""

@@ -54,6 +54,7 @@ import re
 import time as _time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -104,8 +105,8 @@ class _Decoded(NamedTuple):
     times: list[int | None] | None = None
     #: Records the body holds but that are not records (an NDJSON line that is not JSON): index -> why.
     faults: dict[int, str] | None = None
-    #: A JSON body's numbers as sent (:meth:`connectors.json_text.JsonReader.exact`), for the times read from them.
-    exact: Callable[[Any], Any] | None = None
+    #: The text a JSON body wrote a float as (:meth:`connectors.json_text.JsonReader.text`), for times read from it.
+    number_text: Callable[[Any], str | None] | None = None
 
 
 # ---------------------------------------------------------------- times
@@ -140,7 +141,7 @@ def _take_times(
     if fixed_ns is not None:
         return [fixed_ns] * len(records), faults
     bkey = key.encode("utf-8", "surrogateescape")
-    given, exact = decoded.times, decoded.exact
+    given, number_text = decoded.times, decoded.number_text
     times = []
     append = times.append
     for i, rec in enumerate(records):
@@ -150,18 +151,20 @@ def _take_times(
         if type(rec) is dict:
             name = key if key in rec else bkey if bkey in rec else None
             if name is not None:
-                sent = rec.pop(name)
-                t = sent if exact is None else exact(sent)
-                # Inline fast path for the common float of epoch seconds (a call and Decimal cost ~1 us per record).
-                if type(t) is float and 0.0 <= t < 1e11:
-                    ip, _, fp = repr(t).partition(".")
-                    if len(fp) <= 9 and "e" not in fp and "e" not in ip:
+                t = sent = rec.pop(name)
+                if type(sent) is float:
+                    # The number as the body wrote it, else the float's shortest text: exact either way.
+                    text = (number_text and number_text(sent)) or repr(sent)
+                    ip, _, fp = text.partition(".")
+                    # Inline fast path for epoch seconds (a call and Decimal cost ~1 us per record).
+                    if 0.0 <= sent < 1e11 and len(fp) <= 9 and ip.isdigit() and fp.isdigit():
                         append(int(ip) * _NS + int(fp + _ZEROS[len(fp) :]))
                         continue
+                    t = Decimal(text)
                 ns = now_ns if t is None else time_ns(t)
                 if ns is None:
                     rec[name] = sent  # kept: the record is quarantined as it came
-                    faults[i] = not_a_time(t)
+                    faults[i] = not_a_time(sent)
                     ns = now_ns
                 append(ns)
                 continue
@@ -412,7 +415,7 @@ def _decode_json(body: bytes) -> _Decoded:
     except RecursionError:
         raise BadRequest("bad_json", "the JSON body nests too deeply") from None
     if type(doc) is not list:
-        return _Decoded([doc], lambda i: body, exact=reader.exact_numbers())
+        return _Decoded([doc], lambda i: body, number_text=reader.texts())
     spans: list[tuple[int, int]] = []
 
     def raw(i: int) -> bytes:
@@ -422,7 +425,7 @@ def _decode_json(body: bytes) -> _Decoded:
         start, end = spans[i]
         return _bytes(text[start:end])
 
-    return _Decoded(doc, raw, exact=reader.exact_numbers())
+    return _Decoded(doc, raw, number_text=reader.texts())
 
 
 def _decode_json_stream(text: str, reader: JsonReader) -> _Decoded:
@@ -440,7 +443,7 @@ def _decode_json_stream(text: str, reader: JsonReader) -> _Decoded:
         records.append(obj)
         spans.append((i, end))
         i = _WS.match(text, end).end()
-    return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]), exact=reader.exact_numbers())
+    return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]), number_text=reader.texts())
 
 
 def _json_array_spans(text: str) -> list[tuple[int, int]]:
@@ -504,7 +507,7 @@ def _decode_ndjson(body: bytes) -> _Decoded:
         keep(line)
     if faults and len(faults) == len(records):
         raise BadRequest("bad_json", f"the NDJSON body has no valid JSON line: {faults[0]}")
-    return _Decoded(records, lambda i: _bytes(lines[i]), faults=faults or None, exact=reader.exact_numbers())
+    return _Decoded(records, lambda i: _bytes(lines[i]), faults=faults or None, number_text=reader.texts())
 
 
 def _line_fault(exc: Exception, lineno: int) -> str:
