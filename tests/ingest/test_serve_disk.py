@@ -6,21 +6,15 @@ from __future__ import annotations
 import http.client
 import os
 import re
-import shutil
-import subprocess
-import sys
 
 from tests.cli.test_serve import column, schemas  # noqa: F401 - schemas is a fixture
+from tests.neostore.test_wal_bound import wal_size
+from tests.ops.test_info import windvane
 from tests.serve_process import Serve
 from windvane.neostore.backends.sqlite import SQLiteBackend
 
-WINDVANE = shutil.which("windvane", path=os.path.dirname(sys.executable)) or "windvane"
 #: Posts of one event each: their commits' log is several times the bound.
 POSTS = 600
-
-
-def wal_size(path: str) -> int:
-    return os.path.getsize(path + "-wal") if os.path.exists(path + "-wal") else 0
 
 
 def test_one_event_posts_keep_the_write_ahead_log_bounded(sqlite_url, schemas, tmp_path):  # noqa: F811
@@ -42,7 +36,7 @@ def test_one_event_posts_keep_the_write_ahead_log_bounded(sqlite_url, schemas, t
         assert largest <= SQLiteBackend.wal_limit + (1 << 20), largest
         # The committer may still be checkpointing after the last reply: the sizes before and after.
         before = (os.path.getsize(path), wal_size(path))
-        info = subprocess.run([WINDVANE, "store", "info", sqlite_url], capture_output=True, text=True, timeout=120)
+        info = windvane("store", "info", sqlite_url)
         after = (os.path.getsize(path), wal_size(path))
         assert info.returncode == 0, info.stderr
         file_size = re.search(r"^file size: +([\d,]+) bytes$", info.stdout, re.M)
