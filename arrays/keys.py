@@ -113,8 +113,8 @@ class LoggedView:
             raise ValueError("occupied() takes directories, each ending with '/'")
         found: set[str] = set()
         for entry in self.raw_list_under(wanted):
-            if row_log.is_log_key(entry.key):
-                continue  # a log alone holds no array (list() leaves it out too)
+            if row_log.is_log_key(entry.key) or time_index.is_record_key(entry.key):
+                continue  # a log or a time record alone holds no array (list() leaves them out too)
             slash = entry.key.find("/")
             while slash != -1:
                 if entry.key[: slash + 1] in wanted:

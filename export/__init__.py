@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from .errors import (
+    BadSnapshot,
     BadTime,
     ExportError,
     JobBusy,
@@ -33,6 +34,7 @@ from .run import ExportResult, export, part_name
 
 __all__ = [
     "FORMATS",
+    "BadSnapshot",
     "BadTime",
     "ExportError",
     "ExportResult",

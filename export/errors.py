@@ -27,6 +27,10 @@ class BadTime(ExportError):
     """A --start/--stop TIME is neither ISO 8601 nor epoch seconds, or start >= stop."""
 
 
+class BadSnapshot(ExportError):
+    """An --at that is neither a tid nor a TIME, names a state a pack removed, or comes with --job."""
+
+
 class TargetExists(ExportError):
     """The target file (or zarr directory) exists and --overwrite was not given."""
 

@@ -21,9 +21,9 @@ from windvane.ingest import checkpoints
 
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
-from .errors import StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
+from .errors import BadSnapshot, StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
 from .formats import Format, format_named
-from .times import TimeRange, time_range
+from .times import TimeRange, snapshot_at, time_range
 
 #: A stream's chunk cache while exporting: every chunk is read once, so caching would only hold memory.
 _CACHE_BYTES = 0
@@ -65,6 +65,7 @@ def export(
     *,  # noqa: A002
     start: Time | None = None,
     stop: Time | None = None,
+    at: Time | bytes | None = None,
     job: str | None = None,
     overwrite: bool = False,
     quarantine: bool = False,
@@ -73,11 +74,13 @@ def export(
 ) -> ExportResult:
     """Export stream ``tag`` (its quarantine stream if ``quarantine``) as ``format`` to ``to``.
 
-    Reads one snapshot, the newest commit when it starts: rows committed
-    during the export are not in it. Only rows whose time is in ``[start,
-    stop)`` are written (ISO 8601, naive = UTC, or epoch seconds; the rows
-    need not be sorted by time). Memory stays at a few blocks of about
-    ``block_bytes`` whatever the stream's size.
+    Reads one snapshot, the newest commit when it starts (or the one ``at``
+    names: a tid, ``0x040d6ae3f1dab299`` or its 8 bytes, or a time, what
+    had been committed then): rows committed during the export are not in
+    it. Only rows whose time is in ``[start, stop)`` are written (ISO 8601,
+    naive = UTC, or epoch seconds; the rows need not be sorted by time).
+    Memory stays at a few blocks of about ``block_bytes`` whatever the
+    stream's size.
 
     Without ``job``, ``to`` is the file (a directory for zarr) to write;
     one that exists is :class:`~.errors.TargetExists` unless ``overwrite``.
@@ -92,13 +95,14 @@ def export(
     started = time.perf_counter()
     fmt = format_named(format)
     times = time_range(start, stop)
+    snapshot = _snapshot(at, job)
     if job is not None:
         jobs.check_name(job)
     store, owned = _store(store_or_url, writable=job is not None)
     try:
         # Read before the snapshot is taken, so that whatever the job exported is in the snapshot.
         before = jobs.read_job(store, job) if job is not None else None
-        stream = _stream(store, tag, quarantine)
+        stream = _stream(store, tag, quarantine, snapshot)
         with stream:
             result = ExportResult(tag, fmt.name, tid=stream.tid.hex(), job=job)
             layout = layout_of(stream)
@@ -114,6 +118,17 @@ def export(
     return result
 
 
+def _snapshot(at: Time | bytes | None, job: str | None) -> arrays.timetravel.At | None:
+    """The snapshot ``at`` names (None: the newest); BadSnapshot if it is none, or comes with a job."""
+    if at is None:
+        return None
+    if job is not None:
+        raise BadSnapshot(
+            "--at exports the stream as it was then; a --job exports what each run finds new: use one or the other"
+        )
+    return snapshot_at(at)
+
+
 def _store(store_or_url: str | neostore.Store, *, writable: bool) -> tuple[neostore.Store, bool]:
     if not isinstance(store_or_url, str):
         return store_or_url, False
@@ -126,20 +141,23 @@ def _store(store_or_url: str | neostore.Store, *, writable: bool) -> tuple[neost
         raise StoreUnavailable(f"cannot open the store at {store_or_url}: {exc}") from None
 
 
-def _stream(store: neostore.Store, tag: str, quarantine: bool) -> arrays.Stream:
+def _stream(store: neostore.Store, tag: str, quarantine: bool, at: arrays.timetravel.At | None) -> arrays.Stream:
     try:
-        return arrays.open_stream(store, tag, quarantine=quarantine, cache_bytes=_CACHE_BYTES)
+        return arrays.open_stream(store, tag, quarantine=quarantine, cache_bytes=_CACHE_BYTES, at=at)
     except (arrays.StreamNotFoundError, arrays.InvalidTagError):
         pass
+    except arrays.SnapshotError as exc:
+        raise BadSnapshot(f"--at: {exc}") from None
     kinds = ("quarantine streams", "streams") if quarantine else ("streams", "quarantine streams")
-    have = {k: arrays.list_streams(store, quarantine=k == "quarantine streams") for k in kinds}
+    have = {k: arrays.list_streams(store, quarantine=k == "quarantine streams", at=at) for k in kinds}
     listing = "; ".join(f"{k}: {', '.join(v) if v else 'none'}" for k, v in have.items())
     hint = (
         " (drop --quarantine to export it)"
         if quarantine and tag in have["streams"]
         else (" (add --quarantine to export it)" if not quarantine and tag in have["quarantine streams"] else "")
     )
-    raise UnknownStream(f"no {'quarantine ' if quarantine else ''}stream {tag!r} in this store{hint}; {listing}")
+    then = "" if at is None else f" at {at}"
+    raise UnknownStream(f"no {'quarantine ' if quarantine else ''}stream {tag!r} in this store{then}{hint}; {listing}")
 
 
 class _PartWriter:

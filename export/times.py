@@ -1,4 +1,5 @@
-"""``--start``/``--stop``: a TIME as int64 ns since the epoch (UTC), and the rows a time range selects.
+"""``--start``/``--stop``: a TIME as int64 ns since the epoch (UTC), and the rows a time range selects;
+``--at``: the snapshot a tid or a TIME names.
 
 A TIME is read by windvane's one time rule, :mod:`ingest.times`: ISO 8601
 (``2024-05-01``, ``2024-05-01T12:00:00.123456789``, with ``Z`` or
@@ -14,9 +15,10 @@ from datetime import datetime
 
 import numpy as np
 
+from windvane import neostore
 from windvane.ingest.times import iso_text, time_ns
 
-from .errors import BadTime
+from .errors import BadSnapshot, BadTime
 
 
 def parse_time(value: str | float | int | datetime, what: str = "TIME") -> int:
@@ -30,6 +32,21 @@ def parse_time(value: str | float | int | datetime, what: str = "TIME") -> int:
             "no zone means UTC) or epoch seconds (1714564800), within the years 1677-2262"
         )
     return ns
+
+
+def snapshot_at(value: str | float | int | datetime | bytes) -> neostore.Tid | np.datetime64:
+    """``--at`` as ``arrays.open_stream``'s ``at=``: a tid (``0x`` and 16 hex digits, as windvane prints
+    tids, or its 8 bytes) or a TIME (:func:`parse_time`: what had been committed then); :class:`BadSnapshot`
+    naming the value if it is neither."""
+    if isinstance(value, (bytes, bytearray)) or (isinstance(value, str) and neostore.tids.looks_like_tid(value)):
+        try:
+            return neostore.as_tid(value)
+        except neostore.TidError as exc:
+            raise BadSnapshot(f"--at: {exc}") from None
+    try:
+        return np.datetime64(parse_time(value, "--at"), "ns")
+    except BadTime as exc:
+        raise BadSnapshot(f"{exc}; or a tid as windvane prints it (0x040d6ae3f1dab299)") from None
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,49 @@ def test_every_failure_exits_2_naming_the_problem(store, tmp_path, case):
     assert result.exit_code == 2, result.output
     assert message in result.stderr, result.stderr
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # nothing half-written left
+
+
+def test_at_exports_the_stream_as_it_was(store, tmp_path):
+    # `windvane export` had no --at: a past state could only be read from Python.
+    before = arrays.history(store, TAG)[-1].tid
+    with arrays.open_stream(store, TAG) as stream:
+        stream.append(mixed_rows(100, 20))
+    commits = arrays.history(store, TAG)
+    between = commits[-2].time + (commits[-1].time - commits[-2].time) / 2  # after the first rows, before the rest
+    for at in (str(before), between.isoformat(), f"{between.timestamp():.6f}"):
+        path = tmp_path / f"at-{len(os.listdir(tmp_path))}.parquet"
+        result = run(TAG, "--store", store, "--to", str(path), "--format", "parquet", "--at", at)
+        assert result.exit_code == 0, result.output
+        assert pq.read_table(path).num_rows == 100, at
+    now = tmp_path / "now.parquet"
+    assert run(TAG, "--store", store, "--to", str(now), "--format", "parquet").exit_code == 0
+    assert pq.read_table(now).num_rows == 120
+    refused = {
+        "yesterday": "--at 'yesterday' is not a time",
+        "0x12": "--at '0x12' is not a time",
+        "2001-01-01": f"no stream '{TAG}' in this store at 2001-01-01",
+    }
+    for at, message in refused.items():
+        result = CliRunner().invoke(
+            windvane_cli,
+            ["export", TAG, "--store", store, "--to", str(tmp_path / "x.csv"), "--format", "csv", "--at", at],
+        )
+        assert result.exit_code == 2 and message in result.output, (at, result.output)
+    result = CliRunner().invoke(
+        windvane_cli,
+        [
+            "export",
+            TAG,
+            "--store",
+            store,
+            "--to",
+            str(tmp_path / "j"),
+            "--format",
+            "csv",
+            "--job",
+            "j",
+            "--at",
+            str(before),
+        ],
+    )
+    assert result.exit_code == 2 and "use one or the other" in result.output

@@ -34,6 +34,13 @@ from windvane.cli.root import STORE_OPTION, BadInput, cli, interrupted
 )
 @click.option("--stop", default=None, metavar="TIME", help="Only rows before TIME.")
 @click.option(
+    "--at",
+    default=None,
+    metavar="TIME|TID",
+    help="Export the stream as it was then: what had been committed at TIME (ISO 8601, no zone means UTC, or "
+    "epoch seconds), or as commit TID left it (0x and 16 hex digits, as windvane prints tids). Not with --job.",
+)
+@click.option(
     "--job",
     default=None,
     metavar="NAME",
@@ -48,11 +55,12 @@ def export_stream(
     format_name: str,
     start: str | None,
     stop: str | None,
+    at: str | None,
     job: str | None,
     overwrite: bool,
     quarantine: bool,
 ) -> None:
-    """Export STREAM from one snapshot (the newest commit when it starts), block by block, in bounded memory.
+    """Export STREAM from one snapshot (the newest commit when it starts, or --at's), block by block, in bounded memory.
 
     With --job, each run writes the rows committed since the job's last run
     to part-<first row>-<stop row>.<ext> in --to, exactly once even if a run
@@ -81,6 +89,7 @@ def export_stream(
             format_name,
             start=start,
             stop=stop,
+            at=at,
             job=job,
             overwrite=overwrite,
             quarantine=quarantine,
