@@ -133,6 +133,13 @@ def span(ranges: Iterable[Range]) -> Range:
     return min(r[0] for r in present), max(r[1] for r in present)
 
 
+def meets(found: Range, start: int | None, stop: int | None) -> bool:
+    """Whether a chunk of range ``found`` may hold times in ``[start, stop)`` (one with no time never does)."""
+    if found is None:
+        return False
+    return (start is None or found[1] >= start) and (stop is None or found[0] < stop)
+
+
 def overlapping(
     ranges: list[Range], rows: int, length: int, start: int | None, stop: int | None
 ) -> list[tuple[int, int]]:
@@ -140,7 +147,7 @@ def overlapping(
     meets ``[start, stop)``, neighbours merged."""
     spans: list[tuple[int, int]] = []
     for i, found in enumerate(ranges):
-        if found is None or (start is not None and found[1] < start) or (stop is not None and found[0] >= stop):
+        if not meets(found, start, stop):
             continue
         first, last = i * rows, min((i + 1) * rows, length)
         if spans and spans[-1][1] == first:

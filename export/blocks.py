@@ -22,8 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windvane import arrays
+from windvane.arrays import time_index
 from windvane.arrays.metadata import item_bytes
 from windvane.arrays.stream import QUARANTINE_ROOT
+from windvane.arrays.time_index import Range
 from windvane.arrays.workers import io_pool
 
 from .times import TimeRange
@@ -128,7 +130,13 @@ def raw_bytes(layout: Layout, table: pa.Table) -> int:
     return total
 
 
-def _read(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange) -> Block:
+def _read(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange, ranges: list[Range]) -> Block:
+    if ranges:
+        # The chunks' time ranges (kept beside them) say whether any row can be in the range: if none can,
+        # nothing is read. A chunk whose rows have no time is read (--stop alone keeps such rows).
+        chunks = ranges[start // layout.chunk_rows : -(-stop // layout.chunk_rows)]
+        if all(r is not None and not time_index.meets(r, times.start, times.stop) for r in chunks):
+            return Block(start, stop, layout.schema.empty_table(), 0)
     if times.bounded:
         keep = times.mask(stream[TIME][start:stop])
         if keep is not None and not keep.any():
@@ -152,11 +160,14 @@ def read_blocks(
     """The blocks of rows ``[start, stop)`` of ``stream`` (a snapshot), ``rows`` stream rows each, in order.
 
     Blocks start at multiples of ``rows`` (whole chunks) except the first.
-    Only rows whose time is in ``times`` are kept; a block none of whose
-    rows is kept reads its ``time`` column only. No ``times``: every row.
+    Only rows whose time is in ``times`` are kept; a block whose chunks'
+    time ranges (:meth:`arrays.Stream.time_ranges`) miss ``times`` is not
+    read, one none of whose rows is kept reads its ``time`` column only.
+    No ``times``: every row.
     """
     times = times if times is not None else TimeRange()
     rows = rows or block_rows(layout)
+    ranges = stream.time_ranges() if times.bounded else []
     bounds = []
     at = start
     while at < stop:
@@ -166,11 +177,11 @@ def read_blocks(
     if not bounds:
         return
     pool = io_pool()
-    ahead = pool.submit(_read, stream, layout, *bounds[0], times)
+    ahead = pool.submit(_read, stream, layout, *bounds[0], times, ranges)
     try:
         for i in range(len(bounds)):
             block = ahead.result()
-            ahead = pool.submit(_read, stream, layout, *bounds[i + 1], times) if i + 1 < len(bounds) else None
+            ahead = pool.submit(_read, stream, layout, *bounds[i + 1], times, ranges) if i + 1 < len(bounds) else None
             yield block
     finally:
         if ahead is not None:

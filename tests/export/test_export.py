@@ -555,3 +555,20 @@ def test_missing_integers_are_missing_in_xarray(sqlite_url, tmp_path, fmt):
         group = zarr.open_group(tmp_path / "counts.zarr", mode="r")
         assert group["count"].fill_value == least and group["count"][:].tolist() == [10, least, 20]
     data.close()
+
+
+def test_a_time_range_reads_only_the_chunks_whose_times_meet_it(sqlite_url):
+    from windvane.export.blocks import layout_of, read_blocks
+    from windvane.export.times import TimeRange
+
+    make_mixed(sqlite_url, rows=ROWS)
+    with arrays.open_stream(sqlite_url, "plant.mixed") as stream:
+        stream.append({**mixed_rows(ROWS, 2 * CHUNK_ROWS), "time": T0 + 10**12 + np.arange(2 * CHUNK_ROWS)})
+    later = TimeRange(T0 + 10**12, None)  # only the last two chunks' rows
+    with arrays.open_stream(sqlite_url, "plant.mixed") as stream:
+        layout = layout_of(stream)
+        blocks = list(read_blocks(stream, layout, 0, len(stream), later, CHUNK_ROWS))
+        kept = sum(b.table.num_rows for b in blocks)
+        # The earlier chunks were read neither for their times nor for their values.
+        assert kept == 2 * CHUNK_ROWS and stream["speed"].chunks_loaded == 3
+        assert stream["time"].chunks_loaded <= 4  # the chunks kept, the partial last, and one spanning both
