@@ -7,7 +7,7 @@ import http.client
 import os
 import re
 
-from tests.cli.test_serve import column, schemas  # noqa: F401 - schemas is a fixture
+from tests.cli.test_serve import SCHEMA, column
 from tests.neostore.test_wal_bound import wal_size
 from tests.ops.test_info import windvane
 from tests.serve_process import Serve
@@ -17,8 +17,11 @@ from windvane.neostore.backends.sqlite import SQLiteBackend
 POSTS = 600
 
 
-def test_one_event_posts_keep_the_write_ahead_log_bounded(sqlite_url, schemas, tmp_path):  # noqa: F811
+def test_one_event_posts_keep_the_write_ahead_log_bounded(sqlite_url, tmp_path):
     path = sqlite_url.removeprefix("sqlite:///")
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "app.toml").write_text(SCHEMA)
     largest = 0
     with Serve(sqlite_url, schemas, tmp_path / "serve.log", "--decode-workers", "0", forward=None) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
