@@ -82,8 +82,7 @@ def demo(directory: str, keep: bool, forward_port: int, http_port: int) -> None:
         result = walkthrough.run(
             directory,
             keep=keep,
-            forward_port=forward_port,
-            http_port=http_port,
+            ports=(forward_port, http_port),
             say=lambda line: click.echo(line, err=True),
             progress=lambda label, length: click.progressbar(length=length, label=label, file=err),
         )

@@ -177,7 +177,8 @@ def log_lines() -> list[bytes]:
 class _Service:
     """``windvane serve`` as a child process on local ports (0: a free one); its log goes to ``log_path``."""
 
-    def __init__(self, url: str, schemas: Path, log_path: Path, forward_port: int = 0, http_port: int = 0):
+    def __init__(self, url: str, schemas: Path, log_path: Path, ports: tuple[int, int] = (0, 0)):
+        forward_port, http_port = ports
         self.log_path = log_path
         command = [
             sys.executable,
@@ -425,14 +426,12 @@ def run(
     keep: bool = False,
     progress: ProgressFactory = _silent,
     say: Callable[[str], None] = lambda line: None,
-    forward_port: int = 0,
-    http_port: int = 0,
+    ports: tuple[int, int] = (0, 0),
 ) -> DemoResult:
     """Serve a store in ``directory``/demo.db (afresh unless ``keep``), send the samples, stop, describe the store.
 
-    ``say`` gets a line per step, ``progress`` makes a bar per source. The
-    service listens on 127.0.0.1 at ``forward_port`` and ``http_port`` (0: a free port).
-    Raises :class:`DemoDirectoryError` for an unusable directory,
+    ``say`` gets a line per step, ``progress`` makes a bar per source; the service listens on 127.0.0.1 at
+    ``ports`` (Forward, HTTP; 0: a free one). Raises :class:`DemoDirectoryError` for an unusable directory,
     :class:`DemoError` if the service fails to start, take, commit or stop.
     """
     directory = Path(directory).absolute()
@@ -444,7 +443,7 @@ def run(
     else:
         say(f"{'removed the earlier demo store; ' if removed else ''}creating a fresh store in {path}")
     with sample_path("schemas") as schemas:
-        service = _Service(url, schemas, log_path, forward_port, http_port)
+        service = _Service(url, schemas, log_path, ports)
         try:
             say(
                 f"windvane serve is up: Forward on 127.0.0.1:{service.ports['forward']}, "
