@@ -361,13 +361,14 @@ class Preparer:
         )
 
     def start(self) -> None:
-        """Start the workers and wait until they are ready, so the first submission does not wait for them."""
+        """Start the workers, without waiting for them: each imports the decoders and loads the schemas while
+        the service opens its listeners (a submission before they are ready waits in the pool's queue)."""
         with self._lock:
             if self._pool is None:
                 self._pool = self._new_pool()
             pool = self._pool
-        for future in [pool.submit(_ready) for _ in range(self.workers)]:
-            future.result()
+        for _ in range(self.workers):
+            pool.submit(_ready)  # one task each: the pool starts a process per task while none is idle
 
     def submit(self, items: Sequence[Undecoded]) -> Prepared:
         """Start preparing one submission's items; :meth:`Prepared.result` gives :func:`prepare`'s result."""

@@ -31,7 +31,9 @@ def store_commands() -> list[tuple[list[str], click.Command]]:
     found = []
 
     def walk(group: click.Group, words: list[str]) -> None:
-        for name, command in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
             if isinstance(command, click.Group):
                 walk(command, [*words, name])
             elif any(p.name == "store_url" for p in command.params):

@@ -55,14 +55,19 @@ def loaded_by(*args: str) -> tuple[int, list[str], str]:
 
 def commands() -> list[list[str]]:
     """Every command and group of the CLI, as the words that name it."""
+    import click
+
     from windvane.cli import cli
 
     found: list[list[str]] = []
 
-    def walk(group, words: list[str]) -> None:
-        for name, command in group.commands.items():
+    def walk(group: click.Group, words: list[str]) -> None:
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            assert command is not None, f"`windvane {' '.join([*words, name])}` is listed but not found"
             found.append([*words, name])
-            if hasattr(command, "commands"):
+            if isinstance(command, click.Group):
                 walk(command, [*words, name])
 
     walk(cli, [])
@@ -75,6 +80,36 @@ def test_the_command_line_starts_without_the_heavy_libraries(args):
     assert code == 0, output
     assert loaded == [], f"`windvane {' '.join(args)}` imported {loaded}"
     assert ("Usage: windvane" if args == ["--help"] else "windvane, version") in output
+
+
+def test_version_and_a_command_import_no_other_commands_module():
+    """The root group imports a command's module only when the command is named: --version none, serve its own."""
+    probe = (
+        "import sys, windvane.cli\n"
+        "try:\n    windvane.cli.cli.main(sys.argv[1:], prog_name='windvane')\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('windvane.cli.')))"
+    )
+    for args, expected in (
+        (["--version"], ["windvane.cli.root"]),
+        (["serve", "--help"], ["windvane.cli.root", "windvane.cli.serve"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert done.stdout.strip().splitlines()[-1] == repr(expected), done.stdout + done.stderr
+
+
+def test_every_command_module_is_known_to_the_root_group():
+    """A module of windvane/cli that registers commands is in root.COMMAND_MODULES (else its commands vanish)."""
+    from windvane.cli.root import COMMAND_MODULES
+
+    modules = {
+        path.stem
+        for path in (REPO / "windvane" / "cli").glob("*.py")
+        if "@cli." in path.read_text(encoding="utf-8") and path.stem != "root"
+    }
+    assert modules == set(COMMAND_MODULES.values())
 
 
 def test_every_commands_help_starts_without_the_heavy_libraries():

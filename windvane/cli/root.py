@@ -7,12 +7,15 @@ Every command exits with one of these codes, and only this module says which err
 * 2 (:data:`EXIT_BAD_INPUT`): a usage problem the user can fix (:class:`BadInput`; click's own usage
   errors exit 2 too);
 * 3 (:data:`EXIT_ROWS_REJECTED`): `windvane import` quarantined rows (:class:`RowsRejected`);
+* 4 (:data:`EXIT_NOTHING_MATCHED`): `windvane parsers --detect` found no parser that reads a line of the
+  file (:class:`NothingMatched`);
 * 130 (:data:`EXIT_INTERRUPTED`): interrupted with Ctrl-C; what was committed stays (:func:`interrupted`).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_ROWS_REJECTED = 3
+EXIT_NOTHING_MATCHED = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -46,6 +50,12 @@ class RowsRejected(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"warning: {self.format_message()}", file=file, err=True)
+
+
+class NothingMatched(click.ClickException):
+    """`windvane parsers --detect` found no shipped parser or format that reads a line of the sample: exit code 4."""
+
+    exit_code = EXIT_NOTHING_MATCHED
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -78,7 +88,37 @@ def ops_failure(exc: OpsError) -> click.ClickException:
     return click.ClickException(str(exc))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: The module of each command (``windvane.cli.<module>``): importing it registers its commands on the root group.
+COMMAND_MODULES = {
+    "arrays": "arrays",
+    "db": "db",
+    "demo": "info",
+    "export": "export",
+    "import": "imports",
+    "info": "info",
+    "parsers": "parsers",
+    "quarantine": "streams",
+    "serve": "serve",
+    "store": "store",
+    "streams": "streams",
+    "tail": "imports",
+}
+
+
+class RootGroup(click.Group):
+    """The `windvane` group: a command's module is imported when the command is named (or listed by --help),
+    so that `windvane --version` and each command start without the others' imports."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | COMMAND_MODULES.keys())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"windvane.cli.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="windvane")
 def cli() -> None:
     """windvane: big-data ingestion into a deduplicating, history-preserving object store.
