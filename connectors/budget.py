@@ -2,32 +2,51 @@
 
 Connectors charge what they hold, in three kinds:
 
-* ``partial``: an incomplete Forward frame or HTTP body. Only reading more
-  of it (or closing the connection) releases it.
+* ``partial``: a Forward frame being read (what it was admitted for, see
+  below) or an incomplete HTTP body. Only reading more of it (or closing the
+  connection) releases it.
 * ``queued``: whole frames not yet handed to ingest, and the room reserved
   for a compressed payload's decompressed bytes (:meth:`MemoryBudget.reserve`).
 * ``submitted``: handed to ingest; released once committed (or failed).
 
-Forward frames, whole or not, HTTP bodies once whole, and decompressed
-payloads are charged :func:`held_for` their size: what they come to hold
-until their commit is done, not their size alone. A frame that becomes
-whole thus adds only :data:`MESSAGE_OVERHEAD` (:func:`held_for_message`, the
-objects a waiting message is made of), so readers resumed together cannot
-overshoot the budget by all finishing their frames, and thousands of tiny
-pipelined messages are bounded by it as well as a few large ones.
+Forward frames, HTTP bodies once whole, and decompressed payloads are
+charged :func:`held_for` their size: what they come to hold until their
+commit is done, not their size alone; a whole message adds
+:data:`MESSAGE_OVERHEAD` (:func:`held_for_message`, the objects a waiting
+message is made of), so that thousands of tiny pipelined messages are
+bounded by the budget as well as a few large ones.
 
-Past :attr:`MemoryBudget.limit`, Forward connections stop being read (they
-wait here, :meth:`MemoryBudget.wait`) and HTTP requests are refused with 503.
-Two rules keep that from stalling for ever, since what is ``submitted`` is
+The budget is a bound, not a target: bytes are charged before they are read.
+
+* A Forward message whose header tells its size (PackedForward entries of
+  64 KiB or more as str/bin) is *admitted* for all it will hold before its
+  body is read (:meth:`MemoryBudget.admit`); until it fits, its connection
+  is not read. Admissions are granted in arrival order among those that fit,
+  so small chunks go on beside a big one waiting.
+* Anything else is read a step at a time, each read no larger than the room
+  left at :data:`READ_COST` per byte (:meth:`MemoryBudget.readable`: the most
+  one byte can come to hold, messages of at least :data:`SMALL_MESSAGE` bytes
+  assumed), and past :attr:`MemoryBudget.limit` its connection stops being
+  read (:meth:`MemoryBudget.wait`). HTTP requests are refused with 503.
+
+Three rules keep that from stalling for ever, since what is ``submitted`` is
 the only thing a commit releases:
 
+* a message that would hold more than the whole budget is admitted alone,
+  once nothing else is held (and admissions after it wait);
 * a reservation that does not fit is granted anyway once nothing is
   submitted and no other reservation is still to be submitted (it then goes
   through alone, as ingest lets a submission larger than its whole limit
   through alone);
-* when the budget is full of incomplete frames and nothing is queued or
-  submitted, one paused reader, the one holding the most, gets a *pass*:
-  it reads on until its frame is whole (or is closed if it stalls).
+* when only frames being read hold the budget and none of their connections
+  is reading, the oldest admission waiting is granted, or else one paused
+  reader, the one holding the most, gets a *pass*: it reads on until its
+  frame is whole (or is closed if it stalls). Only then can the bytes held
+  go past the limit, by what the frames of unknown size already read hold.
+
+After a burst, once nothing has been held for ``trim_after`` seconds, the
+memory the allocator kept is given back to the system
+(:func:`give_back_memory`).
 
 All methods are called on the event loop; none blocks.
 """
@@ -36,17 +55,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
+import gc
+import logging
+import os
 from typing import Protocol
 
 from windvane.connectors.errors import ConnectorConfigError
+
+log = logging.getLogger("windvane.connectors")
 
 #: What one resumed reader may read before it sees the budget again (asyncio reads 256 KiB at a time).
 READ_SIZE = 256 << 10
 
 #: Bytes of memory a message holds per byte of it, from its first byte read to the end of its commit: the
-#: framer's two buffers, then its bytes or decoded events, then what the group commit serialises and encodes
-#: for its chunks, and what the allocator keeps between them. Measured with 10 MiB events pipelined on 16
-#: connections: charging three copies let RSS reach 1.7 times the budget past the idle process, four 1.5.
+#: framer's buffers, then its bytes or decoded events, then what the group commit serialises and encodes
+#: for its chunks, and what the allocator keeps between them.
 EXPANSION = 4
 
 
@@ -55,6 +79,17 @@ EXPANSION = 4
 #: chunk a second, pipelined past what the store committed: RSS rose about 3.6 KiB per message waiting,
 #: writers' state included.
 MESSAGE_OVERHEAD = 3 << 10
+
+
+#: The smallest message a read is charged for in advance (a one-event chunk with its chunk id is larger).
+SMALL_MESSAGE = 64
+
+#: The most one byte read may come to hold in the budget when what it belongs to is not known before it is
+#: read: :data:`EXPANSION` for itself and its share of the :data:`MESSAGE_OVERHEAD` of a small message.
+READ_COST = EXPANSION + MESSAGE_OVERHEAD // SMALL_MESSAGE
+
+#: Bytes held at once since memory was last given back from which a burst is followed by giving it back.
+TRIM_MIN = 16 << 20
 
 
 def held_for(size: int) -> int:
@@ -85,6 +120,9 @@ class Reader(Protocol):
     def budget_resume(self) -> None:
         """There is room again: read on."""
 
+    def budget_admitted(self, size: int) -> None:
+        """The message being read was admitted: charge ``size`` bytes (partial) and read it."""
+
     def budget_pass(self) -> None:
         """Read on past the limit until the frame being read is whole; then :meth:`MemoryBudget.end_pass`."""
 
@@ -110,9 +148,11 @@ class MemoryBudget(_Held):
 
     Counters for metrics: :attr:`used` (now), :attr:`peak`, :attr:`pauses`
     (times a connection was paused for the budget), :attr:`passes`.
+    ``trim_after``: seconds after the budget last held nothing that the
+    memory freed since a burst is given back (None: never).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, trim_after: float | None = None) -> None:
         if limit < 1:
             raise ConnectorConfigError(f"the memory budget must be at least 1 byte, not {limit}")
         self.limit = limit
@@ -126,6 +166,12 @@ class MemoryBudget(_Held):
         self.pass_holder: Reader | None = None
         self._waiting: dict[Reader, None] = {}  # paused readers, oldest first
         self._reservations: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._admissions: dict[Reader, int] = {}  # messages waiting to be admitted, oldest first, and their size
+        self.trim_after = trim_after
+        self.trims = 0  # times memory was given back after a burst
+        self._burst = 0  # the most held at once since memory was last given back
+        self._emptied = 0.0  # loop time the budget last came to hold nothing
+        self._trim_timer: asyncio.TimerHandle | None = None
 
     @property
     def used(self) -> int:
@@ -140,6 +186,12 @@ class MemoryBudget(_Held):
     def fits(self, size: int) -> bool:
         """Whether ``size`` more bytes stay within the limit."""
         return self.used + size <= self.limit
+
+    def readable(self, most: int) -> int:
+        """Bytes a reader of messages of unknown size may read now, at most ``most``: what the room left
+        holds at :data:`READ_COST` each, and at least one byte (a reader reading past the limit is paused
+        after its read)."""
+        return max(1, min(most, (self.limit - self.used) // READ_COST))
 
     def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
         """Metric samples ``(name, help, type, labels, value)``, as ``GET /metrics`` shows them."""
@@ -180,9 +232,39 @@ class MemoryBudget(_Held):
             if kind not in _KINDS:
                 raise ConnectorConfigError(f"unknown kind of held bytes {kind!r}; expected one of {_KINDS}")
             setattr(self, kind, getattr(self, kind) + size)
-        self.peak = max(self.peak, self.used)
+        used = self.used
+        self.peak = max(self.peak, used)
+        self._burst = max(self._burst, used)
         if any(size < 0 for size in sizes.values()):
+            if used == 0 and self._burst >= TRIM_MIN and self.trim_after is not None:
+                self._trim_soon()
             self._wake()
+
+    # -- giving memory back ----------------------------------------------------------
+
+    def _trim_soon(self) -> None:
+        """Nothing is held after a burst: give the memory back in ``trim_after`` seconds unless more is held then."""
+        loop = asyncio.get_running_loop()
+        self._emptied = loop.time()
+        if self._trim_timer is None:
+            assert self.trim_after is not None
+            self._trim_timer = loop.call_later(self.trim_after, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_timer = None
+        assert self.trim_after is not None
+        loop = asyncio.get_running_loop()
+        if self.used:  # busy again: the next time it holds nothing starts the wait anew
+            return
+        if loop.time() < self._emptied + self.trim_after:
+            self._trim_timer = loop.call_at(self._emptied + self.trim_after, self._trim)
+            return
+        self._burst = 0
+        self.trims += 1
+        # Garbage cycles of the burst first (the service collects them rarely), so that their memory is free;
+        # then trimming, in a thread: it walks every arena, and the event loop goes on meanwhile.
+        gc.collect()
+        loop.run_in_executor(None, give_back_memory)
 
     # -- waiting ---------------------------------------------------------------------
 
@@ -193,9 +275,31 @@ class MemoryBudget(_Held):
             self._waiting[reader] = None
         self._wake()
 
+    def admit(self, reader: Reader, size: int) -> bool:
+        """Whether ``size`` bytes of a message ``reader`` is about to read fit now; if they do not, they are
+        queued and :meth:`Reader.budget_admitted` is called once they do. The caller charges them when True."""
+        self._admissions.pop(reader, None)
+        if self._admissible(reader, size):
+            return True
+        self._admissions[reader] = size
+        self.pauses += 1
+        self._wake()
+        return False
+
+    def _admissible(self, reader: Reader, size: int) -> bool:
+        """Whether ``reader``'s message of ``size`` bytes more may be read now (see the module docstring)."""
+        if reader.partial_charge + size > self.limit:
+            return self.used == reader.partial_charge  # bigger than the whole budget: alone
+        if self._admissions:
+            first, first_size = next(iter(self._admissions.items()))
+            if first is not reader and first.partial_charge + first_size > self.limit:
+                return False  # one bigger than the whole budget waits for the others to finish
+        return self.fits(size)
+
     def forget(self, reader: Reader) -> None:
-        """``reader`` is gone (closed): no resume, no pass for it."""
+        """``reader`` is gone (closed): no resume, no admission, no pass for it."""
         self._waiting.pop(reader, None)
+        self._admissions.pop(reader, None)
         if self.pass_holder is reader:
             self.pass_holder = None
         self._wake()
@@ -245,6 +349,10 @@ class MemoryBudget(_Held):
             self._reservations.popleft()
             self._grant(size)
             future.set_result(None)
+        for reader, size in list(self._admissions.items()):
+            if self._admissible(reader, size):
+                del self._admissions[reader]
+                reader.budget_admitted(size)
         if not self.over:
             turns = max(1, (self.limit - self.used) // held_for(READ_SIZE))
             while self._waiting and turns:
@@ -252,19 +360,32 @@ class MemoryBudget(_Held):
                 del self._waiting[reader]
                 reader.budget_resume()
                 turns -= 1
-        elif (
-            self.pass_holder is None
-            and self._waiting
-            and self.queued == 0
-            and self.submitted == 0
-            and not self._reservations
-        ):
-            # Only incomplete frames hold the budget: nothing will be released unless one is read on.
+        if not self._stuck():
+            return
+        if self._admissions:
+            self.passes += 1
+            reader = next(iter(self._admissions))
+            reader.budget_admitted(self._admissions.pop(reader))
+        elif self.over:
+            self.passes += 1
             reader = max(self._waiting, key=lambda r: r.partial_charge)
             del self._waiting[reader]
             self.pass_holder = reader
-            self.passes += 1
             reader.budget_pass()
+
+    def _stuck(self) -> bool:
+        """Whether nothing held can be released: only frames being read hold the budget, and every connection
+        reading one waits (see the module docstring)."""
+        if (
+            self.pass_holder is not None
+            or not (self._waiting or self._admissions)
+            or self.queued
+            or self.submitted
+            or self._reservations
+        ):
+            return False
+        waiting = sum(r.partial_charge for r in self._waiting) + sum(r.partial_charge for r in self._admissions)
+        return waiting >= self.partial
 
 
 class Charges(_Held):
@@ -305,3 +426,17 @@ class Charges(_Held):
         """Give back everything still held."""
         self.settle()
         self.change(**{kind: -getattr(self, kind) for kind in _KINDS})
+
+
+def give_back_memory() -> bool:
+    """Give the memory the C allocator holds free back to the system (glibc's ``malloc_trim``, which returns
+    the free pages inside its heaps too, not only their tops); whether the C library could."""
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        libc = ""
+    if not libc.startswith("glibc"):
+        return False
+    released = bool(ctypes.CDLL(None).malloc_trim(0))
+    log.debug("memory given back after a burst (malloc_trim: %s)", "some released" if released else "none free")
+    return True

@@ -17,6 +17,16 @@
   first byte (in_http closes idle keep-alive sockets after 10 s).
 * ``body_timeout``: seconds an HTTP request's body may take, once its headers
   are in; past it the request is answered 408 and the connection closed.
+* ``frame_timeout`` and ``frame_min_rate``: a Forward message, once its first
+  byte arrived, must be whole within ``frame_timeout`` seconds plus one
+  second per ``frame_min_rate`` bytes received of it (the time the server
+  itself held reading back is not counted); otherwise the connection is
+  closed. A client trickling bytes thus cannot hold a connection (and its
+  place under ``max_connections``) for ever, while a big chunk on a slow
+  link is given the time its size needs at the minimum rate.
+* ``trim_after``: seconds after the memory budget last held nothing that the
+  memory freed since a burst is given back to the system
+  (:func:`connectors.budget.give_back_memory`).
 """
 
 from __future__ import annotations
@@ -37,11 +47,16 @@ class Limits:
     idle_timeout: float = 300.0
     header_timeout: float = 10.0
     body_timeout: float = 60.0
+    frame_timeout: float = 60.0
+    frame_min_rate: int = 64 << 10
+    trim_after: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("memory_budget", "max_connections"):
+        for name in ("memory_budget", "max_connections", "frame_min_rate"):
             if getattr(self, name) < 1:
                 raise ConnectorConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout"):
+        for name in ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout", "frame_timeout"):
             if not getattr(self, name) > 0:
                 raise ConnectorConfigError(f"{name} must be a positive number of seconds, not {getattr(self, name)}")
+        if self.trim_after < 0:
+            raise ConnectorConfigError(f"trim_after must be 0 or more seconds, not {self.trim_after}")

@@ -53,14 +53,21 @@ class ConnectionCounters:
     idle_timeouts: int = 0  # closed after the idle timeout with nothing received or owed
     header_timeouts: int = 0  # HTTP: a request's headers did not arrive in time
     body_timeouts: int = 0  # HTTP: a request's body did not arrive in time (answered 408)
+    frame_timeouts: int = 0  # Forward: a message did not arrive whole in time (frame_timeout, frame_min_rate)
     preauth_oversize: int = 0  # Forward: more than a PING's worth of bytes sent before the handshake
     budget_stalls: int = 0  # Forward: closed stalling an incomplete frame while the memory budget was full
     budget_refusals: int = 0  # HTTP: answered 503 because the memory budget was full
 
     @property
     def timeouts(self) -> int:
-        """Connections closed because a handshake, header, body or idle timeout expired."""
-        return self.handshake_timeouts + self.idle_timeouts + self.header_timeouts + self.body_timeouts
+        """Connections closed because a handshake, header, body, frame or idle timeout expired."""
+        return (
+            self.handshake_timeouts
+            + self.idle_timeouts
+            + self.header_timeouts
+            + self.body_timeouts
+            + self.frame_timeouts
+        )
 
     @property
     def refused(self) -> int:

@@ -1,7 +1,11 @@
 """A Forward connection as a reader of the memory budget (:class:`connectors.budget.Reader`).
 
-What the connection reads is charged as it arrives (:meth:`Budgeted._charge`);
-past the budget it stops reading until the budget calls :meth:`~Budgeted.budget_resume`
+A message whose header announces its size (a bulk message) is admitted for
+all it will hold before its body is read (:meth:`Budgeted._charge` asks the
+budget, :meth:`~Budgeted.budget_admitted` is its answer when it had to
+wait); anything else is read in steps the budget's room allows
+(:meth:`Budgeted._read_size`) and charged as it arrives. Past the budget the
+connection stops reading until the budget calls :meth:`~Budgeted.budget_resume`
 (room was released) or :meth:`~Budgeted.budget_pass` (every reader waits on an
 incomplete frame: the one holding the largest reads on until its frame is whole).
 """
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from windvane.connectors.budget import held_for
+from windvane.connectors.budget import held_for, held_for_message
 
 from .timers import Timers
 
@@ -28,6 +32,12 @@ class Budgeted(Timers):
         self.budget_paused = False
         self.wake.set()  # the pump resumes reading when nothing else holds it back
 
+    def budget_admitted(self, size: int) -> None:
+        """The bulk message being read was admitted: ``size`` bytes more are its, and it is read on."""
+        self.charges.add("partial", size)
+        self.admitted = True
+        self.budget_resume()
+
     def budget_pass(self) -> None:
         """Read on past the budget until the frame being read is whole (closed if it stalls)."""
         self.budget_paused = False
@@ -36,16 +46,37 @@ class Budgeted(Timers):
         self.last_read = asyncio.get_running_loop().time()
         self._watch_pass()
 
-    def _charge(self, charged: int) -> None:
-        """Charge ``charged`` bytes of whole frames just queued and the incomplete frame; pause when over."""
-        # Charged as the whole frame will be (the framer holds it twice meanwhile): a frame that becomes whole
-        # adds nothing, so readers resumed together cannot overshoot the budget by finishing their frames.
-        held = held_for(self.frames.buffered)
+    def _read_size(self, most: int) -> int:
+        """Bytes the next read may take into the server's buffer: what the budget's room allows (a reader
+        with the pass, or in its handshake, reads on)."""
+        if self.has_pass or self.handshake is not None:
+            return most
+        return self.budget.readable(most)
+
+    def _charge(self, charged: int, whole: bool) -> None:
+        """Charge ``charged`` bytes of whole frames just queued (``whole``: at least one frame was completed)
+        and the incomplete frame; ask for a bulk message's admission; pause when over."""
+        if whole:
+            self.admitted = False
+        announced = self.frames.announced
+        held = (
+            held_for_message(announced) if announced is not None and self.admitted else held_for(self.frames.buffered)
+        )
         self.charges.change(queued=charged, partial=held - self.charges.partial)
-        if self.has_pass and (charged or not held):  # its frame is whole: the pass is over
+        if self.has_pass and (charged or not self.frames.buffered):  # its frame is whole: the pass is over
             self.has_pass = False
             self.budget.end_pass(self)
-        if self.budget.over and not self.has_pass and not self.stopped:
+        if self.stopped:
+            return
+        if announced is not None and not self.admitted:
+            size = held_for_message(announced) - self.charges.partial
+            if self.budget.admit(self, size):
+                self.charges.add("partial", size)
+                self.admitted = True
+            else:
+                self.budget_paused = True
+                self._pause()
+        elif self.budget.over and not self.has_pass and announced is None:  # an admitted message is read on
             self.budget_paused = True
             self._pause()
             self.budget.wait(self)

@@ -53,11 +53,15 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
         asyncio.get_running_loop().create_task(self._run())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        # The rest of a bulk message's entries is received where the message is kept (never copied by
-        # Python); anything else into the server's read buffer, copied out by buffer_updated at once.
-        room = None if self.handshake is not None or self.stopped else self.frames.room()
+        # The rest of an admitted bulk message's entries is received where the message is kept (never
+        # copied by Python); anything else into the server's read buffer, as much as the memory budget
+        # allows, copied out by buffer_updated at once.
+        room = None if self.handshake is not None or self.stopped or not self.admitted else self.frames.room()
         self.into_bulk = room is not None
-        return room if room is not None else self.server.read_buffer
+        if room is not None:
+            return room
+        buffer = self.server.read_buffer
+        return buffer[: self._read_size(len(buffer))]
 
     def buffer_updated(self, nbytes: int) -> None:
         if not self.into_bulk:
@@ -103,8 +107,10 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
     def _take(self, frames: Iterator[bytes | memoryview | bytearray]) -> None:
         """Queue the ``frames`` the bytes just read complete, and charge the budget for what is held."""
         charged = 0
+        whole = False
         try:
             for frame in frames:
+                whole = True
                 if self.handshake is not None:
                     self._check_ping(frame)
                     if self.stopped:
@@ -115,7 +121,8 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
         except ForwardError as exc:
             self.pending.append(exc)
             self._stop_reading()
-        self._charge(charged)
+        self._charge(charged, whole)
+        self._frame_clock(whole)
         self.wake.set()
 
     # -- the connection's life ----------------------------------------------
@@ -131,8 +138,9 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
             self.inflight.append((None, None, 0))  # end marker for the acker
             self.wake.set()
             await acker
-            if self.timer is not None:
-                self.timer.cancel()
+            for timer in (self.timer, self.frame_timer):
+                if timer is not None:
+                    timer.cancel()
             if self.transport is not None and not self.lost:
                 self.transport.close()
             self._release_all()

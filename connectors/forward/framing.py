@@ -55,6 +55,12 @@ class FrameReader:
         message is bulk)."""
         return 0 if self._framer is None else self._framer.held
 
+    @property
+    def announced(self) -> int | None:
+        """The size the incomplete message's header announced (at most: room for its option included), when
+        it is a bulk message (see :class:`_Bulk`); None otherwise, its size is known once it is whole."""
+        return self._framer.announced if type(self._framer) is _MsgpackFramer else None
+
     def room(self) -> memoryview | None:
         """Where the next bytes go if they can be received in place: the rest of a bulk message's entries
         (see :class:`_Bulk`); None otherwise (:meth:`feed` them). After receiving into it, call :meth:`filled`."""
@@ -97,6 +103,10 @@ class _MsgpackFramer:
     def held(self) -> int:
         """Bytes of an incomplete message held (twice if it is in both buffers)."""
         return len(self._buf) + (self._bulk.held if self._bulk is not None else 0)
+
+    @property
+    def announced(self) -> int | None:
+        return None if self._bulk is None else self._bulk.size
 
     def room(self) -> memoryview | None:
         return None if self._bulk is None else self._bulk.room()
@@ -249,6 +259,11 @@ class _Bulk:
                 self._past = bytearray()
             self._past += piece[fit:]
         self.held = end
+
+    @property
+    def size(self) -> int:
+        """The most the message can be: its entries and the room kept for its option."""
+        return len(self._buffer)
 
     def room(self) -> memoryview | None:
         """Where the entries' next bytes go, to be received in place; None once they are all in."""

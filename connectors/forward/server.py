@@ -27,8 +27,10 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
 Memory and time (:class:`connectors.limits.Limits`):
 
 * every byte read and not yet committed is charged to the process's
-  :class:`connectors.budget.MemoryBudget` as it arrives: frames, whole or
-  not, until their commit is done (:func:`~connectors.budget.held_for` their
+  :class:`connectors.budget.MemoryBudget` before it is read (a bulk
+  message for its whole size, from its header; anything else a read the
+  budget's room allows at a time): frames, whole or not, until their commit
+  is done (:func:`~connectors.budget.held_for` their
   size, what they come to hold decoded and committed), and, before a CompressedPackedForward message
   is decompressed, its decompressed size, found first without keeping the
   output (a bomb costs CPU, not memory; the decompressed limit is at most
@@ -39,7 +41,9 @@ Memory and time (:class:`connectors.limits.Limits`):
   before its PING is whole, and must complete the handshake within
   ``handshake_timeout``; otherwise it is closed, with the reason logged;
 * a connection with nothing received for ``idle_timeout`` seconds and
-  nothing owed to it is closed;
+  nothing owed to it is closed, and so is one whose message does not arrive
+  whole within ``frame_timeout`` seconds and a second per ``frame_min_rate``
+  bytes of it;
 * connections are accepted by a :class:`connectors.listener.Listener`: at
   most ``max_connections`` at once, and out of file descriptors it refuses
   new ones and keeps serving the others.
@@ -142,7 +146,7 @@ class ForwardServer:
         self.max_in_flight = max_in_flight
         self.heartbeat_udp = heartbeat_udp
         self.limits = limits or Limits()
-        self.budget = budget or MemoryBudget(self.limits.memory_budget)
+        self.budget = budget or MemoryBudget(self.limits.memory_budget, self.limits.trim_after)
         self.inflate_limit = inflate_limit(decompressed_size_limit, self.budget)
         self.counters = ConnectionCounters()
         # Hand packed entries over undecoded when the sink decodes them in worker processes.

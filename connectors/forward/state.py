@@ -54,6 +54,7 @@ class ConnectionState:
         self.paused = False
         self.budget_paused = False  # waiting for room in the memory budget
         self.has_pass = False  # reading on past the budget's limit until the frame being read is whole
+        self.admitted = False  # the bulk message being read was admitted by the memory budget
         self.charges = Charges(server.budget)  # what this connection holds in the memory budget
         self.wake = asyncio.Event()  # new frames, a free slot, or stop
         self.carry: tuple[Decoded, int] | None = None  # decoded while merging (and its charge), submitted next
@@ -61,6 +62,11 @@ class ConnectionState:
         self.last_read = loop.time()
         self.timer: asyncio.TimerHandle | None = None  # the handshake or idle timeout
         self.pass_timer: asyncio.TimerHandle | None = None  # closes a pass holder that stalls
+        # When the message being read started (moved on by the time reading was paused), None between
+        # messages; and the timer that checks it arrives in time (frame_timeout, frame_min_rate).
+        self.frame_started: float | None = None
+        self.paused_at = 0.0
+        self.frame_timer: asyncio.TimerHandle | None = None
         self.finished: asyncio.Future = loop.create_future()
 
     # -- flow control -----------------------------------------------------
@@ -68,11 +74,14 @@ class ConnectionState:
     def _pause(self) -> None:
         if not self.paused and not self.lost and self.transport is not None:
             self.paused = True
+            self.paused_at = asyncio.get_running_loop().time()
             self.transport.pause_reading()
 
     def _resume(self) -> None:
         if self.paused and not self.stopped and not self.lost and self.transport is not None:
             self.paused = False
+            if self.frame_started is not None:  # the client could not send meanwhile
+                self.frame_started += asyncio.get_running_loop().time() - self.paused_at
             self.transport.resume_reading()
 
     def _stop_reading(self) -> None:

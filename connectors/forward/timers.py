@@ -1,9 +1,12 @@
-"""A Forward connection's timers: the handshake deadline, the idle timeout, the budget pass's grace.
+"""A Forward connection's timers: the handshake deadline, the idle and frame timeouts, the budget pass's grace.
 
 * with a shared key, a client that has not completed the handshake within
   ``limits.handshake_timeout`` is closed;
 * a connection with nothing received for ``limits.idle_timeout`` seconds
   and nothing owed to it is closed;
+* a message must be whole within ``limits.frame_timeout`` seconds of its
+  first byte, plus a second per ``limits.frame_min_rate`` bytes received of
+  it; the time reading was paused by the server is not counted;
 * a connection holding the memory budget's pass that sends nothing for
   :data:`PASS_GRACE` seconds is closed, so the others can go on.
 
@@ -66,6 +69,44 @@ class Timers(ConnectionState):
             return
         self.server.counters.idle_timeouts += 1
         log.info("Forward connection from %s idle for %g s; closing", self.peer, idle)
+        self._close_now()
+
+    def _frame_clock(self, whole: bool) -> None:
+        """After a read (``whole``: it completed a message): start the clock of the message now incomplete,
+        or stop it when none is."""
+        if self.stopped or not self.frames.buffered:
+            self.frame_started = None
+            return
+        if whole or self.frame_started is None:
+            self.frame_started = asyncio.get_running_loop().time()
+        if self.frame_timer is None:
+            self.frame_timer = asyncio.get_running_loop().call_later(self._frame_allowed(), self._frame_check)
+
+    def _frame_allowed(self) -> float:
+        """Seconds the message being read may take, from its start, with what was received of it so far."""
+        limits = self.server.limits
+        return limits.frame_timeout + self.frames.buffered / limits.frame_min_rate
+
+    def _frame_check(self) -> None:
+        self.frame_timer = None
+        if self.frame_started is None or self.lost or self.stopped:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = self.frame_started + self._frame_allowed()
+        if self.paused or loop.time() < deadline:  # paused: the deadline moves on when reading resumes
+            self.frame_timer = loop.call_at(max(deadline, loop.time() + 1.0), self._frame_check)
+            return
+        limits = self.server.limits
+        self.server.counters.frame_timeouts += 1
+        log.warning(
+            "Forward connection from %s sent %d bytes of a message in %.0f s, slower than the frame timeout "
+            "allows (%g s and a second per %d bytes: --frame-timeout, --frame-min-rate); closing",
+            self.peer,
+            self.frames.buffered,
+            loop.time() - self.frame_started,
+            limits.frame_timeout,
+            limits.frame_min_rate,
+        )
         self._close_now()
 
     def _watch_pass(self) -> None:

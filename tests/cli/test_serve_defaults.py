@@ -44,6 +44,9 @@ def test_the_serve_page_states_the_defaults_the_config_classes_hold():
         f"for {Limits.idle_timeout / 60:g} minutes (`--idle-timeout`",
         f"within {Limits.header_timeout:g} s (`--header-timeout`)",
         f"within {Limits.body_timeout:g} s (`--body-timeout`",
+        f"whole within {Limits.frame_timeout:g} s of its first byte plus a second per "
+        f"{Limits.frame_min_rate >> 10} KiB of it (`--frame-timeout`, `--frame-min-rate`",
+        f"`--trim-after` seconds ({Limits.trim_after:g})",
         f"At most {Limits.max_connections:,} connections per listener",
         f"(`--decode-workers N`, by default one per core, at most {MAX_DECODE_WORKERS};",
         f"Reconnects with backoff ({MqttConfig.min_retry:g}-{MqttConfig.max_retry:g} s); "
@@ -63,6 +66,9 @@ def test_serve_help_shows_the_defaults_of_the_config_classes():
         ("--commit-interval MS", f"{CommitterConfig.interval * 1000}"),
         ("--memory-budget MIB", f"{Limits.memory_budget >> 20}"),
         ("--idle-timeout SECONDS", f"{Limits.idle_timeout}"),
+        ("--frame-timeout SECONDS", f"{Limits.frame_timeout}"),
+        ("--frame-min-rate KIB", f"{Limits.frame_min_rate >> 10}"),
+        ("--trim-after SECONDS", f"{Limits.trim_after}"),
     ]:
         assert re.search(re.escape(option) + r" [^\[]*\[default: " + re.escape(default) + r"[;\]]", text), option
     assert "Default: '#', every topic." in text

@@ -221,3 +221,33 @@ def test_listener_survives_running_out_of_file_descriptors(tmp_path):
     assert "accept() out of system resource" not in log
     assert log.count("Forward listener: out of file descriptors") == 1  # warned once, no spin of warnings
     assert refused(counters, "forward") >= 6
+
+
+def test_forward_message_trickled_a_byte_at_a_time_is_cut_off(tmp_path):
+    # Without a shared key, two clients each start a message and feed it a byte every 0.3 s: that keeps the
+    # idle timeout from ever firing, and with --max-connections 2 would hold every place. The frame
+    # timeout closes them; a newcomer is then served.
+    with start(tmp_path, "--max-connections", "2", "--idle-timeout", "6", "--frame-timeout", "1") as server:
+        tricklers = [connect(server.forward_port) for _ in range(2)]
+        try:
+            frame = msgpack.packb(["app.slow", [[int(time.time()), {"message": "x" * 100}]]])
+            closed = [False, False]
+            for byte in range(len(frame)):
+                for i, sock in enumerate(tricklers):
+                    try:
+                        sock.sendall(frame[byte : byte + 1])
+                    except (ConnectionResetError, BrokenPipeError):
+                        closed[i] = True
+                if all(closed):
+                    break
+                time.sleep(0.3)
+            assert all(closed_by_server(sock) for sock in tricklers)
+        finally:
+            for sock in tricklers:
+                sock.close()
+        assert newcomer_served(server.forward_port)
+        counters = metrics(server)
+        assert server.stop() == 0, server.log()
+        log = server.log_path.read_text()
+    assert log.count("slower than the frame timeout allows") == 2
+    assert timeouts(counters, "forward") >= 2

@@ -72,6 +72,9 @@ class ServeOptions:
     idle_timeout: float
     header_timeout: float
     body_timeout: float
+    frame_timeout: float
+    frame_min_rate: int
+    trim_after: float
     log_level: str
 
 
@@ -173,8 +176,9 @@ class ServeOptions:
     type=click.IntRange(1, 1 << 20),
     help="Mebibytes of client data held in memory and not yet committed, for all Forward and HTTP "
     "connections together (frames being read, decompressed payloads, requests waiting for their "
-    "commit). Past it Forward connections are not read and HTTP requests get 503 until commits "
-    "catch up.",
+    "commit), each charged four times its size. A bound: a Forward message is admitted before it is read, "
+    "and past the budget Forward connections are not read and HTTP requests get 503 until commits "
+    "catch up. A message bigger than the whole budget is read alone, once nothing else is held.",
 )
 @click.option(
     "--max-connections",
@@ -204,6 +208,30 @@ class ServeOptions:
     "--body-timeout",
     Limits.body_timeout,
     "Seconds an HTTP request's body may take once its headers are in; then it is answered 408.",
+)
+@_seconds(
+    "--frame-timeout",
+    Limits.frame_timeout,
+    "Seconds a Forward message may take to arrive whole from its first byte, plus a second per "
+    "--frame-min-rate bytes of it; then the connection is closed (a client trickling bytes holds no "
+    "connection for ever).",
+)
+@click.option(
+    "--frame-min-rate",
+    default=Limits.frame_min_rate >> 10,
+    show_default=True,
+    metavar="KIB",
+    type=click.IntRange(1),
+    help="Kibibytes per second a big Forward message is given beyond --frame-timeout.",
+)
+@click.option(
+    "--trim-after",
+    default=Limits.trim_after,
+    show_default=True,
+    metavar="SECONDS",
+    type=click.FloatRange(0),
+    help="Seconds after a burst, once no client data has been held that long, that the memory it took "
+    "is given back to the system.",
 )
 @click.option(
     "--log-level",
@@ -285,6 +313,9 @@ def _limits(opts: ServeOptions) -> Limits:
         idle_timeout=opts.idle_timeout,
         header_timeout=opts.header_timeout,
         body_timeout=opts.body_timeout,
+        frame_timeout=opts.frame_timeout,
+        frame_min_rate=opts.frame_min_rate << 10,
+        trim_after=opts.trim_after,
     )
 
 
@@ -337,7 +368,8 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
     from windvane.connectors.budget import MemoryBudget
     from windvane.connectors.mqtt import MqttError
 
-    budget = MemoryBudget(config.limits.memory_budget)  # one for the whole process: Forward and HTTP draw on it
+    # One for the whole process: Forward and HTTP draw on it.
+    budget = MemoryBudget(config.limits.memory_budget, config.limits.trim_after)
     lines: list[tuple[str, Any, str]] = []
     auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:

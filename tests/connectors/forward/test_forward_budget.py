@@ -1,0 +1,179 @@
+"""The memory budget is a bound on what Forward holds, and what a burst took is given back afterwards.
+
+Each test runs ``windvane serve`` (a subprocess, SQLite, decoding in the
+serving process so that everything it holds is in the process measured)
+with a small ``--memory-budget`` and an attack scaled to it, on loopback.
+What is asserted is the server's own figure of bytes held at once
+(``windvane_memory_held_peak_bytes``, never above the budget), the kernel's
+peak and current resident memory of the process (``VmHWM``, ``VmRSS``), and
+what was stored; never how fast.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.connectors.test_timeouts import handshake
+from tests.forward_sender import chunk_id, packed_forward
+from tests.hostile import acked, metrics, read_acks, run_clients, send_and_read_acks
+from tests.serve_process import Serve
+from windvane import arrays
+
+MIB = 1 << 20
+SCHEMA = """
+kind = "log"
+tags = ["app.**"]
+chunk_rows = 1
+[[fields]]
+name = "message"
+dtype = "str"
+"""
+
+
+def start(tmp_path: Path, budget_mib: int, *args: str) -> Serve:
+    schemas = tmp_path / "schemas"
+    schemas.mkdir(exist_ok=True)
+    (schemas / "app.toml").write_text(SCHEMA)
+    return Serve(
+        f"sqlite:///{tmp_path}/store.db",
+        schemas,
+        tmp_path / "serve.log",
+        "--memory-budget",
+        str(budget_mib),
+        "--decode-workers",
+        "0",
+        *args,
+    )
+
+
+def memory(pid: int) -> dict[str, int]:
+    """``VmRSS`` (now) and ``VmHWM`` (the peak) of process ``pid``, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {key: int(fields[key].split()[0]) << 10 for key in ("VmRSS", "VmHWM")}
+
+
+def stored(tmp_path: Path, tag: str) -> tuple[int, int]:
+    """How many events stream ``tag`` holds, and the length of the last one's message."""
+    with arrays.open_stream(f"sqlite:///{tmp_path}/store.db", tag) as stream:
+        return len(stream), len(stream["message"][len(stream) - 1])
+
+
+def big_events(tag: str, size: int, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` PackedForward messages of one ``size``-byte event each, in two pieces (the message up to its
+    chunk id, shared, and the chunk id)."""
+    first = chunk_id()
+    head = packed_forward(tag, [(time.time_ns(), {"message": "x" * size})], first)[: -len(first)]
+    return [(head, chunk_id()) for _ in range(count)]
+
+
+def rss_settles(pid: int, bound: int) -> bool:
+    """Whether the resident memory of ``pid`` comes down to ``bound`` bytes, looking for at most 30 s."""
+    for _ in range(300):
+        if memory(pid)["VmRSS"] <= bound:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path):
+    # 12 connections each pipeline 6 frames of 4 MiB (288 MiB offered at once) against a budget of
+    # 48 MiB: each frame is admitted (four times its size) before it is read, so at most two or three
+    # are held at a time. Memory the burst took goes back to the system once nothing is held.
+    budget, connections, frames, size = 48, 12, 6, 4 * MIB
+    with start(tmp_path, budget, "--trim-after", "0.5") as server:
+        pid = server.process.pid
+        assert acked(socket.create_connection(("127.0.0.1", server.forward_port), timeout=60))  # warmed up
+        idle = memory(pid)["VmRSS"]
+        acks: list[int] = []
+        run_clients(
+            send_and_read_acks,
+            [(server.forward_port, big_events(f"app.p{i}", size, frames), acks) for i in range(connections)],
+        )
+        peak = memory(pid)["VmHWM"]
+        settled = rss_settles(pid, idle + 100_000_000)
+        counters = metrics(server)
+        assert server.stop() == 0, server.log()
+    assert acks == [frames] * connections
+    held_peak = counters["windvane_memory_held_peak_bytes"]
+    assert held_peak <= budget * MIB, f"held {held_peak / MIB:.1f} MiB at once, over the budget of {budget} MiB"
+    assert peak <= budget * MIB + 300_000_000, f"peak RSS {peak >> 20} MiB"
+    assert settled, f"RSS stayed over idle + 100 MB after the burst ({memory and idle >> 20} MiB idle)"
+    assert counters["windvane_memory_budget_pauses_total"] > 0
+    assert {stored(tmp_path, f"app.p{i}") for i in range(connections)} == {(frames, size)}
+
+
+def slow_frame(port: int, tag: str, size: int, done: list[int]) -> None:
+    """Authenticate, then send one message of one ``size``-byte event slowly (64 KiB every 5 ms), and read
+    its ack."""
+    frame = b"".join(big_events(tag, size, 1)[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        assert handshake(sock, "k3y")[:2] == ["PONG", True]
+        for offset in range(0, len(frame), 64 << 10):
+            sock.sendall(frame[offset : offset + (64 << 10)])
+            time.sleep(0.005)
+        done.append(read_acks(sock, 1))
+
+
+def http_status(port: int) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/app.h", b'{"message": "hello"}', {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_slow_big_frames_hold_no_more_than_the_budget_and_others_are_served(tmp_path):
+    # 8 authenticated connections each send a 6 MiB message slowly. Each is charged 24 MiB of the 32 MiB
+    # budget from its header on, so one is read at a time: the others are not read at all meanwhile, and
+    # a small chunk or an HTTP post still fits beside it.
+    budget, connections, size = 32, 8, 6 * MIB
+    done: list[int] = []
+    with start(tmp_path, budget, "--shared-key", "k3y", "--http-auth", "none") as server:
+        port = server.forward_port
+        senders = threading.Thread(
+            target=run_clients, args=(slow_frame, [(port, f"app.s{i}", size, done) for i in range(connections)])
+        )
+        senders.start()
+        for _ in range(600):  # until the budget holds a big frame
+            if metrics(server)['windvane_memory_held_bytes{kind="partial"}'] >= 4 * size:
+                break
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as small:
+            assert handshake(small, "k3y")[:2] == ["PONG", True]
+            small_acked = acked(small)
+        status = http_status(server.http_port)
+        senders.join(200)
+        counters = metrics(server)
+        assert server.stop() == 0, server.log()
+    assert small_acked and status == 200
+    assert done == [1] * connections
+    held_peak = counters["windvane_memory_held_peak_bytes"]
+    assert held_peak <= budget * MIB, f"held {held_peak / MIB:.1f} MiB at once, over the budget of {budget} MiB"
+    assert {stored(tmp_path, f"app.s{i}") for i in range(connections)} == {(1, size)}
+
+
+def test_a_message_bigger_than_the_whole_budget_is_read_alone(tmp_path):
+    # A 10 MiB message is charged 40 MiB, more than the 32 MiB budget: it is read once nothing else is
+    # held, and stored; small chunks before and after it are stored too.
+    budget, size = 32, 10 * MIB
+    with start(tmp_path, budget) as server:
+        acks: list[int] = []
+        small = [(packed_forward("app.small", [(time.time_ns(), {"message": "hi"})], chunk_id()),) for _ in range(3)]
+        run_clients(
+            send_and_read_acks,
+            [(server.forward_port, small + big_events("app.big", size, 1) + small, acks)]
+            + [(server.forward_port, big_events(f"app.b{i}", 2 * MIB, 2), acks) for i in range(4)],
+        )
+        counters = metrics(server)
+        assert server.stop() == 0, server.log()
+    assert sorted(acks) == [2, 2, 2, 2, 7]
+    assert stored(tmp_path, "app.big") == (1, size)
+    assert counters["windvane_memory_held_peak_bytes"] <= 4 * size + 64 * 1024
