@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.cli.test_serve import column, forward_send, post
+from tests.cli.test_serve_http_records import server
 from tests.forward_sender import chunk_id
-from tests.serve_process import Serve
 from windvane.cli import cli as windvane_cli
 
 SCHEMA = """
@@ -37,20 +37,14 @@ NS = 10**9
 NOT_JSON = "is not a JSON number: JSON has no NaN or Infinity (send null, or the value as a string)"
 
 
+_ = server  # a fixture: the server of test_serve_http_records, on the schemas below
+
+
 @pytest.fixture
 def schemas(tmp_path):
-    d = tmp_path / "schemas"
-    d.mkdir()
-    (d / "app.toml").write_text(SCHEMA)
-    return d
-
-
-@pytest.fixture
-def server(sqlite_url, schemas, tmp_path):
-    s = Serve(sqlite_url, schemas, tmp_path / "serve.log")
-    yield s
-    if s.process.poll() is None:
-        assert s.stop() == 0, s.log()
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "app.toml").write_text(SCHEMA)
+    return tmp_path / "schemas"
 
 
 def _event_time(seconds: int, nanos: int) -> msgpack.ExtType:
