@@ -129,6 +129,24 @@ def test_printed_store_figures_match_its_tables(ran):
     assert len(rates) == 5 and all(re.search(r"[1-9][\d,]* (records|rows)/s", line) for line in rates)
 
 
+def test_the_throughput_figures_add_up(ran):
+    _, out = ran
+    commit = re.search(
+        r"  commit +\d+ group commits, ([\d,]+) rows; the service was busy with them ([\d.]+) s of the ([\d.]+) s: "
+        r"([\d,]+) rows/s",
+        out,
+    )
+    end = re.search(r"  end to end .*: ([\d.]+) s = ([\d.]+) s sending \+ ([\d.]+) s until the last commit", out)
+    assert commit is not None and end is not None, out
+    rows, busy, of, rate = int(commit[1].replace(",", "")), float(commit[2]), float(commit[3]), commit[4]
+    total, sending, after = (Decimal(end[i]) for i in (1, 2, 3))
+    assert float(total) == of and 0 < busy <= of  # the service's busy time is part of the end-to-end time
+    assert sending + after == total
+    shown = int(rate.replace(",", ""))
+    assert rows / (busy + 0.0005) - 1 <= shown <= rows / (busy - 0.0005) + 1  # busy is printed rounded
+    assert "s summed, more than the time it took: the next group is validated while one commits" in out
+
+
 def test_first_and_last_records_are_the_samples(ran):
     cwd, _ = ran
     url = f"sqlite:///{cwd}/var/demo.db"
