@@ -199,10 +199,13 @@ def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None
 
     In one commit the records that fit are appended to the stream and
     removed from the quarantine; the others stay, with the reason they fail
-    now. Run twice, or again after being killed, it never stores a record
-    twice nor loses one. Replay reads records that arrived as msgpack or
-    JSON (Forward, HTTP, MQTT, JSON imports); the time is the one the
-    quarantine recorded, and records whose time was unreadable stay.
+    now. When none fits, nothing is committed. Run twice, or again after
+    being killed, it never stores a record twice nor loses one. Replay reads
+    records that arrived as msgpack or JSON (Forward, HTTP, MQTT, JSON
+    imports); the time is the one the quarantine recorded, and records
+    whose time was unreadable stay. Records it cannot read (a CSV or log
+    line) keep the reason they were quarantined for, its line number with
+    it, and replay's reason is said beside it.
     """
     from windvane import arrays, neostore
     from windvane.ingest import replay as replaying
