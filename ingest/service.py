@@ -146,19 +146,21 @@ def _iso(when: float) -> str:
     return datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds")
 
 
-#: Streams a failing /health message names one by one; the others it counts.
-_NAMED_STREAMS = 5
+#: Failing streams a /health message names one by one, and its ``streams`` lists (oldest failure first);
+#: ``failing_streams`` counts them all: a full disk can fail thousands of streams' work at once.
+_NAMED_STREAMS, _LISTED_STREAMS = 5, 100
 
 
-def _failing_message(failure: CommitFailure, failing: dict[str, CommitFailure]) -> str:
-    """What /health says while ``failing`` (the whole ``failure``): which streams' work is not committed, why."""
-    named = [
-        f"{tag!r} ({f.failures} failed since {_iso(f.since)}: {f.reason})"
-        for tag, f in sorted(failing.items(), key=lambda item: item[1].since)
-        if tag != NO_STREAM
-    ]
-    if len(named) > _NAMED_STREAMS:
-        named[_NAMED_STREAMS:] = [f"and {len(named) - _NAMED_STREAMS} more stream(s)"]
+def _failing_streams(failing: dict[str, CommitFailure]) -> list[tuple[str, CommitFailure]]:
+    """The streams of ``failing`` (not work that names none), oldest failure first."""
+    return sorted(((tag, f) for tag, f in failing.items() if tag != NO_STREAM), key=lambda item: item[1].since)
+
+
+def _failing_message(failure: CommitFailure, streams: list[tuple[str, CommitFailure]]) -> str:
+    """What /health says while commits fail (``failure`` as a whole): which streams' work is not committed, why."""
+    named = [f"{tag!r} ({f.failures} failed since {_iso(f.since)}: {f.reason})" for tag, f in streams[:_NAMED_STREAMS]]
+    if len(streams) > _NAMED_STREAMS:
+        named.append(f"and {len(streams) - _NAMED_STREAMS} more stream(s)")
     why = f"work not committed yet (until it is sent again) for stream {', '.join(named)}" if named else failure.reason
     return f"commits fail since {_iso(failure.since)} ({failure.failures} failed): {why}"
 
@@ -228,18 +230,19 @@ class Service:
         failure, failing = self.metrics.failure, self.metrics.failing
         if failure is not None:
             # Not read from the store: a store that is down could keep this answer waiting.
+            streams = _failing_streams(failing)
             return {
                 **out,
                 "status": "failing",
                 "error": "commits_failing",
-                "message": _failing_message(failure, failing),
+                "message": _failing_message(failure, streams),
                 "reason": failure.reason,
                 "failing_since": failure.since,
                 "failed_commits": failure.failures,
+                "failing_streams": len(streams),
                 "streams": {
                     tag: {"reason": f.reason, "failing_since": f.since, "failed_commits": f.failures}
-                    for tag, f in sorted(failing.items())
-                    if tag != NO_STREAM
+                    for tag, f in streams[:_LISTED_STREAMS]
                 },
             }
         last = self.store.last_transaction()

@@ -30,13 +30,21 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.cli.test_serve import column, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.cli.test_serve import SCHEMA, column, post
 from tests.forward_sender import chunk_id, packed_forward
 from tests.ingest.test_committer import SCHEMAS, batch, read
 from tests.serve_process import Serve
 from windvane import arrays, neostore
 from windvane.ingest import Batch
 from windvane.ingest.committer import GroupCommitter
+
+
+@pytest.fixture
+def schemas(tmp_path) -> Path:
+    """A schema directory with :data:`tests.cli.test_serve.SCHEMA` (tags ``app.**``)."""
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "app.toml").write_text(SCHEMA)
+    return tmp_path / "schemas"
 
 
 def health(server: Serve) -> tuple[int, dict]:
@@ -69,6 +77,7 @@ def assert_failing(server: Serve, failures: int, streams: dict[str, str]) -> dic
     assert status == 503, body
     assert body["status"] == "failing" and body["error"] == "commits_failing"
     assert body["reason"] in body["message"] and set(body["streams"]) == set(streams), body
+    assert body["failing_streams"] == len(streams)
     text = metrics(server)
     for tag, reason in streams.items():
         assert repr(tag) in body["message"] and reason in body["streams"][tag]["reason"], body
