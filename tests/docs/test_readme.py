@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -237,3 +238,15 @@ def test_log_commands_run_on_stand_ins(quick_start, tmp_path):
         result = run_windvane(Command(command.line, args, command.text), tmp_path)
         count = len(stand_in.read_text().splitlines())
         assert f"{count:,} rows, 0 rejected" in result.stdout + result.stderr, (command.text, result.stdout)
+
+
+def test_the_tour_prints_the_last_commit_as_the_command_line_writes_tids(quick_start, tmp_path):
+    # It printed b'\x04\rj...' where `windvane` writes 0x040d6ae3f1dab299.
+    tour = next(b for b in code_blocks(README) if b.section == "A tour" and b.lang in PYTHON)
+    shutil.copytree(quick_start, tmp_path, dirs_exist_ok=True)
+    result = subprocess.run(
+        [sys.executable, "-c", tour.text], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert re.fullmatch(r"0x[0-9a-f]{16}", last), result.stdout
