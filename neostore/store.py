@@ -41,7 +41,7 @@ from .pool import ConnectionPool
 from .reads import ValueReader, ValueSink
 from .records import Record, Revision, TransactionInfo, ValueUsage
 from .sql import Row
-from .tids import p64
+from .tids import as_tid, p64
 from .transaction import Resolver, Transaction
 from .upload import send_to_tier
 from .url import StoreURL, parse_url
@@ -288,9 +288,10 @@ class Store:
         return history.changes_since(self._query, tid, limit)
 
     @guarded
-    def transaction_info(self, tid: bytes) -> TransactionInfo:
-        """The metadata of committed transaction ``tid``; NeoStoreError if there is none."""
-        return history.transaction_info(self._query, tid)
+    def transaction_info(self, tid: bytes | str) -> TransactionInfo:
+        """The metadata of committed transaction ``tid`` (its bytes or its text, ``0x040d6ae3f1dab299``);
+        NeoStoreError if there is none."""
+        return history.transaction_info(self._query, as_tid(tid))
 
     @guarded
     def iter_transactions(
@@ -300,9 +301,9 @@ class Store:
         yield from history.iter_transactions(self._query, start, stop, newest_first=newest_first, page=page)
 
     @guarded
-    def records(self, tid: bytes) -> Iterator[Record]:
-        """The object revisions transaction ``tid`` wrote, by oid; values load lazily."""
-        yield from history.records(self._query, self.load_serial, tid)
+    def records(self, tid: bytes | str) -> Iterator[Record]:
+        """The object revisions transaction ``tid`` (bytes or text) wrote, by oid; values load lazily."""
+        yield from history.records(self._query, self.load_serial, as_tid(tid))
 
     @guarded
     def value_size(self) -> int:

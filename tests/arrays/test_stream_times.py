@@ -21,7 +21,10 @@ def test_tids_print_as_the_command_line_writes_them_and_are_read_back(sqlite_url
         s.append({"time": [T0], "v": [1]})
     with neostore.open(sqlite_url, read_only=True) as store:
         tid = store.last_transaction()
-    text = f"0x{bytes(tid).hex()}"
+        text = f"0x{bytes(tid).hex()}"
+        # Where a tid is taken, its text is too.
+        assert store.transaction_info(text).tid == tid and str(store.transaction_info(tid).tid) == text
+        assert [r.oid for r in store.records(text)] == [r.oid for r in store.records(tid)]
     # What the tour printed was b'\x04\rj...'; the command line writes 0x040d6ae3f1dab299.
     assert str(tid) == text and repr(tid) == f"Tid('{text}')"
     assert f"{tid}" == text
