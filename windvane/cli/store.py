@@ -302,12 +302,8 @@ def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -
         except neostore.InvalidURLError as exc:
             raise BadInput(f"--to {to!r}: give s3://bucket/prefix or db") from exc
         url = neostore.with_tier(url, to, endpoint, threshold)
-    elif "blobs=" not in url:
-        raise BadInput(
-            "--to db: give the URL with the store's ?blobs=s3://bucket/prefix (and &endpoint=) the values are in"
-        )
-    if not out:
-        _require_location(url)
+    else:
+        _require_location(url)  # without the store's ?blobs=, refused with the URL to give
     with _open_for_tier(url, create=False) as st:
         _move(st, out, url)
 
