@@ -135,8 +135,8 @@ def cli() -> None:
     Inspect or pack a store (SQLite or MariaDB):
 
     \b
-        windvane store info sqlite:///windvane.db
-        windvane store pack sqlite:///windvane.db --keep-days 30
+        windvane store info --store sqlite:///windvane.db
+        windvane store pack --store sqlite:///windvane.db --keep-days 30
 
     Receive fluentd Forward and HTTP data into streams (schemas/ says which tags go where):
 
@@ -159,8 +159,11 @@ def cli() -> None:
     List the arrays a store holds, and an array's commits:
 
     \b
-        windvane arrays ls sqlite:///windvane.db
-        windvane arrays history sqlite:///windvane.db turbine1/vibration
+        windvane arrays ls --store sqlite:///windvane.db
+        windvane arrays history --store sqlite:///windvane.db turbine1/vibration
+
+    Every command on a store takes --store URL, or WINDVANE_STORE when it is
+    not given (export WINDVANE_STORE=sqlite:///windvane.db).
     """
 
 
