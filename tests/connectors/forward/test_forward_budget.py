@@ -27,7 +27,6 @@ MIB = 1 << 20
 SCHEMA = """
 kind = "log"
 tags = ["app.**"]
-chunk_rows = 1
 [[fields]]
 name = "message"
 dtype = "str"
@@ -71,6 +70,15 @@ def big_events(tag: str, size: int, count: int) -> list[tuple[bytes, bytes]]:
     return [(head, chunk_id()) for _ in range(count)]
 
 
+def small_events(tag: str, size: int, count: int) -> list[tuple[bytes, bytes]]:
+    """As :func:`big_events`, each message ``size`` bytes of events of 1 KiB."""
+    first = chunk_id()
+    now = time.time_ns()
+    events = [(now + i, {"message": f"{i:08d}".ljust(1024, "y")}) for i in range(size >> 10)]
+    head = packed_forward(tag, events, first)[: -len(first)]
+    return [(head, chunk_id()) for _ in range(count)]
+
+
 def rss_settles(pid: int, bound: int) -> bool:
     """Whether the resident memory of ``pid`` comes down to ``bound`` bytes, looking for at most 30 s."""
     for _ in range(300):
@@ -81,10 +89,11 @@ def rss_settles(pid: int, bound: int) -> bool:
 
 
 def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path):
-    # 12 connections each pipeline 6 frames of 4 MiB (288 MiB offered at once) against a budget of
-    # 48 MiB: each frame is admitted (four times its size) before it is read, so at most two or three
-    # are held at a time. Memory the burst took goes back to the system once nothing is held.
-    budget, connections, frames, size = 48, 12, 6, 4 * MIB
+    # 8 connections each pipeline 4 messages of 8 MiB, 8,192 events of 1 KiB each (256 MiB offered at
+    # once), against a budget of 128 MiB: each message is admitted (four times its size) before it is
+    # read, so at most three or four are held at a time. The many objects the burst made leave the
+    # allocator's heaps fragmented: that memory goes back to the system once nothing is held.
+    budget, connections, frames, size = 128, 8, 4, 8 * MIB
     with start(tmp_path, budget, "--trim-after", "0.5") as server:
         pid = server.process.pid
         assert acked(socket.create_connection(("127.0.0.1", server.forward_port), timeout=60))  # warmed up
@@ -92,7 +101,7 @@ def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path
         acks: list[int] = []
         run_clients(
             send_and_read_acks,
-            [(server.forward_port, big_events(f"app.p{i}", size, frames), acks) for i in range(connections)],
+            [(server.forward_port, small_events(f"app.p{i}", size, frames), acks) for i in range(connections)],
         )
         peak = memory(pid)["VmHWM"]
         settled = rss_settles(pid, idle + 100_000_000)
@@ -102,9 +111,9 @@ def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path
     held_peak = counters["windvane_memory_held_peak_bytes"]
     assert held_peak <= budget * MIB, f"held {held_peak / MIB:.1f} MiB at once, over the budget of {budget} MiB"
     assert peak <= budget * MIB + 300_000_000, f"peak RSS {peak >> 20} MiB"
-    assert settled, f"RSS stayed over idle + 100 MB after the burst ({memory and idle >> 20} MiB idle)"
+    assert settled, f"RSS stayed over idle + 100 MB after the burst ({idle >> 20} MiB idle)"
     assert counters["windvane_memory_budget_pauses_total"] > 0
-    assert {stored(tmp_path, f"app.p{i}") for i in range(connections)} == {(frames, size)}
+    assert {stored(tmp_path, f"app.p{i}") for i in range(connections)} == {(frames * size >> 10, 1024)}
 
 
 def slow_frame(port: int, tag: str, size: int, done: list[int]) -> None:
@@ -176,4 +185,5 @@ def test_a_message_bigger_than_the_whole_budget_is_read_alone(tmp_path):
         assert server.stop() == 0, server.log()
     assert sorted(acks) == [2, 2, 2, 2, 7]
     assert stored(tmp_path, "app.big") == (1, size)
-    assert counters["windvane_memory_held_peak_bytes"] <= 4 * size + 64 * 1024
+    # The message alone, and what the other connections had read of their next message's head.
+    assert counters["windvane_memory_held_peak_bytes"] <= 4 * size + 4 * MIB
