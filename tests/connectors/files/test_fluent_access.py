@@ -66,7 +66,7 @@ def test_apache2_makes_dashes_null_and_numbers_of_code_and_size() -> None:
         | {"code": None, "size": 12, "referer": None, "agent": None},
     ]
     assert [r.reason for r in parsed.rejected] == [
-        "line 4: pattern not matched",
+        "line 4: pattern not matched: the line matches the expression through its last field 'size', not after it",
         "line 5: invalid time format: value = 01/Foo/2024:00:00:03 +0000",
     ]
 
@@ -110,7 +110,9 @@ def test_nginx_keeps_text_and_reads_the_forwarded_for_field() -> None:
         ("200", "5", "-", None),
         ("200", "5", "-", None),
     ]
-    assert [r.reason for r in parsed.rejected] == ["line 5: pattern not matched"]
+    assert [r.reason for r in parsed.rejected] == [
+        "line 5: pattern not matched: the line matches the expression through its last field 'size', not after it"
+    ]
 
 
 def test_nginx_takes_types_a_zone_and_its_own_time_format() -> None:
@@ -141,7 +143,9 @@ def test_apache_error_with_and_without_pid_and_client() -> None:
     ]
     times = [r["time"] for r in rows(parsed)]
     assert times[1] - times[0] == 250_000_000 and times[0] == times[2] != NOW  # fluentd's default time parsing
-    assert [r.reason for r in parsed.rejected] == ["line 5: pattern not matched"]
+    assert [r.reason for r in parsed.rejected] == [
+        "line 5: pattern not matched: the line matches the expression through field 'level', not through 'message'"
+    ]
 
 
 @pytest.mark.parametrize("expression", [APACHE2, APACHE_ERROR, NGINX, r"/^(?<a>\w+) (?<b>\d*)(?<c>x)?/"])

@@ -43,12 +43,20 @@ def test_types_and_null_values_as_fluentd() -> None:
         {"host": "h", "n": None, "f": 0.0, "b": True, "rest": None},  # "" is null (null_empty_string)
         {"host": "ü", "n": 0, "f": 15.0, "b": False, "rest": None},  # an Arabic digit is no digit to Ruby
     ]
-    assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [(6, b"nope", "line 6: pattern not matched")]
+    assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [
+        (
+            6,
+            b"nope",
+            "line 6: pattern not matched: the line matches the expression through field 'host', not through 'n'",
+        )
+    ]
 
 
 def test_a_blank_line_is_a_line_the_expression_may_not_match() -> None:
     parsed = parse("a\n\nb\n", expression=r"^(?<x>\w)$")
-    assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [(2, b"", "line 2: pattern not matched")]
+    assert [(r.line, r.raw, r.reason) for r in parsed.rejected] == [
+        (2, b"", "line 2: pattern not matched: the line does not match the expression up to its first field 'x'")
+    ]
     assert records(parse("\n", expression=r"^(?<x>\w*)$")) == [{"time": NOW, "x": ""}]
 
 
@@ -114,7 +122,7 @@ def test_ruby_expression_syntax() -> None:
     )
     assert [(r["word"], r["hex"]) for r in records(parsed)] == [("ABC", "ff"), ("abc", "FF")]
     assert parse("x\n", expression=r"(?<a>\w+)").table.column("a").to_pylist() == ["x"]
-    assert parse("é\n", expression=r"^(?<a>\w+)$").rejected[0].reason == "line 1: pattern not matched"
+    assert parse("é\n", expression=r"^(?<a>\w+)$").rejected[0].reason.startswith("line 1: pattern not matched")
 
 
 @pytest.mark.parametrize(
@@ -146,7 +154,11 @@ def test_none_parser() -> None:
 
 def test_lines_are_matched_as_bytes_as_in_tail_does() -> None:
     # in_tail reads lines as binary strings: "." is one byte, "ü" two (checked on fluentd's in_tail)
-    assert parse("ü|x\nab|c\n", expression=r"^(?<a>.)\|(?<b>.*)$").rejected[0].reason == "line 1: pattern not matched"
+    assert (
+        parse("ü|x\nab|c\n", expression=r"^(?<a>.)\|(?<b>.*)$")
+        .rejected[0]
+        .reason.startswith("line 1: pattern not matched")
+    )
     assert records(parse("ü|x\n", expression=r"^(?<a>.{1,2})\|(?<b>.*)$")) == [{"time": NOW, "a": "ü", "b": "x"}]
     assert records(parse("ü\n", expression=r"^(?<a>.)(?<b>.*)$")) == [{"time": NOW, "a": "\\xc3", "b": "\\xbc"}]
 
@@ -181,7 +193,7 @@ def test_a_whole_section_as_in_tail_gave_it() -> None:
         {"time": tokyo, "host": "g", "time_text": "02/Jan/2020:03:04:05 +0900", "code": None, "msg": None},
     ]
     assert [r.reason for r in parsed.rejected] == [
-        "line 2: pattern not matched",
+        "line 2: pattern not matched: the line matches the expression through field 'host', not through 'time'",
         "line 3: invalid time format: value = xx",
         "line 7: invalid time format: value = ",
     ]
