@@ -134,69 +134,71 @@ class Metrics:
         with self._lock:
             self.duplicates += 1
 
+    @property
+    def commits_failing(self) -> int:
+        """1 while commits fail (:attr:`failure` is set), else 0."""
+        return int(self.failure is not None)
+
     def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
         """Prometheus samples: ``(name, help, type, labels, value)``."""
         with self._lock:
             streams = {tag: StreamCounters(**vars(c)) for tag, c in self.streams.items()}
-            out = [
-                ("windvane_commits_total", "Group commits made.", "counter", {}, self.commits),
-                (
-                    "windvane_commit_failures_total",
-                    "Group commits that failed (nothing acknowledged).",
-                    "counter",
-                    {},
-                    self.failed_commits,
-                ),
-                (
-                    "windvane_commits_failing",
-                    "1 while commits fail (from a failed commit until the work that failed is "
-                    "committed; GET /health answers 503 meanwhile), else 0.",
-                    "gauge",
-                    {},
-                    int(self.failure is not None),
-                ),
-                (
-                    "windvane_internal_errors_total",
-                    "Submissions an internal error kept from being stored as they "
-                    "were; their events went to quarantine verbatim (see the log for the traceback).",
-                    "counter",
-                    {},
-                    self.internal_errors,
-                ),
-                (
-                    "windvane_poisoned_submissions_total",
-                    "Submissions committed with every event quarantined verbatim "
-                    "because they could not be prepared or stored as they were.",
-                    "counter",
-                    {},
-                    self.poisoned_submissions,
-                ),
-                ("windvane_poisoned_events_total", "Events of those submissions.", "counter", {}, self.poisoned_events),
-                (
-                    "windvane_duplicate_submissions_total",
-                    "Submissions whose idempotency key was already committed.",
-                    "counter",
-                    {},
-                    self.duplicates,
-                ),
-                (
-                    "windvane_commit_seconds_total",
-                    "Each group's time from validation to commit, summed; groups overlap (the next is validated "
-                    "while one commits), so this grows faster than the clock.",
-                    "counter",
-                    {},
-                    self.commit_seconds,
-                ),
-                (
-                    "windvane_commit_busy_seconds_total",
-                    "Time at least one group was being validated, written or committed.",
-                    "counter",
-                    {},
-                    self.busy_seconds,
-                ),
-                ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", {}, self.pending_bytes),
-            ]
+            out = [(name, help_text, kind, {}, getattr(self, attr)) for name, help_text, kind, attr in _TOTALS]
         return out + _stream_samples(streams) + _failing_samples(set(streams), self.failing)
+
+
+#: The committer's own samples: (name, help, type, the :class:`Metrics` attribute).
+_TOTALS = [
+    ("windvane_commits_total", "Group commits made.", "counter", "commits"),
+    (
+        "windvane_commit_failures_total",
+        "Group commits that failed (nothing acknowledged).",
+        "counter",
+        "failed_commits",
+    ),
+    (
+        "windvane_commits_failing",
+        "1 while commits fail (from a failed commit until the work that failed is "
+        "committed; GET /health answers 503 meanwhile), else 0.",
+        "gauge",
+        "commits_failing",
+    ),
+    (
+        "windvane_internal_errors_total",
+        "Submissions an internal error kept from being stored as they "
+        "were; their events went to quarantine verbatim (see the log for the traceback).",
+        "counter",
+        "internal_errors",
+    ),
+    (
+        "windvane_poisoned_submissions_total",
+        "Submissions committed with every event quarantined verbatim "
+        "because they could not be prepared or stored as they were.",
+        "counter",
+        "poisoned_submissions",
+    ),
+    ("windvane_poisoned_events_total", "Events of those submissions.", "counter", "poisoned_events"),
+    (
+        "windvane_duplicate_submissions_total",
+        "Submissions whose idempotency key was already committed.",
+        "counter",
+        "duplicates",
+    ),
+    (
+        "windvane_commit_seconds_total",
+        "Each group's time from validation to commit, summed; groups overlap (the next is validated "
+        "while one commits), so this grows faster than the clock.",
+        "counter",
+        "commit_seconds",
+    ),
+    (
+        "windvane_commit_busy_seconds_total",
+        "Time at least one group was being validated, written or committed.",
+        "counter",
+        "busy_seconds",
+    ),
+    ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", "pending_bytes"),
+]
 
 
 #: The per-stream samples: (name, help, type, the :class:`StreamCounters` attribute).
