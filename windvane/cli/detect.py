@@ -1,17 +1,17 @@
 """Which parser reads a log file: `windvane parsers --detect FILE`.
 
-The file's first lines (:data:`SAMPLE_LINES` by default, at most
-:data:`SAMPLE_BYTES`, decompressed as `import` reads them; blank lines are
-skipped as `import` skips them) are parsed by every candidate: the shipped
-parsers (:mod:`windvane.parsers`), windvane's own log formats and fluentd's
-parsers that need no options (:data:`FLUENTD_DEFAULTS`). ``ltsv`` and
-``logfmt`` make keys of any text, so a line counts as read by them only if
-it has their shape (:data:`SHAPES`). The candidates are
-ranked by the lines they read, then by the lines they give a time of their
-own (a parser that stamps a line with the time it is read reads less of
-it), then by the values they fill (the more specific parser first), then
-by name. Each comes with the lines it rejected, with the parser's reason
-(``pattern not matched`` says where the line stopped matching).
+The file's first lines (`--sample` of them, at most :data:`SAMPLE_BYTES`,
+decompressed as `import` reads them; blank lines are skipped as `import`
+skips them) are parsed by every candidate: the shipped parsers
+(:mod:`windvane.parsers`), windvane's own log formats and fluentd's parsers
+that need no options (:data:`FLUENTD_DEFAULTS`). ``ltsv`` and ``logfmt``
+make keys of any text, so a line counts as read by them only if it has
+their shape (:data:`SHAPES`). The candidates are ranked by the lines they
+read, then by the lines they give a time of their own (a parser that
+stamps a line with the time it is read reads less of it), then by the
+values they fill (the more specific parser first), then by name. Each
+comes with the lines it rejected, with the parser's reason (``pattern not
+matched`` says where the line stopped matching).
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from windvane.connectors.files.logs import LOG_FORMATS, LogFormat, LogOptions, R
 from windvane.connectors.files.logs.fluent import ParseConfig, fluent_format
 from windvane.connectors.files.logs.lines import line_count
 
-#: Lines sampled by default, and the most bytes read for them whatever their number.
-SAMPLE_LINES = 2000
+#: The most bytes read for the lines sampled, whatever their number.
 SAMPLE_BYTES = 8 << 20
 #: fluentd's parsers that read lines with their defaults alone (regexp, csv, tsv and multiline need options;
 #: none reads any line; msgpack reads binary streams).
@@ -81,7 +80,7 @@ def candidates() -> list[Candidate]:
     return found
 
 
-def sample(path: str, lines: int = SAMPLE_LINES) -> bytes:
+def sample(path: str, lines: int) -> bytes:
     """The first ``lines`` lines of ``path`` (decompressed), whole, at most :data:`SAMPLE_BYTES` of them (one
     longer line is taken cut)."""
     with open_data(path) as f:
@@ -97,7 +96,7 @@ def sample(path: str, lines: int = SAMPLE_LINES) -> bytes:
     return data[:end]
 
 
-def detect(path: str, lines: int = SAMPLE_LINES) -> Detection:
+def detect(path: str, lines: int) -> Detection:
     """Every candidate's result on the first ``lines`` lines of ``path``, best first (see the module)."""
     block = sample(path, lines)
     now = time.time_ns()

@@ -9,6 +9,8 @@ from windvane.cli.root import BadInput, NothingMatched, cli, counted
 #: Candidates listed beside the best, and lines it missed shown.
 SHOWN_CANDIDATES = 8
 SHOWN_MISSES = 5
+#: Lines --detect samples unless --sample says otherwise.
+SAMPLE_LINES = 2000
 
 
 @cli.command(name="parsers", short_help="List the shipped log parsers, show one, or find the one that reads a file.")
@@ -25,7 +27,7 @@ SHOWN_MISSES = 5
     "--sample",
     "sample_lines",
     type=click.IntRange(1, 100_000),
-    default=2000,
+    default=SAMPLE_LINES,
     show_default=True,
     help="Lines of FILE --detect tries (blank lines are skipped, as import skips them).",
 )
