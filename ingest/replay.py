@@ -29,6 +29,7 @@ import collections
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import msgpack
@@ -85,24 +86,67 @@ class ReplayResult:
 def record_of(raw: bytes) -> tuple[Any, int | None, str | None]:
     """``(record, time, None)`` for quarantined bytes that hold a record replay reads, else ``(None, None, why
     not)`` (said after :data:`UNREADABLE`). ``time`` (ns since the epoch) is the record's ``time`` field, read
-    as the connectors and imports read it (epoch seconds or ISO 8601), or None when it has none."""
+    as the connectors and imports read it (epoch seconds or ISO 8601, a JSON number to the nanosecond), or
+    None when it has none. A record whose time, in the field or before it (``[time, record]``), is not a
+    time is not read: no schema fixes it, and the time it was quarantined at is only when it arrived."""
     try:
         obj = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         try:
-            obj = json.loads(raw)
+            obj = _json_object(raw)
+        except _NotJson as exc:
+            return None, None, str(exc)
         except (ValueError, UnicodeDecodeError):
             return None, None, "its bytes are not one msgpack or JSON object"
         if type(obj) is not dict:
             return None, None, f"the JSON holds a {type(obj).__name__}, not an object"
+    head = None
     if type(obj) is list and len(obj) == 2:
-        obj = obj[1]
+        head, obj = obj
     elif type(obj) is list and len(obj) in (3, 4) and type(obj[0]) is str:
-        obj = obj[2]
+        head, obj = obj[1], obj[2]
+    if type(head) is list and head:  # Fluent Bit's [EventTime, {metadata}]
+        head = head[0]
+    # 0 and nil: "now" to Forward, whose arrival time the quarantine keeps.
+    if head is not None and head != 0 and read_time(head) is None:
+        return None, None, _NO_TIME_FIX
     if type(obj) is not dict:
         return obj, None, None
     when = next((obj[k] for k in ("time", b"time") if k in obj), None)
+    if when is not None and read_time(when) is None:
+        return None, None, _NO_TIME_FIX
     return {k: v for k, v in obj.items() if k not in ("time", b"time")}, read_time(when), None
+
+
+_NO_TIME_FIX = "its time is not a time, which no schema fixes"
+
+
+class _NotJson(ValueError):
+    """JSON text holding NaN or an infinity, which are not JSON."""
+
+
+def _not_json(name: str) -> Any:
+    raise _NotJson(f"its JSON holds {name}, which is not JSON")
+
+
+def _json_object(raw: bytes) -> Any:
+    """The JSON value of ``raw`` as RFC 8259 has it (NaN and Infinity are a ValueError), its numbers floats but
+    for an object's ``time``, kept as the exact Decimal written."""
+    value = json.loads(raw, parse_float=Decimal, parse_constant=_not_json)
+    if type(value) is dict:
+        return {k: v if k == "time" else _floats(v) for k, v in value.items()}
+    return _floats(value)
+
+
+def _floats(value: Any) -> Any:
+    """``value`` with every Decimal (nested ones too) the float JSON's number is read as elsewhere."""
+    if type(value) is Decimal:
+        return float(value)
+    if type(value) is dict:
+        return {k: _floats(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_floats(v) for v in value]
+    return value
 
 
 def _summary(tag: str, reasons: Any) -> Summary:

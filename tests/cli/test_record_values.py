@@ -134,6 +134,12 @@ def test_an_event_time_with_nanoseconds_past_a_second_over_http_msgpack_is_quara
     assert column(sqlite_url, "app.wv", "seq") == [4]
     assert column(sqlite_url, "app.wv", "raw", quarantine=True) == items[:1]
     assert column(sqlite_url, "app.wv", "reason", quarantine=True) == [reason.replace("4294967295", "1000000000")]
+    # No schema fixes a time: replay leaves the record where it is rather than store it at its arrival.
+    replay = _windvane("quarantine", "replay", "app.fb", "--store", sqlite_url)
+    assert replay.exit_code == 0 and "replayed 0 records" in replay.output, replay.output
+    assert column(sqlite_url, "app.fb", "seq") == [2]
+    assert "1 stays in quarantine" in replay.output and "its time is not a time, which no schema fixes" in replay.output
+    assert column(sqlite_url, "app.fb", "raw", quarantine=True) == events[:1]
 
 
 # -- NaN and Infinity --------------------------------------------------------------------------------
@@ -205,6 +211,28 @@ def test_forward_nan_is_a_float_value_but_never_extra_text(server, sqlite_url):
     assert column(sqlite_url, "app.fw", "raw", quarantine=True) == entries[1:]
 
 
+def test_replay_reads_json_as_import_does_exact_times_and_no_nan(sqlite_url, tmp_path, schemas):
+    strict = tmp_path / "strict.toml"
+    strict.write_text(SCHEMA.replace('extra = "keep"', 'extra = "reject"').replace('name = "value"', 'name = "v"'))
+    path = tmp_path / "values.jsonl"
+    lines = ['{"time": 1709294400.123456789, "seq": 1, "value": 2.5}', '{"time": 1709294400, "seq": 2, "value": NaN}']
+    path.write_text("\n".join(lines) + "\n")
+    imported = _windvane("import", str(path), "--store", sqlite_url, "--tag", "app.rp", "--schema", str(strict))
+    assert imported.exit_code == 3, imported.output  # 3: rows quarantined
+    fixed = _windvane("quarantine", "replay", "app.rp", "--store", sqlite_url, "--schema", str(schemas / "app.toml"))
+    assert fixed.exit_code == 0 and "replayed 1 record of" in fixed.output, fixed.output
+    assert column(sqlite_url, "app.rp", "seq") == [1]
+    assert column(sqlite_url, "app.rp", "value") == [2.5]
+    assert column(sqlite_url, "app.rp", "time") == [SECOND * NS + 123456789]
+    assert column(sqlite_url, "app.rp", "reason", quarantine=True) == [
+        f"line 2: not JSON: byte 40: NaN {NOT_JSON}; replay cannot read this record: its JSON holds NaN, which is not JSON"
+    ]
+
+
+def _windvane(*args: str):
+    return CliRunner().invoke(windvane_cli, list(args), catch_exceptions=False)
+
+
 def test_import_of_json_lines_keeps_no_nan_or_infinity_in_extra(sqlite_url, tmp_path, schemas):
     path = tmp_path / "values.jsonl"
     lines = [
@@ -214,10 +242,8 @@ def test_import_of_json_lines_keeps_no_nan_or_infinity_in_extra(sqlite_url, tmp_
         '{"time": 1709294400, "seq": 4, "value": 1e999}',
     ]
     path.write_text("\n".join(lines) + "\n")
-    result = CliRunner().invoke(
-        windvane_cli,
-        ["import", str(path), "--store", sqlite_url, "--tag", "app.im", "--schema", str(schemas / "app.toml")],
-        catch_exceptions=False,
+    result = _windvane(
+        "import", str(path), "--store", sqlite_url, "--tag", "app.im", "--schema", str(schemas / "app.toml")
     )
     assert result.exit_code == 3, result.output  # 3: rows quarantined
     assert column(sqlite_url, "app.im", "seq") == [1, 4]
