@@ -54,3 +54,16 @@ def test_where_stopped_for_fluentds_own_expressions_and_non_ascii_lines():
     ]
     either = ParseConfig.from_mapping({"type": "regexp", "expression": r"^(?<a>\d+)$|^(?<b>x)$"})
     assert reasons(either, b"y\n") == ["line 1: pattern not matched"]  # no cuts: fluentd's bare reason
+
+
+def test_every_block_of_a_file_read_in_threads_says_where(tmp_path):
+    from windvane.connectors.files import ReaderOptions
+    from windvane.connectors.files.logs.reader import LogReader
+
+    good = "[2024-03-01 12:00:00] NOTICE[1234] chan_sip.c: Registration from '100' failed - Wrong password\n"
+    log = tmp_path / "full"
+    log.write_text((good * 49 + "[2024-03-01 12:00:01] NOTICE{1234} x\n") * 2000)  # about 5 MB: 10 blocks
+    fmt = fluent_format(ParseConfig.from_toml(str(parser_path("asterisk"))))
+    reader = LogReader(log, fmt, ReaderOptions(block_bytes=512 << 10))
+    reasons = {reason.split(": ", 1)[1] for part in reader(None) for _, _, reason in part.rejected}
+    assert reasons == {"pattern not matched: the line matches the expression through field 'level', not through 'pid'"}

@@ -91,12 +91,13 @@ class WhereStopped:
         if self._cuts is None:
             source, _ = split_flags(self.expression)
             flags = self.expression[self.expression.rindex("/") + 1 :] if self.expression.startswith("/") else ""
-            self._cuts = []
+            cuts = []
             for name, end in field_cuts(source):
                 try:
-                    self._cuts.append((name, LineRegexp(f"/{source[:end]}/{flags}", **self.options)))
+                    cuts.append((name, LineRegexp(f"/{source[:end]}/{flags}", **self.options)))
                 except ParseConfigError:  # a cut that is no regexp by itself (a comment of an x-flagged one)
                     continue
+            self._cuts = cuts  # whole, at once: blocks parsed in threads share the parser
         return self._cuts
 
     def reasons(self, lines: pa.Array) -> list[str]:
