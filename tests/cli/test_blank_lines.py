@@ -105,22 +105,35 @@ def test_kept_blank_lines_get_the_reason_the_real_fluentd_gives(fluentd_corpus):
     assert (skipped.table.num_rows, skipped.rejected, skipped.blank) == (2, [], 3)
 
 
-def test_tail_skips_and_counts_blank_lines(sqlite_url, tmp_path):
-    log = tmp_path / "auth.log"
-    log.write_text(SYSLOG)
-    command = [sys.executable, "-c", "import windvane; windvane.main()", "tail", str(log), "--store", sqlite_url]
-    command += ["--tag", "t", "--format", "syslog", "--poll-ms", "50", "--commit-ms", "100"]
+def tail_once(log, url: str, *args: str) -> str:
+    """Run `windvane tail` on ``log`` until its first commit is reported, stop it with SIGTERM; its output."""
+    command = [sys.executable, "-c", "import windvane; windvane.main()", "tail", str(log), "--store", url]
+    command += ["--tag", "t", "--poll-ms", "50", "--commit-ms", "100", *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True)
+    line = ""
     try:
         assert process.stdout.readline().startswith("following"), process.stderr.read()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while "committed" not in line and time.monotonic() < deadline:
             line = process.stdout.readline()
-            if "committed" in line:
-                break
     finally:
         process.send_signal(signal.SIGTERM)
         out, _ = process.communicate(timeout=30)
     assert process.returncode == 0
-    assert "committed 3 rows, 0 rejected (3 and 0 in all), 4 blank lines skipped (4 in all)" in line + out
+    return line + out
+
+
+def test_tail_skips_and_counts_blank_lines(sqlite_url, tmp_path):
+    log = tmp_path / "auth.log"
+    log.write_text(SYSLOG)
+    out = tail_once(log, sqlite_url, "--format", "syslog")
+    assert "committed 3 rows, 0 rejected (3 and 0 in all), 4 blank lines skipped (4 in all)" in out
     assert count(sqlite_url) == 3
+
+
+def test_tail_keep_blank_lines_hands_them_to_the_parser(sqlite_url, tmp_path):
+    log = tmp_path / "auth.log"
+    log.write_text(SYSLOG)
+    out = tail_once(log, sqlite_url, "--format", "syslog", "--keep-blank-lines")
+    assert "committed 3 rows, 4 rejected (3 and 4 in all); at line 8" in out and "blank" not in out
+    assert (count(sqlite_url), count(sqlite_url, quarantine=True)) == (3, 4)
