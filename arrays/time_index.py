@@ -14,8 +14,8 @@ one commit): a chunk written by anything else (a BigArray write, zarr
 through :class:`ZarrStore`, a store written before records were kept) has
 its range computed from its values when asked, as has the partial last
 chunk (every append changes it; a row log may hold its rows). So old
-stores need nothing done: they read as fast as they did, and get records
-for the chunks they fill from then on.
+stores need no migration: their chunks are read once per stream view to
+compute their ranges, and the chunks they fill from then on get records.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from windvane import neostore
 
 from .times import NO_TIME
 
@@ -41,7 +43,7 @@ _PAIR = struct.Struct("<qq")
 #: Chunks whose range is computed from one read at most (a bound on the memory such a read takes).
 _READ_CHUNKS = 64
 #: The serial a transaction lists its own writes with (they have no revision yet).
-_UNCOMMITTED = b"\0" * 8
+_UNCOMMITTED = neostore.ZERO
 
 
 def record_key(path: str, index: int) -> str:
