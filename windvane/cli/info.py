@@ -13,7 +13,8 @@ from windvane.cli.root import STORE_OPTION, BadInput, cli, open_store
 def store_contents(store_url: str, as_json: bool) -> None:
     """Describe the store at --store and every stream in it, quarantine streams included.
 
-    Per stream: rows, first and last time, each column's dtype, shape and
+    Per stream: rows, earliest and latest time (the least and greatest of
+    its rows, which arrive in any time order), each column's dtype, shape and
     codec, bytes raw (uncompressed) and stored (compressed, after dedup),
     and with history (the revisions a pack would drop). For the store: the
     dedup ratio and the last commit. Reads only: exit code 2 if there is no
