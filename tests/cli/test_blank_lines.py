@@ -60,15 +60,16 @@ def count(url: str, quarantine: bool = False) -> int:
         (ACCESS, ["--format", "combined"], 2, 3),
         (JSONL, ["--format", "json"], 2, 2),
         (JSONL, ["--format", "jsonl"], 2, 2),
+        ("first\n\nsecond\n", ["--format", "none"], 2, 1),
     ],
-    ids=["syslog", "syslog3164", "auth", "none", "regexp", "nginx", "apache2", "combined", "json", "jsonl"],
+    ids=["syslog", "syslog3164", "auth", "none", "regexp", "nginx", "apache2", "combined", "json", "jsonl", "one"],
 )
 def test_import_skips_and_counts_blank_lines(sqlite_url, tmp_path, text, args, rows, blank):
     log = tmp_path / "app.log"
     log.write_text(text)
     result = run("import", str(log), "--store", sqlite_url, "--tag", "t", *args)
     assert result.exit_code == 0, result.output  # only blank lines would have been rejected
-    assert f"{rows} rows, 0 rejected, {blank} blank lines skipped" in result.output
+    assert f"{rows} rows, 0 rejected, {blank} blank {'line' if blank == 1 else 'lines'} skipped" in result.output
     assert count(sqlite_url) == rows
 
 

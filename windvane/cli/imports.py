@@ -446,7 +446,7 @@ def _import_summary(path: str, result, blank: int = 0) -> str:
         return f"{path}: already imported, nothing new after position {result.resumed_from}"
     line = (
         f"{path}: {counted(result.rows, 'row')}, {result.rejected:,} rejected, "
-        + (f"{blank:,} blank lines skipped, " if blank else "")
+        + (f"{counted(blank, 'blank line')} skipped, " if blank else "")
         + f"{result.nbytes / 1e6:.1f} MB "
         f"in {result.seconds:.1f} s ({result.mbps:.1f} MB/s)"
     )
