@@ -221,6 +221,13 @@ class MemoryBudget(_Held):
                 {},
                 self.pauses,
             ),
+            (
+                "windvane_memory_given_back_total",
+                "Times the memory freed after a burst was given back to the system (--trim-after).",
+                "counter",
+                {},
+                self.trims,
+            ),
         ]
 
     # -- charging ------------------------------------------------------------------

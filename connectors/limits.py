@@ -55,8 +55,7 @@ class Limits:
         for name in ("memory_budget", "max_connections", "frame_min_rate"):
             if getattr(self, name) < 1:
                 raise ConnectorConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout", "frame_timeout"):
+        seconds = ("handshake_timeout", "idle_timeout", "header_timeout", "body_timeout", "frame_timeout", "trim_after")
+        for name in seconds:
             if not getattr(self, name) > 0:
                 raise ConnectorConfigError(f"{name} must be a positive number of seconds, not {getattr(self, name)}")
-        if self.trim_after < 0:
-            raise ConnectorConfigError(f"trim_after must be 0 or more seconds, not {self.trim_after}")

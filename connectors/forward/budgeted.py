@@ -73,7 +73,7 @@ class Budgeted(Timers):
             if self.budget.admit(self, size):
                 self.charges.add("partial", size)
                 self.admitted = True
-            else:
+            elif not self.admitted:  # queued (not granted at once by the budget's own rules)
                 self.budget_paused = True
                 self._pause()
         elif self.budget.over and not self.has_pass and announced is None:  # an admitted message is read on

@@ -6,8 +6,8 @@ connection's parts, each a module of its own:
 
 * :mod:`.state`: what the connection holds; pausing and stopping reading;
 * :mod:`.authenticate`: the shared-key handshake on the wire;
-* :mod:`.budgeted`: charging the memory budget, and its callbacks;
-* :mod:`.timers`: the handshake, idle and budget-pass timeouts;
+* :mod:`.budgeted`: admission by the memory budget, charging it, and its callbacks;
+* :mod:`.timers`: the handshake, idle, frame and budget-pass timeouts;
 * :mod:`.pump`: decoding frames read and submitting them;
 * :mod:`.acks`: awaiting submissions and acknowledging them in order.
 """

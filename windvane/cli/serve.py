@@ -224,13 +224,10 @@ class ServeOptions:
     type=click.IntRange(1),
     help="Kibibytes per second a big Forward message is given beyond --frame-timeout.",
 )
-@click.option(
+@_seconds(
     "--trim-after",
-    default=Limits.trim_after,
-    show_default=True,
-    metavar="SECONDS",
-    type=click.FloatRange(0),
-    help="Seconds after a burst, once no client data has been held that long, that the memory it took "
+    Limits.trim_after,
+    "Seconds after a burst, once no client data has been held that long, that the memory it took "
     "is given back to the system.",
 )
 @click.option(
