@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from windvane.cli.root import STORE_OPTION, BadInput, cli, open_store
@@ -37,6 +40,17 @@ def store_contents(store_url: str, as_json: bool) -> None:
         click.echo(line)
 
 
+def _port(flag: str, listener: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``demo`` option: the port on 127.0.0.1 of the service's ``listener``."""
+    return click.option(
+        flag,
+        type=click.IntRange(0, 65535),
+        default=0,
+        show_default=True,
+        help=f"Port on 127.0.0.1 of the service's {listener}; 0: a free one.",
+    )
+
+
 @cli.command(short_help="Serve a fresh SQLite store, send it sample data with real clients, show what it stored.")
 @click.option(
     "--dir",
@@ -47,20 +61,8 @@ def store_contents(store_url: str, as_json: bool) -> None:
     help="Where the demo's store (demo.db) and the service's log (demo-serve.log) go.",
 )
 @click.option("--keep", is_flag=True, help="Add to the store an earlier demo left in --dir instead of starting afresh.")
-@click.option(
-    "--forward-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Port on 127.0.0.1 of the service's Forward listener (TCP, and UDP heartbeats); 0: a free one.",
-)
-@click.option(
-    "--http-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Port on 127.0.0.1 of the service's HTTP listener; 0: a free one.",
-)
+@_port("--forward-port", "Forward listener (TCP, and UDP heartbeats)")
+@_port("--http-port", "HTTP listener")
 def demo(directory: str, keep: bool, forward_port: int, http_port: int) -> None:
     """Start `windvane serve` on DIR/demo.db (SQLite, made afresh) and send it the shipped samples.
 
