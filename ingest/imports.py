@@ -67,7 +67,7 @@ from windvane.arrays.stream import MISSING_ATTR
 from . import checkpoints, streams
 from .columns import Rejected, non_finite_reason
 from .errors import IngestError
-from .parts import Part, failing_rows
+from .parts import Part, failing_rows, row_bytes
 from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
@@ -463,13 +463,6 @@ def _time_ns(table: pa.Table) -> np.ndarray:
     return time.fill_null(-1).to_numpy()
 
 
-def _raw_row(table: pa.Table, i: int) -> bytes:
-    import json
-
-    row = table.slice(i, 1).to_pylist()[0]
-    return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")).encode()
-
-
 def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[str, Any] | None, list[Rejected]]:
     """``part`` as the columns :func:`ingest.streams.write` takes, and the rows it rejects (reader's included).
 
@@ -487,7 +480,7 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
         raise SchemaMismatch(f"a block of samples cannot go into the {schema.kind} stream of schema {schema.name!r}")
     n = table.num_rows
     reasons: dict[int, str] = {}
-    raw = part.raw or (lambda i: _raw_row(table, i))
+    raw = part.raw or (lambda i: row_bytes(table, i))
     missing_time = np.flatnonzero(table.column(TIME).is_null().to_numpy(zero_copy_only=False))
     for i in missing_time:
         reasons[int(i)] = NO_TIME

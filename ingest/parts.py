@@ -10,10 +10,12 @@ resumes exactly. Plain data only: connectors import this module, never
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import numpy as np
 import pyarrow as pa
 
@@ -76,3 +78,14 @@ def failing_rows(
     if len(values):
         visit(0, len(values))
     return np.asarray(bad, dtype=np.int64)
+
+
+def row_bytes(table: pa.Table, i: int) -> bytes:
+    """Row ``i`` of ``table`` as the bytes its quarantine keeps: JSON text (times and other values JSON has no
+    type for as their text), or msgpack where the row holds NaN or an infinity, which JSON has no text for;
+    ``windvane quarantine replay`` reads either."""
+    row = table.slice(i, 1).to_pylist()[0]
+    try:
+        return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:
+        return msgpack.packb(row, default=str)

@@ -17,7 +17,6 @@ takes its times from ``options.time_from`` (the position is the row number
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from windvane.ingest.batch import INVALID_TIME
+from windvane.ingest.parts import row_bytes
 
 from . import FileFormatError, Part, ReaderOptions, column_names
 from .times import find_time_column, made_times, time_ns
@@ -35,11 +35,6 @@ from .times import find_time_column, made_times, time_ns
 #: Rows per part when a row group or record batch is larger.
 BATCH_ROWS = 1 << 20
 _IPC_MAGIC = b"ARROW1"
-
-
-def _row_json(table: pa.Table, i: int) -> bytes:
-    row = table.slice(i, 1).to_pylist()[0]
-    return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")).encode()
 
 
 class ArrowReader:
@@ -127,7 +122,7 @@ class ArrowReader:
             rejected = [
                 (
                     INVALID_TIME,
-                    _row_json(table, int(i)),
+                    row_bytes(table, int(i)),
                     f"column {self.time_column!r}: {values[int(i)].as_py()!r} is not a time",
                 )
                 for i in wrong

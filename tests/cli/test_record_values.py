@@ -12,6 +12,8 @@ import math
 import struct
 
 import msgpack
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -227,6 +229,25 @@ def test_replay_reads_json_as_import_does_exact_times_and_no_nan(sqlite_url, tmp
     assert column(sqlite_url, "app.rp", "reason", quarantine=True) == [
         f"line 2: not JSON: byte 40: NaN {NOT_JSON}; replay cannot read this record: its JSON holds NaN, which is not JSON"
     ]
+
+
+def test_parquet_rows_with_nan_are_quarantined_as_bytes_replay_reads(sqlite_url, tmp_path, schemas):
+    """A row of a typed file keeps NaN and infinities in quarantine (as msgpack: JSON has no text for them)."""
+    strict = tmp_path / "strict.toml"
+    strict.write_text(SCHEMA.replace('extra = "keep"', 'extra = "reject"').replace('name = "value"', 'name = "v"'))
+    path = tmp_path / "values.parquet"
+    times = pa.array([SECOND * NS, SECOND * NS + 1], pa.timestamp("ns", "UTC"))
+    pq.write_table(pa.table({"time": times, "seq": [1, 2], "value": [math.nan, 0.5]}), path)
+    imported = _windvane("import", str(path), "--store", sqlite_url, "--tag", "app.pq", "--schema", str(strict))
+    assert imported.exit_code == 3, imported.output  # 3: rows quarantined (value is undeclared)
+    raws = column(sqlite_url, "app.pq", "raw", quarantine=True)
+    assert math.isnan(msgpack.unpackb(raws[0])["value"]) and json.loads(raws[1])["value"] == 0.5
+    fixed = _windvane("quarantine", "replay", "app.pq", "--store", sqlite_url, "--schema", str(schemas / "app.toml"))
+    assert fixed.exit_code == 0 and "replayed 2 records" in fixed.output, fixed.output
+    assert column(sqlite_url, "app.pq", "seq") == [1, 2]
+    assert column(sqlite_url, "app.pq", "time") == [SECOND * NS, SECOND * NS + 1]
+    value = column(sqlite_url, "app.pq", "value")
+    assert math.isnan(value[0]) and value[1] == 0.5
 
 
 def _windvane(*args: str):
