@@ -1,4 +1,4 @@
-"""JSON text as RFC 8259 defines it, for the connectors that read JSON (HTTP bodies, Forward's JSON mode).
+"""JSON text as RFC 8259 defines it, for the connectors that read JSON (HTTP bodies, MQTT payloads, Forward's JSON mode).
 
 Python's :mod:`json` reads ``NaN``, ``Infinity`` and ``-Infinity``, which
 are not JSON (fluentd's parsers and ``windvane import``'s refuse them):
@@ -7,7 +7,7 @@ like any other text that is not JSON.
 
 A JSON number is exact decimal text, a float64 is not: ``1709294400.123456789``
 reads as ``1709294400.1234567``. :class:`JsonReader` keeps the text of each
-number longer than the 15 digits every float64 holds, so that a time is read
+number of a time's magnitude that its float64 does not hold, so that a time is read
 from what was sent (:meth:`JsonReader.exact`), while records keep plain
 floats.
 """
@@ -27,6 +27,8 @@ __all__ = ["JsonConstant", "JsonReader", "constant_at", "constant_error", "not_a
 _CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', re.DOTALL)
 # Decimal digits every float64 round-trips: a number's text no longer than this is its float's shortest repr.
 _FLOAT_DIGITS = 15
+# The magnitude below which no number is read as a time to the nanosecond (1970-01-12 in epoch seconds).
+_TIMES_FROM = 1e6
 
 
 class JsonConstant(Exception):
@@ -76,13 +78,15 @@ class JsonReader:
 
     def _float(self, text: str) -> float:
         value = float(text)
-        if len(text) > _FLOAT_DIGITS:
+        # Kept only where a time may lose by the float: a time's magnitude, and a text that is not the float's
+        # shortest one (what JSON writers give, random sensor values included: those cost no memory).
+        if len(text) > _FLOAT_DIGITS and not -_TIMES_FROM < value < _TIMES_FROM and repr(value) != text:
             self._texts[id(value)] = (value, text)
         return value
 
     def text(self, value: Any) -> str | None:
-        """The text this reader read the float ``value`` from, where it is longer than the digits every float64
-        holds; else None (the float's shortest text, ``repr``, is then the number sent)."""
+        """The text this reader read the float ``value`` from, where a float64 does not hold it exactly and it
+        may be a time (1e6 or more: 1970-01-12 in epoch seconds); else None (``repr(value)`` is then as good)."""
         entry = self._texts.get(id(value))
         return entry[1] if entry is not None and entry[0] is value else None
 

@@ -201,11 +201,12 @@ def _json_message(frame: bytes) -> Any:
     exact = reader.exact_numbers()
     if exact is None or type(value) is not list or len(value) < 2:
         return value
-    if type(value[1]) is float:  # Message mode: [tag, time, record]
+    # A float 0 stays one: Forward's "now".
+    if type(value[1]) is float and value[1]:  # Message mode: [tag, time, record]
         value[1] = exact(value[1])
     elif type(value[1]) is list:  # Forward mode: [tag, [[time, record], ...]]
         for entry in value[1]:
-            if type(entry) is list and entry and type(entry[0]) is float:
+            if type(entry) is list and entry and type(entry[0]) is float and entry[0]:
                 entry[0] = exact(entry[0])
     return value
 
