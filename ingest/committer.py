@@ -129,13 +129,19 @@ class GroupCommitter:
 
     # -- life cycle ----------------------------------------------------------------
 
-    def start(self) -> None:
-        """Load the idempotency ledger and start the commit thread."""
+    def start(self, *, workers: bool = True) -> None:
+        """Load the idempotency ledger and start the commit thread, and the decode workers unless ``workers`` is
+        False: then :meth:`start_workers` (or the first submission one takes) starts them."""
         loaded = self.ledger.load(self.store)
         if loaded:
             log.info("loaded %d idempotency keys committed in the last %.0f s", loaded, self.ledger.window)
-        self.decoding.start()
+        if workers:
+            self.decoding.start()
         self.pipeline.start()
+
+    def start_workers(self) -> None:
+        """Start the decode workers (in the background: each imports the decoders and loads the schemas)."""
+        self.decoding.start()
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Commit what is queued, then stop. Later submissions fail with CommitFailed."""

@@ -296,7 +296,9 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await asyncio.to_thread(self.committer.start)
+        # The decode workers start once the endpoints listen: on a busy machine their imports would
+        # otherwise share the cores with the service's own start.
+        await asyncio.to_thread(self.committer.start, workers=False)
         started: list[Endpoint] = []
         try:
             for endpoint in endpoints:
@@ -305,6 +307,7 @@ class Service:
                 self.endpoints = list(started)
             if on_ready is not None:
                 on_ready()
+            await asyncio.to_thread(self.committer.start_workers)
             await stop.wait()
             log.info("shutting down")
         finally:
