@@ -56,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import ctypes
-import gc
 import logging
 import os
 from typing import Protocol
@@ -268,9 +267,7 @@ class MemoryBudget(_Held):
             return
         self._burst = 0
         self.trims += 1
-        # Garbage cycles of the burst first (the service collects them rarely), so that their memory is free;
-        # then trimming, in a thread: it walks every arena, and the event loop goes on meanwhile.
-        gc.collect()
+        # In a thread: trimming walks every arena, and the event loop goes on meanwhile.
         loop.run_in_executor(None, give_back_memory)
 
     # -- waiting ---------------------------------------------------------------------
