@@ -213,8 +213,8 @@ class ServeOptions:
     "--frame-timeout",
     Limits.frame_timeout,
     "Seconds a Forward message may take to arrive whole from its first byte, plus a second per "
-    "--frame-min-rate bytes of it; then the connection is closed (a client trickling bytes holds no "
-    "connection for ever).",
+    "--frame-min-rate KiB of it (time the server holds reading back is not counted); then the connection "
+    "is closed, so that a client trickling bytes holds no connection for ever.",
 )
 @click.option(
     "--frame-min-rate",
