@@ -41,7 +41,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-@cli.group()
+@cli.group(short_help="Describe a store, pack it, move its big values to an object store and back.")
 def store() -> None:
     """Inspect and maintain a store: the one --store names (or WINDVANE_STORE, or a URL given first).
 

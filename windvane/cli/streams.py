@@ -10,7 +10,7 @@ from windvane import ingest
 from windvane.cli.root import STORE_ENV, STORE_OPTION, BadInput, cli, counted, open_store, store_option
 
 
-@cli.group(name="streams", invoke_without_command=True)
+@cli.group(name="streams", invoke_without_command=True, short_help="List, remove, rename or trim streams.")
 @store_option(required=False)
 @click.pass_context
 def streams_group(ctx: click.Context, store_url: str | None) -> None:
