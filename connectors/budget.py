@@ -21,8 +21,9 @@ The budget is a bound, not a target: bytes are charged before they are read.
 * A Forward message whose header tells its size (PackedForward entries of
   64 KiB or more as str/bin) is *admitted* for all it will hold before its
   body is read (:meth:`MemoryBudget.admit`); until it fits, its connection
-  is not read. Admissions are granted in arrival order among those that fit,
-  so small chunks go on beside a big one waiting.
+  is not read. Any message waiting that fits is admitted, so small chunks
+  go on beside a big one waiting, until the oldest has waited
+  :data:`ADMISSION_PATIENCE`: then the others wait for it.
 * Anything else is read a step at a time, each read no larger than the room
   left at :data:`READ_COST` per byte (:meth:`MemoryBudget.readable`: the most
   one byte can come to hold, messages of at least :data:`SMALL_MESSAGE` bytes
@@ -86,6 +87,9 @@ SMALL_MESSAGE = 64
 #: The most one byte read may come to hold in the budget when what it belongs to is not known before it is
 #: read: :data:`EXPANSION` for itself and its share of the :data:`MESSAGE_OVERHEAD` of a small message.
 READ_COST = EXPANSION + MESSAGE_OVERHEAD // SMALL_MESSAGE
+
+#: Seconds a message may wait for its admission while others that fit go first; then they wait for it.
+ADMISSION_PATIENCE = 2.0
 
 #: Bytes held at once since memory was last given back from which a burst is followed by giving it back.
 TRIM_MIN = 16 << 20
@@ -165,7 +169,8 @@ class MemoryBudget(_Held):
         self.pass_holder: Reader | None = None
         self._waiting: dict[Reader, None] = {}  # paused readers, oldest first
         self._reservations: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
-        self._admissions: dict[Reader, int] = {}  # messages waiting to be admitted, oldest first, and their size
+        # Messages waiting to be admitted, oldest first: their size, and the loop time they began waiting.
+        self._admissions: dict[Reader, tuple[int, float]] = {}
         self.trim_after = trim_after
         self.trims = 0  # times memory was given back after a burst
         self._burst = 0  # the most held at once since memory was last given back
@@ -285,7 +290,7 @@ class MemoryBudget(_Held):
         self._admissions.pop(reader, None)
         if self._admissible(reader, size):
             return True
-        self._admissions[reader] = size
+        self._admissions[reader] = (size, asyncio.get_running_loop().time())
         self.pauses += 1
         self._wake()
         return False
@@ -295,9 +300,12 @@ class MemoryBudget(_Held):
         if reader.partial_charge + size > self.limit:
             return self.used == reader.partial_charge  # bigger than the whole budget: alone
         if self._admissions:
-            first, first_size = next(iter(self._admissions.items()))
-            if first is not reader and first.partial_charge + first_size > self.limit:
-                return False  # one bigger than the whole budget waits for the others to finish
+            first, (first_size, since) = next(iter(self._admissions.items()))
+            if first is not reader and (
+                first.partial_charge + first_size > self.limit
+                or asyncio.get_running_loop().time() - since > ADMISSION_PATIENCE
+            ):
+                return False  # the oldest goes first: it is bigger than the whole budget, or waited long enough
         return self.fits(size)
 
     def forget(self, reader: Reader) -> None:
@@ -353,7 +361,7 @@ class MemoryBudget(_Held):
             self._reservations.popleft()
             self._grant(size)
             future.set_result(None)
-        for reader, size in list(self._admissions.items()):
+        for reader, (size, _) in list(self._admissions.items()):
             if self._admissible(reader, size):
                 del self._admissions[reader]
                 reader.budget_admitted(size)
@@ -369,7 +377,7 @@ class MemoryBudget(_Held):
         if self._admissions:
             self.passes += 1
             reader = next(iter(self._admissions))
-            reader.budget_admitted(self._admissions.pop(reader))
+            reader.budget_admitted(self._admissions.pop(reader)[0])
         elif self.over:
             self.passes += 1
             reader = max(self._waiting, key=lambda r: r.partial_charge)
