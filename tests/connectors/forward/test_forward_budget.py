@@ -11,6 +11,7 @@ what was stored; never how fast.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -22,6 +23,8 @@ from tests.forward_sender import chunk_id, packed_forward
 from tests.hostile import acked, metrics, read_acks, run_clients, send_and_read_acks
 from tests.serve_process import Serve
 from windvane import arrays
+from windvane.connectors import budget as budget_module
+from windvane.connectors.budget import Charges, MemoryBudget
 
 MIB = 1 << 20
 
@@ -185,3 +188,67 @@ def test_a_message_bigger_than_the_whole_budget_is_read_alone(tmp_path):
     assert stored(tmp_path, "app.big") == (1, size)
     # The message alone, and what the other connections had read of their next message's head.
     assert counters["windvane_memory_held_peak_bytes"] <= 4 * size + 4 * MIB
+
+
+class Holder:
+    """A reader of the budget that records what it was told, and holds what it was admitted for."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.charges = Charges(budget)
+        self.admitted: list[int] = []
+
+    @property
+    def partial_charge(self) -> int:
+        return self.charges.partial
+
+    def ask(self, size: int) -> bool:
+        if self.charges.budget.admit(self, size):
+            self.charges.add("partial", size)
+            return True
+        return False
+
+    def budget_admitted(self, size: int) -> None:
+        self.charges.add("partial", size)
+        self.admitted.append(size)
+
+    def budget_resume(self) -> None:
+        pass
+
+    def budget_pass(self) -> None:
+        pass
+
+
+def test_admission_rules():
+    async def rules() -> None:
+        budget = MemoryBudget(100)
+        first, big, small, huge, late = (Holder(budget) for _ in range(5))
+        assert first.ask(60)
+        assert not big.ask(70)  # does not fit: waits, its connection not read
+        assert small.ask(30)  # fits beside it: goes first
+        first.charges.release()
+        assert big.admitted == [70] and budget.used == budget.peak == budget.limit
+        small.charges.release()
+        assert not huge.ask(150)  # more than the whole budget: alone, once nothing else is held
+        assert not late.ask(10)  # waits behind it though it fits
+        big.charges.release()
+        assert huge.admitted == [150] and late.admitted == []
+        huge.charges.release()
+        assert late.admitted == [10]
+
+    asyncio.run(rules())
+
+
+def test_a_message_waiting_past_the_patience_goes_first(monkeypatch):
+    monkeypatch.setattr(budget_module, "ADMISSION_PATIENCE", 0.01)
+
+    async def rules() -> None:
+        budget = MemoryBudget(100)
+        first, big, small = (Holder(budget) for _ in range(3))
+        assert first.ask(60)
+        assert not big.ask(70)
+        await asyncio.sleep(0.05)
+        assert not small.ask(30)  # would fit, but the big one has waited long enough
+        first.charges.release()
+        assert (big.admitted, small.admitted) == ([70], [30])
+
+    asyncio.run(rules())
