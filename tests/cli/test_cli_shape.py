@@ -84,6 +84,8 @@ def test_positional_and_store_that_differ_are_a_usage_error(store, tmp_path):
     assert result.exit_code == 2
     assert f"the store is given twice and differs: {store!r} and --store {other!r}" in result.output
     assert run("store", "info", store, "--store", store).exit_code == 0  # the same twice is fine
+    secret = run("store", "info", "mariadb://u:hunter2@db/a", "--store", "mariadb://u:hunter2@db/b")
+    assert secret.exit_code == 2 and "hunter2" not in secret.output
 
 
 def test_no_store_given_is_a_usage_error_naming_both_ways():

@@ -248,7 +248,11 @@ def _resolve_store(ctx: click.Context, option: str | None, positional: str | Non
     from_command_line = ctx.get_parameter_source("store_url") == ParameterSource.COMMANDLINE
     if positional is not None:
         if from_command_line and option != positional:
-            raise click.UsageError(f"the store is given twice and differs: {positional!r} and --store {option!r}")
+            from windvane.neostore import redacted  # URLs may hold a password: messages show them without
+
+            raise click.UsageError(
+                f"the store is given twice and differs: {redacted(positional)!r} and --store {redacted(option)!r}"
+            )
         return positional
     if option is None or not from_command_line:
         option = ctx.meta.get(_STORE_META) or option
