@@ -391,11 +391,11 @@ def _wait_committed(service: _Service, expected: dict[str, int]) -> dict[str, di
 # -- the demo ----------------------------------------------------------------------------
 
 
-def prepare(directory: Path, *, keep: bool) -> tuple[Path, bool]:
-    """Create ``directory`` and check it takes files; remove the demo store unless ``keep``.
+def prepare(directory: Path, *, keep: bool, say: Callable[[str], None]) -> Path:
+    """Create ``directory`` and check it takes files; remove the demo store unless ``keep``; ``say`` which.
 
-    Returns the store's path and whether an earlier store was removed.
-    :class:`DemoDirectoryError` if the directory cannot be made or written.
+    Returns the store's path. :class:`DemoDirectoryError` if the directory
+    cannot be made or written.
     """
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -414,7 +414,11 @@ def prepare(directory: Path, *, keep: bool) -> tuple[Path, bool]:
             if old.exists():
                 old.unlink()
                 removed = True
-    return path, removed
+    if keep and path.exists():
+        say(f"adding to the store in {path} (--keep)")
+    else:
+        say(f"{'removed the earlier demo store; ' if removed else ''}creating a fresh store in {path}")
+    return path
 
 
 def _notebook_url(path: Path) -> str:
@@ -437,13 +441,9 @@ def run(
     :class:`DemoError` if the service fails to start, take, commit or stop.
     """
     directory = Path(directory).absolute()
-    path, removed = prepare(directory, keep=keep)
+    path = prepare(directory, keep=keep, say=say)
     url = f"sqlite:///{path}"
     log_path = directory / "demo-serve.log"
-    if keep and path.exists():
-        say(f"adding to the store in {path} (--keep)")
-    else:
-        say(f"{'removed the earlier demo store; ' if removed else ''}creating a fresh store in {path}")
     with sample_path("schemas") as schemas:
         service = _Service(url, schemas, log_path, ports)
         try:
