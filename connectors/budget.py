@@ -42,8 +42,11 @@ the only thing a commit releases:
 * when only frames being read hold the budget and none of their connections
   is reading, the oldest admission waiting is granted, or else one paused
   reader, the one holding the most, gets a *pass*: it reads on until its
-  frame is whole (or is closed if it stalls). Only then can the bytes held
-  go past the limit, by what the frames of unknown size already read hold.
+  frame is whole (or is closed if it stalls).
+
+The bytes held go past the limit only by these rules: by a message or
+reservation bigger than the whole budget, or by what the frames already read
+held when one was granted past the limit.
 
 After a burst, once nothing has been held for ``trim_after`` seconds, the
 memory the allocator kept is given back to the system
