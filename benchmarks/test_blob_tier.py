@@ -22,7 +22,7 @@ default settings); every request path runs 16 in flight.
    the same files, unmodified (what the server saw).
 
 The process runs with glibc's malloc thresholds raised as ``windvane
-serve`` raises its own (:func:`windvane.ingest.service.tune_malloc`: 2 MiB
+serve`` raises its own (:func:`windvane.ingest.memory.tune_malloc`: 2 MiB
 buffers are then reused instead of mapped, faulted in and unmapped each
 time), which made every path here faster, the tier's most (its GETs copy
 each body into a new ``bytes``). ``WINDVANE_BENCH_DEFAULT_MALLOC=1`` runs
@@ -52,7 +52,7 @@ from test_log_parsing import publish
 
 from windvane import arrays, neostore
 from windvane.arrays.keys import encode_key
-from windvane.ingest.service import tune_malloc
+from windvane.ingest.memory import tune_malloc
 from windvane.neostore import p64
 
 pytestmark = pytest.mark.timeout(7200)

@@ -48,9 +48,11 @@ The bytes held go past the limit only by these rules: by a message or
 reservation bigger than the whole budget, or by what the frames already read
 held when one was granted past the limit.
 
-After a burst, once nothing has been held for ``trim_after`` seconds, the
-memory the allocator kept is given back to the system
-(:func:`give_back_memory`).
+After a burst (:data:`~ingest.memory.TRIM_MIN` bytes held at once or more),
+once nothing has been held for ``trim_after`` seconds, the memory the
+allocator kept is given back to the system
+(:func:`ingest.memory.give_back_memory`); the decode workers do the same
+after their own bursts (:class:`ingest.memory.AfterBursts`).
 
 All methods are called on the event loop; none blocks.
 """
@@ -59,14 +61,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
-import logging
-import os
 from typing import Protocol
 
 from windvane.connectors.errors import ConnectorConfigError
-
-log = logging.getLogger("windvane.connectors")
+from windvane.ingest.memory import TRIM_MIN, give_back_memory
 
 #: What one resumed reader may read before it sees the budget again (asyncio reads 256 KiB at a time).
 READ_SIZE = 256 << 10
@@ -93,9 +91,6 @@ READ_COST = EXPANSION + MESSAGE_OVERHEAD // SMALL_MESSAGE
 
 #: Seconds a message may wait for its admission while others that fit go first; then they wait for it.
 ADMISSION_PATIENCE = 2.0
-
-#: Bytes held at once since memory was last given back from which a burst is followed by giving it back.
-TRIM_MIN = 16 << 20
 
 
 def held_for(size: int) -> int:
@@ -441,17 +436,3 @@ class Charges(_Held):
         """Give back everything still held."""
         self.settle()
         self.change(**{kind: -getattr(self, kind) for kind in _KINDS})
-
-
-def give_back_memory() -> bool:
-    """Give the memory the C allocator holds free back to the system (glibc's ``malloc_trim``, which returns
-    the free pages inside its heaps too, not only their tops); whether the C library could."""
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):
-        libc = ""
-    if not libc.startswith("glibc"):
-        return False
-    released = bool(ctypes.CDLL(None).malloc_trim(0))
-    log.debug("memory given back after a burst (malloc_trim: %s)", "some released" if released else "none free")
-    return True

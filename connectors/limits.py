@@ -26,7 +26,7 @@
   link is given the time its size needs at the minimum rate.
 * ``trim_after``: seconds after the memory budget last held nothing that the
   memory freed since a burst is given back to the system
-  (:func:`connectors.budget.give_back_memory`).
+  (:func:`ingest.memory.give_back_memory`).
 """
 
 from __future__ import annotations

@@ -91,6 +91,7 @@ class GroupCommitter:
         key_window: float = CommitterConfig.key_window,
         metrics: Metrics | None = None,
         decode_workers: int = 0,
+        trim_after: float | None = CommitterConfig.trim_after,
     ):
         self.store = store
         self.schemas = schemas
@@ -101,7 +102,7 @@ class GroupCommitter:
         self.admission = Admission(max_pending_bytes, self.observer)
         self.outcomes = Outcomes(self.dedup.forget, self.admission.release)
         fail = lambda group, error: self.outcomes.finish(group, error=error)  # noqa: E731
-        self.decoding = DecodePool(schemas, decode_workers, self.observer, fail)
+        self.decoding = DecodePool(schemas, decode_workers, self.observer, fail, trim_after)
         parts = Parts(
             GroupWriter(store, schemas, self.ledger),
             self.decoding,

@@ -40,6 +40,9 @@ class CommitterConfig:
       ``Idempotency-Key``) is recognised (:class:`ingest.ledger.KeyLedger`).
     * ``decode_workers``: processes decoding and validating; None:
       :func:`default_decode_workers`.
+    * ``trim_after``: seconds a decode worker, idle after a burst, waits
+      before it gives the memory the burst took back to the system
+      (:class:`ingest.memory.AfterBursts`); None: never.
     """
 
     interval: float = 0.0
@@ -47,6 +50,7 @@ class CommitterConfig:
     max_group_bytes: int = 64 << 20
     key_window: float = 24 * 3600.0
     decode_workers: int | None = None
+    trim_after: float | None = None
 
 
 @dataclass(frozen=True)

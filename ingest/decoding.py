@@ -27,7 +27,7 @@ class DecodePool:
 
     :meth:`prepare_ahead` runs on the submitters' event loop, :meth:`collect`
     in the committer thread; failed submissions are answered through ``fail``
-    (``fail(group, error)``).
+    (``fail(group, error)``). ``trim_after``: see :class:`ingest.prepare.Preparer`.
     """
 
     #: Undecoded submissions smaller than this are prepared by the committer thread, not a worker: a
@@ -46,15 +46,21 @@ class DecodePool:
         workers: int,
         observer: CommitObserver,
         fail: Callable[[list[Submission], Exception], None],
+        trim_after: float | None = None,
     ):
         self.schemas = schemas
-        self.preparer = Preparer(schemas, workers) if workers > 0 else None
+        self.preparer = Preparer(schemas, workers, trim_after) if workers > 0 else None
         self._observer = observer
         self._fail = fail
 
     def start(self) -> None:
         if self.preparer is not None:
             self.preparer.start()
+
+    @property
+    def given_back(self) -> int:
+        """Times a worker gave the memory a burst took back to the system (``trim_after``)."""
+        return 0 if self.preparer is None else self.preparer.given_back
 
     def close(self) -> None:
         if self.preparer is not None:

@@ -20,6 +20,7 @@ next ones.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -28,7 +29,7 @@ import pickle
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from windvane import arrays
 from .batch import Batch, Undecoded
 from .columns import Columns, Rejected, batch_columns, concat_columns, unrouted
 from .errors import UndecodableBatch
+from .memory import AfterBursts
 from .record_types import record_type_for
 from .schema import SchemaSet
 
@@ -179,14 +181,32 @@ def _validated(schemas: SchemaSet, submissions: list[list[list[Batch]]]) -> list
 # -- the worker side ----------------------------------------------------------------------
 
 _schemas: SchemaSet | None = None  # a worker's copy, sent once by the initializer
+_after_bursts: AfterBursts | None = None  # gives a worker's memory back after a burst (None: never)
 
 
-def _init_worker(schemas: SchemaSet, parent: int) -> None:
-    global _schemas
+def _init_worker(schemas: SchemaSet, parent: int, trim_after: float | None, given_back: Any) -> None:
+    global _schemas, _after_bursts
     _schemas = schemas
+    if trim_after is not None:
+        _after_bursts = AfterBursts(trim_after, given_back)
     # Ctrl-C reaches the whole process group: the main process shuts the pool down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(parent,), name="windvane-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _task(submissions: Sequence[Sequence[Undecoded]]) -> Iterator[SchemaSet]:
+    """A worker's task on ``submissions``: the schemas to prepare them with; the task's bytes count towards
+    the burst after which its memory is given back."""
+    assert _schemas is not None, "the worker was started without its schemas"
+    if _after_bursts is None:
+        yield _schemas
+        return
+    _after_bursts.begin(sum(len(item.payload) for items in submissions for item in items))
+    try:
+        yield _schemas
+    finally:
+        _after_bursts.end()
 
 
 def _exit_with(parent: int) -> None:
@@ -197,23 +217,23 @@ def _exit_with(parent: int) -> None:
 
 
 def _prepare_in_worker(items: Sequence[Undecoded]) -> list[list[Validated]] | UndecodableBatch:
-    assert _schemas is not None, "the worker was started without its schemas"
-    return prepare(_schemas, items)
+    with _task([items]) as schemas:
+        return prepare(schemas, items)
 
 
 def _prepare_each_in_worker(submissions: Sequence[Sequence[Undecoded]]) -> _Batch:
     """:func:`prepare` of each submission, packed (see :class:`_Batch`); a bug while validating one is
     that one's result (its own failure, not its neighbours'), as the exception if it pickles, else as a
     RuntimeError naming it."""
-    assert _schemas is not None, "the worker was started without its schemas"
-    return _Batch.pack(
-        [
-            Raised(_carried(r.error) or RuntimeError(f"{type(r.error).__name__}: {r.error}"))
-            if isinstance(r, Raised)
-            else r
-            for r in prepare_each(_schemas, submissions)
-        ]
-    )
+    with _task(submissions) as schemas:
+        return _Batch.pack(
+            [
+                Raised(_carried(r.error) or RuntimeError(f"{type(r.error).__name__}: {r.error}"))
+                if isinstance(r, Raised)
+                else r
+                for r in prepare_each(schemas, submissions)
+            ]
+        )
 
 
 def prepare_each(schemas: SchemaSet, submissions: Sequence[Sequence[Undecoded]]) -> list:
@@ -339,14 +359,22 @@ def _ready() -> bool:
 class Preparer:
     """A pool of ``workers`` processes preparing :class:`Undecoded` submissions; see the module docstring.
 
+    ``trim_after``: seconds a worker waits, idle after a burst, before it
+    gives the memory the burst took back to the system
+    (:class:`ingest.memory.AfterBursts`; None: never); :attr:`given_back`
+    counts the times the workers did.
+
     Thread-safe: the event loop dispatches, the commit thread collects.
     """
 
-    def __init__(self, schemas: SchemaSet, workers: int):
+    def __init__(self, schemas: SchemaSet, workers: int, trim_after: float | None = None):
         if workers < 1:
             raise ValueError(f"a Preparer needs at least 1 worker, not {workers}")
         self.schemas = schemas
         self.workers = workers
+        self.trim_after = trim_after
+        self._context = multiprocessing.get_context("spawn")
+        self._given_back = self._context.Value("q", 0)  # shared by every pool's workers
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._closed = False
@@ -355,10 +383,15 @@ class Preparer:
         # spawn: a fork of a process running an event loop, threads and database connections is unsafe.
         return concurrent.futures.ProcessPoolExecutor(
             self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=self._context,
             initializer=_init_worker,
-            initargs=(self.schemas, os.getpid()),
+            initargs=(self.schemas, os.getpid(), self.trim_after, self._given_back),
         )
+
+    @property
+    def given_back(self) -> int:
+        """Times a worker gave the memory a burst took back to the system."""
+        return int(self._given_back.value)
 
     def start(self) -> None:
         """Start the workers, without waiting for them: each imports the decoders and loads the schemas while

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import datetime
 import gc
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -29,6 +27,7 @@ from .auth import Users
 from .committer import GroupCommitter
 from .config import ServiceConfig, default_decode_workers
 from .errors import AuthError
+from .memory import tune_malloc
 from .metrics import NO_STREAM, CommitFailure, Metrics
 from .schema import SchemaSet, load_schemas
 from .times import iso_text
@@ -52,20 +51,9 @@ GC_THRESHOLDS = (50_000, 20, 100)
 SWITCH_INTERVAL = 0.05
 
 
-#: glibc malloc's thresholds for a serving process, in bytes: blocks up to ``MALLOC_MMAP_THRESHOLD``
-#: come from the heap, and up to ``MALLOC_TRIM_THRESHOLD`` free at its top stays there. glibc's own
-#: (mmap past 128 KiB, raised as such blocks are freed; the top given back past twice that) had the
-#: service fault in a fresh page for nearly every 4 KiB it received: 68,000 page faults for 216 MB
-#: of vibration blocks over Forward, 35,000 with these. Peak RSS under the memory-budget attacks is
-#: no higher (tests/ingest/test_memory_budget.py). A ``MALLOC_*`` environment variable set by the user wins.
-MALLOC_MMAP_THRESHOLD = 4 << 20
-MALLOC_TRIM_THRESHOLD = 64 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters, from glibc's malloc.h
-
-
 def tune_interpreter() -> None:
     """Set the cycle collector (:data:`GC_THRESHOLDS`), the lock's switch interval
-    (:data:`SWITCH_INTERVAL`) and glibc's malloc (:data:`MALLOC_MMAP_THRESHOLD`) for a long-running
+    (:data:`SWITCH_INTERVAL`) and glibc's malloc (:func:`ingest.memory.tune_malloc`) for a long-running
     service; for the process that serves, once its startup is done: what startup loaded is frozen,
     never scanned again."""
     gc.collect()
@@ -73,23 +61,6 @@ def tune_interpreter() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL)
     tune_malloc()
-
-
-def tune_malloc() -> bool:
-    """Set :data:`MALLOC_MMAP_THRESHOLD` and :data:`MALLOC_TRIM_THRESHOLD` if the C library is glibc and
-    the environment sets neither; whether they were set."""
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):
-        libc = ""
-    if not libc.startswith("glibc") or any(
-        k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-    ):
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
-    )
 
 
 def listener_auth(config: ServiceConfig, *, forward: bool, shared_key: bool, http: str | None) -> dict[str, str]:
@@ -169,7 +140,7 @@ def _failing_message(failure: CommitFailure, streams: list[tuple[str, CommitFail
 ENDPOINT_COUNTERS = {
     "timeouts": (
         "windvane_connection_timeouts_total",
-        "Connections closed because a handshake, header, body or idle timeout expired.",
+        "Connections closed because a handshake, header, body, frame or idle timeout expired.",
     ),
     "refused": (
         "windvane_connections_refused_total",
@@ -214,6 +185,7 @@ class Service:
             key_window=settings.key_window,
             metrics=self.metrics,
             decode_workers=default_decode_workers() if settings.decode_workers is None else settings.decode_workers,
+            trim_after=settings.trim_after,
         )
 
     # -- what endpoints ask (these read the database: call them off the event loop) --------
@@ -250,7 +222,14 @@ class Service:
         return out
 
     def metric_samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
-        return self.metrics.samples() + endpoint_samples(self.endpoints)
+        given_back = (
+            "windvane_decode_memory_given_back_total",
+            "Times a decode worker gave the memory freed after a burst back to the system (--trim-after).",
+            "counter",
+            {},
+            self.committer.decoding.given_back,
+        )
+        return [*self.metrics.samples(), given_back, *endpoint_samples(self.endpoints)]
 
     def streams(self) -> list[dict[str, Any]]:
         out = []

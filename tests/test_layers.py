@@ -18,14 +18,15 @@ from tests.layout import LIBRARY
 REPO = Path(__file__).resolve().parent.parent
 COMMAND_LINE = ("windvane",)
 # What each package may import of the others. connectors hand batches to ingest's interface only: the batch,
-# its errors, authentication, parts, and the one rule by which a batch's times are read (ingest.times).
+# its errors, authentication, parts, and the one rule by which a batch's times are read (ingest.times); and the
+# process's C allocator has one owner (ingest.memory), whose memory the connectors give back after a burst.
 ALLOWED = {
     "neostore": set(),
     "parsers": set(),  # data (shipped <parse> sections) and the functions that find it
     "arrays": {"neostore"},
     "ingest": {"arrays", "neostore"},
     "export": {"arrays", "neostore", "ingest.times", "ingest.checkpoints"},
-    "connectors": {"ingest.batch", "ingest.errors", "ingest.auth", "ingest.parts", "ingest.times"},
+    "connectors": {"ingest.batch", "ingest.errors", "ingest.auth", "ingest.parts", "ingest.times", "ingest.memory"},
     "windvane": set(LIBRARY),
 }
 PACKAGE_OF_FOLDER = {name: f"windvane.{name}" for name in LIBRARY} | {"windvane": "windvane"}

@@ -312,7 +312,7 @@ def test_inflated_size_counts_without_keeping_the_output():
 CHURN = """
 import os, resource, sys
 sys.path.insert(0, os.getcwd())
-from windvane.ingest.service import tune_malloc
+from windvane.ingest.memory import tune_malloc
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -331,7 +331,7 @@ print(churn(), tune_malloc(), churn())
 
 def test_a_serving_process_reuses_freed_blocks_instead_of_faulting_in_new_pages():
     """glibc's own thresholds give each freed block of a few MB back to the kernel, and the next one
-    faults fresh pages in; :func:`ingest.service.tune_malloc` keeps them for reuse. A user's own
+    faults fresh pages in; :func:`ingest.memory.tune_malloc` keeps them for reuse. A user's own
     ``MALLOC_*`` setting wins."""
     import os
     import subprocess
@@ -354,3 +354,32 @@ def test_a_serving_process_reuses_freed_blocks_instead_of_faulting_in_new_pages(
         check=True,
     )
     assert out.stdout.split()[1] == "False"
+
+
+def test_a_process_gives_memory_back_once_idle_after_a_burst_and_only_then():
+    """The rule of a decode worker (:class:`ingest.memory.AfterBursts`): once its tasks since it last gave
+    memory back came to a burst and it has had none for ``after`` seconds; not while a task is under way,
+    nor after tasks too small to be a burst."""
+    import multiprocessing
+
+    from windvane.ingest.memory import TRIM_MIN, AfterBursts
+
+    counter = multiprocessing.get_context("spawn").Value("q", 0)
+    bursts = AfterBursts(0.05, counter)
+
+    def given_back_within(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if counter.value:
+                return True
+            time.sleep(0.01)
+        return False
+
+    bursts.begin(TRIM_MIN // 2)
+    bursts.end()
+    assert not given_back_within(0.3)  # too little to be a burst
+    bursts.begin(TRIM_MIN // 2)
+    assert not given_back_within(0.3)  # a burst, but a task is under way
+    bursts.end()
+    assert given_back_within(30)
+    assert bursts.burst == 0 and counter.value == 1

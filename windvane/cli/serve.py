@@ -228,7 +228,7 @@ class ServeOptions:
     "--trim-after",
     Limits.trim_after,
     "Seconds after a burst, once no client data has been held that long, that the memory it took "
-    "is given back to the system.",
+    "is given back to the system; each decode worker does the same once it has had no work that long.",
 )
 @click.option(
     "--log-level",
@@ -323,6 +323,7 @@ def _service_config(opts: ServeOptions, limits: Limits) -> ServiceConfig:
         interval=opts.commit_interval / 1000,
         max_pending_bytes=limits.memory_budget,
         decode_workers=opts.decode_workers,
+        trim_after=limits.trim_after,  # the decode workers give memory back as the connectors' budget does
     )
     return ServiceConfig(
         store=opts.store_url, schemas=opts.schemas, users=opts.users, http_auth=opts.http_auth, committer=committer

@@ -12,11 +12,14 @@ what was stored; never how fast.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 from tests.connectors.test_timeouts import SCHEMA, handshake
 from tests.forward_sender import chunk_id, packed_forward
@@ -115,6 +118,77 @@ def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path
     assert counters["windvane_memory_budget_pauses_total"] > 0
     assert counters["windvane_memory_given_back_total"] >= 1
     assert {stored(tmp_path, f"app.p{i}") for i in range(connections)} == {(frames * size >> 10, 1024)}
+
+
+def decode_workers(pid: int) -> list[int]:
+    """The pids of the decode workers of serving process ``pid`` (its children but multiprocessing's
+    resource tracker)."""
+    children = psutil.Process(pid).children()
+    return sorted(c.pid for c in children if "resource_tracker" not in " ".join(c.cmdline()))
+
+
+def post_retrying(port: int, body: bytes) -> int:
+    """POST ``body`` as NDJSON to stream app.h, again while refused for the budget (503); the last status."""
+    for _ in range(600):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            conn.request("POST", "/app.h", body, {"Content-Type": "application/x-ndjson"})
+            reply = conn.getresponse()
+            reply.read()
+        finally:
+            conn.close()
+        if reply.status != 503:
+            return reply.status
+        time.sleep(0.1)
+    return 503
+
+
+def given_back(server: Serve, before: dict[str, float]) -> dict[str, float]:
+    """The metrics once the serving process and a decode worker each gave memory back since ``before``
+    (looking for at most 30 s)."""
+    keys = ("windvane_memory_given_back_total", "windvane_decode_memory_given_back_total")
+    for _ in range(300):
+        counters = metrics(server)
+        if all(counters[key] > before.get(key, 0) for key in keys):
+            break
+        time.sleep(0.1)
+    return counters
+
+
+def test_after_a_forward_and_an_http_burst_the_decode_workers_and_the_server_give_memory_back(tmp_path):
+    # With 2 decode workers: 8 connections each pipeline 4 messages of 8 MiB (8,192 events of 1 KiB), then
+    # 8 HTTP clients post 3 bodies of 8 MiB each (24 at once), against a budget of 128 MiB. The workers
+    # decode and validate them, and each keeps what the burst's objects took in its heap unless it gives
+    # it back. After each burst, the serving process and every worker come back to idle + 100 MB.
+    budget, size = 128, 8 * MIB
+    body = b"".join(b'{"message": "%s"}\n' % f"{i:08d}".ljust(1024, "y").encode() for i in range(size >> 10))
+    with start(tmp_path, budget, "--trim-after", "0.5", "--decode-workers", "2") as server:
+        pid = server.process.pid
+        for _ in range(4):  # warmed up: the workers have imported what decoding needs
+            assert post_retrying(server.http_port, body[: 256 << 10].rpartition(b"\n")[0] + b"\n") == 200
+        workers = decode_workers(pid)
+        idle = {p: memory(p)["VmRSS"] for p in [pid, *workers]}
+        acks: list[int] = []
+        run_clients(
+            send_and_read_acks,
+            [(server.forward_port, small_events(f"app.p{i}", size, 4), acks) for i in range(8)],
+        )
+        after_forward = given_back(server, {})
+        settled_forward = {p: rss_settles(p, rss + 100_000_000) for p, rss in idle.items()}
+        statuses: list[int] = []
+        run_clients(lambda: statuses.extend(post_retrying(server.http_port, body) for _ in range(3)), [()] * 8)
+        after_http = given_back(server, after_forward)
+        settled_http = {p: rss_settles(p, rss + 100_000_000) for p, rss in idle.items()}
+        peaks = {p: memory(p)["VmHWM"] for p in idle}
+        assert server.stop() == 0, server.log()
+    assert len(workers) == 2 and acks == [4] * 8 and statuses == [200] * 24
+    assert peaks[pid] <= budget * MIB + 300_000_000, f"peak RSS {peaks[pid] >> 20} MiB"
+    for key in ("windvane_memory_given_back_total", "windvane_decode_memory_given_back_total"):
+        assert 0 < after_forward[key] < after_http[key], key
+    idle_mib = {p: rss >> 20 for p, rss in idle.items()}
+    assert all(settled_forward.values()), f"RSS over idle + 100 MB after the Forward burst (idle MiB: {idle_mib})"
+    assert all(settled_http.values()), f"RSS over idle + 100 MB after the HTTP burst (idle MiB: {idle_mib})"
+    assert stored(tmp_path, "app.p7") == (4 * size >> 10, 1024)
 
 
 def slow_frame(port: int, tag: str, size: int, done: list[int]) -> None:
