@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Protocol
 
 from windvane.connectors.errors import ConnectorConfigError
@@ -150,10 +151,12 @@ class MemoryBudget(_Held):
     Counters for metrics: :attr:`used` (now), :attr:`peak`, :attr:`pauses`
     (times a connection was paused for the budget), :attr:`passes`.
     ``trim_after``: seconds after the budget last held nothing that the
-    memory freed since a burst is given back (None: never).
+    memory freed since a burst is given back (None: never); ``let_go``:
+    called first, in a thread, for what keeps the burst's last objects
+    alive to let go of them (the decode pool's threads).
     """
 
-    def __init__(self, limit: int, trim_after: float | None = None) -> None:
+    def __init__(self, limit: int, trim_after: float | None = None, let_go: Callable[[], None] | None = None) -> None:
         if limit < 1:
             raise ConnectorConfigError(f"the memory budget must be at least 1 byte, not {limit}")
         self.limit = limit
@@ -170,6 +173,7 @@ class MemoryBudget(_Held):
         # Messages waiting to be admitted, oldest first: their size, and the loop time they began waiting.
         self._admissions: dict[Reader, tuple[int, float]] = {}
         self.trim_after = trim_after
+        self._let_go = let_go
         self.trims = 0  # times memory was given back after a burst
         self._burst = 0  # the most held at once since memory was last given back
         self._emptied = 0.0  # loop time the budget last came to hold nothing
@@ -271,7 +275,12 @@ class MemoryBudget(_Held):
         self._burst = 0
         self.trims += 1
         # In a thread: trimming walks every arena, and the event loop goes on meanwhile.
-        loop.run_in_executor(None, give_back_memory)
+        loop.run_in_executor(None, self._give_back)
+
+    def _give_back(self) -> None:
+        if self._let_go is not None:
+            self._let_go()
+        give_back_memory()
 
     # -- waiting ---------------------------------------------------------------------
 

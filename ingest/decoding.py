@@ -57,6 +57,11 @@ class DecodePool:
         if self.preparer is not None:
             self.preparer.start()
 
+    def let_go_of_the_last(self) -> None:
+        """See :meth:`ingest.prepare.Preparer.let_go_of_the_last` (nothing to do without workers); blocks."""
+        if self.preparer is not None:
+            self.preparer.let_go_of_the_last()
+
     @property
     def given_back(self) -> int:
         """Times a worker gave the memory a burst took back to the system (``trim_after``)."""

@@ -120,6 +120,9 @@ class Pipeline:
                     self._commit(group)
             except BaseException as exc:  # the thread must outlive anything a group does
                 self.parts.retries.crashed(group, exc)
+            # Not kept while this thread waits for the next: after a burst, the last group's bytes and
+            # columns would stay alive until more comes.
+            del first, group
         self._settle()
 
     def _next(self) -> Submission | None:

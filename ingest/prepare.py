@@ -403,6 +403,16 @@ class Preparer:
         for _ in range(self.workers):
             pool.submit(_ready)  # one task each: the pool starts a process per task while none is idle
 
+    def let_go_of_the_last(self, timeout: float = 10.0) -> None:
+        """Pass a task of nothing through the workers and wait for it (at most ``timeout`` seconds): the
+        pool's threads, which keep the last task they sent and the last result they received until the
+        next, then keep that one instead of a burst's last submission and its columns."""
+        with self._lock:
+            pool = None if self._closed else self._pool
+        if pool is not None:
+            with contextlib.suppress(BrokenProcessPool, RuntimeError, concurrent.futures.TimeoutError):
+                pool.submit(_ready).result(timeout)
+
     def submit(self, items: Sequence[Undecoded]) -> Prepared:
         """Start preparing one submission's items; :meth:`Prepared.result` gives :func:`prepare`'s result."""
         return Prepared(self._submit(_prepare_in_worker, list(items)))
