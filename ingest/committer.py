@@ -144,6 +144,14 @@ class GroupCommitter:
         """Start the decode workers (in the background: each imports the decoders and loads the schemas)."""
         self.decoding.start()
 
+    def let_go_of_the_last(self) -> None:
+        """After a burst, with nothing submitted for a while: let go of what still holds its last objects,
+        the decode pool's threads (:meth:`ingest.decoding.DecodePool.let_go_of_the_last`) and the rows the
+        stream writers hold (:meth:`ingest.pipeline.Pipeline.let_go_of_the_held`), so that giving the
+        memory back returns them too. Blocks (seconds at most): call it from a thread of its own."""
+        self.decoding.let_go_of_the_last()
+        self.pipeline.let_go_of_the_held()
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Commit what is queued, then stop. Later submissions fail with CommitFailed."""
         self.pipeline.close(timeout)

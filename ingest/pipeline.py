@@ -81,6 +81,7 @@ class Pipeline:
         self._handed: Handoff | None = None  # the group handed last, until the committer knows it is written
         self.linger = 0.0  # seconds the next group gathers after a fan-out commit (see the module docstring)
         self._taken = 0.0  # when the last group was taken (time.monotonic)
+        self._let_go: threading.Event | None = None  # asked by let_go_of_the_held, set once done
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="windvane-committer", daemon=True)
@@ -94,6 +95,27 @@ class Pipeline:
         if self._thread is not None:
             self._thread.join(timeout)
         self._commit_thread.shutdown(wait=self._thread is None or not self._thread.is_alive())
+
+    def let_go_of_the_held(self, timeout: float = 10.0) -> None:
+        """Have the committer thread, once no commit is under way, let go of the rows the stream writers
+        hold (:meth:`ingest.staging.GroupWriter.let_go`), and wait for it at most ``timeout`` seconds: for
+        a service idle after a burst, whose streams' row logs keep those rows."""
+        done = threading.Event()
+        with self._cond:
+            if self.closing or self._thread is None:
+                return
+            self._let_go = done
+            self._cond.notify_all()
+        done.wait(timeout)
+
+    def _let_go_if_asked(self) -> None:
+        with self._cond:
+            done, self._let_go = self._let_go, None
+        if done is not None:
+            try:
+                self.parts.writer.let_go()
+            finally:
+                done.set()
 
     def enqueue(self, items: list[Submission]) -> None:
         with self._cond:
@@ -110,6 +132,7 @@ class Pipeline:
                     break
                 self._settle()  # a commit ended while nothing waits: retry it now if it failed as a group
                 self._checkpoint_idle()
+                self._let_go_if_asked()
                 continue
             self._gather_wait(first)
             self._taken = time.monotonic()
@@ -128,7 +151,7 @@ class Pipeline:
     def _next(self) -> Submission | None:
         """Wait for a submission or an ended commit: the first queued, if any."""
         with self._cond:
-            while not self.queue and not self.closing and not self._commit_ended():
+            while not self.queue and not self.closing and not self._commit_ended() and self._let_go is None:
                 self._cond.wait()
             return self.queue[0] if self.queue else None  # only this thread pops: it stays first
 

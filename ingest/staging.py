@@ -208,6 +208,16 @@ class GroupWriter:
         for tag, rejected in gathered.rejected.items():
             streams.quarantine(tx, self._writers, tag, rejected)
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of rows the stream writers hold between commits (their partial chunks)."""
+        return self._writers.held_bytes()
+
+    def let_go(self) -> int:
+        """Let go of every row the stream writers hold (their streams' row logs keep them; a stream
+        without one is read afresh on its next append): for a service idle after a burst. The bytes freed."""
+        return self._writers.trim(0)
+
     def committed(self, gathered: Group, tid: bytes | None) -> None:
         """``gathered`` is committed in ``tid`` (None: it stored nothing): the ledger learns of it."""
         if gathered.key_write is not None:

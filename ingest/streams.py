@@ -97,13 +97,16 @@ class StreamWriters:
         self._trimmed, self._untrimmed = now, 0
         return self.trim()
 
-    def trim(self) -> int:
-        """Past ``max_bytes`` of rows held, bring them to half of it: the least recently used writers shed
-        their rows or, when their stream keeps no row log, are let go. Returns the bytes freed."""
+    def trim(self, target: int | None = None) -> int:
+        """Past ``max_bytes`` of rows held, bring them to half of it (or to ``target`` bytes, whatever they
+        are): the least recently used writers shed their rows or, when their stream keeps no row log, are
+        let go. Returns the bytes freed."""
         held = self.held_bytes()
-        if held <= self.max_bytes:
-            return 0
-        freed, target = 0, self.max_bytes // 2
+        if target is None:
+            if held <= self.max_bytes:
+                return 0
+            target = self.max_bytes // 2
+        freed = 0
         for key, writer in list(self._writers.items()):
             if held - freed <= target:
                 break

@@ -385,3 +385,22 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
         )
     # Their writers know them now: the next group binds nothing for them.
     assert all(writers.get(tag).held_columns is not None for tag in tags)
+
+
+async def test_idle_after_a_burst_the_stream_writers_let_go_of_the_rows_they_hold(store):
+    # Each stream's writer holds the rows of its partial last chunk between commits, here 8 MiB of
+    # messages: after a burst they would stay in memory until the chunk fills. Let go of, they are
+    # still there: the stream's row log keeps them, and appends go on from them.
+    c = committer(store)
+    try:
+        await c.submit([batch("app.a", 0, 8, msg="x" * (1 << 20))])
+        held = c.pipeline.parts.writer.held_bytes
+        await asyncio.to_thread(c.let_go_of_the_last)
+        let_go = c.pipeline.parts.writer.held_bytes
+        await c.submit([batch("app.a", 8, 2)])
+    finally:
+        c.close()
+    assert held >= 8 << 20 and let_go == 0
+    a = read(store, "app.a")
+    assert a["seq"].tolist() == list(range(10))
+    assert list(a["msg"]) == ["x" * (1 << 20)] * 8 + ["event 8 é", "event 9 é"]

@@ -367,9 +367,7 @@ async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ss
     from windvane.connectors.mqtt import MqttError
 
     # One for the whole process: Forward and HTTP draw on it.
-    budget = MemoryBudget(
-        config.limits.memory_budget, config.limits.trim_after, service.committer.decoding.let_go_of_the_last
-    )
+    budget = MemoryBudget(config.limits.memory_budget, config.limits.trim_after, service.committer.let_go_of_the_last)
     lines: list[tuple[str, Any, str]] = []
     auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:

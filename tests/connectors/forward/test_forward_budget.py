@@ -157,9 +157,12 @@ def given_back(server: Serve, before: dict[str, float]) -> dict[str, float]:
 
 def test_after_a_forward_and_an_http_burst_the_decode_workers_and_the_server_give_memory_back(tmp_path):
     # With 2 decode workers: 8 connections each pipeline 4 messages of 8 MiB (8,192 events of 1 KiB), then
-    # 8 HTTP clients post 3 bodies of 8 MiB each (24 at once), against a budget of 128 MiB. The workers
-    # decode and validate them, and each keeps what the burst's objects took in its heap unless it gives
-    # it back. After each burst, the serving process and every worker come back to idle + 100 MB.
+    # 8 HTTP clients post 3 bodies of 8 MiB each (24 at once), then 8 connections each pipeline 8 messages
+    # of one 10 MiB event, against a budget of 128 MiB. The workers decode and validate the first two,
+    # and each keeps what the burst's objects took in its heap unless it gives it back; the big events
+    # are decoded by the serving process, and its stream writers hold each stream's last ones (the
+    # partial chunk) unless they let them go. After each burst, the serving process and every worker
+    # come back to idle + 100 MB.
     budget, size = 128, 8 * MIB
     body = b"".join(b'{"message": "%s"}\n' % f"{i:08d}".ljust(1024, "y").encode() for i in range(size >> 10))
     with start(tmp_path, budget, "--trim-after", "0.5", "--decode-workers", "2") as server:
@@ -179,16 +182,27 @@ def test_after_a_forward_and_an_http_burst_the_decode_workers_and_the_server_giv
         run_clients(lambda: statuses.extend(post_retrying(server.http_port, body) for _ in range(3)), [()] * 8)
         after_http = given_back(server, after_forward)
         settled_http = {p: rss_settles(p, rss + 100_000_000) for p, rss in idle.items()}
+        run_clients(
+            send_and_read_acks,
+            [(server.forward_port, big_events(f"app.b{i}", 10 * MIB, 8), acks) for i in range(8)],
+        )
+        for _ in range(300):
+            if metrics(server)["windvane_memory_given_back_total"] > after_http["windvane_memory_given_back_total"]:
+                break
+            time.sleep(0.1)
+        settled_big = rss_settles(pid, idle[pid] + 100_000_000)
         peaks = {p: memory(p)["VmHWM"] for p in idle}
         assert server.stop() == 0, server.log()
-    assert len(workers) == 2 and acks == [4] * 8 and statuses == [200] * 24
+    assert len(workers) == 2 and acks == [4] * 8 + [8] * 8 and statuses == [200] * 24
     assert peaks[pid] <= budget * MIB + 300_000_000, f"peak RSS {peaks[pid] >> 20} MiB"
     for key in ("windvane_memory_given_back_total", "windvane_decode_memory_given_back_total"):
         assert 0 < after_forward[key] < after_http[key], key
     idle_mib = {p: rss >> 20 for p, rss in idle.items()}
     assert all(settled_forward.values()), f"RSS over idle + 100 MB after the Forward burst (idle MiB: {idle_mib})"
     assert all(settled_http.values()), f"RSS over idle + 100 MB after the HTTP burst (idle MiB: {idle_mib})"
+    assert settled_big, f"RSS over idle + 100 MB after the big events ({idle_mib[pid]} MiB idle)"
     assert stored(tmp_path, "app.p7") == (4 * size >> 10, 1024)
+    assert stored(tmp_path, "app.b7") == (8, 10 * MIB)
 
 
 def slow_frame(port: int, tag: str, size: int, done: list[int]) -> None:
