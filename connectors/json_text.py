@@ -21,6 +21,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from .errors import ConnectorError
+
 __all__ = ["JsonConstant", "JsonReader", "constant_at", "constant_error", "not_a_number"]
 
 # A string (skipped whole), or a constant outside any string.
@@ -31,7 +33,7 @@ _FLOAT_DIGITS = 15
 _TIMES_FROM = 1e6
 
 
-class JsonConstant(Exception):
+class JsonConstant(ConnectorError):
     """Raised by :attr:`JsonReader.scan_once` where the text holds NaN or an infinity; :func:`constant_error`
     gives the error at its position."""
 

@@ -88,7 +88,7 @@ def test_appended_rows_are_imported_on_the_next_run(sqlite_url, tmp_path):
     with path.open("a") as f:
         f.write(f"{T0 + 1},1,0.5,b\n")
     out = run_import(*args)
-    assert out.returncode == 0 and "1 rows" in out.stdout
+    assert out.returncode == 0 and "1 row, " in out.stdout
     assert stored_ids(sqlite_url, "grow") == [0, 1]
 
 
@@ -115,7 +115,7 @@ def test_several_files_and_formats_into_one_stream(sqlite_url, tmp_path):
     pq.write_table(pa.table({"time": [T0 + 1], "id": [1], "half": [0.5], "label": ["b"]}), second)
     out = run_import(str(first), str(second), "--store", sqlite_url, "--tag", "mixed")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("1 rows, 0 rejected") == 2
+    assert out.stdout.count("1 row, 0 rejected") == 2
     assert stored_ids(sqlite_url, "mixed") == [0, 1]
 
 

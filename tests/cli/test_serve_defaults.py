@@ -33,8 +33,8 @@ def test_the_serve_page_states_the_defaults_the_config_classes_hold():
     section = _serve_section()
     stated = [
         f"--forward 0.0.0.0:{ForwardConfig.port} --http 0.0.0.0:{HttpConfig.port}",
-        f"`forward: 0.0.0.0:{ForwardConfig.port} auth:",
-        f"`http: 0.0.0.0:{HttpConfig.port} auth:",
+        f"forward: 0.0.0.0:{ForwardConfig.port} (TCP, and UDP for heartbeats;",
+        f"http: 0.0.0.0:{HttpConfig.port} (TCP: posts,",
         f"A malformed or oversize message ({ForwardConfig.chunk_size_limit >> 20} MiB,",
         f"413 above {HttpConfig.body_size_limit >> 20} MiB",
         f"`--mqtt-topic PATTERN` (repeatable, default `{' '.join(MqttConfig.topics)}`)",
