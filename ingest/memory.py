@@ -26,9 +26,9 @@ log = logging.getLogger("windvane.ingest")
 #: glibc malloc's thresholds for a serving process, in bytes: blocks up to ``MALLOC_MMAP_THRESHOLD``
 #: come from the heap, and up to ``MALLOC_TRIM_THRESHOLD`` free at its top stays there. glibc's own
 #: (mmap past 128 KiB, raised as such blocks are freed; the top given back past twice that) had the
-#: service fault in a fresh page for nearly every 4 KiB it received: 68,000 page faults for 216 MB
-#: of vibration blocks over Forward, 35,000 with these. Peak RSS under the memory-budget attacks is
-#: no higher (tests/ingest/test_memory_budget.py). A ``MALLOC_*`` environment variable set by the user wins.
+#: service fault in a fresh page for nearly every 4 KiB it received; with these about half as often,
+#: and peak RSS under the memory-budget attacks is no higher (tests/ingest/test_memory_budget.py).
+#: A ``MALLOC_*`` environment variable set by the user wins.
 MALLOC_MMAP_THRESHOLD = 4 << 20
 MALLOC_TRIM_THRESHOLD = 64 << 20
 
