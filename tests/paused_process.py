@@ -59,7 +59,13 @@ def paused(checkpoint: str, *args: str, times: int = 1) -> subprocess.Popen:
 
 
 def main() -> None:
+    import signal
+
     from windvane.ingest import checkpoints
+
+    # The tests send SIGINT as a terminal's Ctrl-C does; a suite started as a shell's background job
+    # inherits SIGINT ignored, which Python keeps, so the default handler is put back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     checkpoint, times, *args = sys.argv[1:]
     checkpoints.reached = pausing_at(checkpoint, int(times))
