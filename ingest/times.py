@@ -91,17 +91,22 @@ def time_ns(value: Any) -> int | None:
     return None
 
 
+def _event_time_parts(data: bytes) -> tuple[int, int]:
+    """The seconds and nanoseconds of a fluentd EventTime's 8 bytes (``>II``)."""
+    return int.from_bytes(data[:4], "big"), int.from_bytes(data[4:8], "big")
+
+
 def event_time_ns(data: bytes) -> int | None:
     """Nanoseconds since the epoch of a fluentd EventTime's 8 bytes (``>II``: seconds, nanoseconds); None if
     its nanoseconds are 10**9 or more, which no clock gives (:func:`not_a_time` names them)."""
-    nanos = int.from_bytes(data[4:8], "big")
-    return int.from_bytes(data[:4], "big") * NS + nanos if nanos < NS else None
+    seconds, nanos = _event_time_parts(data)
+    return seconds * NS + nanos if nanos < NS else None
 
 
 def not_a_time(value: Any) -> str:
     """The quarantine reason of a record whose time ``value`` :func:`time_ns` does not read."""
     if type(value) is msgpack.ExtType and value.code == 0 and len(value.data) == 8:
-        seconds, nanos = int.from_bytes(value.data[:4], "big"), int.from_bytes(value.data[4:], "big")
+        seconds, nanos = _event_time_parts(value.data)
         return (
             f"the event time is an EventTime of {seconds} s and {nanos} ns, which is not a time: "
             f"its nanoseconds must be 0 to 999999999"
