@@ -60,7 +60,7 @@ def mariadb_server():
     finally:
         try:
             server.stop(timeout=120)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever stopped a clean shutdown, the server must not outlive the run
             server.kill()
         shutil.rmtree(root, ignore_errors=True)
 
@@ -212,7 +212,7 @@ class Databases:
         for name in list(self._mariadb):
             try:
                 self.drop_mariadb(name)
-            except Exception:
+            except Exception:  # noqa: BLE001 - cleanup after a run: one database that will not drop must not keep the others
                 pass
         for path in list(self._sqlite):
             self.drop_sqlite(os.path.basename(path)[:-3])
@@ -260,9 +260,12 @@ def code_version() -> tuple[str, str | None]:
     return _run("git", "rev-parse", "--short", "HEAD"), (hashlib.sha1(diff.encode()).hexdigest()[:12] if diff else None)
 
 
+#: The code the benchmarks import (and so measure): the code at the session's start.
+CODE_VERSION = pytest.StashKey[tuple[str, str | None]]()
+
+
 def pytest_sessionstart(session):
-    # The code the benchmarks import (and so measure) is the code at the start.
-    session.config._windvane_code = code_version()
+    session.config.stash[CODE_VERSION] = code_version()
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
@@ -271,7 +274,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 
     from windvane.neostore import values as neostore_values
 
-    commit, diff = getattr(config, "_windvane_code", None) or code_version()
+    commit, diff = config.stash.get(CODE_VERSION, None) or code_version()
     machine_info["windvane"] = {
         "commit": commit,
         "neostore_uncommitted_diff_sha1": diff,

@@ -160,10 +160,7 @@ def forward_load(
                     cid, message = queue.pop(0)
                     sent[cid] = time.perf_counter()
                     sock.sendall(message)
-                data = sock.recv(65536)
-                if not data:
-                    raise ConnectionError("server closed the connection")
-                unpacker.feed(data)
+                unpacker.feed(receive(sock))
                 now = time.perf_counter()
                 for reply in unpacker:
                     mine.append(now - sent.pop(reply["ack"].encode()))
@@ -176,6 +173,23 @@ def forward_load(
 
     seconds = _timed_threads(shares, run, start)
     return LoadResult(len(latencies) * events_per_chunk, seconds, latencies, errors)
+
+
+def receive(sock: socket.socket) -> bytes:
+    """The next bytes the server sends; ConnectionError when it closes the connection."""
+    data = sock.recv(65536)
+    if not data:
+        raise ConnectionError("server closed the connection")
+    return data
+
+
+def post_ndjson(conn: http.client.HTTPConnection, path: str, body: bytes) -> None:
+    """POST ``body`` as NDJSON; RuntimeError unless the answer is 200."""
+    conn.request("POST", path, body, {"Content-Type": "application/x-ndjson"})
+    response = conn.getresponse()
+    answer = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"HTTP {response.status}: {answer[:200]!r}")
 
 
 def http_load(port: int, path: str, bodies: list[bytes], events_per_body: int, *, connections: int = 4) -> LoadResult:
@@ -193,11 +207,7 @@ def http_load(port: int, path: str, bodies: list[bytes], events_per_body: int, *
         try:
             for body in share:
                 sent = time.perf_counter()
-                conn.request("POST", path, body, {"Content-Type": "application/x-ndjson"})
-                response = conn.getresponse()
-                answer = response.read()
-                if response.status != 200:
-                    raise RuntimeError(f"HTTP {response.status}: {answer[:200]!r}")
+                post_ndjson(conn, path, body)
                 mine.append(time.perf_counter() - sent)
         except Exception as exc:  # noqa: BLE001 - reported with the result
             errors.append(repr(exc))

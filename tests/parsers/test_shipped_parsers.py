@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from tests.connectors.files.fluent_corpus import NOT_IN_FLUENTD, fluentd_corpus  # noqa: F401
+from tests.connectors.files.fluent_corpus import NOT_IN_FLUENTD, fluentd_corpus  # noqa: F401 (a fixture, used by name)
 from windvane.parsers import ParserNotFound, catalog, list_parsers, parser_path, sample_path
 
 NAMES = list_parsers()
@@ -37,7 +37,7 @@ def test_every_parser_has_its_section_samples_and_entry():
 
 @pytest.mark.clients
 @pytest.mark.parametrize("name", FLUENTD_NAMES)
-def test_fluentd_parses_every_sample(name, fluentd_corpus):  # noqa: F811
+def test_fluentd_parses_every_sample(name, fluentd_corpus):
     lines = samples(name)
     entry = catalog()[name]
     for outcome in fluentd_corpus.outcomes[f"shipped-{name}"]:
