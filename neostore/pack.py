@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import ReadOnlyError
 from .pool import locked_transaction, rollback_quietly
 from .sql import delete_unreferenced_data
-from .store import Store
 from .tids import p64, u64
 
 if TYPE_CHECKING:
     from .blobs.sweep import SweepStats
+    from .store import Store
 
 
 @dataclass

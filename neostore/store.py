@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import errors, history, stats
 from ._schema import prepare_database
@@ -37,6 +37,7 @@ from .guard import guarded
 from .indoubt import transaction_committed
 from .names import NamedRevision, NameIndex
 from .oids import OidAllocator
+from .pack import PackStats, pack
 from .pool import ConnectionPool
 from .reads import ValueReader, ValueSink
 from .records import Record, Revision, TransactionInfo, ValueUsage
@@ -46,9 +47,6 @@ from .transaction import Resolver, Transaction
 from .upload import send_to_tier
 from .url import StoreURL, parse_url
 from .values import ValueCodec
-
-if TYPE_CHECKING:
-    from .pack import PackStats
 
 __all__ = ["Record", "Resolver", "Revision", "Store", "Transaction", "TransactionInfo", "ValueUsage"]
 
@@ -350,6 +348,4 @@ class Store:
         self, tid: bytes, references: Callable[[bytes], Iterable[bytes]] | None = None, **options: Any
     ) -> PackStats:
         """Remove what is invisible at ``tid`` and give the disk back; see :func:`neostore.pack.pack`."""
-        from .pack import pack
-
         return pack(self, tid, references=references, **options)

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field, replace
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
+from .blobs.location import CREDENTIALS_HINT, parse_location
 from .errors import InvalidURLError
 
 MARIADB_ENGINES = {"innodb": "InnoDB", "rocksdb": "ROCKSDB"}
@@ -26,11 +27,6 @@ BLOB_THRESHOLD = 256 * 1024
 
 _BLOB_OPTIONS = ("blobs", "endpoint", "blob_threshold")
 #: What a message says to someone who put object store credentials in a URL.
-CREDENTIALS_HINT = (
-    "credentials never go in the URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-    "or use ~/.aws/credentials (AWS_PROFILE picks a profile)"
-)
-
 _OPTIONS = {"sqlite": _BLOB_OPTIONS, "mariadb": ("unix_socket", "engine", *_BLOB_OPTIONS)}
 
 
@@ -143,9 +139,7 @@ def _with_blobs(url: str, parsed: StoreURL, query: dict[str, str]) -> StoreURL:
         if endpoint is not None or threshold is not None:
             raise InvalidURLError(f"{_safe(url)}: endpoint and blob_threshold belong with blobs=s3://bucket/prefix")
         return parsed
-    from .blobs.location import parse_location  # checks the location's syntax
-
-    parse_location(blobs)
+    parse_location(blobs)  # checks the location's syntax
     if endpoint is not None:
         parts = urlsplit(endpoint)
         if parts.username is not None or parts.password is not None:

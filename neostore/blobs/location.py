@@ -17,6 +17,12 @@ from urllib.parse import urlsplit
 from ..errors import InvalidURLError
 from ..values import RAW, ZSTD
 
+#: What an error about credentials written into a store URL or a blob location advises.
+CREDENTIALS_HINT = (
+    "credentials never go in the URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "or use ~/.aws/credentials (AWS_PROFILE picks a profile)"
+)
+
 _SUFFIX = {RAW: "", ZSTD: ".zst"}
 _FLAG = {suffix: flag for flag, suffix in _SUFFIX.items()}
 
@@ -36,8 +42,6 @@ def parse_location(text: str) -> BlobLocation:
     """Parse ``s3://bucket/prefix``; InvalidURLError saying what is wrong."""
     parts = urlsplit(text)
     if "@" in parts.netloc:
-        from ..url import CREDENTIALS_HINT  # a late import: url.py imports this module the same way
-
         raise InvalidURLError(f"blobs=s3://***@{parts.netloc.rpartition('@')[2]}...: {CREDENTIALS_HINT}")
     if parts.scheme != "s3" or not parts.netloc:
         raise InvalidURLError(f"blobs={text!r}: write the object store location as s3://bucket/prefix")
