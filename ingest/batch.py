@@ -35,14 +35,17 @@ def packed_event(time_ns: int, record: Any) -> bytes:
     ``repr``.
     """
     try:
-        return msgpack.packb([time_ns, record], use_bin_type=True)
+        packed: bytes = msgpack.packb([time_ns, record], use_bin_type=True)
     except (TypeError, ValueError, OverflowError, RecursionError):
         pass
+    else:
+        return packed
     try:
         text = repr(record)
     except RecursionError:  # nested deeper than Python recurses: the outermost part is all that is kept
         text = f"<{type(record).__name__} nested too deeply to represent>"
-    return msgpack.packb([time_ns, text], use_bin_type=True)
+    packed = msgpack.packb([time_ns, text], use_bin_type=True)
+    return packed
 
 
 @dataclass(slots=True)

@@ -14,15 +14,16 @@ import functools
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .batch import INVALID_TIME, Batch
+from .errors import SchemaError
 from .record_types import field_values, record_type
-from .schema import Field, Schema
+from .schema import Field, Schema, Vibration
 
 _NONE = type(None)
 _FLOATS = {float, int}
@@ -80,7 +81,7 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _all_utf8(texts: list) -> bool:
+def _all_utf8(texts: Sequence[Any]) -> bool:
     """Whether every str of ``texts`` encodes as UTF-8, checked in one C pass over their concatenation."""
     try:
         joined = "".join(texts)
@@ -89,7 +90,7 @@ def _all_utf8(texts: list) -> bool:
     return _utf8(joined)
 
 
-def text_values(values: list) -> list:
+def text_values(values: list[Any]) -> list[Any]:
     """``values`` with each bytes value that is valid UTF-8 decoded to str; bytes that are not stay bytes.
 
     Text arrives as msgpack bin from senders that do not know their strings'
@@ -101,7 +102,7 @@ def text_values(values: list) -> list:
             return list(map(bytes.decode, values))  # all of them in C, the common case
         except UnicodeDecodeError:
             pass
-    out = []
+    out: list[Any] = []
     for v in values:
         if type(v) is bytes:
             try:
@@ -112,14 +113,14 @@ def text_values(values: list) -> list:
     return out
 
 
-def _text_keyed(records: list, reasons: dict[int, str]) -> list:
+def _text_keyed(records: Sequence[Any], reasons: dict[int, str]) -> list[Any]:
     """``records`` with bin field names decoded as UTF-8; a record whose names cannot be gets its reason.
 
     The records of one batch mostly share their field names in one order,
     so each distinct tuple of names is decoded once and the records rebuilt
     in C (``dict(zip(...))``).
     """
-    names: dict[tuple, tuple | str] = {}
+    names: dict[tuple[Any, ...], tuple[Any, ...] | str] = {}
     out = list(records)
     for i, r in enumerate(records):
         if i in reasons:
@@ -135,9 +136,9 @@ def _text_keyed(records: list, reasons: dict[int, str]) -> list:
     return out
 
 
-def _text_names(keys: tuple) -> tuple | str:
+def _text_names(keys: tuple[Any, ...]) -> tuple[Any, ...] | str:
     """``keys`` with bytes decoded as UTF-8, or why one cannot be."""
-    out = []
+    out: list[Any] = []
     for k in keys:
         if type(k) is bytes:
             try:
@@ -154,7 +155,7 @@ def _missing(f: Field) -> Any:
     return {"str": "", "bytes": b""}.get(f.dtype, np.nan)
 
 
-def _column_ok(f: Field, values: list) -> bool:
+def _column_ok(f: Field, values: list[Any]) -> bool:
     """The fast check: every value of the column is storable as it is."""
     types = set(map(type, values))
     if _NONE in types:
@@ -177,7 +178,7 @@ def _column_ok(f: Field, values: list) -> bool:
     return types <= {bytes} or (types <= {bytes, str} and _all_utf8(values))
 
 
-def _to_array(f: Field, values: list) -> np.ndarray | list:
+def _to_array(f: Field, values: list[Any]) -> np.ndarray | list[Any]:
     """The stored column for ``values`` (all checked); strings and bytes stay lists."""
     if f.dtype == "str":
         return [("" if f.fill is None else f.fill) if v is None else v for v in values] if None in values else values
@@ -198,7 +199,7 @@ def _bin_key(name: str) -> bytes:
     return name.encode("utf-8")
 
 
-def _bin_names_only(names: set) -> bool:
+def _bin_names_only(names: set[Any]) -> bool:
     """Whether ``names`` (a batch's field names) are all bytes of distinct UTF-8 text."""
     if set(map(type, names)) != {bytes}:
         return False
@@ -209,7 +210,9 @@ def _bin_names_only(names: set) -> bool:
     return True
 
 
-def _extras(schema: Schema, records: list[dict], key: Any = _str_key) -> tuple[list[str], dict[int, str]] | None:
+def _extras(
+    schema: Schema, records: Sequence[dict[Any, Any]], key: Any = _str_key
+) -> tuple[list[str], dict[int, str]] | None:
     """Undeclared fields of each record as JSON text ("" for none), and why some records' cannot be;
     None if no record has any. ``key``: a field's name as the records hold it."""
     declared = {key(f.name) for f in schema.fields}
@@ -226,7 +229,7 @@ def _extras(schema: Schema, records: list[dict], key: Any = _str_key) -> tuple[l
     return out, faults
 
 
-def _extra_json(extra: dict) -> tuple[str, str | None]:
+def _extra_json(extra: dict[Any, Any]) -> tuple[str, str | None]:
     """``extra`` as JSON text (bin as text, nested bin keys too), or "" and why it cannot be kept."""
     try:
         try:
@@ -314,8 +317,8 @@ def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return dict(parts[0])
     columns: dict[str, Any] = {}
     for name in parts[0]:
-        values = [p.get(name) for p in parts]
-        if any(v is None for v in values):
+        values = [v for v in (p.get(name) for p in parts) if v is not None]
+        if len(values) != len(parts):
             raise ValueError(f"column {name!r} is missing from some batches")
         if isinstance(values[0], np.ndarray):
             columns[name] = np.concatenate(values)
@@ -355,7 +358,7 @@ def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]
         survivors = [j for j, i in enumerate(origin) if i not in reasons]  # positions in ``maps``
         time = np.asarray([batch.times[origin[j]] for j in survivors], dtype=np.int64)
 
-    def pick(values: list) -> list:
+    def pick(values: list[Any]) -> list[Any]:
         return values if survivors is None else [values[j] for j in survivors]
 
     columns: dict[str, Any] = {"time": time}
@@ -373,7 +376,7 @@ def _maps(records: Sequence[Any], reasons: dict[int, str]) -> tuple[Sequence[Any
         for i, r in enumerate(records):
             if type(r) is not dict:
                 reasons[i] = f"a record must be a map of field names to values, not {_describe(r)}"
-    key = _str_key
+    key: Callable[[str], Any] = _str_key
     if bytes in set(map(type, itertools.chain.from_iterable(r for r in records if type(r) is dict))):
         # Field names as msgpack bin (fluentd's in_tail): UTF-8 text names the field. Where every
         # name is bin and UTF-8, fields are looked up by their encoded names, records left as they are.
@@ -386,10 +389,10 @@ def _maps(records: Sequence[Any], reasons: dict[int, str]) -> tuple[Sequence[Any
 
 
 def _field_values(
-    schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int], reasons: dict[int, str]
-) -> dict[str, list]:
+    schema: Schema, maps: Sequence[dict[Any, Any]], key: Any, origin: Sequence[int], reasons: dict[int, str]
+) -> dict[str, list[Any]]:
     """Each field's values in ``maps``; a value that does not fit its field rejects its record."""
-    values_of: dict[str, list] = {}
+    values_of: dict[str, list[Any]] = {}
     for f in schema.fields:
         name = key(f.name)
         values = [r.get(name) for r in maps]
@@ -405,7 +408,7 @@ def _field_values(
 
 
 def _checked_extras(
-    schema: Schema, maps: Sequence[dict], key: Any, origin: Sequence[int], reasons: dict[int, str]
+    schema: Schema, maps: Sequence[dict[Any, Any]], key: Any, origin: Sequence[int], reasons: dict[int, str]
 ) -> list[str] | None:
     """The undeclared fields of each of ``maps`` as JSON text (None: dropped, or rejected by the schema)."""
     found = _extras(schema, maps, key) if schema.extra != "drop" else None
@@ -426,9 +429,18 @@ def _checked_extras(
     return extras
 
 
-def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
+def vibration_of(schema: Schema) -> Vibration:
+    """The block layout of ``schema``; SchemaError if it is not a vibration schema."""
+    if schema.vibration is None:
+        raise SchemaError(
+            f"schema {schema.name!r} is kind {schema.kind} and has no [vibration] table: only a vibration "
+            "schema's streams hold blocks of samples"
+        )
+    return schema.vibration
+
+
+def _samples(v: Vibration, record: Any) -> tuple[np.ndarray, float] | str:
     """A vibration record's block as ``(samples x channels array, sample rate)``, or why it cannot be."""
-    v = schema.vibration
     if type(record) is not dict:
         return f"a vibration record must be a map with {v.samples_field!r}, not {_describe(record)}"
     if v.samples_field not in record and any(type(k) is bytes for k in record):
@@ -439,13 +451,12 @@ def _samples(schema: Schema, record: Any) -> tuple[np.ndarray, float] | str:
     block = record.get(v.samples_field)
     if block is None:
         return f"vibration record has no {v.samples_field!r} field"
-    return _block(schema, block, record.get(v.rate_field))
+    return _block(v, block, record.get(v.rate_field))
 
 
-def _block(schema: Schema, block: Any, rate: Any) -> tuple[np.ndarray, float] | str:
+def _block(v: Vibration, block: Any, rate: Any) -> tuple[np.ndarray, float] | str:
     """A block of samples and the rate its record gives (None: none) as ``(samples x channels array, sample
     rate)``, or why they cannot be."""
-    v = schema.vibration
     if rate is None:
         if v.sample_rate is None:
             return f"vibration record has no {v.rate_field!r} and the schema sets no sample_rate"
@@ -482,7 +493,7 @@ def _block(schema: Schema, block: Any, rate: Any) -> tuple[np.ndarray, float] | 
 @functools.lru_cache(maxsize=64)
 def _sample_offsets(count: int, rate: float) -> np.ndarray:
     """Nanoseconds from a block's first sample to each of its ``count`` samples (blocks repeat their size)."""
-    offsets = np.rint(np.arange(count) * (1e9 / rate)).astype(np.int64)
+    offsets: np.ndarray = np.rint(np.arange(count) * (1e9 / rate)).astype(np.int64)
     offsets.flags.writeable = False
     return offsets
 
@@ -492,8 +503,9 @@ def _vibration(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejec
     starts: list[int] = []
     blocks: list[tuple[np.ndarray, float]] = []
     typed = batch.typed and type(batch.records[0]) is record_type(schema)
+    v = vibration_of(schema)
     for i, record in enumerate(batch.records):
-        got = _block(schema, record.samples, record.rate) if typed else _samples(schema, record)
+        got = _block(v, record.samples, record.rate) if typed else _samples(v, record)
         if isinstance(got, str):
             rejected.append(Rejected(int(batch.times[i]), got, batch.raw_bytes(i), batch.source))
             continue

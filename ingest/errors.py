@@ -40,6 +40,6 @@ class UndecodableBatch(IngestError):
         super().__init__(message)
         self.cause = cause
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[UndecodableBatch], tuple[str, BaseException | None]]:
         # The keyword-free form pickle needs: it crosses from the worker process.
         return (type(self), (str(self), self.cause))

@@ -65,7 +65,7 @@ from windvane import arrays, neostore
 from windvane.arrays.stream import MISSING_ATTR
 
 from . import checkpoints, streams
-from .columns import Rejected, non_finite_reason
+from .columns import Rejected, non_finite_reason, vibration_of
 from .errors import IngestError
 from .parts import Part, failing_rows, row_bytes
 from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
@@ -157,7 +157,8 @@ def read_content(store: neostore.Store, tag: str, content: str) -> SeenContent |
 
 
 def _content_record(source_id: str, name: str, done: bool) -> bytes:
-    return msgpack.packb({"source": source_id, "name": name, "done": done}, use_bin_type=True)
+    packed: bytes = msgpack.packb({"source": source_id, "name": name, "done": done}, use_bin_type=True)
+    return packed
 
 
 def content_hash(path: str | Path) -> str:
@@ -188,7 +189,7 @@ def same_file(stored: Any, path: str | Path) -> bool:
     if not isinstance(stored, dict) or "head" not in stored:
         return False
     now = fingerprint(path, int(stored.get("head_bytes", HEAD_BYTES)))
-    return now["head"] == stored["head"] and now["size"] >= int(stored.get("size", 0))
+    return bool(now["head"] == stored["head"] and now["size"] >= int(stored.get("size", 0)))
 
 
 # -- schemas ---------------------------------------------------------------------------------------
@@ -343,7 +344,7 @@ def check_against_stream(schema: Schema, existing: Schema) -> None:
             f"schema {schema.name!r} is kind {schema.kind} but stream {existing.tags[0]!r} is a {existing.kind} stream"
         )
     if schema.holds_blocks:
-        a, b = schema.vibration, existing.vibration
+        a, b = vibration_of(schema), vibration_of(existing)
         if (a.channels, a.dtype) != (b.channels, b.dtype):
             raise SchemaMismatch(
                 f"stream {existing.tags[0]!r} holds {b.channels} channels of {b.dtype}; "
@@ -355,9 +356,9 @@ def check_against_stream(schema: Schema, existing: Schema) -> None:
             )
         return
     clashes = [
-        f"{f.name} ({existing.field(f.name).dtype} in the stream, {f.dtype} here)"
+        f"{f.name} ({there.dtype} in the stream, {f.dtype} here)"
         for f in schema.fields
-        if existing.field(f.name) and existing.field(f.name).dtype != f.dtype
+        if (there := existing.field(f.name)) and there.dtype != f.dtype
     ]
     if clashes:
         raise SchemaMismatch(
@@ -460,7 +461,8 @@ def _time_ns(table: pa.Table) -> np.ndarray:
         time = pc.cast(time, pa.timestamp("ns", tz=time.type.tz)).cast(pa.int64())
     else:
         time = pc.cast(time, pa.int64())
-    return time.fill_null(-1).to_numpy()
+    ns: np.ndarray = time.fill_null(-1).to_numpy()
+    return ns
 
 
 def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict[str, Any] | None, list[Rejected]]:
@@ -482,8 +484,8 @@ def part_columns(schema: Schema, part: Part, source: str = SOURCE) -> tuple[dict
     reasons: dict[int, str] = {}
     raw = part.raw or (lambda i: row_bytes(table, i))
     missing_time = np.flatnonzero(table.column(TIME).is_null().to_numpy(zero_copy_only=False))
-    for i in missing_time:
-        reasons[int(i)] = NO_TIME
+    for at in missing_time:
+        reasons[int(at)] = NO_TIME
     cast, kept = _cast_fields(schema, table, reasons)
     undeclared = [c for c in table.column_names if c != TIME and schema.field(c) is None]
     if undeclared and schema.extra == "reject":
@@ -569,7 +571,7 @@ def _extra_json(table: pa.Table, names: list[str], reasons: dict[int, str]) -> n
 
 
 def _vibration_columns(schema: Schema, part: Part, time: np.ndarray) -> dict[str, Any]:
-    v = schema.vibration
+    v = vibration_of(schema)
     samples = np.asarray(part.samples)
     if samples.ndim != 2 or samples.shape[1] != v.channels:
         raise SchemaMismatch(
@@ -724,7 +726,7 @@ class ImportResult:
         return self.nbytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
 
-def _read_ahead(parts: Iterator[Part], out: queue.Queue, stop: threading.Event) -> None:
+def _read_ahead(parts: Iterator[Part], out: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
     """Reader thread: parse the next parts while the main thread commits (pyarrow releases the GIL)."""
     try:
         for part in parts:
@@ -858,7 +860,7 @@ class _Run:
         """Read ``reader`` from ``start`` in a thread and commit its parts here."""
         file_types = getattr(reader, "file_types", None)
         types = file_types() if self.result.schema is None and file_types is not None else None
-        ready: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
+        ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=READ_AHEAD)
         stop = threading.Event()
         thread = threading.Thread(
             target=_read_ahead, args=(reader(start), ready, stop), name="windvane-import-read", daemon=True
@@ -870,7 +872,7 @@ class _Run:
             stop.set()
 
     def _commit_ready(
-        self, ready: queue.Queue, types: Any, progress: Callable[[int], None] | None, commit_bytes: int
+        self, ready: queue.Queue[tuple[str, Any]], types: Any, progress: Callable[[int], None] | None, commit_bytes: int
     ) -> None:
         result = self.result
         pending: list[Part] = []
@@ -889,8 +891,11 @@ class _Run:
                 if result.schema is None:
                     result.schema = infer_schema(self.tag, pending[0], types)
                     result.inferred = True
+                schema = result.schema
                 marked = kind == "end"  # the last commit records the content as imported
-                _commit(self.writers, self.tag, pending, self.source_id, self.identity, result, self.records(marked))
+                _commit(
+                    self.writers, self.tag, schema, pending, self.source_id, self.identity, result, self.records(marked)
+                )
                 if progress is not None:
                     progress(pending_bytes)
                 result.nbytes += pending_bytes
@@ -919,13 +924,14 @@ def _mark_done(store: neostore.Store, tag: str, content: str, source_id: str, na
 def _commit(
     writers: streams.StreamWriters,
     tag: str,
+    schema: Schema,
     parts: list[Part],
     source_id: str,
     identity: Any,
     result: ImportResult,
     records: Mapping[str, bytes],
 ) -> None:
-    done = commit_parts(writers, tag, result.schema, parts, source_id, parts[-1].end, identity, records=records)
+    done = commit_parts(writers, tag, schema, parts, source_id, parts[-1].end, identity, records=records)
     result.commits += 1
     result.rows += done.rows
     result.rejected += done.rejected

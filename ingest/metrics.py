@@ -143,7 +143,9 @@ class Metrics:
         """Prometheus samples: ``(name, help, type, labels, value)``."""
         with self._lock:
             streams = {tag: StreamCounters(**vars(c)) for tag, c in self.streams.items()}
-            out = [(name, help_text, kind, {}, getattr(self, attr)) for name, help_text, kind, attr in _TOTALS]
+            out: list[tuple[str, str, str, dict[str, str], float]] = [
+                (name, help_text, kind, {}, getattr(self, attr)) for name, help_text, kind, attr in _TOTALS
+            ]
         return out + _stream_samples(streams) + _failing_samples(set(streams), self.failing)
 
 

@@ -88,4 +88,5 @@ def row_bytes(table: pa.Table, i: int) -> bytes:
     try:
         return json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":"), allow_nan=False).encode()
     except ValueError:
-        return msgpack.packb(row, default=str)
+        packed: bytes = msgpack.packb(row, default=str)
+        return packed

@@ -24,13 +24,14 @@ by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
-from .schema import Field, Schema, SchemaSet
+from .schema import Field, Schema, SchemaSet, Vibration
 
 
 def _value_type(f: Field) -> Any:
@@ -52,7 +53,7 @@ def _value_type(f: Field) -> Any:
 def record_type(schema: Schema) -> type[msgspec.Struct] | None:
     """The msgspec type of the records ``schema`` takes as they are (a vibration schema's: its blocks), or None."""
     if schema.holds_blocks:  # blocks, decoded on their own path; the other kinds' records are maps of fields
-        return None if schema.vibration is None else _block_type(schema)
+        return None if schema.vibration is None else _block_type(schema.name, schema.vibration)
     # Attribute names are positional (field names need not be identifiers); ``rename`` maps them to the keys.
     fields = [
         (f"f{i}", _value_type(f)) if f.required else (f"f{i}", _value_type(f), None)
@@ -68,13 +69,11 @@ def record_type(schema: Schema) -> type[msgspec.Struct] | None:
     )
 
 
-def _block_type(schema: Schema) -> type[msgspec.Struct] | None:
-    v = schema.vibration
-    assert v is not None
+def _block_type(name: str, v: Vibration) -> type[msgspec.Struct] | None:
     if v.rate_field == v.samples_field:
         return None  # the plain path tells the sender what is wrong with that
     return msgspec.defstruct(
-        f"Block_{schema.name}",
+        f"Block_{name}",
         [("samples", memoryview), ("rate", int | float | None, None)],
         rename={"samples": v.samples_field, "rate": v.rate_field},
         gc=False,
@@ -87,6 +86,6 @@ def record_type_for(schemas: SchemaSet, tag: str) -> type[msgspec.Struct] | None
     return None if schema is None else record_type(schema)
 
 
-def field_values(schema: Schema, records: list) -> list[list]:
+def field_values(schema: Schema, records: Sequence[Any]) -> list[list[Any]]:
     """Each declared field's values (None where nil or absent), in schema order, from records of :func:`record_type`."""
     return [list(map(attrgetter(f"f{i}"), records)) for i in range(len(schema.fields))]

@@ -193,7 +193,8 @@ def _revalidate(schema: Schema, tag: str, rows: dict[str, np.ndarray]) -> tuple[
 
     def raw_of(j: int) -> bytes:
         asked.append(j)
-        return rows["raw"][candidates[j]]
+        raw: bytes = rows["raw"][candidates[j]]
+        return raw
 
     batch = Batch(tag, times, records, raw=raw_of, source=SOURCE)
     columns, rejected = batch_columns(schema, batch)

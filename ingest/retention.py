@@ -26,6 +26,7 @@ class Trimmed:
     """One stream a retention applies to, and what trimming it did."""
 
     schema: Schema
+    retention: float  # the schema's retention in seconds
     before_ns: int  # rows older than this were dropped
     change: stream_admin.Change
 
@@ -38,13 +39,13 @@ def _schema_of(store: neostore.Store, tag: str, schemas: SchemaSet) -> Schema | 
 def apply_retention(store: neostore.Store, schemas: SchemaSet, now: float | None = None) -> list[Trimmed]:
     """Trim every stream whose schema has a retention, as of ``now`` (Unix time; default: the clock)."""
     now = time.time() if now is None else now
-    done = []
+    done: list[Trimmed] = []
     for tag in arrays.list_streams(store):
         schema = _schema_of(store, tag, schemas)
         if schema is None or schema.retention is None:
             continue
         before_ns = int((now - schema.retention) * 1e9)
-        done.append(Trimmed(schema, before_ns, stream_admin.trim(store, tag, before_ns)))
+        done.append(Trimmed(schema, schema.retention, before_ns, stream_admin.trim(store, tag, before_ns)))
     return done
 
 
@@ -55,7 +56,7 @@ def report_lines(done: list[Trimmed]) -> Iterator[str]:
         what = f"trimmed {t.change.rows:,} rows" if t.change.rows else "nothing to trim"
         yield (
             f"retention: stream {t.change.tag}: {what} older than {cutoff} "
-            f"(schema {t.schema.name} keeps {_duration(t.schema.retention)})"
+            f"(schema {t.schema.name} keeps {_duration(t.retention)})"
         )
 
 

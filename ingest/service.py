@@ -222,7 +222,7 @@ class Service:
         return out
 
     def metric_samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
-        given_back = (
+        given_back: tuple[str, str, str, dict[str, str], float] = (
             "windvane_decode_memory_given_back_total",
             "Times a decode worker gave the memory freed after a burst back to the system (--trim-after).",
             "counter",

@@ -20,7 +20,7 @@ from windvane import arrays, neostore
 from windvane.arrays import Column, StreamNotFoundError, column_key
 from windvane.arrays.stream import MISSING_ATTR, NAME_ATTR, TIME
 
-from .columns import Rejected
+from .columns import Rejected, vibration_of
 from .schema import Field, Schema
 
 #: Text and bytes columns of ingested streams: zstd at level 1. A stream's
@@ -125,7 +125,7 @@ class StreamWriters:
 LZ4_CODEC = {"name": "blosc", "cname": "lz4", "clevel": 5}
 
 
-def number_codec(schema: Schema) -> str | dict | None:
+def number_codec(schema: Schema) -> str | dict[str, Any] | None:
     """The arrays codec of ``schema``'s number columns: its ``codec``, or lz4 for vibration by default."""
     codec = schema.codec if schema.codec is not None else schema.kind.default_codec
     return LZ4_CODEC if codec == "lz4" else codec
@@ -134,7 +134,7 @@ def number_codec(schema: Schema) -> str | dict | None:
 def schema_columns(schema: Schema) -> list[Column]:
     """The columns (beside ``time``) of a stream that follows ``schema``."""
     if schema.holds_blocks:
-        v = schema.vibration
+        v = vibration_of(schema)
         attrs: dict[str, Any] = {"unit": v.unit} if v.unit else {}
         if v.sample_rate is not None:
             attrs["sample_rate"] = v.sample_rate

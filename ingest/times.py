@@ -125,7 +125,8 @@ def _number_ns(value: int | float | Decimal) -> int | None:
         return None
     if type(value) is Decimal and not value.is_finite():
         return None
-    scale = next((power for limit, power in _UNITS if abs(value) < limit), 0)
+    magnitude = -value if value < 0 else value  # abs() of the union types as a bare object
+    scale = next((power for limit, power in _UNITS if magnitude < limit), 0)
     if type(value) is int:
         return _in_range(value * 10**scale)
     exact = value if type(value) is Decimal else Decimal(repr(value))
@@ -170,7 +171,8 @@ def wall_to_utc(wall_ns: np.ndarray, zone: str) -> np.ndarray:
         return wall_ns
     naive = pa.array(wall_ns, pa.timestamp("ns"))
     zoned = pc.assume_timezone(naive, zone, ambiguous="earliest", nonexistent="earliest")
-    return zoned.cast(pa.int64()).to_numpy()
+    utc: np.ndarray = zoned.cast(pa.int64()).to_numpy()
+    return utc
 
 
 # ---------------------------------------------------------------- whole columns
@@ -227,7 +229,8 @@ def iso_column_ns(text: pa.Array, zone: str = "UTC") -> tuple[np.ndarray, np.nda
 
 def iso_zoned(text: pa.Array) -> np.ndarray:
     """Which of the ISO 8601 strings ``text`` (white space around them trimmed) are written with a zone; null: none."""
-    return pc.fill_null(pc.match_substring_regex(text, _ZONED), False).to_numpy(zero_copy_only=False)
+    zoned: np.ndarray = pc.fill_null(pc.match_substring_regex(text, _ZONED), False).to_numpy(zero_copy_only=False)
+    return zoned
 
 
 def _cast_each(text: pa.Array, to: pa.DataType) -> tuple[np.ndarray, np.ndarray]:
