@@ -12,15 +12,16 @@ summary and exits 0 only if all events were sent (and acknowledged).
 - ``go``: Go ``github.com/fluent/fluent-logger-golang`` 1.10, built from
   ``tests/clients/go`` as ``windvane-go-client`` next to the Python interpreter.
 
-The Node packages and the Go program are built by the README's test command
+The Node packages and the Go programs are built by ``scripts/test install``
 (see tests/clients/README.md). Run outside CI, a missing or stale build is
-done here on first use if npm or go is installed; a missing toolchain skips
-the tests that need it. With ``CI`` set, both are failures: CI never skips a
-client.
+done here on first use by ``scripts/test clients``, if npm or go is
+installed; a missing toolchain skips the tests that need it. With ``CI``
+set, both are failures: CI never skips a client.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 CLIENTS = REPO / "tests" / "clients"
 NODE_DIR = CLIENTS / "node"
 GO_DIR = CLIENTS / "go"
-# Next to the interpreter (the venv's bin/), where the install fragment puts it.
+# Next to the interpreter (the venv's bin/), where scripts/test builds it.
 GO_CLIENT = Path(sys.executable).parent / "windvane-go-client"
 LOGFMT_DIR = CLIENTS / "logfmt"
 LOGFMT_ORACLE = Path(sys.executable).parent / "windvane-logfmt-oracle"
@@ -44,11 +45,13 @@ LOGFMT_ORACLE = Path(sys.executable).parent / "windvane-logfmt-oracle"
 BASE_SECONDS = 1_700_000_000
 STEP_NS = 1_000_123  # event i is at BASE_SECONDS s + i * 1.000123 ms
 
-INSTALL_FRAGMENT = (
-    "npm ci --prefix tests/clients/node --no-audit --no-fund && "
-    "(cd tests/clients/go && go build -buildvcs=false -o ../../../.venv/bin/windvane-go-client .) && "
-    "(cd tests/clients/logfmt && go build -buildvcs=false -o ../../../.venv/bin/windvane-logfmt-oracle .)"
-)
+TEST_SCRIPT = REPO / "scripts" / "test"
+#: The virtual environment the script builds the clients into: this interpreter's.
+VENV = Path(sys.executable).parent.parent
+# Held while building: test workers in parallel would otherwise build the same client at once.
+BUILD_LOCK = VENV / ".windvane-clients.lock"
+#: scripts/test's exit code when the toolchain a client needs (npm, go) is missing.
+NO_TOOLCHAIN = 3
 
 
 # -- the events ----------------------------------------------------------------
@@ -92,18 +95,40 @@ def in_ci() -> bool:
 def unavailable(reason: str):
     """Skip with ``reason``; in CI, fail instead (CI never skips a client)."""
     if in_ci():
-        pytest.fail(f"{reason} (CI is set: the install fragment must have built every client: {INSTALL_FRAGMENT})")
+        pytest.fail(f"{reason} (CI is set: `scripts/test install` must have installed and built every client)")
     pytest.skip(reason)
 
 
-def _newest_mtime(paths) -> float:
-    return max(p.stat().st_mtime for p in paths if p.exists())
+def _script_clients(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(TEST_SCRIPT), "clients", *args],
+        env={**os.environ, "VENV": str(VENV)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def _build(cmd: list[str], cwd: Path, what: str) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+def built(client: str) -> None:
+    """Make sure ``client`` (``node``, ``go`` or ``logfmt``) is built and newer than its sources.
+
+    Outside CI ``scripts/test clients`` builds it if needed; a missing
+    toolchain skips. In CI nothing is built: a missing or stale client fails.
+    """
+    if in_ci():
+        proc = _script_clients("--check", client)
+        if proc.returncode != 0:
+            unavailable(proc.stderr.strip() or f"the {client} client is not built")
+        return
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = _script_clients(client)
+    if proc.returncode == NO_TOOLCHAIN:
+        unavailable(proc.stderr.strip().splitlines()[-1].removeprefix("scripts/test: "))
     if proc.returncode != 0:
-        pytest.fail(f"building {what} failed ({' '.join(cmd)}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"building the {client} client failed (scripts/test clients {client}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
 
 
 def node_binary() -> str:
@@ -111,15 +136,7 @@ def node_binary() -> str:
     node = shutil.which("node")
     if node is None:
         unavailable("node not installed")
-    installed = NODE_DIR / "node_modules" / ".package-lock.json"
-    sources = [NODE_DIR / "package.json", NODE_DIR / "package-lock.json"]
-    if not installed.exists() or installed.stat().st_mtime < _newest_mtime(sources):
-        if in_ci():
-            unavailable("the Node clients are not installed (tests/clients/node/node_modules)")
-        npm = shutil.which("npm")
-        if npm is None:
-            unavailable("npm not installed")
-        _build([npm, "ci", "--no-audit", "--no-fund"], NODE_DIR, "the Node clients")
+    built("node")
     return node
 
 
@@ -130,15 +147,9 @@ def go_client() -> str:
 
 def go_program(source: Path, program: Path, what: str) -> str:
     """``program``, built from the Go module in ``source`` (built here if missing or older than its sources)."""
-    sources = [source / "main.go", source / "go.mod", source / "go.sum"]
-    fresh = program.exists() and program.stat().st_mtime >= _newest_mtime(sources)
-    if not fresh:
-        if in_ci():
-            unavailable(f"{what} is not built ({program.name} next to the Python interpreter)")
-        go = shutil.which("go")
-        if go is None:
-            unavailable("go not installed")
-        _build([go, "build", "-buildvcs=false", "-o", str(program), "."], source, what)
+    built(source.name)
+    if not program.exists():
+        pytest.fail(f"scripts/test clients {source.name} built no {program} ({what})")
     return str(program)
 
 
@@ -195,7 +206,7 @@ def run_client(
     timeout: float = 120,
 ) -> Run:
     """Run ``client``'s driver to completion; never raises on a failed send."""
-    argv = driver_command(client) + [host, str(port), tag, str(count), mode]
+    argv = [*driver_command(client), host, str(port), tag, str(count), mode]
     if ack:
         argv.append("--ack")
     if shared_key is not None:

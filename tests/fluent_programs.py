@@ -5,7 +5,7 @@ README), or from where ``WINDVANE_FLUENTD_DIR`` (fluentd's source tree, run
 with ``ruby -Ilib bin/fluentd``) and ``WINDVANE_FLUENT_BIT`` (the
 ``fluent-bit`` executable) say. Outside CI a missing program skips the
 test with that reason; with ``CI`` set it fails (CI never skips a real
-client: the README's test command installs Ruby and fluentd's gems from
+client: ``scripts/test install`` installs Ruby and fluentd's gems from
 Debian, and what Fluent Bit needs).
 
 fluentd runs **with its supervisor**, as deployments do: its worker then
@@ -27,13 +27,6 @@ from tests.clients import in_ci, unavailable
 REPO = Path(__file__).resolve().parents[1]
 VENDOR = REPO.parent / "shared" / "vendor"
 
-#: Debian 12 packages fluentd 1.14.6 runs on (its gems as Debian packages), and Fluent Bit's libraries.
-FLUENTD_DEBS = (
-    "ruby ruby-msgpack ruby-cool.io ruby-serverengine ruby-yajl ruby-sigdump ruby-tzinfo "
-    "ruby-strptime ruby-http-parser.rb ruby-webrick ruby-concurrent"
-)
-FLUENT_BIT_DEBS = "libyaml-0-2 libsqlite3-0 libssl3"
-
 
 def fluentd_dir() -> Path:
     """fluentd's source tree (``bin/fluentd``, ``lib/``); skips (fails in CI) where it or Ruby is missing."""
@@ -42,7 +35,7 @@ def fluentd_dir() -> Path:
     if not (path / "bin" / "fluentd").exists():
         unavailable(f"fluentd not found at {path} (set WINDVANE_FLUENTD_DIR to a fluentd source tree)")
     if shutil.which("ruby") is None:
-        unavailable(f"ruby is not installed (apt-get install {FLUENTD_DEBS})")
+        unavailable("ruby is not installed (scripts/test install installs it and fluentd's gems from Debian)")
     return path
 
 
@@ -160,8 +153,6 @@ def start_fluent_bit(config: str, workdir: Path, name: str = "fluent-bit") -> Pr
 
 
 __all__ = [
-    "FLUENTD_DEBS",
-    "FLUENT_BIT_DEBS",
     "Program",
     "fluent_bit_binary",
     "fluentd_dir",
