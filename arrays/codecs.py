@@ -12,13 +12,12 @@ stores them once):
 - ``"blosc"`` for numeric types wider than one byte: zstd inside blosc with
   byte shuffle, clevel 3, automatic block size, one internal thread. Byte
   shuffle groups the bytes of equal significance, which is what makes
-  sensor samples compress (the benchmarks' sensor-like float32: ratio 2.56
-  vs 2.03 for plain zstd). clevel 3 because it sits at the knee, measured
-  per core on that data: clevel 1 encodes 650 MB/s at ratio 2.11, clevel 3
-  200 MB/s at 2.56, clevel 5 (zarr's default) 90 MB/s at 2.79; decoding
-  runs 750-960 MB/s at every level. Blosc output depends only on the input
-  and these parameters (the block size is derived from them), so it is
-  deterministic.
+  sensor samples compress better than plain zstd does. clevel 3 because it
+  sits at the knee on such data: a lower level compresses clearly less, a
+  higher one (zarr's default is 5) encodes several times slower for a
+  little more, and decoding is about as fast at every level. Blosc output
+  depends only on the input and these parameters (the block size is
+  derived from them), so it is deterministic.
 - ``"zstd"`` (level 3) for one-byte types (bool, int8, uint8), where byte
   shuffle has nothing to regroup.
 - ``"none"``: the ``bytes`` codec alone; neostore then compresses the value

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from zarr.core.dtype import VariableLengthBytes, VariableLengthUTF8, get_data_type_from_json, parse_data_type
+from zarr.core.dtype import (
+    VariableLengthBytes,
+    VariableLengthUTF8,
+    ZDType,
+    get_data_type_from_json,
+    parse_data_type,
+)
 from zarr.errors import UnstableSpecificationWarning
 
 from .codecs import STRING, VLEN_BYTES, ChunkCodec, codec_for, codec_from_json, is_vlen
@@ -318,9 +324,12 @@ class ArrayMeta:
                 zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedArrayError(f"data type {doc.get('data_type')!r} is not supported{where}: {exc}") from None
-        if isinstance(zdtype, VariableLengthUTF8):
+        # Asked as any ZDType: the variable-length ones have narrower parameters than the parser declares.
+        kind: ZDType[Any, Any] = zdtype
+        dtype: np.dtype
+        if isinstance(kind, VariableLengthUTF8):
             dtype = STRING
-        elif isinstance(zdtype, VariableLengthBytes):
+        elif isinstance(kind, VariableLengthBytes):
             dtype = VLEN_BYTES
         else:
             dtype = storage_dtype(zdtype.to_native_dtype())

@@ -26,7 +26,8 @@ A revision is msgpack: ``base``; ``rows`` (pending rows past ``base``, this
 revision's included); ``after`` (the chain's revisions were committed after
 this tid); ``prev`` (the serial of the revision before in the chain, nil when
 this one starts it); ``add`` (per array name: the rows this revision adds,
-serialised as :func:`serialise` does).
+numbers byte-shuffled, strings and bytes as
+zarr's ``vlen-utf8``/``vlen-bytes`` records; :func:`deserialise` reads them back).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ import numpy as np
 
 from windvane import neostore
 
-from .codecs import VLenCodec, shuffled, unshuffled
+from .codecs import VLenCodec, unshuffled
 from .errors import ArrayError
 from .metadata import METADATA_KEY, ArrayMeta
+from .tail import tail_for
 
 #: The name of a group's row log, beside its arrays.
 LOG_NAME = "__rows"
@@ -72,11 +74,6 @@ def logged_array(key: str, group: str, revision: Revision) -> tuple[str, str] | 
         return None
     name, _, rest = key[len(prefix) :].partition("/")
     return (f"{prefix}{name}", rest) if rest and name in revision.add else None
-
-
-def _split(path: str) -> tuple[str, str]:
-    head, _, tail = path.rpartition("/")
-    return head, tail
 
 
 @dataclass(frozen=True)
@@ -117,14 +114,6 @@ def empty(base: int, after: bytes) -> Revision:
 
 
 # -- rows as the log keeps them ------------------------------------------------------
-
-
-def serialise(meta: ArrayMeta, rows: np.ndarray) -> bytes:
-    """``rows`` of the array ``meta`` describes as a log keeps them (numbers byte-shuffled, or vlen records)."""
-    codec = meta.codec
-    if isinstance(codec, VLenCodec):
-        return codec.serialize_items(np.ascontiguousarray(rows, dtype=object))
-    return shuffled(np.asarray(rows, dtype=codec.work_dtype))
 
 
 def deserialise(meta: ArrayMeta, parts: Iterable[bytes], count: int) -> np.ndarray:
@@ -214,8 +203,6 @@ def last_chunk_key(array: str, meta: ArrayMeta, length: int) -> str:
 def synthesise_chunk(meta: ArrayMeta, name: str, stored: bytes | None, pending: np.ndarray) -> bytes:
     """The encoded last chunk of an array (``meta``'s shape is its base): ``stored`` (its stored partial
     chunk, if any) with the ``pending`` rows after it, byte for byte what a rewrite stores."""
-    from .tail import tail_for  # tail imports codecs only; kept lazy to spare readers the import
-
     rows = meta.chunks[0]
     partial = None
     if stored is not None and meta.shape[0] % rows:

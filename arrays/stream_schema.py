@@ -123,8 +123,9 @@ class Column:
         if self.name == TIME:
             raise ColumnError("'time' is every stream's own column (int64 ns since the epoch); name yours otherwise")
         storage_dtype(self.dtype)  # UnsupportedArrayError now, not at create_stream
-        inner = (self.inner,) if isinstance(self.inner, (int, np.integer)) else self.inner
-        inner = tuple(int(n) for n in inner)
+        given: object = self.inner  # a single length is taken too, whatever the annotation says
+        lengths = (given,) if isinstance(given, (int, np.integer)) else self.inner
+        inner = tuple(int(n) for n in lengths)
         if any(n < 1 for n in inner):
             raise ColumnError(f"column {self.name!r}: inner shape {inner} must be positive lengths")
         object.__setattr__(self, "inner", inner)

@@ -34,6 +34,7 @@ from .appending import ChunkJob
 from .codecs import VLenCodec, shuffled
 from .errors import ArrayError, ColumnError
 from .metadata import ArrayMeta
+from .stream_schema import coerce_column
 from .vlen_rows import VLenRows
 
 #: What a Tail takes as rows: an array of the stored dtype, or (string and bytes arrays) rows serialised already.
@@ -116,8 +117,6 @@ class Tail:
             and values.ndim == len(self._inner) + 1
         ):
             return values  # what ingest passes: rows as stored already (the general path would conclude so, slowly)
-        from .stream import coerce_column  # stream imports this module
-
         return coerce_column(tag, column, values, self._meta.dtype, self._inner)
 
     def blank(self, rows: int) -> np.ndarray:
@@ -191,7 +190,7 @@ class Tail:
 
     def serialised_since(self, row: int) -> bytes:
         """The rows from ``row`` (in the partial last chunk, where an append began) to the end, as a
-        row log keeps them (:func:`arrays.row_log.serialise`)."""
+        row log keeps them (:func:`arrays.row_log.deserialise` reads them back)."""
         raise NotImplementedError
 
     def _in_partial(self, row: int) -> int:
@@ -297,7 +296,7 @@ class NumberTail(Tail):
         self._chunk = None
 
     def copy(self) -> NumberTail:
-        twin = copy.copy(self)
+        twin: NumberTail = copy.copy(self)
         if self._chunk is not None:
             twin._chunk = self._chunk.copy()  # filled in place by appends
         return twin
@@ -410,7 +409,7 @@ class VLenTail(Tail):
             self._bounds = {at: offset for at, offset in self._bounds.items() if at >= first}
 
     def copy(self) -> VLenTail:
-        twin = copy.copy(self)
+        twin: VLenTail = copy.copy(self)
         twin._bounds = dict(self._bounds)
         return twin
 

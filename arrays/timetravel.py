@@ -47,8 +47,9 @@ def parse_at(at: At) -> bytes:
         except TimeError as exc:
             raise SnapshotError(f"{exc}; or a tid as `windvane` prints it (0x040d6ae3f1dab299)") from None
         return neostore.tid_at(ns / NS)
-    if isinstance(at, numbers.Real) and not isinstance(at, bool):
-        return neostore.tid_at(float(at))
+    number: object = at  # numpy's numbers too, which the annotation leaves out
+    if isinstance(number, numbers.Real) and not isinstance(at, bool):
+        return neostore.tid_at(float(number))
     raise TypeError(
         f"at= takes a tid (8 bytes or 0x and 16 hex digits), a datetime, ISO 8601 text or a Unix time, "
         f"not {type(at).__name__}"

@@ -15,16 +15,13 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from windvane import neostore
 
 from . import row_log
 from .keys import encode_key
 from .transaction_reads import TransactionReads, serialised
-
-if TYPE_CHECKING:
-    from .zarr_store import ZarrStore
 
 log = logging.getLogger("windvane.arrays")
 
@@ -43,13 +40,6 @@ class Transaction(TransactionReads):
     ``message`` and ``metadata`` (plain JSON data) are recorded with the
     commit and shown by :func:`arrays.history`.
     """
-
-    @property
-    def zarr_store(self) -> ZarrStore:
-        """A zarr store whose reads see this transaction's writes and whose writes join it."""
-        from .zarr_store import ZarrStore  # zarr_store imports this module
-
-        return ZarrStore.for_transaction(self)
 
     # -- writing ---------------------------------------------------------------
 
@@ -122,7 +112,7 @@ class Transaction(TransactionReads):
         if not raw:
             self.fold_for(keys)
         existing = (
-            {e.key for e in self.raw_list(os.path.commonprefix(keys))}
+            {e.key for e in self.raw_list(os.path.commonprefix(keys))}  # noqa: RUF071 - keys, not paths
             if len(keys) > 1
             else set(k for k in keys if self.raw_size(k) is not None)
         )
@@ -269,7 +259,7 @@ class Transaction(TransactionReads):
         for callback in callbacks:
             try:
                 callback(*args)
-            except Exception:  # noqa: BLE001 - the transaction has ended either way; say so, go on
+            except Exception:  # the transaction has ended either way: say so, go on
                 log.exception("a transaction callback failed")
 
     # -- ending ----------------------------------------------------------------

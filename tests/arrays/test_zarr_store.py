@@ -257,10 +257,10 @@ def test_transaction_store_commits_atomically(url: str) -> None:
         # Take the commit lock in this thread, as an appender does: zarr's
         # writes then run in other threads and must still get through.
         tx.lock()
-        z = zarr.create_array(tx.zarr_store, name="batch", shape=data.shape, chunks=(10, 10), dtype="f8")
+        z = zarr.create_array(ZarrStore.for_transaction(tx), name="batch", shape=data.shape, chunks=(10, 10), dtype="f8")
         z[:] = data
         # The transaction reads its own writes; nobody else sees them yet.
-        np.testing.assert_array_equal(zarr.open_array(tx.zarr_store, path="batch")[:], data)
+        np.testing.assert_array_equal(zarr.open_array(ZarrStore.for_transaction(tx), path="batch")[:], data)
         assert not asyncio.run(_keys(reader))
         assert commits(url) == before
     assert commits(url) == before + 1
@@ -271,24 +271,24 @@ def test_transaction_store_commits_atomically(url: str) -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         with arrays.transaction(url, message="doomed") as tx:
-            z = zarr.open_array(tx.zarr_store, path="batch")
+            z = zarr.open_array(ZarrStore.for_transaction(tx), path="batch")
             z[:] = 0
-            zarr.create_array(tx.zarr_store, name="other", shape=(5,), chunks=(5,), dtype="i2")[:] = 1
+            zarr.create_array(ZarrStore.for_transaction(tx), name="other", shape=(5,), chunks=(5,), dtype="i2")[:] = 1
             raise RuntimeError("boom")
     np.testing.assert_array_equal(zarr.open_array(reader, path="batch")[:], data)
     assert not asyncio.run(reader.exists("other/zarr.json"))
     assert commits(url) == before + 1
     # A finished transaction's store refuses writes with a clear message.
     with pytest.raises(ValueError, match="transaction of this store is"):
-        asyncio.run(tx.zarr_store.set("x", buf(b"1")))
+        asyncio.run(ZarrStore.for_transaction(tx).set("x", buf(b"1")))
 
 
 def test_transaction_store_is_not_picklable(sqlite_url: str) -> None:
     with arrays.transaction(sqlite_url) as tx:
         with pytest.raises(TypeError, match="bound to a transaction"):
-            pickle.dumps(tx.zarr_store)
-        assert tx.zarr_store == tx.zarr_store
-        assert tx.zarr_store != ZarrStore(sqlite_url)
+            pickle.dumps(ZarrStore.for_transaction(tx))
+        assert ZarrStore.for_transaction(tx) == ZarrStore.for_transaction(tx)
+        assert ZarrStore.for_transaction(tx) != ZarrStore(sqlite_url)
 
 
 # -- xarray ------------------------------------------------------------------------
