@@ -12,18 +12,20 @@ import dataclasses
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
+import msgspec
 import numpy as np
 
 from windvane.arrays import ColumnError, column_key
 
 from .errors import SchemaError
 from .times import duration_seconds
+from .toml_types import convert
 
 
 class Kind(StrEnum):
@@ -53,29 +55,26 @@ class Kind(StrEnum):
         return cls.LOG if has_text else cls.SENSOR
 
 
-KINDS = tuple(k.value for k in Kind)
-EXTRA_POLICIES = ("keep", "drop", "reject")
+#: What a schema does with a record's undeclared fields.
+ExtraPolicy = Literal["keep", "drop", "reject"]
+NumericDtype = Literal[
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"
+]
+#: Field dtypes a schema may name: numpy's numeric names, "str" and "bytes".
+FieldDtype = Literal[NumericDtype, "str", "bytes"]
+VibrationDtype = Literal["int16", "int32", "float32", "float64"]
+#: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
+Codec = Literal["blosc", "lz4", "zstd", "none"]
+
+KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
+EXTRA_POLICIES: tuple[str, ...] = get_args(ExtraPolicy)
+NUMERIC_DTYPES: tuple[str, ...] = get_args(NumericDtype)
+FIELD_DTYPES: tuple[str, ...] = get_args(FieldDtype)
+VIBRATION_DTYPES: tuple[str, ...] = get_args(VibrationDtype)
+CODECS: tuple[str, ...] = get_args(Codec)
 #: Column names the stream layout itself uses.
 RESERVED = ("time", "extra")
-#: Field dtypes a schema may name: numpy's numeric names, "str" and "bytes".
-NUMERIC_DTYPES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float32",
-    "float64",
-)
-FIELD_DTYPES = NUMERIC_DTYPES + ("str", "bytes")
-VIBRATION_DTYPES = ("int16", "int32", "float32", "float64")
 DEFAULT_CHUNK_ROWS = 16384
-#: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
-CODECS = ("blosc", "lz4", "zstd", "none")
 
 
 @dataclass(frozen=True)
@@ -124,10 +123,10 @@ class Schema:
     vibration: Vibration | None = None
     description: str = ""
     path: str = ""
-    _patterns: tuple[re.Pattern, ...] = field(default=(), compare=False, repr=False)
+    _patterns: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
     retention: float | None = None  # seconds of rows `windvane store pack --schemas` keeps; None: all
     # its [parse] table: the fluentd <parse> section `windvane tail`/`import` read its logs with (checked there)
-    parse: dict | None = field(default=None, compare=False)
+    parse: dict[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
@@ -145,11 +144,11 @@ class Schema:
             object.__setattr__(self, "_hash", known)
         return known
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Not the cached hash: str hashes differ between processes (schemas are sent to workers).
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def matches(self, tag: str) -> bool:
@@ -159,7 +158,7 @@ class Schema:
         return next((f for f in self.fields if f.name == name), None)
 
 
-def tag_pattern(pattern: str) -> re.Pattern:
+def tag_pattern(pattern: str) -> re.Pattern[str]:
     """A fluentd ``<match>`` pattern as a regex.
 
     ``*`` matches one tag part, ``**`` zero or more parts (``a.**`` matches
@@ -197,48 +196,58 @@ def tag_pattern(pattern: str) -> re.Pattern:
     return re.compile("".join(out))
 
 
-def _need(doc: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in doc:
-        raise SchemaError(f"{where}: '{key}' is required")
-    value = doc[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    # TOML booleans are Python ints too: refuse them where a number is meant.
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise SchemaError(f"{where}: '{key}' must be {_type_words(kind)}, not {value!r}")
-    return value
+class FieldTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A ``[[fields]]`` entry of a schema file as written (:class:`Field` is what it becomes)."""
+
+    name: str
+    dtype: FieldDtype
+    unit: str = ""
+    required: bool = False
+    fill: Any = None
+    description: str = ""
 
 
-def _opt(doc: dict, key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
-    return _need(doc, key, kind, where) if key in doc else default
+class VibrationTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A schema file's ``[vibration]`` table as written (:class:`Vibration` is what it becomes)."""
+
+    channels: Annotated[int, msgspec.Meta(ge=1, description="channels must be at least 1")]
+    dtype: VibrationDtype = "float32"
+    sample_rate: (
+        Annotated[float, msgspec.Meta(gt=0, description="sample_rate must be positive (samples per second)")] | None
+    ) = None
+    unit: str = ""
+    samples_field: str = "samples"
+    rate_field: str = "sample_rate"
 
 
-def _type_words(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    words = {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "true or false",
-        list: "a list",
-        dict: "a table",
-    }
-    return " or ".join(words.get(k, k.__name__) for k in kinds)
+class SchemaFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A schema file as written: the format of schemas/README.md, each key with the type it takes.
+
+    :func:`parse_schema` checks what types cannot say (a field name a store
+    key can hold, a fill of the field's dtype, [vibration] for the vibration
+    kind only) and makes it a :class:`Schema`.
+    """
+
+    kind: Kind
+    tags: Annotated[
+        list[str],
+        msgspec.Meta(
+            min_length=1, description="'tags' must be a non-empty list of tag patterns such as \"turbine.*.scada\""
+        ),
+    ]
+    description: str = ""
+    extra: ExtraPolicy = "keep"
+    chunk_rows: Annotated[int, msgspec.Meta(ge=1, description="chunk_rows must be at least 1")] = DEFAULT_CHUNK_ROWS
+    codec: Codec | None = None
+    fields: list[FieldTable] = msgspec.field(default_factory=list)
+    vibration: VibrationTable | None = None
+    retention: str | None = None
+    # the fluentd <parse> section `windvane tail`/`import` read its logs with (checked there)
+    parse: dict[str, Any] | None = None
 
 
-def _check_keys(doc: dict, allowed: Iterable[str], where: str) -> None:
-    unknown = sorted(set(doc) - set(allowed))
-    if unknown:
-        raise SchemaError(
-            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
-        )
-
-
-def _field(doc: Any, where: str) -> Field:
-    if not isinstance(doc, dict):
-        raise SchemaError(f"{where}: each [[fields]] entry must be a table")
-    _check_keys(doc, ("name", "dtype", "unit", "required", "fill", "description"), where)
-    name = _need(doc, "name", str, where)
-    where = f"{where} ({name!r})"
+def _field(table: FieldTable, where: str) -> Field:
+    name, dtype, required, fill = table.name, table.dtype, table.required, table.fill
     if not name.strip() or not name.isprintable() or name in RESERVED:
         raise SchemaError(
             f"{where}: a field name is printable text, not blank and not one of {', '.join(RESERVED)} "
@@ -248,11 +257,6 @@ def _field(doc: Any, where: str) -> Field:
         column_key(name)
     except ColumnError as exc:
         raise SchemaError(f"{where}: {exc}") from None
-    dtype = _need(doc, "dtype", str, where)
-    if dtype not in FIELD_DTYPES:
-        raise SchemaError(f"{where}: dtype {dtype!r} is not one of {', '.join(FIELD_DTYPES)}")
-    required = _opt(doc, "required", bool, False, where)
-    fill = doc.get("fill")
     if fill is not None and required:
         raise SchemaError(f"{where}: a required field has no use for 'fill'")
     if not required:
@@ -268,9 +272,7 @@ def _field(doc: Any, where: str) -> Field:
                 fill = _coerce_fill(fill, dtype)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise SchemaError(f"{where}: fill {fill!r} is not a {dtype}: {exc}") from exc
-    return Field(
-        name, dtype, _opt(doc, "unit", str, "", where), required, fill, _opt(doc, "description", str, "", where)
-    )
+    return Field(name, dtype, table.unit, required, fill, table.description)
 
 
 def _coerce_fill(fill: Any, dtype: str) -> Any:
@@ -294,100 +296,48 @@ def _coerce_fill(fill: Any, dtype: str) -> Any:
     return value.item()
 
 
-def _vibration(doc: Any, where: str) -> Vibration:
-    where = f"{where} [vibration]"
-    if not isinstance(doc, dict):
-        raise SchemaError(f"{where}: must be a table")
-    _check_keys(doc, ("channels", "dtype", "sample_rate", "unit", "samples_field", "rate_field"), where)
-    channels = _need(doc, "channels", int, where)
-    if channels < 1:
-        raise SchemaError(f"{where}: channels must be at least 1")
-    dtype = _opt(doc, "dtype", str, "float32", where)
-    if dtype not in VIBRATION_DTYPES:
-        raise SchemaError(f"{where}: dtype {dtype!r} is not one of {', '.join(VIBRATION_DTYPES)}")
-    rate = _opt(doc, "sample_rate", (int, float), None, where)
-    if rate is not None and not rate > 0:
-        raise SchemaError(f"{where}: sample_rate must be positive (samples per second)")
-    return Vibration(
-        channels,
-        dtype,
-        None if rate is None else float(rate),
-        _opt(doc, "unit", str, "", where),
-        _opt(doc, "samples_field", str, "samples", where),
-        _opt(doc, "rate_field", str, "sample_rate", where),
-    )
-
-
-SCHEMA_KEYS = (
-    "kind",
-    "tags",
-    "description",
-    "extra",
-    "chunk_rows",
-    "codec",
-    "fields",
-    "vibration",
-    "retention",
-    "parse",
-)
-
-
-def parse_schema(doc: dict, *, name: str, path: str = "") -> Schema:
+def parse_schema(doc: dict[str, Any], *, name: str, path: str = "") -> Schema:
     """A :class:`Schema` from a parsed TOML document; ``name`` is the file's stem."""
     where = path or name
-    _check_keys(doc, SCHEMA_KEYS, where)
-    kind = _need(doc, "kind", str, where)
-    if kind not in KINDS:
-        raise SchemaError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    tags = _need(doc, "tags", list, where)
-    if not tags or not all(isinstance(t, str) for t in tags):
-        raise SchemaError(f"{where}: 'tags' must be a non-empty list of tag patterns such as \"turbine.*.scada\"")
+    file = convert(doc, SchemaFile, where)
     try:
-        patterns = tuple(tag_pattern(t) for t in tags)
+        patterns = tuple(tag_pattern(t) for t in file.tags)
     except ValueError as exc:
         raise SchemaError(f"{where}: {exc}") from None
-    fields = tuple(
-        _field(f, f"{where} [[fields]] #{i + 1}") for i, f in enumerate(_opt(doc, "fields", list, [], where))
-    )
+    fields = tuple(_field(f, f"{where} [[fields]] #{i + 1} ({f.name!r})") for i, f in enumerate(file.fields))
     names = [f.name for f in fields]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise SchemaError(f"{where}: field(s) {', '.join(duplicated)} declared more than once")
-    extra = _opt(doc, "extra", str, "keep", where)
-    if extra not in EXTRA_POLICIES:
-        raise SchemaError(f"{where}: extra {extra!r} is not one of {', '.join(EXTRA_POLICIES)}")
-    chunk_rows = _opt(doc, "chunk_rows", int, DEFAULT_CHUNK_ROWS, where)
-    if chunk_rows < 1:
-        raise SchemaError(f"{where}: chunk_rows must be at least 1")
-    codec = _opt(doc, "codec", str, None, where)
-    if codec is not None and codec not in CODECS:
-        raise SchemaError(f"{where}: codec {codec!r} is not one of {', '.join(CODECS)}")
     vibration = None
-    if Kind(kind).holds_blocks:
-        if "vibration" not in doc:
+    if file.kind.holds_blocks:
+        if file.vibration is None:
             raise SchemaError(f"{where}: a vibration schema needs a [vibration] table (channels, dtype, sample_rate)")
-        vibration = _vibration(doc["vibration"], where)
+        table = file.vibration
+        vibration = Vibration(
+            table.channels, table.dtype, table.sample_rate, table.unit, table.samples_field, table.rate_field
+        )
         if fields:
             raise SchemaError(
                 f"{where}: a vibration stream holds time and samples only; remove [[fields]] "
                 "and send other values to a sensor stream"
             )
-    elif "vibration" in doc:
+    elif file.vibration is not None:
         raise SchemaError(f'{where}: [vibration] only belongs to kind = "vibration"')
     return Schema(
         name,
-        kind,
-        tuple(tags),
+        file.kind,
+        tuple(file.tags),
         fields,
-        extra,
-        chunk_rows,
-        codec,
+        file.extra,
+        file.chunk_rows,
+        file.codec,
         vibration,
-        _opt(doc, "description", str, "", where),
+        file.description,
         path,
         patterns,
-        retention=_retention(_opt(doc, "retention", str, None, where), where),
-        parse=_opt(doc, "parse", dict, None, where),
+        retention=_retention(file.retention, where),
+        parse=file.parse,
     )
 
 
@@ -468,7 +418,7 @@ class SchemaSet:
         self._found[tag] = found
         return found
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Schema]:
         return iter(self.schemas)
 
     def __len__(self) -> int:
