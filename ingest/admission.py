@@ -26,7 +26,7 @@ class Admission:
         self._observer = observer
         self._lock = threading.Lock()
         self._pending = 0
-        self._room: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._room: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._throughput = 50e6  # bytes/s, refined after each commit; sizes Retry-After
 
     @property
@@ -50,7 +50,7 @@ class Admission:
                         f"the store is behind",
                         retry_after=retry,
                     )
-                room = loop.create_future()
+                room: asyncio.Future[None] = loop.create_future()
                 self._room.append((loop, room))
             await room
 
@@ -61,9 +61,15 @@ class Admission:
             self._observer.pending(self._pending)
             waiting, self._room = self._room, []
         for loop, room in waiting:
-            loop.call_soon_threadsafe(lambda r=room: r.done() or r.set_result(None))
+            loop.call_soon_threadsafe(_open, room)
 
     def measured(self, size: int, seconds: float) -> None:
         """A group of ``size`` bytes took ``seconds`` from validation to commit: refine the throughput."""
         if seconds > 0 and size > 1 << 20:
             self._throughput = 0.8 * self._throughput + 0.2 * (size / seconds)
+
+
+def _open(room: asyncio.Future[None]) -> None:
+    """On the waiter's event loop: tell it there may be room (once: a room already told stays as it is)."""
+    if not room.done():
+        room.set_result(None)

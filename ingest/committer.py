@@ -59,7 +59,7 @@ log = logging.getLogger("windvane.ingest")
 __all__ = ["INVALID_TAG", "GroupCommitter"]
 
 #: (index in the call's items, the waiter, whether it is a resend of a submission in flight)
-_Waiting = tuple[int, asyncio.Future, bool]
+_Waiting = tuple[int, asyncio.Future[Receipt], bool]
 
 
 def _size(batches: Sequence[Batch | Undecoded]) -> int:

@@ -77,7 +77,7 @@ class Pipeline:
         self._thread: threading.Thread | None = None
         # Commits run here, one at a time, while the committer thread prepares the next group.
         self._commit_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="windvane-commit")
-        self._committing: concurrent.futures.Future | None = None
+        self._committing: concurrent.futures.Future[list[Submission]] | None = None
         self._handed: Handoff | None = None  # the group handed last, until the committer knows it is written
         self.linger = 0.0  # seconds the next group gathers after a fan-out commit (see the module docstring)
         self._taken = 0.0  # when the last group was taken (time.monotonic)
@@ -248,7 +248,7 @@ class Pipeline:
         future = self._committing
         return future is not None and future.done()
 
-    def _wake(self, _future: concurrent.futures.Future) -> None:
+    def _wake(self, _future: concurrent.futures.Future[list[Submission]]) -> None:
         with self._cond:
             self._cond.notify_all()
 
@@ -287,7 +287,7 @@ class Pipeline:
         group: list[Submission],
         gathered: Group,
         staged: dict[str, arrays.Staged],
-        before: concurrent.futures.Future | None,
+        before: concurrent.futures.Future[list[Submission]] | None,
         handoff: Handoff,
         started: float,
     ) -> list[Submission]:

@@ -29,10 +29,10 @@ import pickle
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -236,19 +236,19 @@ def _prepare_each_in_worker(submissions: Sequence[Sequence[Undecoded]]) -> _Batc
         )
 
 
-def prepare_each(schemas: SchemaSet, submissions: Sequence[Sequence[Undecoded]]) -> list:
+def prepare_each(schemas: SchemaSet, submissions: Sequence[Sequence[Undecoded]]) -> list[Outcome]:
     """:func:`prepare` of each submission, all validated together (see :func:`validate_many`); what
     preparing one raised (a bug in validating) is that one's result alone, as a :class:`Raised`."""
     decoded = [_decode(schemas, items) for items in submissions]
-    ok = [i for i, d in enumerate(decoded) if not isinstance(d, UndecodableBatch)]
-    results: list = list(decoded)
+    ok = {i: d for i, d in enumerate(decoded) if not isinstance(d, UndecodableBatch)}
+    results: list[Outcome] = [d if isinstance(d, UndecodableBatch) else [] for d in decoded]  # ok's set below
     try:
-        for i, validated in zip(ok, _validated(schemas, [decoded[i] for i in ok])):
+        for i, validated in zip(ok, _validated(schemas, list(ok.values()))):
             results[i] = validated
     except Exception:  # noqa: BLE001 - found again one by one, each its own failure
-        for i in ok:
+        for i, batches in ok.items():
             try:
-                results[i] = _validated(schemas, [decoded[i]])[0]
+                results[i] = _validated(schemas, [batches])[0]
             except Exception as exc:  # noqa: BLE001 - reported to that submission alone
                 results[i] = Raised(exc)
     return results
@@ -261,6 +261,16 @@ class Raised:
     error: BaseException
 
 
+#: What preparing one submission gives: its validated batches (per item), why its bytes do not decode, or
+#: what a bug while validating it raised.
+Outcome: TypeAlias = "list[list[Validated]] | UndecodableBatch | Raised"
+
+#: A table's layout: each column's name and its dtype and inner shape (a list's: its class name).
+_Layout: TypeAlias = "tuple[tuple[str, tuple[str, tuple[int, ...]] | str], ...]"
+
+_T = TypeVar("_T")
+
+
 @dataclass(slots=True)
 class _Rows:
     """Where a batch's table holds the rows of one Validated: ``table``'s rows ``[start, stop)``."""
@@ -270,7 +280,7 @@ class _Rows:
     stop: int
 
 
-def _layout(columns: Columns) -> tuple:
+def _layout(columns: Columns) -> _Layout:
     return tuple(
         (name, (v.dtype.str, v.shape[1:]) if isinstance(v, np.ndarray) else type(v).__name__)
         for name, v in columns.columns.items()
@@ -282,34 +292,44 @@ class _Batch:
     """Many submissions prepared in one worker call, as they cross back to the main process.
 
     Their columns are concatenated into one table per layout (names and
-    types), each Validated pointing at its rows (:class:`_Rows`): unpickling
-    a few long arrays costs far less than thousands of one-row ones, and
-    :meth:`result` gives each submission views of them.
+    types), and each Validated crosses without its columns, ``rows`` saying
+    where they are (:class:`_Rows`): unpickling a few long arrays costs far
+    less than thousands of one-row ones, and :meth:`result` gives each
+    submission views of them.
     """
 
     tables: list[dict[str, Any]]
-    results: list
+    results: list[Outcome]
+    rows: list[list[_Rows | None]]  # of each result, of each of its Validated in order (None: no columns)
 
     @classmethod
-    def pack(cls, results: list) -> _Batch:
-        parts: dict[tuple, list[Columns]] = {}
-        places: list[tuple[Validated, tuple, int]] = []
+    def pack(cls, results: list[Outcome]) -> _Batch:
+        parts: dict[_Layout, list[Columns]] = {}
+        places: list[list[tuple[_Layout, int] | None]] = []
         for result in results:
+            here: list[tuple[_Layout, int] | None] = []
+            places.append(here)
             if not isinstance(result, list):
                 continue
             for validated in (v for batches in result for v in batches):
-                if validated.columns is not None:
-                    layout = _layout(validated.columns)
-                    places.append((validated, layout, len(parts.setdefault(layout, []))))
-                    parts[layout].append(validated.columns)
-        tables, starts = [], {}
+                if validated.columns is None:
+                    here.append(None)
+                    continue
+                layout = _layout(validated.columns)
+                here.append((layout, len(parts.setdefault(layout, []))))
+                parts[layout].append(validated.columns)
+                validated.columns = None  # it crosses in its table
+        tables: list[dict[str, Any]] = []
+        starts: dict[_Layout, list[int]] = {}
         for layout, columns in parts.items():
             starts[layout] = list(itertools.accumulate((c.rows for c in columns), initial=0))
             tables.append(concat_columns([c.columns for c in columns]))
         index = {layout: i for i, layout in enumerate(parts)}
-        for validated, layout, k in places:
-            validated.columns = _Rows(index[layout], starts[layout][k], starts[layout][k + 1])
-        return cls(tables, results)
+        rows = [
+            [None if p is None else _Rows(index[p[0]], starts[p[0]][p[1]], starts[p[0]][p[1] + 1]) for p in here]
+            for here in places
+        ]
+        return cls(tables, results, rows)
 
     def result(self, i: int) -> list[list[Validated]] | UndecodableBatch:
         """What :func:`prepare` gave submission ``i`` (raising what preparing it raised)."""
@@ -317,9 +337,8 @@ class _Batch:
         if isinstance(result, Raised):
             raise result.error
         if isinstance(result, list):
-            for validated in (v for batches in result for v in batches):
-                rows = validated.columns
-                if isinstance(rows, _Rows):
+            for validated, rows in zip((v for batches in result for v in batches), self.rows[i]):
+                if rows is not None:
                     table = self.tables[rows.table]
                     validated.columns = Columns(
                         rows.stop - rows.start, {name: values[rows.start : rows.stop] for name, values in table.items()}
@@ -334,7 +353,11 @@ class Prepared:
 
     __slots__ = ("future", "index")
 
-    def __init__(self, future: concurrent.futures.Future, index: int | None = None):
+    def __init__(
+        self,
+        future: concurrent.futures.Future[list[list[Validated]] | UndecodableBatch] | concurrent.futures.Future[_Batch],
+        index: int | None = None,
+    ):
         self.future = future
         self.index = index  # None: the future is this submission's alone
 
@@ -342,11 +365,15 @@ class Prepared:
         return self.future.done()
 
     def wait(self, timeout: float | None = None) -> None:
-        concurrent.futures.wait([self.future], timeout)
+        waited: list[concurrent.futures.Future[Any]] = [self.future]  # either kind: wait takes one type
+        concurrent.futures.wait(waited, timeout)
 
     def result(self) -> list[list[Validated]] | UndecodableBatch:
         result = self.future.result()
-        return result if self.index is None else result.result(self.index)
+        if isinstance(result, _Batch):
+            assert self.index is not None, "a share of a batch is made with its index"
+            return result.result(self.index)
+        return result
 
 
 def _ready() -> bool:
@@ -417,7 +444,7 @@ class Preparer:
         """Start preparing one submission's items; :meth:`Prepared.result` gives :func:`prepare`'s result."""
         return Prepared(self._submit(_prepare_in_worker, list(items)))
 
-    def _submit(self, function, argument) -> concurrent.futures.Future:
+    def _submit(self, function: Callable[[Any], _T], argument: Any) -> concurrent.futures.Future[_T]:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the decode workers are shut down")

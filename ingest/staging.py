@@ -20,7 +20,7 @@ from windvane import arrays, neostore
 from . import streams
 from .batch import INVALID_TIME, Batch, Undecoded
 from .columns import Columns, Rejected, concat_columns
-from .errors import IngestError
+from .errors import IngestError, SchemaError
 from .ledger import KeyLedger
 from .prepare import INVALID_TAG, Validated, valid_tag, validate_many
 from .schema import Schema, SchemaSet
@@ -154,12 +154,19 @@ class GroupWriter:
         self.ledger = ledger
         self._writers = streams.StreamWriters(store)  # kept across commits: no re-reading per commit
 
+    def _schema_of(self, tag: str) -> Schema:
+        """The schema ``tag``'s rows were validated against."""
+        schema = self.schemas.for_tag(tag)
+        if schema is None:
+            raise SchemaError(f"no schema takes tag {tag!r}, though its rows were validated against one")
+        return schema
+
     def stage(self, gathered: Group, size: int) -> dict[str, arrays.Staged]:
         """Per tag, the staged append of ``gathered``'s rows (``size``: the group's bytes)."""
         # Between commits: the writers of the group before may be committing still.
         self._writers.trim_if_due(size)
         return {
-            tag: streams.stage(self._writers, tag, _rows(self.schemas.for_tag(tag), parts))
+            tag: streams.stage(self._writers, tag, _rows(self._schema_of(tag), parts))
             for tag, parts in gathered.rows.items()
         }
 
@@ -201,7 +208,7 @@ class GroupWriter:
         return tx
 
     def _write_streams(self, tx: arrays.Transaction, gathered: Group, staged: dict[str, arrays.Staged]) -> None:
-        schemas = {tag: self.schemas.for_tag(tag) for tag in staged}
+        schemas = {tag: self._schema_of(tag) for tag in staged}
         streams.ready_unknown(tx, self._writers, schemas)
         for tag, append in staged.items():
             streams.write(tx, self._writers, tag, schemas[tag], append)

@@ -200,7 +200,7 @@ def _stream_attrs(schema: Schema) -> dict[str, Any]:
     return {"schema": schema.name, "kind": schema.kind.value}
 
 
-def stage(writers: StreamWriters, tag: str, columns: dict[str, Any]) -> arrays.Staged:
+def stage(writers: StreamWriters, tag: str, columns: dict[str, Any] | list[dict[str, Any]]) -> arrays.Staged:
     """``columns`` for :func:`write`, encoded now if ``tag``'s writer can (see :meth:`arrays.StreamWriter.stage`)."""
     return writers.get(tag).stage(keyed(columns), fill_missing=True)
 

@@ -32,7 +32,7 @@ class Submission:
     key: bytes | None
     size: int
     # The submitter's future, on its event loop: outcomes reach it a group at a time (see Outcomes).
-    waiter: asyncio.Future
+    waiter: asyncio.Future[Receipt]
     record_keys: Sequence[bytes] = ()  # committed with the batches, never checked (see GroupCommitter.submit)
     # Set by the committer's threads once, before the waiter hears of it: the receipt or the error.
     receipt: Receipt | None = None
@@ -80,6 +80,7 @@ def _deliver(items: list[Submission]) -> None:
         if item.error is not None:
             item.waiter.set_exception(item.error)
         else:
+            assert item.receipt is not None, "Outcomes.finish sets a receipt where it sets no error"
             item.waiter.set_result(item.receipt)
 
 
@@ -101,7 +102,11 @@ class Outcomes:
         """Answer ``group``: each with its receipt (``receipts``, in order) or all with ``error``."""
         for i, item in enumerate(group):
             self._forget(item)
-            item.receipt, item.error = (None, error) if error is not None else (receipts[i], None)  # type: ignore[index]
+            if error is not None:
+                item.receipt, item.error = None, error
+            else:
+                assert receipts is not None, "finish is given the group's receipts or its error"
+                item.receipt, item.error = receipts[i], None
             self._release(item.size)
         # One wake-up of each event loop for the whole group, not one per submission.
         by_loop: dict[asyncio.AbstractEventLoop, list[Submission]] = collections.defaultdict(list)
