@@ -6,14 +6,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .conflicts import check_serials
 from .indoubt import transaction_committed
 from .pool import rollback_quietly, write_transaction
-from .session import release, writer
 from .sql import chunked, delete_unreferenced_data
 from .tids import Tid, next_tid, p64, u64
-from .upload import flush
-from .writes import Rewind, Write
+from .writes import Rewind
 
 if TYPE_CHECKING:
     from .transaction import Resolver, Transaction
@@ -34,20 +31,20 @@ def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> t
             if voted:
                 cur.execute("INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)", meta)
                 sql = "INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)"
-                rows = [(tid, oid, _data_id(txn, w), w.value_tid) for oid, w in txn._writes.items()]
+                rows = [(tid, oid, txn.uploads.data_id(w), w.value_tid) for oid, w in txn.writes.items()]
             else:
                 cur.execute("INSERT INTO trans (tid, packed, user, description, ext) VALUES (?, 0, ?, ?, ?)", meta)
                 sql = "INSERT INTO obj (oid, tid, data_id, value_tid) VALUES (?, ?, ?, ?)"
-                rows = [(oid, tid, _data_id(txn, w), w.value_tid) for oid, w in txn._writes.items()]
+                rows = [(oid, tid, txn.uploads.data_id(w), w.value_tid) for oid, w in txn.writes.items()]
             for batch in chunked(rows, 5000):
                 cur.executemany(sql, batch)
-            if txn._orphans:
-                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
+            if txn.uploads.orphans:
+                delete_unreferenced_data(cur, txn.uploads.inserted, txn.store_.backend)
             if voted:
                 conn.commit()
-                txn.store_._names.settled(conn, committed=True)
+                txn.store_.names_settled(conn, committed=True)
             else:
-                txn.store_.oids.advance(cur, txn._writes)
+                txn.store_.oids.advance(cur, txn.writes)
             return conn, resolved
         except BaseException as exc:
             if again is not None and again.after(exc):
@@ -66,8 +63,8 @@ def commit(txn: Transaction, resolve: Resolver | None) -> bytes:
         txn.abort()
         settle_lost_commit(txn, exc)
     else:
-        txn.store_._names.settled(conn, committed=True)
-        release(txn)
+        txn.store_.names_settled(conn, committed=True)
+        txn.session.release()
     txn.state = "finished"
     return voted_tid(txn)
 
@@ -89,22 +86,22 @@ def raise_transient(txn: Transaction, exc: BaseException) -> None:
 
 def _prepare(txn: Transaction, resolve: Resolver | None) -> tuple[Any, Any, list[bytes]]:
     """Upload the values, check serials and take a tid: what vote and commit share."""
-    flush(txn)
-    conn = writer(txn)
-    cur = txn._cursor()
-    resolved = check_serials(txn, cur, resolve)
+    txn.uploads.flush(txn.session)
+    conn = txn.session.writer()
+    cur = txn.session.cursor()
+    resolved = txn.reads.check(txn, cur, resolve)
     if resolved:
-        flush(txn)
+        txn.uploads.flush(txn.session)
     _assign_tid(txn, cur)
     return conn, cur, resolved
 
 
 def finish(txn: Transaction) -> bytes:
     """Make the voted transaction visible (its rows move from ``ttrans``/``tobj``); returns its tid."""
-    store, conn, tid = txn.store_, txn._conn, u64(voted_tid(txn))
+    store, conn, tid = txn.store_, txn.session.connection, u64(voted_tid(txn))
     try:
         store.backend.begin(conn)
-        cur = txn._cursor()
+        cur = txn.session.cursor()
         cur.execute(
             "INSERT INTO trans (tid, packed, user, description, ext) "
             "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
@@ -119,14 +116,14 @@ def finish(txn: Transaction) -> bytes:
         )
         cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
         cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-        txn.store_.oids.advance(cur, txn._writes)
+        store.oids.advance(cur, txn.writes)
         conn.commit()
     except BaseException as exc:
-        release(txn, broken=True)
+        txn.session.release(broken=True)
         txn.state = "failed"
         settle_lost_commit(txn, exc)
     else:
-        release(txn)
+        txn.session.release()
     txn.state = "finished"
     return voted_tid(txn)
 
@@ -157,7 +154,7 @@ def abort(txn: Transaction) -> None:
     """Forget the transaction, deleting what it voted. Safe to call in any state, more than once."""
     if txn.state in ("aborted", "finished"):
         return
-    conn, voted = txn._conn, txn.state == "voted"
+    conn, voted = txn.session.connection, txn.state == "voted"
     txn.state = "aborted"
     if conn is None:
         return
@@ -166,28 +163,23 @@ def abort(txn: Transaction) -> None:
         rollback_quietly(conn)
         if voted:
             with write_transaction(txn.store_.backend, conn):
-                cur = txn._cursor()
+                cur = txn.session.cursor()
                 tid = u64(voted_tid(txn))
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-                delete_unreferenced_data(cur, txn._inserted, txn.store_.backend)
+                delete_unreferenced_data(cur, txn.uploads.inserted, txn.store_.backend)
     except Exception:
         # The connection is gone (the server died): the next lock holder
         # discards what was voted.
         broken = True
         log.exception("abort of transaction could not clean up; it will be discarded later")
     finally:
-        release(txn, broken=broken)
-
-
-def _data_id(txn: Transaction, write: Write) -> int | None:
-    """The data row ``write`` sets, once its value is uploaded."""
-    return txn._ids[write.hash] if write.hash is not None else write.data_id
+        txn.session.release(broken=broken)
 
 
 def _assign_tid(txn: Transaction, cur: Any) -> None:
     """Take the tid: the requested one (which must follow the head), else the next after the head."""
-    last = txn._head  # read when the commit lock was taken, which we hold since
+    last = txn.session.head  # read when the commit lock was taken, held since
     if txn.requested_tid is not None:
         if txn.requested_tid <= last:
             raise errors.TransactionError(

@@ -5,65 +5,59 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .blobs.tier import TIERED
 from .sql import chunked
 from .tids import p64
-from .upload import unref
-from .writes import Write
 
 if TYPE_CHECKING:
     from .transaction import Resolver, Transaction
 
 
-def check_serials(txn: Transaction, cur: Any, resolve: Resolver | None) -> list[bytes]:
-    """Check every expected and required serial against ``obj``; the oids ``resolve`` gave new values.
+class ReadChecks:
+    """The serials a transaction requires to still be the latest revision of their oid at vote, writing nothing."""
 
-    Raises ReadConflictError for a required read that changed, ConflictError
-    for a write whose serial is stale and that ``resolve`` (if any) gave up on.
-    """
-    checked = [oid for oid, w in txn._writes.items() if w.check]
-    reads = [oid for oid in txn._checks if oid not in txn._writes]
-    current: dict[int, int] = {}
-    for batch in chunked(checked + reads, txn.store_.backend.max_params):
-        cur.execute(
-            f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {txn.store_.backend.in_list(len(batch))} GROUP BY oid", batch
-        )
-        current.update(cur.fetchall())
-    for oid in reads:
-        committed, expected = current.get(oid, 0), txn._checks[oid]
-        if committed != expected:
-            raise errors.ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
-    resolved = []
-    for oid in checked:
-        write = txn._writes[oid]
-        committed = current.get(oid, 0)
-        if committed == write.expected:
-            continue
-        boid, bcommitted, bexpected = p64(oid), p64(committed), p64(write.expected)
-        value = value_of(txn, cur, write)
-        if resolve is not None and value is not None and committed and write.expected:
-            new_value = resolve(boid, bcommitted, bexpected, value)
-            txn._writes[oid] = Write(committed)
-            if write.hash is not None:
-                unref(txn, write.hash)
-            txn.write(boid, bcommitted, new_value)
-            resolved.append(boid)
-            continue
-        raise errors.ConflictError(oid=boid, serials=(bcommitted, bexpected), data=value)
-    return resolved
+    def __init__(self, required: dict[int, int] | None = None):
+        """Checks of ``required`` (``{oid: serial}``, none by default)."""
+        self._required: dict[int, int] = {} if required is None else required
 
+    def copy(self) -> ReadChecks:
+        """Checks of the same serials, changed independently of these."""
+        return ReadChecks(dict(self._required))
 
-def value_of(txn: Transaction, cur: Any, write: Write) -> bytes | None:
-    """The new value of a write, from memory or (once uploaded) from its row."""
-    if write.hash is None:
-        return None
-    if write.hash in txn._pending:
-        return txn._pending[write.hash]
-    cur.execute("SELECT compression, size, chunks, value FROM data WHERE hash = ?", (write.hash,))
-    compression, size, chunks, stored = cur.fetchone()
-    if chunks == TIERED and txn.store_.tier is not None:
-        stored = txn.store_.tier.fetch(write.hash, compression)
-    elif chunks:
-        cur.execute("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (txn._ids[write.hash],))
-        stored = b"".join(row[0] for row in cur.fetchall())
-    return txn.store_.codec.decode(compression, bytes(stored), size)
+    def require(self, ioid: int, serial: int) -> None:
+        """Require ``serial`` to be the latest revision of ``ioid`` at vote."""
+        self._required[ioid] = serial
+
+    def check(self, txn: Transaction, cur: Any, resolve: Resolver | None) -> list[bytes]:
+        """Check every expected and required serial of ``txn`` against ``obj``; the oids ``resolve`` gave
+        new values.
+
+        Raises ReadConflictError for a required read that changed, ConflictError
+        for a write whose serial is stale and that ``resolve`` (if any) gave up on.
+        """
+        writes, backend = txn.writes, txn.store_.backend
+        checked = writes.checked()
+        reads = [oid for oid in self._required if oid not in writes]
+        current: dict[int, int] = {}
+        for batch in chunked(checked + reads, backend.max_params):
+            cur.execute(f"SELECT oid, MAX(tid) FROM obj WHERE oid IN {backend.in_list(len(batch))} GROUP BY oid", batch)
+            current.update(cur.fetchall())
+        for oid in reads:
+            committed, expected = current.get(oid, 0), self._required[oid]
+            if committed != expected:
+                raise errors.ReadConflictError(oid=p64(oid), serials=(p64(committed), p64(expected)))
+        resolved = []
+        for oid in checked:
+            write = writes.get(oid)
+            assert write is not None
+            committed = current.get(oid, 0)
+            if committed == write.expected:
+                continue
+            boid, bcommitted, bexpected = p64(oid), p64(committed), p64(write.expected)
+            value = txn.uploads.value_of(cur, write)
+            if resolve is not None and value is not None and committed and write.expected:
+                # The resolved value replaces the write, its old value unreferenced.
+                txn.write(boid, bcommitted, resolve(boid, bcommitted, bexpected, value))
+                resolved.append(boid)
+                continue
+            raise errors.ConflictError(oid=boid, serials=(bcommitted, bexpected), data=value)
+        return resolved

@@ -54,7 +54,7 @@ def discard_unfinished(backend: Backend, conn: Any, timeout: float | None) -> No
     ``timeout`` it takes the lock itself, skipping the clean-up if another
     writer holds it that long.
     """
-    owns_lock = timeout is not None and timeout >= 0 and not getattr(conn, "_holds_commit_lock", False)
+    owns_lock = timeout is not None and timeout >= 0
     if owns_lock:
         assert timeout is not None
         try:

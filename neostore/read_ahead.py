@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from . import errors
 from .blobs.tier import TIERED
-from .sql import Row
+from .sql import VALUE_COLUMNS, Row
 from .tids import p64, u64
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def read_ahead(
 ) -> Iterator[tuple[bytes | None, Future[T] | None]]:
     """``(serial, future of work(oid, row))`` per oid in order, each batch's work submitted before the
     previous batch is handed back (see :meth:`ValueReader.load_many`)."""
-    pool = reader._encoder
+    pool = reader.executor
     pending: list[tuple[bytes | None, Future[T] | None]] = []
     bound = "" if before is None else " AND tid < ?"
     extra = [] if before is None else [u64(before)]
@@ -65,8 +65,8 @@ def _rows_of(
 ) -> tuple[dict[int, Row], int]:
     """The value rows of ``group``'s oids (by integer oid), and how many oids the next query should ask for."""
     keys = [u64(oid) for oid in group]
-    rows = reader._query(
-        f"SELECT o.oid, {reader._VALUE_COLUMNS} FROM obj o "
+    rows = reader.query(
+        f"SELECT o.oid, {VALUE_COLUMNS} FROM obj o "
         "JOIN (SELECT oid, MAX(tid) AS tid FROM obj "
         f"WHERE oid IN {reader.backend.in_list(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
         "LEFT JOIN data d ON d.id = o.data_id",

@@ -11,7 +11,7 @@ from .backends import Backend
 from .blobs.tier import TIERED, BlobTier
 from .read_ahead import read_ahead
 from .records import Revision
-from .sql import Query, Row
+from .sql import VALUE_COLUMNS, Query, Row
 from .tids import p64, u64
 from .values import RAW, ValueCodec, value_hash
 
@@ -31,24 +31,22 @@ class ValueReader:
     def __init__(
         self, query: Query, backend: Backend, codec: ValueCodec, executor: ThreadPoolExecutor, tier: BlobTier | None
     ):
-        self._query = query
+        self.query = query
         self.backend = backend
         self.codec = codec
-        self._encoder = executor
+        self.executor = executor
         self.tier = tier
-
-    _VALUE_COLUMNS = "o.tid, o.data_id, d.hash, d.compression, d.size, d.chunks, d.value"
 
     def load(self, oid: bytes) -> tuple[bytes, bytes]:
         """The latest ``(value, serial)`` of ``oid``; POSKeyError if it has none."""
-        rows = self._query(
-            f"SELECT {self._VALUE_COLUMNS} FROM obj o {self.backend.obj_pk_hint} "
+        rows = self.query(
+            f"SELECT {VALUE_COLUMNS} FROM obj o {self.backend.obj_pk_hint} "
             "LEFT JOIN data d ON d.id = o.data_id WHERE o.oid = ? ORDER BY o.tid DESC LIMIT 1",
             (u64(oid),),
         )
         if not rows or rows[0][1] is None:
             raise errors.POSKeyError(oid)
-        return self._value(oid, rows[0]), p64(rows[0][0])
+        return self.row_value(oid, rows[0]), p64(rows[0][0])
 
     def load_before(self, oid: bytes, before: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         """``(value, serial, next_serial)`` of the revision current just before ``before``.
@@ -58,20 +56,20 @@ class ValueReader:
         ``next_serial`` is None when the revision is still current.
         """
         ioid, ibefore = u64(oid), u64(before)
-        rows = self._query(
-            f"SELECT {self._VALUE_COLUMNS}, (SELECT MIN(n.tid) FROM obj n WHERE n.oid = ? AND n.tid >= ?) "
+        rows = self.query(
+            f"SELECT {VALUE_COLUMNS}, (SELECT MIN(n.tid) FROM obj n WHERE n.oid = ? AND n.tid >= ?) "
             f"FROM obj o {self.backend.obj_pk_hint} LEFT JOIN data d ON d.id = o.data_id "
             "WHERE o.oid = ? AND o.tid < ? ORDER BY o.tid DESC LIMIT 1",
             (ioid, ibefore, ioid, ibefore),
         )
         if not rows:
-            if not self._query("SELECT 1 FROM obj WHERE oid = ? LIMIT 1", (ioid,)):
+            if not self.query("SELECT 1 FROM obj WHERE oid = ? LIMIT 1", (ioid,)):
                 raise errors.POSKeyError(oid)
             return None
         row = rows[0]
         if row[1] is None:
             raise errors.POSKeyError(oid)
-        return self._value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
+        return self.row_value(oid, row), p64(row[0]), None if row[7] is None else p64(row[7])
 
     def load_many(
         self,
@@ -92,7 +90,7 @@ class ValueReader:
         no value raises POSKeyError, or gives ``(None, None)`` with
         ``skip_missing``.
         """
-        for serial, future in read_ahead(self, oids, batch, before, skip_missing, self._value):
+        for serial, future in read_ahead(self, oids, batch, before, skip_missing, self.row_value):
             yield (None if future is None else future.result()), serial
 
     def load_each(
@@ -115,7 +113,7 @@ class ValueReader:
         """
 
         def check_then_call(oid: bytes, row: Row) -> None:
-            fn(oid, self._value(oid, row, True), p64(row[0]))
+            fn(oid, self.row_value(oid, row, True), p64(row[0]))
 
         for _, future in read_ahead(self, oids, 8, before, skip_missing, check_then_call):
             if future is not None:
@@ -131,7 +129,7 @@ class ValueReader:
         """
         bound = "" if before is None else " AND tid < ?"
         ioid = u64(oid)
-        rows = self._query(
+        rows = self.query(
             "SELECT o.tid, o.data_id, d.compression, d.size, d.chunks, d.hash FROM obj o "
             "LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? AND o.tid = (SELECT MAX(tid) FROM obj WHERE oid = ?{bound})",
@@ -148,7 +146,7 @@ class ValueReader:
         if chunks == TIERED:
             return self._tiered_range(oid, p64(tid), bytes(digest), first, last)
         if not chunks:
-            rows = self._query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
+            rows = self.query("SELECT SUBSTR(value, ?, ?) FROM data WHERE id = ?", (first + 1, last - first, data_id))
             if not rows or rows[0][0] is None:  # moved to the blob tier since the row was read
                 return self.load_serial(oid, p64(tid))[first:last]
             return bytes(rows[0][0])
@@ -156,7 +154,7 @@ class ValueReader:
         parts = []
         for seq in range(first // piece, (last - 1) // piece + 1):
             low, high = max(first - seq * piece, 0), min(last - seq * piece, piece)
-            rows = self._query(
+            rows = self.query(
                 "SELECT SUBSTR(value, ?, ?) FROM bigdata WHERE data_id = ? AND seq = ?",
                 (low + 1, high - low, data_id, seq),
             )
@@ -167,14 +165,13 @@ class ValueReader:
 
     def load_serial(self, oid: bytes, serial: bytes) -> bytes:
         """The value ``oid`` was given by transaction ``serial``."""
-        rows = self._query(
-            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
-            "WHERE o.oid = ? AND o.tid = ?",
+        rows = self.query(
+            f"SELECT {VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id WHERE o.oid = ? AND o.tid = ?",
             (u64(oid), u64(serial)),
         )
         if not rows or rows[0][1] is None:
             raise errors.POSKeyError(oid)
-        return self._value(oid, rows[0])
+        return self.row_value(oid, rows[0])
 
     def load_revisions(self, oid: bytes, after: bytes, before: bytes | None = None) -> list[tuple[bytes, bytes]]:
         """``(serial, value)`` of every revision of ``oid`` committed after ``after`` (and before ``before``),
@@ -187,19 +184,19 @@ class ValueReader:
         bound, params = (
             ("", (u64(oid), u64(after))) if before is None else (" AND o.tid < ?", (u64(oid), u64(after), u64(before)))
         )
-        rows = self._query(
-            f"SELECT {self._VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
+        rows = self.query(
+            f"SELECT {VALUE_COLUMNS} FROM obj o LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? AND o.tid > ?{bound} ORDER BY o.tid",
             params,
         )
-        return [(p64(row[0]), self._value(oid, row)) for row in rows if row[1] is not None]
+        return [(p64(row[0]), self.row_value(oid, row)) for row in rows if row[1] is not None]
 
     @overload
-    def _value(self, oid: bytes, row: Row) -> bytes: ...
+    def row_value(self, oid: bytes, row: Row) -> bytes: ...
     @overload
-    def _value(self, oid: bytes, row: Row, buffer: bool) -> bytes | memoryview: ...
+    def row_value(self, oid: bytes, row: Row, buffer: bool) -> bytes | memoryview: ...
 
-    def _value(self, oid: bytes, row: Row, buffer: bool = False) -> bytes | memoryview:
+    def row_value(self, oid: bytes, row: Row, buffer: bool = False) -> bytes | memoryview:
         """The checked value of a row; with ``buffer``, a tiered one as the memoryview it arrived in."""
         tid, data_id, digest, compression, size, chunks, stored = row[:7]
         if digest is None:
@@ -210,7 +207,7 @@ class ValueReader:
         if chunks:
             stored = self._big_value(data_id, chunks)
             if stored is None:
-                moved = self._query("SELECT compression, chunks FROM data WHERE id = ?", (data_id,))
+                moved = self.query("SELECT compression, chunks FROM data WHERE id = ?", (data_id,))
                 if moved and moved[0][1] == TIERED:  # moved to the blob tier since the row was read
                     return self._tiered_value(oid, (tid, data_id, digest, moved[0][0], size))
                 stored = b""  # the hash check then names the corruption
@@ -228,9 +225,9 @@ class ValueReader:
         try:
             stored = self.tier.fetch(bytes(digest), compression)
         except errors.BlobNotFoundError:
-            moved = self._query("SELECT compression, chunks, value FROM data WHERE id = ?", (data_id,))
+            moved = self.query("SELECT compression, chunks, value FROM data WHERE id = ?", (data_id,))
             if moved and moved[0][1] != TIERED:  # moved back into the database meanwhile
-                return self._value(oid, (tid, data_id, digest, *moved[0][:1], size, *moved[0][1:]))
+                return self.row_value(oid, (tid, data_id, digest, *moved[0][:1], size, *moved[0][1:]))
             raise errors.CorruptDataError(oid, p64(tid), f"its object {key} is missing", _OBJECT_CAUSE) from None
         return self.decode(oid, p64(tid), bytes(digest), compression, size, stored, where=key)
 
@@ -245,7 +242,7 @@ class ValueReader:
 
     def _big_value(self, data_id: int, chunks: int) -> bytes | None:
         """A split value's stored bytes; None if its chunks are not all there (moved, or corrupt)."""
-        rows = self._query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
+        rows = self.query("SELECT value FROM bigdata WHERE data_id = ? ORDER BY seq", (data_id,))
         if len(rows) != chunks:
             return None
         return b"".join(row[0] for row in rows)
@@ -279,7 +276,7 @@ class ValueReader:
     def history(self, oid: bytes, size: int | None = 1) -> list[Revision]:
         """The newest ``size`` revisions of ``oid`` (all when None), newest first."""
         limit = "" if size is None else f" LIMIT {int(size)}"
-        rows = self._query(
+        rows = self.query(
             "SELECT o.tid, d.size, t.user, t.description, t.ext FROM obj o "
             "JOIN trans t ON t.tid = o.tid LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? ORDER BY o.tid DESC{limit}",

@@ -49,3 +49,7 @@ def delete_unreferenced_data(
             cur.execute(f"DELETE FROM data WHERE id IN {marks}", dead)
             deleted += len(dead)
     return deleted
+
+
+#: The columns of a value row, as :meth:`ValueReader.row_value` takes them (``o``: obj, ``d``: data).
+VALUE_COLUMNS = "o.tid, o.data_id, d.hash, d.compression, d.size, d.chunks, d.value"

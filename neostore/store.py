@@ -94,9 +94,10 @@ class Store:
         self.tier = open_tier(self.url, grace=blob_grace, retry=blob_retry_timeout)
         self.pool = ConnectionPool(self.backend)
         self.oids = OidAllocator(self.pool, self.backend)
-        self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
-        self.reader = ValueReader(self._read, self.backend, self.codec, self._encoder, self.tier)
-        self._names = NameIndex(self.pool, read=self._read, new_oids=self.new_oids)
+        #: The worker threads that compress values to upload and check values read.
+        self.encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
+        self.reader = ValueReader(self.query, self.backend, self.codec, self.encoder, self.tier)
+        self._names = NameIndex(self.pool, read=self.query, new_oids=self.new_oids)
         prepare_database(self)
 
     @property
@@ -108,8 +109,11 @@ class Store:
         """Rows of a read-only statement, on this thread's reader: :meth:`ConnectionPool.query`."""
         return self.pool.query(sql, params)
 
-    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-        """:meth:`_query`, looked up at each call: the one read path of a store, which tools may wrap."""
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+        """Rows of a read-only statement on the latest committed state, for neostore's modules and tools.
+
+        The one read path of a store: it looks :meth:`_query` up at each call, so a tool may wrap it.
+        """
         return self._query(sql, params)
 
     @guarded
@@ -128,7 +132,7 @@ class Store:
     def close(self) -> None:
         """Close every connection. Transactions still open are abandoned."""
         self.pool.closed = True  # no new reader, while the encoder's last reads finish
-        self._encoder.shutdown(wait=True)
+        self.encoder.shutdown(wait=True)
         self.pool.close()
         if self.tier is not None:
             self.tier.close()
@@ -237,16 +241,21 @@ class Store:
     # -- names -------------------------------------------------------------------
 
     @guarded
-    def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
+    def oids_for(self, names: Iterable[bytes], *, create: bool = False, writer: Any = None) -> dict[bytes, bytes]:
         """The oid bound to each name (see :mod:`neostore.names`).
 
         Unbound names are left out, or bound to fresh oids if ``create``:
         a binding commits at once and is permanent, and a bound name whose
-        object was never written does not exist for any reader.
+        object was never written does not exist for any reader. ``writer``:
+        the write connection of the caller's transaction, if it holds one.
         """
         if create and self.read_only:
             raise errors.ReadOnlyError()
-        return self._names.oids_for(names, create=create)
+        return self._names.oids_for(names, create=create, writer=writer)
+
+    def names_settled(self, writer: Any, *, committed: bool) -> None:
+        """A transaction's write connection ``writer`` committed (or rolled back) the name bindings it made."""
+        self._names.settled(writer, committed=committed)
 
     @guarded
     def list_names(

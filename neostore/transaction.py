@@ -1,37 +1,37 @@
 """A Transaction: one two-phase commit of a Store, split along its steps.
 
-Its state lives here; what it does is in the modules beside it:
-:mod:`~neostore.upload` (sending values), :mod:`~neostore.conflicts` (the
-checks vote makes), :mod:`~neostore.undo`, :mod:`~neostore.commit` (vote,
-commit, finish, abort) and :mod:`~neostore.session` (the write connection
-and the commit lock it holds).
+A transaction owns the parts it asks: its :class:`~neostore.writes.WriteSet`,
+its :class:`~neostore.upload.UploadQueue` (the values it sends),
+its :class:`~neostore.conflicts.ReadChecks` (the serials vote checks) and
+its :class:`~neostore.session.Session` (the write connection and the commit
+lock it holds). :mod:`~neostore.undo` and :mod:`~neostore.commit` (vote,
+commit, finish, abort) are the steps that drive them.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import commit as _commit
 from . import errors
 from . import undo as _undo
 from .backends import Backend
 from .commit import insert_rows, raise_transient
-from .conflicts import value_of
+from .conflicts import ReadChecks
 from .guard import guarded
-from .session import writer
+from .session import Session
 from .tids import p64, u64
 from .undo import backpointer
-from .upload import flush, unref
+from .upload import UploadQueue
 from .values import value_hash
-from .writes import Write
+from .writes import Write, WriteSet
 
 if TYPE_CHECKING:
     from .store import Store
 
 #: ``resolve(oid, committed_serial, expected_serial, new_value) -> value``:
-#: called at vote for a store whose expected serial is no longer current.
+#: called at vote for a store whose expected serial is not current any more.
 #: ``undo`` passes a fifth argument, the committed value, when that value is
 #: the transaction's own pending one (several undos of one object at once).
 Resolver = Callable[..., bytes]
@@ -58,18 +58,10 @@ class Transaction:
         self.requested_tid = None if tid is None else u64(tid)
         self.tid: bytes | None = None
         self.state = "open"
-        self._writes: dict[int, Write] = {}
-        self._pending: dict[bytes, bytes] = {}  # hash -> value awaiting upload
-        self._pending_bytes = 0
-        self._pending_raw: set[bytes] = set()  # hashes of values the caller marked incompressible
-        self._ids: dict[bytes, int] = {}  # hash -> data.id, for uploaded or found values
-        self._head = 0  # MAX(tid) when the commit lock was taken (see session)
-        self._inserted: list[int] = []  # data ids this transaction created
-        self._refs: Counter[bytes] = Counter()  # hash -> how many writes set that value
-        self._orphans = False  # an uploaded value is no longer set by any write
-        self._checks: dict[int, int] = {}  # oid -> serial that must still be current at vote
-        self._conn: Any = None
-        self._cursors: list[Any] = []  # opened on _conn, closed before it goes back to the pool
+        self.writes = WriteSet()
+        self.uploads = UploadQueue(store)
+        self.reads = ReadChecks()
+        self.session = Session(store)
 
     @property
     def guarded_backend(self) -> Backend:
@@ -105,25 +97,20 @@ class Transaction:
             raise errors.InvalidOidError(f"oid 0x{oid.hex()} is beyond the 63-bit range neostore stores")
         expected = 0 if serial is None else u64(serial)
         write = Write(expected)
-        previous = self._writes.get(ioid)
+        previous = self.writes.get(ioid)
         if previous is not None and previous.hash is not None:
-            unref(self, previous.hash)
+            self.uploads.unref(previous.hash)
         if value is not None:
             value = bytes(value) if not isinstance(value, bytes) else value
             if digest is None:
                 digest = value_hash(value)
             write.hash = digest
-            self._refs[digest] += 1
-            if digest not in self._ids and digest not in self._pending:
-                self._pending[digest] = value
-                self._pending_bytes += len(value)
-                if not compress:
-                    self._pending_raw.add(digest)
+            self.uploads.add(digest, value, compress=compress)
         write.check = check
-        self._writes[ioid] = write
-        if self._pending_bytes >= self.store_.flush_bytes:
+        self.writes.set(ioid, write)
+        if self.uploads.pending_bytes >= self.store_.flush_bytes:
             try:
-                flush(self)
+                self.uploads.flush(self.session)
             except BaseException as exc:
                 if self.store_.backend.is_rolled_back(exc):
                     # What was uploaded is gone with the rollback: this transaction cannot go on.
@@ -140,7 +127,7 @@ class Transaction:
         read-modify-write without conflicts (an array's shape on append).
         """
         self._require("open")
-        writer(self)
+        self.session.writer()
 
     @guarded
     def oids_for(self, names: Iterable[bytes], *, create: bool = False) -> dict[bytes, bytes]:
@@ -150,7 +137,7 @@ class Transaction:
         lock also holds the one write lock, so its own connection must bind
         the names.
         """
-        return self.store_._names.oids_for(names, create=create, writer=self._conn)
+        return self.store_.oids_for(names, create=create, writer=self.session.connection)
 
     @guarded
     def pending_value(self, oid: bytes) -> tuple[bool, bytes | None]:
@@ -159,23 +146,24 @@ class Transaction:
         Values already uploaded are read back through the write connection,
         so a transaction's changes never have to fit in memory.
         """
-        write = self._writes.get(u64(oid))
+        write = self.writes.get(u64(oid))
         if write is None:
             return False, None
         if write.hash is None:
             if write.data_id is None or write.value_tid is None:
                 return True, None
             return True, self.store_.load_serial(oid, p64(write.value_tid))
-        if write.hash in self._pending:
-            return True, self._pending[write.hash]
-        return True, value_of(self, self._cursor(), write)
+        waiting = self.uploads.waiting(write.hash)
+        if waiting is not None:
+            return True, waiting
+        return True, self.uploads.value_of(self.session.cursor(), write)
 
     @guarded
     def restore(self, oid: bytes, value: bytes | None, data_tid: bytes | None = None) -> None:
         """Write a revision copied from elsewhere: no conflict check (copyTransactionsFrom)."""
         self._require("open")
         if value is None and data_tid is not None:
-            self._writes[u64(oid)] = backpointer(self, u64(oid), u64(data_tid))
+            self.writes.set(u64(oid), backpointer(self, u64(oid), u64(data_tid)))
             return
         self.write(oid, None, value, check=False)
 
@@ -186,7 +174,7 @@ class Transaction:
         if it is not; the commit lock held from vote to finish keeps it so.
         """
         self._require("open")
-        self._checks[u64(oid)] = u64(serial)
+        self.reads.require(u64(oid), u64(serial))
 
     @guarded
     def undo(self, tid: bytes, resolve: Resolver | None = None) -> list[bytes]:
@@ -199,6 +187,7 @@ class Transaction:
         object: each applies to the state the previous one left (then
         ``resolve`` gets that pending value as a fifth argument).
         """
+        self._require("open")
         return _undo.undo(self, tid, resolve)
 
     @guarded
@@ -242,6 +231,10 @@ class Transaction:
         """Forget the transaction. Safe to call in any state, more than once."""
         _commit.abort(self)
 
+    def rewound(self, writes: WriteSet, uploads: UploadQueue, reads: ReadChecks) -> None:
+        """Go back to a state taken before the first upload (:class:`~neostore.writes.Rewind`), without a tid."""
+        self.writes, self.uploads, self.reads, self.tid = writes, uploads, reads, None
+
     # -- internals -------------------------------------------------------------
 
     def _require(self, state: str) -> None:
@@ -253,17 +246,5 @@ class Transaction:
     def head(self) -> bytes:
         """The newest committed transaction when this one took the commit lock (taking it now if not yet)."""
         self._require("open")
-        writer(self)
-        return p64(self._head)
-
-    def _cursor(self) -> Any:
-        """A cursor on the write connection; ``session.release`` closes it.
-
-        A cursor left to the garbage collector may be finalised after its
-        connection went back to the pool (an exception's traceback keeps it
-        alive): MariaDB's statement close then runs on a connection another
-        thread is using and desynchronises it ("Commands out of sync").
-        """
-        cur = self._conn.cursor()
-        self._cursors.append(cur)
-        return cur
+        self.session.writer()
+        return p64(self.session.head)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .conflicts import value_of
-from .session import writer
 from .tids import p64, u64
 from .writes import Write
 
@@ -16,14 +14,14 @@ if TYPE_CHECKING:
 
 def backpointer(txn: Transaction, ioid: int, data_tid: int) -> Write:
     """A write reusing revision ``data_tid``'s value of ``ioid`` (restore); UndoError if there is none."""
-    rows = txn.store_._query("SELECT data_id FROM obj WHERE oid = ? AND tid = ?", (ioid, data_tid))
+    rows = txn.store_.query("SELECT data_id FROM obj WHERE oid = ? AND tid = ?", (ioid, data_tid))
     if not rows:
         raise errors.UndoError(f"no revision 0x{data_tid:016x} of oid 0x{ioid:016x} to point back to")
     return Write(0, data_id=rows[0][0], value_tid=data_tid, check=False)
 
 
 def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[bytes]:
-    """Undo transaction ``tid`` (ZODB transactionalUndo); returns the oids it touches.
+    """Undo transaction ``tid`` (ZODB transactionalUndo) in open transaction ``txn``; returns the oids it touches.
 
     Each object ``tid`` changed gets back the value it had before, reusing
     that data row. An object changed since then is resolved through
@@ -32,10 +30,9 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
     object: each applies to the state the previous one left (then
     ``resolve`` gets that pending value as a fifth argument).
     """
-    txn._require("open")
-    writer(txn)
+    txn.session.writer()
     itid = u64(tid)
-    cur = txn._cursor()
+    cur = txn.session.cursor()
     cur.execute("SELECT value FROM config WHERE name = 'pack_tid'")
     if itid <= int(cur.fetchone()[0]):
         raise errors.UndoError(f"transaction 0x{tid.hex()} was packed away and cannot be undone")
@@ -47,7 +44,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
             raise errors.UndoError(f"no transaction 0x{tid.hex()} to undo")
     oids = []
     for ioid, data_id in undone:
-        pending = txn._writes.get(ioid)
+        pending = txn.writes.get(ioid)
         if pending is None:
             cur.execute("SELECT tid, data_id FROM obj WHERE oid = ? ORDER BY tid DESC LIMIT 1", (ioid,))
             current_tid, current_data = cur.fetchone()
@@ -56,7 +53,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
             # An earlier undo of this transaction changed the object
             # (ZODB undoMultiple): undo against that pending state.
             current_tid = pending.expected
-            same = _same_value(txn, cur, pending, data_id)
+            same = _same_value(cur, pending, data_id)
         cur.execute(
             "SELECT tid, data_id FROM obj WHERE oid = ? AND tid < ? ORDER BY tid DESC LIMIT 1",
             (ioid, itid),
@@ -65,7 +62,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
         before_tid, before_data = before if before else (None, None)
         if same:
             # Dedup makes "undo-identical" a comparison of data ids.
-            txn._writes[ioid] = Write(current_tid, data_id=before_data, value_tid=before_tid)
+            txn.writes.set(ioid, Write(current_tid, data_id=before_data, value_tid=before_tid))
         elif resolve is not None and before_data is not None and before_tid is not None:
             value_before = txn.store_.load_serial(p64(ioid), p64(before_tid))
             if pending is None:
@@ -82,7 +79,7 @@ def undo(txn: Transaction, tid: bytes, resolve: Resolver | None = None) -> list[
     return oids
 
 
-def _same_value(txn: Transaction, cur: Any, write: Write, data_id: int | None) -> bool:
+def _same_value(cur: Any, write: Write, data_id: int | None) -> bool:
     """Whether a pending write sets the value stored in data row ``data_id``."""
     if write.hash is None:
         return write.data_id == data_id
@@ -96,7 +93,7 @@ def _same_value(txn: Transaction, cur: Any, write: Write, data_id: int | None) -
 def _pending_value(txn: Transaction, cur: Any, ioid: int, write: Write) -> bytes | None:
     """The value a pending write sets (None for a deletion)."""
     if write.hash is not None:
-        return value_of(txn, cur, write)
+        return txn.uploads.value_of(cur, write)
     if write.data_id is None or write.value_tid is None:
         return None
     return txn.store_.load_serial(p64(ioid), p64(write.value_tid))

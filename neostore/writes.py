@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .pool import rollback_quietly
-
 if TYPE_CHECKING:
+    from .conflicts import ReadChecks
     from .transaction import Transaction
+    from .upload import UploadQueue
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,41 @@ class Write:
     check: bool = True  # False for restore, which takes the caller's word
 
 
+class WriteSet:
+    """A transaction's writes, by integer oid: the last write of an oid replaces the ones before."""
+
+    def __init__(self, writes: dict[int, Write] | None = None):
+        """The set holding ``writes`` (none by default)."""
+        self._writes: dict[int, Write] = {} if writes is None else writes
+
+    def copy(self) -> WriteSet:
+        """A set of the same writes, changed independently of this one."""
+        # A Write is never changed once made: a new write makes a new one.
+        return WriteSet(dict(self._writes))
+
+    def get(self, ioid: int) -> Write | None:
+        """The write of ``ioid``, None if the transaction does not write it."""
+        return self._writes.get(ioid)
+
+    def set(self, ioid: int, write: Write) -> None:
+        """Make ``write`` what the transaction does to ``ioid``."""
+        self._writes[ioid] = write
+
+    def __contains__(self, ioid: object) -> bool:
+        return ioid in self._writes
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._writes)
+
+    def items(self) -> Iterator[tuple[int, Write]]:
+        """``(oid, write)`` pairs, in the order the oids were first written."""
+        return iter(self._writes.items())
+
+    def checked(self) -> list[int]:
+        """The oids whose expected serial vote checks."""
+        return [oid for oid, w in self._writes.items() if w.check]
+
+
 class Rewind:
     """A transaction's state before its first upload, to run vote again after the database rolled it back.
 
@@ -38,37 +73,26 @@ class Rewind:
     ATTEMPTS = 5
 
     def __init__(self, txn: Transaction):
+        """The rewind point of ``txn`` as it is now."""
         self.txn = txn
-        self.writes = dict(txn._writes)  # a Write is never changed once made: a new write makes a new one
-        self.pending = dict(txn._pending)
-        self.pending_bytes = txn._pending_bytes
-        self.raw = set(txn._pending_raw)
-        self.ids = dict(txn._ids)
-        self.refs = Counter(txn._refs)
-        self.checks = dict(txn._checks)
+        self.writes: WriteSet = txn.writes.copy()
+        self.uploads: UploadQueue = txn.uploads.copy()
+        self.reads: ReadChecks = txn.reads.copy()
         self.left = self.ATTEMPTS
 
     @classmethod
     def taken(cls, txn: Transaction) -> Rewind | None:
         """A rewind point of ``txn`` if nothing of it is in the database yet, else None."""
-        # An orphan is an uploaded value no write sets any more: something was uploaded early.
-        return cls(txn) if not txn._inserted and not txn._orphans else None
+        return cls(txn) if txn.uploads.untouched else None
 
     def after(self, exc: BaseException) -> bool:
         """Put the transaction back as it was if ``exc`` is a rollback worth another attempt; whether it did."""
         txn = self.txn
-        if self.left == 0 or txn._conn is None or not txn.store_.backend.is_rolled_back(exc):
+        if self.left == 0 or txn.session.connection is None or not txn.store_.backend.is_rolled_back(exc):
             return False
         self.left -= 1
         log.warning("the database rolled a transaction back (%s); running it again", exc)
-        try:
-            rollback_quietly(txn._conn)
-            txn.store_._names.settled(txn._conn, committed=False)
-            txn.store_.backend.begin(txn._conn)
-        except Exception:
+        if not txn.session.begin_again():
             return False
-        txn._writes = dict(self.writes)
-        txn._pending, txn._pending_bytes, txn._pending_raw = dict(self.pending), self.pending_bytes, set(self.raw)
-        txn._ids, txn._refs, txn._orphans = dict(self.ids), Counter(self.refs), False
-        txn._checks, txn._inserted, txn.tid = dict(self.checks), [], None
+        txn.rewound(self.writes.copy(), self.uploads.copy(), self.reads.copy())
         return True

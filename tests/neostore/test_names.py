@@ -134,7 +134,7 @@ def test_load_range_slices_raw_values_in_the_database(store_url):
         txn.write(packed, None, b"0123456789" * 1000)  # compressible: stored zstd
         txn.vote()
         t1 = txn.finish()
-        (row,) = store._query(
+        (row,) = store.query(
             "SELECT d.compression FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?", (u64(oid),)
         )
         assert row[0] == RAW

@@ -29,7 +29,7 @@ def commit(store, writes, **meta):
 
 def raw_rows(store, sql, params=()):
     """Rows straight from the database, bypassing the Store's read path."""
-    return store._query(sql, params)
+    return store.query(sql, params)
 
 
 # -- URLs --------------------------------------------------------------------
@@ -366,14 +366,14 @@ def test_dedup_hit_sends_no_blob(store_url, monkeypatch):
         txn = store.begin()
         txn.write(store.new_oid(), None, value)
         sent = []
-        original = windvane.neostore.upload.insert_values
+        original = windvane.neostore.upload.UploadQueue.insert_values
 
-        def spy(txn, cur, values):
+        def spy(queue, cur, values):
             values = list(values)
             sent.extend(values)
-            original(txn, cur, values)
+            original(queue, cur, values)
 
-        monkeypatch.setattr(windvane.neostore.upload, "insert_values", spy)
+        monkeypatch.setattr(windvane.neostore.upload.UploadQueue, "insert_values", spy)
         txn.vote()
         txn.finish()
         assert sent == []

@@ -10,13 +10,14 @@ from windvane import neostore
 from windvane.neostore.blobs import TIERED
 from windvane.neostore.blobs.migrate import move_in, move_out, to_move
 from windvane.neostore.blobs.sweep import sweep
+from windvane.neostore.sql import VALUE_COLUMNS
 from windvane.neostore.tids import u64
 
 SIZES = [10, 5000, 256 * 1024, 1 << 20, 9 << 20, 20 << 20]  # 9 and 20 MiB: split into bigdata rows
 
 
 def tiered_rows(store: neostore.Store) -> int:
-    return store._query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
+    return store.query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
 
 
 def test_values_move_to_the_object_store_and_back_exactly(store_url, tiered_url, s3_env):
@@ -27,7 +28,7 @@ def test_values_move_to_the_object_store_and_back_exactly(store_url, tiered_url,
         assert to_move(store, True)[0] == 4
         stats = move_out(store, batch_bytes=4 << 20)
         assert (stats.values, stats.batches) == (4, 3)  # 256 KiB + 1 MiB, 9 MiB, 20 MiB
-        assert tiered_rows(store) == 4 and store._query("SELECT COUNT(*) FROM bigdata") == [(0,)]
+        assert tiered_rows(store) == 4 and store.query("SELECT COUNT(*) FROM bigdata") == [(0,)]
         assert [v for v, _ in store.load_many(oids)] == values
         assert move_out(store).values == 0  # nothing left to move
     assert len(s3_env.objects(bucket_of(tiered_url))) == 4
@@ -80,13 +81,13 @@ def test_a_read_whose_row_moved_out_under_it_reads_the_object(store_url, tiered_
     with neostore.open(store_url) as store:
         oids = commit_new(store, split)
     with neostore.open(tiered_url, blob_grace=0) as store:
-        columns = store.reader._VALUE_COLUMNS
+        columns = VALUE_COLUMNS
         rows = [
-            store._query(f"SELECT {columns} FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?", (u64(oid),))[0]
+            store.query(f"SELECT {columns} FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ?", (u64(oid),))[0]
             for oid in oids
         ]
         assert move_out(store).values == 2  # between the reads of a row and of its bytes
-        assert [store.reader._value(oid, row) for oid, row in zip(oids, rows)] == split
+        assert [store.reader.row_value(oid, row) for oid, row in zip(oids, rows)] == split
 
 
 def test_readers_run_the_whole_time_a_move_runs(store_url, tiered_url, s3_env):
@@ -128,11 +129,11 @@ def test_a_value_losing_pieces_while_it_moves_is_not_uploaded_in_part(store_url,
     value = os.urandom(20 << 20)
     with neostore.open(store_url) as store:
         commit_new(store, [value])
-        (data_id, chunks) = store._query("SELECT id, chunks FROM data WHERE size = ?", (len(value),))[0]
+        (data_id, chunks) = store.query("SELECT id, chunks FROM data WHERE size = ?", (len(value),))[0]
         assert chunks == 3
         with store.pool.writer() as conn:
             conn.cursor().execute("DELETE FROM bigdata WHERE data_id = ? AND seq = 2", (data_id,))
     with neostore.open(tiered_url) as store:
         assert move_out(store).values == 0
-        assert store._query("SELECT chunks FROM data WHERE id = ?", (data_id,)) == [(3,)]
+        assert store.query("SELECT chunks FROM data WHERE id = ?", (data_id,)) == [(3,)]
     assert s3_env.objects(bucket_of(tiered_url)) == []

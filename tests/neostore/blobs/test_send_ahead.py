@@ -97,7 +97,7 @@ def test_a_commit_waits_for_the_uploads_sent_ahead_of_it(relayed_url, relay):
 
 
 def store_oids(store: neostore.Store) -> list[bytes]:
-    return [neostore.p64(row[0]) for row in store._query("SELECT DISTINCT oid FROM obj")]
+    return [neostore.p64(row[0]) for row in store.query("SELECT DISTINCT oid FROM obj")]
 
 
 def test_without_a_tier_send_ahead_does_nothing(sqlite_url):

@@ -192,7 +192,7 @@ def test_kill_9_between_upload_and_commit_leaves_orphans_the_sweep_removes(tiere
         assert store.last_transaction() == before
         with pytest.raises(neostore.POSKeyError):
             store.load(neostore.p64(1000))
-        assert store._query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}") == [(0,)]
+        assert store.query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}") == [(0,)]
         stats = sweep(store)
     assert stats.deleted == 4
     assert s3_env.objects(bucket) == []

@@ -29,7 +29,7 @@ def test_a_bigarray_round_trips_through_the_tier(relayed_url, relay):
         np.testing.assert_array_equal(a[-5:], data[-5:])
     assert relay.seen.requests["GET"] >= 4  # the chunks came from the object store
     with neostore.open(relayed_url, read_only=True) as store:
-        assert store._query("SELECT COUNT(*) FROM data WHERE chunks = -1")[0][0] >= 4
+        assert store.query("SELECT COUNT(*) FROM data WHERE chunks = -1")[0][0] >= 4
 
 
 def test_a_stream_round_trips_through_the_tier(relayed_url, relay):

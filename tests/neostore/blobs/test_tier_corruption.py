@@ -17,7 +17,7 @@ from windvane import arrays, neostore
 
 def object_of(store, s3_env, url, oid):
     """(key as messages name it, the object's file) of ``oid``'s latest value."""
-    digest, compression = store._query(
+    digest, compression = store.query(
         "SELECT d.hash, d.compression FROM obj o JOIN data d ON d.id = o.data_id WHERE o.oid = ? "
         "ORDER BY o.tid DESC LIMIT 1",
         (neostore.u64(oid),),

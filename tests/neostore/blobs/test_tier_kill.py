@@ -68,7 +68,7 @@ def test_a_writer_killed_after_its_uploads_leaves_no_transaction(tiered_url, s3_
     assert len(s3_env.objects(bucket)) == 3  # its objects are there, referenced by nothing
     with neostore.open(tiered_url) as store:
         for table in ("trans", "obj", "data", "ttrans", "tobj"):  # nothing of it, not even half-voted rows
-            assert store._query(f"SELECT COUNT(*) FROM {table}")[0][0] == 0, table
+            assert store.query(f"SELECT COUNT(*) FROM {table}")[0][0] == 0, table
         oids = new_oids(store, 3)
         tid = commit(store, dict(zip(oids, values(3))))
         # Found there already, so asked for under the lock (the object may be a dead writer's) and kept.

@@ -19,7 +19,7 @@ def test_big_values_go_to_the_object_store_small_ones_stay(tiered_url, s3_env):
         oids = commit_new(store, values)
         assert [store.load(oid)[0] for oid in oids] == values
         assert [value for value, _ in store.load_many(oids)] == values
-        rows = store._query("SELECT size, chunks, value IS NULL FROM data ORDER BY size")
+        rows = store.query("SELECT size, chunks, value IS NULL FROM data ORDER BY size")
     tiered = sorted(size for size, chunks, _ in rows if chunks == TIERED)
     assert tiered == sorted([256 * 1024, 3 << 20, 17 << 20, 1 << 20])
     assert all(empty for _, chunks, empty in rows if chunks == TIERED)
@@ -43,7 +43,7 @@ def test_many_values_around_the_threshold(tiered_url):
         assert [v for v, _ in store.load_many(oids)] == values
     with neostore.open(tiered_url, read_only=True) as store:
         assert [store.load(oid) for oid in oids] == [(v, tid) for v in values]
-        rows = store._query("SELECT size, chunks FROM data")
+        rows = store.query("SELECT size, chunks FROM data")
     assert sorted(size for size, chunks in rows if chunks == TIERED) == sorted(len(v) for v in expected_tiered)
     assert all(size < threshold for size, chunks in rows if chunks != TIERED)
 
@@ -57,7 +57,7 @@ def test_the_blob_threshold_option_is_honoured(store_url, blobs_option, s3_env):
         commit(store, dict(zip(oids, values)))
         assert store.tier.requests == {"PUT": 2}
         assert [store.load(oid)[0] for oid in oids] == values
-        assert sorted(size for size, chunks in store._query("SELECT size, chunks FROM data") if chunks == TIERED) == [
+        assert sorted(size for size, chunks in store.query("SELECT size, chunks FROM data") if chunks == TIERED) == [
             1000,
             1001,
         ]
@@ -126,5 +126,5 @@ def test_a_zodb_database_keeps_big_persistent_values_in_the_tier(tiered_url):
     finally:
         db.close()
     with neostore.open(tiered_url, read_only=True) as store:
-        tiered = store._query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
+        tiered = store.query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
     assert tiered == 4  # each big record, doc1's first one kept as history (its new one is small)

@@ -71,7 +71,7 @@ def test_a_commit_meeting_a_stopped_server_fails_cleanly_and_succeeds_after_rest
             for oid in oids:
                 with pytest.raises(neostore.POSKeyError):
                     store.load(oid)
-            assert store._query("SELECT COUNT(*) FROM data")[0][0] == 0  # not a row of it left behind
+            assert store.query("SELECT COUNT(*) FROM data")[0][0] == 0  # not a row of it left behind
             small = store.new_oid()
             commit(store, {small: b"the database alone still works"})  # usable without the object store
             own_server.start()
