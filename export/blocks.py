@@ -12,6 +12,7 @@ whatever the stream's size. Tables are :meth:`arrays.Stream.to_arrow`'s:
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,7 +45,9 @@ class ColumnLayout:
     inner: tuple[int, ...]  # the shape of one row's value: () or (channels,)
     dims: tuple[str, ...]  # ("time", ...)
     attrs: dict[str, Any]
-    codecs: tuple[dict, ...] = ()  # the zarr v3 codecs its chunks are stored with: serializer, then compressors
+    codecs: tuple[
+        dict[str, Any], ...
+    ] = ()  # the zarr v3 codecs its chunks are stored with: serializer, then compressors
 
     @property
     def key(self) -> str:
@@ -67,7 +70,7 @@ class Layout:
     chunk_rows: int  # of the time column: writers chunk their output alike
     columns: tuple[ColumnLayout, ...]
     schema: pa.Schema = field(repr=False)
-    time_codecs: tuple[dict, ...] = ()
+    time_codecs: tuple[dict[str, Any], ...] = ()
 
     @property
     def row_bytes(self) -> int:
@@ -118,7 +121,7 @@ def block_rows(layout: Layout, block_bytes: int = BLOCK_BYTES) -> int:
 
 def raw_bytes(layout: Layout, table: pa.Table) -> int:
     """The raw bytes of ``table``'s values: number columns' itemsize, text and bytes their length (as info does)."""
-    total = 8 * table.num_rows
+    total: int = 8 * table.num_rows
     for column in layout.columns:
         values = table.column(column.name)
         if column.kind == "number":
@@ -177,9 +180,10 @@ def read_blocks(
     if not bounds:
         return
     pool = io_pool()
-    ahead = pool.submit(_read, stream, layout, *bounds[0], times, ranges)
+    ahead: concurrent.futures.Future[Block] | None = pool.submit(_read, stream, layout, *bounds[0], times, ranges)
     try:
         for i in range(len(bounds)):
+            assert ahead is not None, "the block of each bound is read ahead"
             block = ahead.result()
             ahead = pool.submit(_read, stream, layout, *bounds[i + 1], times, ranges) if i + 1 < len(bounds) else None
             yield block

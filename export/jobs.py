@@ -89,7 +89,8 @@ def check_name(name: str) -> str:
 def _encode(job: Job) -> bytes:
     doc = asdict(job)
     doc["version"] = RECORD_VERSION
-    return msgpack.packb(doc, use_bin_type=True)
+    packed: bytes = msgpack.packb(doc, use_bin_type=True)
+    return packed
 
 
 def _decode(raw: bytes | None) -> Job | None:

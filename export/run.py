@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from windvane import arrays, neostore
 from windvane.ingest import checkpoints
@@ -22,8 +23,8 @@ from windvane.ingest import checkpoints
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import BadSnapshot, StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
-from .formats import Format, format_named
-from .times import TimeRange, snapshot_at, time_range
+from .formats import Format, Writer, format_named
+from .times import Snapshot, TimeRange, snapshot_at, time_range
 
 #: A stream's chunk cache while exporting: every chunk is read once, so caching would only hold memory.
 _CACHE_BYTES = 0
@@ -60,7 +61,7 @@ class ExportResult:
 def export(
     store_or_url: str | neostore.Store,
     tag: str,
-    to: str | os.PathLike,
+    to: str | os.PathLike[str],
     format: str,
     *,  # noqa: A002
     start: Time | None = None,
@@ -104,6 +105,7 @@ def export(
         before = jobs.read_job(store, job) if job is not None else None
         stream = _stream(store, tag, quarantine, snapshot)
         with stream:
+            assert stream.tid is not None, "a stream opened outside a transaction reads one commit"
             result = ExportResult(tag, fmt.name, tid=stream.tid.hex(), job=job)
             layout = layout_of(stream)
             writer = _PartWriter(stream, layout, fmt, times, result, progress, block_rows(layout, block_bytes))
@@ -118,7 +120,7 @@ def export(
     return result
 
 
-def _snapshot(at: Time | bytes | None, job: str | None) -> arrays.timetravel.At | None:
+def _snapshot(at: Time | bytes | None, job: str | None) -> Snapshot | None:
     """The snapshot ``at`` names (None: the newest); BadSnapshot if it is none, or comes with a job."""
     if at is None:
         return None
@@ -141,7 +143,9 @@ def _store(store_or_url: str | neostore.Store, *, writable: bool) -> tuple[neost
         raise StoreUnavailable(f"cannot open the store at {store_or_url}: {exc}") from None
 
 
-def _stream(store: neostore.Store, tag: str, quarantine: bool, at: arrays.timetravel.At | None) -> arrays.Stream:
+def _stream(store: neostore.Store, tag: str, quarantine: bool, snapshot: Snapshot | None) -> arrays.Stream:
+    # arrays' at= takes numpy's datetime64 as well, which its annotation leaves out.
+    at = cast("arrays.timetravel.At | None", snapshot)
     try:
         return arrays.open_stream(store, tag, quarantine=quarantine, cache_bytes=_CACHE_BYTES, at=at)
     except (arrays.StreamNotFoundError, arrays.InvalidTagError):
@@ -156,7 +160,7 @@ def _stream(store: neostore.Store, tag: str, quarantine: bool, at: arrays.timetr
         if quarantine and tag in have["streams"]
         else (" (add --quarantine to export it)" if not quarantine and tag in have["quarantine streams"] else "")
     )
-    then = "" if at is None else f" at {at}"
+    then = "" if snapshot is None else f" at {snapshot!s}"
     raise UnknownStream(f"no {'quarantine ' if quarantine else ''}stream {tag!r} in this store{then}{hint}; {listing}")
 
 
@@ -222,7 +226,7 @@ class _PartWriter:
         return rows
 
 
-def _close_quietly(writer) -> None:
+def _close_quietly(writer: Writer) -> None:
     try:
         writer.close()
     except Exception:  # noqa: BLE001 - the error that stopped the writing is the one to report

@@ -34,7 +34,11 @@ def parse_time(value: str | float | int | datetime, what: str = "TIME") -> int:
     return ns
 
 
-def snapshot_at(value: str | float | int | datetime | bytes) -> neostore.Tid | np.datetime64:
+#: The commit an export reads: its tid, or a time (what had been committed then).
+Snapshot = neostore.Tid | np.datetime64
+
+
+def snapshot_at(value: str | float | int | datetime | bytes) -> Snapshot:
     """``--at`` as ``arrays.open_stream``'s ``at=``: a tid (``0x`` and 16 hex digits, as windvane prints
     tids, or its 8 bytes) or a TIME (:func:`parse_time`: what had been committed then); :class:`BadSnapshot`
     naming the value if it is neither."""

@@ -43,7 +43,8 @@ class Format:
     description: str
 
     def open(self, path: str, layout: Layout, rows: int) -> Writer:
-        return importlib.import_module(f"{__name__}.{self.module}").Writer(path, layout, rows)
+        writer: Writer = importlib.import_module(f"{__name__}.{self.module}").Writer(path, layout, rows)
+        return writer
 
 
 FORMATS: dict[str, Format] = {

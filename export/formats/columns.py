@@ -18,7 +18,7 @@ from windvane.arrays.stream_schema import MISSING_ATTR, missing_value
 from ..blocks import ColumnLayout
 
 #: The CF attributes of an exported ``time`` variable: xarray decodes it to datetime64[ns].
-TIME_ATTRS = {
+TIME_ATTRS: dict[str, Any] = {
     "standard_name": "time",
     "units": "nanoseconds since 1970-01-01T00:00:00Z",
     "calendar": "proleptic_gregorian",
@@ -27,7 +27,8 @@ TIME_ATTRS = {
 
 def time_values(table: pa.Table) -> np.ndarray:
     """The ``time`` column of ``table`` as int64 ns since the epoch."""
-    return table.column("time").combine_chunks().view(pa.int64()).to_numpy()
+    ns: np.ndarray = table.column("time").combine_chunks().view(pa.int64()).to_numpy()
+    return ns
 
 
 def column_values(table: pa.Table, column: ColumnLayout) -> np.ndarray:
@@ -41,7 +42,8 @@ def column_values(table: pa.Table, column: ColumnLayout) -> np.ndarray:
         flat = values.to_numpy(zero_copy_only=False).astype(column.dtype, copy=False)
     else:
         flat = values.to_numpy(zero_copy_only=False)  # objects: str or bytes
-    return flat.reshape((table.num_rows, *column.inner))
+    rows: np.ndarray = flat.reshape((table.num_rows, *column.inner))
+    return rows
 
 
 def fill_value(column: ColumnLayout) -> int | None:
