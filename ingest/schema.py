@@ -66,12 +66,10 @@ VibrationDtype = Literal["int16", "int32", "float32", "float64"]
 #: What a schema's ``codec`` may name for its number columns (see schemas/README.md).
 Codec = Literal["blosc", "lz4", "zstd", "none"]
 
+#: The choices as tuples, for code that checks a value it did not read from a schema file.
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
-EXTRA_POLICIES: tuple[str, ...] = get_args(ExtraPolicy)
 NUMERIC_DTYPES: tuple[str, ...] = get_args(NumericDtype)
-FIELD_DTYPES: tuple[str, ...] = get_args(FieldDtype)
 VIBRATION_DTYPES: tuple[str, ...] = get_args(VibrationDtype)
-CODECS: tuple[str, ...] = get_args(Codec)
 #: Column names the stream layout itself uses.
 RESERVED = ("time", "extra")
 DEFAULT_CHUNK_ROWS = 16384

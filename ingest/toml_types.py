@@ -33,8 +33,9 @@ _TYPE_WORDS = {
     "array": "a list",
     "object": "a table",
 }
-_AT = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<path>[^`]*)`)?", re.DOTALL)
-_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+_AT = " - at `$"  # what stands between msgspec's problem and its path
+#: A step of msgspec's path: into a key of a table, and on into an item of its list.
+_STEP = re.compile(r"\.(\w+)(?:\[(\d+)\])?")
 _MISSING = re.compile(r"Object missing required field `(?P<key>[^`]*)`")
 _WRONG_TYPE = re.compile(r"Expected `(?P<expected>[^`]*)`, got `")
 _UNKNOWN = "Object contains unknown field"
@@ -51,54 +52,46 @@ def convert(document: dict[str, Any], type_: type[T], where: str) -> T:
 
 
 class _Place:
-    """The table of the document an error is in, as msgspec's path leads to it, and the steps left within it."""
+    """The table of the document an error is in, as msgspec's path leads to it, and the step left within it."""
 
     def __init__(self, path: str, table: dict[str, Any], struct: type[msgspec.Struct], where: str) -> None:
         self.table = table
         self.struct = struct
         self.where = where
         self.label = ""  # an array entry's name, for messages about its other keys
-        self.steps: list[str | int] = [key or int(index) for key, index in _STEP.findall(path)]
-        while self.steps and self._enter():
-            pass
+        steps = [(key, int(index) if index else None) for key, index in _STEP.findall(path)]
+        while steps and self._enter(*steps[0]):
+            del steps[0]
+        #: The key of the table the error is at, and the item of its list, if any; None: the table itself.
+        self.step = steps[0] if steps else None
 
-    def _enter(self) -> bool:
-        """Step into the table the next key leads to, if it is one; whether it was."""
-        key = self.steps[0]
-        assert isinstance(key, str)  # a path goes from a table by a key
+    def _enter(self, key: str, index: int | None) -> bool:
+        """Step into the table ``key`` (and ``index``) leads to, if it is one; whether it was."""
         inner = _tables_of(self.struct, key)
+        value = self.table.get(key)
         if inner is None:
             return False
         struct, array = inner
-        value = self.table.get(key)
         if array:
-            if len(self.steps) < 2 or not isinstance(value, list):
+            if index is None or not isinstance(value, list) or not isinstance(value[index], dict):
                 return False
-            index = self.steps[1]
-            assert isinstance(index, int)  # a path goes into a list by an index
             value = value[index]
-            if not isinstance(value, dict):
-                return False
             self.where = f"{self.where} [[{key}]] #{index + 1}"
             self.label = f" ({value[LABEL]!r})" if isinstance(value.get(LABEL), str) else ""
-            del self.steps[:2]
         else:
-            if not isinstance(value, dict):
+            if index is not None or not isinstance(value, dict):
                 return False
             self.where = f"{self.where} [{key}]"
             self.label = ""
-            del self.steps[:1]
         self.table, self.struct = value, struct
         return True
 
 
 def _message(error: str, document: dict[str, Any], type_: type[msgspec.Struct], where: str) -> str:
-    found = _AT.fullmatch(error)
-    assert found is not None  # the pattern matches any text
-    problem = found["problem"]
-    place = _Place(found["path"] or "", document, type_, where)
+    problem, at, path = error.partition(_AT)
+    place = _Place(path.removesuffix("`") if at else "", document, type_, where)
     where, struct = place.where, place.struct
-    if not place.steps:
+    if place.step is None:
         if problem.startswith(_UNKNOWN):
             allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
             unknown = sorted(set(place.table) - set(allowed))
@@ -107,25 +100,20 @@ def _message(error: str, document: dict[str, Any], type_: type[msgspec.Struct], 
         if missing:
             return f"{where}{place.label}: '{missing['key']}' is required"
         return f"{where}: {problem}"
-    key = place.steps[0]
-    assert isinstance(key, str)  # a path goes from a table by a key
-    where = f"{where}{place.label}"
+    key, index = place.step
     inner = _tables_of(struct, key)
-    if len(place.steps) == 1:
-        value = place.table.get(key)
-        wrong_type = _WRONG_TYPE.match(problem)
-        if wrong_type and inner is not None and not inner[1]:
+    if index is not None and inner is not None and inner[1]:
+        return f"{where} [[{key}]] #{index + 1}: each [[{key}]] entry must be a table"
+    where = f"{where}{place.label}"
+    wrong_type = _WRONG_TYPE.match(problem)
+    if index is None and wrong_type:
+        if inner is not None and not inner[1]:
             return f"{where} [{key}]: must be a table"
-        if wrong_type:
-            words = [_TYPE_WORDS.get(t, t) for t in wrong_type["expected"].split(" | ") if t != "null"]
-            return f"{where}: '{key}' must be {' or '.join(words)}, not {value!r}"
-        if problem.startswith(_NOT_A_CHOICE):
-            return f"{where}: {key} {value!r} is not one of {', '.join(_choices(struct, key))}"
-    elif inner is not None and inner[1]:
-        entry = place.steps[1]
-        assert isinstance(entry, int)  # a path goes into a list by an index
-        return f"{place.where} [[{key}]] #{entry + 1}: each [[{key}]] entry must be a table"
-    # A bound of the key's value, or of an item of its list: the bound's own sentence.
+        words = [_TYPE_WORDS.get(t, t) for t in wrong_type["expected"].split(" | ") if t != "null"]
+        return f"{where}: '{key}' must be {' or '.join(words)}, not {place.table[key]!r}"
+    if index is None and problem.startswith(_NOT_A_CHOICE):
+        return f"{where}: {key} {place.table[key]!r} is not one of {', '.join(_choices(struct, key))}"
+    # A bound of the key's value, or a wrong item of its list: the sentence the key's bound says itself in.
     return f"{where}: {_bound(struct, key) or f'{key!r}: {problem}'}"
 
 
