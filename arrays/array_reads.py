@@ -1,99 +1,72 @@
-"""Reading a BigArray: chunks loaded through the cache, or a transaction, into numpy results."""
+"""Reading one array's chunks into numpy results: through the chunk cache at a snapshot, or from a transaction."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
-from typing import Any
+import threading
+from collections.abc import Sequence
 
 import numpy as np
 
-from .array_view import ArrayView, View
+from windvane import neostore
+
+from .array_view import View
+from .cache import ChunkCache
 from .errors import ArrayError
 from .keys import Snapshot, encode_key
 from .metadata import ArrayMeta
-from .selection import AxisSelection, Piece, normalize, orient, pieces
-from .workers import io_pool, weighted_map, workers
+from .selection import AxisSelection, Piece, orient, pieces
+from .transaction import Transaction
+from .workers import weighted_map, workers
 
 
-class ArrayReads(ArrayView):
-    """Basic indexing, block iteration and dask arrays over an :class:`ArrayView`."""
+class ChunkReader:
+    """The chunks of array ``name``, read and decoded into results; owns its chunk cache and the count of
+    chunk values read from the database. Thread-safe: dask reads in threads."""
 
-    def __getitem__(self, key: Any) -> np.ndarray:
-        view = self._view
-        return self._read(view, normalize(key, view.meta.shape))
+    def __init__(self, store: neostore.Store, name: str, cache: ChunkCache):
+        self.cache = cache
+        self._store = store
+        self._name = name
+        self._loaded = 0
+        self._count_lock = threading.Lock()
+        # The last chunk read at a snapshot: ((bound, key), chunk), as a row log may hold its rows.
+        self._last_memo: tuple[tuple[bytes, str], np.ndarray | None] | None = None
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        out = self[...]
-        return out if dtype is None else out.astype(dtype, copy=False)
+    @property
+    def loaded(self) -> int:
+        """Chunk values read from the database so far."""
+        return self._loaded
 
-    def blocks(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """``(start, block)`` for consecutive blocks of ``rows`` rows along axis 0 (default: a chunk's rows).
+    def count_loaded(self, n: int) -> None:
+        """Add ``n`` chunk values read from the database to :attr:`loaded`."""
+        with self._count_lock:
+            self._loaded += n
 
-        ``block`` is ``self[start:start + rows]``. Memory stays bounded by
-        two blocks plus the cache budget whatever the array's size: the next
-        block is read while the caller works on the current one. The shape
-        is taken when iteration starts.
-        """
-        rows = self.chunks[0] if rows is None else int(rows)
-        if rows < 1:
-            raise ValueError(f"rows must be >= 1, not {rows}")
-        total = self.shape[0]
-        starts = range(0, total, rows)
-        if not starts:
-            return
-        executor = io_pool()
+    def key(self, meta: ArrayMeta, coords: Sequence[int]) -> str:
+        """The key of the chunk at grid ``coords``."""
+        return f"{self._name}/{meta.chunk_key(coords)}"
 
-        def read(start: int) -> np.ndarray:
-            return self[start : min(start + rows, total)]
-
-        ahead: Future[np.ndarray] | None = executor.submit(read, starts[0])
+    def decode(self, meta: ArrayMeta, value: bytes | memoryview, key: str, into: np.ndarray | None = None) -> np.ndarray:
+        """Chunk ``key``'s stored bytes ``value`` decoded (straight ``into`` a whole-chunk array, if given);
+        ArrayError naming the chunk if they do not decode."""
         try:
-            for i, start in enumerate(starts):
-                assert ahead is not None  # one is submitted for every start
-                block = ahead.result()
-                ahead = executor.submit(read, starts[i + 1]) if i + 1 < len(starts) else None
-                yield start, block
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+            if into is None:
+                return meta.codec.decode(value, meta.chunks)
+            meta.codec.decode_into(value, into)
+        except Exception as exc:  # noqa: BLE001 - numcodecs raises many kinds; the error names the chunk
+            raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
+        return into
 
-    def to_dask(self) -> Any:
-        """A dask array over this view, one task per stored chunk, read in parallel threads.
-
-        Its graph holds the array by store URL and snapshot, not by data: on a
-        dask.distributed cluster each worker opens the store and reads the
-        chunks itself (:mod:`arrays.dask_source`).
-        """
-        import dask.array as da
-
-        from .dask_source import DaskSource
-
-        if self._before is None:
-            token = uuid.uuid4().hex  # a transaction's view changes with its writes: never reuse results
-        else:
-            token = f"{self._before.hex()}-{id(self._store):x}"
-        return da.from_array(  # type: ignore[no-untyped-call]  # dask.array ships no annotations
-            DaskSource.of(self),
-            chunks=self.chunks,
-            name=f"bigarray-{self.name}-{token}",
-            lock=False,
-            asarray=False,
-            fancy=False,
-            meta=np.empty((0,) * self.ndim, dtype=self.dtype),
-        )
-
-    def _key(self, meta: ArrayMeta, coords: Sequence[int]) -> str:
-        return f"{self.name}/{meta.chunk_key(coords)}"
-
-    def _read(self, view: View, selection: tuple[AxisSelection, ...]) -> np.ndarray:
+    def read(self, view: View, selection: tuple[AxisSelection, ...], tx: Transaction | None) -> np.ndarray:
+        """The ``selection`` of the array ``view`` shows; ``tx``: the transaction a view without bound reads."""
         meta = view.meta
         out = np.empty(tuple(s.count for s in selection), dtype=meta.dtype)
         plan = list(pieces(selection, meta.chunks))
         if plan:
             if view.before is None:
-                self._fill_from_transaction(meta, plan, out)
+                if tx is None:
+                    raise ArrayError(f"a view of {self._name!r} without a snapshot bound reads a transaction")
+                self._fill_from_transaction(tx, meta, plan, out)
             else:
                 self._fill_from_snapshot(meta, view.before, plan, out)
         return orient(out, selection)
@@ -104,7 +77,7 @@ class ArrayReads(ArrayView):
         if memo is not None and memo[0] == (before, key):
             return memo[1]
         value = Snapshot(self._store, before).get(key)
-        chunk = None if value is None else self.decode_chunk(meta, value, key)
+        chunk = None if value is None else self.decode(meta, value, key)
         self.count_loaded(1)
         self._last_memo = ((before, key), chunk)
         return chunk
@@ -113,12 +86,12 @@ class ArrayReads(ArrayView):
         # Only a partial last chunk can have rows in a row log; full chunks go through the cache.
         last = meta.shape[0] // meta.chunks[0] if meta.shape[0] % meta.chunks[0] else -1
         for piece in [p for p in plan if p.coords[0] == last]:
-            chunk = self._last_chunk(meta, before, self._key(meta, piece.coords))
+            chunk = self._last_chunk(meta, before, self.key(meta, piece.coords))
             out[piece.in_result] = meta.fill_value if chunk is None else chunk[piece.in_chunk]
         plan = [p for p in plan if p.coords[0] != last]
         if not plan:
             return
-        keys = [self._key(meta, p.coords) for p in plan]
+        keys = [self.key(meta, p.coords) for p in plan]
         oids = self._store.oids_for([encode_key(k) for k in keys])
         todo: list[tuple[Piece, str, bytes]] = []
         for piece, key in zip(plan, keys):
@@ -146,7 +119,7 @@ class ArrayReads(ArrayView):
             if value is None:
                 target[...] = meta.fill_value
             else:
-                chunk = self.decode_chunk(meta, value, key)
+                chunk = self.decode(meta, value, key)
                 if serial is not None:  # a value always comes with its serial
                     self.cache.put(oid, serial, chunk)
                 target[...] = chunk[piece.in_chunk]
@@ -166,24 +139,20 @@ class ArrayReads(ArrayView):
             target = out[piece.in_result]
             found.add(oid)
             if target.shape == meta.chunks and target.flags.c_contiguous:
-                try:
-                    meta.codec.decode_into(value, target)
-                except Exception as exc:
-                    raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
+                self.decode(meta, value, key, into=target)
             else:
-                target[...] = self.decode_chunk(meta, value, key)[piece.in_chunk]
+                target[...] = self.decode(meta, value, key)[piece.in_chunk]
 
         self._store.load_each(list(where), place, before=before, skip_missing=True)
         for oid in where.keys() - found:  # written once, removed since: zarr's fill
             out[where[oid][0].in_result] = meta.fill_value
         self.count_loaded(len(todo))
 
-    def _fill_from_transaction(self, meta: ArrayMeta, plan: list[Piece], out: np.ndarray) -> None:
-        tx = self._live_transaction()
+    def _fill_from_transaction(self, tx: Transaction, meta: ArrayMeta, plan: list[Piece], out: np.ndarray) -> None:
         step = 4 * workers()
         for start in range(0, len(plan), step):
             group = plan[start : start + step]
-            keys = [self._key(meta, p.coords) for p in group]
+            keys = [self.key(meta, p.coords) for p in group]
             values = tx.get_many(keys)
             self.count_loaded(len(values))
 
@@ -193,7 +162,50 @@ class ArrayReads(ArrayView):
                 if value is None:
                     out[piece.in_result] = meta.fill_value
                 else:
-                    out[piece.in_result] = self.decode_chunk(meta, value, key)[piece.in_chunk]
+                    out[piece.in_result] = self.decode(meta, value, key)[piece.in_chunk]
 
             for _ in weighted_map(place, zip(group, keys), len(values) * meta.chunk_nbytes):
                 pass
+
+    # -- what a write reads ------------------------------------------------------------
+
+    def latest_chunks(self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool) -> dict[str, np.ndarray]:
+        """The latest decoded chunks of ``keys`` (missing ones left out), for read-modify-write in ``tx``.
+
+        ``tx`` holds the commit lock. ``cached``: take a chunk from the cache
+        when it holds the head's revision of it (autocommit writes only: a
+        transaction's reads must see its own writes).
+        """
+        found: dict[str, np.ndarray] = {}
+        if not keys:
+            return found
+        wanted = self._uncached(tx, keys, found) if cached else keys
+        if wanted:
+            values = tx.get_many(wanted)
+            self.count_loaded(len(values))
+            for key, value in values.items():
+                found[key] = self.decode(meta, value, key)
+        return found
+
+    def _uncached(self, tx: Transaction, keys: list[str], found: dict[str, np.ndarray]) -> list[str]:
+        """Put in ``found`` the chunks of ``keys`` the cache holds at the head's revision; the others to read."""
+        oids = self._store.oids_for([encode_key(k) for k in keys])
+        wanted = []
+        for key in keys:
+            oid = oids.get(encode_key(key))
+            if oid is None:
+                continue  # never written: the fill value
+            if tx.written_since(0, [key]):
+                wanted.append(key)  # rewritten in this transaction (a folded row log)
+                continue
+            serial = self.cache.serial(oid)
+            if serial is not None:
+                # The lock is held, so the head is what this commit builds on:
+                # the cached chunk is used only if it is that revision.
+                head = self._store.list_names(encode_key(key), exact=True)
+                chunk = self.cache.get(oid, head[0].serial) if head else None
+                if chunk is not None:
+                    found[key] = chunk
+                    continue
+            wanted.append(key)
+        return wanted

@@ -1,26 +1,18 @@
-"""The state of a BigArray: its metadata and snapshot, replaced as a whole; chunk decoding and view moves."""
+"""What a BigArray shows: its metadata at a snapshot (or in a transaction), replaced as a whole, and how it moves."""
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import NoReturn
 
 from windvane import neostore
 
-from .cache import DEFAULT_CACHE_BYTES, ChunkCache
+from .cache import ChunkCache
 from .errors import ArrayError, ArrayNotFoundError
 from .keys import Snapshot, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta
-from .target import StoreOwner, previous
+from .target import previous
 from .transaction import Transaction
-
-#: Transactions per ``changes_since`` page when a view catches up.
-_CHANGES_PAGE = 10000
 
 
 @dataclass(frozen=True)
@@ -32,11 +24,11 @@ class View:
     before: bytes | None  # the snapshot bound; None inside a transaction (the head plus its own writes)
 
 
-class ArrayView(StoreOwner):
-    """What a BigArray shows (its metadata, at a snapshot or in a transaction) and how that view moves.
+class ArrayView:
+    """The view of array ``name``: its :class:`View`, and moving it to what the store holds later.
 
-    The view is replaced as a whole (:class:`View`), so reads in other
-    threads see one consistent state.
+    Inside a transaction (``transaction`` given) the view's bound is None and
+    reads go through that transaction while it is open.
     """
 
     def __init__(
@@ -44,150 +36,70 @@ class ArrayView(StoreOwner):
         store: neostore.Store,
         name: str,
         meta: ArrayMeta,
-        meta_raw: bytes,
+        raw: bytes,
         *,
-        before: bytes | None = None,
-        transaction: Transaction | None = None,
-        read_only: bool = False,
-        owns_store: bool = False,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        before: bytes | None,
+        transaction: Transaction | None,
     ):
         self.name = name
-        self.cache = ChunkCache(cache_bytes)
-        self.chunks_loaded = 0
         self._store = store
-        self._view = View(meta, meta_raw, before)
         self._tx = transaction
-        self._read_only = read_only
-        self._owns_store = owns_store
-        self._count_lock = threading.Lock()
-        self._last_memo: tuple[tuple[bytes, str], np.ndarray | None] | None = None
+        self._current = View(meta, raw, before)
 
-    # -- what it is ----------------------------------------------------------------
+    @property
+    def current(self) -> View:
+        """The whole view: metadata, its bytes, the snapshot bound."""
+        return self._current
 
     @property
     def meta(self) -> ArrayMeta:
-        """The parsed ``zarr.json`` of this view."""
-        return self._view.meta
+        return self._current.meta
 
     @property
-    def view(self) -> View:
-        """The whole view: metadata, its bytes, the snapshot bound (give it back to :meth:`restore`)."""
-        return self._view
-
-    def restore(self, view: View) -> None:
-        """Show ``view`` again (one taken from :attr:`view` of this array), as after a failed write."""
-        self._view = view
-
-    def show(self, raw: bytes, before: bytes | None) -> None:
-        """Show the metadata ``raw`` at snapshot bound ``before`` (None: in the transaction).
-
-        ArrayError if ``raw`` describes another array (dtype or chunks changed).
-        """
-        self._view = View(self.parse_meta(raw), raw, before)
-
-    def set_meta(self, meta: ArrayMeta, raw: bytes) -> None:
-        """Show ``meta`` (whose bytes are ``raw``), just written by this process, at the same snapshot bound."""
-        self._view = View(meta, raw, self._view.before)
-
-    def moved_to(self, before: bytes) -> None:
-        """Show the same metadata at snapshot bound ``before``: after a commit that wrote exactly it."""
-        view = self._view
-        self._view = View(view.meta, view.raw, before)
-
-    @property
-    def _before(self) -> bytes | None:
-        return self._view.before
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The array's shape as this view sees it."""
-        return self.meta.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The numpy dtype reads return (``StringDType`` for strings, object for bytes)."""
-        return self.meta.dtype
-
-    @property
-    def chunks(self) -> tuple[int, ...]:
-        """The shape of a stored chunk."""
-        return self.meta.chunks
-
-    @property
-    def ndim(self) -> int:
-        """The number of axes."""
-        return len(self.meta.shape)
-
-    @property
-    def size(self) -> int:
-        """The number of elements."""
-        return math.prod(self.meta.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes the whole array takes decoded (``size * itemsize``)."""
-        return self.size * self.dtype.itemsize
-
-    @property
-    def fill_value(self) -> Any:
-        """What unwritten elements read as."""
-        return self.meta.fill_value
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        """The array's zarr attributes (a copy)."""
-        return self.meta.attributes
-
-    @property
-    def dims(self) -> tuple[str, ...] | None:
-        """The dimension names, if the array has them."""
-        return self.meta.dims
-
-    @property
-    def codec(self) -> list[dict[str, Any]]:
-        """The zarr v3 ``codecs`` the chunks are stored with."""
-        return self.meta.codec.to_json()
-
-    @property
-    def read_only(self) -> bool:
-        """Whether writes are refused (a snapshot opened with ``at=``)."""
-        return self._read_only
+    def before(self) -> bytes | None:
+        """The first tid the view does not see (None: in the transaction)."""
+        return self._current.before
 
     @property
     def tid(self) -> bytes | None:
-        """The last commit this view sees (None inside a transaction: it sees the latest)."""
-        return None if self._before is None else previous(self._before)
+        """The last commit the view sees (None inside a transaction: it sees the latest)."""
+        before = self._current.before
+        return None if before is None else previous(before)
 
     @property
-    def store(self) -> neostore.Store:
-        """The neostore Store the array lives in."""
-        return self._store
+    def in_transaction(self) -> bool:
+        """Whether the view was opened in a transaction (its writes join it)."""
+        return self._tx is not None
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    @property
+    def meta_key(self) -> str:
+        return f"{self.name}/{METADATA_KEY}"
 
-    def __repr__(self) -> str:
-        where = "in a transaction" if self._before is None else f"at 0x{previous(self._before).hex()}"
-        mode = ", read-only" if self._read_only else ""
-        return f"<BigArray {self.name!r} shape={self.shape} dtype={self.dtype} chunks={self.chunks} {where}{mode}>"
+    def replace(self, view: View) -> None:
+        """Show ``view``: one taken from :attr:`current` (as after a failed write), or one just written."""
+        self._current = view
 
-    def _key(self, meta: ArrayMeta, coords: Sequence[int]) -> str:
-        return f"{self.name}/{meta.chunk_key(coords)}"
+    def show(self, raw: bytes | None, before: bytes | None) -> None:
+        """Show the metadata ``raw`` at snapshot bound ``before`` (None: in the transaction).
 
-    def decode_chunk(self, meta: ArrayMeta, value: bytes | memoryview, key: str) -> np.ndarray:
-        """Chunk ``key``'s stored bytes ``value`` decoded; ArrayError naming the chunk if they do not decode."""
-        try:
-            return meta.codec.decode(value, meta.chunks)
-        except Exception as exc:
-            raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
+        ArrayNotFoundError if there is none; ArrayError if ``raw`` describes
+        another array (dtype or chunks changed).
+        """
+        if raw is None:
+            self._gone()
+        self._current = View(self.parse_meta(raw), raw, before)
 
-    def count_loaded(self, n: int) -> None:
-        """Add ``n`` chunk values read from the database to :attr:`chunks_loaded` (thread-safe)."""
-        with self._count_lock:
-            self.chunks_loaded += n
+    def set_meta(self, meta: ArrayMeta, raw: bytes) -> None:
+        """Show ``meta`` (whose bytes are ``raw``), just written by this process, at the same snapshot bound."""
+        self._current = View(meta, raw, self._current.before)
 
-    def _live_transaction(self) -> Transaction:
+    def moved_to(self, before: bytes) -> None:
+        """Show the same metadata at snapshot bound ``before``: after a commit that wrote exactly it."""
+        view = self._current
+        self._current = View(view.meta, view.raw, before)
+
+    def live_transaction(self) -> Transaction:
+        """The transaction the view was opened in, while it is open; ArrayError otherwise."""
         tx = self._tx
         if tx is None or tx.state != "open":
             raise ArrayError(
@@ -196,60 +108,36 @@ class ArrayView(StoreOwner):
             )
         return tx
 
-    # -- moving the view -------------------------------------------------------------
-
-    def refresh(self) -> bytes | None:
-        """Move the view to the newest commit, keeping cached chunks that did not change; returns its tid."""
-        if self._before is None:
-            self._reload_meta(self._live_transaction().get(self._meta_key))
+    def refresh(self, cache: ChunkCache) -> bytes | None:
+        """Move to the newest commit, dropping from ``cache`` the chunks that changed; returns its tid."""
+        if self._current.before is None:
+            self.show(self.live_transaction().get(self.meta_key), None)
             return None
         head = self._store.last_transaction()
         if head != self.tid:
             before = next_tid_after(head)
-            raw = Snapshot(self._store, before).get(self._meta_key)
+            raw = Snapshot(self._store, before).get(self.meta_key)
             if raw is None:
                 raise ArrayNotFoundError(self.name, "in the newest commit (it was deleted)")
             meta = self.parse_meta(raw)
-            self.forget_changes(self.tid, head)
-            self._view = View(meta, raw, before)
+            cache.forget_changes(self._store, self.tid, head)
+            self._current = View(meta, raw, before)
         return self.tid
-
-    def forget_changes(self, since: bytes | None, until: bytes) -> None:
-        """Drop cached chunks of objects changed by commits in ``(since, until]`` (``since`` None: a
-        transaction's view, which caches nothing it could not see)."""
-        if since is None or not len(self.cache) or until <= since:
-            return
-        cursor = since
-        while True:
-            page = self._store.changes_since(cursor, limit=_CHANGES_PAGE)
-            for tid, oids in page:
-                if tid > until:
-                    return
-                self.cache.discard(oids)
-                cursor = tid
-            if len(page) < _CHANGES_PAGE:
-                return
-
-    @property
-    def _meta_key(self) -> str:
-        return f"{self.name}/{METADATA_KEY}"
 
     def parse_meta(self, raw: bytes | None) -> ArrayMeta:
         """The metadata ``raw`` holds (parsed only if it changed); the array must still be the same one."""
         if raw is None:
-            raise ArrayNotFoundError(self.name, "any more (it was deleted)")
-        if raw == self._view.raw:
-            return self._view.meta
+            self._gone()
+        view = self._current
+        if raw == view.raw:
+            return view.meta
         meta = ArrayMeta.from_bytes(raw, self.name)
-        if meta.dtype != self.meta.dtype or meta.chunks != self.meta.chunks:
+        if meta.dtype != view.meta.dtype or meta.chunks != view.meta.chunks:
             raise ArrayError(
                 f"array {self.name!r} was replaced by one with dtype {meta.dtype} and chunks {meta.chunks}; "
                 "open it again"
             )
         return meta
 
-    def _reload_meta(self, raw: bytes | None) -> ArrayMeta:
-        if raw is None:
-            raise ArrayNotFoundError(self.name, "any more (it was deleted)")
-        self.show(raw, self._view.before)
-        return self._view.meta
+    def _gone(self) -> NoReturn:
+        raise ArrayNotFoundError(self.name, "any more (it was deleted)")

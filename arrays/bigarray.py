@@ -16,22 +16,29 @@ array's size: chunk keys are computed, never listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import math
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Self
 
 import numpy as np
 
+from windvane import neostore
+
 from . import appending
-from .array_reads import ArrayReads
-from .array_view import View
-from .cache import DEFAULT_CACHE_BYTES
+from .array_reads import ChunkReader
+from .array_view import ArrayView, View
+from .cache import DEFAULT_CACHE_BYTES, ChunkCache
+from .dask_source import DaskSource, SourceState, portable_url, shared_store
 from .errors import ArrayExistsError, ArrayNotFoundError, ReadOnlyArrayError
 from .keys import Snapshot, encode_key, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta, as_stored, group_document, node_type
 from .selection import normalize, result_shape, unorient
-from .target import Target, resolve
+from .target import StoreHandle, Target, previous, resolve
 from .timetravel import At, describe, snapshot_bound
 from .transaction import Transaction
+from .workers import io_pool
 
 #: What a write plans under the lock, from the latest metadata: the plan of the region it writes, and the
 #: block written there (ascending, every axis kept).
@@ -47,7 +54,7 @@ def _check_name(name: str) -> str:
     return name
 
 
-class BigArray(ArrayReads):
+class BigArray:
     """An n-dimensional array whose chunks are neostore objects.
 
     Make one with :func:`arrays.create` or :func:`arrays.open`. Basic
@@ -55,7 +62,253 @@ class BigArray(ArrayReads):
     ``a[sel] = x`` and :meth:`append` write. ``cache`` holds decoded chunks
     (``cache.stats()``), ``chunks_loaded`` counts chunk values read from the
     database. Reads are thread-safe (dask runs them in threads).
+
+    What it shows is its :class:`~arrays.array_view.ArrayView`; its chunks are
+    read by its :class:`~arrays.array_reads.ChunkReader` (``cache``: a stream
+    gives all of its arrays one); the Store is closed with it if it was
+    opened from a URL.
     """
+
+    def __init__(
+        self,
+        store: neostore.Store,
+        name: str,
+        meta: ArrayMeta,
+        meta_raw: bytes,
+        *,
+        before: bytes | None = None,
+        transaction: Transaction | None = None,
+        read_only: bool = False,
+        owns_store: bool = False,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache: ChunkCache | None = None,
+    ):
+        self.name = name
+        self._read_only = read_only
+        self._handle = StoreHandle(store, owns=owns_store)
+        self._view = ArrayView(store, name, meta, meta_raw, before=before, transaction=transaction)
+        self._chunks = ChunkReader(store, name, ChunkCache(cache_bytes) if cache is None else cache)
+
+    # -- what it is ----------------------------------------------------------------
+
+    @property
+    def meta(self) -> ArrayMeta:
+        """The parsed ``zarr.json`` of this view."""
+        return self._view.meta
+
+    @property
+    def view(self) -> View:
+        """The whole view: metadata, its bytes, the snapshot bound (give it back to :meth:`restore`)."""
+        return self._view.current
+
+    @property
+    def cache(self) -> ChunkCache:
+        """The decoded chunks kept for reads (``cache.stats()``)."""
+        return self._chunks.cache
+
+    @property
+    def chunks_loaded(self) -> int:
+        """Chunk values read from the database so far."""
+        return self._chunks.loaded
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape as this view sees it."""
+        return self.meta.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype reads return (``StringDType`` for strings, object for bytes)."""
+        return self.meta.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The shape of a stored chunk."""
+        return self.meta.chunks
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return len(self.meta.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return math.prod(self.meta.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the whole array takes decoded (``size * itemsize``)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def fill_value(self) -> Any:
+        """What unwritten elements read as."""
+        return self.meta.fill_value
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The array's zarr attributes (a copy)."""
+        return self.meta.attributes
+
+    @property
+    def dims(self) -> tuple[str, ...] | None:
+        """The dimension names, if the array has them."""
+        return self.meta.dims
+
+    @property
+    def codec(self) -> list[dict[str, Any]]:
+        """The zarr v3 ``codecs`` the chunks are stored with."""
+        return self.meta.codec.to_json()
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused (a snapshot opened with ``at=``)."""
+        return self._read_only
+
+    @property
+    def tid(self) -> bytes | None:
+        """The last commit this view sees (None inside a transaction: it sees the latest)."""
+        return self._view.tid
+
+    @property
+    def store(self) -> neostore.Store:
+        """The neostore Store the array lives in."""
+        return self._handle.store
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        before = self._view.before
+        where = "in a transaction" if before is None else f"at 0x{previous(before).hex()}"
+        mode = ", read-only" if self._read_only else ""
+        return f"<BigArray {self.name!r} shape={self.shape} dtype={self.dtype} chunks={self.chunks} {where}{mode}>"
+
+    def close(self) -> None:
+        """Close the store if this array opened it from a URL; safe to call more than once."""
+        self._handle.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- moving the view -------------------------------------------------------------
+
+    def refresh(self) -> bytes | None:
+        """Move the view to the newest commit, keeping cached chunks that did not change; returns its tid."""
+        return self._view.refresh(self.cache)
+
+    def restore(self, view: View) -> None:
+        """Show ``view`` again (one taken from :attr:`view` of this array), as after a failed write."""
+        self._view.replace(view)
+
+    def show(self, raw: bytes, before: bytes | None) -> None:
+        """Show the metadata ``raw`` at snapshot bound ``before`` (None: in the transaction).
+
+        ArrayError if ``raw`` describes another array (dtype or chunks changed).
+        """
+        self._view.show(raw, before)
+
+    def set_meta(self, meta: ArrayMeta, raw: bytes) -> None:
+        """Show ``meta`` (whose bytes are ``raw``), just written by this process, at the same snapshot bound."""
+        self._view.set_meta(meta, raw)
+
+    def moved_to(self, before: bytes) -> None:
+        """Show the same metadata at snapshot bound ``before``: after a commit that wrote exactly it."""
+        self._view.moved_to(before)
+
+    def forget_changes(self, since: bytes | None, until: bytes) -> None:
+        """Drop cached chunks of objects changed by commits in ``(since, until]`` (``since`` None: a
+        transaction's view, which caches nothing it could not see)."""
+        self.cache.forget_changes(self.store, since, until)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        view = self._view.current
+        tx = self._view.live_transaction() if view.before is None else None
+        return self._chunks.read(view, normalize(key, view.meta.shape), tx)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self[...]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def blocks(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, block)`` for consecutive blocks of ``rows`` rows along axis 0 (default: a chunk's rows).
+
+        ``block`` is ``self[start:start + rows]``. Memory stays bounded by
+        two blocks plus the cache budget whatever the array's size: the next
+        block is read while the caller works on the current one. The shape
+        is taken when iteration starts.
+        """
+        rows = self.chunks[0] if rows is None else int(rows)
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, not {rows}")
+        total = self.shape[0]
+        starts = range(0, total, rows)
+        if not starts:
+            return
+        executor = io_pool()
+
+        def read(start: int) -> np.ndarray:
+            return self[start : min(start + rows, total)]
+
+        ahead: Future[np.ndarray] | None = executor.submit(read, starts[0])
+        try:
+            for i, start in enumerate(starts):
+                assert ahead is not None  # one is submitted for every start
+                block = ahead.result()
+                ahead = executor.submit(read, starts[i + 1]) if i + 1 < len(starts) else None
+                yield start, block
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def to_dask(self) -> Any:
+        """A dask array over this view, one task per stored chunk, read in parallel threads.
+
+        Its graph holds the array by store URL and snapshot, not by data: on a
+        dask.distributed cluster each worker opens the store and reads the
+        chunks itself (:mod:`arrays.dask_source`).
+        """
+        import dask.array as da  # dask loads slowly: only for those who ask for it
+
+        view = self._view.current  # one consistent (meta, raw, before)
+        state: SourceState | None = None
+        if view.before is None:
+            token = uuid.uuid4().hex  # a transaction's view changes with its writes: never reuse results
+        else:
+            token = f"{view.before.hex()}-{id(self.store):x}"
+            state = (portable_url(self.store), self.name, view.raw, view.before, self.cache.budget)
+        return da.from_array(  # type: ignore[no-untyped-call]  # dask.array ships no annotations
+            DaskSource(self, self.name, state, view.meta.shape, view.meta.dtype, reopen),
+            chunks=view.meta.chunks,
+            name=f"bigarray-{self.name}-{token}",
+            lock=False,
+            asarray=False,
+            fancy=False,
+            meta=np.empty((0,) * len(view.meta.shape), dtype=view.meta.dtype),
+        )
+
+    def decode_chunk(self, meta: ArrayMeta, value: bytes | memoryview, key: str) -> np.ndarray:
+        """Chunk ``key``'s stored bytes ``value`` decoded; ArrayError naming the chunk if they do not decode."""
+        return self._chunks.decode(meta, value, key)
+
+    def count_loaded(self, n: int) -> None:
+        """Add ``n`` chunk values read from the database to :attr:`chunks_loaded` (thread-safe)."""
+        self._chunks.count_loaded(n)
+
+    def current_chunks(self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool) -> dict[str, np.ndarray]:
+        """The latest decoded chunks of ``keys`` (missing ones left out), for read-modify-write in ``tx``.
+
+        ``tx`` holds the commit lock. ``cached``: take a chunk from the cache
+        when it holds the head's revision of it (autocommit writes only: a
+        transaction's reads must see its own writes).
+        """
+        return self._chunks.latest_chunks(tx, meta, keys, cached)
 
     # -- writing ---------------------------------------------------------------------
 
@@ -125,24 +378,25 @@ class BigArray(ArrayReads):
     def _write(self, plan: Plan, message: str, metadata: Mapping[str, Any] | None) -> None:
         """Run one write: lock, read the latest metadata, ``plan`` it, write chunks and metadata, commit."""
         self._writable()
-        if self._tx is not None:
-            meta, raw, _, _ = self._write_locked(self._live_transaction(), plan, cached=False)
-            self._view = View(meta, raw, None)
+        if self._view.in_transaction:
+            meta, raw, _, _ = self._write_locked(self._view.live_transaction(), plan, cached=False)
+            self._view.replace(View(meta, raw, None))
             return
-        tx = Transaction(self._store, message=message, metadata=metadata)
+        store = self.store
+        tx = Transaction(store, message=message, metadata=metadata)
         try:
             tx.lock()
             # Holding the lock, the head cannot move: drop what others changed
             # since this view, so that after the commit the cache matches it.
-            head = self._store.last_transaction()
+            head = store.last_transaction()
             self.forget_changes(self.tid, head)
             meta, raw, built, written = self._write_locked(tx, plan, cached=True)
             tid = tx.commit()
         except BaseException:
             tx.abort()
             raise
-        self._view = View(meta, raw, next_tid_after(tid))
-        oids = self._store.oids_for([encode_key(k) for k in written])
+        self._view.replace(View(meta, raw, next_tid_after(tid)))
+        oids = store.oids_for([encode_key(k) for k in written])
         self.cache.discard(oids.values())
         for key, chunk in built:
             oid = oids.get(encode_key(key))
@@ -160,9 +414,10 @@ class BigArray(ArrayReads):
         every chunk key written.
         """
         tx.lock()
-        tx.fold_for([self._meta_key])  # a row log's rows move into the chunks this write reads
-        raw = tx.get(self._meta_key)
-        latest = self.parse_meta(raw)
+        meta_key = self._view.meta_key
+        tx.fold_for([meta_key])  # a row log's rows move into the chunks this write reads
+        raw = tx.get(meta_key)
+        latest = self._view.parse_meta(raw)
         assert raw is not None  # parse_meta refuses None
         region, value = plan(latest)
         old = self.current_chunks(tx, region.meta, region.partial, cached)
@@ -174,51 +429,10 @@ class BigArray(ArrayReads):
         batches.add(appending.encode(jobs, weight, meta.chunk_nbytes))
         if meta.shape != latest.shape:
             raw = meta.to_bytes()
-            batches.flush({self._meta_key: raw})
+            batches.flush({meta_key: raw})
         else:
             batches.flush()
         return meta, raw, built, region.keys
-
-    def current_chunks(self, tx: Transaction, meta: ArrayMeta, keys: list[str], cached: bool) -> dict[str, np.ndarray]:
-        """The latest decoded chunks of ``keys`` (missing ones left out), for read-modify-write in ``tx``.
-
-        ``tx`` holds the commit lock. ``cached``: take a chunk from the cache
-        when it holds the head's revision of it (autocommit writes only: a
-        transaction's reads must see its own writes).
-        """
-        found: dict[str, np.ndarray] = {}
-        if not keys:
-            return found
-        wanted = self._uncached(tx, keys, found) if cached else keys
-        if wanted:
-            values = tx.get_many(wanted)
-            self.count_loaded(len(values))
-            for key, value in values.items():
-                found[key] = self.decode_chunk(meta, value, key)
-        return found
-
-    def _uncached(self, tx: Transaction, keys: list[str], found: dict[str, np.ndarray]) -> list[str]:
-        """Put in ``found`` the chunks of ``keys`` the cache holds at the head's revision; the others to read."""
-        oids = self._store.oids_for([encode_key(k) for k in keys])
-        wanted = []
-        for key in keys:
-            oid = oids.get(encode_key(key))
-            if oid is None:
-                continue  # never written: the fill value
-            if tx.written_since(0, [key]):
-                wanted.append(key)  # rewritten in this transaction (a folded row log)
-                continue
-            serial = self.cache.serial(oid)
-            if serial is not None:
-                # The lock is held, so the head is what this commit builds on:
-                # the cached chunk is used only if it is that revision.
-                head = self._store.list_names(encode_key(key), exact=True)
-                chunk = self.cache.get(oid, head[0].serial) if head else None
-                if chunk is not None:
-                    found[key] = chunk
-                    continue
-            wanted.append(key)
-        return wanted
 
 
 # -- module functions ----------------------------------------------------------------
@@ -301,7 +515,7 @@ def create(
         raise
 
 
-def open(  # noqa: A001 - arrays.open mirrors zarr.open
+def open(  # arrays.open mirrors zarr.open
     url_or_tx: Target,
     name: str,
     *,
@@ -319,29 +533,42 @@ def open(  # noqa: A001 - arrays.open mirrors zarr.open
     """
     name = _check_name(name)
     store, tx, owns = resolve(url_or_tx)
-    key = f"{name}/{METADATA_KEY}"
     try:
-        if at is not None:
-            before = snapshot_bound(store, at)
-            raw = Snapshot(store, before).get(key)
-            if raw is None:
-                raise ArrayNotFoundError(name, describe(at))
-            meta = ArrayMeta.from_bytes(raw, name)
-            return BigArray(
-                store, name, meta, raw, before=before, read_only=True, owns_store=owns, cache_bytes=cache_bytes
-            )
-        if tx is not None:
-            raw = tx.get(key)
-            if raw is None:
-                raise ArrayNotFoundError(name)
-            return BigArray(store, name, ArrayMeta.from_bytes(raw, name), raw, transaction=tx, cache_bytes=cache_bytes)
-        snapshot = Snapshot.latest(store)
-        raw = snapshot.get(key)
-        if raw is None:
-            raise ArrayNotFoundError(name)
-        meta = ArrayMeta.from_bytes(raw, name)
-        return BigArray(store, name, meta, raw, before=snapshot.before, owns_store=owns, cache_bytes=cache_bytes)
+        return _opened(store, tx, owns, name, at, cache_bytes)
     except BaseException:
         if owns:
             store.close()
         raise
+
+
+def _opened(
+    store: neostore.Store, tx: Transaction | None, owns: bool, name: str, at: At | None, cache_bytes: int
+) -> BigArray:
+    """Array ``name`` of ``store``: as it was ``at`` (read-only), in ``tx``, or at the newest commit."""
+    key = f"{name}/{METADATA_KEY}"
+    if at is not None:
+        before = snapshot_bound(store, at)
+        raw = Snapshot(store, before).get(key)
+        if raw is None:
+            raise ArrayNotFoundError(name, describe(at))
+        meta = ArrayMeta.from_bytes(raw, name)
+        return BigArray(store, name, meta, raw, before=before, read_only=True, owns_store=owns, cache_bytes=cache_bytes)
+    if tx is not None:
+        raw = tx.get(key)
+        if raw is None:
+            raise ArrayNotFoundError(name)
+        return BigArray(store, name, ArrayMeta.from_bytes(raw, name), raw, transaction=tx, cache_bytes=cache_bytes)
+    snapshot = Snapshot.latest(store)
+    raw = snapshot.get(key)
+    if raw is None:
+        raise ArrayNotFoundError(name)
+    meta = ArrayMeta.from_bytes(raw, name)
+    return BigArray(store, name, meta, raw, before=snapshot.before, owns_store=owns, cache_bytes=cache_bytes)
+
+
+def reopen(state: SourceState) -> BigArray:
+    """The read-only array a :class:`~arrays.dask_source.DaskSource` names, in the process that reads it: its
+    snapshot on this process's shared read-only Store of the URL."""
+    url, name, raw, before, budget = state
+    meta = ArrayMeta.from_bytes(raw, name)
+    return BigArray(shared_store(url), name, meta, raw, before=before, read_only=True, cache_bytes=budget)

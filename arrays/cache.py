@@ -2,9 +2,8 @@
 
 An entry is ``oid -> (serial, chunk)``: the chunk as the revision
 ``serial`` of object ``oid`` decodes. A view that moves to a newer
-snapshot drops only the oids that changed in between (:meth:`discard`), so
-unchanged chunks survive a refresh; wendelin.core dropped its whole cache
-on any invalidation.
+snapshot drops only the oids that changed in between
+(:meth:`~ChunkCache.forget_changes`), so unchanged chunks survive a refresh.
 """
 
 from __future__ import annotations
@@ -12,11 +11,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from windvane import neostore
+
 #: The default RAM budget of a view's cache.
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+
+#: Transactions per ``changes_since`` page when a view catches up.
+_CHANGES_PAGE = 10000
 
 
 class ChunkCache:
@@ -86,6 +92,22 @@ class ChunkCache:
                     self.nbytes -= entry[1].nbytes
                     dropped += 1
         return dropped
+
+    def forget_changes(self, store: neostore.Store, since: bytes | None, until: bytes) -> None:
+        """Drop the chunks of objects changed by commits of ``store`` in ``(since, until]`` (``since``
+        None: a transaction's view, which caches nothing it could not see)."""
+        if since is None or not len(self) or until <= since:
+            return
+        cursor = since
+        while True:
+            page = store.changes_since(cursor, limit=_CHANGES_PAGE)
+            for tid, oids in page:
+                if tid > until:
+                    return
+                self.discard(oids)
+                cursor = tid
+            if len(page) < _CHANGES_PAGE:
+                return
 
     def clear(self) -> None:
         """Drop every cached chunk (the statistics stay)."""

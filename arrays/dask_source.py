@@ -22,17 +22,28 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from windvane import neostore
 
-from .array_reads import ArrayReads
-from .bigarray import BigArray
 from .errors import ArrayError
-from .metadata import ArrayMeta
+
+#: What a source carries across processes: (store URL, array name, zarr.json, snapshot bound, cache budget).
+SourceState = tuple[str, str, bytes, bytes, int]
+
+
+class Readable(Protocol):
+    """What a source reads through: basic indexing into numpy."""
+
+    def __getitem__(self, key: Any) -> np.ndarray: ...
+
+
+#: Opens the array a state names, in the process that reads it (a module-level function: pickled by name).
+Opener = Callable[[SourceState], Readable]
 
 _stores: dict[tuple[int, str], neostore.Store] = {}
 _stores_lock = threading.Lock()
@@ -72,46 +83,37 @@ def close_shared_stores() -> None:
 
 
 class DaskSource:
-    """An array-like over one BigArray snapshot for ``dask.array.from_array``: ``shape``, ``dtype``, ``ndim``, ``[key]``."""
+    """An array-like over one BigArray snapshot for ``dask.array.from_array``: ``shape``, ``dtype``, ``ndim``, ``[key]``.
+
+    ``array``: array ``name`` to read in this process (None once unpickled); ``state``:
+    the snapshot to open elsewhere with ``opener`` (None inside a
+    transaction, which cannot travel).
+    """
 
     def __init__(
         self,
-        array: ArrayReads | None,
-        state: tuple[str, str, bytes, bytes, int] | None,
+        array: Readable | None,
+        name: str,
+        state: SourceState | None,
         shape: tuple[int, ...],
         dtype: Any,
+        opener: Opener,
     ):
         self._array = array
-        self._state = state  # (url, name, zarr.json, before, cache budget); None inside a transaction
+        self._state = state
+        self._opener = opener
         self._lock = threading.Lock()
+        self._name = name
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.ndim = len(self.shape)
 
-    @classmethod
-    def of(cls, array: ArrayReads) -> DaskSource:
-        """The source of ``array`` as it is now (its snapshot)."""
-        view = array.view  # one consistent (meta, raw, before)
-        state = None
-        if view.before is not None:
-            state = (portable_url(array.store), array.name, view.raw, view.before, array.cache.budget)
-        return cls(array, state, view.meta.shape, view.meta.dtype)
-
-    def _opened(self) -> ArrayReads:
+    def _opened(self) -> Readable:
         with self._lock:
             if self._array is None:
                 if self._state is None:
                     raise ArrayError("a DaskSource holds its array or the snapshot to open it by")
-                url, name, raw, before, budget = self._state
-                self._array = BigArray(
-                    shared_store(url),
-                    name,
-                    ArrayMeta.from_bytes(raw, name),
-                    raw,
-                    before=before,
-                    read_only=True,
-                    cache_bytes=budget,
-                )
+                self._array = self._opener(self._state)
             return self._array
 
     def __getitem__(self, key: Any) -> np.ndarray:
@@ -120,9 +122,8 @@ class DaskSource:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._state is None:
-            name = self._array.name if self._array is not None else "?"
             raise TypeError(
-                f"the dask array of {name!r} reads a transaction, which lives in this process: "
+                f"the dask array of {self._name!r} reads a transaction, which lives in this process: "
                 "commit it and open the array again (arrays.open(url, name)) to compute elsewhere"
             )
-        return (DaskSource, (None, self._state, self.shape, self.dtype))
+        return (DaskSource, (None, self._name, self._state, self.shape, self.dtype, self._opener))

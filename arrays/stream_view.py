@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from windvane import neostore
 
@@ -15,11 +15,11 @@ from .errors import ColumnError, StreamError, StreamNotFoundError
 from .keys import Snapshot, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta
 from .stream_schema import NAME_ATTR, RESERVED_ATTRS, TIME, column_key, group_attrs
-from .target import StoreOwner, previous
+from .target import StoreHandle, previous
 from .transaction import Transaction
 
 
-class StreamView(StoreOwner):
+class StreamView:
     """The arrays of one stream at one snapshot (or in one transaction), their metadata read together.
 
     Reads only; :class:`~arrays.Stream` adds the writes. Construction
@@ -46,7 +46,7 @@ class StreamView(StoreOwner):
         self._tx = transaction
         self._before = before
         self._read_only = read_only
-        self._owns_store = owns_store
+        self._handle = StoreHandle(store, owns=owns_store)
         self._group_raw = b""
         self._attrs: dict[str, Any] = {}
         self._arrays: dict[str, BigArray] = {}
@@ -124,6 +124,16 @@ class StreamView(StoreOwner):
         """
         return time_index.span(self.time_ranges())
 
+    def close(self) -> None:
+        """Close the store if this stream opened it from a URL; safe to call more than once."""
+        self._handle.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- loading metadata --------------------------------------------------------------
 
     def _key(self, name: str) -> str:
@@ -180,9 +190,8 @@ class StreamView(StoreOwner):
                 before=self._before,
                 transaction=self._tx,
                 read_only=self._read_only,
-                cache_bytes=0,
+                cache=self.cache,  # one budget for the whole stream (oids never collide)
             )
-            array.cache = self.cache  # one budget for the whole stream (oids never collide)
             arrays[name] = array
         self._group_raw, self._attrs, self._arrays = group_raw, attrs, arrays
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Self
-
 from windvane import neostore
 
 from .errors import ArrayError
@@ -35,20 +33,16 @@ def previous(before: bytes) -> neostore.Tid:
     return neostore.Tid(neostore.p64(neostore.u64(before) - 1))
 
 
-class StoreOwner:
-    """``close()`` and ``with``: close the store opened from a URL; a given Store or Transaction stays open."""
+class StoreHandle:
+    """The Store an array or a stream reads, and whether closing it is theirs: a Store they opened from a
+    URL closes with them; a given Store or Transaction stays open."""
 
-    _owns_store: bool
-    _store: neostore.Store
+    def __init__(self, store: neostore.Store, *, owns: bool):
+        self.store = store
+        self._owns = owns
 
     def close(self) -> None:
-        """Close the store if this object opened it from a URL; safe to call more than once."""
-        if self._owns_store:
-            self._owns_store = False
-            self._store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        """Close the store if it was opened from a URL; safe to call more than once."""
+        if self._owns:
+            self._owns = False
+            self.store.close()
