@@ -167,6 +167,16 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
     def __repr__(self) -> str:
         return f"<NeoStorage {self.__name__}>"
 
+    @property
+    def backing_store(self) -> Store:
+        """The :class:`neostore.Store` this storage keeps its objects in (``store`` is ZODB's method)."""
+        return self._store
+
+    @property
+    def pack_gc(self) -> bool:
+        """Whether pack collects objects unreachable from the root."""
+        return self._pack_gc
+
     # -- lifecycle -------------------------------------------------------------
 
     def registerDB(self, db: Any) -> None:

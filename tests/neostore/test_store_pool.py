@@ -101,7 +101,7 @@ def test_the_lock_holder_is_the_holding_threads_only(sqlite_url):
         thread = threading.Thread(target=lambda: seen.append(store.pool.lock_holder()))
         thread.start()
         thread.join()
-        assert store.pool.lock_holder() is txn._conn and seen == [None]
+        assert store.pool.lock_holder() is txn.session.connection and seen == [None]
         txn.abort()
         assert store.pool.lock_holder() is None
 

@@ -57,9 +57,9 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
     try:
         assert storage.isReadOnly()
         assert storage.getName() == storage.sortKey() == "configured"
-        assert storage._pack_gc is False
-        assert storage._store.commit_lock_timeout == 5.0
-        assert storage._store.codec.level == 0
+        assert storage.pack_gc is False
+        assert storage.backing_store.commit_lock_timeout == 5.0
+        assert storage.backing_store.codec.level == 0
         with pytest.raises(POSException.ReadOnlyError):
             storage.new_oid()
     finally:
@@ -71,7 +71,7 @@ def test_defaults_and_name_without_password(mariadb_url: str) -> None:
         f"%import windvane.neostore\n<neostore>\n  url {mariadb_url}\n</neostore>\n"
     )
     try:
-        assert not storage.isReadOnly() and storage._pack_gc is True
+        assert not storage.isReadOnly() and storage.pack_gc is True
         assert storage.getName().startswith("mariadb:") and "@" not in storage.getName()
     finally:
         storage.close()
