@@ -116,8 +116,9 @@ _KINDS = ("partial", "queued", "submitted")
 class Reader(Protocol):
     """A connection that waits for the budget with its reading paused."""
 
-    #: Bytes of an incomplete frame it holds (the one with the most gets the pass).
-    partial_charge: int
+    @property
+    def partial_charge(self) -> int:
+        """Bytes of an incomplete frame it holds (the one with the most gets the pass)."""
 
     def budget_resume(self) -> None:
         """There is room again: read on."""
@@ -169,7 +170,7 @@ class MemoryBudget(_Held):
         self.passes = 0
         self.pass_holder: Reader | None = None
         self._waiting: dict[Reader, None] = {}  # paused readers, oldest first
-        self._reservations: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._reservations: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         # Messages waiting to be admitted, oldest first: their size, and the loop time they began waiting.
         self._admissions: dict[Reader, tuple[int, float]] = {}
         self.trim_after = trim_after

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator
+from typing import IO, cast
 
 import zstandard
 
@@ -75,7 +76,9 @@ def _zlib(source: Iterator[bytes | memoryview], wbits: int | None) -> Iterator[b
 
 def _zstd(source: Iterator[bytes | memoryview]) -> Iterator[bytes]:
     # The stream reader bounds each read's output (decompressobj would not) and crosses frames.
-    reader = zstandard.ZstdDecompressor().stream_reader(_Chained(source), read_across_frames=True)
+    # The stubs name IO[bytes]; the stream reader calls only read(size), all _Chained has.
+    chained = cast("IO[bytes]", _Chained(source))
+    reader = zstandard.ZstdDecompressor().stream_reader(chained, read_across_frames=True)
     while True:
         out = reader.read(WINDOW)
         if not out:

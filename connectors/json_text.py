@@ -76,7 +76,8 @@ class JsonReader:
         self._raw_decode = decoder.raw_decode
         #: The C scanner itself, ``scan_once(text, index) -> (value, end)`` (StopIteration: no value there);
         #: a NaN or infinity raises :class:`JsonConstant`.
-        self.scan_once = json.scanner.make_scanner(decoder)
+        # typeshed types the context as a scanner; the C scanner reads only the decoder's parse_* and strict.
+        self.scan_once = json.scanner.make_scanner(decoder)  # type: ignore[arg-type]
 
     def _float(self, text: str) -> float:
         value = float(text)

@@ -28,7 +28,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from windvane.connectors.address import host_port
 from windvane.connectors.errors import ConnectorConfigError, ListenError, NotStarted
@@ -117,18 +117,24 @@ class _Tracked(ProtocolProxy):
         super().connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.listener._ended()
+        self.listener.connection_ended()
         super().connection_lost(exc)
 
 
 class _TrackedBuffered(_Tracked, asyncio.BufferedProtocol):
     """:class:`_Tracked` for a protocol that reads into its own buffers (asyncio.BufferedProtocol)."""
 
+    def __init__(self, inner: asyncio.BufferedProtocol, listener: Listener) -> None:
+        # The proxy's data_received is never called for a buffered protocol: the events it passes on
+        # (made, EOF, lost, writing paused) are the same for both kinds.
+        super().__init__(cast("asyncio.Protocol", inner), listener)
+        self.buffered = inner
+
     def get_buffer(self, sizehint: int) -> Any:
-        return self.inner.get_buffer(sizehint)  # type: ignore[attr-defined]
+        return self.buffered.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.inner.buffer_updated(nbytes)  # type: ignore[attr-defined]
+        self.buffered.buffer_updated(nbytes)
 
 
 class Listener:
@@ -140,7 +146,7 @@ class Listener:
 
     def __init__(
         self,
-        protocol_factory: Callable[[], asyncio.Protocol],
+        protocol_factory: Callable[[], asyncio.Protocol | asyncio.BufferedProtocol],
         host: str,
         port: int,
         *,
@@ -168,14 +174,15 @@ class Listener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._warned: dict[str, float] = {}
         self._retry: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def port(self) -> int:
         """The bound port (of the first socket); NotStarted before :meth:`start` returned."""
         if not self._sockets:
             raise NotStarted("the listener's port is known once start() returned")
-        return self._sockets[0].getsockname()[1]
+        port: int = self._sockets[0].getsockname()[1]
+        return port
 
     @property
     def sockets(self) -> list[socket.socket]:
@@ -242,7 +249,7 @@ class Listener:
                     if not self._refuse_without_fds(sock, exc):
                         return
                     continue
-                log.error("%s listener: accept failed: %s", self.name, exc)
+                log.error("%s listener: accept failed: %s", self.name, exc)  # noqa: TRY400 - the OS's reason says it all
                 return
             if self.open >= self.max_connections:
                 self.counters.refused_over_limit += 1
@@ -308,7 +315,9 @@ class Listener:
 
     async def _serve(self, conn: socket.socket) -> None:
         inner = self.protocol_factory()
-        tracked = (_TrackedBuffered if isinstance(inner, asyncio.BufferedProtocol) else _Tracked)(inner, self)
+        tracked = (
+            _TrackedBuffered(inner, self) if isinstance(inner, asyncio.BufferedProtocol) else _Tracked(inner, self)
+        )
         loop = asyncio.get_running_loop()
         try:
             if self.ssl is None:
@@ -317,7 +326,9 @@ class Listener:
                 await loop.connect_accepted_socket(
                     lambda: tracked, conn, ssl=self.ssl, ssl_handshake_timeout=self.handshake_timeout
                 )
-        except Exception as exc:  # noqa: BLE001 - a failed TLS handshake: the client's problem
+        # A TLS handshake fails with ssl, OS and asyncio errors alike: each is one client's failure, which
+        # must not end the listener's serving.
+        except Exception as exc:  # noqa: BLE001
             if isinstance(exc, ConnectionAbortedError) and "handshake" in str(exc).lower():
                 self.counters.handshake_timeouts += 1
             else:
@@ -325,9 +336,10 @@ class Listener:
             log.info("%s listener: TLS handshake with a client failed: %s", self.name, exc)
             conn.close()
             if not tracked.made:
-                self._ended()
+                self.connection_ended()
 
-    def _ended(self) -> None:
+    def connection_ended(self) -> None:
+        """A connection it accepted ended: its place under ``max_connections`` is free."""
         self.open -= 1
 
     def _warn(self, kind: str, message: str, *args: Any) -> None:

@@ -39,7 +39,7 @@ class Acknowledging(ConnectionState):
                 results: list[Any] = await self.server.sink.submit_many([items[i] for i in todo])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the whole call failed: every item with it
+            except Exception as exc:  # noqa: BLE001 - whatever the sink raised, every item failed with it (logged)
                 results = [exc] * len(todo)
             retry, delay, failed = [], 0.0, []
             for i, result in zip(todo, results):
@@ -121,6 +121,7 @@ class Acknowledging(ConnectionState):
 
 def _events(batches: Sequence[Batch | Undecoded]) -> str:
     """How many events ``batches`` hold, for logs ("?" when some are undecoded)."""
-    if any(isinstance(b, Undecoded) for b in batches):
+    decoded = [b for b in batches if isinstance(b, Batch)]
+    if len(decoded) < len(batches):
         return "?"
-    return str(sum(len(b) for b in batches))
+    return str(sum(map(len, decoded)))

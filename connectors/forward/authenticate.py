@@ -16,6 +16,7 @@ import msgpack
 
 from .decode import parse_frame
 from .errors import ForwardError
+from .framing import Frame
 from .handshake import MAX_PING_BYTES
 from .timers import Timers
 
@@ -51,7 +52,7 @@ class Authenticating(Timers):
             self._close_now()
         return b""
 
-    def _check_ping(self, frame: bytes) -> None:
+    def _check_ping(self, frame: Frame) -> None:
         assert self.handshake is not None and self.transport is not None
         json_mode = bool(self.frames.json)
         try:
@@ -80,4 +81,5 @@ class Authenticating(Timers):
 def _serialize(message: Any, json_mode: bool) -> bytes:
     if json_mode:
         return json.dumps(message, default=lambda b: b.decode("latin-1")).encode()
-    return msgpack.packb(message, use_bin_type=True)
+    packed: bytes = msgpack.packb(message, use_bin_type=True)
+    return packed

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
+from typing import cast
 
 from windvane.connectors.budget import held_for_message
 
 from .authenticate import Authenticating
 from .budgeted import Budgeted
 from .errors import ForwardError
+from .framing import Frame
 from .pump import Pumping
 
 log = logging.getLogger("windvane.connectors.forward")
@@ -41,11 +43,11 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
     # -- asyncio.Protocol -------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast("asyncio.Transport", transport)  # a TCP listener's connections have stream transports
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
-        self.server._connections.add(self)
+        self.server.connection_opened(self)
         self.stats["connections_total"] += 1
         if self.handshake is not None:
             self._greet()
@@ -104,7 +106,7 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
     def _feed(self, data: bytes) -> None:
         self._take(self.frames.feed(data))
 
-    def _take(self, frames: Iterator[bytes | memoryview | bytearray]) -> None:
+    def _take(self, frames: Iterator[Frame]) -> None:
         """Queue the ``frames`` the bytes just read complete, and charge the budget for what is held."""
         charged = 0
         whole = False
@@ -131,11 +133,11 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
         acker = asyncio.get_running_loop().create_task(self._ack_in_order())
         try:
             await self._pump()
-        except Exception:
+        except Exception:  # a fault of one connection, whatever it is, is logged and ends that connection only
             log.exception("Forward connection from %s failed", self.peer)
         finally:
             self.stopped = True
-            self.inflight.append((None, None, 0))  # end marker for the acker
+            self.inflight.append((None, [], 0))  # end marker for the acker
             self.wake.set()
             await acker
             for timer in (self.timer, self.frame_timer):
@@ -144,6 +146,6 @@ class Connection(Authenticating, Budgeted, Pumping, asyncio.BufferedProtocol):
             if self.transport is not None and not self.lost:
                 self.transport.close()
             self._release_all()
-            self.server._connections.discard(self)
+            self.server.connection_closed(self)
             if not self.finished.done():
                 self.finished.set_result(None)

@@ -67,7 +67,7 @@ from ..json_text import JsonReader
 from .config import ForwardConfig
 from .decompress import decompress_entries
 from .errors import MalformedMessage
-from .framing import FrameReader, bulk_head
+from .framing import Frame, FrameReader, bulk_head
 from .msgpack_read import (
     HEAD_BYTES,
     MAX_CONTAINER_LEN,
@@ -78,7 +78,6 @@ from .msgpack_read import (
 )
 
 SOURCE = "forward"
-"""``times[i]`` of an event whose time could not be read (ingest quarantines it)."""
 _NS = 1_000_000_000
 _SECONDS_BELOW = 10**11  # integers below this are seconds by ingest.times' rule (above: ms, us, ns)
 _unpack_event_time = struct.Struct(">II").unpack
@@ -86,6 +85,11 @@ _first = itemgetter(0)
 _second = itemgetter(1)
 _code = attrgetter("code")
 _data = attrgetter("data")
+
+#: A message's option map (``chunk``, ``size``, ``compressed``), its keys as text (:func:`_text_keys`).
+Option = dict[Any, Any]
+#: ``(tag, entries, option)`` of a (Compressed)PackedForward message read by the fast path.
+Packed = tuple[str, memoryview, Option | None]
 
 
 def _kind(value: Any) -> str:
@@ -113,7 +117,7 @@ def _time_ns(t: Any) -> int:
     return INVALID_TIME if ns is None else ns
 
 
-def _time_faults(times: array, values: list) -> dict[int, str] | None:
+def _time_faults(times: array[int], values: list[Any]) -> dict[int, str] | None:
     """Why each time of ``times`` that is :data:`INVALID_TIME` is not a time, naming its value; None if none is."""
     if not len(times) or min(times) != INVALID_TIME:
         return None
@@ -132,7 +136,7 @@ def _as_sent(t: Any) -> Any:
     return bytes(t) if type(t) is EventTimeBytes else t
 
 
-def _times_ns(values: list) -> array:
+def _times_ns(values: list[Any]) -> array[int]:
     """Nanoseconds of a chunk's time values, vectorised when they are all EventTimes or all integer seconds."""
     out = array("q")
     if len(values) < 8:  # a sensor's chunk: numpy's set-up costs more than converting one by one
@@ -176,7 +180,7 @@ class Decoded:
     mode: str  # "message", "forward", "packed" or "compressed"
 
 
-def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
+def parse_frame(frame: Frame, json_mode: bool = False) -> Any:
     """The value of one framed message (msgpack, or JSON text); :class:`MalformedMessage` if unreadable."""
     try:
         if json_mode:
@@ -193,11 +197,12 @@ def parse_frame(frame: bytes, json_mode: bool = False) -> Any:
     return value
 
 
-def _json_message(frame: bytes) -> Any:
+def _json_message(frame: Frame) -> Any:
     """A JSON-mode message, read strictly (:mod:`connectors.json_text`), its float times as sent: the exact
     Decimal of one too long for a float64."""
+    text = bytes(frame)  # the JSON framer gives bytes: this is the same object
     reader = JsonReader()
-    value = reader.loads(frame.decode(json.detect_encoding(frame), "surrogatepass"))
+    value = reader.loads(text.decode(json.detect_encoding(text), "surrogatepass"))
     exact = reader.exact_numbers()
     if exact is None or type(value) is not list or len(value) < 2:
         return value
@@ -211,7 +216,7 @@ def _json_message(frame: bytes) -> Any:
     return value
 
 
-def read_packed(frame: bytes, json_mode: bool = False) -> tuple[str, memoryview, dict | None] | None:
+def read_packed(frame: Frame, json_mode: bool = False) -> Packed | None:
     """``(tag, entries, option)`` of a (Compressed)PackedForward message the fast path reads, else None
     (the general path of :func:`decode_message` reads it); raises what :func:`decode_message` would
     for a bad tag or option. Pass it on to :func:`decode_message` (``packed``) to read the frame once."""
@@ -219,12 +224,12 @@ def read_packed(frame: bytes, json_mode: bool = False) -> tuple[str, memoryview,
 
 
 def decode_message(
-    frame: bytes,
+    frame: Frame,
     *,
     json_mode: bool = False,
     decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     defer: bool = False,
-    packed: tuple[str, memoryview, dict | None] | None = None,
+    packed: Packed | None = None,
     record_types: Callable[[str], type | None] | None = None,
 ) -> Decoded | None:
     """Decode one framed message (from :class:`FrameReader`); None for a heartbeat (nil).
@@ -258,7 +263,7 @@ def decode_message(
 
 def decode_value(
     value: Any,
-    frame: bytes,
+    frame: Frame,
     *,
     decompressed_size_limit: int = ForwardConfig.decompressed_size_limit,
     record_types: Callable[[str], type | None] | None = None,
@@ -296,20 +301,28 @@ def decode_value(
         if n > 3:
             raise MalformedMessage(f"Forward message of tag {tag!r} has {n} elements, expected 2 or 3")
         option = _option(value, 2, tag)
-        return _decoded(_decode_forward(tag, entries, frame), option, "forward")
+        return _decoded(_decode_forward(tag, entries, _bytes(frame)), option, "forward")
     if n < 3:
         raise MalformedMessage(f"Message-mode message of tag {tag!r} has no record: expected [tag, time, record]")
     option = _option(value, 3, tag)
     times = array("q", (_time_ns(entries),))
-    batch = Batch(tag, times, [value[2]], _FramesRaw([frame]), SOURCE, size, faults=_time_faults(times, [entries]))
+    batch = Batch(
+        tag, times, [value[2]], _FramesRaw([_bytes(frame)]), SOURCE, size, faults=_time_faults(times, [entries])
+    )
     return _decoded(batch, option, "message")
 
 
-def _text_keys(option: dict | None) -> dict | None:
+def _bytes(frame: Frame) -> bytes:
+    """A Forward or Message-mode message's bytes, for its events' ``raw``: such messages arrive as bytes (a bulk
+    buffer holds PackedForward entries), so this is the same object."""
+    return bytes(frame)
+
+
+def _text_keys(option: Option | None) -> Option | None:
     """An option map with bin keys (a sender in ASCII-8BIT) keyed by their text, as in_forward reads them."""
     if not option or all(type(k) is str for k in option):
         return option
-    out = {}
+    out: Option = {}
     for k, v in option.items():
         if type(k) is bytes:
             k = k.decode("utf-8", "surrogateescape")
@@ -321,8 +334,8 @@ def _text_keys(option: dict | None) -> dict | None:
 
 def _packed_message(
     tag: str,
-    payload: bytes,
-    option: dict | None,
+    payload: bytes | memoryview,
+    option: Option | None,
     size: int,
     limit: int,
     record_types: Callable[[str], type | None] | None = None,
@@ -369,8 +382,8 @@ def decode_entries(
 DEFER_MAX_EVENT_BYTES = 16 << 10
 
 
-def _compressed(option: dict | None) -> bool:
-    return bool(option) and option.get("compressed") not in (None, "text")
+def _compressed(option: Option | None) -> bool:
+    return option is not None and option.get("compressed") not in (None, "text")
 
 
 def _small_events(entries: memoryview) -> bool:
@@ -383,12 +396,13 @@ def _small_events(entries: memoryview) -> bool:
         up.skip()
     except msgpack.OutOfData:
         return False  # the first event does not even fit in the prefix
-    except Exception:  # noqa: BLE001 - unreadable: the worker will say how, as for any deferred message
+    except Exception:  # noqa: BLE001 - msgpack's errors have no common base: the worker names the fault
         return True
-    return up.tell() <= DEFER_MAX_EVENT_BYTES
+    end: int = up.tell()
+    return end <= DEFER_MAX_EVENT_BYTES
 
 
-def _deferred(tag: str, entries: memoryview, option: dict | None, size: int, limit: int) -> Decoded:
+def _deferred(tag: str, entries: memoryview, option: Option | None, size: int, limit: int) -> Decoded:
     compressed = option.get("compressed") if option else None
     mode = "packed" if compressed is None or compressed == "text" else "compressed"
     # bytes(): a memoryview does not pickle, and the copy lets the frame go.
@@ -396,7 +410,7 @@ def _deferred(tag: str, entries: memoryview, option: dict | None, size: int, lim
     return _decoded(undecoded, option, mode)
 
 
-def _decoded(batch: Batch | Undecoded, option: dict | None, mode: str) -> Decoded:
+def _decoded(batch: Batch | Undecoded, option: Option | None, mode: str) -> Decoded:
     chunk = option.get("chunk") if option else None
     if chunk is None:
         key = None
@@ -409,7 +423,7 @@ def _decoded(batch: Batch | Undecoded, option: dict | None, mode: str) -> Decode
     return Decoded(batch, chunk, key, mode)
 
 
-def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
+def _split_packed(frame: Frame) -> Packed | None:
     """The PackedForward fast path: read the framing by hand so the entries are sliced, never decoded as str.
 
     Returns None for anything that is not ``[str tag, str|bin entries, map|nil?]``
@@ -445,7 +459,7 @@ def _split_packed(frame: bytes) -> tuple[str, memoryview, dict | None] | None:
     return tag, memoryview(frame)[pos:end], option
 
 
-def _option(value: list, index: int, tag: str) -> dict | None:
+def _option(value: list[Any], index: int, tag: str) -> Option | None:
     if len(value) <= index:
         return None
     option = value[index]
@@ -454,7 +468,7 @@ def _option(value: list, index: int, tag: str) -> dict | None:
     raise MalformedMessage(f"option of tag {tag!r} is {_kind(option)}, expected a map")
 
 
-def _decode_forward(tag: str, entries: list, frame: bytes) -> Batch:
+def _decode_forward(tag: str, entries: list[Any], frame: bytes) -> Batch:
     for i, entry in enumerate(entries):
         if type(entry) is not list or len(entry) != 2:
             raise MalformedMessage(f"Forward entry {i} of tag {tag!r} is {_kind(entry)}, expected [time, record]")
@@ -490,7 +504,7 @@ class _ForwardRaw:
 
     def __init__(self, frame: bytes) -> None:
         self._frame = frame
-        self._offsets: array | None = None
+        self._offsets: array[int] | None = None
 
     def __call__(self, i: int) -> bytes:
         if self._offsets is None:
@@ -538,7 +552,7 @@ def decode_packed(
     up.feed(payload)
     try:
         entries = list(up)
-    except Exception as exc:  # msgpack's own errors
+    except Exception as exc:  # any of msgpack's errors (they share no base) means the entries are malformed
         raise MalformedMessage(
             f"PackedForward entries of tag {tag!r} unreadable at byte {up.tell()} of {len(payload)}: {exc}"
         ) from exc
@@ -579,13 +593,14 @@ def _count_entries(payload: bytes | memoryview) -> int | None:
             count += 1
     except msgpack.OutOfData:
         return count if up.tell() == len(payload) else None
-    except Exception:  # noqa: BLE001 - msgpack's own errors: the plain decode names them
+    except Exception:  # noqa: BLE001 - msgpack's errors share no base: the plain decode names whichever it is
         return None
 
 
 @functools.lru_cache(maxsize=256)
-def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder:
-    return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])
+def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder[list[Any]]:
+    # The record type is known at run time only: a type expression cannot name it.
+    return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])  # type: ignore[valid-type]
 
 
 def _decode_typed(
@@ -642,11 +657,11 @@ def _decode_typed(
 
 
 def _decode_counted(
-    decoder: msgspec.msgpack.Decoder,
+    decoder: msgspec.msgpack.Decoder[list[Any]],
     payload: bytes | memoryview,
     count: int,
     room: tuple[bytearray | memoryview, int] | None,
-) -> list | None:
+) -> list[Any] | None:
     """``payload`` decoded by ``decoder`` as an array of ``count`` entries, or None if it is not one or an
     entry does not fit (invalid UTF-8 included)."""
     header = b"\xdd" + count.to_bytes(4, "big")
@@ -672,11 +687,11 @@ class _PackedRaw:
     skipping over the entries once, so the decode pass stays lean.
     """
 
-    __slots__ = ("_payload", "_offsets")
+    __slots__ = ("_offsets", "_payload")
 
     def __init__(self, payload: bytes | memoryview) -> None:
         self._payload = payload
-        self._offsets: array | None = None
+        self._offsets: array[int] | None = None
 
     def __call__(self, i: int) -> bytes:
         offsets = self._offsets
@@ -719,10 +734,10 @@ def _bin_header(n: int) -> bytes:
 def ack_bytes(chunk: str | bytes, json_mode: bool = False) -> bytes:
     """``{"ack": chunk}`` echoing ``chunk`` byte for byte, as msgpack (str as str, bin as bin) or JSON."""
     if json_mode:
-        if type(chunk) is bytes:
+        if isinstance(chunk, bytes):
             chunk = chunk.decode("utf-8", "surrogateescape")
         return json.dumps({"ack": chunk}, ensure_ascii=False).encode("utf-8", "surrogateescape")
-    if type(chunk) is bytes:
+    if isinstance(chunk, bytes):
         return b"\x81\xa3ack" + _bin_header(len(chunk)) + chunk
     raw = chunk.encode("utf-8", "surrogateescape")
     return b"\x81\xa3ack" + _str_header(len(raw)) + raw
@@ -781,7 +796,7 @@ def merge_batches(batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
     batches are kept as they are.
     """
     out: list[Batch | Undecoded] = []
-    owned: list[bool] = []  # whether out[i] is our own copy, safe to grow
+    joined: _Joined | None = None  # out[-1] as our own copy, safe to grow, once something was joined to it
     for batch in batches:
         last = out[-1] if out else None
         if (
@@ -791,25 +806,32 @@ def merge_batches(batches: list[Batch | Undecoded]) -> list[Batch | Undecoded]:
             and isinstance(last.raw, _FramesRaw)
             and isinstance(batch.raw, _FramesRaw)
         ):
-            if not owned[-1]:
-                last = Batch(
-                    last.tag,
-                    array("q", last.times),
-                    list(last.records),
-                    _FramesRaw(list(last.raw.frames)),
-                    last.source,
-                    last.size,
-                    faults=last.faults,
-                )
-                out[-1] = last
-                owned[-1] = True
-            if batch.faults:
-                last.faults = {**(last.faults or {}), **{len(last.times) + i: why for i, why in batch.faults.items()}}
-            last.times.extend(batch.times)
-            last.records.extend(batch.records)
-            last.raw.frames.extend(batch.raw.frames)
-            last.size += batch.size
+            if joined is None:
+                joined = _Joined(last, last.raw)
+                out[-1] = joined.batch
+            joined.add(batch, batch.raw)
         else:
             out.append(batch)
-            owned.append(False)
+            joined = None
     return out
+
+
+class _Joined:
+    """A copy of a Message-mode batch that the batches of its tag after it are joined to."""
+
+    def __init__(self, first: Batch, raw: _FramesRaw) -> None:
+        self.times = array("q", first.times)
+        self.records = list(first.records)
+        self.frames = list(raw.frames)
+        self.batch = Batch(
+            first.tag, self.times, self.records, _FramesRaw(self.frames), first.source, first.size, faults=first.faults
+        )
+
+    def add(self, batch: Batch, raw: _FramesRaw) -> None:
+        if batch.faults:
+            start = len(self.times)
+            self.batch.faults = {**(self.batch.faults or {}), **{start + i: why for i, why in batch.faults.items()}}
+        self.times.extend(batch.times)
+        self.records.extend(batch.records)
+        self.frames.extend(raw.frames)
+        self.batch.size += batch.size

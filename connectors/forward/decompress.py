@@ -10,7 +10,7 @@ import zstandard
 from .errors import MalformedMessage, OversizeMessage
 
 
-def decompress_entries(payload: bytes, codec: Any, limit: int, tag: str) -> bytes:
+def decompress_entries(payload: bytes | memoryview, codec: Any, limit: int, tag: str) -> bytes:
     """``payload`` decompressed by ``codec`` ("gzip" or "zstd"); OversizeMessage past ``limit`` bytes,
     MalformedMessage if it does not decompress or the codec is unknown."""
     if codec == "gzip":
@@ -29,10 +29,10 @@ def _too_big(tag: str, limit: int, size: int) -> OversizeMessage:
     )
 
 
-def _gunzip(payload: bytes, limit: int, tag: str) -> bytes:
+def _gunzip(payload: bytes | memoryview, limit: int, tag: str) -> bytes:
     """Decompress every concatenated gzip member (fluentd and Fluent Bit may send several), at most ``limit`` bytes."""
     out = bytearray()
-    data: bytes = payload
+    data: bytes | memoryview = payload
     member = 0
     while data:
         d = zlib.decompressobj(wbits=31)

@@ -7,6 +7,8 @@ after the messages before it are committed and acknowledged.
 
 from __future__ import annotations
 
+from typing import Any
+
 from windvane.connectors.errors import ConnectorError
 
 
@@ -17,7 +19,7 @@ class ForwardError(ConnectorError):
         super().__init__(message)
         self.tag = tag  # the message's tag, when it could be read (for logs)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Keyword arguments are not in ``args``: rebuild from the message and restore the attributes,
         # so the error survives the trip back from ingest's decode workers.
         return (type(self), (str(self),), self.__dict__)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Literal
 
 import msgpack
 import numpy as np
@@ -16,6 +17,10 @@ import numpy as np
 from .config import ForwardConfig
 from .errors import MalformedMessage, OversizeMessage
 from .msgpack_read import FEED_SLICE, HEAD_BYTES, header_len, unpacker
+
+#: One whole message as :class:`FrameReader` gives it: ``bytes``, or a bulk message's own buffer (a writable
+#: ``memoryview``, or a ``bytearray`` when its option went past the room kept for it).
+Frame = bytes | bytearray | memoryview
 
 
 class FrameReader:
@@ -39,7 +44,7 @@ class FrameReader:
         self.json: bool | None = None
         self._framer: _MsgpackFramer | _JsonFramer | None = None
 
-    def feed(self, data: bytes) -> Iterator[bytes | memoryview | bytearray]:
+    def feed(self, data: bytes) -> Iterator[Frame]:
         """The frames ``data`` completes; the first byte read tells msgpack from JSON.
         MalformedMessage or OversizeMessage when the bytes cannot be framed."""
         if not data:
@@ -66,7 +71,7 @@ class FrameReader:
         (see :class:`_Bulk`); None otherwise (:meth:`feed` them). After receiving into it, call :meth:`filled`."""
         return self._framer.room() if type(self._framer) is _MsgpackFramer else None
 
-    def filled(self, n: int) -> Iterator[memoryview]:
+    def filled(self, n: int) -> Iterator[memoryview | bytearray]:
         """``n`` bytes were received into :meth:`room`: yields the message they complete, if they do."""
         assert type(self._framer) is _MsgpackFramer
         yield from self._framer.filled(n)
@@ -111,14 +116,14 @@ class _MsgpackFramer:
     def room(self) -> memoryview | None:
         return None if self._bulk is None else self._bulk.room()
 
-    def filled(self, n: int) -> Iterator[memoryview]:
+    def filled(self, n: int) -> Iterator[memoryview | bytearray]:
         assert self._bulk is not None
         frame = self._bulk.filled(n)
         if frame is not None:
             self._bulk = None
             yield frame
 
-    def feed(self, data: bytes) -> Iterator[bytes | memoryview | bytearray]:
+    def feed(self, data: bytes) -> Iterator[Frame]:
         view = memoryview(data)
         while view:
             if self._bulk is not None:
@@ -128,23 +133,23 @@ class _MsgpackFramer:
                 self._bulk = None
                 yield frame
                 continue
-            if not self._buf and self._start_bulk(view[:HEAD_BYTES]):
+            if not self._buf and self._start_bulk(view[:HEAD_BYTES]) is not None:
                 continue
             piece, view = view[:FEED_SLICE], view[FEED_SLICE:]
             yield from self._feed_piece(piece)
 
-    def _start_bulk(self, head: memoryview | bytearray) -> bool:
+    def _start_bulk(self, head: memoryview | bytearray) -> _Bulk | None:
         """Gather the message ``head`` starts with a :class:`_Bulk` if it is a bulk message (raising
-        OversizeMessage if it announces more than the limit); whether it is."""
+        OversizeMessage if it announces more than the limit): that bulk, or None."""
         found = bulk_head(head)
         self._told = found is not None
         if not found:
-            return False
+            return None
         end, items = found
         if end > self._limit:
             raise _oversize(_tag_from_head(bytes(head)), end, self._limit, "message")
         self._bulk = _Bulk(end, items, self._limit, bytes(head))
-        return True
+        return self._bulk
 
     def _feed_piece(self, piece: memoryview) -> Iterator[bytes]:
         up = self._up
@@ -158,7 +163,9 @@ class _MsgpackFramer:
                     up.skip()
                 except msgpack.OutOfData:
                     break
-                except Exception as exc:  # msgpack's own: FormatError, StackError, ValueError
+                # msgpack's C reader raises FormatError, StackError, ValueError and others for bytes it cannot
+                # read: whichever it is, the message is malformed.
+                except Exception as exc:
                     raise MalformedMessage(f"unreadable msgpack at byte {up.tell()}: {exc}") from exc
                 end = up.tell() - self._done
                 size = end - cut
@@ -174,10 +181,11 @@ class _MsgpackFramer:
             if cut:
                 del buf[:cut]
                 self._done += cut
-        if buf and not self._told and self._start_bulk(buf[:HEAD_BYTES]):
+        bulk = self._start_bulk(buf[:HEAD_BYTES]) if buf and not self._told else None
+        if bulk is not None:
             # What the buffers hold of it moves to the bulk (it is not whole: msgpack found it short); both
             # buffers start anew after it.
-            self._bulk.take(memoryview(bytes(buf)))
+            bulk.take(memoryview(bytes(buf)))
             self._restart(b"")
             return
         if cut > FEED_SLICE:
@@ -205,7 +213,7 @@ class _MsgpackFramer:
 _BULK_MIN = 64 << 10
 
 
-def bulk_head(head: memoryview | bytearray | bytes) -> tuple[int, int] | bool | None:
+def bulk_head(head: memoryview | bytearray | bytes) -> tuple[int, int] | Literal[False] | None:
     """For the first bytes of a message: ``(where its entries end, its array length)`` if it is ``[tag,
     entries]`` or ``[tag, entries, option]`` with str32/bin32 entries of at least :data:`_BULK_MIN` bytes,
     False if it is not, None if ``head`` is too short to tell."""
@@ -244,7 +252,7 @@ class _Bulk:
         self.items = items
         self.limit = limit
         self.head = head
-        self._buffer = memoryview(np.empty(entries_end + (_OPTION_ROOM if items == 3 else 0), dtype=np.uint8))
+        self._buffer = np.empty(entries_end + (_OPTION_ROOM if items == 3 else 0), dtype=np.uint8).data
         self._past: bytearray | None = None  # an option longer than the room left for it
         self.held = 0
         self._option: msgpack.Unpacker | None = None  # reads where the option after the entries ends
@@ -269,7 +277,7 @@ class _Bulk:
         """Where the entries' next bytes go, to be received in place; None once they are all in."""
         return self._buffer[self.held : self.entries_end] if self.held < self.entries_end else None
 
-    def filled(self, n: int) -> memoryview | None:
+    def filled(self, n: int) -> memoryview | bytearray | None:
         """``n`` bytes were received into :meth:`room`: the message if it is whole."""
         self.held += n
         return self._frame() if self.held == self.entries_end and self.items == 2 else None
@@ -310,14 +318,16 @@ class _Bulk:
                         _tag_from_head(self.head), self.entries_end + self._option_fed, self.limit, "incomplete message"
                     ) from None
                 continue
-            except Exception as exc:  # msgpack's own: FormatError, StackError, ValueError
+            # Any of msgpack's errors (FormatError, StackError, ValueError, ...) means a malformed option.
+            except Exception as exc:
                 raise MalformedMessage(
                     f"unreadable msgpack at byte {self.entries_end + self._option.tell()}: {exc}"
                 ) from exc
             size = self.entries_end + self._option.tell()
             if size > self.limit:
                 raise _oversize(_tag_from_head(self.head), size, self.limit, "message")
-            return self._option.tell() - start
+            end: int = self._option.tell() - start
+            return end
         return None
 
     def _frame(self) -> memoryview | bytearray:
@@ -338,7 +348,7 @@ def _tag_from_head(head: bytes) -> str | None:
     try:
         up.read_array_header()
         tag = up.unpack()
-    except Exception:  # whatever the bytes are, the tag is only for the log line
+    except Exception:  # noqa: BLE001 - whatever the bytes are and msgpack raises, the tag is only for a log line
         return None
     return tag if isinstance(tag, str) else None
 

@@ -69,11 +69,11 @@ class Handshake:
         """Whether the PING must carry a user and password (users with passwords were given)."""
         return bool(self.users and self.users.passwords)
 
-    def helo(self) -> list:
+    def helo(self) -> list[Any]:
         """The HELO message to send on connect."""
         return ["HELO", {"nonce": self.nonce, "auth": self.auth_salt, "keepalive": True}]
 
-    def check_ping(self, message: Any) -> tuple[bool, list]:
+    def check_ping(self, message: Any) -> tuple[bool, list[Any]]:
         """``(accepted, PONG message)`` for the client's PING.
 
         On refusal the PONG's reason says what failed ("shared_key
@@ -107,7 +107,7 @@ class Handshake:
         return True, ["PONG", True, "", self.self_hostname, digest]
 
     @staticmethod
-    def _refuse(reason: str) -> list:
+    def _refuse(reason: str) -> list[Any]:
         return ["PONG", False, reason, "", ""]
 
 
@@ -119,7 +119,7 @@ def ping(
     username: str = "",
     password: str = "",
     salt: bytes | None = None,
-) -> list:
+) -> list[Any]:
     """The PING a client sends for ``helo`` (for tests and tools; out_forward builds the same)."""
     options = helo[1]
     nonce, auth = _b(options["nonce"]), _b(options.get("auth", b""))

@@ -53,7 +53,7 @@ def unpacker(max_buffer_size: int, ext_hook: Any = ext_hook) -> msgpack.Unpacker
     )
 
 
-def header_len(frame: bytes, pos: int, str_ok: bool, bin_ok: bool) -> tuple[int, int] | None:
+def header_len(frame: bytes | bytearray | memoryview, pos: int, str_ok: bool, bin_ok: bool) -> tuple[int, int] | None:
     """(length, position after the header) of a str/bin header at ``pos``, or None if it is not one."""
     if pos >= len(frame):
         return None

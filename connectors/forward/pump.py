@@ -17,8 +17,9 @@ from windvane.connectors.inflate import inflated_size
 from windvane.ingest.batch import Batch
 
 from .acks import Acknowledging, Item
-from .decode import Decoded, ack_bytes, decode_message, merge_batches, read_packed
+from .decode import Decoded, Packed, ack_bytes, decode_message, merge_batches, read_packed
 from .errors import ForwardError, OversizeMessage
+from .framing import Frame
 
 _MAX_MERGE = 4096  # chunkless messages joined into one submission at most
 _MAX_MANY = 1024  # chunk messages handed to the sink in one call at most
@@ -81,7 +82,7 @@ class Pumping(Acknowledging):
                 packed = read_packed(item, json_mode)
                 compressed = _compressed_entries(packed)
                 if compressed is not None:
-                    reserved = await self._reserve_inflated(item, *compressed)
+                    reserved = await self._reserve_inflated(*compressed)
                     if reserved is None:
                         self.charges.add("queued", -charge)
                         return None
@@ -98,7 +99,7 @@ class Pumping(Acknowledging):
             self._count(decoded)
             return decoded, charge
 
-    def _decode(self, frame: bytes, json_mode: bool, packed: tuple | None) -> Decoded | None:
+    def _decode(self, frame: Frame, json_mode: bool, packed: Packed | None) -> Decoded | None:
         """``frame`` decoded as the server is configured to (``packed``: what :func:`read_packed` read of it)."""
         return decode_message(
             frame,
@@ -109,7 +110,7 @@ class Pumping(Acknowledging):
             record_types=self.server.record_types,
         )
 
-    async def _reserve_inflated(self, frame: bytes, tag: str, codec: str, payload: memoryview) -> int | None:
+    async def _reserve_inflated(self, tag: str, codec: str, payload: memoryview) -> int | None:
         """Reserve the decompressed size of a compressed message in the budget (found without keeping the
         output: a bomb costs CPU, not memory); None if it is over the limit (reported)."""
         limit = self.server.inflate_limit
@@ -169,7 +170,7 @@ class Pumping(Acknowledging):
             self.stats["events"] += len(decoded.batch)
 
 
-def _compressed_entries(packed: tuple[str, memoryview, dict | None] | None) -> tuple[str, str, memoryview] | None:
+def _compressed_entries(packed: Packed | None) -> tuple[str, str, memoryview] | None:
     """``(tag, codec, payload)`` of a CompressedPackedForward message as :func:`read_packed` read it, else None."""
     if packed is None:
         return None

@@ -65,7 +65,7 @@ import asyncio
 import logging
 import socket
 import ssl as ssl_module
-from typing import Any
+from typing import Any, cast
 
 from windvane.connectors.address import host_port
 from windvane.connectors.budget import MemoryBudget, inflate_limit
@@ -160,7 +160,8 @@ class ForwardServer:
         self._udp: asyncio.DatagramTransport | None = None
         self._port: int | None = None
         self._connections: set[Connection] = set()
-        self._stats = dict.fromkeys(_STATS, 0)
+        #: The server's own counters (see :attr:`stats`); its connections and heartbeats add to them.
+        self.counts = dict.fromkeys(_STATS, 0)
 
     @property
     def port(self) -> int:
@@ -170,10 +171,18 @@ class ForwardServer:
         return self._port
 
     @property
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Counters: connections (open), messages, events, bytes, acks, malformed, rejected_auth, oversize, ...,
         and the listener's (:class:`connectors.listener.ConnectionCounters`: timeouts, refused, ...)."""
-        return dict(self._stats, **self.counters.as_dict(), connections=len(self._connections))
+        return dict(self.counts, **self.counters.as_dict(), connections=len(self._connections))
+
+    def connection_opened(self, connection: Connection) -> None:
+        """``connection`` is open: it counts in :attr:`stats` and is shut down by :meth:`close`."""
+        self._connections.add(connection)
+
+    def connection_closed(self, connection: Connection) -> None:
+        """``connection`` is closed and all it held released."""
+        self._connections.discard(connection)
 
     async def start(self) -> None:
         """Bind TCP, and UDP on the same port for heartbeats; port 0 picks a port free for both."""
@@ -227,10 +236,10 @@ class _Heartbeat(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast("asyncio.DatagramTransport", transport)  # a datagram endpoint's own
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.server._stats["heartbeats"] += 1
+        self.server.counts["heartbeats"] += 1
         if self.transport is not None:
             self.transport.sendto(b"\x00", addr)
 

@@ -17,6 +17,7 @@ from windvane.connectors.budget import Charges, held_for_message
 
 from .decode import Decoded, FrameReader
 from .errors import ForwardError, OversizeMessage
+from .framing import Frame
 from .handshake import Handshake
 
 if TYPE_CHECKING:
@@ -37,13 +38,13 @@ class ConnectionState:
     def __init__(self, server: ForwardServer) -> None:
         self.server = server
         self.into_bulk = False  # the last buffer handed to the transport was a bulk message's own
-        self.stats = server._stats
+        self.stats = server.counts
         self.budget = server.budget
         self.frames = FrameReader(server.chunk_size_limit)
-        self.pending: deque[bytes | ForwardError] = deque()  # framed, not yet decoded
+        self.pending: deque[Frame | ForwardError] = deque()  # framed, not yet decoded
         # Sink calls in arrival order: the task, the ack to send for each message (None: none), the bytes
         # they hold in the budget; and how many messages they carry between them.
-        self.inflight: deque[tuple[asyncio.Task | None, list[bytes | None], int]] = deque()
+        self.inflight: deque[tuple[asyncio.Task[list[bool | None]] | None, list[bytes | None], int]] = deque()
         self.in_flight_messages = 0
         self.acking = True  # False from a message found malformed by the sink on: nothing after it is acked
         self.handshake = Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
@@ -67,7 +68,7 @@ class ConnectionState:
         self.frame_started: float | None = None
         self.paused_at = 0.0
         self.frame_timer: asyncio.TimerHandle | None = None
-        self.finished: asyncio.Future = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
 
     # -- flow control -----------------------------------------------------
 

@@ -68,9 +68,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import ClientPayloadError, web
+from aiohttp.typedefs import Handler
 
 from windvane.connectors.budget import Charges, MemoryBudget, held_for, inflate_limit
 from windvane.connectors.inflate import inflated_size
@@ -114,9 +115,9 @@ class _State:
     users: Users | None
     body_size_limit: int
     decompressed_size_limit: int
-    health: Callable[[], dict] | None
+    health: Callable[[], dict[str, Any]] | None
     metrics: Callable[[], list[Sample]] | None
-    streams: Callable[[], list[dict]] | None
+    streams: Callable[[], list[dict[str, Any]]] | None
     responses: Counter[int] = field(default_factory=Counter)
     events: int = 0
     bytes: int = 0
@@ -141,9 +142,9 @@ def make_app(
     users: Users | None = None,
     body_size_limit: int = HttpConfig.body_size_limit,
     decompressed_size_limit: int = HttpConfig.decompressed_size_limit,
-    health: Callable[[], dict] | None = None,
+    health: Callable[[], dict[str, Any]] | None = None,
     metrics: Callable[[], list[Sample]] | None = None,
-    streams: Callable[[], list[dict]] | None = None,
+    streams: Callable[[], list[dict[str, Any]]] | None = None,
     limits: Limits | None = None,
     budget: MemoryBudget | None = None,
 ) -> web.Application:
@@ -189,7 +190,7 @@ def _json_response(status: int, body: Any, headers: Any = None) -> web.Response:
 
 
 def _error_response(exc: HttpError) -> web.Response:
-    headers = None
+    headers: list[tuple[str, str]] | dict[str, str] | None = None
     if isinstance(exc, Unauthorized):
         headers = [("WWW-Authenticate", f'Basic {_REALM}, charset="UTF-8"'), ("WWW-Authenticate", f"Bearer {_REALM}")]
     elif isinstance(exc, ServiceUnavailable):
@@ -201,15 +202,16 @@ def _error_response(exc: HttpError) -> web.Response:
 
 
 @web.middleware
-async def _errors_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
+async def _errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into a JSON error reply, and count replies by status."""
     state = request.app[STATE]
-    guard = state.guards.get(request.transport)  # type: ignore[arg-type]
+    transport = request.transport
+    guard = state.guards.get(transport) if transport is not None else None
     if guard is not None:
         guard.request_started()
     try:
         resp = await _replied(request, handler)
-    except BaseException:
+    except BaseException:  # on any way out, cancellation included, the guard must hear the request ended
         if guard is not None:
             guard.request_finished(ending=True)
         raise
@@ -219,7 +221,7 @@ async def _errors_middleware(request: web.Request, handler: Callable) -> web.Str
     return resp
 
 
-async def _replied(request: web.Request, handler: Callable) -> web.StreamResponse:
+async def _replied(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The reply to ``request``: the handler's, or the JSON error reply for what it raised."""
     try:
         resp = await handler(request)
@@ -246,7 +248,7 @@ async def _replied(request: web.Request, handler: Callable) -> web.StreamRespons
             message += "; send events with POST or PUT, read with GET /, /health, /metrics or /streams"
         allow = exc.headers.get("Allow")
         resp = _json_response(exc.status, {"error": code, "message": message}, {"Allow": allow} if allow else None)
-    except Exception:
+    except Exception:  # any other fault of a handler is the client's 500 reply, logged, not a dropped connection
         log.exception("internal error on %s %s", request.method, request.path)
         resp = _json_response(500, {"error": "internal", "message": "internal server error; see the server log"})
     return resp
@@ -275,9 +277,9 @@ def _authenticate(users: Users | None, header: str | None) -> str | None:
             return user
         raise Unauthorized("unauthorized", "wrong user or password")
     if scheme == "bearer":
-        user = users.user_for_token(credentials)
-        if user is not None:
-            return user
+        token_user = users.user_for_token(credentials)
+        if token_user is not None:
+            return token_user
         raise Unauthorized("unauthorized", "unknown bearer token")
     raise Unauthorized("unauthorized", f"authorization scheme {scheme!r} is not supported: use Basic or Bearer")
 
@@ -335,7 +337,7 @@ def _admit(state: _State, size: int, charges: Charges) -> None:
 async def _read_body(request: web.Request, state: _State, charges: Charges) -> bytes:
     """The body, charged to the memory budget as it arrives (503 past it), within the body timeout (408)."""
     limit = state.body_size_limit
-    chunks = []
+    chunks: list[bytes] = []
     total = 0
     content = request.content
     try:
@@ -538,7 +540,8 @@ async def _health(request: web.Request) -> web.Response:
     if state.health is not None:
         try:
             extra = await asyncio.to_thread(state.health)
-        except Exception as exc:  # a failing health check is the answer, not a server error
+        # The check may fail with anything (database, disk, network): each is the unhealthy answer.
+        except Exception as exc:  # noqa: BLE001
             log.warning("health check failed: %s", exc)
             return _json_response(
                 503, {"status": "error", "error": "unhealthy", "message": f"health check failed: {exc}"}
@@ -600,9 +603,10 @@ async def _metrics(request: web.Request) -> web.Response:
 async def _streams(request: web.Request) -> web.Response:
     state = request.app[STATE]
     _authenticate(state.users, request.headers.get("Authorization"))
-    if state.streams is None:
+    streams = state.streams
+    if streams is None:
         raise NotFound("not_configured", "this server has no stream listing (no streams() callable was given)")
-    return web.Response(body=await asyncio.to_thread(lambda: json.dumps(state.streams()).encode()), content_type=_JSON)
+    return web.Response(body=await asyncio.to_thread(lambda: json.dumps(streams()).encode()), content_type=_JSON)
 
 
 # ---------------------------------------------------------------- runner
@@ -620,14 +624,14 @@ class _HeaderGuard(ProtocolProxy):
     def __init__(self, inner: asyncio.Protocol, state: _State) -> None:
         super().__init__(inner)
         self.state = state
-        self.transport: asyncio.BaseTransport | None = None
+        self.transport: asyncio.Transport | None = None
         self.requests = 0  # under way on this connection (aiohttp runs them one at a time)
         self.waiting_headers = False
         self.ending = False  # its last response closes it (aiohttp may still read the rest of a body a while)
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast("asyncio.Transport", transport)  # a TCP listener's connections have stream transports
         self.state.guards[transport] = self
         super().connection_made(transport)
         self._arm(self.state.limits.idle_timeout, self._idle)
@@ -691,7 +695,7 @@ class _HeaderGuard(ProtocolProxy):
 
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()  # type: ignore[attr-defined]
+            self.transport.abort()
 
 
 class HttpServer:
@@ -748,7 +752,7 @@ class HttpServer:
         )
         try:
             await listener.start()
-        except BaseException:
+        except BaseException:  # on any way out, cancellation included, the application must be cleaned up
             await runner.cleanup()
             raise
         self._runner, self._listener = runner, listener

@@ -7,6 +7,8 @@ subclasses; the application turns any of them into a JSON reply
 
 from __future__ import annotations
 
+from typing import Any
+
 from windvane.connectors.errors import ConnectorError
 
 
@@ -20,7 +22,7 @@ class HttpError(ConnectorError):
         self.code = code
         self.message = message
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # ``args`` holds the message only: rebuild with the code too (errors cross back from ingest's decode workers).
         return (type(self), (self.code, self.message), self.__dict__)
 
@@ -79,7 +81,7 @@ class ServiceUnavailable(HttpError):
         super().__init__(code, message)
         self.retry_after = retry_after
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.code, self.message, self.retry_after), self.__dict__)
 
 
