@@ -4,45 +4,103 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from windvane import ingest
-from windvane.cli.parsing import fluent_config, format_names, parser_options
-from windvane.cli.root import STORE_OPTION, BadInput, RowsRejected, cli, counted, interrupted, open_store, say
+from windvane.cli.parsing import LogParsing, format_names, format_option, parser_options, timezone_option
+from windvane.cli.root import (
+    STORE_OPTION,
+    BadInput,
+    RowsRejected,
+    cli,
+    counted,
+    interrupted,
+    open_store,
+    say,
+    schema_option,
+)
 
 if TYPE_CHECKING:
+    from windvane import neostore
     from windvane.connectors.files import ReaderOptions
+    from windvane.connectors.files.formats import Format
+    from windvane.connectors.files.logs import LogFormat
+    from windvane.connectors.tail.run import Commit, TailSettings
+    from windvane.ingest.imports import ImportResult
+    from windvane.ingest.parts import Part
+    from windvane.ingest.schema import Schema
+    from windvane.ingest.streams import StreamWriters
+
+
+def _tag_option(into: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--tag`` option: the stream the command writes ``into``."""
+    return click.option("--tag", required=True, help=f"The stream to {into} (created on first use).")
+
+
+def _schema_option(first: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--schema`` option, a new stream's columns otherwise typed from the ``first`` rows read."""
+    return schema_option(
+        f"Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, else the types of {first}."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions:
+    """What `import` and `tail` are both told: the store, the stream and its schema, how to parse lines."""
+
+    store_url: str
+    tag: str
+    schema_path: str | None
+    parsing: LogParsing
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> StreamOptions:
+        """These options, taken out of a command's ``options`` (the others stay)."""
+        return cls(options.pop("store_url"), options.pop("tag"), options.pop("schema_path"), LogParsing.take(options))
+
+    def schema(self) -> Schema | None:
+        """The ``--schema`` file's schema (None without one); an IngestError if it is wrong."""
+        from windvane.ingest.schema import load_schema
+
+        return load_schema(self.schema_path) if self.schema_path else None
 
 
 @dataclasses.dataclass(frozen=True)
 class ImportOptions:
     """`windvane import`'s arguments and options as click parses them (see each option's help)."""
 
+    stream: StreamOptions
     paths: tuple[str, ...]
-    store_url: str
-    tag: str
-    schema_path: str | None
-    format_name: str | None
     time_column: str | None
     time_unit: str | None
     start_time: str | None
-    timezone: str | None
     restart: bool
     again: bool
     commit_mb: int
     allow_rejects: bool
     renames: tuple[str, ...]
     verbose: bool = False
-    parser_path: str | None = None
-    expression: str | None = None
-    time_format: str | None = None
-    keep_blank_lines: bool = False
     delimiter: str | None = None
     time_from: str = "column"
     row_interval: float = 1.0
     na: tuple[str, ...] = ()
+
+    @classmethod
+    def parsed(cls, options: dict[str, Any]) -> ImportOptions:
+        """The options click passes `windvane import`."""
+        return cls(StreamOptions.take(options), **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportPlan:
+    """What `windvane import`'s options make: the schema given, each path's format, the readers' options."""
+
+    schema: Schema | None
+    formats: list[Format]
+    reader: ReaderOptions
 
 
 @cli.command(name="import", short_help="Import files (CSV, Parquet, Arrow, WAV, logs) into a stream; resumable.")
@@ -50,23 +108,14 @@ class ImportOptions:
     "paths", nargs=-1, required=True, metavar="PATH...", type=click.Path(exists=True, dir_okay=False, path_type=str)
 )
 @STORE_OPTION
-@click.option("--tag", required=True, help="The stream to import into (created on first use).")
-@click.option(
-    "--schema",
-    "schema_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=str),
-    help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
-    "else the types of the first file.",
-)
-@click.option(
-    "--format",
-    "format_name",
-    default=None,
-    help="File format: csv (a header row; fluentd's csv parser: --parser), parquet, arrow, wav, or a log format, "
+@_tag_option("import into")
+@_schema_option("the first file")
+@format_option(
+    "File format: csv (a header row; fluentd's csv parser: --parser), parquet, arrow, wav, or a log format, "
     + format_names(own=("csv",))
     + ". Default: by extension, "
     "or name (syslog and messages: syslog3164; access.log: combined), seen through a compression suffix and "
-    "logrotate's number (x.csv.gz, syslog.1.gz).",
+    "logrotate's number (x.csv.gz, syslog.1.gz)."
 )
 @click.option(
     "--time-column",
@@ -123,12 +172,9 @@ class ImportOptions:
     "#N/A, ... (repeatable): --na nil,- makes a number column with nil cells a number column with missing "
     "values, read before the types are inferred.",
 )
-@click.option(
-    "--timezone",
-    default=None,
-    metavar="ZONE",
-    help="IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
-    "Default: UTC, and this machine's zone for RFC 3164 syslog.",
+@timezone_option(
+    "IANA zone of times written without one (ISO 8601 text, naive timestamps, RFC 3164 syslog). "
+    "Default: UTC, and this machine's zone for RFC 3164 syslog."
 )
 @click.option(
     "--restart", is_flag=True, help="Import a file that changed since it was partly imported from its beginning."
@@ -189,21 +235,21 @@ def import_files(**options: Any) -> None:
     from windvane.ingest import imports
     from windvane.ingest.streams import StreamWriters
 
-    opts = ImportOptions(**options)
-    schema, formats, reader_options = _import_options(opts)
+    opts = ImportOptions.parsed(options)
+    plan = _import_plan(opts)
     total = sum(os.path.getsize(p) for p in opts.paths)
     rejected = 0
-    with open_store(opts.store_url) as st:
+    with open_store(opts.stream.store_url) as st:
         writers = StreamWriters(st)
         try:
-            schema = imports.resolve_schema(st, opts.tag, schema)
-            with click.progressbar(length=total, label=f"importing into {opts.tag}", file=sys.stderr) as bar:
-                rejected = _import_paths(st, writers, bar, opts, schema, formats, reader_options)
+            schema = imports.resolve_schema(st, opts.stream.tag, plan.schema)
+            with click.progressbar(length=total, label=f"importing into {opts.stream.tag}", file=sys.stderr) as bar:
+                rejected = _import_paths(st, writers, bar.update, opts, dataclasses.replace(plan, schema=schema))
         except (ingest.IngestError, FileFormatError) as exc:
             raise BadInput(str(exc)) from exc
         except KeyboardInterrupt:
             interrupted("interrupted: what was committed stays; run the same command again to resume")
-    _check_rejects(rejected, opts.tag, opts.store_url, opts.allow_rejects)
+    _check_rejects(rejected, opts.stream.tag, opts.stream.store_url, opts.allow_rejects)
 
 
 def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool) -> None:
@@ -215,38 +261,41 @@ def _check_rejects(rejected: int, tag: str, store_url: str, allow_rejects: bool)
         say(f"warning: {message}", err=True)
 
 
-def _import_paths(st, writers, bar, opts: ImportOptions, schema, formats, options: ReaderOptions) -> int:
-    """Import each of ``opts.paths`` in turn (``formats``: theirs) and report it; the rows rejected in all."""
+def _import_paths(
+    st: neostore.Store, writers: StreamWriters, advance: Callable[[int], None], opts: ImportOptions, plan: ImportPlan
+) -> int:
+    """Import each of ``opts.paths`` in turn (``plan.formats``: theirs) and report it; the rows rejected in all."""
     rejected = 0
-    for path, fmt in zip(opts.paths, formats):
+    schema, options = plan.schema, plan.reader
+    for path, fmt in zip(opts.paths, plan.formats, strict=True):
         reader = _open_reader(path, fmt, schema, options)
         if options.start is not None and fmt.vibration:
             # one --start for several recordings: end to end
             options = dataclasses.replace(options, start=reader.end_ns)
-        result = _import_reader(st, writers, bar, opts, path, reader, schema)
+        result = _import_reader(st, writers, advance, opts, path, reader, schema)
         schema = result.schema or schema
-        _report_file(opts.tag, path, fmt, schema, result, getattr(reader, "blank_lines", 0), opts.verbose)
+        _report_file(opts.stream.tag, path, fmt, schema, result, getattr(reader, "blank_lines", 0), opts.verbose)
         rejected += result.rejected
     return rejected
 
 
-def _import_options(opts: ImportOptions) -> tuple:
-    """``(schema, formats, reader options)`` from `windvane import`'s options; BadInput if one is wrong."""
+def _import_plan(opts: ImportOptions) -> ImportPlan:
+    """What `windvane import`'s options make: schema, formats and the readers' options; BadInput if one is wrong."""
     from windvane.connectors.files import FileFormatError, ReaderOptions
     from windvane.connectors.files.times import check_layout
-    from windvane.ingest.schema import load_schema
     from windvane.ingest.times import check_zone, time_ns
 
+    parsing = opts.stream.parsing
     try:
         rename = _renames(opts.renames)
-        schema = load_schema(opts.schema_path) if opts.schema_path else None
+        schema = opts.stream.schema()
         table_times = _table_time_format(opts)
-        if table_times:
-            check_layout(opts.time_format)
+        if parsing.time_format is not None and table_times:
+            check_layout(parsing.time_format)
         formats = _file_formats(opts, schema, table_times)
         start_ns = None
-        if opts.timezone is not None:
-            check_zone(opts.timezone)
+        if parsing.timezone is not None:
+            check_zone(parsing.timezone)
         if opts.start_time is not None:
             start_ns = time_ns(opts.start_time)
             if start_ns is None:
@@ -260,15 +309,15 @@ def _import_options(opts: ImportOptions) -> tuple:
         start_ns,
         block_bytes=min(16 << 20, opts.commit_mb << 19),
         rename=rename,
-        timezone=opts.timezone,
-        time_format=opts.time_format if table_times else None,
+        timezone=parsing.timezone,
+        time_format=parsing.time_format if table_times else None,
         time_from=opts.time_from,
         row_interval=max(1, round(opts.row_interval * 1e9)),
         delimiter=_delimiter(opts.delimiter),
         na_values=tuple(token for given in opts.na for token in given.split(",")),
-        keep_blank_lines=opts.keep_blank_lines,
+        keep_blank_lines=parsing.keep_blank_lines,
     )
-    return schema, formats, options
+    return ImportPlan(schema, formats, options)
 
 
 def _table_time_format(opts: ImportOptions) -> bool:
@@ -277,10 +326,11 @@ def _table_time_format(opts: ImportOptions) -> bool:
     from windvane.connectors.files import FileFormatError
     from windvane.connectors.files.formats import format_for
 
-    if opts.time_format is None or opts.expression is not None or opts.parser_path is not None:
+    parsing = opts.stream.parsing
+    if parsing.time_format is None or parsing.expression is not None or parsing.parser_path is not None:
         return False
     try:
-        return all(format_for(path, opts.format_name).table for path in opts.paths)
+        return all(format_for(path, parsing.format_name).table for path in opts.paths)
     except FileFormatError:
         return False  # a fluentd parser's name (regexp, nginx, ...), or a log file
 
@@ -305,26 +355,28 @@ def _delimiter(given: str | None) -> str | None:
     return delimiter
 
 
-def _file_formats(opts: ImportOptions, schema, table_times: bool = False) -> list:
+def _file_formats(opts: ImportOptions, schema: Schema | None, table_times: bool = False) -> list[Format]:
     """The format of each of ``opts.paths``: a fluentd parser if the options or the schema's ``[parse]`` say one
     (``table_times``: --time-format is the table files' own, no fluentd parser's)."""
     from windvane.connectors.files.formats import FORMATS, Format, format_for
     from windvane.connectors.files.logs.fluent import fluent_format
     from windvane.connectors.files.logs.reader import log_reader
 
-    parse = getattr(schema, "parse", None)
-    time_format = None if table_times else opts.time_format
-    config = fluent_config(
-        opts.format_name, opts.parser_path, opts.expression, time_format, parse, opts.timezone, FORMATS
-    )
+    parsing = opts.stream.parsing
+    if table_times:
+        parsing = dataclasses.replace(parsing, time_format=None)
+    config = parsing.fluent_config(schema.parse if schema else None, FORMATS)
     if config is None:
-        return [format_for(path, opts.format_name) for path in opts.paths]
+        return [format_for(path, parsing.format_name) for path in opts.paths]
     fmt = fluent_format(config)
     return [Format(fmt.name, (), log_reader(fmt), compressed=True)] * len(opts.paths)
 
 
-def _open_reader(path: str, fmt, schema, options: ReaderOptions):
-    """``fmt``'s reader of ``path``, its columns typed as ``schema``'s; its notes are printed."""
+def _open_reader(path: str, fmt: Format, schema: Schema | None, options: ReaderOptions) -> Any:
+    """``fmt``'s reader of ``path``, its columns typed as ``schema``'s; its notes are printed.
+
+    A reader is a callable that may carry more: ``notes``, ``blank_lines``, a WAV file's ``end_ns``.
+    """
     from windvane.ingest import imports
 
     types = imports.arrow_types(schema) if schema is not None and not schema.holds_blocks else {}
@@ -334,25 +386,32 @@ def _open_reader(path: str, fmt, schema, options: ReaderOptions):
     return reader
 
 
-def _import_reader(st, writers, bar, opts: ImportOptions, path: str, reader, schema):
-    """Import what ``reader`` reads of ``path`` into ``opts.tag`` (ingest.imports.import_source); the progress
-    bar is advanced by the file's bytes."""
+def _import_reader(
+    st: neostore.Store,
+    writers: StreamWriters,
+    advance: Callable[[int], None],
+    opts: ImportOptions,
+    path: str,
+    reader: Any,
+    schema: Schema | None,
+) -> ImportResult:
+    """Import what ``reader`` reads of ``path`` into the stream (ingest.imports.import_source); the progress is
+    ``advance``d by the file's bytes."""
     import os
 
     from windvane.connectors.files.compression import compression_of
     from windvane.ingest import imports
 
-    identity = imports.fingerprint(path)
     compressed = compression_of(path) is not None  # its parts count the bytes it holds
     result = imports.import_source(
         st,
-        opts.tag,
+        opts.stream.tag,
         reader,
         source_id=imports.source_id_for(path),
-        identity=identity,
+        identity=imports.fingerprint(path),
         schema=schema,
-        progress=None if compressed else bar.update,
-        same_source=lambda stored, p=path: imports.same_file(stored, p),
+        progress=None if compressed else advance,
+        same_source=lambda stored: imports.same_file(stored, path),
         restart=opts.restart,
         commit_bytes=opts.commit_mb << 20,
         writers=writers,
@@ -361,14 +420,16 @@ def _import_reader(st, writers, bar, opts: ImportOptions, path: str, reader, sch
         again=opts.again,
     )
     size = os.path.getsize(path)
-    bar.update(size if compressed else max(0, size - result.nbytes))
+    advance(size if compressed else max(0, size - result.nbytes))
     return result
 
 
-def _report_file(tag: str, path: str, fmt, schema, result, blank: int = 0, verbose: bool = False) -> None:
+def _report_file(
+    tag: str, path: str, fmt: Format, schema: Schema | None, result: ImportResult, blank: int = 0, verbose: bool = False
+) -> None:
     """Print what importing ``path`` did: the columns a new stream got (``verbose``: its schema), the summary
     (``blank``: the blank lines a log reader skipped), syslog's years."""
-    if result.inferred and not schema.holds_blocks:
+    if result.inferred and schema is not None and not schema.holds_blocks:
         say(_new_stream(tag, path, schema, verbose), err=True)
     say(_import_summary(path, result, blank))
     if fmt.name == "syslog3164":
@@ -405,7 +466,7 @@ def _renames(renames: tuple[str, ...]) -> dict[str, str]:
 _NAMED_COLUMNS = 6
 
 
-def _new_stream(tag: str, path: str, schema, verbose: bool) -> str:
+def _new_stream(tag: str, path: str, schema: Schema, verbose: bool) -> str:
     """What a new stream got from ``path``: its columns in one line, or (``verbose``) the schema file to pin them."""
     from windvane.ingest.schema import schema_toml
 
@@ -435,7 +496,7 @@ def _syslog_years(path: str) -> str:
     )
 
 
-def _import_summary(path: str, result, blank: int = 0) -> str:
+def _import_summary(path: str, result: ImportResult, blank: int = 0) -> str:
     """One line per imported file: rows, rejects, blank lines skipped, MB, MB/s, where it resumed."""
     if result.duplicate_of is not None and not result.commits:
         return (
@@ -463,46 +524,27 @@ def _import_summary(path: str, result, blank: int = 0) -> str:
 class TailOptions:
     """`windvane tail`'s argument and options as click parses them (see each option's help)."""
 
+    stream: StreamOptions
     path: str
-    store_url: str
-    tag: str
-    format_name: str | None
-    schema_path: str | None
-    timezone: str | None
     commit_lines: int
     commit_ms: float
     poll_ms: float
     rotate_wait: float
     multiline_flush_interval: float = 5.0
-    parser_path: str | None = None
-    expression: str | None = None
-    time_format: str | None = None
-    keep_blank_lines: bool = False
+
+    @classmethod
+    def parsed(cls, options: dict[str, Any]) -> TailOptions:
+        """The options click passes `windvane tail`."""
+        return cls(StreamOptions.take(options), **options)
 
 
 @cli.command(short_help="Follow a growing log file into a stream; survives rotation, resumes exactly.")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
 @STORE_OPTION
-@click.option("--tag", required=True, help="The stream to append to (created on first use).")
-@click.option(
-    "--format",
-    "format_name",
-    default=None,
-    help="Log format (default jsonl): " + format_names() + ".",
-)
-@click.option(
-    "--schema",
-    "schema_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=str),
-    help="Schema file (TOML, see schemas/README.md). Default: the existing stream's columns, "
-    "else the types of the first lines.",
-)
-@click.option(
-    "--timezone",
-    default=None,
-    metavar="ZONE",
-    help="IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.",
-)
+@_tag_option("append to")
+@format_option("Log format (default jsonl): " + format_names() + ".")
+@_schema_option("the first lines")
+@timezone_option("IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.")
 @click.option(
     "--commit-lines",
     type=click.IntRange(min=1),
@@ -556,23 +598,23 @@ def tail(**options: Any) -> None:
     from windvane.connectors.tail.follow import FilePosition, Follower
     from windvane.connectors.tail.run import StopFlag, Tailer
     from windvane.ingest import imports
-    from windvane.ingest.schema import load_schema
     from windvane.ingest.streams import StreamWriters
 
-    opts = TailOptions(**options)
+    opts = TailOptions.parsed(options)
+    tag = opts.stream.tag
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        schema = load_schema(opts.schema_path) if opts.schema_path else None
+        schema = opts.stream.schema()
         settings = _tail_settings(opts, schema)
     except (ingest.IngestError, LogFormatError) as exc:
         raise BadInput(str(exc)) from exc
-    with open_store(opts.store_url) as st:
+    with open_store(opts.stream.store_url) as st:
         try:
-            schema = imports.resolve_schema(st, opts.tag, schema)
+            schema = imports.resolve_schema(st, tag, schema)
         except ingest.IngestError as exc:
             raise BadInput(str(exc)) from exc
         source_id = "tail-" + imports.source_id_for(opts.path)
-        stored = imports.read_position(st, opts.tag, source_id)
+        stored = imports.read_position(st, tag, source_id)
         committed = FilePosition.from_dict(stored.value) if stored else None
         follower = Follower(opts.path, stored.value if stored else None, rotate_wait=opts.rotate_wait)
         settings = dataclasses.replace(settings, types=imports.arrow_types(schema) if schema else {})
@@ -581,13 +623,13 @@ def tail(**options: Any) -> None:
             signal.signal(sig, lambda *_: stop.set())
         where = f"line {committed.line}, offset {committed.offset}" if committed else "its beginning"
         name = settings.format if isinstance(settings.format, str) else settings.format.name
-        click.echo(f"following {opts.path} into {opts.tag} ({name}) from {where}")
+        click.echo(f"following {opts.path} into {tag} ({name}) from {where}")
         try:
             Tailer(
                 follower,
                 settings,
-                _tail_commit(StreamWriters(st), opts.tag, schema, source_id, opts.path),
-                lambda line: click.echo(line),
+                _tail_commit(StreamWriters(st), tag, schema, source_id, opts.path),
+                click.echo,
                 committed,
             ).run(stop)
         except imports.SchemaMismatch as exc:
@@ -597,39 +639,39 @@ def tail(**options: Any) -> None:
     click.echo("stopped")
 
 
-def _tail_settings(opts: TailOptions, schema):
+def _tail_settings(opts: TailOptions, schema: Schema | None) -> TailSettings:
     """`windvane tail`'s settings from its options (and the schema's ``[parse]``); LogFormatError if wrong."""
     from windvane.connectors.tail.run import TailSettings
 
+    parsing = opts.stream.parsing
     return TailSettings(
-        _tail_format(opts, schema),
-        opts.timezone,
+        _tail_format(parsing, schema),
+        parsing.timezone,
         opts.commit_lines,
         opts.commit_ms,
         opts.poll_ms,
         flush_seconds=opts.multiline_flush_interval,
-        keep_blank_lines=opts.keep_blank_lines,
+        keep_blank_lines=parsing.keep_blank_lines,
     )
 
 
-def _tail_format(opts: TailOptions, schema):
+def _tail_format(parsing: LogParsing, schema: Schema | None) -> str | LogFormat:
     """`windvane tail`'s log format: a fluentd parser if the options or the schema's ``[parse]`` say one, else the
     ``--format`` name (jsonl by default)."""
     from windvane.connectors.files.logs.fluent import fluent_format
 
-    parse = getattr(schema, "parse", None)
-    config = fluent_config(opts.format_name, opts.parser_path, opts.expression, opts.time_format, parse, opts.timezone)
-    return fluent_format(config) if config is not None else opts.format_name or "jsonl"
+    config = parsing.fluent_config(schema.parse if schema else None)
+    return fluent_format(config) if config is not None else parsing.format_name or "jsonl"
 
 
-def _tail_commit(writers, tag: str, schema, source_id: str, path: str):
+def _tail_commit(writers: StreamWriters, tag: str, schema: Schema | None, source_id: str, path: str) -> Commit:
     """``commit(parts, position)`` for `windvane tail`: rows and position in one transaction (ingest.imports)."""
     from windvane.ingest import imports
     from windvane.ingest.schema import Kind, Schema
 
     chosen = [schema]
 
-    def commit(parts, position) -> tuple[int, int]:
+    def commit(parts: list[Part], position: dict[str, Any]) -> tuple[int, int]:
         if chosen[0] is None:  # no stream and no --schema: the first lines that parsed decide
             first = next((p for p in parts if p.table.num_rows), None)
             chosen[0] = imports.infer_schema(tag, first) if first is not None else None

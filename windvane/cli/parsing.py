@@ -1,5 +1,5 @@
-"""The fluentd parser options of `windvane import` and `windvane tail`: ``--parser``, ``--expression``, ``--time-format``,
-``--keep-blank-lines``.
+"""How `windvane import` and `windvane tail` are told to parse lines: ``--format``, ``--parser``, ``--expression``,
+``--time-format``, ``--timezone``, ``--keep-blank-lines`` (:class:`LogParsing`).
 
 A fluentd ``<parse>`` section comes from, first found: ``--parser FILE.toml``
 (or ``--parser NAME``, a shipped parser of :mod:`windvane.parsers`);
@@ -15,8 +15,9 @@ and its aliases ``common``, ``apache``; ``syslog3164`` or ``rfc3164``;
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -24,6 +25,8 @@ from windvane.cli.root import BadInput
 
 if TYPE_CHECKING:
     from windvane.connectors.files.logs.fluent import ParseConfig
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 #: fluentd's parser types, by the names ``--format`` takes them: the names of PARSERS, written out so that
 #: ``--help`` loads no parser.
@@ -87,11 +90,52 @@ _OPTIONS = (
 )
 
 
-def parser_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def parser_options(command: Command) -> Command:
     """``command`` with the options above."""
     for option in reversed(_OPTIONS):
         command = option(command)
     return command
+
+
+def format_option(help_text: str) -> Callable[[Command], Command]:
+    """The ``--format NAME`` option, worded for its command by ``help_text``."""
+    return click.option("--format", "format_name", default=None, help=help_text)
+
+
+def timezone_option(help_text: str) -> Callable[[Command], Command]:
+    """The ``--timezone ZONE`` option, worded for its command by ``help_text``."""
+    return click.option("--timezone", default=None, metavar="ZONE", help=help_text)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogParsing:
+    """The parsing options as click parses them: those above, ``--format`` and ``--timezone``."""
+
+    format_name: str | None = None
+    parser_path: str | None = None
+    expression: str | None = None
+    time_format: str | None = None
+    timezone: str | None = None
+    keep_blank_lines: bool = False
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> LogParsing:
+        """The parsing options, taken out of a command's ``options`` (the others stay)."""
+        return cls(**{f.name: options.pop(f.name) for f in dataclasses.fields(cls)})
+
+    def fluent_config(
+        self, schema_parse: dict[str, Any] | None = None, own_formats: Collection[str] = ()
+    ) -> ParseConfig | None:
+        """:func:`fluent_config` of these options."""
+        return fluent_config(
+            self.format_name,
+            self.parser_path,
+            self.expression,
+            self.time_format,
+            schema_parse,
+            self.timezone,
+            own_formats,
+        )
 
 
 def fluent_config(
@@ -99,7 +143,7 @@ def fluent_config(
     parser_path: str | None,
     expression: str | None,
     time_format: str | None,
-    schema_parse: dict | None = None,
+    schema_parse: dict[str, Any] | None = None,
     timezone: str | None = None,
     own_formats: Collection[str] = (),
 ) -> ParseConfig | None:

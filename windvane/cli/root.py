@@ -167,7 +167,7 @@ def cli() -> None:
     """
 
 
-def open_store(url: str, **options) -> neostore.Store:
+def open_store(url: str, **options: Any) -> neostore.Store:
     """The store at ``url`` (``read_only=True``/``create=False``: one that exists, else exit code 2)."""
     from windvane import neostore
 
@@ -194,7 +194,7 @@ def store_option(*, alias: bool = False, required: bool = True) -> Callable[[Cal
     """The --store option (WINDVANE_STORE when not given), passed to the command as ``store_url``.
 
     With ``alias``, the command also takes the URL as its first positional
-    argument, as it always did (``windvane store info URL``); a first word that
+    argument (``windvane store info URL``, the shorter form to type); a first word that
     is not a store URL is the command's next argument (``arrays ls PREFIX``).
     The positional URL overrides WINDVANE_STORE; given with a --store that
     says otherwise, it is a usage error (exit 2). ``required=False`` leaves
@@ -229,7 +229,7 @@ _STORE_ALIAS = click.argument("store_alias", metavar="[URL]", required=False)
 
 def _shift_alias(ctx: click.Context, kwargs: dict[str, Any]) -> str | None:
     """The positional store URL, taken out of ``kwargs``; a first word that is no URL moves to the next argument."""
-    word = kwargs.pop("store_alias")
+    word: str | None = kwargs.pop("store_alias")
     if word is None or is_store_url(word):
         return word
     following = [p for p in ctx.command.params if isinstance(p, click.Argument) and p.name != "store_alias"]
@@ -251,7 +251,7 @@ def _resolve_store(ctx: click.Context, option: str | None, positional: str | Non
             from windvane.neostore import redacted  # URLs may hold a password: messages show them without
 
             raise click.UsageError(
-                f"the store is given twice and differs: {redacted(positional)!r} and --store {redacted(option)!r}"
+                f"the store is given twice and differs: {redacted(positional)!r} and --store {redacted(option or '')!r}"
             )
         return positional
     if option is None or not from_command_line:
@@ -263,6 +263,14 @@ def _resolve_store(ctx: click.Context, option: str | None, positional: str | Non
 
 #: The store option of the commands that work on one store: ``@STORE_OPTION`` (see :func:`store_option`).
 STORE_OPTION = store_option()
+
+
+def schema_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--schema FILE`` option (a schema TOML file that exists), passed as ``schema_path``; ``help_text``
+    says what its command does with it."""
+    return click.option(
+        "--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=str), help=help_text
+    )
 
 
 def main() -> None:

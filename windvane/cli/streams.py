@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from windvane import ingest
-from windvane.cli.root import STORE_ENV, STORE_OPTION, BadInput, cli, counted, open_store, store_option
+from windvane.cli.root import (
+    STORE_ENV,
+    STORE_OPTION,
+    BadInput,
+    cli,
+    counted,
+    open_store,
+    schema_option,
+    store_option,
+)
+
+if TYPE_CHECKING:
+    from windvane import neostore
+    from windvane.ingest.replay import Summary
+    from windvane.ingest.stream_admin import Change
 
 
 @cli.group(name="streams", invoke_without_command=True, short_help="List, remove, rename or trim streams.")
@@ -59,7 +74,7 @@ def _list_streams(store_url: str) -> None:
         click.echo(line)
 
 
-def _stream_change(store_url: str, change: Callable) -> object:
+def _stream_change(store_url: str, change: Callable[[neostore.Store], Change]) -> Change:
     """Run ``change(store)`` on the store at ``store_url``, errors mapped to exit codes."""
     from windvane import arrays, neostore
     from windvane.ingest import stream_admin
@@ -73,10 +88,16 @@ def _stream_change(store_url: str, change: Callable) -> object:
         raise click.ClickException(str(exc)) from exc
 
 
-def _change_text(change) -> str:
+def _change_text(change: Change) -> str:
     extras = [counted(change.quarantined, "quarantined record")] if change.quarantined else []
     extras += [counted(change.records, "import record")] if change.records else []
     return counted(change.rows, "row") + "".join(f", {e}" for e in extras)
+
+
+def _commit_of(change: Change) -> str:
+    """The tid of the commit that made ``change``, in hex: rm and mv always commit (no stream is NoSuchStream)."""
+    assert change.tid is not None, "a removal or a rename commits"
+    return f"0x{change.tid.hex()}"
 
 
 @streams_group.command(name="rm", short_help="Remove a stream (with its quarantine and import records).")
@@ -88,7 +109,7 @@ def remove_stream(tag: str, store_url: str) -> None:
 
     change = _stream_change(store_url, lambda st: stream_admin.remove(st, tag))
     click.echo(
-        f"removed stream {tag} ({_change_text(change)}) in commit 0x{change.tid.hex()}; "
+        f"removed stream {tag} ({_change_text(change)}) in commit {_commit_of(change)}; "
         "earlier reads still see it until `windvane store pack`"
     )
 
@@ -105,7 +126,7 @@ def rename_stream(old: str, new: str, store_url: str) -> None:
     from windvane.ingest import stream_admin
 
     change = _stream_change(store_url, lambda st: stream_admin.rename(st, old, new))
-    click.echo(f"renamed stream {old} to {new} ({_change_text(change)}) in commit 0x{change.tid.hex()}")
+    click.echo(f"renamed stream {old} to {new} ({_change_text(change)}) in commit {_commit_of(change)}")
 
 
 @streams_group.command(name="trim", short_help="Drop a stream's rows older than a time.")
@@ -123,7 +144,8 @@ def trim_stream(tag: str, before: str, store_url: str) -> None:
     The rows stay in history (a read at an earlier tid sees them) until
     `windvane store pack` drops them.
     """
-    from windvane.export.times import BadTime, parse_time
+    from windvane.export.errors import BadTime
+    from windvane.export.times import parse_time
     from windvane.ingest import stream_admin
 
     try:
@@ -154,7 +176,8 @@ def quarantine_group() -> None:
     """
 
 
-def _reason_lines(summary) -> list[str]:
+def _reason_lines(summary: Summary) -> list[str]:
+    """The commonest reasons of a quarantine ``summary`` with their counts, a line each, the rest in one."""
     from windvane.ingest.replay import TOP_REASONS
 
     lines = [f"  {count:>10,}  {reason}" for reason, count in summary.reasons[:TOP_REASONS]]
@@ -188,12 +211,7 @@ def list_quarantine(store_url: str, tag: str | None) -> None:
 @quarantine_group.command(name="replay", short_help="Move the quarantined records that now fit into their stream.")
 @STORE_OPTION
 @click.argument("tag")
-@click.option(
-    "--schema",
-    "schema_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=str),
-    help="Schema file (TOML) to validate with. Default: the stream's columns as they are.",
-)
+@schema_option("Schema file (TOML) to validate with. Default: the stream's columns as they are.")
 def replay_quarantine(store_url: str, tag: str, schema_path: str | None) -> None:
     """Validate TAG's quarantined records again and move those that fit into stream TAG, exactly once.
 
