@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,7 +32,7 @@ DATADIR = click.option(
 )
 
 
-def _timeout(help_text: str):
+def _timeout(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The --timeout option of a command waiting for the server: seconds, 60 by default."""
     return click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True, help=help_text)
 

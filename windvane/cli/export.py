@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from windvane.cli.root import STORE_OPTION, BadInput, cli, interrupted
+
+if TYPE_CHECKING:
+    from windvane.export.run import ExportResult
 
 
 @cli.command(
@@ -107,7 +112,7 @@ def export_stream(
     click.echo(_export_summary(result))
 
 
-def _export_summary(result) -> str:
+def _export_summary(result: ExportResult) -> str:
     """One line: rows, raw and written bytes, MB/s, files; for a job, the rows it covered."""
     if result.job is not None and not result.files and result.redone is None and result.first_row == result.stop_row:
         return f"job {result.job}: nothing new in stream {result.stream} since row {result.stop_row:,}"

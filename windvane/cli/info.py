@@ -76,18 +76,19 @@ def demo(directory: str, keep: bool, forward_port: int, http_port: int) -> None:
     127.0.0.1 only, on free ports unless --forward-port and --http-port say
     which; the demo prints them as it starts.
     """
+    import sys
+
     from windvane import neostore
     from windvane.ops import demo as walkthrough
     from windvane.ops import info as contents
 
-    err = click.get_text_stream("stderr")
     try:
         result = walkthrough.run(
             directory,
             keep=keep,
             ports=(forward_port, http_port),
             say=lambda line: click.echo(line, err=True),
-            progress=lambda label, length: click.progressbar(length=length, label=label, file=err),
+            progress=lambda label, length: click.progressbar(length=length, label=label, file=sys.stderr),
         )
     except walkthrough.DemoDirectoryError as exc:
         raise BadInput(str(exc)) from exc

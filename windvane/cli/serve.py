@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from windvane.ingest.service import Service
 
 
-def _seconds(flag: str, default: float, help_text: str) -> Callable:
+def _seconds(flag: str, default: float, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A ``serve`` option of a positive number of seconds."""
     return click.option(
         flag,

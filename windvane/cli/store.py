@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +13,7 @@ from windvane.cli.root import BadInput, cli, open_store, store_option
 
 if TYPE_CHECKING:
     from windvane import neostore
+    from windvane.neostore.pack import PackStats
 
 
 def _tid_text(tid: bytes) -> str:
@@ -23,12 +25,12 @@ def _tid_text(tid: bytes) -> str:
     return f"0x{tid.hex()} ({when})"
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[float, "str | float"]):
     """A duration as schemas' retentions are written (``30m``, ``1h``, ``2d``; a bare number is seconds), in seconds."""
 
     name = "DURATION"
 
-    def convert(self, value, param, ctx) -> float:
+    def convert(self, value: str | float, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         from windvane.ingest.times import duration_seconds  # loads numpy: only when the option is given
@@ -147,12 +149,11 @@ def pack(
 
     if vacuum and not reclaim:
         raise BadInput("--vacuum gives space back to the file system: drop --no-reclaim to use it")
-    before_time = _pack_before(keep_days, before)  # bad flags are refused before anything is done
+    kept_since = _pack_since(keep_days, before)  # bad flags are refused before anything is done
     with open_store(store_url, create=False, blob_grace=blob_grace) as st:
         if schemas_dir is not None:
             _apply_retention(st, schemas_dir)
-        # --keep-days counts back from now, after the retention's trims: a pack keeping 0 days drops them too.
-        since = before_time if before_time is not None else time.time() - keep_days * 86400
+        since = kept_since()
         last = st.last_transaction()
         if last == neostore.ZERO:
             click.echo("nothing to pack: the store has no transactions")
@@ -169,7 +170,14 @@ def pack(
         _pack_report(stats, reclaim, store_url)
 
 
-def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: bool, vacuum: bool):
+def _pack_with_progress(
+    st: neostore.Store,
+    tid: bytes,
+    references: Callable[[bytes], Iterable[bytes]] | None,
+    *,
+    reclaim: bool,
+    vacuum: bool,
+) -> PackStats:
     """``st.pack`` up to ``tid`` under a progress bar; its statistics."""
     counts = st.counts()
     with click.progressbar(
@@ -192,7 +200,7 @@ def _pack_with_progress(st: neostore.Store, tid: bytes, references, *, reclaim: 
         )
 
 
-def _pack_report(stats, reclaim: bool, url: str) -> None:
+def _pack_report(stats: PackStats, reclaim: bool, url: str) -> None:
     """What pack removed and what the store takes now (and at what URL, once its object store holds nothing)."""
     click.echo(
         f"removed {stats.revisions_deleted} revisions ({stats.objects_collected} unreachable objects) "
@@ -235,22 +243,28 @@ def _apply_retention(st: neostore.Store, schemas_dir: str) -> None:
         click.echo(line)
 
 
-def _pack_before(keep_days: float | None, before: str | None) -> float | None:
-    """--before as a Unix time (None with --keep-days): `store pack` takes exactly one of the two."""
-    if (keep_days is None) == (before is None):
+def _pack_since(keep_days: float | None, before: str | None) -> Callable[[], float]:
+    """The Unix time from which `store pack` keeps history (--keep-days or --before: exactly one of the two).
+
+    --keep-days counts back from when it is asked, after the retention's trims: a pack keeping 0 days drops them too.
+    """
+    if keep_days is not None and before is None:
+        days = keep_days
+        return lambda: time.time() - days * 86400
+    if keep_days is not None or before is None:
         raise BadInput(
             "say how much history to keep, with one of --keep-days DAYS (every state of the last DAYS "
             "days stays readable; 0 keeps only the latest) or --before TIME (the states before TIME "
             "are removed): pack removes history for good"
         )
-    if before is None:
-        return None
-    from windvane.export.times import BadTime, parse_time
+    from windvane.export.errors import BadTime
+    from windvane.export.times import parse_time
 
     try:
-        return parse_time(before, "--before") / 1e9
+        before_time = parse_time(before, "--before") / 1e9
     except BadTime as exc:
         raise BadInput(str(exc)) from exc
+    return lambda: before_time
 
 
 @store.command(short_help="Move big values between the database and an object store (S3).")
@@ -308,7 +322,7 @@ def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -
         _move(st, out, url)
 
 
-def _open_for_tier(url: str, **options) -> neostore.Store:
+def _open_for_tier(url: str, **options: Any) -> neostore.Store:
     """The store at ``url``; exit code 2 if there is none or its recorded location is not the URL's."""
     from windvane import neostore
 
