@@ -109,7 +109,7 @@ class GroupCommitter:
             self.dedup,
             self.admission,
             self.outcomes,
-            Retries(self.observer, fail),
+            Retries(self.observer, fail, store),
             self.observer,
         )
         self.pipeline = Pipeline(parts, interval=interval, max_group_bytes=max_group_bytes)

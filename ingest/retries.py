@@ -3,7 +3,7 @@
 A group that fails to commit is retried one submission at a time, so a
 submission that cannot be stored fails alone and the others are still
 committed. A lone submission that failed for a reason other than the store
-(:func:`store_failure`) is retried once with every event sent to
+(:meth:`Retries.store_failure`) is retried once with every event sent to
 quarantine verbatim, so that its sender is answered and not left resending
 it for ever; if that fails too, the store is at fault.
 """
@@ -22,16 +22,6 @@ from .submission import Submission
 log = logging.getLogger("windvane.ingest")
 
 
-def store_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` says the store could not commit (retrying later may work), rather than that
-    something in the submission could not be stored (a bug: retrying the same bytes fails the same way)."""
-    if isinstance(exc, (neostore.NeoStoreError, CommitFailed, OSError, MemoryError)):
-        return True
-    # The database drivers' own errors (sqlite3.Error, mariadb.Error): what they raise is about the
-    # database (locked, full, gone), never about the bytes, which neostore binds as opaque values.
-    return any(cls.__module__.split(".")[0] in ("sqlite3", "mariadb") for cls in type(exc).__mro__)
-
-
 def salvage_reason(exc: BaseException) -> str:
     """The quarantine reason of the events of a submission ``exc`` kept from being stored as it is."""
     text = f"windvane could not store this event as it is ({type(exc).__name__}: {exc})"
@@ -44,12 +34,24 @@ def _streams(group: list[Submission]) -> set[str]:
 
 
 class Retries:
-    """Decides what becomes of the submissions of a failed commit; fails them through ``fail``
+    """Decides what becomes of the submissions of a failed commit to ``store``; fails them through ``fail``
     (``fail(group, error)`` answers each of ``group`` with ``error``)."""
 
-    def __init__(self, observer: CommitObserver, fail: Callable[[list[Submission], Exception], None]):
+    def __init__(
+        self, observer: CommitObserver, fail: Callable[[list[Submission], Exception], None], store: neostore.Store
+    ):
         self._observer = observer
         self._fail = fail
+        self._store = store
+
+    def store_failure(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the store could not commit (retrying later may work), rather than that
+        something in the submission could not be stored (a bug: retrying the same bytes fails the same way)."""
+        if isinstance(exc, (neostore.NeoStoreError, CommitFailed, OSError, MemoryError)):
+            return True
+        # A database driver's own error escaping unwrapped: the store's backend knows which mean the database
+        # fails for now (locked, full, gone) and which the same statements meet again.
+        return self._store.is_transient(exc)
 
     def failed(self, group: list[Submission], exc: Exception) -> list[Submission]:
         """Report a failed commit: the submissions to retry one by one, or none (each has its error)."""
@@ -64,12 +66,12 @@ class Retries:
             log.warning("a group of %d submissions failed to commit (%s); committing them one by one", len(group), exc)
             return group
         item = group[0]
-        if item.salvage is None and not store_failure(exc):
+        if item.salvage is None and not self.store_failure(exc):
             self._observer.internal_error("storing", exc)
             item.salvage = salvage_reason(exc)
             return group
         self._observer.failed(f"the store could not commit: {exc}", item.streams)
-        log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not store_failure(exc))
+        log.error("commit failed, nothing acknowledged: %s", exc, exc_info=not self.store_failure(exc))
         self._fail(group, CommitFailed(f"the store could not commit: {exc}"))
         return []
 

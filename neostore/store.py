@@ -129,6 +129,21 @@ class Store:
         """
         return transaction_committed(self.backend, tid, self.in_doubt_timeout if timeout is None else timeout)
 
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by this store or its database's driver, says the store fails for now (locked,
+        busy, full, out of reach, rolled back): the same work may succeed later. False for an error the same
+        work meets again (a constraint, a syntax error) and for anything that is not the store's.
+
+        A :class:`~neostore.errors.DatabaseError` is judged by the driver's error it was raised from
+        (:meth:`Backend.is_transient`).
+        """
+        transient = (errors.TransientDatabaseError, errors.StorageUnavailableError, errors.CommitLockTimeout)
+        if isinstance(exc, transient):
+            return True
+        if isinstance(exc, errors.DatabaseError) and exc.__cause__ is not None:
+            return self.backend.is_transient(exc.__cause__)
+        return self.backend.is_transient(exc)
+
     def close(self) -> None:
         """Close every connection. Transactions still open are abandoned."""
         self.pool.closed = True  # no new reader, while the encoder's last reads finish

@@ -176,6 +176,12 @@ class Backend(ABC):
         """Whether ``exc`` says the database rolled the whole transaction back (running it again may work)."""
         return False
 
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is this database failing for now (locked, busy, full, out of reach, rolled back), so
+        the same work may succeed later; False for an error the same statements meet again (a constraint, a
+        syntax error) and for anything that is not the database's."""
+        return self.is_rolled_back(exc) or self.is_unavailable(exc)
+
     def describe(self) -> dict[str, str]:
         """Facts about the engine for ``windvane store info``."""
         return {"backend": self.kind}

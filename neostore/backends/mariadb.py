@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import mariadb
+from mariadb.constants import ERR
 
 from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
 from ..url import StoreURL
@@ -16,7 +17,18 @@ from .base import Backend, schema_statements
 # connection during query, can't connect (local or TCP).
 _CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
 # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back.
-_DEADLOCK = 1213
+_DEADLOCK = ERR.ER_LOCK_DEADLOCK
+# The server failing for now: a lock waited for too long, too many connections, shutting down, a full disk
+# or table, a statement killed or past its time limit. The same statements may succeed later.
+_TRANSIENT = {
+    ERR.ER_LOCK_WAIT_TIMEOUT,
+    ERR.ER_CON_COUNT_ERROR,
+    ERR.ER_SERVER_SHUTDOWN,
+    ERR.ER_DISK_FULL,
+    ERR.ER_RECORD_FILE_FULL,
+    ERR.ER_QUERY_INTERRUPTED,
+    ERR.ER_STATEMENT_TIMEOUT,
+}
 
 # The tables pack deletes rows from, so the ones a rebuild can shrink.
 _PACKED_TABLES = ("obj", "data", "bigdata")
@@ -203,6 +215,11 @@ class MariaDBBackend(Backend):
 
     def is_rolled_back(self, exc: BaseException) -> bool:
         return isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) == _DEADLOCK
+
+    def is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) in _TRANSIENT:
+            return True
+        return super().is_transient(exc)
 
     def describe(self) -> dict[str, str]:
         conn = self._raw_connect()

@@ -25,6 +25,18 @@ from ..errors import CommitLockTimeout, DatabaseError, StorageUnavailableError, 
 from ..url import StoreURL
 from .base import Backend, schema_statements
 
+# SQLite failing for now: busy or locked by another connection, out of memory, an I/O error, a full disk,
+# a file it cannot open, a lock protocol race. The same statements may succeed later.
+_TRANSIENT_CODES = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+}
+
 
 class _Connection(sqlite3.Connection):
     """A connection that can carry its commit-lock file descriptor."""
@@ -180,6 +192,13 @@ class SQLiteBackend(Backend):
         return isinstance(exc, sqlite3.OperationalError) and any(
             text in str(exc) for text in ("unable to open", "disk I/O error", "no such table")
         )
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # The primary result code (the low byte of an extended one) says what kind of failure it is.
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in _TRANSIENT_CODES:
+            return True
+        return super().is_transient(exc)
 
     def close_connection(self, conn: Any) -> None:
         if conn.lock_fd is not None:
