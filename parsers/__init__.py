@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ParserNotFound", "catalog", "list_parsers", "parser_path", "sample_path"]
 
@@ -22,7 +23,7 @@ class ParserNotFound(LookupError):
 
 
 @cache
-def catalog() -> dict[str, dict]:
+def catalog() -> dict[str, dict[str, Any]]:
     """Each shipped parser's entry: ``title``, ``fields`` (and ``own_time`` false where lines carry no time)."""
     return tomllib.loads((HERE / "catalog.toml").read_text())
 
