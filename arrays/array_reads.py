@@ -46,7 +46,9 @@ class ChunkReader:
         """The key of the chunk at grid ``coords``."""
         return f"{self._name}/{meta.chunk_key(coords)}"
 
-    def decode(self, meta: ArrayMeta, value: bytes | memoryview, key: str, into: np.ndarray | None = None) -> np.ndarray:
+    def decode(
+        self, meta: ArrayMeta, value: bytes | memoryview, key: str, into: np.ndarray | None = None
+    ) -> np.ndarray:
         """Chunk ``key``'s stored bytes ``value`` decoded (straight ``into`` a whole-chunk array, if given);
         ArrayError naming the chunk if they do not decode."""
         try:

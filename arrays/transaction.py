@@ -11,25 +11,43 @@ not fit in memory.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from windvane import neostore
 
 from . import row_log
-from .keys import encode_key
-from .transaction_reads import TransactionReads, serialised
+from .keys import Entry, LoggedView, Snapshot, encode_key
+from .own_writes import OwnWrites
 
 log = logging.getLogger("windvane.arrays")
 
 #: A set of keys (spelled apart: inside the class, ``set`` is Transaction.set).
 _Keys = set[str]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S", bound="Transaction")
 
-class Transaction(TransactionReads):
+
+def serialised(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Run ``method`` holding the transaction's lock: zarr and dask call from many threads."""
+
+    def locked(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(locked, method)
+    return locked
+
+
+class Transaction(LoggedView):
     """One atomic set of key changes on a neostore Store. Thread-safe.
 
     Reads see the head and this transaction's own writes, row logs applied
@@ -40,6 +58,135 @@ class Transaction(TransactionReads):
     ``message`` and ``metadata`` (plain JSON data) are recorded with the
     commit and shown by :func:`arrays.history`.
     """
+
+    def __init__(
+        self,
+        store: neostore.Store,
+        *,
+        message: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        user: str = "",
+    ):
+        self.store = store
+        self.message = message
+        self.metadata = dict(metadata or {})
+        self._head = Snapshot(store, None)
+        ext = json.dumps(self.metadata, sort_keys=True).encode() if self.metadata else b""
+        self._tx = store.begin(user.encode(), message.encode(), ext)
+        self._written = OwnWrites()
+        self._gathered: dict[str, tuple[set[str], Callable[[set[str]], None]]] = {}  # see gathered
+        self._on_commit: list[Callable[[bytes], None]] = []
+        self._on_abort: list[Callable[[], None]] = []
+        self._locked = False
+        self._log_checked: set[str] = set()  # groups whose log holds no rows in this transaction
+        self._mutex = threading.RLock()
+        self.tid: bytes | None = None
+        self._committed_oids: frozenset[bytes] | None = None  # written_oids once committed: asked by every writer
+        self._ahead: dict[str, bytes | None] = {}  # key -> its head value (None: absent), see read_ahead
+
+    # -- reading (head + own writes) -----------------------------------------
+
+    @property
+    def state(self) -> str:
+        """``open``, ``finished`` (committed) or ``aborted``."""
+        return self._tx.state
+
+    @serialised
+    def raw_get(self, key: str) -> bytes | None:
+        """The stored value of ``key`` (row logs not applied): this transaction's write, else the head's; None if absent."""
+        if key in self._written:
+            oid, size = self._written.oid_and_size(key)
+            return None if size is None else self._tx.pending_value(oid)[1]
+        if key in self._ahead:
+            return self._ahead[key]
+        return self._head.raw_get(key)
+
+    @serialised
+    def raw_get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """Like :meth:`raw_get` for many keys, in one round trip for those not written here; absent keys left out."""
+        keys = list(keys)
+        own = [k for k in keys if k in self._written or k in self._ahead]
+        found = self._head.raw_get_many([k for k in keys if k not in self._written and k not in self._ahead])
+        for key in own:
+            value = self.raw_get(key)
+            if value is not None:
+                found[key] = value
+        return found
+
+    @serialised
+    def read_ahead(self, keys: Iterable[str]) -> None:
+        """Take the commit lock and read ``keys`` now, in one round trip: later reads of them in this
+        transaction (values, sizes, absence) are answered from memory.
+
+        Under the lock the head cannot change, so what was read stays what
+        the head holds; this transaction's own writes still win. What
+        readying thousands of streams at once needs instead of a few reads
+        per stream.
+        """
+        self.lock()
+        wanted = [k for k in dict.fromkeys(keys) if k not in self._written and k not in self._ahead]
+        found = self._head.raw_get_many(wanted)
+        self._ahead.update((key, found.get(key)) for key in wanted)
+
+    @serialised
+    def raw_get_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        """Bytes ``[start:stop]`` of ``key``'s stored value (None if absent); the database slices uncompressed values."""
+        if key in self._written:
+            value = self.raw_get(key)
+            return None if value is None else value[start:stop]
+        return self._head.raw_get_range(key, start, stop)
+
+    @serialised
+    def raw_size(self, key: str) -> int | None:
+        """The size of ``key``'s stored value, None if absent; values are not loaded."""
+        if key in self._written:
+            return self._written.oid_and_size(key)[1]
+        if key in self._ahead:
+            value = self._ahead[key]
+            return None if value is None else len(value)
+        return self._head.raw_size(key)
+
+    @serialised
+    def log_chain(self, key: str, current: row_log.Revision) -> list[row_log.Revision]:
+        """The committed revisions of row log ``key`` whose rows are pending in ``current``, oldest first."""
+        # Earlier revisions are committed ones (a transaction writes a key once).
+        return self._head.log_chain(key, current)
+
+    @serialised
+    def raw_list_under(self, prefixes: Iterable[str]) -> list[Entry]:
+        """Keys under ``prefixes`` as stored with this transaction's writes, sorted (serials of own writes
+        are zero)."""
+        prefixes = list(dict.fromkeys(prefixes))
+        entries = {e.key: e for e in self._head.raw_list_under(prefixes)}
+        for key in {k for prefix in prefixes for k in self._written.under(prefix)}:
+            oid, size = self._written.oid_and_size(key)
+            if size is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = Entry(key, oid, neostore.ZERO, size)
+        return [entries[k] for k in sorted(entries, key=encode_key)]
+
+    @property
+    def locked(self) -> bool:
+        """Whether this transaction holds the commit lock (from :meth:`lock` to its end)."""
+        return self._locked
+
+    @serialised
+    def lock(self) -> None:
+        """Hold the commit lock from now to commit/abort: reads stay current."""
+        if not self._locked:
+            self._tx.lock()
+            self._locked = True
+
+    @serialised
+    def head(self) -> bytes:
+        """The newest commit when this transaction took the commit lock (taking it now if not yet).
+
+        Under the lock nothing else commits, so this is the latest state
+        without asking the database again.
+        """
+        self.lock()
+        return self._tx.head
 
     # -- writing ---------------------------------------------------------------
 
@@ -132,11 +279,7 @@ class Transaction(TransactionReads):
     def _wrote(self, key: str, oid: bytes, size: int | None) -> None:
         if row_log.is_log_key(key):
             self._log_checked.discard(row_log.group_of(key))
-        self._writes += 1
-        if self._by_dir is not None and key not in self._written:
-            self._index(key)
-        self._written[key] = (oid, size)
-        self._write_seq[key] = self._writes
+        self._written.record(key, oid, size)
 
     # -- row logs ----------------------------------------------------------------
 
@@ -174,16 +317,12 @@ class Transaction(TransactionReads):
     @serialised
     def write_mark(self) -> int:
         """A mark of the writes so far; :meth:`written_since` tells which keys were written after it."""
-        return self._writes
+        return self._written.mark
 
     @serialised
     def written_since(self, mark: int, keys: Iterable[str]) -> bool:
         """Whether any of ``keys`` was written (set or deleted) in this transaction after ``mark`` (0: ever)."""
-        seq = self._write_seq
-        for key in keys:  # a loop, not any() over a generator: thousands of writers ask this per commit
-            if seq.get(key, 0) > mark:
-                return True
-        return False
+        return self._written.since(mark, keys)
 
     @serialised
     def oids(self, keys: Iterable[str], *, written_only: bool = False) -> dict[str, bytes]:
@@ -193,7 +332,7 @@ class Transaction(TransactionReads):
         The oid of a key first bound by this transaction is permanent only if it commits.
         """
         keys = list(keys)
-        found = {k: self._written[k][0] for k in keys if k in self._written}
+        found = {k: self._written.oid_and_size(k)[0] for k in keys if k in self._written}
         rest = [k for k in keys if k not in found]
         if rest and not written_only:
             oids = self._tx.oids_for([encode_key(k) for k in rest])
@@ -205,7 +344,7 @@ class Transaction(TransactionReads):
         """The oids of every object this transaction writes: after commit, exactly what its tid changed."""
         if self._committed_oids is not None:
             return self._committed_oids
-        oids = frozenset(oid for oid, _ in self._written.values())
+        oids = self._written.oids()
         if self.tid is not None:
             self._committed_oids = oids
         return oids
