@@ -63,7 +63,7 @@ def export(
     tag: str,
     to: str | os.PathLike[str],
     format: str,
-    *,  # noqa: A002
+    *,
     start: Time | None = None,
     stop: Time | None = None,
     at: Time | bytes | None = None,

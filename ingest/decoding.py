@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .errors import CommitFailed, UndecodableBatch
 from .observer import CommitObserver
-from .prepare import Preparer, Raised, prepare_each
+from .prepare import Outcome, Preparer, Raised, Validated, prepare_each
 from .retries import salvage_reason
 from .schema import SchemaSet
 from .submission import Submission
@@ -120,12 +120,10 @@ class DecodePool:
                 self._fail([item], error)
         return out
 
-    def _result(self, item: Submission, here: object) -> Exception | None:
+    def _result(self, item: Submission, here: Outcome | None) -> Exception | None:
         """Take ``item``'s preparation (``here``: made in this thread, or None); the error that fails it."""
         try:
-            result = here if item.prepared is None else item.prepared.result()
-            if isinstance(result, Raised):
-                raise result.error
+            result = _taken(item, here)
         except BrokenProcessPool as exc:
             assert self.preparer is not None
             self.preparer.broken()
@@ -140,5 +138,14 @@ class DecodePool:
             return None
         if isinstance(result, UndecodableBatch):
             return result
-        item.validated = result  # type: ignore[assignment]
+        item.validated = result
         return None
+
+
+def _taken(item: Submission, here: Outcome | None) -> list[list[Validated]] | UndecodableBatch:
+    """``item``'s preparation, ``here`` if it was made in this thread; raising what preparing it raised."""
+    result = here if item.prepared is None else item.prepared.result()
+    assert result is not None, "a submission no worker prepares is prepared in the committer's thread"
+    if isinstance(result, Raised):
+        raise result.error
+    return result

@@ -141,7 +141,7 @@ class Pipeline:
                 group = self.parts.decoding.collect(group)
                 if group:
                     self._commit(group)
-            except BaseException as exc:  # the thread must outlive anything a group does
+            except BaseException as exc:  # noqa: BLE001 - the thread must outlive anything a group does
                 self.parts.retries.crashed(group, exc)
             # Not kept while this thread waits for the next: after a burst, the last group's bytes and
             # columns would stay alive until more comes.
@@ -304,7 +304,7 @@ class Pipeline:
                 handoff.redo = redo
                 return []
             return self._write_then_commit(group, gathered, staged, handoff, started)
-        except BaseException as exc:  # this thread must outlive anything a group does
+        except BaseException as exc:  # noqa: BLE001 - this thread must outlive anything a group does
             self.parts.retries.crashed(group, exc, thread="commit thread")
         finally:
             handoff.written.set()

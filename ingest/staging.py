@@ -188,24 +188,30 @@ class GroupWriter:
             user="windvane-ingest",
         )
         try:
-            # The commit lock, held from here to the commit: what the ledger reads stays the latest.
-            gathered.head = tx.head()
-            if gathered.keys:
-                self.ledger.sync(self.store, gathered.head)
-                # Also keys read by an earlier group's sync, after this group was checked in memory.
-                if any(item.key is not None and item.key in self.ledger for item in group):
-                    raise KeysCommitted()
-            self._write_streams(tx, gathered, staged)
-            if gathered.keys:
-                name, value, where, bucket = self.ledger.to_write(gathered.keys, gathered.head)
-                # raw: no array's row log covers the ledger's names (under _windvane/), so there is none
-                # to look for: on MariaDB that look was a round trip in every keyed commit.
-                tx.set(name, value, raw=True)
-                gathered.key_write = (where, bucket)
+            self._write_into(tx, group, gathered, staged)
         except BaseException:
             tx.abort()
             raise
         return tx
+
+    def _write_into(
+        self, tx: arrays.Transaction, group: list[Submission], gathered: Group, staged: dict[str, arrays.Staged]
+    ) -> None:
+        """Write ``gathered``'s rows, rejects and keys into ``tx``; KeysCommitted if a key of ``group`` is."""
+        # The commit lock, held from here to the commit: what the ledger reads stays the latest.
+        gathered.head = tx.head()
+        if gathered.keys:
+            self.ledger.sync(self.store, gathered.head)
+            # Also keys read by an earlier group's sync, after this group was checked in memory.
+            if any(item.key is not None and item.key in self.ledger for item in group):
+                raise KeysCommitted()
+        self._write_streams(tx, gathered, staged)
+        if gathered.keys:
+            name, value, where, bucket = self.ledger.to_write(gathered.keys, gathered.head)
+            # raw: no array's row log covers the ledger's names (under _windvane/), so none is looked for
+            # (on MariaDB each look is a round trip).
+            tx.set(name, value, raw=True)
+            gathered.key_write = (where, bucket)
 
     def _write_streams(self, tx: arrays.Transaction, gathered: Group, staged: dict[str, arrays.Staged]) -> None:
         schemas = {tag: self._schema_of(tag) for tag in staged}

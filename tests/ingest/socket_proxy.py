@@ -101,8 +101,11 @@ class _Relay:
             server.connect(self.upstream)
             _Pair(self, client, server)
 
-    def _take_arm(self) -> str | None:
+    def take_arm(self) -> str | None:
+        """At a COMMIT: the mode to cut it in, or None to let it pass (not armed, or one to skip)."""
         with self._lock:
+            if self._armed is None:
+                return None
             if self._skip > 0:
                 self._skip -= 1
                 return None
@@ -151,8 +154,8 @@ class _Pair:
                 body = self._recv_exact(int.from_bytes(header[:3], "little"))
                 if body is None:
                     break
-                if body == COMMIT and self.cutter._armed is not None:
-                    mode = self.cutter._take_arm()
+                if body == COMMIT:
+                    mode = self.cutter.take_arm()
                     if mode == "before":
                         break
                     if mode == "after":

@@ -348,8 +348,8 @@ def test_streams_new_to_their_writers_are_readied_together_then_written_from_mem
         )
     writers = streams.StreamWriters(store)
     reads = []
-    query = store._query
-    monkeypatch.setattr(store, "_query", lambda sql, params=(): reads.append(sql) or query(sql, params))
+    query = store.pool.query  # every read of the store runs through its pool
+    monkeypatch.setattr(store.pool, "query", lambda sql, params=(): reads.append(sql) or query(sql, params))
     with arrays.transaction(store) as tx:
         streams.ready_unknown(tx, writers, {tag: LOG for tag in tags})
         readying, readiness = len(reads), list(reads)

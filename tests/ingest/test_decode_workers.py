@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -104,7 +105,7 @@ async def test_a_killed_worker_fails_its_submission_and_the_pool_is_replaced(com
     item = Undecoded("app.w", payload, _sleepy_decode, (60.0,), "test", len(payload))
     pending = asyncio.ensure_future(committer.submit([item]))
     await asyncio.sleep(0.5)  # the worker is now inside the sleep
-    pids = list(committer.decoding.preparer._pool._processes)
+    pids = _worker_pids()
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -141,7 +142,7 @@ async def test_forward_malformed_entries_via_worker_no_ack_and_closed(committer,
     acks = _unpack_all(received)
     assert acks == [{"ack": "c1"}]  # the message before is acked; the malformed one and those after are not
     assert "malformed Forward message from" in caplog.text
-    assert list(read(store, "app.f")["seq"])[0] == 1
+    assert next(iter(read(store, "app.f")["seq"])) == 1
 
 
 def _unpack_all(data: bytes) -> list:
@@ -244,10 +245,15 @@ async def test_a_killed_worker_fails_the_batch_it_held_and_the_next_one_is_prepa
     ]
     pending = asyncio.ensure_future(committer.submit_many(items))
     await asyncio.sleep(0.5)  # the worker is now inside the first sleep
-    for pid in list(committer.decoding.preparer._pool._processes):
+    for pid in _worker_pids():
         os.kill(pid, signal.SIGKILL)
     results = await asyncio.wait_for(pending, 30)
     assert all(isinstance(r, CommitFailed) and "decode worker died" in str(r) for r in results), results
     after = await committer.submit_many(_many_small("after"))
     # 24 submissions of 2 records: one record quarantined, one submission undecodable.
     assert sum(r.accepted for r in after if not isinstance(r, UndecodableBatch)) == 45
+
+
+def _worker_pids() -> list[int]:
+    """The decode workers' process ids: the processes this one started through multiprocessing (its pool's)."""
+    return [p.pid for p in multiprocessing.active_children() if p.pid is not None]

@@ -23,32 +23,15 @@ import msgpack
 import pytest
 
 from tests.fluent_programs import start_fluentd
-from tests.serve_process import Serve, free_port
+from tests.serve_process import Serve, event_schema, free_port, start_serve
 from windvane import arrays, neostore
 from windvane.ingest.prepare import INVALID_TAG
 
 pytestmark = pytest.mark.timeout(240)
 
-SCHEMA = """\
-kind = "log"
-tags = ["app.**", "{long}"]
-extra = "keep"
-
-[[fields]]
-name = "seq"
-dtype = "int64"
-required = true
-
-[[fields]]
-name = "msg"
-dtype = "str"
-
-[[fields]]
-name = "value"
-dtype = "float64"
-"""
 
 LONG_TAG = "app." + "t" * 740  # over the 255-byte limit of a stream name
+SCHEMA = event_schema("app.**", LONG_TAG, extra="keep")
 
 
 def _bin(b: bytes) -> bytes:
@@ -140,12 +123,7 @@ def _send_and_wait_acks(port: int, chunks: list[bytes], timeout: float = 60) -> 
 
 @pytest.fixture
 def serve(tmp_path):
-    schemas = tmp_path / "schemas"
-    schemas.mkdir()
-    (schemas / "app.toml").write_text(SCHEMA.replace("{long}", LONG_TAG))
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    with Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{free_port()}") as server:
-        server.url = url
+    with start_serve(tmp_path, {"app.toml": SCHEMA}, forward=f"127.0.0.1:{free_port()}") as server:
         yield server
 
 
@@ -262,7 +240,7 @@ def _defect_lines() -> tuple[list[bytes], list[int], int]:
     dropped = [b'{"seq": 100, "msg": "latin-1 bytes: caf\xe9"}', b'{"seq": 104, "x": "\xff\xfe not UTF-8"}']
     huge = json.dumps({"seq": 50, "msg": "x" * (1 << 20)}).encode()
     lines = good[:10] + bad[:2] + dropped + [huge] + good[10:] + bad[2:]
-    return lines, list(range(10)) + [50] + list(range(10, 20)), len(bad)
+    return lines, [*range(10), 50, *range(10, 20)], len(bad)
 
 
 #: Raw lines (fluentd's ``none`` parser sends each as ``message``, bin): UTF-8 ones and Latin-1 ones.
@@ -273,10 +251,6 @@ RAW_LINES = [f"plain line {i} ✓".encode() for i in range(5)] + [
 
 @pytest.mark.clients
 def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
-    schemas = tmp_path / "schemas"
-    schemas.mkdir()
-    (schemas / "app.toml").write_text(SCHEMA.replace("{long}", LONG_TAG))
-    (schemas / "raw.toml").write_text(RAW_SCHEMA)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     lines, good, bad_count = _defect_lines()
     source, raw_source = tmp_path / "events.jsonl", tmp_path / "raw.log"
@@ -323,7 +297,8 @@ def test_real_fluentd_chunk_with_defective_records_is_acknowledged(tmp_path):
         ("raw.fluentd", False): 5,
         ("raw.fluentd", True): 3,
     }
-    with Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}") as serve:
+    schemas = {"app.toml": SCHEMA, "raw.toml": RAW_SCHEMA}
+    with start_serve(tmp_path, schemas, store=url, forward=f"127.0.0.1:{port}") as serve:
         # in_tail reads each whole file at start (read_from_head): one buffer chunk per tag.
         source.write_bytes(b"\n".join(lines) + b"\n")
         raw_source.write_bytes(b"\n".join(RAW_LINES) + b"\n")

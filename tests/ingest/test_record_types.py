@@ -132,7 +132,7 @@ def test_any_misfit_sends_the_batch_the_checked_way(record):
 def test_every_time_form_is_read_as_the_checked_way_reads_it(time):
     entries = [[time, {"seq": 1}], [EVENT_TIME, {"seq": 2}]]
     payload = packed(entries)
-    was_typed, columns, rejected = stored(SCHEMAS["keep"], payload, True)
+    _, columns, rejected = stored(SCHEMAS["keep"], payload, True)
     _, plain_columns, plain_rejected = stored(SCHEMAS["keep"], payload, False)
     assert rejected == plain_rejected
     if time in (0, None):  # "now": two decodes, two clocks
