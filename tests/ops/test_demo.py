@@ -242,10 +242,10 @@ def test_what_metrics_count_as_committed_survives_kill_9(tmp_path):
     """The demo stops waiting when /metrics count every row sent: those rows are durable then."""
     url = f"sqlite:///{tmp_path}/demo.db"
     with demo.sample_path("schemas") as schemas:
-        service = demo._Service(url, schemas, tmp_path / "serve.log")
+        service = demo.DemoService(url, schemas, tmp_path / "serve.log")
         try:
-            sent, expected = demo.send_scada(service.ports["forward"], demo._silent)
-            demo._wait_committed(service, expected)
+            sent, expected = demo.send_scada(service.ports["forward"], demo.silent)
+            service.wait_committed(expected)
         finally:
             service.kill()  # SIGKILL: no shutdown, no final commit
     assert sent.records == sum(expected.values()) == len(scada_rows())

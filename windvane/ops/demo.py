@@ -92,7 +92,7 @@ class Progress(Protocol):
 
 
 #: ``progress(label=..., length=...)``: a context manager giving a :class:`Progress` (``click.progressbar`` fits).
-ProgressFactory = Callable[..., contextlib.AbstractContextManager]
+ProgressFactory = Callable[..., contextlib.AbstractContextManager[Progress]]
 
 
 class _Silent:
@@ -101,7 +101,8 @@ class _Silent:
 
 
 @contextlib.contextmanager
-def _silent(label: str, length: int) -> Iterator[Progress]:
+def silent(label: str, length: int) -> Iterator[Progress]:
+    """The progress of a demo nobody watches: a :data:`ProgressFactory` that shows nothing."""
     yield _Silent()
 
 
@@ -176,7 +177,7 @@ def log_lines() -> list[bytes]:
 # -- the service -------------------------------------------------------------------------
 
 
-class _Service:
+class DemoService:
     """``windvane serve`` as a child process on local ports (0: a free one); its log goes to ``log_path``."""
 
     def __init__(self, url: str, schemas: Path, log_path: Path, ports: tuple[int, int] = (0, 0)):
@@ -208,6 +209,8 @@ class _Service:
                 bufsize=0,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
+        assert self.process.stdout is not None, "stdout=PIPE gives a pipe"
+        self.output = self.process.stdout
         self.ports = self._wait_ready()
 
     def _wait_ready(self) -> dict[str, int]:
@@ -215,12 +218,12 @@ class _Service:
         ports: dict[str, int] = {}
         deadline = time.monotonic() + SERVICE_TIMEOUT
         with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
+            selector.register(self.output, selectors.EVENT_READ)
             while True:
                 if not selector.select(max(0.0, deadline - time.monotonic())):
                     self.kill()
                     raise DemoError(f"windvane serve did not start within {SERVICE_TIMEOUT:g} s; see {self.log_path}")
-                line = self.process.stdout.readline().decode().strip()
+                line = self.output.readline().decode().strip()
                 if line == "ready":
                     return ports
                 if not line and self.process.poll() is not None:
@@ -246,6 +249,26 @@ class _Service:
                 out.setdefault(name, {})[tag or ""] = float(value)
         return out
 
+    def wait_committed(self, expected: dict[str, int]) -> dict[str, dict[str, float]]:
+        """Poll ``/metrics`` until every tag of ``expected`` has its rows committed; the metrics then."""
+        deadline = time.monotonic() + SERVICE_TIMEOUT
+        while True:
+            metrics = self.metrics()
+            short = {
+                tag: (_committed(metrics, tag), rows)
+                for tag, rows in expected.items()
+                if _committed(metrics, tag) < rows
+            }
+            if not short:
+                return metrics
+            if time.monotonic() > deadline:
+                missing = ", ".join(f"{tag} {done} of {rows}" for tag, (done, rows) in sorted(short.items()))
+                raise DemoError(
+                    f"the service did not commit everything sent over Forward within {SERVICE_TIMEOUT:g} s "
+                    f"({missing}); see {self.log_path}"
+                )
+            time.sleep(0.05)
+
     def stop(self) -> None:
         """SIGTERM: it stops taking data, commits what it received and exits 0."""
         self.process.send_signal(signal.SIGTERM)
@@ -254,7 +277,7 @@ class _Service:
         except subprocess.TimeoutExpired:
             self.kill()
             raise DemoError(f"windvane serve did not stop within {SERVICE_TIMEOUT:g} s; see {self.log_path}") from None
-        self.process.stdout.close()
+        self.output.close()
         if code != 0:
             raise DemoError(f"windvane serve stopped with exit code {code}:\n{self.log_tail()}")
 
@@ -262,7 +285,7 @@ class _Service:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        self.process.stdout.close()
+        self.output.close()
 
 
 # -- sending -----------------------------------------------------------------------------
@@ -369,25 +392,6 @@ def _committed(metrics: dict[str, dict[str, float]], tag: str) -> int:
     )
 
 
-def _wait_committed(service: _Service, expected: dict[str, int]) -> dict[str, dict[str, float]]:
-    """Poll ``/metrics`` until every tag of ``expected`` has its rows committed; the metrics then."""
-    deadline = time.monotonic() + SERVICE_TIMEOUT
-    while True:
-        metrics = service.metrics()
-        short = {
-            tag: (_committed(metrics, tag), rows) for tag, rows in expected.items() if _committed(metrics, tag) < rows
-        }
-        if not short:
-            return metrics
-        if time.monotonic() > deadline:
-            missing = ", ".join(f"{tag} {done} of {rows}" for tag, (done, rows) in sorted(short.items()))
-            raise DemoError(
-                f"the service did not commit everything sent over Forward within {SERVICE_TIMEOUT:g} s "
-                f"({missing}); see {service.log_path}"
-            )
-        time.sleep(0.05)
-
-
 # -- the demo ----------------------------------------------------------------------------
 
 
@@ -430,7 +434,7 @@ def run(
     directory: str | Path = "var",
     *,
     keep: bool = False,
-    progress: ProgressFactory = _silent,
+    progress: ProgressFactory = silent,
     say: Callable[[str], None] = lambda line: None,
     ports: tuple[int, int] = (0, 0),
 ) -> DemoResult:
@@ -445,7 +449,7 @@ def run(
     url = f"sqlite:///{path}"
     log_path = directory / "demo-serve.log"
     with sample_path("schemas") as schemas:
-        service = _Service(url, schemas, log_path, ports)
+        service = DemoService(url, schemas, log_path, ports)
         try:
             say(
                 f"windvane serve is up: Forward on 127.0.0.1:{service.ports['forward']}, "
@@ -456,11 +460,11 @@ def run(
             vibration, vibration_rows = send_vibration(service.ports["forward"], progress)
             log = send_log(service.ports["http"], progress)
             sending = time.perf_counter() - started
-            metrics = _wait_committed(service, {**scada_rows, **vibration_rows})
+            metrics = service.wait_committed({**scada_rows, **vibration_rows})
             end_to_end = time.perf_counter() - started
             say("everything sent is committed; stopping the service")
             service.stop()
-        except BaseException:
+        except BaseException:  # Ctrl-C too: the service the demo started must not outlive it
             service.kill()
             raise
     received = metrics.get("windvane_stream_bytes_total", {})

@@ -192,6 +192,13 @@ def to_json(info: StoreInfo) -> dict[str, Any]:
     return dataclasses.asdict(info)
 
 
+def _span(stream: StreamInfo) -> tuple[str, str] | None:
+    """The earliest and latest time of ``stream``'s rows as text; None if no row has a time."""
+    if stream.earliest_time is None or stream.latest_time is None:
+        return None
+    return _when(stream.earliest_time, ns=True), _when(stream.latest_time, ns=True)
+
+
 def _when(ns_or_seconds: float, *, ns: bool = False) -> str:
     """A UTC time as text: to the second for Unix seconds, to the finest unit it needs for ``ns``."""
     if not ns:
@@ -229,13 +236,8 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
     for s in info.streams:
         yield ""
         yield f"{'quarantine' if s.quarantine else 'stream'} {s.tag}  ({s.path})"
-        span = (
-            f", {_when(s.earliest_time, ns=True)} .. {_when(s.latest_time, ns=True)}"
-            if s.earliest_time is not None
-            else ", no time"
-            if s.rows
-            else ""
-        )
+        times = _span(s)
+        span = f", {times[0]} .. {times[1]}" if times else ", no time" if s.rows else ""
         yield f"  rows: {s.rows:,}{span}"
         ratio = f" ({s.raw_bytes / s.stored_bytes:.2f}x)" if s.stored_bytes else ""
         yield (f"  bytes: raw {s.raw_bytes:,}, stored {s.stored_bytes:,}{ratio}, with history {s.history_bytes:,}")
@@ -253,10 +255,7 @@ def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
         yield "no streams"
         return
     names = [f"quarantine/{s.tag}" if s.quarantine else s.tag for s in found]
-    spans = [
-        (_when(s.earliest_time, ns=True), _when(s.latest_time, ns=True)) if s.earliest_time is not None else ("-", "-")
-        for s in found
-    ]
+    spans = [_span(s) or ("-", "-") for s in found]
     width = max(len("stream"), *map(len, names))
     at = max(len("earliest"), *(len(t) for span in spans for t in span))
     yield f"{'stream':<{width}}  {'rows':>12}  {'earliest':<{at}}  {'latest':<{at}}  {'stored':>14}  {'with history':>14}"

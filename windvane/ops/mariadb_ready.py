@@ -31,7 +31,6 @@ def wait_ready(
         if os.path.exists(socket):
             try:
                 mariadb.connect(user="root", unix_socket=socket, connect_timeout=5).close()
-                return
             except mariadb.Error as exc:
                 last_error = exc
                 if "Access denied" in str(exc):
@@ -39,6 +38,8 @@ def wait_ready(
                         f"the server at {socket} refused root without a password: {exc}. "
                         "This data directory was not created by windvane"
                     ) from exc
+            else:
+                return
         if time.monotonic() >= deadline:
             raise ServerTimeoutError(
                 with_log(

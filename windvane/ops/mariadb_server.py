@@ -97,7 +97,7 @@ def check_connector() -> None:
     before anything is started, so a missing connector leaves nothing running.
     """
     try:
-        import mariadb  # noqa: F401
+        import mariadb  # noqa: F401 - imported only to learn whether it can be
     except ImportError as exc:
         raise ServerNotFoundError(
             f"the MariaDB connector (Python package mariadb) cannot be imported ({exc}). "
@@ -264,7 +264,7 @@ class MariaDBServer:
         with self._lock():
             pid = self.pid
             spawned = pid is None
-            if spawned:
+            if pid is None:
                 mariadbd = find_mariadbd()
                 if not self.is_initialised():
                     initialise(self.datadir)
@@ -273,7 +273,7 @@ class MariaDBServer:
             try:
                 self._wait_ready(pid, deadline)
                 self._create_database(DEFAULT_DATABASE)
-            except BaseException:
+            except BaseException:  # Ctrl-C too: a server this start spawned must not stay running
                 if spawned:
                     self._stop_failed_start(pid)
                 raise
