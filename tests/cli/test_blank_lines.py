@@ -13,7 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from tests.connectors.files.fluent_corpus import fluentd_corpus  # noqa: F401
+from tests.connectors.files.fluent_corpus import fluentd_corpus  # noqa: F401 - a fixture
 from tests.serve_process import REPO
 from windvane import arrays
 from windvane.cli import cli as windvane_cli
@@ -94,7 +94,7 @@ def test_keep_blank_lines_keeps_them_as_rows_where_the_parser_reads_them(sqlite_
 
 
 @pytest.mark.clients
-def test_kept_blank_lines_get_the_reason_the_real_fluentd_gives(fluentd_corpus):  # noqa: F811
+def test_kept_blank_lines_get_the_reason_the_real_fluentd_gives(fluentd_corpus):
     lines = [b"Mar  1 00:00:00 host sshd[42]: before", b"", b"   ", b"\t", b"Mar  1 00:00:01 host sshd[42]: after"]
     ruby = "undefined method `+' for nil:NilClass"
     theirs = [o.rejected for o in fluentd_corpus.outcomes["syslog-blank-lines"]]

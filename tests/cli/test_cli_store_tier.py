@@ -146,7 +146,7 @@ def test_kill_9_midway_then_a_rerun_finishes(store_url, blobs_option, s3_env):
         child.wait(30)
     tiered = with_blobs(store_url, blobs_option)
     with neostore.open(tiered) as store:
-        moved = store._query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
+        moved = store.query(f"SELECT COUNT(*) FROM data WHERE chunks = {TIERED}")[0][0]
     assert 0 < moved < 5
     read_all(tiered, expected)  # every value readable, half moved
     rerun = windvane(*args)

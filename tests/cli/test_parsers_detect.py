@@ -24,7 +24,12 @@ def test_detect_ranks_the_asterisk_parser_first_and_shows_what_it_missed(tmp_pat
     out = result.output.splitlines()
     samples = len(parsers.sample_path("asterisk").read_text().splitlines())
     assert out[0] == f"{log}: the first {samples + 2} lines sampled; 1 blank line skipped"
-    assert out[2].split() == ["asterisk", f"{samples}", "/", f"{samples + 2}", f"({samples / (samples + 2):.0%})"] + [
+    assert out[2].split() == [
+        "asterisk",
+        f"{samples}",
+        "/",
+        f"{samples + 2}",
+        f"({samples / (samples + 2):.0%})",
         str(samples),
         "--parser",
         "asterisk",

@@ -25,7 +25,7 @@ def users(tmp_path):
     return str(path)
 
 
-def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(tmp_path, schemas, users):  # noqa: F811
+def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(tmp_path, schemas, users):
     result = windvane(
         "serve",
         "--store",
@@ -48,7 +48,7 @@ def test_users_alone_with_forward_on_is_refused_with_the_reason_not_a_traceback(
     ) in result.stderr
 
 
-def test_users_alone_protect_http(serve, store_url, users):  # noqa: F811 - the fixture imported above
+def test_users_alone_protect_http(serve, store_url, users):
     s = serve("--users", users, "--forward", "off")
     assert s.lines == [f"http: 127.0.0.1:{s.http_port} {HTTP}  auth: users (Basic or Bearer)", "ready"]
     status, headers, reply = post(s.http_port, "/app/auth", b'{"seq": 1}\n')
@@ -62,7 +62,7 @@ def test_users_alone_protect_http(serve, store_url, users):  # noqa: F811 - the 
     assert column(store_url, "app.auth", "seq") == [2, 3]
 
 
-def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):  # noqa: F811
+def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):
     result = windvane(
         "serve",
         "--store",
@@ -98,7 +98,7 @@ def test_shared_key_alone_with_http_on_is_refused(tmp_path, schemas):  # noqa: F
     assert result.returncode == 2 and "--http-auth users needs --users FILE" in result.stderr
 
 
-def test_each_listener_says_what_protects_it(serve, users):  # noqa: F811 - the fixture imported above
+def test_each_listener_says_what_protects_it(serve, users):
     s = serve("--shared-key", "the key", "--http-auth", "none")
     assert s.lines == [
         f"forward: 127.0.0.1:{s.forward_port} {FORWARD}  auth: shared key (handshake)",

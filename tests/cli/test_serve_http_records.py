@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from tests.cli.test_serve import column, forward_send, post, schemas  # noqa: F401 - schemas is a fixture
+from tests.cli.test_serve import column, forward_send, post, schemas
 from tests.forward_sender import chunk_id
 from tests.serve_process import Serve
 
@@ -17,7 +17,7 @@ _ = schemas
 
 
 @pytest.fixture
-def server(sqlite_url, schemas, tmp_path):  # noqa: F811 - the fixture imported above
+def server(sqlite_url, schemas, tmp_path):
     s = Serve(sqlite_url, schemas, tmp_path / "serve.log")
     yield s
     if s.process.poll() is None:
