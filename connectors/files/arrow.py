@@ -45,6 +45,7 @@ class ArrowReader:
         self.options = options
         self.size = os.path.getsize(self.path)
         self.fmt = fmt
+        self.rows: int | None = None  # the file's rows, when its format says (an IPC stream's does not)
         # pyarrow.parquet and pyarrow.ipc rather than pyarrow.dataset: they read files whose
         # columns' names are blank or repeated, which column_names then names.
         try:
@@ -108,7 +109,7 @@ class ArrowReader:
                 row += batch.num_rows
 
     def _part(self, table: pa.Table, end: int) -> Part:
-        rejected: list = []
+        rejected: list[tuple[int, bytes, str]] = []
         if self.time_column is None:
             times = made_times(self.options, np.arange(end - table.num_rows, end))
             table = table.add_column(0, "time", pa.array(times, pa.int64()))
@@ -133,9 +134,13 @@ class ArrowReader:
         table = table.drop_columns([self.time_column]).add_column(0, "time", pa.array(times, pa.int64()))
         return Part(table, end, self._nbytes(table, rejected), rejected)
 
-    def _nbytes(self, table: pa.Table, rejected: list) -> int:
+    def _nbytes(self, table: pa.Table, rejected: list[tuple[int, bytes, str]]) -> int:
         """The file's bytes a part of ``table`` and ``rejected`` rows stands for (its share of the rows)."""
-        return self.size * (table.num_rows + len(rejected)) // self.rows if self.rows else table.nbytes
+        if self.rows:
+            rows: int = table.num_rows + len(rejected)
+            return self.size * rows // self.rows
+        nbytes: int = table.nbytes
+        return nbytes
 
 
 def parquet_reader(path: str | Path, options: ReaderOptions) -> ArrowReader:

@@ -19,8 +19,9 @@ import bz2
 import gzip
 import lzma
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import zstandard
 
@@ -54,10 +55,22 @@ def data_name(path: str | Path) -> str:
     return _ROTATION.sub("", name) or name
 
 
+class DataStream(Protocol):
+    """What :func:`open_data` gives: the content read forward (``seek`` forward only when it is compressed)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class _Decompressed:
     """A decompressing stream whose damage is a FileFormatError naming the file."""
 
-    def __init__(self, path: str, kind: str, stream: BinaryIO):
+    def __init__(self, path: str, kind: str, stream: DataStream):
         self.path, self.kind, self.stream = path, kind, stream
 
     def _damaged(self, exc: Exception) -> FileFormatError:
@@ -99,7 +112,7 @@ class ZstdStream:
     """
 
     def __init__(self, path: str):
-        self.file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.file = open(path, "rb")  # closed by close()
         self.frame = zstandard.ZstdDecompressor().decompressobj()
         self.in_frame = False  # input of the current frame was fed, its end not reached
         self.buffer = bytearray()
@@ -146,7 +159,7 @@ class ZstdStream:
         self.file.close()
 
 
-_OPENERS = {
+_OPENERS: dict[str, Callable[[str], DataStream]] = {
     "gzip": lambda p: gzip.open(p, "rb"),
     "zstd": ZstdStream,
     "bzip2": lambda p: bz2.open(p, "rb"),

@@ -107,7 +107,8 @@ def record_ends(block: bytes | memoryview) -> np.ndarray:
     quotes = np.flatnonzero(data == _QUOTE)
     if not len(quotes):
         return newlines
-    return newlines[np.searchsorted(quotes, newlines) % 2 == 0]
+    ends: np.ndarray = newlines[np.searchsorted(quotes, newlines) % 2 == 0]
+    return ends
 
 
 def sniff_delimiter(head: bytes) -> str:
@@ -265,7 +266,9 @@ class CsvReader:
                 if at_end and not carry:
                     return
 
-    def _parse(self, block: bytes, types: dict[str, pa.DataType], bad: list, text: bool = False) -> pa.Table:
+    def _parse(
+        self, block: bytes, types: dict[str, pa.DataType], bad: list[tuple[int, str]], text: bool = False
+    ) -> pa.Table:
         """The rows of ``block``; ``bad`` gets ``(row number, reason)`` of the rows skipped for their field count."""
         table = self._read(block, types, bad, text, threads=True)
         if bad:  # parsing in parallel numbers no row: parse again in one thread to know which were skipped
@@ -273,7 +276,9 @@ class CsvReader:
             table = self._read(block, types, bad, text, threads=False)
         return table
 
-    def _read(self, block: bytes, types: dict[str, pa.DataType], bad: list, text: bool, threads: bool) -> pa.Table:
+    def _read(
+        self, block: bytes, types: dict[str, pa.DataType], bad: list[tuple[int, str]], text: bool, threads: bool
+    ) -> pa.Table:
         def invalid(row: pacsv.InvalidRow) -> str:
             bad.append((row.number, f"{row.actual_columns} fields where the header has {row.expected_columns}"))
             return "skip"
@@ -341,7 +346,7 @@ class CsvReader:
         return Part(table, end, nbytes, rejected, raw=raw)
 
     def _column_times(
-        self, table: pa.Table, rows: _Rows, index: np.ndarray | None, rejected: list
+        self, table: pa.Table, rows: _Rows, index: np.ndarray | None, rejected: list[tuple[int, bytes, str]]
     ) -> tuple[pa.Table, np.ndarray, np.ndarray | None]:
         """``table`` without its time column and its rows that have no time, their times, and the rows kept
         (``index``: the rows ``table`` holds, None: all); ``rejected`` gets the rows without a time."""

@@ -157,7 +157,7 @@ def _convert(values: pa.Array, unit: str | None, zone: str, layout: str | None =
 
 
 def _is_text(type_: pa.DataType) -> bool:
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+    return bool(pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_))
 
 
 def time_ns(
@@ -182,9 +182,9 @@ def time_ns(
     times = np.zeros(len(values), dtype=np.int64)
     nulls: list[np.ndarray] = []
 
-    def converted(start: int, got: pa.Array) -> None:
+    def keep(start: int, got: pa.Array) -> None:
         times[start : start + len(got)] = got.fill_null(0).to_numpy()
         nulls.append(start + np.flatnonzero(got.is_null().to_numpy(zero_copy_only=False)))
 
-    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone, layout), converted), *nulls])
+    bad = np.concatenate([failing_rows(values, lambda v: _convert(v, unit, zone, layout), keep), *nulls])
     return times, np.sort(bad).astype(np.int64)

@@ -136,7 +136,8 @@ def frame_times(start_ns: int, first: int, count: int, rate: int) -> np.ndarray:
     """The ns times of frames ``first .. first + count``: ``start + round(i * 1e9 / rate)``, in integers."""
     index = np.arange(first, first + count, dtype=np.int64)
     seconds, rest = np.divmod(index, rate)
-    return start_ns + seconds * 10**9 + (rest * 10**9 + rate // 2) // rate
+    times: np.ndarray = start_ns + seconds * 10**9 + (rest * 10**9 + rate // 2) // rate
+    return times
 
 
 class WavReader:

@@ -128,7 +128,8 @@ class ParsedLines:
 
     def raw(self, i: int) -> bytes:
         """The line table row ``i`` was read from, as it is in the file (without its line ending)."""
-        return self.lines[i].as_py().encode()
+        line: str = self.lines[i].as_py()
+        return line.encode()
 
 
 def _rejects(lines: Lines, reasons: dict[int, str], options: LogOptions) -> list[RejectedLine]:
@@ -138,7 +139,7 @@ def _rejects(lines: Lines, reasons: dict[int, str], options: LogOptions) -> list
     raws = lines.text.take(pa.array(picked)).to_pylist()
     numbers = lines.numbers[picked].tolist()
     return [
-        RejectedLine(options.now, raw if isinstance(raw, bytes) else raw.encode(), f"line {n}: {why}", n)
+        RejectedLine(options.now_ns, raw if isinstance(raw, bytes) else raw.encode(), f"line {n}: {why}", n)
         for raw, n, why in zip(raws, numbers, reasons.values())
     ]
 
@@ -188,7 +189,7 @@ def parse_log(
     lines, rejected = split_lines(
         block,
         first_line=first_line,
-        now=options.now,
+        now=options.now_ns,
         keep_blank=keep_blank,
         keep_cr=fmt.group is not None,
         binary=fmt.binary,

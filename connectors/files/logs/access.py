@@ -62,8 +62,8 @@ _ESCAPE = re.compile(rb'\\(x[0-9A-Fa-f]{2}|["\\nrtbv])')
 _CONTROL = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"v": b"\v"}
 
 
-def _unescaped(match: re.Match) -> bytes:
-    code = match.group(1)
+def _unescaped(match: re.Match[bytes]) -> bytes:
+    code: bytes = match.group(1)
     if len(code) == 3:
         return bytes([int(code[1:], 16)])
     return _CONTROL.get(code, code)

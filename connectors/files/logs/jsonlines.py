@@ -51,6 +51,8 @@ TIME_KEYS = ("time", "timestamp", "@timestamp", "ts")
 COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 OTHER_KEYS = "other_keys"
 RESERVED = frozenset({"time", "extra", OTHER_KEYS})
+#: One JSON line's object.
+Record = dict[str, Any]
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 _decode = msgspec.json.Decoder(float_hook=Decimal).decode
@@ -95,7 +97,7 @@ def _accepted(t: pa.DataType) -> frozenset[str]:
     return frozenset()
 
 
-def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str, str]]) -> str | None:
+def _take_time(record: Record, i: int, time: np.ndarray, iso: list[tuple[int, str, str]]) -> str | None:
     """Move ``record``'s time key into ``time[i]`` (or ``iso``); the fault, if its value is no time."""
     key = next((k for k in TIME_KEYS if record.get(k) is not None), None)
     value = record.pop(key) if key is not None else None
@@ -103,7 +105,7 @@ def _take_time(record: dict, i: int, time: np.ndarray, iso: list[tuple[int, str,
     if key is None:
         return None
     kind = type(value)
-    if kind is str:
+    if isinstance(value, str):  # JSON's text is str itself, never a subclass
         iso.append((i, key, value))
         return None
     if kind is int or kind is Decimal:
@@ -136,8 +138,8 @@ def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
     """JSON lines to a ``time`` column and one column per field; see the module docstring."""
     count = len(lines)
     faults: dict[int, str] = {}
-    records: list[dict | None] = [None] * count
-    time = np.full(count, options.now, dtype=np.int64)
+    records: list[Record | None] = [None] * count
+    time = np.full(count, options.now_ns, dtype=np.int64)
     iso: list[tuple[int, str, str]] = []
     for i, text in enumerate(lines.text.to_pylist()):
         try:
@@ -166,7 +168,7 @@ def parse_json_lines(lines: Lines, options: LogOptions) -> Rows:
     columns: dict[str, Any] = {"time": pa.array(time)}
     extras = []
     for name, kind in kinds.items():
-        columns[name] = _column([records[i].get(name) if records[i] else None for i in range(count)], kind)
+        columns[name] = _column([record.get(name) if record else None for record in records], kind)
     for i in range(count):
         record = records[i]  # None where faulted
         odd = {k: v for k, v in record.items() if not _is_column(k)} if record else {}
@@ -180,7 +182,7 @@ def _is_column(key: str) -> bool:
     return key not in RESERVED and COLUMN_NAME.match(key) is not None
 
 
-def _column_kinds(records: list[dict | None], options: LogOptions) -> dict[str, str]:
+def _column_kinds(records: list[Record | None], options: LogOptions) -> dict[str, str]:
     """Each column's kind: the stream's type if known, else the first value's (int and float together: float)."""
     first: dict[str, str] = {}
     seen: dict[str, set[str]] = {}
@@ -214,7 +216,7 @@ def _column_kinds(records: list[dict | None], options: LogOptions) -> dict[str, 
     return out
 
 
-def _check(records: list[dict | None], kinds: dict[str, str], lines: Lines, faults: dict[int, str]) -> None:
+def _check(records: list[Record | None], kinds: dict[str, str], lines: Lines, faults: dict[int, str]) -> None:
     """Fault each record with a value its column cannot hold (and drop it from ``records``)."""
     for i, record in enumerate(records):
         if record is None:
@@ -235,7 +237,7 @@ def _check(records: list[dict | None], kinds: dict[str, str], lines: Lines, faul
             records[i] = None
 
 
-def _column(values: list, kind: str) -> pa.Array:
+def _column(values: list[Any], kind: str) -> pa.Array:
     if kind in ("json", "str"):
         values = [v if v is None or type(v) is str else _encode(v).decode() for v in values]
     elif kind == "float":

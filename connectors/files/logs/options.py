@@ -45,6 +45,18 @@ class LogOptions:
             object.__setattr__(self, "written", self.now)
 
     @property
+    def now_ns(self) -> int:
+        """The read time, ns: ``now`` as given, or the clock when the options were made."""
+        assert self.now is not None  # set by __post_init__
+        return self.now
+
+    @property
+    def written_ns(self) -> int:
+        """When the log was last written, ns: ``written`` as given, or :attr:`now_ns`."""
+        assert self.written is not None  # set by __post_init__
+        return self.written
+
+    @property
     def syslog_zone(self) -> str:
         """RFC 3164 times: ``timezone``, else this machine's zone (syslog daemons write local time)."""
         return self.timezone or local_zone()

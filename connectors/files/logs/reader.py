@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from .. import Part, ReaderOptions
-from ..compression import open_data
+from ..compression import DataStream, open_data
 from . import LogFormat, LogOptions, ParsedLines, log_format, parse_log
 
 #: A line without a newline that grows past this is taken as it is (the log
@@ -63,7 +63,7 @@ def read_lines(f: BinaryIO, limit: int, *, final: bool) -> bytes:
     return block[:cut]
 
 
-def line_blocks(f: BinaryIO, limit: int) -> Iterator[bytes]:
+def line_blocks(f: DataStream, limit: int) -> Iterator[bytes]:
     """Blocks of whole lines of the rest of ``f``, of about ``limit`` bytes (a line longer than MAX_LINE is cut).
 
     Reads forward only (what follows a block's last newline is kept for the
@@ -112,7 +112,7 @@ class LogReader:
         self.blank_lines = 0
         LogOptions(timezone=self.timezone)  # a bad zone fails now, not at the first block
 
-    def __call__(self, start: dict | None) -> Iterator[Part]:
+    def __call__(self, start: dict[str, Any] | None) -> Iterator[Part]:
         offset, line = (int(start["offset"]), int(start["line"])) if start else (0, 1)
         written = os.stat(self.path).st_mtime_ns  # RFC 3164 years: the file's, not today's
         with open_data(self.path) as f:
@@ -122,7 +122,7 @@ class LogReader:
             else:
                 yield from self._parts(f, offset, line, written)
 
-    def _parts(self, f: BinaryIO, offset: int, line: int, written: int) -> Iterator[Part]:
+    def _parts(self, f: DataStream, offset: int, line: int, written: int) -> Iterator[Part]:
         """The parts of ``f`` from ``offset`` (line ``line``), each block parsed after the one before."""
         data = b""  # an open event (a format that groups lines) is read again with the next block
         for block in line_blocks(f, self.block_bytes):
@@ -139,7 +139,7 @@ class LogReader:
             offset, line = offset + len(data), line + data.count(b"\n")
             yield self._to_part(parsed, {"offset": offset, "line": line}, len(data))
 
-    def _parts_at_once(self, f: BinaryIO, offset: int, line: int, written: int) -> Iterator[Part]:
+    def _parts_at_once(self, f: DataStream, offset: int, line: int, written: int) -> Iterator[Part]:
         """What :meth:`_parts` yields, ``self.threads`` blocks parsed at once (a format whose blocks parse alone)."""
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="windvane-parse")
         ahead: collections.deque[tuple[Future[ParsedLines], dict[str, int], int]] = collections.deque()

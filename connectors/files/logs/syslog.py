@@ -114,7 +114,8 @@ def parse_3164(lines: Lines, options: LogOptions) -> Rows:
     bsd = np.flatnonzero(~iso & ~np.isin(np.arange(len(lines)), list(faults)))
     if len(bsd):
         picked = [f[k].take(pa.array(bsd)) for k in ("mon", "day", "clock")]
-        values, bad = bsd_to_ns(*picked, options.syslog_zone, options.written)
+        month, day, clock = picked
+        values, bad = bsd_to_ns(month, day, clock, options.syslog_zone, options.written_ns)
         time[bsd] = values
         stamp = {int(i): " ".join(c[k].as_py() for c in picked) for k, i in enumerate(bsd) if bad[k]}
         add_faults(faults, np.isin(np.arange(len(lines)), bsd[bad]), lambda i: f"no such date or time: {stamp[i]!r}")
@@ -171,7 +172,7 @@ def parse_5424(lines: Lines, options: LogOptions) -> Rows:
     version = pc.cast(pc.if_else(pc.is_null(f["version"]), "0", f["version"]), pa.int16())
     ts = pc.fill_null(f["ts"], "-")
     nil = pc.equal(ts, "-").to_numpy(zero_copy_only=False)
-    time = np.full(len(lines), options.now, dtype=np.int64)
+    time = np.full(len(lines), options.now_ns, dtype=np.int64)
     _iso_times(lines, ts, ~nil & ~np.isin(np.arange(len(lines)), list(faults)), time, faults, options)
     sd = _text(f["sd"], "-").to_pylist()
     for i, text in enumerate(sd):

@@ -140,7 +140,7 @@ class ParseConfig:
             raise ParseConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
         if "type" not in doc:
             raise ParseConfigError(f"{where}: no type (the parser: regexp, none, json, ...)")
-        values = {k: _value(k, v, known[k].type, where) for k, v in doc.items()}
+        values = {k: _value(k, v, str(known[k].type), where) for k, v in doc.items()}
         try:
             return cls(**values)
         except TypeError as exc:
@@ -190,15 +190,17 @@ def _value(key: str, value: Any, kind: str, where: str) -> Any:
     expected = {"bool": bool, "str": str, "int | None": int, "dict[str, str]": dict}.get(kind, str)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ParseConfigError(f"{where}: {key} = {value!r} is not {expected.__name__}")
-    if expected is dict and not all(isinstance(v, str) for v in value.values()):
+    if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
         raise ParseConfigError(f"{where}: types maps each field to a type name (text)")
     return value
 
 
-def _types_text(text: str) -> dict[str, str]:
-    """fluentd's ``types`` text, ``a:integer,b:time:%d/%b/%Y`` (or JSON), as a mapping."""
+def _types_text(text: str) -> object:
+    """fluentd's ``types`` text, ``a:integer,b:time:%d/%b/%Y`` (or JSON), as a mapping (JSON may hold anything:
+    :func:`_value` checks it)."""
     if text.lstrip().startswith("{"):
-        return json.loads(text)
+        parsed: object = json.loads(text)
+        return parsed
     out = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, kind = item.partition(":")

@@ -35,7 +35,8 @@ def last_column(lists: pa.ListArray, lengths: np.ndarray, where: np.ndarray) -> 
 
 def _starts(lists: pa.ListArray) -> np.ndarray:
     """Where each list's items start in its flattened items."""
-    return lists.offsets.to_numpy()[:-1].astype(np.int64) - lists.offsets[0].as_py()
+    starts: np.ndarray = lists.offsets.to_numpy()[:-1].astype(np.int64) - lists.offsets[0].as_py()
+    return starts
 
 
 def _items(flat: pa.Array, at: np.ndarray, where: np.ndarray) -> pa.Array:

@@ -22,6 +22,9 @@ from .access_split import KINDS, match_access
 from .rubyre import ruby_regexp
 from .vector_regexp import Matches, VectorRegexp
 
+#: A regexp's named groups of one record, in the order of its names: bytes, or None for a group that took no part.
+Groups = tuple[bytes | None, ...]
+
 ACCESS_KINDS = {expression: kind for kind, (expression, _) in KINDS.items()}
 
 
@@ -74,7 +77,7 @@ class LineRegexp:
         """``re`` on each line's bytes."""
         search, numbers = self.bytes_pattern.search, [self.bytes_pattern.groupindex[name] for name in self.names]
         missing = (None,) * len(numbers)
-        found: list[tuple] = []
+        found: list[Groups] = []
         unmatched = np.zeros(len(lines), dtype=bool)
         for i, line in enumerate(lines.cast(pa.large_binary()).to_pylist()):
             match = search(line)
@@ -94,14 +97,14 @@ def _merge(first: np.ndarray, values: pa.Array, others: pa.Array) -> pa.Array:
     return pa.concat_arrays([values, others.cast(values.type)]).take(pa.array(order))
 
 
-def text_columns(names: list[str], found: list[tuple]) -> dict[str, pa.Array]:
+def text_columns(names: list[str], found: list[Groups]) -> dict[str, pa.Array]:
     """The groups ``found`` (a tuple of bytes or None per record, in the order of ``names``) as a text column
     per name."""
     columns = list(zip(*found)) if found else [() for _ in names]
     return {name: _text(column) for name, column in zip(names, columns)}
 
 
-def _text(values: tuple) -> pa.Array:
+def _text(values: tuple[bytes | None, ...]) -> pa.Array:
     """A group's bytes of each line as text (bytes that are not UTF-8 written ``\\xHH``)."""
     column = pa.array(values, pa.large_binary())
     try:

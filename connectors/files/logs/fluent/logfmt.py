@@ -58,7 +58,7 @@ def logfmt_pairs(data: bytes) -> list[tuple[str, str]]:
         value = quoted if quoted is not None else plain
         pairs.append((key.decode(), value.decode() if value else ""))
         at = match.end()
-    if _TRAILING.match(data, at).end() != len(data):  # type: ignore[union-attr]
+    if _TRAILING.fullmatch(data, at) is None:
         return _scan(data)
     return pairs
 

@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from windvane.ingest.times import BadZone, check_zone
 
 from ..lines import Rows, add_faults
 from ..options import LogOptions
@@ -58,6 +61,8 @@ PATTERN_NOT_MATCHED = "pattern not matched"
 TYPES = ("string", "integer", "float", "bool", "time", "array")
 TRUTHY = ("true", "yes", "1")
 KEPT_TIME = "time_text"
+#: ``convert(values, now)`` of a ``types`` entry: a column of the field's text to its type.
+Converter = Callable[[pa.Array, int], pa.Array]
 
 
 class RecordBuilder:
@@ -94,7 +99,7 @@ class RecordBuilder:
     ) -> np.ndarray:
         key = self.time_key
         values = fields.get(key) if key is not None else None
-        if values is None:
+        if key is None or values is None:
             if not self.config.estimate_current_event:
                 add_faults(faults, np.ones(count, dtype=bool), PATTERN_NOT_MATCHED)
             return np.full(count, now, dtype=np.int64)
@@ -183,7 +188,7 @@ def _truncate(value: float) -> int | None:
     return int(value)
 
 
-def _converter(name: str, spec: str, config: ParseConfig):
+def _converter(name: str, spec: str, config: ParseConfig) -> Converter:
     """``convert(values, now)`` for ``types`` entry ``name: spec``; ParseConfigError for an unknown type."""
     kind, _, option = spec.partition(":")
     if kind not in TYPES:
@@ -204,7 +209,7 @@ def _converter(name: str, spec: str, config: ParseConfig):
     return lambda v, now: v
 
 
-def _time_converter(option: str | None, config: ParseConfig):
+def _time_converter(option: str | None, config: ParseConfig) -> Converter:
     """``types x:time[:zone][:format]``: int64 ns, null where not a time (fluentd's converter gives nil)."""
     zone, time_format, time_type = None, option, "string"
     if option:
@@ -225,13 +230,11 @@ def _time_converter(option: str | None, config: ParseConfig):
 
 
 def _is_zone(text: str) -> bool:
-    from windvane.ingest.times import check_zone
-
     if zone_offset_seconds(text) is not None:
         return True
     try:
         check_zone(text)
-    except Exception:  # noqa: BLE001 - not a zone: the text is the format
+    except BadZone:  # not a zone: the text is the format
         return False
     return True
 

@@ -17,6 +17,7 @@ line.
 from __future__ import annotations
 
 import csv
+from typing import cast
 
 from ..errors import LineError
 from .rubysplit import ruby_split
@@ -52,7 +53,7 @@ def csv_line(line: str, separator: str) -> list[str | None] | None:
         if QUOTE in value:
             raise MalformedCSV(ILLEGAL_QUOTING)
         fields.append(value or None)
-        if end == size or line[end] == "\r" and not line.startswith(separator, end):
+        if end == size or (line[end] == "\r" and not line.startswith(separator, end)):
             return fields
         at = end + len(separator)
 
@@ -99,7 +100,7 @@ def quick_csv_lines(lines: list[str], separator: str) -> list[list[str | None] |
     found: list[list[str | None] | None] = []
     for line, row in zip(lines, rows):
         if "" not in row:
-            found.append(row or None)  # type: ignore[arg-type]
+            found.append(cast("list[str | None]", row) or None)  # a row of str, only read from here on
         else:
             found.append(None if '""' in line else [value or None for value in row])
     return found

@@ -56,5 +56,7 @@ def ruby_to_f(texts: pa.Array) -> np.ndarray:
         try:
             values.append(float(text) if text and text not in "+-" else 0.0)
         except ValueError:
-            values.append(float(re.match(r"[+-]?\d*\.?\d*", text).group() or 0))
+            found = re.match(r"[+-]?\d*\.?\d*", text)
+            assert found is not None  # the pattern matches the empty string
+            values.append(float(found.group() or 0))
     return np.array(values, dtype=np.float64)

@@ -12,6 +12,7 @@ parser allows.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .config import ParseConfigError
 
@@ -58,7 +59,9 @@ def translate(source: str, *, binary: bool = False) -> str:
     return re.sub(r"\\k<(\w+)>", r"(?P=\1)", "".join(out))
 
 
-def ruby_regexp(text: str, *, ignorecase: bool = False, multiline: bool = False, binary: bool = False) -> re.Pattern:
+def ruby_regexp(
+    text: str, *, ignorecase: bool = False, multiline: bool = False, binary: bool = False
+) -> re.Pattern[Any]:
     """The compiled Python equivalent of fluentd regexp option ``text``; ParseConfigError if it does not compile.
 
     ``binary``: a pattern of bytes, for UTF-8 lines as bytes, as in_tail

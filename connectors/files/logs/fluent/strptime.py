@@ -25,10 +25,8 @@ if TYPE_CHECKING:
     from .strptime_fixed import FixedLayout
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_MONTH_NAMES = "|".join(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october"]
-    + ["november", "december", *MONTHS]
-)
+_FULL_MONTHS = "january february march april may june july august september october november december".split()
+_MONTH_NAMES = "|".join((*_FULL_MONTHS, *MONTHS))
 _DAY_NAMES = "(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*"
 _ZONE = r"Z|[+-]\d\d?(?::?\d\d)?"
 _COMPOSITE = {
@@ -89,7 +87,9 @@ def strptime_regex(time_format: str) -> str:
             out.append(r"\s*" if char.isspace() else re.escape(char))
             i += 1
             continue
-        width, j = re.match(r"(\d*)", time_format[i + 1 :]).group(1), i + 1
+        digits = re.match(r"(\d*)", time_format[i + 1 :])
+        assert digits is not None  # the pattern matches the empty string
+        width, j = digits.group(1), i + 1
         j += len(width)
         name = time_format[j : j + 1]
         if name not in _DIRECTIVE:
@@ -203,9 +203,9 @@ def _offsets(zones: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.array([o or 0 for o in offsets], dtype=np.int64)[where], ~known[where]
 
 
-#: (the groups of a field, the group filled from now, where now's text has it): year, month, day, hour, minute, second
 #: The whole years int64 nanoseconds since 1970 hold (1677-09-21 to 2262-04-11).
 NS_YEARS = (1678, 2261)
+#: (the groups of a field, the group filled from now, where now's text has it): year, month, day, hour, minute, second
 _FROM_NOW = (("YyC", "Y", 0), ("mbj", "m", 5), ("dj", "d", 8), ("HIp", "H", 11), ("M", "M", 14), ("S", "S", 17))
 
 
@@ -229,8 +229,8 @@ class _Parts:
             return self.groups[name]
         # a sign is part of the number (%Y reads "+2024"); the cast takes "-" only
         text = pc.replace_substring_regex(pc.fill_null(self.groups[name], str(default)), r"^\+", "")
-        values = pc.cast(text, pa.int64())
-        return values.to_numpy(zero_copy_only=False)
+        values: np.ndarray = pc.cast(text, pa.int64()).to_numpy(zero_copy_only=False)
+        return values
 
     def fraction(self) -> np.ndarray:
         """Nanoseconds of ``%N``/``%L``: the digits as a fraction of a second, kept to nine."""
@@ -240,7 +240,8 @@ class _Parts:
             return self.groups["N"]
         digits = pc.utf8_slice_codeunits(pc.fill_null(self.groups["N"], "0"), 0, 9)
         padded = pc.utf8_rpad(digits, 9, "0")
-        return pc.cast(padded, pa.int64()).to_numpy(zero_copy_only=False)
+        nanoseconds: np.ndarray = pc.cast(padded, pa.int64()).to_numpy(zero_copy_only=False)
+        return nanoseconds
 
     def wall(self) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock ns of each text (its fields, the missing ones defaulted), and the bad mask with impossible dates."""
@@ -258,7 +259,9 @@ class _Parts:
             months = self.number("m", 1)
         days, hours = self.number("d", 1), self._hours()
         minutes, seconds = self.number("M", 0), self.number("S", 0)
-        bad = self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60) | (days > 31)
+        bad: np.ndarray = (
+            self.bad | (months < 1) | (months > 12) | (hours > 23) | (minutes > 59) | (seconds > 60) | (days > 31)
+        )
         bad |= (years < NS_YEARS[0]) | (years > NS_YEARS[1])  # Ruby's Time has them; int64 ns does not
         years = np.where(bad, 1970, years)
         first = (years - 1970).astype("M8[Y]") + np.where(bad, 0, months - 1).astype("m8[M]")
@@ -266,8 +269,8 @@ class _Parts:
             yday = self.number("j", 1)
             leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
             bad |= (yday < 1) | (yday > 365 + leap)
-            start = (years - 1970).astype("M8[Y]").astype("M8[D]")
-            date = start + np.where(bad, 0, yday - 1).astype("m8[D]")
+            new_year = (years - 1970).astype("M8[Y]").astype("M8[D]")
+            date = new_year + np.where(bad, 0, yday - 1).astype("m8[D]")
         else:
             bad |= days < 1
             date = first.astype("M8[D]") + np.where(bad, 0, days - 1).astype("m8[D]")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import re._constants as sre  # type: ignore[import-not-found]  # the parse tree of ``re`` is the one exact reading of a Python pattern
-import re._parser as sre_parse  # type: ignore[import-not-found]
+import re._parser as sre_parse  # type: ignore[import-not-found]  # as re._constants: not in the stubs
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -275,9 +275,10 @@ class VectorRegexp:
         if not use_re2:
             self.reason = "asked for re"
             return
+        if not hasattr(pc, "extract_regex_span"):
+            self.reason = "pyarrow has no extract_regex_span (pyarrow 20 or later has)"
+            return
         try:
-            if not hasattr(pc, "extract_regex_span"):
-                raise Unsupported("pyarrow has no extract_regex_span (pyarrow 20 or later has)")
             self.re2, rewrite = to_re2(self.pattern)
             self._empty_lines_to_re = rewrite.non_boundary
             pc.extract_regex_span(pa.array([""], pa.large_string()), self.re2)  # RE2 refuses what it cannot compile

@@ -82,7 +82,8 @@ def from_machine(instants: np.ndarray, zone: LocalZone) -> np.ndarray:
     wall = instants + (offsets_at(instants, zone.machine) if carried is None else carried * NS)
     if zone.named is None:
         return wall - (zone.offset or 0) * NS
-    return wall - offsets_at(instants, zone.named)
+    moved: np.ndarray = wall - offsets_at(instants, zone.named)
+    return moved
 
 
 def gem_without_year(zone: LocalZone, now: int) -> LocalZone:
@@ -102,7 +103,7 @@ def ruby_local(wall: np.ndarray, zone: str, later: bool = False) -> np.ndarray:
     repeated = "latest" if later else "earliest"
     before = pc.assume_timezone(naive, zone, ambiguous=repeated, nonexistent="earliest")
     after = pc.assume_timezone(naive, zone, ambiguous=repeated, nonexistent="latest")
-    instants = before.cast(pa.int64()).to_numpy()
+    instants: np.ndarray = before.cast(pa.int64()).to_numpy()
     gap = instants != after.cast(pa.int64()).to_numpy()
     if gap.any():  # ``before`` is the last instant before the gap: its offset is the one Ruby uses
         instants = np.where(gap, wall - offsets_at(instants, zone), instants)
@@ -114,5 +115,6 @@ def offsets_at(instants: np.ndarray, zone: str) -> np.ndarray:
     if zone == "UTC" or not len(instants):
         return np.zeros(len(instants), dtype=np.int64)
     zoned = pa.array(instants, pa.timestamp("ns", tz=zone))
-    local = pc.local_timestamp(zoned).cast(pa.int64()).to_numpy()
-    return local - instants
+    local: np.ndarray = pc.local_timestamp(zoned).cast(pa.int64()).to_numpy()
+    offsets: np.ndarray = local - instants
+    return offsets

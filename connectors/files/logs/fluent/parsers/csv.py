@@ -110,7 +110,8 @@ class CSVParser:
         plain = pc.and_(pc.invert(pc.match_substring_regex(text, '["\\r]')), pc.not_equal(text, ""))
         if not self.delimiter.isascii():
             plain = pc.and_(plain, pc.string_is_ascii(text))
-        return plain.to_numpy(zero_copy_only=False)
+        mask: np.ndarray = plain.to_numpy(zero_copy_only=False)
+        return mask
 
     def _line(self, line: str, i: int, faults: dict[int, str]) -> list[str | None] | None:
         """The values of one line (None: at fault, the reason in ``faults``)."""

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from ...lines import Events, Lines, Rows, join_lines
 from ...options import LogOptions
 from ..config import ParseConfig, ParseConfigError
-from ..line_regexp import text_columns
+from ..line_regexp import Groups, text_columns
 from ..records import PATTERN_NOT_MATCHED, RecordBuilder
 from ..rubyre import ruby_regexp
 
@@ -78,7 +78,7 @@ class MultilineParser:
         )
         if not self.pattern.groupindex:
             raise ParseConfigError(f"Invalid regexp '{source}': No named captures" + ("" if source else NO_FORMATS))
-        self.firstline: re.Pattern | None = None
+        self.firstline: re.Pattern[bytes] | None = None
         if config.format_firstline is not None:
             self.firstline = ruby_regexp(f"/{_source(config.format_firstline, 'format_firstline')}/", binary=True)
         self.names = list(self.pattern.groupindex)
@@ -92,10 +92,10 @@ class MultilineParser:
             return Events(_events(lines, np.array(starts, np.int64)), {}, open_)
         search = self.firstline.search
         first = np.fromiter((search(t + b"\n") is not None for t in texts), bool, len(texts))
-        starts = np.flatnonzero(first)
-        before = starts[0] if len(starts) else len(texts)
+        begins = np.flatnonzero(first)
+        before = begins[0] if len(begins) else len(texts)
         stray = dict.fromkeys(range(before), BEFORE_FIRST_LINE)
-        return Events(_events(lines, starts), stray, bool(len(starts)))
+        return Events(_events(lines, begins), stray, bool(len(begins)))
 
     def _matched_runs(self, texts: list[bytes]) -> tuple[list[int], bool]:
         """Without a first line: where each event starts (an event ends at the line whose text completes a
@@ -110,7 +110,7 @@ class MultilineParser:
 
     def parse(self, events: Lines, options: LogOptions) -> Rows:
         """The records of each event (one or more; see the module docstring); those that fail are faults."""
-        found: list[tuple] = []
+        found: list[Groups] = []
         sources: list[int] = []
         faults: dict[int, str] = {}
         missing = (None,) * len(self.names)
@@ -125,9 +125,9 @@ class MultilineParser:
         rows.sources = np.array(sources, np.int64)
         return rows
 
-    def _records(self, text: bytes) -> list[tuple | None]:
+    def _records(self, text: bytes) -> list[Groups | None]:
         """Each match's groups, matching the rest again after each; None last if a rest does not match."""
-        out: list[tuple | None] = []
+        out: list[Groups | None] = []
         numbers = [self.pattern.groupindex[name] for name in self.names]
         while True:
             match = self.pattern.search(text)

@@ -134,10 +134,7 @@ def _regexp_fields(pattern: re.Pattern[bytes], names: tuple[str, ...], text: byt
     found = pattern.search(text, start)
     if found is None:
         return None
-    fields: Fields = {name: found[name] for name in names if found[name] is not None}
-    if "message" in fields:
-        fields["message"] = _chomp(fields["message"])  # type: ignore[arg-type]
-    return fields
+    return {name: _chomp(value) if name == "message" else value for name in names if (value := found[name]) is not None}
 
 
 def _rfc3164_regexp(text: bytes, rules: Rules) -> Line:
