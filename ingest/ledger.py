@@ -54,7 +54,7 @@ def _name(second: int, part: int = 0) -> str:
 
 
 def _second(name: str) -> int:
-    """The second a bucket's name holds (names without a part were written before parts existed)."""
+    """The second a bucket's name holds (a name without a part reads as part 0 of its second)."""
     return int(name[len(PREFIX) :].split("-")[0])
 
 

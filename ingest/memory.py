@@ -25,8 +25,8 @@ log = logging.getLogger("windvane.ingest")
 
 #: glibc malloc's thresholds for a serving process, in bytes: blocks up to ``MALLOC_MMAP_THRESHOLD``
 #: come from the heap, and up to ``MALLOC_TRIM_THRESHOLD`` free at its top stays there. glibc's own
-#: (mmap past 128 KiB, raised as such blocks are freed; the top given back past twice that) had the
-#: service fault in a fresh page for nearly every 4 KiB it received; with these about half as often,
+#: (mmap past 128 KiB, raised as such blocks are freed; the top given back past twice that) make the
+#: service fault in fresh pages for most of what it receives; these keep the heap's pages for reuse,
 #: and peak RSS under the memory-budget attacks is no higher (tests/ingest/test_memory_budget.py).
 #: A ``MALLOC_*`` environment variable set by the user wins.
 MALLOC_MMAP_THRESHOLD = 4 << 20

@@ -37,17 +37,17 @@ log = logging.getLogger("windvane.ingest")
 
 #: CPython's cycle collector thresholds for a serving process (young generation, middle, old).
 #: A service keeps thousands of stream writers alive and allocates a few objects per event;
-#: with the defaults (700, 10, 10) collections scanning those writers took a third of its
-#: time at 3,000 slow streams, and commits fell seconds behind. Garbage cycles are rare
-#: here (reference counting frees the rest): collecting them less often costs little memory.
+#: with the defaults (700, 10, 10) collections keep scanning those writers, which takes a large
+#: share of its time with thousands of streams and lets commits fall behind. Garbage cycles are
+#: rare here (reference counting frees the rest): collecting them less often costs little memory.
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
 #: Seconds a thread holding the interpreter lock keeps it while another waits (CPython's default: 0.005).
 #: A serving process has three busy threads (the event loop, the committer, the commit thread);
-#: handing the lock over every 5 ms cost them more than the work: at 10,000 slow tags the ack p50 is
-#: 3.2-3.4 s at 0.05 s against 5.6-7.4 s at 5 ms, and the commit thread idle a third of the time.
-#: A thread waits at most this long for the lock, against acks measured in tens of milliseconds.
+#: handing the lock over every 5 ms costs them more than the work with many tags: acks wait longer and
+#: the commit thread idles. A thread waits at most this long for the lock, against acks measured in
+#: tens of milliseconds (benchmarks/README.md has the figures).
 SWITCH_INTERVAL = 0.05
 
 

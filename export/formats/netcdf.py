@@ -37,13 +37,12 @@ from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, fill_val
 #: The raw bytes a variable's chunk is at most: more than half of that unless the export is small or its
 #: columns many or wide (see _GATHER_BYTES).
 CHUNK_BYTES = 4 << 20
-#: zlib level. On 40 MB of sensor-like numbers (int64 times, noisy float32, rounded float64), 4 wrote about
-#: as fast as 1 (0.63 s, 0.59 s) and four times faster than 6 (2.76 s), to 31.6% of the raw size (1: 33.0%,
-#: 6: 31.0%).
+#: zlib level. On sensor-like numbers (int64 times, noisy float32, rounded float64) 4 writes about as fast
+#: as 1 and much faster than 6, to nearly 6's size.
 DEFLATE_LEVEL = 4
 #: Raw bytes of rows (as the layout estimates them) gathered before a write, at most: writes cover whole chunks
-#: of every variable, so its chunks together take no more. Exporting 190 MB of six columns grew the process by
-#: 49 MB with 8 MiB, 58 MB with 16 MiB (44 MB with the stream's chunks of 16,384 rows).
+#: of every variable, so its chunks together take no more: the process grows by about this much whatever the
+#: export's size, and more with a larger bound.
 _GATHER_BYTES = 8 << 20
 #: What a variable-length value takes in its chunk: a reference into HDF5's global heap.
 _VLEN_REFERENCE = 16
@@ -105,7 +104,14 @@ class Writer(ChunkWriter):
             ) from None
         self._layout = layout
         dims = _dimensions(layout)
-        self._file = h5netcdf.File(path, "w")
+        # The HDF5 file is opened here, its netCDF view over it: bytes values are written to the HDF5 datasets
+        # directly (see _append). Creation order is tracked, as netCDF-4 readers expect.
+        self._h5 = h5py.File(path, "w", track_order=True)
+        try:
+            self._file = h5netcdf.File(self._h5, "w")
+        except BaseException:
+            self._h5.close()
+            raise
         try:
             self._file.dimensions = dims
             self._file.attrs.update({k: attribute(v) for k, v in {**layout.attrs, "stream": layout.tag}.items()})
@@ -133,7 +139,7 @@ class Writer(ChunkWriter):
                 var.attrs.update(attrs)
                 self._vars[c.key] = var
         except BaseException:
-            self._file.close()
+            self._close()
             raise
 
     def _append(self, table: pa.Table, start: int, stop: int) -> None:
@@ -146,7 +152,7 @@ class Writer(ChunkWriter):
                 leaves = np.empty(data.shape, dtype=object)
                 leaves.ravel()[:] = [np.frombuffer(v, dtype=np.uint8) for v in data.ravel()]
                 # h5py's __setitem__ turns equal-length values into a 2-D array and fails: write directly.
-                var._h5ds.write_direct(leaves, dest_sel=np.s_[start:stop])  # noqa: SLF001
+                self._h5[var.name].write_direct(leaves, dest_sel=np.s_[start:stop])
             elif c.kind == "str":
                 try:
                     var[start:stop] = data.astype(object)
@@ -159,4 +165,11 @@ class Writer(ChunkWriter):
                 var[start:stop] = data.astype(np.int8) if c.dtype == bool else data
 
     def _finish(self) -> None:
-        self._file.close()
+        self._close()
+
+    def _close(self) -> None:
+        """Close the netCDF view (which writes what it keeps) and then the HDF5 file under it."""
+        try:
+            self._file.close()
+        finally:
+            self._h5.close()
