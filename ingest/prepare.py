@@ -100,7 +100,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
     rejected, that set's batches are validated one by one instead, so that
     every rejection stays its own batch's, exactly as :func:`validate`.
     """
-    out: list[Validated | None] = [None] * len(batches)
+    out: dict[int, Validated] = {}  # index in ``batches`` -> its validation; each is set once
     sets: dict[tuple[Any, bool], list[int]] = {}
     for i, batch in enumerate(batches):
         schema = schemas.for_tag(batch.tag)
@@ -133,7 +133,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
                 continue
         for i in members:
             out[i] = validate(schemas, batches[i])
-    return out  # type: ignore[return-value]
+    return [out[i] for i in range(len(batches))]
 
 
 def _carried(exc: BaseException) -> BaseException | None:
