@@ -23,10 +23,11 @@ from typing import Any
 
 from .errors import ConnectorError
 
-__all__ = ["JsonConstant", "JsonReader", "constant_at", "constant_error", "not_a_number"]
+__all__ = ["JsonConstant", "JsonReader", "constant_at", "constant_error", "not_a_number", "skip_space"]
 
 # A string (skipped whole), or a constant outside any string.
 _CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', re.DOTALL)
+_SPACE = re.compile(r"[ \t\n\r]*")
 # Decimal digits every float64 round-trips: a number's text no longer than this is its float's shortest repr.
 _FLOAT_DIGITS = 15
 # The magnitude below which no number is read as a time to the nanosecond (1970-01-12 in epoch seconds).
@@ -36,6 +37,13 @@ _TIMES_FROM = 1e6
 class JsonConstant(ConnectorError):
     """Raised by :attr:`JsonReader.scan_once` where the text holds NaN or an infinity; :func:`constant_error`
     gives the error at its position."""
+
+
+def skip_space(text: str, at: int) -> int:
+    """Where the JSON whitespace from ``at`` on ends in ``text`` (``at`` when there is none)."""
+    found = _SPACE.match(text, at)
+    assert found is not None  # the pattern matches the empty string
+    return found.end()
 
 
 def _refuse(name: str) -> Any:

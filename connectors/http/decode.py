@@ -64,7 +64,7 @@ from windvane.ingest.batch import Batch
 from windvane.ingest.times import NS as _NS
 from windvane.ingest.times import not_a_time, time_ns
 
-from ..json_text import JsonConstant, JsonReader, constant_error
+from ..json_text import JsonConstant, JsonReader, constant_error, skip_space
 from .errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 __all__ = [
@@ -93,14 +93,6 @@ _TSV_TYPES = ("text/tab-separated-values",)
 FLUENT_BIT_AGENT = "Fluent-Bit"
 
 _JSONDecodeError = json.JSONDecodeError
-_WS = re.compile(r"[ \t\n\r]*")
-
-
-def _past_ws(text: str, i: int) -> int:
-    """Where the JSON whitespace from ``i`` on ends in ``text`` (``i`` when there is none)."""
-    m = _WS.match(text, i)
-    assert m is not None  # the pattern matches the empty string
-    return m.end()
 
 
 class _Decoded(NamedTuple):
@@ -440,7 +432,7 @@ def _decode_json_stream(text: str, reader: JsonReader) -> _Decoded:
     decode = reader.raw_decode
     records: list[Any] = []
     spans: list[tuple[int, int]] = []
-    i, n = _past_ws(text, 0), len(text)
+    i, n = skip_space(text, 0), len(text)
     while i < n:
         try:
             obj, end = decode(text, i)
@@ -450,24 +442,24 @@ def _decode_json_stream(text: str, reader: JsonReader) -> _Decoded:
             raise BadRequest("bad_json", f"the JSON value at character {i} of the body nests too deeply") from None
         records.append(obj)
         spans.append((i, end))
-        i = _past_ws(text, end)
+        i = skip_space(text, end)
     return _Decoded(records, lambda k: _bytes(text[spans[k][0] : spans[k][1]]), number_text=reader.texts())
 
 
 def _json_array_spans(text: str) -> list[tuple[int, int]]:
     decoder = json.JSONDecoder()
-    i = _past_ws(text, 0) + 1  # past "["
-    i = _past_ws(text, i)
+    i = skip_space(text, 0) + 1  # past "["
+    i = skip_space(text, i)
     spans: list[tuple[int, int]] = []
     if text[i] == "]":
         return spans
     while True:
         _, end = decoder.raw_decode(text, i)
         spans.append((i, end))
-        i = _past_ws(text, end)
+        i = skip_space(text, end)
         if text[i] != ",":
             return spans
-        i = _past_ws(text, i + 1)
+        i = skip_space(text, i + 1)
 
 
 def _lines(text: str) -> Iterator[tuple[int, str]]:

@@ -32,7 +32,6 @@ ingest quarantines it verbatim with that reason ("unreadable MQTT payload
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +40,7 @@ import msgpack
 from windvane.ingest.batch import INVALID_TIME
 from windvane.ingest.times import not_a_time, time_ns
 
-from ..json_text import JsonReader
+from ..json_text import JsonReader, skip_space
 
 __all__ = ["UNREADABLE", "Events", "decode_payload", "topic_to_tag"]
 
@@ -50,7 +49,6 @@ _TIME_FIELDS = ("time", "timestamp")
 UNREADABLE = "unreadable MQTT payload"
 _SPACE = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
-_JSON_SPACE = re.compile(r"[ \t\r\n]*")
 
 
 def topic_to_tag(topic: str) -> str:
@@ -95,10 +93,6 @@ def _timed(item: Any, arrival_ns: int) -> tuple[int, Any, str | None]:
     return arrival_ns, item, None
 
 
-def _skip_space(text: str, at: int) -> int:
-    return _JSON_SPACE.match(text, at).end()
-
-
 def _json_items(text: str) -> tuple[Any, list[tuple[Any, bytes]] | None]:
     """The JSON document of ``text`` (RFC 8259's, :mod:`connectors.json_text`) and, if it is an array, its
     elements with the bytes of each; times as sent (:func:`_exact_times`)."""
@@ -122,23 +116,23 @@ def _exact_times(item: Any, exact: Any) -> None:
 
 
 def _json_parts(text: str, reader: JsonReader) -> tuple[Any, list[tuple[Any, bytes]] | None]:
-    at = _skip_space(text, 0)
+    at = skip_space(text, 0)
     if not text.startswith("[", at):
         return reader.loads(text), None
     items = []
-    at = _skip_space(text, at + 1)
+    at = skip_space(text, at + 1)
     if not text.startswith("]", at):
         while True:
             value, end = reader.raw_decode(text, at)
             items.append((value, text[at:end].encode("utf-8")))
-            at = _skip_space(text, end)
+            at = skip_space(text, end)
             if text.startswith(",", at):
-                at = _skip_space(text, at + 1)
+                at = skip_space(text, at + 1)
             elif text.startswith("]", at):
                 break
             else:
                 raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
-    if _skip_space(text, at + 1) != len(text):
+    if skip_space(text, at + 1) != len(text):
         raise json.JSONDecodeError("Extra data", text, at + 1)
     return [value for value, _ in items], items
 

@@ -62,8 +62,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from windvane.ingest.batch import Batch, Sink
 from windvane.ingest.errors import CommitFailed
@@ -159,12 +161,12 @@ class MqttSubscriber:
         self._lock = threading.Lock()  # orders PUBACKs against connection changes
         self._connection = 0  # bumped on every connect and disconnect (network thread)
         self._connected_once = False
-        self._ready: asyncio.Future | None = None  # the first connection's subscriptions are granted
+        self._ready: asyncio.Future[None] | None = None  # the first connection's subscriptions are granted
         self._subscriptions: dict[int, list[str]] = {}
         self._inbox = Inbox(max_pending_bytes)
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._outstanding: collections.deque[tuple[asyncio.Task, list[Delivery]]] = collections.deque()
-        self._pump_task: asyncio.Task | None = None
+        self._outstanding: collections.deque[tuple[asyncio.Task[int], list[Delivery]]] = collections.deque()
+        self._pump_task: asyncio.Task[None] | None = None
         self._closing = False
         self._stopping = asyncio.Event()
 
@@ -175,13 +177,14 @@ class MqttSubscriber:
 
     def _new_client(self) -> paho.Client:
         client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=paho.MQTTv5, manual_ack=True
+            CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=paho.MQTTv5, manual_ack=True
         )
         if self.broker.username is not None:
             client.username_pw_set(self.broker.username, self.broker.password)
         if self.broker.tls:
             client.tls_set(ca_certs=self.broker.ca)
-        client.reconnect_delay_set(self.min_retry, self.max_retry)
+        # paho's annotation says int; it waits the seconds given, fractions included.
+        client.reconnect_delay_set(self.min_retry, self.max_retry)  # type: ignore[arg-type]
         client.enable_logger(logging.getLogger("windvane.connectors.mqtt.paho"))  # every packet, at debug level
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
@@ -197,7 +200,7 @@ class MqttSubscriber:
         reached or refuses the connection or a subscription (later losses are retried, not raised)."""
         self._loop = self._inbox.loop = asyncio.get_running_loop()
         self._ready = self._loop.create_future()
-        properties = Properties(PacketTypes.CONNECT)
+        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho leaves it unannotated
         properties.SessionExpiryInterval = self.session_expiry
         properties.ReceiveMaximum = self.receive_maximum
         try:
@@ -214,7 +217,7 @@ class MqttSubscriber:
         self._client.loop_start()
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), self.connect_timeout)
-        except BaseException as exc:
+        except BaseException as exc:  # on any way out, cancellation included, the network thread must stop
             await asyncio.to_thread(self._stop_network)
             if isinstance(exc, asyncio.TimeoutError):
                 raise BrokerUnavailable(
@@ -266,9 +269,10 @@ class MqttSubscriber:
         self._connected_once = True
         # Subscribing again is harmless (retain handling 1: retained messages only for a new subscription) and
         # restores the subscriptions if the broker lost the session.
-        options = paho.SubscribeOptions(qos=1, retainHandling=paho.SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
+        options = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
         _, mid = client.subscribe([(topic, options) for topic in self.topics])
-        self._subscriptions[mid] = self.topics
+        if mid is not None:  # None: not sent (the connection is gone), no SUBACK comes
+            self._subscriptions[mid] = self.topics
 
     def _on_connect_fail(self, _client: paho.Client, _userdata: Any) -> None:
         if not self._closing:
@@ -279,7 +283,9 @@ class MqttSubscriber:
                 self.max_retry,
             )
 
-    def _on_subscribe(self, _client: paho.Client, _userdata: Any, mid: int, reasons: list, _properties: Any) -> None:
+    def _on_subscribe(
+        self, _client: paho.Client, _userdata: Any, mid: int, reasons: list[Any], _properties: Any
+    ) -> None:
         topics = self._subscriptions.pop(mid, self.topics)
         refused = [f"{topic!r}: {reason}" for topic, reason in zip(topics, reasons) if reason.is_failure]
         if refused:
@@ -316,16 +322,13 @@ class MqttSubscriber:
         if self._closing:
             return  # not acknowledged: the broker sends it again to the next connection of the session
         topic = message.topic
+        payload = bytes(message.payload)  # bytes already: the same object
         if topic.startswith("$"):  # $SYS and other broker topics are not data
             events = Events([], [], [])
         else:
-            events = decode_payload(message.payload, time.time_ns())
-        size = len(message.payload) + len(topic)
-        key = (
-            message_key(self.client_id, message.mid, topic, message.payload)
-            if message.qos == 1 and events.records
-            else None
-        )
+            events = decode_payload(payload, time.time_ns())
+        size = len(payload) + len(topic)
+        key = message_key(self.client_id, message.mid, topic, payload) if message.qos == 1 and events.records else None
         delivery = Delivery(
             topic_to_tag(topic), events, size, message.mid, message.qos, bool(message.dup), key, self._connection
         )
@@ -370,13 +373,12 @@ class MqttSubscriber:
                 keys = [d.key for d in run if d.key is not None]
                 if batches or keys:
                     await self.sink.submit(batches, record_keys=keys)
-                return 0
             except CommitFailed as exc:
                 if self._closing:
                     raise
                 # Retrying a run that was partly committed is safe: checked keys are found, and a failed
                 # submission stored nothing.
-                log.error(
+                log.error(  # noqa: TRY400 - an expected failure, said in one line without a traceback
                     "mqtt: %d message(s) could not be committed (%s); not acknowledged, retrying in %g s",
                     len(run),
                     exc,
@@ -385,8 +387,10 @@ class MqttSubscriber:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(2 * delay, self.max_retry)
+            else:
+                return 0
 
-    def _settled(self, _task: asyncio.Task) -> None:
+    def _settled(self, _task: asyncio.Task[int]) -> None:
         """Acknowledge the runs that are committed, in the order their messages arrived."""
         self._slots.release()
         while self._outstanding and self._outstanding[0][0].done():

@@ -197,7 +197,7 @@ class Follower:
 
     def _open(self, path: str, offset: int = 0, line: int = 1) -> bool:
         try:
-            f = open(path, "rb")  # noqa: SIM115 - kept open across reads, closed by _Open.close
+            f = open(path, "rb")  # kept open across reads, closed by _Open.close
         except FileNotFoundError:
             return False
         self._current = _Open(path, f, offset, line)
@@ -226,16 +226,18 @@ class Follower:
         if self._current is None and not self._open(self.path):
             return None
         current = self._current
+        assert current is not None  # open before, or just opened
         if not self._then_path and current.replaced():
             self._truncated(current)
             current = self._current
+            assert current is not None  # the copy, or the same file read again
         data = read_lines(current.f, limit, final=False)
         if data:
             self._changed_at = None
             return current.advance(data)
         if self._then_path:  # a rotated file, finished: its last line counts without a newline
-            return self._switch(read_lines(current.f, limit, final=True))
-        if not self._path_changed():
+            return self._switch(current, read_lines(current.f, limit, final=True))
+        if not self._path_changed(current):
             return None
         now = time.monotonic()
         if self._changed_at is None:
@@ -247,12 +249,12 @@ class Follower:
             self.path,
             current.offset,
         )
-        return self._switch(read_lines(current.f, limit, final=True))
+        return self._switch(current, read_lines(current.f, limit, final=True))
 
-    def _switch(self, last: bytes) -> Chunk | None:
-        """Take ``last`` from the current file, then follow PATH from its beginning."""
-        chunk = self._current.advance(last) if last else None
-        self._current.close()
+    def _switch(self, current: _Open, last: bytes) -> Chunk | None:
+        """Take ``last`` from the ``current`` file, then follow PATH from its beginning."""
+        chunk = current.advance(last) if last else None
+        current.close()
         self._current, self._then_path, self._changed_at = None, False, None
         self._open(self.path)  # if there is none yet, the next read opens it
         return chunk
@@ -282,12 +284,12 @@ class Follower:
         self._open(copy, position.offset, position.line)
         self._then_path = True
 
-    def _path_changed(self) -> bool:
+    def _path_changed(self, current: _Open) -> bool:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return True
-        return (st.st_dev, st.st_ino) != (self._current.dev, self._current.ino)
+        return (st.st_dev, st.st_ino) != (current.dev, current.ino)
 
     def close(self) -> None:
         """Close the files being followed; the position stays what it was."""

@@ -147,11 +147,11 @@ class Tailer:
                 or self._pending_bytes >= s.max_pending_bytes
                 or now - self._first_at >= s.commit_ms / 1000
             )
-            moved = (
-                not self._pending and self._open is None and self.follower.position not in (None, self.totals.position)
-            )
-            if due or moved:
-                self._commit(self._pending[-1].end if due else self.follower.position.to_dict())
+            position = self.follower.position
+            if due:
+                self._commit(self._pending[-1].end)
+            elif position is not None and not self._pending and self._open is None and position != self.totals.position:
+                self._commit(position.to_dict())  # read on with nothing to commit: the new position is stored
             if stopping:
                 self._report(force=True)
                 return self.totals
