@@ -42,6 +42,11 @@ class ChangeLog:
         self._start = b""
         self._known = b""
 
+    def __len__(self) -> int:
+        """The objects it keeps an entry for (what its memory follows)."""
+        with self._lock:
+            return len(self._last)
+
     def changed(self, since: bytes, head: bytes, oids: Collection[bytes]) -> bool:
         """Whether any commit in ``(since, head]`` changed one of ``oids``.
 

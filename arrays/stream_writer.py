@@ -226,6 +226,13 @@ class StreamWriter(StateKeeper):
         state = self._state
         return 0 if state is None else sum(tail.held_bytes for tail in state.tails.values())
 
+    @property
+    def remembered_starts(self) -> int:
+        """The most rows where appends began that one column's tail remembers (0 when it holds no state):
+        what a trickle of appends to a text column keeps between chunks."""
+        state = self._state
+        return 0 if state is None else max(tail.remembered_starts for tail in state.tails.values())
+
     def shed(self) -> int:
         """Let go of the partial chunk's rows held, if the stream's row log keeps them and no transaction
         is under way; returns the bytes freed (0: none, or it could not)."""

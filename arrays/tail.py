@@ -188,6 +188,12 @@ class Tail:
         """Bytes of rows this Tail holds in memory (its partial chunk)."""
         raise NotImplementedError
 
+    @property
+    def remembered_starts(self) -> int:
+        """How many rows where appends began it remembers, for :meth:`serialised_since` (numbers need none:
+        any row of the partial chunk will do)."""
+        return 0
+
     def serialised_since(self, row: int) -> bytes:
         """The rows from ``row`` (in the partial last chunk, where an append began) to the end, as a
         row log keeps them (:func:`arrays.row_log.deserialise` reads them back)."""
@@ -397,6 +403,10 @@ class VLenTail(Tail):
     @property
     def held_bytes(self) -> int:
         return len(self._records)
+
+    @property
+    def remembered_starts(self) -> int:
+        return len(self._bounds)
 
     def _drop_rows(self) -> None:
         # The records held begin at the shed row (serialised_since looks bounds up by row).

@@ -169,11 +169,11 @@ def test_abort_drops_state(store_url):
             with arrays.transaction(store) as tx:
                 writer.append(tx, {"time": [90, 91], "a": [9.0, 9.1], "m": ["no", "no"]})
                 raise RuntimeError("give up")
-        assert writer._state is None  # noqa: SLF001 - the contract under test
+        assert writer.held_columns is None  # the writer knows nothing of the stream any more
         tx = arrays.Transaction(store)
         writer.append(tx, {"time": [80], "a": [8.0], "m": ["no"]})
         tx.abort()
-        assert writer._state is None  # noqa: SLF001
+        assert writer.held_columns is None
         with arrays.transaction(store) as tx:
             assert writer.append(tx, {"time": [3], "a": [3.0], "m": ["3"]}) == 4
         with arrays.open_stream(store, "s") as s:
@@ -351,12 +351,12 @@ def test_a_growing_stream_binds_its_chunk_names_in_few_rounds(store_url):
         arrays.create_stream(store, "grows", COLUMNS, chunk_rows=16).close()
         writer = arrays.StreamWriter(store, "grows")
         rounds = []
-        original = store._names._insert
-        store._names._insert = lambda conn, bindings: (rounds.append(len(bindings)), original(conn, bindings))[1]
+        original = store.oids.new_oids  # a round of bindings takes the oids of its names at once
+        store.oids.new_oids = lambda count, **kw: (rounds.append(count), original(count, **kw))[1]
         for k in range(300):
             with arrays.transaction(store) as tx:
                 writer.append(tx, rows(16 * k, 16))
-        assert sum(rounds) >= len(writer._state.tails) * 300  # every chunk written has its name
+        assert sum(rounds) >= (len(writer.held_columns) + 1) * 300  # every chunk written has its name
         assert len(rounds) < 300 / 4, rounds  # a round per chunk at first, then a round per many
         with arrays.open_stream(store, "grows") as stream:
             assert stream["time"][:].tolist() == rows(0, 16 * 300)["time"].tolist()
@@ -383,15 +383,15 @@ def test_names_grow_with_the_chunks_filled(store_url):
         writer = arrays.StreamWriter(store, "names")
 
         def bound() -> int:
-            return store._query("SELECT COUNT(*) FROM name")[0][0]
+            return store.query("SELECT COUNT(*) FROM name")[0][0]
 
         created = bound()
         for k in range(10):
             with arrays.transaction(store) as tx:
                 writer.append(tx, rows(20 * k, 20))
             if k == 5:  # 120 rows: 7 chunks filled, nothing bound ahead yet
-                assert bound() == created + 1 + (len(writer._state.tails) + 1) * (120 // 16)
-        per_chunk = len(writer._state.tails) + 1  # the arrays' chunks and the time record
+                assert bound() == created + 1 + (len(writer.held_columns) + 2) * (120 // 16)
+        per_chunk = len(writer.held_columns) + 2  # the arrays' chunks (time's too) and the time record
         # 12 chunks filled: chunk 12 is filling, and the 3 after it are bound ahead
         assert bound() == created + 1 + per_chunk * (200 // 16 + 1 + 200 // 16 // 4)
         with arrays.open_stream(store, "names") as stream:
@@ -490,13 +490,13 @@ def test_change_log_answers_like_the_store_and_keeps_one_entry_per_object(sqlite
                     assert log.changed(tids[since], tids[step], [oid]) == truth, (since, step)
                     asked += 1
         assert asked > 500
-        assert len(log._last) <= len(every)  # noqa: SLF001 - the memory bound is the point
+        assert len(log) <= len(every)  # the memory bound is the point
         before = tids[-1]
         for _ in range(3000):  # our own commits, recorded as they finish: objects, not commits, are kept
             tid = neostore.p64(neostore.u64(before) + 1)
             log.record(tid, every, after=before)
             before = tid
-        assert len(log._last) == len(every)  # noqa: SLF001
+        assert len(log) == len(every)
     finally:
         store.close()
         other.close()
@@ -516,8 +516,7 @@ def test_a_kept_writer_of_text_columns_holds_no_more_per_append(sqlite_url):
                 writer.append(tx, staged if staged is not None else rows(i, 1))
             with arrays.transaction(store) as tx:
                 arrays.open_stream(tx, "fresh").append(rows(i, 1))
-        bounds = [len(t._bounds) for t in writer._state.tails.values() if hasattr(t, "_bounds")]  # noqa: SLF001
-        assert bounds and max(bounds) <= 3, bounds
+        assert 0 < writer.remembered_starts <= 3, writer.remembered_starts
         assert_same_streams(store, "kept", "fresh")
     finally:
         store.close()

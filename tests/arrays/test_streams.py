@@ -318,13 +318,13 @@ def test_errors_are_specific(sqlite_url):
             s.append({k: v for k, v in good.items() if k != "msg"})
         with pytest.raises(arrays.ColumnError, match=r"unknown column\(s\) \['extra'\].*add_column"):
             s.append({**good, "extra": [1, 2, 3]})
-        with pytest.raises(arrays.ColumnError, match="differ in length.*'count': 2"):
+        with pytest.raises(arrays.ColumnError, match=r"differ in length.*'count': 2"):
             s.append({**good, "count": [1, 2]})
         with pytest.raises(arrays.ColumnError, match=r"'vib'.*rows of shape \(3,\).*\(3, 2\)"):
             s.append({**good, "vib": np.zeros((3, 2))})
-        with pytest.raises(arrays.ColumnError, match="'time'.*int64 ns"):
+        with pytest.raises(arrays.ColumnError, match=r"'time'.*int64 ns"):
             s.append({**good, "time": [0.5, 1.5, 2.5]})
-        with pytest.raises(arrays.ColumnError, match="'raw'.*encode"):
+        with pytest.raises(arrays.ColumnError, match=r"'raw'.*encode"):
             s.append({**good, "raw": ["a", "b", "c"]})
         with pytest.raises(arrays.ColumnError, match="no column 'nope'"):
             s["nope"]

@@ -121,14 +121,14 @@ def test_set_if_not_exists_race_between_processes(url: str) -> None:
 def _count_fetched(store: neostore.Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the bytes each query brings back from the database (a spy: the queries still run)."""
     fetched: list[int] = []
-    real = store._query
+    real = store.pool.query
 
     def query(sql, params=()):
         rows = real(sql, params)
         fetched.append(sum(len(c) for row in rows for c in row if isinstance(c, (bytes, bytearray, memoryview))))
         return rows
 
-    monkeypatch.setattr(store, "_query", query)
+    monkeypatch.setattr(store.pool, "query", query)
     return fetched
 
 
@@ -189,7 +189,7 @@ def test_codec_compressed_chunks_are_stored_raw(sqlite_url: str) -> None:
     z[:] = data
     np.testing.assert_array_equal(zarr.open_array(ZarrStore(sqlite_url), path="a")[:], data)
     with neostore.open(sqlite_url) as direct:
-        rows = direct._query(
+        rows = direct.query(
             "SELECT d.compression FROM name n JOIN obj o ON o.oid = n.oid JOIN data d ON d.id = o.data_id "
             "WHERE n.name >= ? AND n.name < ?",
             (b"a/c/", b"a/c0"),
@@ -239,7 +239,7 @@ def test_time_travel_reads_old_values(url: str) -> None:
     with neostore.open(url) as direct:
         direct.pack(direct.last_transaction())
     with pytest.raises(SnapshotError, match="before the last pack"):
-        asyncio.run(ZarrStore(url, at=first)._ensure_open())
+        asyncio.run(ZarrStore.open(url, at=first))
 
 
 async def _keys(store: ZarrStore) -> list[str]:

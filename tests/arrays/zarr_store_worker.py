@@ -18,8 +18,7 @@ from windvane.arrays.zarr_store import ZarrStore
 
 
 def main(url: str, name: str, keys: int) -> None:
-    store = ZarrStore(url)
-    sync(store._ensure_open())
+    store = sync(ZarrStore.open(url))
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
