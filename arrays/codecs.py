@@ -196,7 +196,7 @@ class VLenCodec(ChunkCodec):
     numcodecs' Cython loops, so a chunk costs no Python-level work per item;
     they are stateless, hence thread-safe. Decoded chunks are object
     arrays of ``str``/``bytes`` (:attr:`work_dtype`): VLenUTF8 encodes
-    those three times faster than StringDType arrays, and an append's
+    those much faster than StringDType arrays, and an append's
     read-modify-write of the partial last chunk then converts only the
     rows it adds. Reads convert to StringDType when they copy into the
     result, as zarr does.

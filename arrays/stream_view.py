@@ -112,7 +112,7 @@ class StreamView:
 
         Read from the records kept beside the chunks (:mod:`arrays.time_index`):
         only the partial last chunk and chunks written without a record are
-        read (a stream written before records were kept: each once per view).
+        read (each once per view).
         """
         reader = self._live_transaction() if self._before is None else Snapshot(self._store, self._before)
         return time_index.chunk_ranges(reader, self.path, self._arrays[TIME], self._known_ranges)

@@ -65,7 +65,7 @@ class Tail:
         self.name = name
         self._meta = meta
         # The length is kept apart from ``meta``: a trickling stream appends one row at a time to
-        # thousands of Tails, and a new ArrayMeta per append cost more than the rest of it.
+        # thousands of Tails, and a new ArrayMeta per append costs more than the rest of it.
         self._length = meta.shape[0]
         self._inner = tuple(meta.shape[1:])
         self._rows_per_chunk = meta.chunks[0]
@@ -311,7 +311,7 @@ class NumberTail(Tail):
 class VLenTail(Tail):
     """A string or bytes array: the serialised records of the partial chunk's rows.
 
-    Re-serialising the thousands of items already in the chunk cost more
+    Re-serialising the thousands of items already in the chunk costs more
     than the rest of an append; concatenating their records does not. Rows
     that come serialised already (:class:`~arrays.vlen_rows.VLenRows`) are
     taken as their records: a whole chunk of them is encoded without a copy.

@@ -11,11 +11,11 @@ empty record if none has one). The stream writers (:meth:`Stream.append`,
 
 A record counts only while its revision is the chunk's (both written by
 one commit): a chunk written by anything else (a BigArray write, zarr
-through :class:`ZarrStore`, a store written before records were kept) has
-its range computed from its values when asked, as has the partial last
-chunk (every append changes it; a row log may hold its rows). So old
-stores need no migration: their chunks are read once per stream view to
-compute their ranges, and the chunks they fill from then on get records.
+through :class:`ZarrStore`) has its range computed from its values when
+asked, as has the partial last chunk (every append changes it; a row log
+may hold its rows). So chunks without a record need no migration: they
+are read once per stream view to compute their ranges, and the chunks a
+stream writer fills from then on get records.
 """
 
 from __future__ import annotations
