@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -72,8 +73,6 @@ def export_stream(
     is killed (the next run rewrites the part it left unfinished); the job's
     state is kept in the store.
     """
-    import sys
-
     from windvane import export as exporting
     from windvane import neostore
 

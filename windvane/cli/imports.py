@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
+import os
+import shlex
+import signal
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +75,7 @@ class StreamOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ImportOptions:
-    """`windvane import`'s arguments and options as click parses them (see each option's help)."""
+    """`windvane import`'s arguments and options as click parses them (see each option's help and default)."""
 
     stream: StreamOptions
     paths: tuple[str, ...]
@@ -82,11 +87,11 @@ class ImportOptions:
     commit_mb: int
     allow_rejects: bool
     renames: tuple[str, ...]
-    verbose: bool = False
-    delimiter: str | None = None
-    time_from: str = "column"
-    row_interval: float = 1.0
-    na: tuple[str, ...] = ()
+    verbose: bool
+    delimiter: str | None
+    time_from: str
+    row_interval: float
+    na: tuple[str, ...]
 
     @classmethod
     def parsed(cls, options: dict[str, Any]) -> ImportOptions:
@@ -228,9 +233,6 @@ def import_files(**options: Any) -> None:
     quarantine stream and how to read it; --allow-rejects exits 0
     instead); 130 interrupted (run again to resume).
     """
-    import os
-    import sys
-
     from windvane.connectors.files import FileFormatError
     from windvane.ingest import imports
     from windvane.ingest.streams import StreamWriters
@@ -397,8 +399,6 @@ def _import_reader(
 ) -> ImportResult:
     """Import what ``reader`` reads of ``path`` into the stream (ingest.imports.import_source); the progress is
     ``advance``d by the file's bytes."""
-    import os
-
     from windvane.connectors.files.compression import compression_of
     from windvane.ingest import imports
 
@@ -438,8 +438,6 @@ def _report_file(
 
 def _rejects_message(rejected: int, tag: str, store_url: str) -> str:
     """How many rows an import quarantined, the quarantine stream they are in, and how to read them."""
-    import shlex
-
     from windvane.arrays.stream import stream_path
 
     return (
@@ -486,9 +484,6 @@ def _new_stream(tag: str, path: str, schema: Schema, verbose: bool) -> str:
 
 def _syslog_years(path: str) -> str:
     """What year an RFC 3164 file's lines were given: its modification time's."""
-    import datetime
-    import os
-
     written = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.UTC)
     return (
         f"{path}: RFC 3164 times carry no year: taken in {written.year}, the year of the file's modification "
@@ -522,7 +517,7 @@ def _import_summary(path: str, result: ImportResult, blank: int = 0) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TailOptions:
-    """`windvane tail`'s argument and options as click parses them (see each option's help)."""
+    """`windvane tail`'s argument and options as click parses them (see each option's help and default)."""
 
     stream: StreamOptions
     path: str
@@ -530,7 +525,7 @@ class TailOptions:
     commit_ms: float
     poll_ms: float
     rotate_wait: float
-    multiline_flush_interval: float = 5.0
+    multiline_flush_interval: float
 
     @classmethod
     def parsed(cls, options: dict[str, Any]) -> TailOptions:
@@ -592,8 +587,6 @@ def tail(**options: Any) -> None:
     verbatim with the reason, to the tag's quarantine stream. SIGTERM or
     Ctrl-C commits what was read and exits 0.
     """
-    import signal
-
     from windvane.connectors.files.logs import LogFormatError
     from windvane.connectors.tail.follow import FilePosition, Follower
     from windvane.connectors.tail.run import StopFlag, Tailer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +25,6 @@ def store_contents(store_url: str, as_json: bool) -> None:
     dedup ratio and the last commit. Reads only: exit code 2 if there is no
     store at --store (none is created).
     """
-    import json
-
     from windvane import neostore
     from windvane.ops import info as contents
 
@@ -76,8 +76,6 @@ def demo(directory: str, keep: bool, forward_port: int, http_port: int) -> None:
     127.0.0.1 only, on free ports unless --forward-port and --http-port say
     which; the demo prints them as it starts.
     """
-    import sys
-
     from windvane import neostore
     from windvane.ops import demo as walkthrough
     from windvane.ops import info as contents

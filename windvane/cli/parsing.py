@@ -16,6 +16,7 @@ and its aliases ``common``, ``apache``; ``syslog3164`` or ``rfc3164``;
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -111,12 +112,12 @@ def timezone_option(help_text: str) -> Callable[[Command], Command]:
 class LogParsing:
     """The parsing options as click parses them: those above, ``--format`` and ``--timezone``."""
 
-    format_name: str | None = None
-    parser_path: str | None = None
-    expression: str | None = None
-    time_format: str | None = None
-    timezone: str | None = None
-    keep_blank_lines: bool = False
+    format_name: str | None
+    parser_path: str | None
+    expression: str | None
+    time_format: str | None
+    timezone: str | None
+    keep_blank_lines: bool
 
     @classmethod
     def take(cls, options: dict[str, Any]) -> LogParsing:
@@ -187,8 +188,6 @@ def fluent_config(
 
 def parser_file(given: str) -> str:
     """The TOML file ``--parser`` names: ``given`` if it is a file, else the shipped parser of that name."""
-    import os
-
     from windvane import parsers
 
     if os.path.isfile(given) or given.endswith(".toml") or os.sep in given:
