@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .zodb import NeoStorage
 
 
-def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name for the entry point
+def open(url: str, **options: Any) -> Store:  # the natural name for the entry point, shadowing a builtin
     """Open the store at ``url``; only a writable open with ``create`` (its default) makes one that is missing.
 
     ``read_only=True`` or ``create=False`` open an existing store only:
@@ -70,7 +70,7 @@ def open(url: str, **options: Any) -> Store:  # noqa: A001 - the natural name fo
     return Store(url, **options)
 
 
-def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # noqa: N802 - it stands for a class
+def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # named as the class it stands for
     """A ZODB storage over the store at ``url``: ``ZODB.DB(neostore.ZODBStorage(url))``."""
     from .zodb import NeoStorage
 
@@ -78,6 +78,11 @@ def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # noqa: N802 - it stan
 
 
 __all__ = [
+    "ZERO",
+    "BlobLocationError",
+    "BlobNotFoundError",
+    "BlobStoreError",
+    "BlobStoreUnavailableError",
     "CommitLockTimeout",
     "CommitOutcomeUnknown",
     "ConflictError",
@@ -96,30 +101,25 @@ __all__ = [
     "Revision",
     "SchemaVersionError",
     "StorageUnavailableError",
-    "BlobLocationError",
-    "BlobStoreError",
-    "BlobStoreUnavailableError",
-    "BlobNotFoundError",
     "Store",
     "StoreNotFoundError",
     "StoreURL",
+    "Tid",
+    "TidError",
     "Transaction",
     "TransactionError",
     "TransactionInfo",
-    "Tid",
-    "TidError",
     "TransientDatabaseError",
     "UndoError",
     "Unsupported",
-    "ZERO",
     "ZODBStorage",
-    "open",
     "as_tid",
-    "redacted",
+    "open",
     "p64",
-    "with_tier",
     "parse_url",
+    "redacted",
     "tid_at",
     "u64",
     "value_hash",
+    "with_tier",
 ]

@@ -45,13 +45,14 @@ def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> t
                 txn.store_.names_settled(conn, committed=True)
             else:
                 txn.store_.oids.advance(cur, txn.writes)
-            return conn, resolved
         except BaseException as exc:
             if again is not None and again.after(exc):
                 continue
             txn.abort()
             raise_transient(txn, exc)
             raise
+        else:
+            return conn, resolved
 
 
 def commit(txn: Transaction, resolve: Resolver | None) -> bytes:
@@ -59,7 +60,7 @@ def commit(txn: Transaction, resolve: Resolver | None) -> bytes:
     conn, _ = insert_rows(txn, resolve, voted=False)
     try:
         conn.commit()
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001  # whatever ended the COMMIT, settle_lost_commit raises it unless it committed
         txn.abort()
         settle_lost_commit(txn, exc)
     else:
@@ -98,27 +99,9 @@ def _prepare(txn: Transaction, resolve: Resolver | None) -> tuple[Any, Any, list
 
 def finish(txn: Transaction) -> bytes:
     """Make the voted transaction visible (its rows move from ``ttrans``/``tobj``); returns its tid."""
-    store, conn, tid = txn.store_, txn.session.connection, u64(voted_tid(txn))
     try:
-        store.backend.begin(conn)
-        cur = txn.session.cursor()
-        cur.execute(
-            "INSERT INTO trans (tid, packed, user, description, ext) "
-            "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
-            (tid,),
-        )
-        if cur.rowcount != 1:
-            raise errors.TransactionError(f"transaction 0x{voted_tid(txn).hex()} vanished between vote and finish")
-        cur.execute(
-            "INSERT INTO obj (oid, tid, data_id, value_tid) "
-            "SELECT oid, tid, data_id, value_tid FROM tobj WHERE tid = ?",
-            (tid,),
-        )
-        cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
-        cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
-        store.oids.advance(cur, txn.writes)
-        conn.commit()
-    except BaseException as exc:
+        _move_voted_rows(txn)
+    except BaseException as exc:  # noqa: BLE001  # whatever ended the COMMIT, settle_lost_commit raises it unless it committed
         txn.session.release(broken=True)
         txn.state = "failed"
         settle_lost_commit(txn, exc)
@@ -126,6 +109,28 @@ def finish(txn: Transaction) -> bytes:
         txn.session.release()
     txn.state = "finished"
     return voted_tid(txn)
+
+
+def _move_voted_rows(txn: Transaction) -> None:
+    """Move the voted rows of ``txn`` into ``obj``/``trans`` and commit."""
+    store, conn, tid = txn.store_, txn.session.connection, u64(voted_tid(txn))
+    store.backend.begin(conn)
+    cur = txn.session.cursor()
+    cur.execute(
+        "INSERT INTO trans (tid, packed, user, description, ext) "
+        "SELECT tid, 0, user, description, ext FROM ttrans WHERE tid = ?",
+        (tid,),
+    )
+    if cur.rowcount != 1:
+        raise errors.TransactionError(f"transaction 0x{voted_tid(txn).hex()} vanished between vote and finish")
+    cur.execute(
+        "INSERT INTO obj (oid, tid, data_id, value_tid) SELECT oid, tid, data_id, value_tid FROM tobj WHERE tid = ?",
+        (tid,),
+    )
+    cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
+    cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
+    store.oids.advance(cur, txn.writes)
+    conn.commit()
 
 
 def settle_lost_commit(txn: Transaction, exc: BaseException) -> None:
@@ -169,8 +174,8 @@ def abort(txn: Transaction) -> None:
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
                 delete_unreferenced_data(cur, txn.uploads.inserted, txn.store_.backend)
     except Exception:
-        # The connection is gone (the server died): the next lock holder
-        # discards what was voted.
+        # Broad: whatever failed, the connection is gone (the server died) and the error is logged; the next
+        # lock holder discards what was voted.
         broken = True
         log.exception("abort of transaction could not clean up; it will be discarded later")
     finally:

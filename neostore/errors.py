@@ -112,7 +112,7 @@ class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[
     def __init__(
         self,
         message: str | None = None,
-        object: object = None,  # noqa: A002 - ZODB's keyword
+        object: object = None,  # ZODB's keyword
         oid: bytes | None = None,
         serials: tuple[bytes, bytes] | None = None,
         data: bytes | None = None,
@@ -121,14 +121,14 @@ class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[
         # Store holds any bytes, so a value that is not one must not make
         # the error itself fail.
         # Keywords: ReadConflictError's ZODB base takes ``serials`` third.
-        super().__init__(message=message, object=object, oid=oid, serials=serials)  # type: ignore[call-arg]
+        super().__init__(message=message, object=object, oid=oid, serials=serials)  # type: ignore[call-arg]  # the mixins' signatures are not ZODB's
         self.data = data
         if data is not None:
             from ZODB.utils import get_pickle_metadata
 
             try:
                 self.class_name = ".".join(get_pickle_metadata(data))
-            except Exception:
+            except Exception:  # noqa: BLE001  # unpickling foreign bytes may raise anything; the error must not fail
                 self.class_name = "bytes"
 
 

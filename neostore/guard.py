@@ -45,7 +45,7 @@ def guarded(method: F) -> F:
         def generate(self: HasBackend, *args: Any, **kwargs: Any) -> Iterator[Any]:
             try:
                 yield from method(self, *args, **kwargs)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  # every error passes: a driver's translated, any other as it is
                 _reraise(translate(self.guarded_backend, operation, exc), exc)
 
         return cast(F, generate)
@@ -54,7 +54,7 @@ def guarded(method: F) -> F:
     def call(self: HasBackend, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  # every error passes: a driver's translated, any other as it is
             _reraise(translate(self.guarded_backend, operation, exc), exc)
 
     return cast(F, call)

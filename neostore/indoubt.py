@@ -33,13 +33,14 @@ def transaction_committed(backend: Backend, tid: bytes, timeout: float) -> bool:
             found = cur.fetchone() is not None
             cur.close()
             backend.release_commit_lock(conn)
-            return found
         except Exception as exc:
             retry = isinstance(exc, (errors.DatabaseError, errors.CommitLockTimeout)) or backend.is_connection_lost(exc)
             if not retry:
                 raise
             if time.monotonic() + delay > deadline:
                 raise errors.DatabaseError(f"the database stayed out of reach for {timeout:g} s: {exc}") from exc
+        else:
+            return found
         finally:
             if conn is not None:
                 backend.close_connection(conn)

@@ -21,7 +21,7 @@ def rollback_quietly(conn: Any) -> None:
     """Roll ``conn``'s transaction back, ignoring a connection that is dead already (there is nothing to undo)."""
     try:
         conn.rollback()
-    except Exception:
+    except Exception:  # noqa: BLE001  # any driver's error of a dead connection: nothing is left to undo
         pass
 
 
@@ -101,7 +101,6 @@ class ConnectionPool:
             try:
                 cur.execute(sql, params)
                 rows: list[tuple[Any, ...]] = cur.fetchall()
-                return rows
             except Exception as exc:
                 if not self.backend.is_connection_lost(exc):
                     raise
@@ -109,11 +108,13 @@ class ConnectionPool:
                 if attempt == 2:
                     raise
                 attempt += 1
+            else:
+                return rows
             finally:
                 try:
                     cur.close()
-                except Exception:
-                    pass  # a dead connection's cursor; the real error is the one raised
+                except Exception:  # noqa: BLE001  # a dead connection's cursor; the real error is the one raised
+                    pass
 
     def _drop_reader(self, conn: Any) -> None:
         self._local.reader = None
@@ -164,12 +165,13 @@ class ConnectionPool:
                 return conn
             try:
                 first_step(conn)
-                return conn
             except BaseException as exc:
                 lost = self.backend.is_connection_lost(exc)
                 self.give_writer(conn, broken=lost)
                 if not lost or pooled is None:
                     raise
+            else:
+                return conn
             with self._lock:
                 dead, self._writers = self._writers, []
             for conn in dead:

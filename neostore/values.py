@@ -112,9 +112,9 @@ class ValueCodec:
         if compression == ZSTD:
             try:
                 value: bytes = self._context().decompressor.decompress(stored, max_output_size=size or 0)
-                return value
             except zstandard.ZstdError as exc:
                 raise ValueError(f"zstd frame does not decompress: {exc}") from None
+            return value
         raise ValueError(f"unknown compression flag {compression}")
 
     def _worth_compressing(self, value: bytes) -> bool:

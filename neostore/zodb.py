@@ -59,7 +59,7 @@ def _extension_items(extension: bytes) -> dict[str, Any]:
         return {}
     try:
         items = loads(extension)
-    except Exception:  # written by foreign code: informational only
+    except Exception:  # noqa: BLE001  # unpickling what foreign code wrote may raise anything; informational only
         return {}
     return items if isinstance(items, dict) else {}
 
@@ -84,7 +84,7 @@ def _history_entries(store: Store, oid: bytes, size: int) -> list[dict[str, Any]
 
 def _undo_log(
     store: Store, first: int, last: int, filter: Callable[[dict[str, Any]], bool] | None
-) -> list[dict[str, Any]]:  # noqa: A002
+) -> list[dict[str, Any]]:
     """:meth:`NeoStorage.undoLog`'s entries, newest first; packed transactions end the log."""
     if last < 0:
         last = first - last
@@ -265,7 +265,7 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
 
     def undoLog(
         self, first: int = 0, last: int = -20, filter: Callable[[dict[str, Any]], bool] | None = None
-    ) -> list[dict[str, Any]]:  # noqa: A002 - ZODB's name
+    ) -> list[dict[str, Any]]:  # filter: ZODB's name
         """Undoable transactions, newest first, sliced ``[first:last]`` after ``filter``.
 
         A negative ``last`` means at most ``-last`` entries. Packed
@@ -383,12 +383,12 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         """Vote-time resolver: ZODB's _p_resolveConflict; ConflictError if it gives up."""
         try:
             resolved: bytes = self.tryToResolveConflict(oid, committed, expected, data)
-            return resolved
         except POSException.ConflictError as exc:
             if isinstance(exc, errors.ConflictError):
                 raise
             # ZODB gives up with its own ConflictError: the same facts, as neostore's.
             raise errors.ConflictError(exc.message, oid=exc.oid, serials=exc.serials, data=data) from None
+        return resolved
 
     def _resolve_undo(
         self, oid: bytes, current: bytes, undone: bytes, data_before: bytes, committed_data: bytes = b""
@@ -396,9 +396,9 @@ class NeoStorage(ConflictResolvingStorage, BaseStorage):  # type: ignore[misc]  
         """Undo-time resolver: an unresolvable undo is an UndoError, not a conflict."""
         try:
             resolved: bytes = self.tryToResolveConflict(oid, current, undone, data_before, committed_data)
-            return resolved
         except POSException.ConflictError:
             raise errors.UndoError("Some data were modified by a later transaction", oid) from None
+        return resolved
 
     # -- pack --------------------------------------------------------------------
 

@@ -28,4 +28,4 @@ def backend_for(url: StoreURL, **options: Any) -> Backend:
     return MariaDBBackend(url, **options)
 
 
-__all__ = ["Backend", "SCHEMA_VERSION", "backend_for"]
+__all__ = ["SCHEMA_VERSION", "Backend", "backend_for"]

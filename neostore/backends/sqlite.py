@@ -172,7 +172,6 @@ class SQLiteBackend(Backend):
         while True:
             try:
                 fcntl.flock(conn.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise CommitLockTimeout(
@@ -180,6 +179,8 @@ class SQLiteBackend(Backend):
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)
+            else:
+                return
 
     def release_commit_lock(self, conn: Any) -> None:
         if conn.lock_fd is not None:
@@ -269,7 +270,7 @@ class SQLiteBackend(Backend):
             return notes + self._truncate_wal(conn, lock_timeout, self.checkpoint_wait)
         except CommitLockTimeout as exc:
             # What pack deleted is committed: only the giving back waits for a later pack.
-            return notes + [f"space not given back yet: {exc}; pack again to give it back"]
+            return [*notes, f"space not given back yet: {exc}; pack again to give it back"]
 
     def _incremental_vacuum(self, conn: Any, lock_timeout: float) -> None:
         free = _pragma(conn, "freelist_count")

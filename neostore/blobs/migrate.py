@@ -164,7 +164,7 @@ def _stored(store: Store, data_id: int, chunks: int) -> bytes | None:
 
 def _checked(store: Store, row: Any) -> bytes:
     """A tiered row's stored bytes from the object store, checked against the row's hash."""
-    data_id, digest, compression, size = row[:4]
+    _, digest, compression, size = row[:4]
     assert store.tier is not None
     stored = store.tier.fetch(bytes(digest), compression)
     # decode raises CorruptDataError (naming the object) if the bytes are not the value's.

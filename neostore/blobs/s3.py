@@ -73,8 +73,8 @@ class S3BlobStore(BlobStore):
         self._store = S3Store(
             location.bucket,
             prefix=location.prefix or None,
-            client_options=client,  # type: ignore[arg-type]
-            retry_config=RETRIES if retries is None else retries,  # type: ignore[arg-type]
+            client_options=client,  # type: ignore[arg-type]  # a plain dict of the keys obstore's TypedDict names
+            retry_config=RETRIES if retries is None else retries,  # type: ignore[arg-type]  # as client_options
             **settings,
         )
 
