@@ -475,7 +475,7 @@ def test_newer_schema_is_refused_with_advice(store_url):
         conn.cursor().execute("UPDATE config SET value = '99' WHERE name = 'version'")
         conn.commit()
         store.backend.close_connection(conn)
-    with pytest.raises(neostore.SchemaVersionError, match="schema version 99.*upgrade windvane"):
+    with pytest.raises(neostore.SchemaVersionError, match=r"schema version 99.*upgrade windvane"):
         neostore.open(store_url)
 
 
@@ -551,7 +551,7 @@ def test_opens_that_read_never_create_a_mariadb_store(mariadb_server):
 
 @pytest.mark.mariadb  # the connector, not a server
 def test_mariadb_without_server_names_the_socket(tmp_path):
-    with pytest.raises(neostore.DatabaseError, match="cannot connect to MariaDB at .*nosock.*windvane db start"):
+    with pytest.raises(neostore.DatabaseError, match=r"cannot connect to MariaDB at .*nosock.*windvane db start"):
         neostore.open(f"mariadb://root@/db?unix_socket={tmp_path}/nosock")
 
 

@@ -102,7 +102,7 @@ def test_no_credentials_at_all_is_a_setup_error_not_an_outage(store_url, s3_serv
     with neostore.open(url, blob_retry_timeout=2.0) as store:
         oid = store.new_oid()
         with pytest.raises(
-            neostore.BlobStoreError, match="no AWS credentials found.*check the AWS credentials"
+            neostore.BlobStoreError, match=r"no AWS credentials found.*check the AWS credentials"
         ) as caught:
             commit(store, {oid: os.urandom(300_000)})
         assert not isinstance(caught.value, neostore.StorageUnavailableError)  # retrying would never help

@@ -49,7 +49,7 @@ def test_a_bad_threshold_is_refused(any_url, threshold):
 
 @pytest.mark.parametrize("location", ["http://b/p", "s3://", "b/p", "s3:///p", "s3://b/p?x=1"])
 def test_a_bad_location_is_refused(any_url, location):
-    with pytest.raises(neostore.InvalidURLError, match="s3://bucket/prefix|no .options") as caught:
+    with pytest.raises(neostore.InvalidURLError, match=r"s3://bucket/prefix|no .options") as caught:
         neostore.open(with_blobs(any_url, f"blobs={location}"))
     assert PASSWORD not in str(caught.value)
 
