@@ -36,8 +36,7 @@ _COMPRESSED_MAGIC = (
 )
 
 # Compression is kept only when it saves at least this fraction: below it,
-# decompressing on every read costs more time than the bytes saved (measured
-# on float32 sensor data saving 9.5%: zstd decoding took 56% of a read).
+# decompressing on every read costs more time than the bytes saved.
 MIN_GAIN = 1 / 8
 
 # Below this size a value is stored raw: the frame overhead eats the gain.

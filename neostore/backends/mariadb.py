@@ -60,13 +60,13 @@ class MariaDBBackend(Backend):
     insert_ignore = "INSERT IGNORE"
     # Writers run with autocommit off and READ COMMITTED (see connect).
     in_transaction_after_lock = True
-    # MariaDB's optimizer has picked a secondary index for
-    # "latest revision of an oid" queries on large tables (NEO saw 4.8 s to
-    # 111 s queries); the primary key (oid, tid) is always the right one.
+    # MariaDB's optimizer may pick a secondary index for "latest revision of
+    # an oid" queries on large tables, which makes them crawl; the primary key
+    # (oid, tid) is always the right one.
     obj_pk_hint = "FORCE INDEX (PRIMARY)"
     # A statement with about 8,000 placeholders or more (the exact count varies with the values) makes
     # the server drop the connection ("Write error: Broken pipe" from MariaDB Connector/Python 1.1 on
-    # MariaDB 10.11): a transaction binding or uploading that many small values at once failed.
+    # MariaDB 10.11): a transaction binding or uploading that many small values at once must not send them in one.
     max_params = 4000
     #: A table is rebuilt when pack removed at least this share of its rows:
     #: a rebuild copies every row left, and InnoDB reuses free pages anyway.
