@@ -53,6 +53,7 @@ from windvane import neostore
 
 from . import appending, row_log, time_index
 from .appending import ChunkJob, Encoded
+from .changes import ChangeLog
 from .errors import ColumnError, StreamError
 from .metadata import METADATA_KEY
 from .stream import Stream
@@ -100,17 +101,44 @@ class Staged:
         return self.base is not None
 
 
-class StreamWriter(StateKeeper):
+class StreamWriter:
     """Appends to stream ``tag`` (in ``quarantine/`` if ``quarantine``) of ``store``; see the module docstring.
 
     ``changes``: a ChangeLog shared by the writers of ``store`` in this
     process (each writer makes its own if not given; sharing one spares a
     query per append when many streams take turns). ``loads``: how many
-    times the state was read from the database (a statistic).
+    times the state was read from the database (a statistic). The state
+    kept between appends, and whether it is still valid, is its
+    :class:`~arrays.writer_state.StateKeeper`'s.
     """
 
+    def __init__(
+        self,
+        store: neostore.Store,
+        tag: str,
+        *,
+        quarantine: bool = False,
+        changes: ChangeLog | None = None,
+    ):
+        self.store = store
+        self.tag = tag
+        self.quarantine = quarantine
+        self._keeper = StateKeeper(store, tag, quarantine=quarantine, changes=changes)
+        self.path = self._keeper.path
+
+    @property
+    def changes(self) -> ChangeLog:
+        """The ChangeLog that tells whether others changed the stream since this writer's last commit."""
+        return self._keeper.changes
+
+    @property
+    def loads(self) -> int:
+        """How many times the state was read from the database."""
+        return self._keeper.loads
+
     def __repr__(self) -> str:
-        held = "no state" if self._state is None else f"{len(self._state.tails)} arrays held"
+        state = self._keeper.state
+        held = "no state" if state is None else f"{len(state.tails)} arrays held"
         return f"<StreamWriter {self.path!r} {held}>"
 
     # -- the API -------------------------------------------------------------------
@@ -134,10 +162,10 @@ class StreamWriter(StateKeeper):
             parts = _parts(columns.columns)
         else:
             parts = _parts(columns)
-        state = self._current(tx)
+        state = self._keeper.current(tx)
         if state.shed and self._needs_rows(state, parts):
-            self._drop()  # the append fills the chunk: read its rows back
-            state = self._current(tx)
+            self._keeper.drop()  # the append fills the chunk: read its rows back
+            state = self._keeper.current(tx)
         if state.foreign:
             length = len(open_stream(tx, self.tag, quarantine=self.quarantine))
             for part in parts:
@@ -160,7 +188,7 @@ class StreamWriter(StateKeeper):
                     self._store(tx, state, self._encode(state.tails, data, state.logged))
         except BaseException as exc:
             if not isinstance(exc, ColumnError):
-                self._drop()  # a failed write may have advanced the state past what tx holds
+                self._keeper.drop()  # a failed write may have advanced the state past what tx holds
             raise
         return state.tails[TIME].length
 
@@ -173,7 +201,7 @@ class StreamWriter(StateKeeper):
         never changes the state.
         """
         staged = Staged(columns, fill_missing)
-        state = self._state
+        state = self._keeper.state
         if state is None or state.foreign:
             return staged
         try:
@@ -206,14 +234,14 @@ class StreamWriter(StateKeeper):
 
         StreamNotFoundError if there is no such stream.
         """
-        return [name for name in self._current(tx).tails if name != TIME]
+        return [name for name in self._keeper.current(tx).tails if name != TIME]
 
     @property
     def held_columns(self) -> frozenset[str] | None:
         """The column names (``time`` left out) of the stream as this writer last knew it, without a
         look at the store (None: it knows nothing). Columns are only ever added: the stream has these at
         least, unless it was removed since (an append then says so)."""
-        state = self._state
+        state = self._keeper.state
         if state is None:
             return None
         if state.names is None:
@@ -223,21 +251,21 @@ class StreamWriter(StateKeeper):
     @property
     def held_bytes(self) -> int:
         """Bytes of the stream's pending rows this writer holds in memory (0 when it holds no state)."""
-        state = self._state
+        state = self._keeper.state
         return 0 if state is None else sum(tail.held_bytes for tail in state.tails.values())
 
     @property
     def remembered_starts(self) -> int:
         """The most rows where appends began that one column's tail remembers (0 when it holds no state):
         what a trickle of appends to a text column keeps between chunks."""
-        state = self._state
+        state = self._keeper.state
         return 0 if state is None else max(tail.remembered_starts for tail in state.tails.values())
 
     def shed(self) -> int:
         """Let go of the partial chunk's rows held, if the stream's row log keeps them and no transaction
         is under way; returns the bytes freed (0: none, or it could not)."""
-        state = self._state
-        if state is None or self._tx is not None or state.foreign or not state.logged:
+        state = self._keeper.state
+        if state is None or self._keeper.joined or state.foreign or not state.logged:
             return 0
         freed = sum(tail.shed() for tail in state.tails.values())
         state.shed = True
@@ -334,14 +362,13 @@ class StreamWriter(StateKeeper):
                     documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
                         (base, *tail.meta.shape[1:])
                     ).to_bytes()
-            documents[self._log_key] = self._revision(state, length).to_bytes()
+            documents[self._keeper.log_key] = self._revision(state, length).to_bytes()
         else:
             for name, tail in state.tails.items():
                 documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()
         batches.flush(documents)
         state.appends += 1
-        self._remember(tx, state)
-        self._mark = tx.write_mark()
+        self._keeper.wrote(tx, state)
 
     def _bind_ahead(self, tx: Transaction, state: WriterState, current: int) -> None:
         """Bind the names of the chunks after chunk ``current`` (the one filling now) that the stream is
@@ -372,7 +399,7 @@ class StreamWriter(StateKeeper):
 
     def _append_through_stream(self, tx: Transaction, columns: Mapping[str, Any], fill_missing: bool) -> int:
         """Arrays not chunked by rows: the general (slower) path, keeping no state."""
-        self._drop()
+        self._keeper.drop()
         stream: Stream = open_stream(tx, self.tag, quarantine=self.quarantine)
         if fill_missing:
             columns = dict(columns)

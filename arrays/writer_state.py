@@ -94,11 +94,32 @@ class StateKeeper:
 
     # -- keeping the state current ------------------------------------------------------
 
-    def _drop(self) -> None:
+    @property
+    def state(self) -> WriterState | None:
+        """The state held (None: none; :meth:`current` loads it)."""
+        return self._state
+
+    @property
+    def joined(self) -> bool:
+        """Whether the state includes the writes of a transaction still under way."""
+        return self._tx is not None
+
+    @property
+    def log_key(self) -> str:
+        """The key of the stream's row log."""
+        return self._log_key
+
+    def drop(self) -> None:
+        """Let go of the state: the next :meth:`current` loads it afresh."""
         self._state = None
         self._tx = None
 
-    def _current(self, tx: Transaction) -> WriterState:
+    def wrote(self, tx: Transaction, state: WriterState) -> None:
+        """``state`` now includes what its writer just wrote in ``tx``: its own writes keep it valid there."""
+        self._remember(tx, state)
+        self._mark = tx.write_mark()
+
+    def current(self, tx: Transaction) -> WriterState:
         """The state, valid in ``tx`` under the commit lock: kept if nothing changed it, else reloaded."""
         if tx.state != "open":
             raise StreamError(f"the transaction is {tx.state}; append to stream {self.tag!r} in an open one")
@@ -152,7 +173,7 @@ class StateKeeper:
     def _aborted(self, tx: Transaction) -> None:
         self._hooked = None
         if self._tx is tx:
-            self._drop()
+            self.drop()
 
     def _load(self, tx: Transaction) -> WriterState:
         """Read the group, every array's metadata, partial chunk and row log, in ``tx`` (holding the lock)."""
