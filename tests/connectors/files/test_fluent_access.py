@@ -173,7 +173,7 @@ def test_re2_on_ascii_lines_and_bytes_on_the_others_give_re_on_bytes_exactly(exp
     regexp = LineRegexp(expression)
     assert regexp.engine == "re2"
     text = pa.array(lines, pa.large_string())
-    fast, slow = regexp.match(text), regexp._bytes(text)
+    fast, slow = regexp.match(text), regexp.match_bytes(text)
     assert fast.unmatched.tolist() == slow.unmatched.tolist()
     for name in regexp.names:
         assert fast.columns[name].to_pylist() == slow.columns[name].to_pylist(), name

@@ -57,7 +57,7 @@ def test_from_toml_top_level_or_parse_table(tmp_path: Path) -> None:
     assert ParseConfig.from_toml(nested) == ParseConfig("none", message_key="log")
     broken = tmp_path / "b.toml"
     broken.write_text("type = \n")
-    with pytest.raises(ParseConfigError, match="b.toml"):
+    with pytest.raises(ParseConfigError, match=r"b\.toml"):
         ParseConfig.from_toml(broken)
 
 

@@ -247,7 +247,7 @@ def test_windvane_import_stores_rfc5424_lines_read_as_fluentd(sqlite_url, tmp_pa
     assert result.exit_code == 3, result.output  # a line was quarantined
     with arrays.open_stream(sqlite_url, "t") as stream:
         rows = stream.to_pandas().reset_index().to_dict("records")
-    assert [(r["pri"], r["pid"], r["extradata"], r["message"]) for r in rows][0] == (165, "1", '[a@1 x="y"]', "café")
+    assert next((r["pri"], r["pid"], r["extradata"], r["message"]) for r in rows) == (165, "1", '[a@1 x="y"]', "café")
     assert rows[1]["pid"] == "-" and not rows[1]["message"]  # no message (the stream's text column holds it empty)
     assert [r["time"].value if hasattr(r["time"], "value") else r["time"] for r in rows] == [
         utc("2003-10-11T22:14:15") + 3_000_000,

@@ -93,7 +93,11 @@ def test_time_format_as_fluentd(fmt: str, text: str, expected: int | None, monke
 
 
 def test_unicode_and_empty_texts_are_not_times() -> None:
-    assert times(["", "２０２０-01-02 03:04:05", "2020-01-02 03:04:05"], time_format="%Y-%m-%d %H:%M:%S", utc=True) == [
+    assert times(
+        ["", "\uff12\uff10\uff12\uff10-01-02 03:04:05", "2020-01-02 03:04:05"],
+        time_format="%Y-%m-%d %H:%M:%S",
+        utc=True,
+    ) == [
         BAD,
         BAD,
         1577934245000000000,

@@ -237,7 +237,7 @@ def multiline_differences(
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_windvane_parses_like_fluentd(case, fluentd_corpus):  # noqa: F811
+def test_windvane_parses_like_fluentd(case, fluentd_corpus):
     with machine_zone(case.local_zone):
         found = differences(case, fluentd_corpus)
     known = KNOWN.get(case.name, {})

@@ -28,7 +28,7 @@ def test_parse_section_quotes_what_fluentd_would_misread():
 
 @pytest.mark.clients
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_oracle_answers_every_line(case, fluentd_corpus):  # noqa: F811
+def test_oracle_answers_every_line(case, fluentd_corpus):
     outcomes = fluentd_corpus.outcomes[case.name]
     assert outcomes, f"fluentd said nothing about {case.name}"
     if case.parse["type"] != "multiline":

@@ -175,7 +175,7 @@ def test_schema_contradicting_the_stream_is_refused(sqlite_url, tmp_path):
 def test_csv_without_a_time_column_is_a_clear_error(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("a,b\n1,2\n")
-    with pytest.raises(FileFormatError, match="no time column .*--time-column"):
+    with pytest.raises(FileFormatError, match=r"no time column .*--time-column"):
         CsvReader(path, ReaderOptions())
     with pytest.raises(FileFormatError, match="no column 'when'"):
         CsvReader(path, ReaderOptions(time_column="when"))

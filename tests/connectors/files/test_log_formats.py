@@ -37,7 +37,7 @@ TRICKY = [
 
 
 def text(rng: random.Random, *, spaces: bool = True) -> str:
-    pieces = rng.sample(TRICKY, 3) + [rng.choice(["x", "yz", "0"]) * rng.randint(1, 4)]
+    pieces = [*rng.sample(TRICKY, 3), rng.choice(["x", "yz", "0"]) * rng.randint(1, 4)]
     out = " ".join(pieces)
     return out if spaces else out.replace(" ", "_").replace("\t", "_")
 

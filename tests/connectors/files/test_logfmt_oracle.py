@@ -61,7 +61,7 @@ def structured_lines(count: int = 3000) -> list[bytes]:
     for _ in range(count):
         pairs = []
         for _ in range(pick.randint(0, 5)):
-            value = pick.choice(values + [None])
+            value = pick.choice([*values, None])
             pairs.append(pick.choice(keys) + ("" if value is None else "=" + value))
             pairs.append(pick.choice([" ", "  ", "\t", "" if value and value.endswith('"') else " "]))
         line = "".join(pairs)

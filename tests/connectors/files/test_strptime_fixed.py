@@ -37,7 +37,7 @@ def _zone(rng: random.Random) -> str:
 def _text(rng: random.Random, template: str) -> str | None:
     if rng.random() < 0.03:
         return None
-    month = rng.choice(MONTHS + ["Xyz", "jAN", "MAY", "Sept"]) if rng.random() < 0.2 else rng.choice(MONTHS)
+    month = rng.choice([*MONTHS, "Xyz", "jAN", "MAY", "Sept"]) if rng.random() < 0.2 else rng.choice(MONTHS)
     fields = {
         "Y": rng.choice([1970, 2000, 2024, 1899, 2262, rng.randrange(0, 10000)]),
         "m": rng.randrange(0, 14),

@@ -442,7 +442,7 @@ def test_json_mode_times_are_exact_and_nan_is_not_json():
     assert list(message.batch.times) == [1709294400_123456789]
     message = decode_message(b'["t", 1709294400.000000001, {"n": 1}]', json_mode=True)
     assert list(message.batch.times) == [1709294400_000000001]
-    with pytest.raises(MalformedMessage, match="NaN is not a JSON number: .*: line 1 column 16"):
+    with pytest.raises(MalformedMessage, match=r"NaN is not a JSON number: .*: line 1 column 16"):
         decode_message(b'["t", 1, {"n": NaN}]', json_mode=True)
 
 

@@ -361,7 +361,7 @@ async def test_handshake_success_and_failures(sink, caplog):
 def certificate(tmp_path) -> tuple[Path, Path]:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     try:
-        from cryptography import x509  # noqa: F401
+        from cryptography import x509
     except ImportError:
         subprocess.run(
             [

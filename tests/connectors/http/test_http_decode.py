@@ -105,7 +105,7 @@ def test_captured_fluentd_out_http(name):
     """Every fluentd out_http format gives the tailed lines, the file's ``time`` field as the event time."""
     b = captured(name)
     lines = source_records("fluentd-source.jsonl")
-    want_times = [int(round(line.pop("time") * 10**6)) * 1000 for line in lines]
+    want_times = [round(line.pop("time") * 10**6) * 1000 for line in lines]
     assert b.tag == "fd." + name.split(".")[1] and b.times == want_times
     if name == "fd.ltsv":  # LTSV carries text
         lines = [{k: str(v) for k, v in line.items()} for line in lines]

@@ -136,7 +136,7 @@ async def test_gzip_json_array_and_put(served, client):
 
 
 async def test_big_body_is_decoded_off_the_loop(served, client):
-    url, sink = await served()
+    url, _ = await served()
     lines = b"".join(b'{"seq":%d,"pad":"%s"}\n' % (i, b"x" * 100) for i in range(5000))
     status, _, reply = await post(client, url + "/big", lines, {"Content-Type": "application/x-ndjson"})
     assert status == 200 and reply["accepted"] == 5000
@@ -274,7 +274,7 @@ async def test_body_too_large(served, client):
 
 
 async def test_expect_100_continue(served):
-    url, sink = await served(body_size_limit=1000)
+    url, _ = await served(body_size_limit=1000)
     port = int(url.rsplit(":", 1)[1])
     # Too large: 413 before the body is sent (we never send it).
     response = await raw_exchange(
@@ -364,7 +364,7 @@ async def test_slow_upload_does_not_block_others(served, client):
     )
     await writer.drain()
     for i in range(5):  # other clients are served while the slow body is incomplete
-        status, _, reply = await post(client, url + "/fast", b'{"i":%d}' % i, {"Content-Type": "application/json"})
+        status, _, _ = await post(client, url + "/fast", b'{"i":%d}' % i, {"Content-Type": "application/json"})
         assert status == 200
     assert [b.tag for b in sink.batches] == ["fast"] * 5
     writer.write(body[4:])

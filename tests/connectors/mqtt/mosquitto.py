@@ -70,12 +70,13 @@ class Mosquitto:
                 raise RuntimeError(f"mosquitto exited with {self.process.returncode}:\n{self.log()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
             except OSError:
                 if time.monotonic() > deadline:
                     self.kill()
                     raise TimeoutError(f"mosquitto not listening after {timeout} s:\n{self.log()}") from None
                 time.sleep(0.05)
+            else:
+                return self
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM: mosquitto saves its sessions and queued messages, then exits."""

@@ -53,14 +53,14 @@ class LineRegexp:
     def match(self, lines: pa.Array) -> Matches:
         """The named groups of each of ``lines`` (a ``large_string`` array without nulls), null where absent."""
         if self.vector is None:
-            return self._bytes(lines)
+            return self.match_bytes(lines)
         ascii_lines = pc.string_is_ascii(lines)
         if ascii_lines.false_count == 0:
             return self._ascii(lines)
         fast = ascii_lines.to_numpy(zero_copy_only=False)
         slow = ~fast
         found = self._ascii(lines.filter(ascii_lines))
-        other = self._bytes(lines.filter(pa.array(slow)))
+        other = self.match_bytes(lines.filter(pa.array(slow)))
         unmatched = np.empty(len(lines), dtype=bool)
         unmatched[fast], unmatched[slow] = found.unmatched, other.unmatched
         columns = {name: _merge(fast, found.columns[name], other.columns[name]) for name in self.names}
@@ -73,8 +73,8 @@ class LineRegexp:
         assert self.vector is not None
         return self.vector.match(lines)
 
-    def _bytes(self, lines: pa.Array) -> Matches:
-        """``re`` on each line's bytes."""
+    def match_bytes(self, lines: pa.Array) -> Matches:
+        """What :meth:`match` gives, found by ``re`` on each line's bytes (the way for lines RE2 cannot take)."""
         search, numbers = self.bytes_pattern.search, [self.bytes_pattern.groupindex[name] for name in self.names]
         missing = (None,) * len(numbers)
         found: list[Groups] = []
