@@ -1,13 +1,21 @@
-"""``windvane serve`` as a real subprocess, for tests that talk to it over sockets or kill it."""
+"""``windvane serve`` as a real subprocess, for tests that talk to it over sockets or kill it.
+
+:func:`start_serve` starts one in a test's directory with the schemas it is
+given; :func:`event_schema` is the schema of the events the real senders
+(fluentd, Fluent Bit and the Fluentd project's clients, :mod:`tests.clients`)
+carry: ``seq``, ``msg`` and ``value``.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from windvane.connectors.address import ListenerConfig
@@ -15,6 +23,9 @@ from windvane.connectors.address import ListenerConfig
 REPO = Path(__file__).resolve().parent.parent
 #: Where its listeners listen unless told: the default host, any free port.
 ANY_PORT = ListenerConfig(port=0).address
+
+#: The fields of the senders' events, in order: ``{"seq": i, "msg": text, "value": x}``.
+EVENT_FIELDS = (("seq", "int64"), ("msg", "str"), ("value", "float64"))
 
 
 def free_port() -> int:
@@ -44,6 +55,7 @@ class Serve:
         http: str | None = ANY_PORT,
         timeout: float = 60,
     ):
+        self.url = store
         self.log_path = Path(log_path)
         command = [
             sys.executable,
@@ -62,7 +74,12 @@ class Serve:
         ]
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self._log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.addresses: dict[str, tuple[str, int]] = {}
         self.lines: list[str] = []  # what it printed up to "ready"
@@ -84,6 +101,10 @@ class Serve:
                 raise TimeoutError(f"windvane serve not ready after {timeout} s:\n{self.log()}")
 
     @property
+    def host(self) -> str:
+        return self.addresses["forward"][0]
+
+    @property
     def forward_port(self) -> int:
         return self.addresses["forward"][1]
 
@@ -96,6 +117,10 @@ class Serve:
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(errors="replace")[-4000:]
+
+    def output(self) -> str:
+        """What it printed up to "ready", then the end of its log: for failure messages."""
+        return "\n".join(self.lines) + "\n--- log ---\n" + self.log()
 
     def kill(self) -> None:
         """``kill -9``: no shutdown, no final commit."""
@@ -110,6 +135,11 @@ class Serve:
             self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Killed, so that a server that ignores SIGTERM outlives no test.
+            self.process.kill()
+            self.process.wait(30)
+            raise
         finally:
             self._log.close()
         return code
@@ -120,3 +150,44 @@ class Serve:
     def __exit__(self, *exc_info: object) -> None:
         if self.process.poll() is None:
             self.kill()
+
+
+def event_schema(*tags: str, extra: str | None = None, required: tuple[str, ...] = ("seq",), dtype: str = "") -> str:
+    """A schema (TOML) for the senders' events on ``tags``: `EVENT_FIELDS`, ``required`` ones required.
+
+    ``extra`` says what becomes of undeclared fields (the schema's default
+    when None); ``dtype``, when given, types every field alike (LTSV carries
+    text only).
+    """
+    # A JSON array of plain strings is a TOML array too.
+    lines = ['kind = "log"', f"tags = {json.dumps(list(tags))}"]
+    if extra is not None:
+        lines.append(f'extra = "{extra}"')
+    for name, field_dtype in EVENT_FIELDS:
+        lines += ["", "[[fields]]", f'name = "{name}"', f'dtype = "{dtype or field_dtype}"']
+        if name in required:
+            lines.append("required = true")
+    return "\n".join(lines) + "\n"
+
+
+def start_serve(
+    directory: Path,
+    schemas: Mapping[str, str],
+    *args: str,
+    store: str | None = None,
+    forward: str | None = ANY_PORT,
+    http: str | None = ANY_PORT,
+    timeout: float = 60,
+) -> Serve:
+    """``windvane serve`` with ``schemas`` (file name: TOML) in ``directory``/schemas, its log in ``directory``/serve.log.
+
+    ``store`` is a SQLite file in ``directory`` unless given. Started again
+    with the same arguments (after a kill), it serves the same store and
+    schemas and appends to the same log.
+    """
+    schemas_dir = directory / "schemas"
+    schemas_dir.mkdir(exist_ok=True)
+    for name, text in schemas.items():
+        (schemas_dir / name).write_text(text)
+    store = store or f"sqlite:///{directory / 'store.db'}"
+    return Serve(store, schemas_dir, directory / "serve.log", *args, forward=forward, http=http, timeout=timeout)

@@ -11,13 +11,9 @@ arrives, so acknowledged runs are read back once, without waiting.
 
 from __future__ import annotations
 
-import os
-import queue
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +24,7 @@ import pytest
 
 from tests import clients
 from tests.clients import expected_events, run_client
+from tests.serve_process import Serve, event_schema, start_serve
 
 pytestmark = pytest.mark.clients
 
@@ -35,116 +32,18 @@ COUNT = 10_000
 SHARED_KEY = "windvane-shared-key-ü"
 USER, PASSWORD = "alice", "s3cret-pässword"
 
-SCHEMA = """\
-kind = "log"
-tags = ["clients.**"]
-
-[[fields]]
-name = "seq"
-dtype = "int64"
-required = true
-
-[[fields]]
-name = "msg"
-dtype = "str"
-
-[[fields]]
-name = "value"
-dtype = "float64"
-"""
-
-
-def windvane_command() -> list[str]:
-    """The `windvane` command of the interpreter running the tests."""
-    return [str(Path(sys.executable).parent / "windvane")]
+SCHEMAS = {"clients.toml": event_schema("clients.**")}
 
 
 # -- the server ------------------------------------------------------------------
 
 
-@dataclass
-class Served:
-    """A running `windvane serve`."""
-
-    proc: subprocess.Popen
-    url: str
-    host: str
-    forward_port: int
-    http_port: int
-    log: Path
-    lines: list
-
-    def output(self) -> str:
-        return "\n".join(self.lines) + "\n--- stderr ---\n" + self.log.read_text(errors="replace")[-6000:]
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                pytest.fail(f"windvane serve did not stop within {timeout} s of SIGTERM\n{self.output()}")
-        return self.proc.returncode
-
-
-def _start(tmp_path: Path, url: str, extra: list[str], ready_timeout: float = 90) -> Served:
-    schemas = tmp_path / "schemas"
-    schemas.mkdir(exist_ok=True)
-    (schemas / "clients.toml").write_text(SCHEMA)
-    log = tmp_path / f"serve-{time.monotonic_ns()}.log"
-    argv = windvane_command() + [
-        "serve", "--store", url, "--schemas", str(schemas),
-        "--forward", "127.0.0.1:0", "--http", "127.0.0.1:0", *extra,
-    ]  # fmt: skip
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
-            cwd=clients.REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-    lines: list[str] = []
-    ready: queue.Queue = queue.Queue()
-
-    def pump():  # keeps reading stdout so the server never blocks on a full pipe
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            lines.append(line)
-            ready.put(line)
-        ready.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    forward = http = None
-    deadline = time.monotonic() + ready_timeout
-    while True:
-        try:
-            line = ready.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            line = None
-        if line is None:
-            proc.kill()
-            proc.wait()
-            pytest.fail(
-                f"windvane serve was not ready within {ready_timeout} s (exit {proc.returncode}): {' '.join(argv)}\n"
-                + "\n".join(lines) + "\n--- stderr ---\n" + log.read_text(errors="replace")[-6000:]
-            )  # fmt: skip
-        if line.startswith("forward:"):
-            forward = line.split(":", 1)[1].split()[0]  # then "auth: ..."
-        elif line.startswith("http:"):
-            http = line.split(":", 1)[1].split()[0]
-        elif line.strip() == "ready":
-            break
-    assert forward and http, f"no forward/http address before ready: {lines}"
-    host, port = forward.rsplit(":", 1)
-    return Served(proc, url, host, int(port), int(http.rsplit(":", 1)[1]), log, lines)
-
-
 @pytest.fixture
 def serve(tmp_path, sqlite_url):
     """Start `windvane serve` (``serve(url=None, shared_key=, users=, tls=)``); SIGTERM at teardown, exit 0."""
-    started: list[Served] = []
+    started: list[Serve] = []
 
-    def start(url: str | None = None, *, shared_key=None, users=None, tls=None) -> Served:
+    def start(url: str | None = None, *, shared_key=None, users=None, tls=None) -> Serve:
         extra = []
         if shared_key is not None:
             extra += ["--shared-key", shared_key]
@@ -156,7 +55,7 @@ def serve(tmp_path, sqlite_url):
             extra += ["--users", str(users_file)]
         if tls is not None:
             extra += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        server = _start(tmp_path, url or sqlite_url, extra)
+        server = start_serve(tmp_path, SCHEMAS, *extra, store=url or sqlite_url, timeout=90)
         started.append(server)
         return server
 
@@ -250,7 +149,7 @@ def _report_timings(request):
             reporter.write_line(f"  {name:<52} {count:>6} {seconds:7.2f} s  {rate:>9,.0f} events/s")
 
 
-def send(name: str, client: str, server: Served, tag: str, count: int, mode: str, **options) -> clients.Run:
+def send(name: str, client: str, server: Serve, tag: str, count: int, mode: str, **options) -> clients.Run:
     """Run a driver that must succeed; record its time."""
     run = run_client(client, server.host, server.forward_port, tag, count, mode, **options)
     assert run.returncode == 0 and run.summary and run.summary.get("ok"), (

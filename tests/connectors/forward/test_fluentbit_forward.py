@@ -20,16 +20,16 @@ import pytest
 
 from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 from tests.connectors.forward.test_fluentd_forward import (
+    SCHEMAS,
     SHARED_KEY,
     check_stream,
     deliver,
     rows,
-    schemas_dir,
     wait_rows,
     write_lines,
 )
 from tests.fluent_programs import start_fluent_bit
-from tests.serve_process import Serve, free_port
+from tests.serve_process import free_port, start_serve
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
@@ -137,8 +137,7 @@ def test_kill_9_of_windvane_mid_run(tmp_path):
     write_lines(source, count)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
-    schemas = schemas_dir(tmp_path)
-    serve = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
+    serve = start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}")
     fluent_bit = start_fluent_bit(fluent_bit_config(tmp_path, source, port), tmp_path)
     try:
         wait_rows(url, 20_000, 120, tag=TAG, what=fluent_bit.log())
@@ -146,7 +145,7 @@ def test_kill_9_of_windvane_mid_run(tmp_path):
         killed_at = rows(url, TAG)
         assert killed_at < count, "the kill came after the end of the run"
         time.sleep(2)  # Fluent Bit's flushes fail meanwhile; it keeps the chunks to retry
-        serve = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
+        serve = start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}")
         wait_rows(url, count, 180, tag=TAG, what=f"\n{fluent_bit.log()}\n{serve.log()}")
         time.sleep(5)  # a late resend of a committed chunk would show now
         assert serve.stop() == 0, serve.log()

@@ -23,29 +23,12 @@ import pytest
 
 from tests.connectors.forward.test_client_libraries import Cert, tls_cert  # noqa: F401 - a fixture
 from tests.fluent_programs import Program, start_fluentd
-from tests.serve_process import Serve, free_port
+from tests.serve_process import event_schema, free_port, start_serve
 from windvane import arrays, neostore
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
-SCHEMA = """\
-kind = "log"
-tags = ["fd.**"]
-extra = "keep"
-
-[[fields]]
-name = "seq"
-dtype = "int64"
-required = true
-
-[[fields]]
-name = "msg"
-dtype = "str"
-
-[[fields]]
-name = "value"
-dtype = "float64"
-"""
+SCHEMAS = {"fd.toml": event_schema("fd.**", "fb.**", extra="keep")}
 SHARED_KEY = "fluentd-shared-key-ü"
 BASE = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -109,13 +92,6 @@ def fluentd_config(
 """
 
 
-def schemas_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "schemas"
-    d.mkdir(exist_ok=True)
-    (d / "fd.toml").write_text(SCHEMA.replace('tags = ["fd.**"]', 'tags = ["fd.**", "fb.**"]'))
-    return d
-
-
 def rows(url: str, tag: str = "fd.events", quarantine: bool = False) -> int:
     store = neostore.open(url, read_only=True)
     try:
@@ -175,9 +151,7 @@ def deliver(
     write_lines(source, count)  # before the start: a tail sees files made later only at its next scan
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
-    with Serve(
-        url, schemas_dir(tmp_path), tmp_path / "serve.log", *serve_args, forward=f"127.0.0.1:{port}", http=None
-    ) as serve:
+    with start_serve(tmp_path, SCHEMAS, *serve_args, store=url, forward=f"127.0.0.1:{port}", http=None) as serve:
         program = start(source, port)
         try:
             wait_rows(url, count, 120, tag=tag, what=f"\n{program.log()}\n{serve.log()}")
@@ -234,14 +208,14 @@ def test_wrong_user_password_is_refused_and_nothing_stored(tmp_path):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     security = f"<security>\n self_hostname fluentd-test\n shared_key {SHARED_KEY}\n</security>"
-    with Serve(
-        url,
-        schemas_dir(tmp_path),
-        tmp_path / "serve.log",
+    with start_serve(
+        tmp_path,
+        SCHEMAS,
         "--shared-key",
         SHARED_KEY,
         "--users",
         str(users),
+        store=url,
         forward=f"127.0.0.1:{port}",
         http=None,
     ) as serve:
@@ -288,8 +262,7 @@ def test_kill_9_of_windvane_mid_run(tmp_path):
     write_lines(source, count)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
-    schemas = schemas_dir(tmp_path)
-    serve = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
+    serve = start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}")
     fluentd = start_fluentd(fluentd_config(source, port), tmp_path)
     try:
         wait_rows(url, 20_000, 120, what=fluentd.log())
@@ -297,7 +270,7 @@ def test_kill_9_of_windvane_mid_run(tmp_path):
         killed_at = rows(url)
         assert killed_at < count, "the kill came after the end of the run"
         time.sleep(2)  # fluentd's sends fail meanwhile; its buffer holds them
-        serve = Serve(url, schemas, tmp_path / "serve.log", forward=f"127.0.0.1:{port}")
+        serve = start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}")
         wait_rows(url, count, 180, what=f"\n{fluentd.log()}\n{serve.log()}")
         time.sleep(6)  # past ack_response_timeout: a resend of a committed chunk would show now
         assert serve.stop() == 0, serve.log()
@@ -315,7 +288,7 @@ def test_mariadb_stopped_for_30_seconds_mid_run(tmp_path, private_server):
     url = private_server.url("fluentd")
     port = free_port()
     fluentd = None
-    with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", forward=f"127.0.0.1:{port}") as serve:
+    with start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}") as serve:
         try:
             fluentd = start_fluentd(fluentd_config(source, port), tmp_path)
             wait_rows(url, 5_000, 120, what=fluentd.log())
@@ -344,7 +317,7 @@ def test_object_store_stopped_for_10_seconds_mid_run(tmp_path, s3_env):
     url = f"sqlite:///{tmp_path / 'store.db'}?blobs=s3://{bucket}/store&endpoint={s3_env.endpoint}&blob_threshold=1"
     port = free_port()
     fluentd = None
-    with Serve(url, schemas_dir(tmp_path), tmp_path / "serve.log", forward=f"127.0.0.1:{port}") as serve:
+    with start_serve(tmp_path, SCHEMAS, store=url, forward=f"127.0.0.1:{port}") as serve:
         try:
             fluentd = start_fluentd(fluentd_config(source, port), tmp_path)
             wait_rows(url, 5_000, 120, what=fluentd.log())

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from tests.fluent_programs import Program, start_fluent_bit, start_fluentd
-from tests.serve_process import Serve, free_port
+from tests.serve_process import Serve, event_schema, free_port, start_serve
 from windvane import arrays, neostore
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
@@ -49,32 +49,10 @@ USER, PASSWORD = "alice", "s3cret-pässword"
 BASE_US = 1_767_225_600 * 10**6  # 2026-01-01T00:00:00Z, in microseconds
 WAIT = 90  # seconds for every stream of a run to be complete
 
-TYPED_SCHEMA = """\
-kind = "log"
-tags = ["fd.**", "fb.**"]
-extra = "reject"
-
-[[fields]]
-name = "seq"
-dtype = "int64"
-required = true
-
-[[fields]]
-name = "msg"
-dtype = "str"
-required = true
-
-[[fields]]
-name = "value"
-dtype = "float64"
-required = true
-"""
+# Every field required, no other field allowed.
+TYPED_SCHEMA = event_schema("fd.**", "fb.**", extra="reject", required=("seq", "msg", "value"))
 # LTSV carries text only.
-LTSV_SCHEMA = (
-    TYPED_SCHEMA.replace('tags = ["fd.**", "fb.**"]', 'tags = ["fd.ltsv"]')
-    .replace('"int64"', '"str"')
-    .replace('"float64"', '"str"')
-)
+LTSV_SCHEMA = event_schema("fd.ltsv", extra="reject", required=("seq", "msg", "value"), dtype="str")
 
 FLUENTD_FORMATS = {  # tag -> out_http options
     "fd.ndjson": "",
@@ -154,22 +132,16 @@ def rows(url: str, tag: str, quarantine: bool = False) -> int:
 
 
 def serve_with_users(tmp_path: Path) -> Serve:
-    schemas = tmp_path / "schemas"
-    schemas.mkdir()
-    (schemas / "0-ltsv.toml").write_text(LTSV_SCHEMA)
-    (schemas / "1-typed.toml").write_text(TYPED_SCHEMA)
     users = tmp_path / "users.toml"
     users.write_text(f'[users.{USER}]\npassword = "{PASSWORD}"\n')
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    return Serve(
-        url, schemas, tmp_path / "serve.log", "--users", str(users), forward=None, http=f"127.0.0.1:{free_port()}"
-    )
+    schemas = {"0-ltsv.toml": LTSV_SCHEMA, "1-typed.toml": TYPED_SCHEMA}
+    return start_serve(tmp_path, schemas, "--users", str(users), forward=None, http=f"127.0.0.1:{free_port()}")
 
 
 def deliver(tmp_path: Path, tags: list[str], start) -> Run:
     """Start ``windvane serve``, then the program (``start(port)``); wait until each tag has COUNT rows or quarantined."""
     with serve_with_users(tmp_path) as serve:
-        run = Run(serve_url(tmp_path))
+        run = Run(serve.url)
         run.started_ns = time.time_ns()
         program: Program = start(serve.http_port)
         try:
@@ -187,10 +159,6 @@ def deliver(tmp_path: Path, tags: list[str], start) -> Run:
         run.serve_log = serve.log()
         assert code == 0, f"windvane serve exited {code}\n{run.describe()}"
     return run
-
-
-def serve_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 def read(run: Run, tag: str) -> dict:
