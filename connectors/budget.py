@@ -77,9 +77,8 @@ EXPANSION = 4
 
 
 #: Bytes a whole message holds beyond its own while it waits for its commit: the objects made for it
-#: (frame, decoded batch, submission, waiter, ack). Measured with 10,000 tags each sending a one-event
-#: chunk a second, pipelined past what the store committed: RSS rose about 3.6 KiB per message waiting,
-#: writers' state included.
+#: (frame, decoded batch, submission, waiter, ack) and the writers' state, which outweigh a small message's
+#: bytes (benchmarks/README.md, memory under hostile clients).
 MESSAGE_OVERHEAD = 3 << 10
 
 

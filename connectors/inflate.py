@@ -77,7 +77,7 @@ def _zlib(source: Iterator[bytes | memoryview], wbits: int | None) -> Iterator[b
 def _zstd(source: Iterator[bytes | memoryview]) -> Iterator[bytes]:
     # The stream reader bounds each read's output (decompressobj would not) and crosses frames.
     # The stubs name IO[bytes]; the stream reader calls only read(size), all _Chained has.
-    chained = cast("IO[bytes]", _Chained(source))
+    chained = cast(IO[bytes], _Chained(source))
     reader = zstandard.ZstdDecompressor().stream_reader(chained, read_across_frames=True)
     while True:
         out = reader.read(WINDOW)

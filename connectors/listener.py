@@ -184,11 +184,6 @@ class Listener:
         port: int = self._sockets[0].getsockname()[1]
         return port
 
-    @property
-    def sockets(self) -> list[socket.socket]:
-        """The listening sockets, one per address the host resolved to."""
-        return list(self._sockets)
-
     async def start(self) -> None:
         """Bind and listen (every address ``host`` resolves to), and start accepting."""
         self._loop = asyncio.get_running_loop()

@@ -376,9 +376,8 @@ def decode_entries(
 
 #: Events up to this size go to ingest's decode workers. Larger ones carry bulk
 #: binary (vibration blocks), decoded here as views of the frame they arrived in
-#: (see _entries_room): handing them to a worker and pickling the arrays back
-#: costs more than it saves (measured with 300 KB blocks when they were still
-#: copied: 142-155 MB/s decoded here, 99-110 MB/s through a worker).
+#: (see _entries_room): handing them to a worker, which copies them out and
+#: pickles the arrays back, costs more than decoding them here saves.
 DEFER_MAX_EVENT_BYTES = 16 << 10
 
 

@@ -208,8 +208,8 @@ class _MsgpackFramer:
 
 #: Entries (a PackedForward message's str32 or bin32) from this size on make a message bulk: it is gathered
 #: in one buffer of its own as it arrives (:class:`_Bulk`), not copied through msgpack's buffer and the
-#: mirror. Two copies of every byte fewer made ``windvane serve`` store vibration blocks 12% faster on 2 cores, where
-#: the copies take cycles and memory bandwidth from the commit (README, ingestion performance).
+#: mirror: the two copies of every byte would take cycles and memory bandwidth from the commit
+#: (benchmarks/README.md, ingestion).
 _BULK_MIN = 64 << 10
 
 

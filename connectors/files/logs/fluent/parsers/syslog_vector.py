@@ -30,7 +30,7 @@ from .syslog_lines import Rules
 
 # RFC 5424's fields after the time, as fluentd's expression has them (the lookbehind "a ] not after \\" written
 # without one: an empty content or one ending in another character, tried in the same order), but for the
-# lengths of the first four (counted repeats make RE2 three times slower): :data:`LIMITS` are checked after
+# lengths of the first four (counted repeats slow RE2 down): :data:`LIMITS` are checked after
 _BODY_5424 = (
     r"(?P<host>[!-~]+) (?P<ident>[!-~]+) (?P<pid>[!-~]+) (?P<msgid>[!-~]+)"
     r" (?P<extradata>(?:-|(?:\[(?:|.*?[^\\])\])+))(?: (?P<message>).|\Z)"
