@@ -398,7 +398,7 @@ class _SilentServer:
         ("fluent-org", "PackedForward"),
         ("go", "msgpack"),
         ("go", "json"),
-    ],  # fmt: skip
+    ],
 )
 def test_driver_fails_without_ack(client, mode):
     """The drivers' own guarantee, checked against a peer that never acks: exit non-zero."""

@@ -117,7 +117,7 @@ def test_shared_key_with_users(tmp_path):
     )
 
 
-def test_tls(tmp_path, tls_cert: Cert):  # noqa: F811 - the fixture
+def test_tls(tmp_path, tls_cert: Cert):
     # Fluent Bit checks the chain against the certificate as its CA, and the name it connected to.
     output = f"tls on\n    tls.verify on\n    tls.ca_file {tls_cert.cert}\n    tls.vhost localhost"
     run(

@@ -230,7 +230,7 @@ def test_wrong_user_password_is_refused_and_nothing_stored(tmp_path):
     assert rows(url) == 0
 
 
-def test_tls(tmp_path, tls_cert: Cert):  # noqa: F811 - the fixture
+def test_tls(tmp_path, tls_cert: Cert):
     # The certificate names localhost (Ruby's hostname check fails on an IP address): fluentd checks
     # the chain against it as its CA and the name it connected to.
     output = f"transport tls\n  tls_cert_path {tls_cert.cert}\n  tls_verify_hostname true"
