@@ -126,7 +126,8 @@ class DecodePool:
             result = _taken(item, here)
         except BrokenProcessPool as exc:
             assert self.preparer is not None
-            self.preparer.broken()
+            assert item.prepared is not None, "only a worker's preparation raises BrokenProcessPool"
+            self.preparer.broken(item.prepared)
             return CommitFailed(
                 f"a decode worker died while preparing this submission ({exc}); nothing of it was stored: send it again"
             )

@@ -351,13 +351,15 @@ class Prepared:
     waits for (:meth:`done`, :meth:`wait`) and takes (:meth:`result`, raising what preparing it raised,
     or BrokenProcessPool / CancelledError if the worker died or the pool was replaced)."""
 
-    __slots__ = ("future", "index")
+    __slots__ = ("future", "index", "pool")
 
     def __init__(
         self,
+        pool: concurrent.futures.ProcessPoolExecutor,
         future: concurrent.futures.Future[list[list[Validated]] | UndecodableBatch] | concurrent.futures.Future[_Batch],
         index: int | None = None,
     ):
+        self.pool = pool  # the one it runs in: a worker of it dying breaks that pool only
         self.future = future
         self.index = index  # None: the future is this submission's alone
 
@@ -442,35 +444,40 @@ class Preparer:
 
     def submit(self, items: Sequence[Undecoded]) -> Prepared:
         """Start preparing one submission's items; :meth:`Prepared.result` gives :func:`prepare`'s result."""
-        return Prepared(self._submit(_prepare_in_worker, list(items)))
+        return Prepared(*self._submit(_prepare_in_worker, list(items)))
 
-    def _submit(self, function: Callable[[Any], _T], argument: Any) -> concurrent.futures.Future[_T]:
+    def _submit(
+        self, function: Callable[[Any], _T], argument: Any
+    ) -> tuple[concurrent.futures.ProcessPoolExecutor, concurrent.futures.Future[_T]]:
+        """``function(argument)`` started in the current pool (a new one if that one is broken): the pool, and
+        the future of the call."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the decode workers are shut down")
             if self._pool is None:
                 self._pool = self._new_pool()
             try:
-                return self._pool.submit(function, argument)
+                return self._pool, self._pool.submit(function, argument)
             except BrokenProcessPool:
                 self._replace(self._pool)
-                return self._pool.submit(function, argument)
+                return self._pool, self._pool.submit(function, argument)
 
     def submit_each(self, submissions: Sequence[Sequence[Undecoded]]) -> list[Prepared]:
         """Start preparing many submissions' items in one round trip to a worker (for small submissions,
         whose own round trips would cost more than their decoding); each submission's share."""
-        batch = self._submit(_prepare_each_in_worker, [list(items) for items in submissions])
-        return [Prepared(batch, i) for i in range(len(submissions))]
+        pool, batch = self._submit(_prepare_each_in_worker, [list(items) for items in submissions])
+        return [Prepared(pool, batch, i) for i in range(len(submissions))]
 
-    def broken(self) -> None:
-        """A worker died: replace the pool (idempotent for each broken pool)."""
+    def broken(self, prepared: Prepared) -> None:
+        """A worker died under ``prepared`` (its result raised BrokenProcessPool): replace its pool, unless
+        that one is replaced already (several failed preparations report the same crash)."""
         with self._lock:
-            if self._pool is not None and not self._closed:
-                self._replace(self._pool)
+            if not self._closed:
+                self._replace(prepared.pool)
 
     def _replace(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
-        # Only a pool that is really broken is replaced: several failed futures report the same crash.
-        if pool is self._pool and getattr(pool, "_broken", False):
+        """Replace ``pool``, which is broken, if it is still the current one."""
+        if pool is self._pool:
             log.error("a decode worker died; starting a new pool of %d", self.workers)
             pool.shutdown(wait=False, cancel_futures=True)
             self._pool = self._new_pool()
