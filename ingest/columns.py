@@ -487,6 +487,12 @@ def _block(v: Vibration, block: Any, rate: Any) -> tuple[np.ndarray, float] | st
         return f"field {v.samples_field!r}: expected {v.dtype} bytes or a list of lists, got {_describe(block)}"
     if not len(samples):
         return f"field {v.samples_field!r} holds no samples"
+    step = 1e9 / float(rate)  # nanoseconds between samples
+    if not math.isfinite(step) or (len(samples) - 1) * step >= 2**63:
+        return (
+            f"field {v.rate_field!r}: {rate} samples per second spaces the block's {len(samples)} samples beyond "
+            "the time range of nanoseconds; give the rate in samples per second (Hz)"
+        )
     return samples, float(rate)
 
 

@@ -173,6 +173,17 @@ def test_bad_vibration_blocks_are_rejected(record, reason):
     assert len(rejected) == 1 and reason in rejected[0].reason
 
 
+@pytest.mark.parametrize("rate", [1e-215, 1e-10])
+def test_a_rate_that_spaces_samples_beyond_nanoseconds_is_rejected(rate):
+    """A rate so small that a block's samples would lie past the int64 nanoseconds of times rejects its record."""
+    schema = parse_schema({"kind": "vibration", "tags": ["v"], "vibration": {"channels": 2}}, name="vib_rates")
+    good = {"samples": b"\0" * 16, "sample_rate": 1000}
+    columns, rejected = batch_columns(schema, Batch("v", [1, 2], [good, {"samples": b"\0" * 16, "sample_rate": rate}]))
+    assert columns.rows == 2
+    assert len(rejected) == 1
+    assert "samples per second spaces the block's 2 samples beyond the time range" in rejected[0].reason
+
+
 def test_events_with_unreadable_times_are_quarantined():
     from windvane.ingest import INVALID_TIME
 
