@@ -1,4 +1,4 @@
-"""A Transaction: one two-phase commit of a Store, split along its steps.
+"""A Transaction: one two-phase commit of a Store, and the parts it owns.
 
 A transaction owns the parts it asks: its :class:`~neostore.writes.WriteSet`,
 its :class:`~neostore.upload.UploadQueue` (the values it sends),
