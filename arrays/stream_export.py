@@ -14,14 +14,34 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import time_index
+from .bigarray import BigArray
 from .stream_schema import TIME, missing_value
-from .stream_view import StreamView
 from .times import is_moment, moment_ns
+
+
+class Exported(Protocol):
+    """What an export reads of a stream (:class:`~arrays.Stream`)."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    @property
+    def attrs(self) -> dict[str, Any]: ...
+
+    def __getitem__(self, name: str) -> BigArray: ...
+
+    def name_of(self, key: str) -> str: ...
+
+    def time_ranges(self) -> list[time_index.Range]: ...
+
 
 #: Row numbers (``int``) or moments (datetime, numpy datetime64, ISO 8601 text); None: from the start, to the end.
 Bound = int | datetime | np.datetime64 | str | None
@@ -39,7 +59,7 @@ def _window(start: Bound, stop: Bound) -> tuple[int | None, int | None] | None:
     return (None if start is None else moment_ns(start, "start"), None if stop is None else moment_ns(stop, "stop"))
 
 
-def _columns_data(stream: StreamView, start: Bound, stop: Bound) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _columns_data(stream: Exported, start: Bound, stop: Bound) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     window = _window(start, stop)
     if window is None:
         time = stream[TIME][start:stop]
@@ -57,7 +77,7 @@ def _columns_data(stream: StreamView, start: Bound, stop: Bound) -> tuple[np.nda
     return out.pop(TIME), out
 
 
-def to_arrow(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
+def to_arrow(stream: Exported, start: Bound = None, stop: Bound = None) -> Any:
     """A pyarrow Table of rows ``[start:stop]``.
 
     ``time`` is ``timestamp[ns, tz=UTC]``; strings ``large_string``,
@@ -90,7 +110,7 @@ def to_arrow(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any
     return pa.Table.from_arrays(values, schema=pa.schema(fields, metadata={b"stream": stream.tag}))
 
 
-def to_pandas(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
+def to_pandas(stream: Exported, start: Bound = None, stop: Bound = None) -> Any:
     """A pandas DataFrame of rows ``[start:stop]``, indexed by ``time`` (``datetime64[ns, UTC]``).
 
     One column per column of the stream, strings and bytes as object
@@ -121,7 +141,7 @@ def to_pandas(stream: StreamView, start: Bound = None, stop: Bound = None) -> An
     return pd.DataFrame(frame, index=index)
 
 
-def to_xarray(stream: StreamView, start: Bound = None, stop: Bound = None) -> Any:
+def to_xarray(stream: Exported, start: Bound = None, stop: Bound = None) -> Any:
     """An xarray Dataset of rows ``[start:stop]``: coordinate ``time`` (datetime64[ns]), one variable per column.
 
     Variables keep their arrays' dims and attributes; the Dataset's
