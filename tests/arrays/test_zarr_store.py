@@ -257,7 +257,9 @@ def test_transaction_store_commits_atomically(url: str) -> None:
         # Take the commit lock in this thread, as an appender does: zarr's
         # writes then run in other threads and must still get through.
         tx.lock()
-        z = zarr.create_array(ZarrStore.for_transaction(tx), name="batch", shape=data.shape, chunks=(10, 10), dtype="f8")
+        z = zarr.create_array(
+            ZarrStore.for_transaction(tx), name="batch", shape=data.shape, chunks=(10, 10), dtype="f8"
+        )
         z[:] = data
         # The transaction reads its own writes; nobody else sees them yet.
         np.testing.assert_array_equal(zarr.open_array(ZarrStore.for_transaction(tx), path="batch")[:], data)
@@ -344,7 +346,7 @@ def test_a_failing_change_fails_alone(url: str) -> None:
         first = group.submit(Change("set", "first", b"1"))
         time.sleep(0.2)
         queued = [group.submit(Change("set", f"ok/{i}", b"v")) for i in range(10)]
-        bad = group.submit(Change("rename", "nope", b"v"))  # type: ignore[arg-type]
+        bad = group.submit(Change("rename", "nope", b"v"))  # type: ignore[arg-type]  # an unknown kind on purpose
         blocker.commit()
         blocker.store.close()
         assert first.result(timeout=30) is None
@@ -360,7 +362,7 @@ async def test_bad_key_is_refused_before_queueing(sqlite_url: str) -> None:
     with pytest.raises(ValueError, match="name limit"):
         await store.set("x" * 2000, buf(b"v"))
     with pytest.raises(TypeError, match="Buffer"):
-        await store.set("k", b"raw bytes")  # type: ignore[arg-type]
+        await store.set("k", b"raw bytes")  # type: ignore[arg-type]  # bytes, not a Buffer, on purpose
     store.close()
 
 
