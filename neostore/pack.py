@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .blobs.sweep import SweepStats, sweep
 from .errors import ReadOnlyError
 from .pool import locked_transaction, rollback_quietly
 from .sql import delete_unreferenced_data
 from .tids import p64, u64
 
 if TYPE_CHECKING:
-    from .blobs.sweep import SweepStats
     from .store import Store
 
 
@@ -110,8 +110,6 @@ def pack(
         job.record()
         if store.tier is not None:
             # After the data rows are pruned: the objects of the values pack removed go too.
-            from .blobs.sweep import sweep
-
             stats.blobs = sweep(store, progress=lambda n: job.progress("blobs", n))
         if reclaim:
             job.progress("reclaim", 0)

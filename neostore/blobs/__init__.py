@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import BlobStoreError
 from .base import BlobStore, ListedBlob
 from .location import BlobLocation, blob_key, parse_key, parse_location
 from .tier import GRACE_SECONDS, TIERED, BlobTier
@@ -41,15 +42,10 @@ def open_tier(url: StoreURL, *, grace: float, retry: float | None = None) -> Blo
     if blobs is None:
         return None
     try:
-        from .s3 import S3BlobStore  # the client loads only for stores that have a tier
+        from .s3 import S3BlobStore, retries_within  # the client loads only for stores that have a tier
     except ImportError as exc:
         if exc.name != "obstore":
             raise
-        from ..errors import BlobStoreError
-
         raise BlobStoreError(f"blobs={blobs} needs the S3 client: pip install 'windvane[s3]'") from None
-
-    from .s3 import retries_within
-
     retries = None if retry is None else retries_within(retry)
     return BlobTier(S3BlobStore(parse_location(blobs), url.endpoint, retries=retries), url.blob_threshold, grace=grace)
