@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from transaction.interfaces import TransientError
 from ZODB import POSException
+from ZODB.utils import get_pickle_metadata
 
 
 class NeoStoreError(Exception):
@@ -124,8 +125,6 @@ class ConflictError(NeoStoreError, POSException.ConflictError):  # type: ignore[
         super().__init__(message=message, object=object, oid=oid, serials=serials)  # type: ignore[call-arg]  # the mixins' signatures are not ZODB's
         self.data = data
         if data is not None:
-            from ZODB.utils import get_pickle_metadata
-
             try:
                 self.class_name = ".".join(get_pickle_metadata(data))
             except Exception:  # noqa: BLE001  # unpickling foreign bytes may raise anything; the error must not fail
