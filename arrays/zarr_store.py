@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -90,7 +90,7 @@ def _acquire(url: str, *, create: bool) -> _Shared:
 
 def _reset_after_fork() -> None:
     # A forked child must not use its parent's connections or threads
-    # (ZarrStore._here re-acquires when it finds a parent's _Shared).
+    # (a store on a URL acquires again when it finds a parent's _Shared).
     global _shared, _shared_lock
     _shared = weakref.WeakValueDictionary()
     _shared_lock = threading.Lock()
@@ -149,6 +149,94 @@ def _dir_prefix(prefix: str) -> str:
     """``prefix`` as a directory: ``""`` for the root, else ending in ``/``."""
     prefix = prefix.rstrip("/")
     return prefix + "/" if prefix else ""
+
+
+# -- where a store reads and writes ------------------------------------------------
+
+
+class _OnUrl:
+    """Where a ZarrStore on a URL reads and writes: this process's shared Store of the URL (acquired on
+    first use, and again in a forked child), the snapshot its reads see, group commit for its writes."""
+
+    def __init__(self, url: str, *, at: At | None, before: bytes | None, create: bool):
+        self._url = url
+        self._at = at
+        self._before = before
+        self._create = create
+        self._pinned: bytes | None = None  # the bound reads use, fixed at open
+        self._shared: _Shared | None = None
+
+    @property
+    def before(self) -> bytes | None:
+        return self._pinned or self._before
+
+    def shared(self) -> _Shared:
+        """This process's shared neostore Store for the URL, acquired on first use."""
+        shared = self._shared
+        if shared is None or shared.pid != os.getpid():
+            shared = _acquire(self._url, create=self._create)
+            if self._at is not None and self._pinned is None:
+                # A time still in the future pins the latest commit, so the
+                # snapshot does not move; a time before the last pack fails.
+                self._pinned = snapshot_bound(shared.store, self._at)
+            self._shared = shared
+        return shared
+
+    @property
+    def store(self) -> neostore.Store:
+        return self.shared().store
+
+    def open(self) -> None:
+        """Acquire the shared Store now (and pin the snapshot): a missing store fails here."""
+        self.shared()
+
+    def reader(self) -> Snapshot:
+        store = self.shared().store  # pins the snapshot on first use
+        return Snapshot(store, self._pinned)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.shared().executor, fn, *args)
+
+    async def write(self, change: Change) -> Any:
+        return await asyncio.wrap_future(self.shared().group.submit(change))
+
+    def write_sync(self, change: Change) -> Any:
+        return self.shared().group.submit(change).result()
+
+    def let_go(self) -> None:
+        self._shared = None
+
+
+class _InTransaction:
+    """Where a ZarrStore bound to a transaction reads and writes: the transaction itself."""
+
+    before: bytes | None = None
+
+    def __init__(self, tx: Transaction):
+        self.tx = tx
+
+    @property
+    def store(self) -> neostore.Store:
+        return self.tx.store
+
+    def open(self) -> None:
+        pass  # the transaction is open already
+
+    def reader(self) -> Transaction:
+        return self.tx
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(fn, *args)
+
+    async def write(self, change: Change) -> Any:
+        return await asyncio.to_thread(apply_change, self.tx, change)
+
+    def write_sync(self, change: Change) -> Any:
+        return apply_change(self.tx, change)
+
+    def let_go(self) -> None:
+        pass  # the transaction's store is its owner's
 
 
 # -- the store -------------------------------------------------------------------
@@ -215,9 +303,7 @@ class ZarrStore(Store):
         self.url = url
         self.at = at
         self._before = before
-        self._pinned: bytes | None = None  # the bound reads use, fixed at open
-        self._tx: Transaction | None = None
-        self._shared: _Shared | None = None
+        self._place: _OnUrl | _InTransaction = _OnUrl(url, at=at, before=before, create=not self.read_only)
 
     @classmethod
     def for_transaction(cls, tx: Transaction, *, read_only: bool = False) -> ZarrStore:
@@ -227,9 +313,7 @@ class ZarrStore(Store):
         self.url = str(tx.store.url)
         self.at = None
         self._before = None
-        self._pinned = None
-        self._tx = tx
-        self._shared = None
+        self._place = _InTransaction(tx)
         self._is_open = True
         return self
 
@@ -238,12 +322,13 @@ class ZarrStore(Store):
     @property
     def before(self) -> bytes | None:
         """The first tid this store does not see (None: it follows the head)."""
-        return self._pinned or self._before
+        return self._place.before
 
     @property
     def transaction(self) -> Transaction | None:
         """The transaction this store is bound to, if any."""
-        return self._tx
+        place = self._place
+        return place.tx if isinstance(place, _InTransaction) else None
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -251,23 +336,24 @@ class ZarrStore(Store):
             and self.url == other.url
             and self.read_only == other.read_only
             and self._before == other._before
-            and self._tx is other._tx
+            and self.transaction is other.transaction
         )
 
     def __hash__(self) -> int:
-        return hash((self.url, self.read_only, self._before, id(self._tx)))
+        return hash((self.url, self.read_only, self._before, id(self.transaction)))
 
     def __repr__(self) -> str:
         url = repr(neostore.redacted(self.url))
         flag = ", read_only=True" if self.read_only and self._before is None else ""
-        if self._tx is not None:
-            return f"ZarrStore.for_transaction(<{self._tx.state} transaction on {url}>{flag})"
+        tx = self.transaction
+        if tx is not None:
+            return f"ZarrStore.for_transaction(<{tx.state} transaction on {url}>{flag})"
         if self._before is not None:
             return f"ZarrStore({url}, at={self.at!r})"
         return f"ZarrStore({url}{flag})"
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._tx is not None:
+        if self.transaction is not None:
             raise TypeError(
                 "a ZarrStore bound to a transaction cannot be pickled: the transaction lives in "
                 "this process; commit it and pickle ZarrStore(url) instead"
@@ -279,8 +365,9 @@ class ZarrStore(Store):
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         """The same location with another ``read_only`` setting (not opened)."""
-        if self._tx is not None:
-            return ZarrStore.for_transaction(self._tx, read_only=read_only)
+        tx = self.transaction
+        if tx is not None:
+            return ZarrStore.for_transaction(tx, read_only=read_only)
         if self._before is not None and not read_only:
             raise ValueError(f"{self!r} is a snapshot of the past and cannot be written; open ZarrStore(url) to write")
         return ZarrStore(self.url, read_only=read_only, at=self.at)
@@ -294,8 +381,9 @@ class ZarrStore(Store):
                 else "open it with read_only=False to write"
             )
             raise ValueError(f"store was opened in read-only mode and does not support writing ({where})")
-        if self._tx is not None and self._tx.state != "open":
-            raise ValueError(f"the transaction of this store is {self._tx.state}; start a new one to write")
+        tx = self.transaction
+        if tx is not None and tx.state != "open":
+            raise ValueError(f"the transaction of this store is {tx.state}; start a new one to write")
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -305,21 +393,8 @@ class ZarrStore(Store):
         await asyncio.to_thread(self._open_sync)
 
     def _open_sync(self) -> None:
-        if self._tx is None:
-            self._here()
+        self._place.open()
         self._is_open = True
-
-    def _here(self) -> _Shared:
-        """This process's shared neostore Store for the URL, acquired on first use."""
-        shared = self._shared
-        if shared is None or shared.pid != os.getpid():
-            shared = _acquire(self.url, create=not self.read_only)
-            if self._before is not None and self._pinned is None and self.at is not None:
-                # A time still in the future pins the latest commit, so the
-                # snapshot does not move; a time before the last pack fails.
-                self._pinned = snapshot_bound(shared.store, self.at)
-            self._shared = shared
-        return shared
 
     async def _ensure_open(self) -> None:
         if not self._is_open:
@@ -331,8 +406,8 @@ class ZarrStore(Store):
 
     def close(self) -> None:
         """Let go of the shared neostore Store (closed once no ZarrStore uses it)."""
-        self._shared = None
-        if self._tx is None:
+        self._place.let_go()
+        if self.transaction is None:
             self._is_open = False
 
     # -- plumbing ----------------------------------------------------------------
@@ -340,22 +415,16 @@ class ZarrStore(Store):
     @property
     def neo_store(self) -> neostore.Store:
         """The neostore Store under this ZarrStore (shared with other ZarrStores of the URL)."""
-        return self._tx.store if self._tx is not None else self._here().store
+        return self._place.store
 
     def _read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(reader)`` in this thread; the reader sees what this store should."""
-        if self._tx is not None:
-            return fn(self._tx)
-        shared = self._here()
-        return fn(Snapshot(shared.store, self._pinned))
+        return fn(self._place.reader())
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run database work off the event loop."""
         await self._ensure_open()
-        if self._tx is not None:
-            return await asyncio.to_thread(fn, *args)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._here().executor, fn, *args)
+        return await self._place.run(fn, *args)
 
     # -- reading -------------------------------------------------------------------
 
@@ -433,22 +502,15 @@ class ZarrStore(Store):
         self._check_writable()
         return _change(kind, key, value)
 
-    def _submit(self, change: Change) -> Future[Any]:
-        return self._here().group.submit(change)
-
     async def _write(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         await self._ensure_open()
-        if self._tx is not None:
-            return await asyncio.to_thread(apply_change, self._tx, change)
-        return await asyncio.wrap_future(self._submit(change))
+        return await self._place.write(change)
 
     def _write_sync(self, kind: Kind, key: str, value: Buffer | None = None) -> Any:
         change = self._prepare(kind, key, value)
         self._ensure_open_sync()
-        if self._tx is not None:
-            return apply_change(self._tx, change)
-        return self._submit(change).result()
+        return self._place.write_sync(change)
 
     async def set(self, key: str, value: Buffer) -> None:
         """Give ``key`` the value ``value``: durable and visible when this returns."""
