@@ -187,7 +187,9 @@ def _to_array(f: Field, values: list[Any]) -> np.ndarray | list[Any]:
     if None in values:
         fill = _missing(f)
         values = [fill if v is None else v for v in values]
-    return np.array(values, dtype=f.dtype)
+    # A number beyond a float32 column's range is stored as an infinity of its sign, as numpy casts it.
+    with np.errstate(over="ignore"):
+        return np.array(values, dtype=f.dtype)
 
 
 def _str_key(name: str) -> str:
@@ -476,7 +478,9 @@ def _block(v: Vibration, block: Any, rate: Any) -> tuple[np.ndarray, float] | st
         samples = np.frombuffer(block, dtype=dtype).reshape(-1, v.channels)
     elif isinstance(block, list):
         try:
-            samples = np.asarray(block, dtype=v.dtype)
+            # As for a float32 column: a sample beyond float32's range is an infinity of its sign.
+            with np.errstate(over="ignore"):
+                samples = np.asarray(block, dtype=v.dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             return f"field {v.samples_field!r}: not a list of numbers ({exc})"
         if samples.ndim == 1 and v.channels == 1:
