@@ -498,6 +498,7 @@ def big_stream(tmp_path_factory) -> str:
     return url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "netcdf"])
 def test_memory_stays_bounded_far_below_the_stream_size(big_stream, tmp_path, fmt):
     raw, growth = _peak_growth(big_stream, fmt, target(tmp_path, fmt), "export")
@@ -506,6 +507,7 @@ def test_memory_stays_bounded_far_below_the_stream_size(big_stream, tmp_path, fm
     assert growth < raw / 3, f"peak RSS grew by {growth / 1e6:.0f} MB exporting {raw / 1e6:.0f} MB"
 
 
+@pytest.mark.slow
 def test_the_memory_probe_sees_a_whole_stream_held(big_stream, tmp_path):
     # The probe is not blind: in a process of its own (no pages an export freed to reuse), holding the stream
     # whole shows.

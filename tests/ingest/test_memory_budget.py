@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from tests.forward_sender import chunk_id, event_time, packed_forward
 from tests.hostile import closed_by_server, metrics, run_clients, send_and_read_acks
@@ -105,6 +106,7 @@ def pipelined(server: Serve, frames: list[list[Sequence[bytes]]]) -> tuple[list[
     return acks, memory(server.process.pid)["VmHWM"], metrics(server)
 
 
+@pytest.mark.slow
 def test_pipelined_big_frames_on_many_connections(tmp_path):
     # 16 connections each pipeline 8 frames of 10 MiB: 1.25 GiB offered at
     # once, with the default budget. Read as it arrives (the framer holds an
@@ -122,6 +124,7 @@ def test_pipelined_big_frames_on_many_connections(tmp_path):
     assert {stored(tmp_path, f"app.p{i}") for i in range(connections)} == {(frames, size)}
 
 
+@pytest.mark.slow
 def test_acknowledged_big_events_to_many_tags_are_not_kept(tmp_path):
     # 40 tags each get one acknowledged 8 MiB event (320 MiB): kept after the
     # acks, they would hold RSS over the bound. Default chunk_rows: each event
@@ -143,6 +146,7 @@ def test_acknowledged_big_events_to_many_tags_are_not_kept(tmp_path):
     assert stored(tmp_path, "app.t3.9") == (1, size)
 
 
+@pytest.mark.slow
 def test_pipelined_tiny_chunks_on_many_connections(tmp_path):
     # 16 connections each pipeline 12,000 one-event chunks (what a client
     # with thousands of tags sends): the bytes are few (12 MB in all), but
@@ -207,6 +211,7 @@ def forward_bomb(tag: str, zeros: int) -> bytes:
     return msgpack.packb([tag, entries, {"compressed": "gzip", "chunk": chunk_id().decode()}], use_bin_type=True)
 
 
+@pytest.mark.slow
 def test_concurrent_decompression_bombs_over_forward(tmp_path):
     # 24 connections at once: 20 bombs of 6 MiB (under the decompressed limit,
     # a quarter of the budget: committed) and 4 of 1 GiB (refused).
@@ -246,6 +251,7 @@ def post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str
         conn.close()
 
 
+@pytest.mark.slow
 def test_concurrent_decompression_bombs_over_http(tmp_path):
     # 24 requests at once with Content-Encoding: gzip, as over Forward: 20 of
     # 6 MiB (360 MiB inflated, decoded and committed together), 4 of 1 GiB.

@@ -7,6 +7,8 @@ import http.client
 import os
 import re
 
+import pytest
+
 from tests.cli.test_serve import SCHEMA, column
 from tests.neostore.test_wal_bound import wal_size
 from tests.ops.test_info import windvane
@@ -17,6 +19,7 @@ from windvane.neostore.backends.sqlite import SQLiteBackend
 POSTS = 600
 
 
+@pytest.mark.slow
 def test_one_event_posts_keep_the_write_ahead_log_bounded(sqlite_url, tmp_path):
     path = sqlite_url.removeprefix("sqlite:///")
     schemas = tmp_path / "schemas"

@@ -20,7 +20,8 @@ from tests.notebooks.test_notebooks import make_demo_store, results_of, run_note
 from windvane import arrays
 from windvane.ops import demo
 
-pytestmark = pytest.mark.slow
+# One worker runs the module: its tests share the demo store (a module fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 
 #: Float agreement: float64 results of the same computation, rounded differently at most.
 RTOL = 1e-9

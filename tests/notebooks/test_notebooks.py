@@ -27,7 +27,8 @@ from tests.ops.test_info import windvane
 from windvane import arrays
 from windvane.ops import demo
 
-pytestmark = pytest.mark.slow
+# One worker runs the module: its tests share the executed notebooks (module fixtures).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SAMPLES = Path(demo.__file__).resolve().parent / "samples"

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.connectors.test_timeouts import SCHEMA, handshake
 from tests.forward_sender import chunk_id, packed_forward
@@ -87,6 +88,7 @@ def rss_settles(pid: int, bound: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_pipelined_big_frames_stay_within_the_budget_and_are_given_back(tmp_path):
     # 8 connections each pipeline 4 messages of 8 MiB, 8,192 events of 1 KiB each (256 MiB offered at
     # once), against a budget of 128 MiB: each message is admitted (four times its size) before it is
@@ -155,6 +157,7 @@ def given_back(server: Serve, before: dict[str, float]) -> dict[str, float]:
     return counters
 
 
+@pytest.mark.slow
 def test_after_a_forward_and_an_http_burst_the_decode_workers_and_the_server_give_memory_back(tmp_path):
     # With 2 decode workers: 8 connections each pipeline 4 messages of 8 MiB (8,192 events of 1 KiB), then
     # 8 HTTP clients post 3 bodies of 8 MiB each (24 at once), then 8 connections each pipeline 8 messages

@@ -42,7 +42,8 @@ from tests.fluent_programs import Program, start_fluent_bit, start_fluentd
 from tests.serve_process import Serve, event_schema, free_port, start_serve
 from windvane import arrays, neostore
 
-pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
+# One worker runs the module: its tests share one fluentd run and one Fluent Bit run (module fixtures).
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300), pytest.mark.xdist_group("fluent_http")]
 
 COUNT = 3000
 USER, PASSWORD = "alice", "s3cret-pässword"
