@@ -272,6 +272,13 @@ def test_typed_and_checked_ways_store_the_same(entries, extra):
     assert_same_storage(SCHEMAS[extra], packed(entries))
 
 
+def test_a_float_beyond_float32_is_stored_as_an_infinity_both_ways():
+    entries = [[EVENT_TIME, {"seq": 1, "value": 1e300}], [EVENT_TIME, {"seq": 2, "value": -3.4028235677973366e38}]]
+    assert assert_same_storage(SCHEMAS["keep"], packed(entries))
+    _, columns, rejected = stored(SCHEMAS["keep"], packed(entries), True)
+    assert rejected == [] and columns.columns["value"].tolist() == [math.inf, -math.inf]
+
+
 def test_floats_from_large_integers_round_as_the_checked_way():
     entries = [[EVENT_TIME, {"seq": 1, "value": 2**60 + 2**36 + 1}], [EVENT_TIME, {"seq": 2, "value": 0.1}]]
     assert assert_same_storage(SCHEMAS["keep"], packed(entries))
