@@ -48,7 +48,7 @@ from ZODB.tests import (
 )
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
-from ZODB.utils import load_current, z64
+from ZODB.utils import load_current
 
 from tests import mariadb as test_servers
 from tests.conftest import fresh_database
@@ -156,22 +156,15 @@ class NeoStorageTests(
 
     # -- tests of our own, for what the mixins leave out ------------------------
 
-    def _newest_commit(self) -> tuple[bytes, list[bytes]]:
-        """The newest transaction's tid and the oids it wrote, the root's left out."""
-        store = self._storage.backing_store
-        tid = store.last_transaction()
-        return tid, [record.oid for record in store.records(tid) if record.oid != z64]
-
     def test_delete_object_external_gc(self) -> None:
         """IExternalGC.test without its blob: deleteObject, then pack removes the object."""
         db = ZODB.DB(self._storage)
         conn = db.open()
         conn.root()[0] = conn.root().__class__()
         transaction.commit()
-        _, (oid,) = self._newest_commit()
+        oid = conn.root()[0]._p_oid
         del conn.root()[0]
         transaction.commit()
-        root_serial, _ = self._newest_commit()
         data, serial = load_current(self._storage, oid)
         self.assertEqual(len(self._storage), 2)
 
@@ -182,21 +175,21 @@ class NeoStorageTests(
         tid = self._storage.tpc_finish(txn)
         self.assertEqual(tid, self._storage.lastTransaction())
         self.assertRaises(POSException.POSKeyError, load_current, self._storage, oid)
-        self.assertEqual(self._storage.loadBefore(oid, root_serial), (data, serial, tid))
+        self.assertEqual(self._storage.loadBefore(oid, conn.root()._p_serial), (data, serial, tid))
         self.assertEqual(len(self._storage), 1)
 
         self._storage.pack(time.time() + 1, referencesf, gc=False)
-        self.assertRaises(POSException.POSKeyError, self._storage.loadBefore, oid, root_serial)
+        self.assertRaises(POSException.POSKeyError, self._storage.loadBefore, oid, conn.root()._p_serial)
 
         # The serial is a seat belt: a stale one is a conflict at vote.
         conn.root()[1] = conn.root().__class__()
         transaction.commit()
-        stale, (second,) = self._newest_commit()
+        stale = conn.root()[1]._p_serial
         conn.root()[1].x = 1
         transaction.commit()
         txn = TransactionMetaData()
         self._storage.tpc_begin(txn)
-        self._storage.deleteObject(second, stale, txn)
+        self._storage.deleteObject(conn.root()[1]._p_oid, stale, txn)
         self.assertRaises(POSException.ConflictError, self._storage.tpc_vote, txn)
         self._storage.tpc_abort(txn)
         conn.close()
