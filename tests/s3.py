@@ -66,7 +66,7 @@ class S3Server:
 
     def start(self, timeout: float = 20.0) -> None:
         env = dict(os.environ, ROOT_ACCESS_KEY=ACCESS_KEY, ROOT_SECRET_KEY=SECRET_KEY)
-        log = open(self.root.parent / f"versitygw-{self.port}.log", "ab")  # noqa: SIM115 - the process keeps it
+        log = open(self.root.parent / f"versitygw-{self.port}.log", "ab")  # the process keeps it open
         self.process = subprocess.Popen(
             [str(versitygw_binary()), "--port", f"127.0.0.1:{self.port}", "posix", str(self.root)],
             env=env,
@@ -83,9 +83,10 @@ class S3Server:
                 )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
             except OSError:
                 time.sleep(0.05)
+            else:
+                return
         raise RuntimeError(f"versitygw did not listen on port {self.port} within {timeout} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
