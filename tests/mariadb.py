@@ -1,8 +1,9 @@
 """Private MariaDB servers for the test suite.
 
 The suite runs the same `windvane.ops.mariadb_server` code that `windvane db start`
-uses, with the buffer pool and redo log scaled down so a server starts in
-about a second and takes ~300 MB of disk instead of over 1 GB.  Everything
+uses, with the buffer pool and redo log scaled down so a server starts
+quickly and takes a fraction of the shipped configuration's disk (each test
+worker starts one).  Everything
 else (O_DIRECT, flush at every commit, max_allowed_packet, MyRocks if
 installed) is the shipped configuration, so tests exercise what users run.
 
@@ -66,9 +67,8 @@ def start_test_server(tmp_root: str | os.PathLike[str], timeout: float = 120) ->
 def stop_test_server(server: MariaDBServer, *, remove: bool = False) -> None:
     """Stop ``server`` cleanly, or kill it if that fails; never leaves it running.
 
-    With ``remove``, delete its data directory too (each one holds ~270 MB,
-    mostly the preallocated redo log, and pytest keeps three runs' worth of
-    temporary directories).
+    With ``remove``, delete its data directory too (mostly the preallocated
+    redo log, and pytest keeps three runs' worth of temporary directories).
     """
     try:
         server.stop(timeout=60)
