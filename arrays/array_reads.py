@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,16 +59,17 @@ class ChunkReader:
             raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
         return into
 
-    def read(self, view: View, selection: tuple[AxisSelection, ...], tx: Transaction | None) -> np.ndarray:
-        """The ``selection`` of the array ``view`` shows; ``tx``: the transaction a view without bound reads."""
+    def read(
+        self, view: View, selection: tuple[AxisSelection, ...], transaction: Callable[[], Transaction]
+    ) -> np.ndarray:
+        """The ``selection`` of the array ``view`` shows; ``transaction()``: the open transaction a view
+        without a snapshot bound reads (asked only when chunks are to be read)."""
         meta = view.meta
         out = np.empty(tuple(s.count for s in selection), dtype=meta.dtype)
         plan = list(pieces(selection, meta.chunks))
         if plan:
             if view.before is None:
-                if tx is None:
-                    raise ArrayError(f"a view of {self._name!r} without a snapshot bound reads a transaction")
-                self._fill_from_transaction(tx, meta, plan, out)
+                self._fill_from_transaction(transaction(), meta, plan, out)
             else:
                 self._fill_from_snapshot(meta, view.before, plan, out)
         return orient(out, selection)

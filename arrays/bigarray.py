@@ -229,8 +229,7 @@ class BigArray:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         view = self._view.current
-        tx = self._view.live_transaction() if view.before is None else None
-        return self._chunks.read(view, normalize(key, view.meta.shape), tx)
+        return self._chunks.read(view, normalize(key, view.meta.shape), self._view.live_transaction)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         out = self[...]
