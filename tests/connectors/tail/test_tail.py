@@ -202,9 +202,12 @@ def test_kill_9_mid_stream_then_restart_stores_every_line_exactly_once(log_file,
     total = 6000
     append(log_file, [line(i) for i in range(1000)])
     done = threading.Event()
+    killed = threading.Event()
 
     def write_on() -> None:  # a live application: lines keep coming while the tail dies and restarts
         for start in range(1000, total, 250):
+            if start == total // 2:  # the second half only once the tail is dead, however slow the machine
+                killed.wait(60)
             append(log_file, [line(i) for i in range(start, start + 250)])
             time.sleep(0.02)
         done.set()
@@ -216,6 +219,7 @@ def test_kill_9_mid_stream_then_restart_stores_every_line_exactly_once(log_file,
         while len(messages(store_url)) < 1500 and time.monotonic() < deadline:
             time.sleep(0.02)
         tail.kill()
+        killed.set()
     killed_at = len(messages(store_url))
     assert 0 < killed_at < total
     with Tail(log_file, store_url, tmp_path / "tail.log", "--commit-lines", "200") as tail:
