@@ -4,7 +4,7 @@
 * :mod:`.decode`: sans-IO decoding, bytes in, :class:`ingest.batch.Batch` out.
 * :mod:`.handshake`: the shared-key/user HELO, PING, PONG exchange.
 * :mod:`.server`: :class:`ForwardServer`, asyncio TCP (+TLS) and the UDP heartbeat.
-* :mod:`.connection`: one client's connection, built of :mod:`.state`, :mod:`.authenticate`,
+* :mod:`.connection`: one client's connection, owning its parts: :mod:`.reading`, :mod:`.authenticate`,
   :mod:`.budgeted`, :mod:`.timers`, :mod:`.pump` and :mod:`.acks`.
 
 The decoder (numpy, msgspec, zstandard) and the server (asyncio, ssl) are

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from windvane.ingest.batch import Batch, Undecoded
+from windvane.connectors.budget import Charges
+from windvane.ingest.batch import Batch, Sink, Undecoded
 from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
 from .errors import ForwardError, MalformedMessage
-from .state import ConnectionState
+from .reading import Reading
 
 log = logging.getLogger("windvane.connectors.forward")
 
@@ -27,8 +29,50 @@ log = logging.getLogger("windvane.connectors.forward")
 Item = tuple[list[Batch | Undecoded], bytes | None]
 
 
-class Acknowledging(ConnectionState):
-    """Submits to the sink, retrying on backpressure, and writes the acks in order."""
+class Acker:
+    """Submits to the sink, retrying on backpressure, and writes the acks in order.
+
+    ``charges`` are the connection's in the memory budget (a submission's are released once it is done);
+    ``report`` reports a message the sink found malformed (the connection stops reading).
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        reading: Reading,
+        charges: Charges,
+        stats: dict[str, int],
+        *,
+        report: Callable[[ForwardError], None],
+    ) -> None:
+        self._sink = sink
+        self._reading = reading
+        self._charges = charges
+        self._stats = stats
+        self._report = report
+        # Sink calls in arrival order: the task, the ack to send for each message (None: none), the bytes
+        # they hold in the budget; and how many messages they carry between them.
+        self._inflight: deque[tuple[asyncio.Task[list[bool | None]] | None, list[bytes | None], int]] = deque()
+        self.in_flight_messages = 0
+        self._acking = True  # False from a message found malformed by the sink on: nothing after it is acked
+
+    @property
+    def busy(self) -> bool:
+        """Whether submissions are awaited or acks owed (the connection is not idle then)."""
+        return bool(self._inflight)
+
+    def submit(self, items: list[Item], acks: list[bytes | None], charge: int) -> None:
+        """Hand ``items`` to the sink in one call; ``acks`` are written once they are committed and
+        ``charge`` (their bytes in the budget) is released once the call is done."""
+        task = asyncio.get_running_loop().create_task(self._submit_many(items))
+        self._inflight.append((task, acks, charge))
+        self.in_flight_messages += len(items)
+        self._reading.wake.set()  # the acker
+
+    def end(self) -> None:
+        """Nothing more is submitted: :meth:`ack_in_order` returns once what was is acknowledged."""
+        self._inflight.append((None, [], 0))
+        self._reading.end()
 
     async def _submit_many(self, items: list[Item]) -> list[bool | None]:
         """For each item, whether it is committed (None: found malformed by the sink); never raises."""
@@ -36,7 +80,7 @@ class Acknowledging(ConnectionState):
         todo = list(range(len(items)))
         while todo:
             try:
-                results: list[Any] = await self.server.sink.submit_many([items[i] for i in todo])
+                results: list[Any] = await self._sink.submit_many([items[i] for i in todo])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - whatever the sink raised, every item failed with it (logged)
@@ -50,26 +94,26 @@ class Acknowledging(ConnectionState):
                     # Decoded in a worker: report it as if it had been decoded here.
                     cause = result.cause if isinstance(result.cause, ForwardError) else MalformedMessage(str(result))
                     self._report(cause)
-                    self.wake.set()  # the pump sees the connection stopped
+                    self._reading.wake.set()  # the pump sees the connection stopped
                     outcomes[i] = None
                 elif isinstance(result, BaseException):
                     failed.append((i, result))
                 else:
                     if any(isinstance(b, Undecoded) for b in items[i][0]):
-                        self.stats["events"] += result.accepted + result.quarantined
+                        self._stats["events"] += result.accepted + result.quarantined
                     outcomes[i] = True
             if failed:
                 self._log_failed([items[i] for i, _ in failed], failed[0][1])
             todo = retry
             if todo:
                 # Not reading while we wait is what pushes back on the client.
-                self._pause()
+                self._reading.pause()
                 await asyncio.sleep(delay)
         return outcomes
 
     def _log_failed(self, items: list[Item], exc: BaseException) -> None:
         """Log the submissions that failed (one line for those of one call), counting each."""
-        self.stats["commit_failed"] += len(items)
+        self._stats["commit_failed"] += len(items)
         keys = [key for _, key in items]
         chunks = repr(keys[0]) if len(keys) == 1 else f"{len(keys)} chunks, {keys[0]!r} first"
         events = _events([b for batches, _ in items for b in batches])
@@ -77,46 +121,52 @@ class Acknowledging(ConnectionState):
             log.error(
                 "commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
                 events,
-                self.peer,
+                self._reading.peer,
                 chunks,
                 exc,
             )
         else:
             log.error(
-                "sink failed on %s events from %s (%s); not acknowledged", events, self.peer, chunks, exc_info=exc
+                "sink failed on %s events from %s (%s); not acknowledged",
+                events,
+                self._reading.peer,
+                chunks,
+                exc_info=exc,
             )
 
-    async def _ack_in_order(self) -> None:
+    async def ack_in_order(self) -> None:
         """Await the submissions in arrival order and write their acks, until the end marker (task None)."""
         acks: list[bytes] = []  # acks owed, written together: one send for the chunks one commit acknowledged
+        inflight = self._inflight
+        wake = self._reading.wake
         while True:
-            if acks and not (self.inflight and self.inflight[0][0] is not None and self.inflight[0][0].done()):
+            if acks and not (inflight and inflight[0][0] is not None and inflight[0][0].done()):
                 self._write_acks(acks)
                 acks = []
-            while not self.inflight:
-                self.wake.clear()
-                await self.wake.wait()
-            task, owed, charge = self.inflight[0]
+            while not inflight:
+                wake.clear()
+                await wake.wait()
+            task, owed, charge = inflight[0]
             if task is None:
-                self.inflight.popleft()
+                inflight.popleft()
                 self._write_acks(acks)
                 return
             outcomes = await task
-            self.inflight.popleft()
+            inflight.popleft()
             self.in_flight_messages -= len(owed)
             del task
-            self.charges.add("submitted", -charge)
-            self.wake.set()  # a slot is free
+            self._charges.add("submitted", -charge)
+            wake.set()  # a slot is free
             for ok, ack in zip(outcomes, owed):
                 if ok is None:
-                    self.acking = False  # what was submitted after a malformed message is not acknowledged
-                if ok and self.acking and ack is not None:
+                    self._acking = False  # what was submitted after a malformed message is not acknowledged
+                if ok and self._acking and ack is not None:
                     acks.append(ack)
 
     def _write_acks(self, acks: list[bytes]) -> None:
-        if acks and not self.lost and self.transport is not None:
-            self.transport.write(b"".join(acks))
-            self.stats["acks"] += len(acks)
+        if acks and not self._reading.lost and self._reading.transport is not None:
+            self._reading.write(b"".join(acks))
+            self._stats["acks"] += len(acks)
 
 
 def _events(batches: Sequence[Batch | Undecoded]) -> str:
