@@ -132,9 +132,10 @@ class Receipt:
 class Sink(Protocol):
     """Where connectors hand their batches. Implemented by :class:`ingest.committer.GroupCommitter`."""
 
-    #: Whether :meth:`submit` takes :class:`Undecoded` items among ``batches`` (a sink that
-    #: decodes in worker processes). Connectors read it with ``getattr(sink, ..., False)``.
-    accepts_undecoded: bool
+    @property
+    def accepts_undecoded(self) -> bool:
+        """Whether :meth:`submit` takes :class:`Undecoded` items among ``batches`` (a sink that decodes in
+        worker processes). Connectors read it with ``getattr(sink, ..., False)``."""
 
     def record_type(self, tag: str) -> type | None:
         """The msgspec type of ``tag``'s records (:mod:`ingest.record_types`), or None. A connector that

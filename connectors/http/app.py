@@ -66,7 +66,7 @@ import math
 import ssl as _ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -94,7 +94,7 @@ from .errors import (
     Unauthorized,
 )
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .metrics import Sample, render_metrics
+from .metrics import Sample, SampleFields, render_metrics
 
 __all__ = ["HttpServer", "Sample", "make_app", "render_metrics"]
 
@@ -116,7 +116,7 @@ class _State:
     body_size_limit: int
     decompressed_size_limit: int
     health: Callable[[], dict[str, Any]] | None
-    metrics: Callable[[], list[Sample]] | None
+    metrics: Callable[[], Sequence[SampleFields]] | None
     streams: Callable[[], list[dict[str, Any]]] | None
     responses: Counter[int] = field(default_factory=Counter)
     events: int = 0
@@ -143,7 +143,7 @@ def make_app(
     body_size_limit: int = HttpConfig.body_size_limit,
     decompressed_size_limit: int = HttpConfig.decompressed_size_limit,
     health: Callable[[], dict[str, Any]] | None = None,
-    metrics: Callable[[], list[Sample]] | None = None,
+    metrics: Callable[[], Sequence[SampleFields]] | None = None,
     streams: Callable[[], list[dict[str, Any]]] | None = None,
     limits: Limits | None = None,
     budget: MemoryBudget | None = None,

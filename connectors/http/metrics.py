@@ -29,6 +29,10 @@ _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
+#: What ``render_metrics`` takes: a :class:`Sample` or any tuple of the same five fields.
+SampleFields = tuple[str, str, str, Mapping[str, Any], float]
+
+
 class Sample(NamedTuple):
     """One metric sample: ``(name, help, type, labels, value)``."""
 
@@ -58,7 +62,7 @@ def _format_value(value: Any) -> str:
     return repr(value)
 
 
-def render_metrics(samples: Iterable[tuple[str, str, str, Mapping[str, Any], float]]) -> str:
+def render_metrics(samples: Iterable[SampleFields]) -> str:
     """The exposition text of ``samples``; :class:`.errors.InvalidMetric` (a ValueError) names a sample with a bad name, label or type."""
     families: dict[str, tuple[str, str, list[str]]] = {}
     for sample in samples:
