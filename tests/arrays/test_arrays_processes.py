@@ -49,6 +49,7 @@ def result_of(proc: subprocess.Popen, timeout: float = 300.0) -> dict:
     return json.loads(line[len("result ") :])
 
 
+@pytest.mark.slow
 def test_four_processes_append_concurrently(mariadb_url):
     """4 processes append to one array for 20 s: every append lands, whole and contiguous."""
     with arrays.create(mariadb_url, "log", (0, 3), "int64", chunks=(500, 3)):
@@ -90,6 +91,7 @@ def test_four_processes_append_concurrently(mariadb_url):
         assert (np.diff(seqs) > 0).all()
 
 
+@pytest.mark.slow
 def test_out_of_core_reduction_stays_within_budget(mariadb_url):
     """Reduce an array 4x the cache budget through blocks(): exact results, RSS under budget + 150 MB."""
     budget = 64 << 20

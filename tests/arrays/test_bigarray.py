@@ -615,6 +615,7 @@ def test_identical_chunks_are_stored_once(store):
 # -- acceptance: dedup of 1 GiB ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dedup_of_one_gib(tmp_path):
     """Writing the same 1 GiB into two arrays grows the database by less than 2%."""
     url = f"sqlite:///{tmp_path}/dedup.db"

@@ -16,6 +16,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from tests.conftest import with_blobs
 from tests.forward_sender import ResendingSender
 from tests.ingest.test_health import health
@@ -33,6 +35,7 @@ PER_CHUNK = 500
 OUTAGE = 10.0
 
 
+@pytest.mark.slow
 def test_s3_stopped_mid_run(store_url, s3_env, schemas, tmp_path):
     bucket = s3_env.new_bucket()
     # Every value goes to the object store, the row log's and the streams' documents too: each commit
