@@ -70,7 +70,7 @@ class Acker:
         self._reading.wake.set()  # the acker
 
     def end(self) -> None:
-        """Nothing more is submitted: :meth:`ack_in_order` returns once what was is acknowledged."""
+        """Nothing more is submitted: :meth:`ack_in_order` returns once all submitted is acknowledged."""
         self._inflight.append((None, [], 0))
         self._reading.end()
 
