@@ -105,16 +105,10 @@ class Store:
         """The backend whose driver errors the public methods translate."""
         return self.backend
 
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-        """Rows of a read-only statement, on this thread's reader: :meth:`ConnectionPool.query`."""
-        return self.pool.query(sql, params)
-
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-        """Rows of a read-only statement on the latest committed state, for neostore's modules and tools.
-
-        The one read path of a store: it looks :meth:`_query` up at each call, so a tool may wrap it.
-        """
-        return self._query(sql, params)
+        """Rows of a read-only statement on the latest committed state, on this thread's reader
+        (:meth:`ConnectionPool.query`): the one read path of a store, for neostore's modules and tools."""
+        return self.pool.query(sql, params)
 
     @guarded
     def transaction_committed(self, tid: bytes, *, timeout: float | None = None) -> bool:
@@ -299,7 +293,7 @@ class Store:
     @guarded
     def last_transaction(self) -> bytes:
         """The tid of the newest committed transaction (8 zero bytes if none)."""
-        return history.last_transaction(self._query)
+        return history.last_transaction(self.query)
 
     @guarded
     def changes_since(self, tid: bytes, limit: int = 10000) -> list[tuple[bytes, list[bytes]]]:
@@ -307,30 +301,30 @@ class Store:
 
         At most ``limit`` transactions: call again from the last one returned.
         """
-        return history.changes_since(self._query, tid, limit)
+        return history.changes_since(self.query, tid, limit)
 
     @guarded
     def transaction_info(self, tid: bytes | str) -> TransactionInfo:
         """The metadata of committed transaction ``tid`` (its bytes or its text, ``0x040d6ae3f1dab299``);
         NeoStoreError if there is none."""
-        return history.transaction_info(self._query, as_tid(tid))
+        return history.transaction_info(self.query, as_tid(tid))
 
     @guarded
     def iter_transactions(
         self, start: bytes | None = None, stop: bytes | None = None, *, newest_first: bool = False, page: int = 100
     ) -> Iterator[TransactionInfo]:
         """Committed transactions with ``start <= tid <= stop``, read page by page."""
-        yield from history.iter_transactions(self._query, start, stop, newest_first=newest_first, page=page)
+        yield from history.iter_transactions(self.query, start, stop, newest_first=newest_first, page=page)
 
     @guarded
     def records(self, tid: bytes | str) -> Iterator[Record]:
         """The object revisions transaction ``tid`` (bytes or text) wrote, by oid; values load lazily."""
-        yield from history.records(self._query, self.load_serial, as_tid(tid))
+        yield from history.records(self.query, self.load_serial, as_tid(tid))
 
     @guarded
     def value_size(self) -> int:
         """Bytes of values held, as stored (after compression and dedup)."""
-        return stats.value_size(self._query)
+        return stats.value_size(self.query)
 
     @guarded
     def value_usage(self, prefix: bytes | None = None, *, latest: bool = False) -> ValueUsage:
@@ -342,22 +336,22 @@ class Store:
         ``referenced_bytes``. Reads every revision in range: for reports, not
         for hot paths.
         """
-        return stats.value_usage(self._query, prefix, latest=latest)
+        return stats.value_usage(self.query, prefix, latest=latest)
 
     @guarded
     def object_count(self) -> int:
         """How many objects exist now (their latest revision is not a deletion)."""
-        return stats.object_count(self._query)
+        return stats.object_count(self.query)
 
     @guarded
     def counts(self) -> dict[str, int]:
         """Row counts of the main tables (for tests and ``windvane store info``)."""
-        return stats.counts(self._query)
+        return stats.counts(self.query)
 
     @guarded
     def pack_tid(self) -> bytes:
         """The tid of the latest completed pack (zero bytes if never packed)."""
-        return stats.pack_tid(self._query)
+        return stats.pack_tid(self.query)
 
     # -- maintenance -------------------------------------------------------------
 
