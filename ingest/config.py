@@ -1,7 +1,7 @@
-"""The service's and the committer's configuration and their defaults, held here once.
+"""The service's, the committer's and the importer's configuration and their defaults, held here once.
 
 Light on purpose (dataclasses only): the command line reads these defaults
-for its options and help without importing the committer.
+for its options and help without importing the committer or the importer.
 """
 
 from __future__ import annotations
@@ -66,3 +66,16 @@ class ServiceConfig:
     users: str | None = None
     http_auth: str | None = None
     committer: CommitterConfig = field(default_factory=CommitterConfig)
+
+
+@dataclass(frozen=True)
+class ImportConfig:
+    """How :func:`ingest.imports.import_source` commits a file (``windvane import``).
+
+    * ``commit_bytes``: file bytes per commit at least. Each commit rewrites
+      the stream's partial last chunks and waits for one log flush, so a
+      commit holds enough of the file for those to be a small share of the
+      work.
+    """
+
+    commit_bytes: int = 32 << 20

@@ -18,7 +18,7 @@ for what follows it; no row is stored twice or skipped.
 - :func:`import_source`: the driver. Reads the stored position, checks the
   file is the one it was taken from (:func:`fingerprint`), resumes, reads
   parts in a thread one step ahead of the commits, and commits at least
-  :data:`COMMIT_BYTES` of the file per transaction.
+  :attr:`.config.ImportConfig.commit_bytes` of the file per transaction.
 
 A source is known by its path (its position record) and by its content:
 ``_windvane/ingest/imports/<tag>/content/<blake3 of the whole file>``
@@ -66,14 +66,12 @@ from windvane.arrays.stream import MISSING_ATTR
 
 from . import checkpoints, streams
 from .columns import Rejected, non_finite_reason, vibration_of
+from .config import ImportConfig
 from .errors import IngestError
 from .parts import Part, failing_rows, row_bytes
 from .schema import KINDS, NUMERIC_DTYPES, VIBRATION_DTYPES, Field, Kind, Schema, Vibration
 
 PREFIX = "_windvane/ingest/imports/"
-#: File bytes per commit. Each commit rewrites the stream's partial last chunks and
-#: waits for one log flush; at 32 MiB that is a small share of the work.
-COMMIT_BYTES = 32 << 20
 #: Bytes of a file's start whose hash identifies it (with its size) for resuming.
 HEAD_BYTES = 64 << 10
 #: Parts a reader thread may hold ready ahead of the commits (bounds memory).
@@ -754,7 +752,7 @@ def import_source(
     progress: Callable[[int], None] | None = None,
     same_source: Callable[[Any], bool] | None = None,
     restart: bool = False,
-    commit_bytes: int = COMMIT_BYTES,
+    commit_bytes: int = ImportConfig.commit_bytes,
     writers: streams.StreamWriters | None = None,
     content: str | None = None,
     name: str = "",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from windvane.connectors.errors import ConnectorError
+from windvane.connectors.files_config import FilesConfig
 from windvane.ingest.parts import Part
 
 __all__ = ["FileFormatError", "Part", "ReaderOptions", "column_names"]
@@ -42,7 +43,7 @@ class ReaderOptions:
     Table files (CSV, Parquet, Arrow): ``time_format``: the strptime layout
     of a text time column (``--time-format``; None: the time rule's ISO 8601
     and epoch numbers). ``time_from``: where a row's time comes from
-    (:data:`.times.TIME_FROM`: its time column; ``arrival``, the time its
+    (:data:`connectors.files_config.TIME_FROM`: its time column; ``arrival``, the time its
     block is read; ``row``, ``start`` plus its row number times
     ``row_interval`` ns). ``delimiter`` (CSV): the field separator (None:
     sniffed, :func:`.csv.sniff_delimiter`). ``na_values`` (CSV): cells that
@@ -56,12 +57,12 @@ class ReaderOptions:
     time_unit: str | None = None
     start: int | None = None
     column_types: dict[str, pa.DataType] = field(default_factory=dict)
-    block_bytes: int = 16 << 20
+    block_bytes: int = FilesConfig.block_bytes
     rename: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
     time_format: str | None = None
-    time_from: str = "column"
-    row_interval: int = 1_000_000_000
+    time_from: str = FilesConfig.time_from
+    row_interval: int = FilesConfig.row_interval
     delimiter: str | None = None
     na_values: tuple[str, ...] = ()
     keep_blank_lines: bool = False

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from windvane.connectors.files_config import FilesConfig
 from windvane.ingest.parts import failing_rows
 from windvane.ingest.times import NS_PER_UNIT as UNITS
 from windvane.ingest.times import epoch_column_ns, iso_column_ns, wall_to_utc
@@ -48,11 +49,11 @@ from . import FileFormatError, ReaderOptions
 #: Column names taken as the time column, in this order, when none is named.
 TIME_NAMES = ("time", "timestamp", "ts", "datetime", "date")
 _NUMBER = r"^\s*-?\d+(\.\d*)?([eE][+-]?\d+)?\s*$"
-#: Where a table row's time comes from (``--time-from``): its time column, the time it is read, its row number.
-TIME_FROM = ("column", "arrival", "row")
 
 
-def find_time_column(names: Sequence[str], wanted: str | None, where: str, time_from: str = "column") -> str | None:
+def find_time_column(
+    names: Sequence[str], wanted: str | None, where: str, time_from: str = FilesConfig.time_from
+) -> str | None:
     """The time column among ``names``: ``wanted``, or the first of :data:`TIME_NAMES` present; None if the times
     come from elsewhere (``time_from`` ``arrival`` or ``row``: then no column may be named ``time``)."""
     if time_from != "column":

@@ -46,6 +46,8 @@ import blake3
 
 from windvane.connectors.files.logs.reader import read_lines
 
+from .config import TailConfig
+
 log = logging.getLogger("windvane.tail")
 
 #: Bytes of a file's start whose hash, with the inode, names it.
@@ -181,7 +183,9 @@ class Follower:
     the new file is followed. Not thread-safe.
     """
 
-    def __init__(self, path: str | Path, position: dict[str, Any] | None = None, *, rotate_wait: float = 5.0):
+    def __init__(
+        self, path: str | Path, position: dict[str, Any] | None = None, *, rotate_wait: float = TailConfig.rotate_wait
+    ):
         self.path = str(path)
         self.rotate_wait = rotate_wait
         self._current: _Open | None = None  # the file being read

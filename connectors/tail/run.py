@@ -36,6 +36,7 @@ from windvane.connectors.files import Part
 from windvane.connectors.files.logs import LogFormat, LogOptions, log_format, parse_log
 from windvane.connectors.files.logs.reader import MAX_LINE, known_types, to_part
 
+from .config import TailConfig
 from .follow import Chunk, FilePosition, Follower
 
 #: ``commit(parts, position)`` stores ``parts`` and ``position`` (plain data) in one transaction;
@@ -45,17 +46,18 @@ Commit = Callable[[list[Part], dict[str, Any]], tuple[int, int]]
 
 @dataclass(frozen=True)
 class TailSettings:
-    """How ``windvane tail`` reads and commits; see the module docstring."""
+    """How ``windvane tail`` reads and commits; see the module docstring (the defaults: :class:`.config.TailConfig`)."""
 
     format: str | LogFormat  # a format's name, or the format (a fluentd parser: logs.fluent.fluent_format)
     timezone: str | None = None
-    commit_lines: int = 10_000
-    commit_ms: float = 1000.0
-    poll_ms: float = 200.0
-    max_pending_bytes: int = 16 << 20
-    report_seconds: float = 5.0  # at most one progress line per this many seconds
+    commit_lines: int = TailConfig.commit_lines
+    commit_ms: float = TailConfig.commit_ms
+    poll_ms: float = TailConfig.poll_ms
+    max_pending_bytes: int = TailConfig.max_pending_bytes
+    report_seconds: float = TailConfig.report_seconds  # at most one progress line per this many seconds
     types: dict[str, pa.DataType] = field(default_factory=dict)  # the stream's column types, if it exists
-    flush_seconds: float = 5.0  # an open multi-line event with no line after it this long is complete
+    # an open multi-line event with no line after it this long is complete
+    flush_seconds: float = TailConfig.flush_seconds
     keep_blank_lines: bool = False  # blank lines go to the parser (fluentd's in_tail), not skipped and counted
 
     def __post_init__(self) -> None:

@@ -27,6 +27,9 @@ from windvane.cli.root import (
     say,
     schema_option,
 )
+from windvane.connectors.files_config import TIME_FROM, FilesConfig
+from windvane.connectors.tail.config import TailConfig
+from windvane.ingest.config import ImportConfig
 
 if TYPE_CHECKING:
     from windvane import neostore
@@ -136,8 +139,8 @@ class ImportPlan:
 )
 @click.option(
     "--time-from",
-    type=click.Choice(["column", "arrival", "row"]),
-    default="column",
+    type=click.Choice(TIME_FROM),
+    default=FilesConfig.time_from,
     show_default=True,
     help="Where a CSV, Parquet or Arrow row's time comes from: its time column; arrival: the time its block "
     "is read (this run's clock, shared by the rows of a block); row: --start plus the row's number in the "
@@ -147,7 +150,7 @@ class ImportPlan:
 @click.option(
     "--row-interval",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
+    default=FilesConfig.row_interval / 1e9,
     show_default=True,
     metavar="SECONDS",
     help="--time-from row: seconds between rows (0.001: a row per millisecond; at least 1e-9).",
@@ -190,7 +193,13 @@ class ImportPlan:
     help="Import the files from their beginning even if they, or files of the same content, "
     "were imported into TAG before.",
 )
-@click.option("--commit-mb", type=click.IntRange(1, 4096), default=32, show_default=True, help="MB of file per commit.")
+@click.option(
+    "--commit-mb",
+    type=click.IntRange(1, 4096),
+    default=ImportConfig.commit_bytes >> 20,
+    show_default=True,
+    help="MB of file per commit.",
+)
 @click.option(
     "--allow-rejects", is_flag=True, help="Exit 0 even if rows were quarantined (they are still counted and reported)."
 )
@@ -309,7 +318,7 @@ def _import_plan(opts: ImportOptions) -> ImportPlan:
         opts.time_column,
         opts.time_unit,
         start_ns,
-        block_bytes=min(16 << 20, opts.commit_mb << 19),
+        block_bytes=min(FilesConfig.block_bytes, opts.commit_mb << 19),
         rename=rename,
         timezone=parsing.timezone,
         time_format=parsing.time_format if table_times else None,
@@ -537,41 +546,41 @@ class TailOptions:
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
 @STORE_OPTION
 @_tag_option("append to")
-@format_option("Log format (default jsonl): " + format_names() + ".")
+@format_option(f"Log format (default {TailConfig.format}): " + format_names() + ".")
 @_schema_option("the first lines")
 @timezone_option("IANA zone of times written without one. Default: this machine's for syslog, UTC for JSON.")
 @click.option(
     "--commit-lines",
     type=click.IntRange(min=1),
-    default=10_000,
+    default=TailConfig.commit_lines,
     show_default=True,
     help="Commit after this many lines ...",
 )
 @click.option(
     "--commit-ms",
     type=click.FloatRange(min=1),
-    default=1000,
+    default=TailConfig.commit_ms,
     show_default=True,
     help="... or this many ms after the first line of a batch was read, whichever comes first.",
 )
 @click.option(
     "--poll-ms",
     type=click.FloatRange(10, 10_000),
-    default=200,
+    default=TailConfig.poll_ms,
     show_default=True,
     help="How often to look for new lines when there are none.",
 )
 @click.option(
     "--rotate-wait",
     type=click.FloatRange(min=0),
-    default=5.0,
+    default=TailConfig.rotate_wait,
     show_default=True,
     help="Seconds a renamed (rotated) file must be quiet before the new file at PATH is followed.",
 )
 @click.option(
     "--multiline-flush-interval",
     type=click.FloatRange(min=0),
-    default=5.0,
+    default=TailConfig.flush_seconds,
     show_default=True,
     help="fluentd's multiline parser: seconds with no new line after which the last event is complete.",
 )
@@ -654,7 +663,7 @@ def _tail_format(parsing: LogParsing, schema: Schema | None) -> str | LogFormat:
     from windvane.connectors.files.logs.fluent import fluent_format
 
     config = parsing.fluent_config(schema.parse if schema else None)
-    return fluent_format(config) if config is not None else parsing.format_name or "jsonl"
+    return fluent_format(config) if config is not None else parsing.format_name or TailConfig.format
 
 
 def _tail_commit(writers: StreamWriters, tag: str, schema: Schema | None, source_id: str, path: str) -> Commit:
