@@ -120,6 +120,12 @@ class Admission:
             self._reading.pause()
             self._budget.wait(self)
 
+    async def reserve(self, size: int) -> int:
+        """Wait for ``size`` bytes of room in the budget and hold them (a message's decompressed size); ``size``."""
+        await self._budget.reserve(size)
+        self.charges.reserved(size)
+        return size
+
     def release_all(self) -> None:
         """The connection is done: whatever it still holds goes back to the budget."""
         self.has_pass = False

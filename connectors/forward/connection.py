@@ -61,7 +61,6 @@ class Connection(asyncio.BufferedProtocol):
             reading,
             frames,
             self._admission,
-            server.budget,
             self._acker,
             self._stats,
             max_in_flight=server.max_in_flight,

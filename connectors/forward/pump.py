@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-from windvane.connectors.budget import Charges, MemoryBudget, held_for, held_for_message
+from windvane.connectors.budget import Charges, held_for, held_for_message
 from windvane.connectors.inflate import inflated_size
 from windvane.ingest.batch import Batch
 
@@ -42,21 +41,19 @@ class Pump:
         reading: Reading,
         frames: FrameReader,
         admission: Admission,
-        budget: MemoryBudget,
         acker: Acker,
         stats: dict[str, int],
         *,
         max_in_flight: int,
         inflate_limit: int,
         defer: bool,
-        record_types: Any,
+        record_types: Callable[[str], type | None] | None,
         report: Callable[[ForwardError], None],
     ) -> None:
         self._reading = reading
         self._frames = frames
         self._admission = admission
         self._charges: Charges = admission.charges
-        self._budget = budget
         self._acker = acker
         self._stats = stats
         self._max_in_flight = max_in_flight
@@ -191,10 +188,7 @@ class Pump:
                 )
             )
             return None
-        held = held_for(size)
-        await self._budget.reserve(held)
-        self._charges.reserved(held)
-        return held
+        return await self._admission.reserve(held_for(size))
 
     def _take_ready(self, group: list[Decoded], limit: int, *, keyed: bool) -> int:
         """Decode up to ``limit`` frames already read, while they are messages with a chunk option
