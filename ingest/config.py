@@ -22,7 +22,7 @@ def default_decode_workers() -> int:
     validating in a worker costs more per event than the main process's
     share (event loop, stream append), so on 2 cores 2 workers and the main
     process keep both cores busy where 1 worker alone is the bottleneck
-    (PackedForward: ~290,000 events/s against ~210,000 on the benchmark).
+    (benchmarks/README.md measures it).
     """
     cores = os.cpu_count() or 1
     return 0 if cores < 2 else min(MAX_DECODE_WORKERS, cores)

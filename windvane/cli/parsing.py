@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from windvane import parsers
 from windvane.cli.root import BadInput
 
 if TYPE_CHECKING:
@@ -188,8 +189,6 @@ def fluent_config(
 
 def parser_file(given: str) -> str:
     """The TOML file ``--parser`` names: ``given`` if it is a file, else the shipped parser of that name."""
-    from windvane import parsers
-
     if os.path.isfile(given) or given.endswith(".toml") or os.sep in given:
         if not os.path.isfile(given):
             raise BadInput(f"--parser {given}: no such file")
