@@ -53,8 +53,13 @@ class Acker:
         # Sink calls in arrival order: the task, the ack to send for each message (None: none), the bytes
         # they hold in the budget; and how many messages they carry between them.
         self._inflight: deque[tuple[asyncio.Task[list[bool | None]] | None, list[bytes | None], int]] = deque()
-        self.in_flight_messages = 0
+        self._in_flight_messages = 0
         self._acking = True  # False from a message found malformed by the sink on: nothing after it is acked
+
+    @property
+    def in_flight_messages(self) -> int:
+        """Messages submitted and not yet acknowledged (the pump submits while they are fewer than its slots)."""
+        return self._in_flight_messages
 
     @property
     def busy(self) -> bool:
@@ -66,7 +71,7 @@ class Acker:
         ``charge`` (their bytes in the budget) is released once the call is done."""
         task = asyncio.get_running_loop().create_task(self._submit_many(items))
         self._inflight.append((task, acks, charge))
-        self.in_flight_messages += len(items)
+        self._in_flight_messages += len(items)
         self._reading.wake.set()  # the acker
 
     def end(self) -> None:
@@ -153,7 +158,7 @@ class Acker:
                 return
             outcomes = await task
             inflight.popleft()
-            self.in_flight_messages -= len(owed)
+            self._in_flight_messages -= len(owed)
             del task
             self._charges.add("submitted", -charge)
             wake.set()  # a slot is free

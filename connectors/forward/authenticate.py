@@ -53,7 +53,7 @@ class Authenticator:
         self._feed = feed
         self._accepted = accepted
         self._close = close
-        self.done = False  # the PING was accepted
+        self._done = False  # the PING was accepted
 
     def greet(self) -> None:
         """On connect: send the HELO."""
@@ -64,7 +64,7 @@ class Authenticator:
         # Before the handshake, a PING's worth of bytes at most: nothing else is buffered for a stranger.
         room = MAX_PING_BYTES - self._frames.buffered
         self._feed(data[:room])
-        if self._reading.stopped or self.done:
+        if self._reading.stopped or self._done:
             return data[room:]
         if len(data) >= room:
             self._counters.preauth_oversize += 1
@@ -87,7 +87,7 @@ class Authenticator:
         ok, pong = self._handshake.check_ping(message)
         self._reading.write(_serialize(pong, json_mode))
         if ok:
-            self.done = True
+            self._done = True
             self._accepted()
             log.debug("Forward handshake from %s (%s) accepted", self._reading.peer, pong[3])
             return

@@ -51,10 +51,20 @@ class Admission:
         self._frames = frames
         self._close = close
         self.charges = Charges(budget)  # what the connection holds in the memory budget
-        self.paused = False  # waiting for room in the memory budget
-        self.has_pass = False  # reading on past the budget's limit until the frame being read is whole
-        self.admitted = False  # the bulk message being read was admitted by the memory budget
+        self._paused = False  # waiting for room in the memory budget
+        self._has_pass = False  # reading on past the budget's limit until the frame being read is whole
+        self._admitted = False  # the bulk message being read was admitted by the memory budget
         self._pass_timer: asyncio.TimerHandle | None = None  # closes a pass holder that stalls
+
+    @property
+    def paused(self) -> bool:
+        """Whether reading waits for room in the budget."""
+        return self._paused
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the bulk message being read was admitted: its entries are received where it is kept."""
+        return self._admitted
 
     @property
     def partial_charge(self) -> int:
@@ -64,23 +74,23 @@ class Admission:
     @property
     def holding(self) -> bool:
         """Whether the connection waits for the budget or reads past it (it is not idle then)."""
-        return self.paused or self.has_pass
+        return self._paused or self._has_pass
 
     def budget_resume(self) -> None:
         """Room was released: reading may resume."""
-        self.paused = False
+        self._paused = False
         self._reading.wake.set()  # the pump resumes reading when nothing else holds it back
 
     def budget_admitted(self, size: int) -> None:
         """The bulk message being read was admitted: ``size`` bytes more are its, and it is read on."""
         self.charges.add("partial", size)
-        self.admitted = True
+        self._admitted = True
         self.budget_resume()
 
     def budget_pass(self) -> None:
         """Read on past the budget until the frame being read is whole (closed if it stalls)."""
-        self.paused = False
-        self.has_pass = True
+        self._paused = False
+        self._has_pass = True
         self._reading.resume()
         self._reading.touch()
         self._watch_pass()
@@ -88,7 +98,7 @@ class Admission:
     def read_size(self, most: int, *, authenticating: bool) -> int:
         """Bytes the next read may take into the server's buffer: what the budget's room allows (a reader
         with the pass, or in its handshake, reads on)."""
-        if self.has_pass or authenticating:
+        if self._has_pass or authenticating:
             return most
         return self._budget.readable(most)
 
@@ -96,27 +106,27 @@ class Admission:
         """Charge ``charged`` bytes of whole frames just queued (``whole``: at least one frame was completed)
         and the incomplete frame; ask for a bulk message's admission; pause when over."""
         if whole:
-            self.admitted = False
+            self._admitted = False
         announced = self._frames.announced
         held = (
-            held_for_message(announced) if announced is not None and self.admitted else held_for(self._frames.buffered)
+            held_for_message(announced) if announced is not None and self._admitted else held_for(self._frames.buffered)
         )
         self.charges.change(queued=charged, partial=held - self.charges.partial)
-        if self.has_pass and (charged or not self._frames.buffered):  # its frame is whole: the pass is over
-            self.has_pass = False
+        if self._has_pass and (charged or not self._frames.buffered):  # its frame is whole: the pass is over
+            self._has_pass = False
             self._budget.end_pass(self)
         if self._reading.stopped:
             return
-        if announced is not None and not self.admitted:
+        if announced is not None and not self._admitted:
             size = held_for_message(announced) - self.charges.partial
             if self._budget.admit(self, size):
                 self.charges.add("partial", size)
-                self.admitted = True
-            elif not self.admitted:  # queued (not granted at once by the budget's own rules)
-                self.paused = True
+                self._admitted = True
+            elif not self._admitted:  # queued (not granted at once by the budget's own rules)
+                self._paused = True
                 self._reading.pause()
-        elif self._budget.over and not self.has_pass and announced is None:  # an admitted message is read on
-            self.paused = True
+        elif self._budget.over and not self._has_pass and announced is None:  # an admitted message is read on
+            self._paused = True
             self._reading.pause()
             self._budget.wait(self)
 
@@ -128,7 +138,7 @@ class Admission:
 
     def release_all(self) -> None:
         """The connection is done: whatever it still holds goes back to the budget."""
-        self.has_pass = False
+        self._has_pass = False
         if self._pass_timer is not None:
             self._pass_timer.cancel()
             self._pass_timer = None
@@ -142,7 +152,7 @@ class Admission:
 
     def _check_pass(self, since: float) -> None:
         self._pass_timer = None
-        if not self.has_pass or self._reading.lost:
+        if not self._has_pass or self._reading.lost:
             return
         if self._reading.last_read > since:
             self._watch_pass()
