@@ -90,9 +90,8 @@ class Connection(asyncio.BufferedProtocol):
     # -- asyncio.Protocol -------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._reading.attach(
-            cast("asyncio.Transport", transport)
-        )  # a TCP listener's connections have stream transports
+        # A TCP listener's connections have stream transports.
+        self._reading.attach(cast("asyncio.Transport", transport))
         self._server.connection_opened(self)
         self._stats["connections_total"] += 1
         if self._auth is not None:
