@@ -27,7 +27,6 @@ accidental dedup). ``dataset(TOTAL_BYTES)`` is 1 GiB by default, or
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import numpy as np
 from sensor_data import TOTAL_BYTES, parse_size  # noqa: F401  (one size setting for every benchmark)
@@ -84,12 +83,6 @@ def blocks_for(total_bytes: int) -> int:
 
 def rows_for(total_bytes: int) -> int:
     return blocks_for(total_bytes) * BLOCK_ROWS
-
-
-def iter_blocks(total_bytes: int, start: int = 0, seed: int = SEED) -> Iterator[np.ndarray]:
-    """The blocks making up ``total_bytes``, generated one at a time."""
-    for index in range(start, start + blocks_for(total_bytes)):
-        yield block(index, seed)
 
 
 def dataset(total_bytes: int, seed: int = SEED) -> np.ndarray:

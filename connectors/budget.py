@@ -149,7 +149,7 @@ class MemoryBudget(_Held):
     """Bytes held for clients, against ``limit``; see the module docstring.
 
     Counters for metrics: :attr:`used` (now), :attr:`peak`, :attr:`pauses`
-    (times a connection was paused for the budget), :attr:`passes`.
+    (times a connection was paused for the budget).
     ``trim_after``: seconds after the budget last held nothing that the
     memory freed since a burst is given back (None: never); ``let_go``:
     called first, in a thread, for what keeps the burst's last objects
@@ -166,7 +166,6 @@ class MemoryBudget(_Held):
         self.reserved = 0  # granted by reserve() and not yet settled (submitted or dropped)
         self.peak = 0
         self.pauses = 0
-        self.passes = 0
         self.pass_holder: Reader | None = None
         self._waiting: dict[Reader, None] = {}  # paused readers, oldest first
         self._reservations: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
@@ -382,11 +381,9 @@ class MemoryBudget(_Held):
         if not self._stuck():
             return
         if self._admissions:
-            self.passes += 1
             reader = next(iter(self._admissions))
             reader.budget_admitted(self._admissions.pop(reader)[0])
         elif self.over:
-            self.passes += 1
             reader = max(self._waiting, key=lambda r: r.partial_charge)
             del self._waiting[reader]
             self.pass_holder = reader

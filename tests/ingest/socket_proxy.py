@@ -122,12 +122,10 @@ class _Pair:
     def __init__(self, cutter: _Relay, client: socket.socket, server: socket.socket):
         self.cutter, self.client, self.server = cutter, client, server
         self._drop_reply = False
-        self._dead = False
         threading.Thread(target=self._up, daemon=True).start()
         threading.Thread(target=self._down, daemon=True).start()
 
     def _kill(self) -> None:
-        self._dead = True
         for sock in (self.client, self.server):
             try:
                 sock.shutdown(socket.SHUT_RDWR)
