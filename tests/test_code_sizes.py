@@ -57,7 +57,8 @@ def largest(found: list[Definition], kind: str) -> list[Definition]:
 def report(found: list[Definition]) -> str:
     lines = []
     for kind in TOO_LONG:
-        lines.append(f"largest {kind}s (fail above {TOO_LONG[kind]} lines):")
+        plural = {"function": "functions", "class": "classes"}[kind]
+        lines.append(f"largest {plural} (fail above {TOO_LONG[kind]} lines):")
         lines += [f"  {size:5d}  {path} {name}" for size, _, path, name in largest(found, kind)]
     return "\n".join(lines)
 
