@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import click.testing
@@ -140,6 +143,42 @@ def test_kill_9_keeps_committed_data(tmp_path, engine):
         assert srv.kill() is False
     finally:
         stop_test_server(srv, remove=True)
+
+
+@pytest.mark.mariadb
+def test_servers_initialised_at_the_same_moment_all_start_and_keep_their_temporary_files(tmp_path):
+    # At start a server removes the temporary table files it finds in its tmpdir: in a shared /tmp those
+    # of another server being initialised beside it, whose bootstrap then aborts.
+    servers = [
+        MariaDBServer(Path(tempfile.mkdtemp(prefix="wv-tmp-")) / "db", overrides=TEST_OVERRIDES) for _ in range(4)
+    ]
+    failures: list[str] = []
+
+    def start(server: MariaDBServer) -> None:
+        try:
+            server.start(timeout=120)
+        except ServerStartError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=start, args=(server,)) for server in servers]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, "\n".join(failures)
+        for server in servers:
+            conn = connect(server.url())
+            try:
+                cur = conn.cursor()
+                cur.execute("SELECT @@tmpdir")
+                assert cur.fetchone()[0].rstrip("/") == str(server.datadir)
+            finally:
+                conn.close()
+    finally:
+        for server in servers:
+            stop_test_server(server)
+            shutil.rmtree(server.datadir.parent, ignore_errors=True)
 
 
 @pytest.mark.mariadb

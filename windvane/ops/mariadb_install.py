@@ -62,6 +62,9 @@ def initialise(datadir: Path) -> None:
         # is the access control (the directory is mode 0700).
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
+        # The bootstrap server's temporary files stay in the private directory: at start a server removes
+        # every temporary table file it finds in its tmpdir, which in a shared /tmp may be another server's.
+        f"--tmpdir={datadir}",
         # Runs after the system tables are created; see _INIT_SQL.
         f"--extra-file={extra_sql}",
     ]

@@ -17,6 +17,7 @@ Layout of the data directory (besides MariaDB's own files):
 * ``error.log``     -- the server's error log (read it when a start fails).
 * ``mariadbd.out``  -- the server's stdout/stderr (normally empty).
 * ``mysqld.sock``, ``mysqld.pid`` -- socket and pid file of the running server.
+* ``#sql*``         -- the server's temporary files (its tmpdir is the directory).
 """
 
 from __future__ import annotations
@@ -321,6 +322,10 @@ class MariaDBServer:
             ("socket", self.socket),
             ("pid-file", str(self.pid_file)),
             ("log-error", str(self.error_log)),
+            # Temporary files in the private directory, not a shared /tmp: at start a server removes every
+            # temporary table file in its tmpdir, which there may be another server's; and the 0700
+            # directory keeps them to their owner.
+            ("tmpdir", str(self.datadir)),
         ]
         if self.port is None:
             generated.append(("skip-networking", None))
