@@ -62,10 +62,13 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from windvane.connectors.errors import ConnectorConfigError
 from windvane.ingest.memory import TRIM_MIN, give_back_memory
+
+if TYPE_CHECKING:
+    from windvane.connectors.http.metrics import SampleFields
 
 #: What one resumed reader may read before it sees the budget again (asyncio reads 256 KiB at a time).
 READ_SIZE = 256 << 10
@@ -198,7 +201,7 @@ class MemoryBudget(_Held):
         after its read)."""
         return max(1, min(most, (self.limit - self.used) // READ_COST))
 
-    def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
+    def samples(self) -> list[SampleFields]:
         """Metric samples ``(name, help, type, labels, value)``, as ``GET /metrics`` shows them."""
         return [
             (

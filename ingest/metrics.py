@@ -21,6 +21,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+#: One Prometheus sample: (name, help, type, labels, value), as the /metrics endpoint renders it.
+MetricSample = tuple[str, str, str, dict[str, str], float]
+
 
 @dataclass
 class StreamCounters:
@@ -139,11 +142,11 @@ class Metrics:
         """1 while commits fail (:attr:`failure` is set), else 0."""
         return int(self.failure is not None)
 
-    def samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
+    def samples(self) -> list[MetricSample]:
         """Prometheus samples: ``(name, help, type, labels, value)``."""
         with self._lock:
             streams = {tag: StreamCounters(**vars(c)) for tag, c in self.streams.items()}
-            out: list[tuple[str, str, str, dict[str, str], float]] = [
+            out: list[MetricSample] = [
                 (name, help_text, kind, {}, getattr(self, attr)) for name, help_text, kind, attr in _TOTALS
             ]
         return out + _stream_samples(streams) + _failing_samples(set(streams), self.failing)
@@ -218,7 +221,7 @@ _PER_STREAM = [
 ]
 
 
-def _stream_samples(streams: dict[str, StreamCounters]) -> list[tuple[str, str, str, dict[str, str], float]]:
+def _stream_samples(streams: dict[str, StreamCounters]) -> list[MetricSample]:
     """The Prometheus samples of each stream's counters, labelled by tag: each metric's, tags in order."""
     return [
         (name, help_text, kind, {"tag": tag}, getattr(c, attr))
@@ -227,9 +230,7 @@ def _stream_samples(streams: dict[str, StreamCounters]) -> list[tuple[str, str, 
     ]
 
 
-def _failing_samples(
-    streams: set[str], failing: dict[str, CommitFailure]
-) -> list[tuple[str, str, str, dict[str, str], float]]:
+def _failing_samples(streams: set[str], failing: dict[str, CommitFailure]) -> list[MetricSample]:
     """``windvane_stream_commits_failing`` of every stream committed to or failing, by tag."""
     help_text = "1 while work for the stream failed to commit and is not committed yet (GET /health names it), else 0."
     return [

@@ -28,7 +28,7 @@ from .committer import GroupCommitter
 from .config import ServiceConfig, default_decode_workers
 from .errors import AuthError
 from .memory import tune_malloc
-from .metrics import NO_STREAM, CommitFailure, Metrics
+from .metrics import NO_STREAM, CommitFailure, Metrics, MetricSample
 from .schema import SchemaSet, load_schemas
 from .times import iso_text
 
@@ -149,7 +149,7 @@ ENDPOINT_COUNTERS = {
 }
 
 
-def endpoint_samples(endpoints: Sequence[object]) -> list[tuple[str, str, str, dict[str, str], float]]:
+def endpoint_samples(endpoints: Sequence[object]) -> list[MetricSample]:
     """:data:`ENDPOINT_COUNTERS` of each endpoint that has ``stats`` (Forward, HTTP), labelled
     ``endpoint="forward"``, ``"http"``: the connectors count them; ingest cannot be imported there."""
     out = []
@@ -221,8 +221,8 @@ class Service:
         out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None
         return out
 
-    def metric_samples(self) -> list[tuple[str, str, str, dict[str, str], float]]:
-        given_back: tuple[str, str, str, dict[str, str], float] = (
+    def metric_samples(self) -> list[MetricSample]:
+        given_back: MetricSample = (
             "windvane_decode_memory_given_back_total",
             "Times a decode worker gave the memory freed after a burst back to the system (--trim-after).",
             "counter",
