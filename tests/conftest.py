@@ -23,12 +23,16 @@ import tempfile
 import pytest
 
 from tests import mariadb as test_servers
+from tests import replicas as test_replicas
 from tests.layout import LIBRARY
 from tests.s3 import S3Server
 from windvane.ops.mariadb_server import MariaDBServer
+from windvane.ops.replica import wait_for_primary
 
 #: Fixtures that start or use a MariaDB server.
-MARIADB_FIXTURES = frozenset({"mariadb_server", "mariadb_url", "private_server"})
+MARIADB_FIXTURES = frozenset(
+    {"mariadb_server", "mariadb_url", "private_server", "replicated_servers", "replicated_url"}
+)
 
 NO_CONNECTOR = "the mariadb connector is not installed: pip install 'windvane[mariadb]'"
 
@@ -79,6 +83,27 @@ def fresh_database(server: MariaDBServer, name: str) -> str:
 def mariadb_url(mariadb_server, request) -> str:
     """A new, empty MariaDB database for this test."""
     return fresh_database(mariadb_server, "t_" + request.node.name)
+
+
+@pytest.fixture(scope="session")
+def replicated_servers() -> test_replicas.Replicated:
+    """The session's primary with two read replicas (real mariadbd servers, asynchronous replication)."""
+    servers = test_replicas.start_replicated(replicas=2)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def replicated_url(replicated_servers, request) -> test_replicas.ReplicatedDatabase:
+    """A new, empty database on the session's primary, once both replicas have it too.
+
+    ``(url, replicas)``: the store URL ``mariadb://root@/DB?unix_socket=PRIMARY&replicas=R1,R2`` and the
+    replicas' sockets; ``.primary_url`` is the URL of the primary alone.
+    """
+    url = fresh_database(replicated_servers.primary, "t_" + request.node.name)
+    for replica in replicated_servers.replicas:
+        wait_for_primary(replica, replicated_servers.primary)
+    return test_replicas.with_replicas(url, [replica.socket for replica in replicated_servers.replicas])
 
 
 @pytest.fixture

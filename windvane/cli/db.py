@@ -14,10 +14,12 @@ if TYPE_CHECKING:
 
 
 def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
+    """The server of ``datadir`` in its replication role, if it has one (a primary, a replica)."""
     from windvane.ops import mariadb_server as dbserver
+    from windvane.ops import replica
 
     try:
-        return dbserver.MariaDBServer(datadir, port=port)
+        return replica.open_server(datadir, port=port)
     except dbserver.ServerConfigError as exc:
         raise BadInput(str(exc)) from exc
 
@@ -56,8 +58,17 @@ def db() -> None:
     default=None,
     help="Also listen on 127.0.0.1:PORT (root has no password: single-user machines only). Default: unix socket only.",
 )
+@click.option(
+    "--replica-of",
+    "replica_of",
+    metavar="PRIMARY",
+    default=None,
+    help="Make DATADIR a read-only replica of PRIMARY: the data directory of a server started by "
+    "`windvane db start` (given its binary log and a 127.0.0.1 port if it has none: it restarts), "
+    "or the mariadb://user:password@host:port/db URL of a server with its binary log on.",
+)
 @_timeout("Seconds to wait for the server to accept connections.")
-def start(datadir: str, port: int | None, timeout: float) -> None:
+def start(datadir: str, port: int | None, replica_of: str | None, timeout: float) -> None:
     """Start the server (initialising DATADIR on first use) and print the store URL.
 
     The URL is printed alone on the last line of standard output.  Starting a
@@ -68,13 +79,30 @@ def start(datadir: str, port: int | None, timeout: float) -> None:
     'windvane[mariadb]') or DATADIR is unusable, 1 if the server fails or is
     not ready within --timeout; a server this command started is then
     stopped again, so a failed start leaves nothing running.
+
+    With --replica-of, DATADIR (new) gets a copy of PRIMARY's databases and
+    then applies PRIMARY's binary log from the copy's GTID position on,
+    read-only; later starts of DATADIR start it as that replica again.
+    Exit code 2 if DATADIR holds another server or PRIMARY is neither a data
+    directory nor a URL, 1 if the copy fails (remove DATADIR and retry).
     """
     from windvane.ops import mariadb_server as dbserver
+    from windvane.ops import replica
 
     server = _server(datadir, port)
     click.echo(f"starting MariaDB in {server.datadir} ...", err=True)
     try:
-        url = server.start(timeout=timeout)
+        if replica_of is None:
+            server = replica.start_server(server.datadir, port=port, timeout=timeout)
+        else:
+            if not replica_of.startswith("mariadb://") and replica.read_role(replica_of) is None:
+                click.echo(
+                    f"making {replica_of} a replication primary: binary log on, a port on 127.0.0.1 "
+                    "(a server running there restarts) ...",
+                    err=True,
+                )
+            server = replica.start_replica(server.datadir, replica_of, port=port, timeout=timeout)
+        url = server.url()
     except dbserver.ServerError as exc:
         raise ops_failure(exc) from exc
     status = server.status()
@@ -100,7 +128,12 @@ def stop(datadir: str, timeout: float) -> None:
 @db.command(short_help="Show whether the server is running (exit 0 if so, 1 if not).")
 @DATADIR
 def status(datadir: str) -> None:
-    """Tell whether the server is running; exit code 0 if it is, 1 if not."""
+    """Tell whether the server is running; exit code 0 if it is, 1 if not.
+
+    A running replica also shows its replication (Slave_IO_Running,
+    Slave_SQL_Running, Seconds_Behind_Master, gtid_slave_pos, the last error),
+    a primary its role.
+    """
     server = _server(datadir)
     st = server.status()
     click.echo(f"running: {'yes' if st.running else 'no'}")
@@ -112,4 +145,23 @@ def status(datadir: str) -> None:
         click.echo(f"port:    {st.port}")
     if st.url:
         click.echo(f"url:     {st.url}")
+    if st.running:
+        _replication_status(server)
     click.get_current_context().exit(0 if st.running else 1)
+
+
+def _replication_status(server: dbserver.MariaDBServer) -> None:
+    from windvane.ops import replica
+
+    role = replica.read_role(server.datadir)
+    if isinstance(role, replica.PrimaryRole):
+        click.echo(f"role:    replication primary (binary log on, replicas connect to 127.0.0.1:{role.port})")
+    elif isinstance(role, replica.ReplicaRole):
+        click.echo("role:    read-only replica")
+        try:
+            lines = replica.replica_status(server).lines()
+        except replica.ReplicationError as exc:
+            lines = [("replication", f"cannot be asked ({exc})")]
+        width = max(len(label) for label, _ in lines) + 1
+        for label, value in lines:
+            click.echo(f"{label + ':':<{width}} {value}")

@@ -12,10 +12,21 @@ from .mariadb_logs import with_log
 from .mariadb_processes import current_user
 from .mariadb_programs import find_program
 
-# Files this module itself puts in a data directory.  A directory holding only
-# these may still be initialised; anything else means it is somebody's data.
+# Files windvane itself puts in a data directory before initialising it (the
+# replication role is written first, so that a failed first start keeps it).
+# A directory holding only these may still be initialised; anything else
+# means it is somebody's data.
 _OWN_FILES = frozenset(
-    {"my.cnf", "my.cnf.tmp", "error.log", "mariadbd.out", "install-db.log", "init.sql", ".server.lock"}
+    {
+        "my.cnf",
+        "my.cnf.tmp",
+        "error.log",
+        "mariadbd.out",
+        "install-db.log",
+        "init.sql",
+        ".server.lock",
+        "replication.json",
+    }
 )
 
 # Run by mariadb-install-db after it creates the system tables.  It also
