@@ -25,3 +25,7 @@ class ServerStartError(ServerError):
 
 class ServerTimeoutError(ServerError):
     """The server did not become ready, or did not exit, within the time allowed."""
+
+
+class ClusterError(ServerError):
+    """A Galera cluster cannot form or a node cannot join it: no node to join, a node that left during its start."""

@@ -52,8 +52,11 @@ def check_no_foreign_files(datadir: Path) -> None:
         )
 
 
-def initialise(datadir: Path) -> None:
-    """Create the system tables in ``datadir`` with mariadb-install-db (root without a password)."""
+def initialise(datadir: Path, user: str | None = None) -> None:
+    """Create the system tables in ``datadir`` with mariadb-install-db (root without a password).
+
+    ``user`` is the system user the server runs as (default: the current one).
+    """
     check_no_foreign_files(datadir)
     # Root has no password, so whoever can reach the socket is root: keep
     # the directory (and so the socket) to its owner.
@@ -81,7 +84,7 @@ def initialise(datadir: Path) -> None:
     ]
     if os.geteuid() == 0:
         # mariadbd refuses to run as root unless told to.
-        cmd.append(f"--user={current_user()}")
+        cmd.append(f"--user={user or current_user()}")
     log = datadir / "install-db.log"
     with open(log, "wb") as out:
         try:

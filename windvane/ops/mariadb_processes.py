@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
+import stat
 from pathlib import Path
 
-from .errors import ServerError
+from .errors import ServerConfigError, ServerError
 
 
 def read_pid(path: Path) -> int | None:
@@ -56,6 +58,56 @@ def current_user() -> str:
     # Not getpass.getuser(): it believes $USER, which sudo may leave pointing
     # at the invoking user.
     return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def check_user(user: str) -> None:
+    """Raise ServerConfigError unless this process may run a server as ``user`` (itself, or anyone as root)."""
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise ServerConfigError(
+            f"there is no system user {user!r} to run mariadbd as; installing mariadb-server creates "
+            "the usual one (mysql)"
+        ) from None
+    if user != current_user() and os.geteuid() != 0:
+        raise ServerConfigError(f"running mariadbd as {user!r} needs root; run as root or as {user!r}")
+
+
+def give_to_user(directory: Path, user: str) -> None:
+    """Make ``user`` the owner of ``directory`` and everything in it (as root; otherwise nothing to do)."""
+    if os.geteuid() != 0:
+        return
+    entry = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(directory):
+        for name in [root, *(os.path.join(root, n) for n in (*dirs, *files))]:
+            with contextlib.suppress(FileNotFoundError):  # a temporary file the server just removed
+                os.chown(name, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    missing = unreachable_parent(directory, user)
+    if missing is not None:
+        raise ServerConfigError(
+            f"mariadbd runs as {user!r}, which cannot enter {missing}; choose a data directory that user "
+            f"can reach (under /srv or /var/lib, say) or let it in: chmod o+x {missing}"
+        )
+
+
+def unreachable_parent(path: Path, user: str) -> Path | None:
+    """The first directory above ``path`` that ``user`` may not enter (no search permission), or None."""
+    entry = pwd.getpwnam(user)
+    groups = {entry.pw_gid, *(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)}
+    for parent in reversed(path.parents):
+        try:
+            st = parent.stat()
+        except OSError:
+            return parent
+        if st.st_uid == entry.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if entry.pw_uid != 0 and not st.st_mode & bit:
+            return parent
+    return None
 
 
 def looks_like_server(argv: list[str] | None) -> bool:

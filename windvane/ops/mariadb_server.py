@@ -29,7 +29,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,8 +46,10 @@ from .mariadb_config import check_option_value, check_override, read_option, ren
 from .mariadb_install import check_no_foreign_files, initialise
 from .mariadb_logs import with_log
 from .mariadb_processes import (
+    check_user,
     current_user,
     find_server_process,
+    give_to_user,
     looks_like_server,
     pid_alive,
     proc_cmdline,
@@ -145,6 +147,11 @@ class MariaDBServer:
     lets every local user in as root: use it on single-user machines only.
     ``overrides`` replace settings of the shipped mariadb.cnf, e.g.
     ``{"innodb_buffer_pool_size": "256M"}``; a value of None removes one.
+    ``settings`` are (name, value) pairs added after the generated ones, for
+    servers that need more than one data directory says (a Galera node's
+    addresses); value None for a bare flag.  ``user`` is the system user
+    mariadbd runs as (default: the current one); another user needs root,
+    and the data directory is given to that user at every start.
 
     One MariaDBServer object may be created per call (as the CLI does): all
     state lives in the data directory, so `status`, `stop` and `kill` work on
@@ -157,6 +164,8 @@ class MariaDBServer:
         *,
         port: int | None = None,
         overrides: Mapping[str, str | None] | None = None,
+        settings: Sequence[tuple[str, str | None]] = (),
+        user: str | None = None,
     ) -> None:
         self.datadir = Path(os.path.abspath(os.fspath(datadir)))
         if port is not None and not (1 <= port <= 65535):
@@ -165,6 +174,12 @@ class MariaDBServer:
         self.overrides = dict(overrides or {})
         for name, value in self.overrides.items():
             check_override(name, value)
+        self.settings = list(settings)
+        for name, value in self.settings:
+            check_override(name, value)
+        if user is not None:
+            check_user(user)
+        self.user = user
         self._proc: subprocess.Popen[bytes] | None = None
         # Size of error.log when we last spawned mariadbd: error messages
         # quote only what that run wrote.
@@ -233,13 +248,16 @@ class MariaDBServer:
 
     # -- start -------------------------------------------------------------
 
-    def start(self, timeout: float = 60) -> str:
+    def start(self, timeout: float = 60, *, args: Sequence[str] = (), create_database: bool = True) -> str:
         """Start the server if needed and return the URL of the 'windvane' database.
 
         Initialises the data directory on first use and creates the windvane
-        database if it is missing.  Idempotent: with a server already running
-        it only waits until that one accepts connections.  After kill -9 it
-        simply starts again; InnoDB's crash recovery runs during startup.
+        database if it is missing (unless ``create_database`` is false: a
+        cluster node creates it once for the whole cluster).  ``args`` are
+        extra command-line options of this run only (``--wsrep-new-cluster``).
+        Idempotent: with a server already running it only waits until that
+        one accepts connections.  After kill -9 it simply starts again;
+        InnoDB's crash recovery runs during startup.
 
         Raises ServerNotFoundError if MariaDB or its Python connector is not
         installed, ServerConfigError for an unusable data directory,
@@ -267,13 +285,12 @@ class MariaDBServer:
             spawned = pid is None
             if pid is None:
                 mariadbd = find_mariadbd()
-                if not self.is_initialised():
-                    initialise(self.datadir)
-                self._write_config(mariadbd)
-                pid = self._spawn(mariadbd)
+                self._prepare(mariadbd)
+                pid = self._spawn(mariadbd, args)
             try:
                 self._wait_ready(pid, deadline)
-                self._create_database(DEFAULT_DATABASE)
+                if create_database:
+                    self._create_database(DEFAULT_DATABASE)
             except BaseException:  # Ctrl-C too: a server this start spawned must not stay running
                 if spawned:
                     self._stop_failed_start(pid)
@@ -316,6 +333,42 @@ class MariaDBServer:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def run_once(self, *args: str, timeout: float = 300) -> str:
+        """Run mariadbd on this stopped data directory with ``args`` (``--wsrep-recover``) until it exits.
+
+        Returns what that run wrote to the error log.  Raises ServerError if a
+        server is running on the directory, ServerTimeoutError (after killing
+        it) if the run takes longer than ``timeout`` seconds.
+        """
+        self._check_datadir()
+        mariadbd = find_mariadbd()
+        with self._lock():
+            if self.pid is not None:
+                raise ServerError(f"mariadbd is running on {self.datadir}: stop it first")
+            self._prepare(mariadbd)
+            pid = self._spawn(mariadbd, args)
+            if not self._wait_exit(pid, timeout):
+                signal_pid(pid, signal.SIGKILL)
+                self._wait_exit(pid, 30)
+                raise ServerTimeoutError(
+                    with_log(
+                        f"mariadbd {' '.join(args)} did not finish in {timeout:g} s", self.error_log, self._log_offset
+                    )
+                )
+        with open(self.error_log, "rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode("utf-8", "replace")
+
+    def _prepare(self, mariadbd: str) -> None:
+        # Initialised by and given to the user the server runs as, so that it owns every file it writes.
+        if self.user is not None:
+            give_to_user(self.datadir, self.user)
+        if not self.is_initialised():
+            initialise(self.datadir, self.user)
+        self._write_config(mariadbd)
+        if self.user is not None:
+            give_to_user(self.datadir, self.user)
+
     def _write_config(self, mariadbd: str) -> None:
         generated: list[tuple[str, str | None]] = [
             ("datadir", str(self.datadir)),
@@ -332,14 +385,14 @@ class MariaDBServer:
         else:
             generated += [("bind-address", "127.0.0.1"), ("port", str(self.port))]
         if os.geteuid() == 0:
-            generated.append(("user", current_user()))
+            generated.append(("user", self.user or current_user()))
         if rocksdb_installed(mariadbd):
             # Makes ENGINE=ROCKSDB available.  Loaded only when installed:
             # plugin-load-add of a missing file stops the server.
             generated.append(("plugin-load-add", "ha_rocksdb.so"))
-        write_config(self.config_file, generated, self.overrides, self.socket)
+        write_config(self.config_file, generated + self.settings, self.overrides, self.socket)
 
-    def _spawn(self, mariadbd: str) -> int:
+    def _spawn(self, mariadbd: str, args: Sequence[str] = ()) -> int:
         # A stale pid file from a killed server would be overwritten anyway;
         # removing it keeps status() from ever reading the old pid.
         with contextlib.suppress(FileNotFoundError):
@@ -350,7 +403,7 @@ class MariaDBServer:
             self._log_offset = 0
         with open(self.datadir / "mariadbd.out", "ab") as out:
             self._proc = subprocess.Popen(
-                [mariadbd, f"--defaults-file={self.config_file}"],
+                [mariadbd, f"--defaults-file={self.config_file}", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

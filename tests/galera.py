@@ -1,0 +1,97 @@
+"""Private Galera clusters for the test suite.
+
+The suite runs the same `windvane.ops.galera` code that `windvane db start
+--cluster N` uses, scaled down like `tests.mariadb`'s servers (a small
+buffer pool, redo log and Galera cache: a cluster is three servers) and with
+short Galera timeouts, so that a killed node leaves the cluster within
+seconds and failover tests stay short.
+
+Typical fixture::
+
+    @pytest.fixture(scope="session")
+    def galera_cluster():
+        cluster = start_test_cluster()
+        yield cluster
+        stop_test_cluster(cluster)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from windvane.ops.galera import GaleraCluster, GaleraNode
+
+# Tests of one group run on one xdist worker (with --dist loadgroup): one shared cluster per suite run, and
+# clusters of tests' own started one after another, never two workers' clusters at once.
+GALERA_GROUP = pytest.mark.xdist_group("galera")
+
+# Each node takes a fraction of the shipped configuration's memory and disk.
+TEST_OVERRIDES: dict[str, str | None] = {
+    "innodb_buffer_pool_size": "64M",
+    "innodb_log_file_size": "48M",
+    "innodb_log_buffer_size": "16M",
+}
+
+# A killed node is suspected after 3 s and dropped soon after; long enough that a busy two-core machine
+# does not drop a live one.
+TEST_PROVIDER_OPTIONS = {
+    "gcache.size": "16M",
+    "evs.suspect_timeout": "PT3S",
+    "evs.inactive_timeout": "PT6S",
+}
+
+_TRANSFER = re.compile(r"Prepared IST receiver for (\d+)-(\d+)")
+
+
+def start_test_cluster(size: int = 3, timeout: float = 240) -> GaleraCluster:
+    """Start a private test cluster of ``size`` nodes in a new temporary directory; the caller stops it.
+
+    The directory is short (unix socket paths are limited) and open to
+    others for passing through: started as root, the nodes run as ``mysql``.
+    """
+    root = tempfile.mkdtemp(prefix="wv-galera-")
+    os.chmod(root, 0o711)
+    cluster = GaleraCluster(
+        Path(root) / "cluster", size, overrides=TEST_OVERRIDES, provider_options=TEST_PROVIDER_OPTIONS
+    )
+    try:
+        cluster.start(timeout=timeout)
+    except BaseException:
+        stop_test_cluster(cluster)
+        raise
+    return cluster
+
+
+def stop_test_cluster(cluster: GaleraCluster) -> None:
+    """Stop every node of ``cluster`` (killing those that do not stop) and remove its directory."""
+    try:
+        cluster.stop(timeout=60)
+    # Whatever the clean stop fails with, no node may outlive the suite.
+    except Exception:  # noqa: BLE001
+        cluster.kill()
+    shutil.rmtree(cluster.datadir.parent, ignore_errors=True)
+
+
+def log_offset(node: GaleraNode) -> int:
+    """Where ``node``'s error log ends now: `state_transfer` reads what comes after."""
+    try:
+        return node.error_log.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def state_transfer(node: GaleraNode, since: int) -> str | None:
+    """How ``node`` received the cluster's state when it last joined after ``since``: "IST" (the
+    writesets it missed), "SST" (a whole copy: the range starts at 0), or None (none needed)."""
+    with open(node.error_log, "rb") as f:
+        f.seek(since)
+        found = _TRANSFER.findall(f.read().decode("utf-8", "replace"))
+    if not found:
+        return None
+    return "SST" if found[-1][0] == "0" else "IST"
