@@ -28,6 +28,7 @@ def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> t
             conn, cur, resolved = _prepare(txn, resolve)
             tid = u64(voted_tid(txn))
             meta = (tid, txn.user, txn.description, txn.extension)
+            txn.store_.backend.stamp_commit(cur, tid, voted=tid if voted else None)
             if voted:
                 cur.execute("INSERT INTO ttrans (tid, user, description, ext) VALUES (?, ?, ?, ?)", meta)
                 sql = "INSERT INTO tobj (tid, oid, data_id, value_tid) VALUES (?, ?, ?, ?)"
@@ -130,6 +131,7 @@ def _move_voted_rows(txn: Transaction) -> None:
     cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
     cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
     store.oids.advance(cur, txn.writes)
+    store.backend.stamp_commit(cur, tid)
     conn.commit()
 
 
@@ -173,6 +175,7 @@ def abort(txn: Transaction) -> None:
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
                 delete_unreferenced_data(cur, txn.uploads.inserted, txn.store_.backend)
+                txn.store_.backend.stamp_commit(cur, None)
     except Exception:
         # Broad: whatever failed, the connection is gone (the server died) and the error is logged; the next
         # lock holder discards what was voted.

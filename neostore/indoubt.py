@@ -8,7 +8,7 @@ from typing import Any
 
 from . import errors
 from .backends import Backend
-from .pool import rollback_quietly, write_transaction
+from .pool import retake_commit_lock, rollback_quietly, write_transaction
 from .sql import delete_unreferenced_data
 from .tids import u64
 
@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def transaction_committed(backend: Backend, tid: bytes, timeout: float) -> bool:
-    """Whether transaction ``tid`` committed, asked under the commit lock on a new connection.
+    """Whether transaction ``tid`` committed, asked on a new connection once no commit of it can still be
+    under way (:meth:`Backend.fence`).
 
     Retried while the database is out of reach, for up to ``timeout``
     seconds; past that, DatabaseError. See :meth:`Store.transaction_committed`.
@@ -27,12 +28,11 @@ def transaction_committed(backend: Backend, tid: bytes, timeout: float) -> bool:
         conn = None
         try:
             conn = backend.connect(for_writing=True)
-            backend.acquire_commit_lock(conn, max(1.0, deadline - time.monotonic()))
+            backend.fence(conn, max(1.0, deadline - time.monotonic()))
             cur = conn.cursor()
             cur.execute("SELECT 1 FROM trans WHERE tid = ?", (u64(tid),))
             found = cur.fetchone() is not None
             cur.close()
-            backend.release_commit_lock(conn)
         except Exception as exc:
             retry = isinstance(exc, (errors.DatabaseError, errors.CommitLockTimeout)) or backend.is_connection_lost(exc)
             if not retry:
@@ -48,12 +48,13 @@ def transaction_committed(backend: Backend, tid: bytes, timeout: float) -> bool:
         delay = min(2 * delay, 2.0)
 
 
-def discard_unfinished(backend: Backend, conn: Any, timeout: float | None) -> None:
+def discard_unfinished(backend: Backend, conn: Any, timeout: float | None, lock_timeout: float = 60.0) -> None:
     """Drop voted-but-unfinished transactions of dead writers.
 
-    Only the commit-lock holder may call this with ``timeout`` None; with a
-    ``timeout`` it takes the lock itself, skipping the clean-up if another
-    writer holds it that long.
+    Only the commit-lock holder may call this with ``timeout`` None (if its
+    lock lasts one transaction, it is taken again within ``lock_timeout`` s
+    for the clean-up); with a ``timeout`` it takes the lock itself, skipping
+    the clean-up if another writer holds it that long.
     """
     owns_lock = timeout is not None and timeout >= 0
     if owns_lock:
@@ -69,6 +70,7 @@ def discard_unfinished(backend: Backend, conn: Any, timeout: float | None) -> No
         rollback_quietly(conn)
         if not stale:
             return
+        retake_commit_lock(backend, conn, lock_timeout)
         with write_transaction(backend, conn):
             cur = conn.cursor()
             for tid in stale:
@@ -78,6 +80,7 @@ def discard_unfinished(backend: Backend, conn: Any, timeout: float | None) -> No
                 cur.execute("DELETE FROM tobj WHERE tid = ?", (tid,))
                 cur.execute("DELETE FROM ttrans WHERE tid = ?", (tid,))
                 delete_unreferenced_data(cur, data_ids, backend)
+            backend.stamp_commit(cur, None)
     finally:
         if owns_lock:
             backend.release_commit_lock(conn)

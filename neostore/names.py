@@ -117,8 +117,8 @@ class NameIndex:
         missing = [n for n in wanted if n not in found]
         if missing and create:
             oids = [p64(o) for o in self._new_oids(len(missing))]
-            with self._pool.writer() as conn:
-                self._insert(conn, list(zip(missing, oids)))
+            bindings = list(zip(missing, oids))
+            self._pool.run_write(lambda conn: self._insert(conn, bindings))
             # Another process may have bound some of them first: read back.
             found.update(self._remember(self._select(None, missing)))
         return found

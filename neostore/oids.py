@@ -47,8 +47,7 @@ class OidAllocator:
 
     def _allocate(self, count: int) -> int:
         """``count`` oids in a commit of their own."""
-        with self.pool.writer() as conn:
-            first = bump_oidgen(conn, count)
+        first = self.pool.run_write(lambda conn: bump_oidgen(conn, count))
         # Committed on its own: oidgen stays at least here (it never goes back).
         self.horizon = max(self.horizon, first + count)
         return first

@@ -8,13 +8,17 @@ the writer back the same way: :meth:`ConnectionPool.writer`.
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from .backends import Backend
 from .errors import NeoStoreError
+
+T = TypeVar("T")
 
 
 def rollback_quietly(conn: Any) -> None:
@@ -43,14 +47,24 @@ def locked_transaction(backend: Backend, conn: Any, timeout: float) -> Iterator[
 
     The lock is let go once the transaction has committed or rolled back:
     what a batch of pack, the blob sweep or a migration does under it is
-    never seen half done.
+    never seen half done. The commit is stamped in the commit order, so that
+    on a cluster it conflicts with any commit made meanwhile on another node.
     """
     backend.acquire_commit_lock(conn, timeout)
     try:
         with write_transaction(backend, conn):
-            yield conn.cursor()
+            cur = conn.cursor()
+            yield cur
+            backend.stamp_commit(cur, None)
     finally:
         backend.release_commit_lock(conn)
+
+
+def retake_commit_lock(backend: Backend, conn: Any, timeout: float) -> None:
+    """After a commit or rollback on ``conn``, whose transaction held the commit lock: the lock again, if
+    it lasted that one transaction (:attr:`Backend.commit_lock_spans_transactions`)."""
+    if not backend.commit_lock_spans_transactions:
+        backend.acquire_commit_lock(conn, timeout)
 
 
 class ConnectionPool:
@@ -146,6 +160,21 @@ class ConnectionPool:
             self.give_writer(conn, broken=True)
             raise
         self.give_writer(conn)
+
+    def run_write(self, work: Callable[[Any], T], *, attempts: int = 8) -> T:
+        """``work(conn)`` in a write transaction of its own (:meth:`writer`), run again when the database
+        rolls it back: on a cluster, two nodes writing one row at once commit one of the writes and roll
+        the other back. ``work`` must do nothing but its statements, as it may run more than once."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.writer() as conn:
+                    return work(conn)
+            except Exception as exc:
+                if attempt == attempts or not self.backend.is_rolled_back(exc):
+                    raise
+            # A short random pause, so that the same writers do not meet again at once.
+            time.sleep(random.uniform(0, 0.01 * attempt))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def take_writer(self, first_step: Callable[[Any], object] | None = None) -> Any:
         """A writer connection from the pool (or a new one), after ``first_step(conn)`` succeeded on it.

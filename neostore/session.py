@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .indoubt import discard_unfinished
-from .pool import rollback_quietly
+from .pool import retake_commit_lock, rollback_quietly
 
 if TYPE_CHECKING:
     from .store import Store
@@ -45,8 +45,8 @@ class Session:
             if not store.backend.in_transaction_after_lock:
                 store.backend.begin(conn)
             if self._read_head(conn):
-                discard_unfinished(store.backend, conn, timeout=None)
-                store.backend.begin(conn)
+                discard_unfinished(store.backend, conn, timeout=None, lock_timeout=store.commit_lock_timeout)
+                self._begin_locked(conn)
         except BaseException:
             self.release(broken=True)
             raise
@@ -78,14 +78,23 @@ class Session:
         self._cursors.append(cur)
         return cur
 
+    def _begin_locked(self, conn: Any) -> None:
+        """Begin a transaction on ``conn`` after one ended, holding the commit lock again if it lasted that one
+        (then what committed meanwhile moved the head: it is read again)."""
+        backend = self.store.backend
+        retake_commit_lock(backend, conn, self.store.commit_lock_timeout)
+        backend.begin(conn)
+        if not backend.commit_lock_spans_transactions:
+            self._read_head(conn)
+
     def begin_again(self) -> bool:
-        """After the database rolled the transaction back: begin anew on the connection, which keeps the commit
-        lock (a named lock a rollback leaves held); whether it could."""
+        """After the database rolled the transaction back: begin anew on the connection, holding the commit
+        lock; whether it could."""
         conn = self._conn
         try:
             rollback_quietly(conn)
             self.store.names_settled(conn, committed=False)
-            self.store.backend.begin(conn)
+            self._begin_locked(conn)
         except Exception:  # noqa: BLE001  # whatever failed, the caller raises the rollback that brought it here
             return False
         return True

@@ -3,6 +3,11 @@
 - ``sqlite:///relative.db`` and ``sqlite:////abs/path.db``
 - ``mariadb://user:pw@host:port/db``
 - ``mariadb://user@/db?unix_socket=/path/sock`` (``&engine=rocksdb`` selects MyRocks)
+- ``mariadb://user@host1:3306,host2:3306,host3:3306/db``, or
+  ``?unix_socket=/a/sock,/b/sock,/c/sock``: the nodes of a Galera cluster,
+  written through one at a time, the next one taking over when it fails
+- ``&replicas=hostA:3306,/path/replica.sock``: asynchronous replicas that
+  serve snapshot reads once they have reached the snapshot
 
 Either may keep its big values in an object store (the blob tier):
 ``?blobs=s3://bucket/prefix`` with ``&endpoint=http://host:port`` for a
@@ -27,7 +32,19 @@ BLOB_THRESHOLD = 256 * 1024
 
 _BLOB_OPTIONS = ("blobs", "endpoint", "blob_threshold")
 #: What a message says to someone who put object store credentials in a URL.
-_OPTIONS = {"sqlite": _BLOB_OPTIONS, "mariadb": ("unix_socket", "engine", *_BLOB_OPTIONS)}
+_OPTIONS = {"sqlite": _BLOB_OPTIONS, "mariadb": ("unix_socket", "engine", "replicas", *_BLOB_OPTIONS)}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One MariaDB server of a store: a TCP address, or a unix socket (then ``host`` and ``port`` are None)."""
+
+    host: str | None = None
+    port: int | None = None
+    unix_socket: str | None = None
+
+    def __str__(self) -> str:
+        return self.unix_socket or f"{self.host}:{self.port or 3306}"
 
 
 @dataclass(frozen=True)
@@ -38,10 +55,11 @@ class StoreURL:
     path: str = ""
     user: str | None = None
     password: str | None = None
-    host: str | None = None
-    port: int | None = None
+    #: The servers that hold the database: one, or the nodes of a cluster in the order writers try them.
+    nodes: tuple[Node, ...] = ()
+    #: Asynchronous replicas of the database, for snapshot reads.
+    replicas: tuple[Node, ...] = ()
     database: str = ""
-    unix_socket: str | None = None
     engine: str = "InnoDB"
     options: dict[str, str] = field(default_factory=dict)
     text: str = ""
@@ -54,12 +72,16 @@ class StoreURL:
         return self.text
 
     @property
+    def unix_socket(self) -> str | None:
+        """The first node's unix socket, if it is reached through one."""
+        return self.nodes[0].unix_socket if self.nodes else None
+
+    @property
     def display_name(self) -> str:
-        """The store's name without its password: ``sqlite:<path>`` or ``mariadb:<server>/<database>``."""
+        """The store's name without its password: ``sqlite:<path>`` or ``mariadb:<servers>/<database>``."""
         if self.scheme == "sqlite":
             return f"sqlite:{self.path}"
-        where = self.unix_socket or f"{self.host}:{self.port or 3306}"
-        return f"mariadb:{where}/{self.database}"
+        return f"mariadb:{','.join(map(str, self.nodes))}/{self.database}"
 
 
 def parse_url(url: str) -> StoreURL:
@@ -97,26 +119,56 @@ def _parse_mariadb(url: str, parts: SplitResult, query: dict[str, str]) -> Store
     engine_name = query.pop("engine", "innodb").lower()
     if engine_name not in MARIADB_ENGINES:
         raise InvalidURLError(f"{url!r}: unknown engine {engine_name!r}; choose one of {', '.join(MARIADB_ENGINES)}")
-    unix_socket = query.pop("unix_socket", None)
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidURLError(f"{url!r}: {exc}") from None
-    host = parts.hostname
-    if not host and not unix_socket:
+    user, password, hosts = _split_netloc(url, parts.netloc)
+    sockets = query.pop("unix_socket", None)
+    if sockets is not None:
+        nodes = tuple(_node(url, "unix_socket", spec, socket_only=True) for spec in sockets.split(","))
+    elif hosts:
+        nodes = tuple(_node(url, "host", spec) for spec in hosts.split(","))
+    else:
         raise InvalidURLError(f"{url!r}: give a host (mariadb://user@host/db) or ?unix_socket=/path/sock")
+    replicas = query.pop("replicas", None)
     return StoreURL(
         scheme="mariadb",
-        user=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
-        host=host,
-        port=port,
+        user=user,
+        password=password,
+        nodes=nodes,
+        replicas=() if replicas is None else tuple(_node(url, "replicas", spec) for spec in replicas.split(",")),
         database=database,
-        unix_socket=unix_socket,
         engine=MARIADB_ENGINES[engine_name],
         options=query,
         text=url,
     )
+
+
+def _split_netloc(url: str, netloc: str) -> tuple[str | None, str | None, str]:
+    """``(user, password, hosts)`` of a URL's network location; ``hosts`` is the text after the ``@``."""
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        return None, None, netloc
+    user, colon, password = userinfo.partition(":")
+    return (unquote(user) or None), (unquote(password) if colon else None), hosts
+
+
+def _node(url: str, option: str, spec: str, *, socket_only: bool = False) -> Node:
+    """One server named in ``url`` (``option`` says where): ``host``, ``host:port``, ``[v6]:port`` or ``/a/socket``."""
+    spec = unquote(spec.strip())
+    if spec.startswith("/"):
+        return Node(unix_socket=spec)
+    if socket_only or not spec:
+        raise InvalidURLError(
+            f"{_safe(url)}: {option} names {spec!r}; write an absolute socket path"
+            + ("" if socket_only else ", host or host:port")
+            + (", several separated by commas" if option != "host" else "")
+        )
+    parts = urlsplit(f"//{spec}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port == -1 or parts.path:
+        raise InvalidURLError(f"{_safe(url)}: {spec!r} in {option} is not host or host:port (port 1-65535)")
+    return Node(host=parts.hostname, port=port)
 
 
 def _known(url: str, scheme: str, query: dict[str, str]) -> dict[str, str]:

@@ -115,6 +115,25 @@ class Backend(ABC):
     def release_commit_lock(self, conn: Any) -> None:
         """Give the commit lock back. Harmless when ``conn`` does not hold it."""
 
+    @property
+    def commit_lock_spans_transactions(self) -> bool:
+        """Whether the commit lock stays held across the commits and rollbacks on its connection (a lock of
+        the engine's), or lasts one database transaction (a cluster's row lock): then whoever holds it
+        across a commit takes it again, and a voted transaction is marked by :meth:`stamp_commit`."""
+        return True
+
+    def stamp_commit(self, cur: Any, tid: int | None, *, voted: int | None = None) -> None:
+        """Record, in the transaction about to commit on ``cur`` under the commit lock, that it commits
+        ``tid`` (None: rows changed without a tid); ``voted``: the tid of a vote that stays ahead of every
+        other commit until it finishes. Engines whose lock alone orders the commits do nothing."""
+        return None
+
+    def fence(self, conn: Any, timeout: float) -> None:
+        """Return once no commit begun before this call can still become visible, waiting at most
+        ``timeout`` s for the commit lock (``conn``: a new writer connection)."""
+        self.acquire_commit_lock(conn, timeout)
+        self.release_commit_lock(conn)
+
     @abstractmethod
     def has_table(self, cur: Any, table: str) -> bool:
         """Whether the database has ``table`` (asked without a failing statement)."""

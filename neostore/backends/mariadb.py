@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import mariadb
-from mariadb.constants import ERR
+from mariadb.constants import ERR, STATUS
 
-from ..errors import CommitLockTimeout, DatabaseError, StoreNotFoundError
-from ..url import StoreURL
+from ..errors import DatabaseError, StorageUnavailableError, StoreNotFoundError
+from ..url import Node, StoreURL
 from .base import Backend, schema_statements
+from .ordering import ORDER_TABLE, CertifiedCounter, CommitOrder, NamedLock
+
+log = logging.getLogger(__name__)
 
 # Error codes that mean the connection is gone: server has gone away, lost
-# connection during query, can't connect (local or TCP).
-_CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+# connection during query, can't connect (local or TCP); and a cluster node
+# that left the primary component or is still joining, which refuses every
+# statement (ER_UNKNOWN_COM_ERROR): another node may serve.
+_CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031, ERR.ER_UNKNOWN_COM_ERROR}
+# The server has no such variable: it is built without Galera.
+_UNKNOWN_VARIABLE = ERR.ER_UNKNOWN_SYSTEM_VARIABLE
 # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back.
 _DEADLOCK = ERR.ER_LOCK_DEADLOCK
 # The server failing for now: a lock waited for too long, too many connections, shutting down, a full disk
@@ -44,10 +52,17 @@ _REBUILD_ADVICE = {
 
 
 class MariaDBBackend(Backend):
-    """A Store database on a MariaDB server, InnoDB by default or MyRocks.
+    """A Store database on a MariaDB server, InnoDB by default or MyRocks, or on a Galera cluster.
 
-    The commit lock is a ``GET_LOCK`` named after the database: the server
-    releases it when the holder's connection drops, including on ``kill -9``.
+    The commit lock is the :class:`~neostore.backends.ordering.CommitOrder`
+    the server calls for: a ``GET_LOCK`` named after the database on one
+    server (released when the holder's connection drops, including on
+    ``kill -9``), a certified row on a cluster. Connections go to the URL's
+    first node that serves, and stay with it until it fails: then the next
+    one that serves takes over, for writers and readers alike. Readers on a
+    cluster wait, at each statement, for their node to have applied every
+    commit the cluster made before it (``wsrep_sync_wait``): a read never
+    sees a state older than one seen before through another node.
     """
 
     kind = "mariadb"
@@ -76,42 +91,91 @@ class MariaDBBackend(Backend):
     #: meanwhile, so this stays short.
     rebuild_lock_wait = 10
 
-    def __init__(self, url: StoreURL, *, create: bool = True, connect_timeout: int = 10):
+    def __init__(self, url: StoreURL, *, create: bool = True, connect_timeout: int = 10, vote_lease: float = 30.0):
+        """``vote_lease``: on a cluster, the seconds a transaction that voted keeps others from committing
+        before it finishes; a writer that dies between vote and finish holds the store up that long."""
         self.url = url
         self.engine = url.engine
         self.connect_timeout = connect_timeout
-        self.lock_name = f"windvane.commit.{url.database}"[:64]
-        self.location = f"database {url.database!r} on the MariaDB server at {self._server()}"
+        self.nodes: tuple[Node, ...] = url.nodes
+        #: The node connections go to (an index into :attr:`nodes`); moves on when it fails.
+        self.current = 0
+        #: Whether the server is a node of a Galera cluster (known once the database is prepared).
+        self.cluster = False
+        self.order: CommitOrder = NamedLock(f"windvane.commit.{url.database}", url.database)
+        self.vote_lease = vote_lease
+        servers = ", ".join(map(str, self.nodes))
+        where = "the MariaDB server at" if len(self.nodes) == 1 else "the MariaDB cluster of"
+        self.location = f"database {url.database!r} on {where} {servers}"
         self._prepare_database(create)
 
-    def _params(self, with_database: bool = True) -> dict[str, Any]:
+    def _params(self, node: Node, with_database: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"connect_timeout": self.connect_timeout}
         url = self.url
         if url.user:
             params["user"] = url.user
         if url.password is not None:
             params["password"] = url.password
-        if url.unix_socket:
-            params["unix_socket"] = url.unix_socket
+        if node.unix_socket:
+            params["unix_socket"] = node.unix_socket
         else:
-            params["host"] = url.host
-            if url.port:
-                params["port"] = url.port
+            params["host"] = node.host
+            if node.port:
+                params["port"] = node.port
         if with_database:
             params["database"] = url.database
         return params
 
-    def _server(self) -> str:
-        return self.url.unix_socket or f"{self.url.host}:{self.url.port or 3306}"
-
     def _raw_connect(self, with_database: bool = True) -> Any:
-        try:
-            return mariadb.connect(**self._params(with_database))
-        except mariadb.Error as exc:
-            raise DatabaseError(
-                f"cannot connect to MariaDB at {self._server()} as {self.url.user or 'the current user'}: {exc}; "
+        """A connection to the first node that serves, from the current one on; the current one moves there."""
+        failures: list[str] = []
+        reachable = False
+        start = self.current
+        for step in range(len(self.nodes)):
+            index = (start + step) % len(self.nodes)
+            node = self.nodes[index]
+            try:
+                conn = mariadb.connect(**self._params(node, with_database))
+            except mariadb.Error as exc:
+                reachable = reachable or not self.is_connection_lost(exc)
+                failures.append(f"{node}: {exc}")
+                continue
+            why = self._not_serving(conn)
+            if why is not None:
+                self.close_connection(conn)
+                failures.append(f"{node}: {why}")
+                continue
+            if index != self.current:
+                log.warning("%s: %s now serves (%s)", self.url.display_name, node, "; ".join(failures))
+                self.current = index
+            return conn
+        who = self.url.user or "the current user"
+        if len(self.nodes) == 1:
+            message = (
+                f"cannot connect to MariaDB at {self.nodes[0]} as {who}: {failures[0].partition(': ')[2]}; "
                 "is the server running (windvane db start) and the URL right?"
-            ) from None
+            )
+        else:
+            message = (
+                f"no node of the MariaDB cluster serves {self.url.database!r} to {who}: {'; '.join(failures)}. "
+                "A cluster serves while more than half of its nodes are up and joined"
+            )
+        raise (DatabaseError if reachable else StorageUnavailableError)(message) from None
+
+    def _not_serving(self, conn: Any) -> str | None:
+        """Why the cluster node of ``conn`` cannot serve (joining, donor, outside the primary component); None
+        if it can, or if the server is no cluster node."""
+        try:
+            status = node_status(conn)
+        except mariadb.Error as exc:
+            return str(exc)
+        if status.get("wsrep_on", "0") in ("0", "OFF"):
+            return None
+        if status.get("wsrep_ready") != "ON" or status.get("wsrep_cluster_status") != "Primary":
+            return f"not part of the primary component ({status.get('wsrep_cluster_status', 'unknown')})"
+        if status.get("wsrep_local_state_comment") != "Synced":
+            return f"not synced ({status.get('wsrep_local_state_comment', 'unknown')})"
+        return None
 
     def _prepare_database(self, create: bool) -> None:
         """Create the database if ``create`` (else StoreNotFoundError if it is missing), and check the server."""
@@ -140,8 +204,34 @@ class MariaDBBackend(Backend):
                         f"the server has no {self.engine} engine: install mariadb-plugin-rocksdb and "
                         "add plugin-load-add=ha_rocksdb.so to the server configuration"
                     )
+            self._choose_order(cur, create)
         finally:
             conn.close()
+
+    def _choose_order(self, cur: Any, create: bool) -> None:
+        """On a Galera node: the certified commit order, its row made if the store is (or is to be) there."""
+        if node_status(cur.connection)["wsrep_on"] == "0":
+            return
+        if self.engine != "InnoDB":
+            raise DatabaseError(
+                f"{self.location}: a Galera cluster replicates InnoDB tables only, not {self.engine}; "
+                "keep a MyRocks store on one server with asynchronous replicas (windvane db start --replica-of)"
+            )
+        self.cluster = True
+        self.order = CertifiedCounter(self.url.database, self.vote_lease)
+        database = f"`{self.url.database}`"
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? "
+            "AND TABLE_NAME IN ('config', 'commit_order')",
+            (self.url.database,),
+        )
+        (tables,) = cur.fetchone()
+        if tables == 2 or (tables == 0 and not create):
+            return
+        cur.execute(f"USE {database}")
+        cur.execute(ORDER_TABLE)
+        cur.execute("INSERT IGNORE INTO commit_order (id, tid, changes) VALUES (1, 0, 0)")
+        cur.connection.commit()
 
     def connect(self, *, for_writing: bool) -> Any:
         conn = self._raw_connect()
@@ -155,6 +245,9 @@ class MariaDBBackend(Backend):
         if self.engine == "ROCKSDB":
             # One transaction may write millions of rows (pack, big commits).
             cur.execute("SET SESSION rocksdb_max_row_locks=1073741824")
+        if self.cluster and not for_writing:
+            # Reads wait for the node to apply what the cluster committed before them (see the class).
+            cur.execute("SET SESSION wsrep_sync_wait = 1")
         cur.close()
         return conn
 
@@ -165,7 +258,10 @@ class MariaDBBackend(Backend):
         return cur.fetchone() is not None
 
     def begin(self, conn: Any) -> None:
-        conn.begin()
+        # START TRANSACTION would commit a transaction already open, and with it a row lock holding the
+        # commit order: one that is open goes on (each statement reads the latest commits all the same).
+        if not conn.server_status & STATUS.IN_TRANS:
+            conn.begin()
 
     def create_schema(self, conn: Any) -> None:
         engine = f" ENGINE={self.engine}"
@@ -184,20 +280,20 @@ class MariaDBBackend(Backend):
         conn.commit()
 
     def acquire_commit_lock(self, conn: Any, timeout: float) -> None:
-        cur = conn.cursor()
-        cur.execute("SELECT GET_LOCK(?, ?)", (self.lock_name, timeout))
-        (got,) = cur.fetchone()
-        cur.close()
-        if got != 1:
-            raise CommitLockTimeout(
-                f"another writer held the commit lock of database {self.url.database} for more than {timeout:g} s"
-            )
+        self.order.acquire(conn, timeout)
 
     def release_commit_lock(self, conn: Any) -> None:
-        cur = conn.cursor()
-        cur.execute("SELECT RELEASE_LOCK(?)", (self.lock_name,))
-        cur.fetchall()
-        cur.close()
+        self.order.release(conn)
+
+    @property
+    def commit_lock_spans_transactions(self) -> bool:
+        return self.order.spans_transactions
+
+    def stamp_commit(self, cur: Any, tid: int | None, *, voted: int | None = None) -> None:
+        self.order.stamp(cur, tid, voted=voted)
+
+    def fence(self, conn: Any, timeout: float) -> None:
+        self.order.fence(conn, timeout)
 
     def blob_cursor(self, conn: Any) -> Any:
         # The text protocol escapes every byte of a BLOB parameter; the binary
@@ -229,7 +325,10 @@ class MariaDBBackend(Backend):
             (version,) = cur.fetchone()
         finally:
             conn.close()
-        return {"backend": "mariadb", "database": self.url.database, "engine": self.engine, "server": version}
+        facts = {"backend": "mariadb", "database": self.url.database, "engine": self.engine, "server": version}
+        if self.cluster:
+            facts["cluster"] = f"{len(self.nodes)} nodes named, writing through {self.nodes[self.current]}"
+        return facts
 
     # -- giving space back -------------------------------------------------------
 
@@ -317,3 +416,28 @@ class MariaDBBackend(Backend):
 def _file_name(name: str) -> str:
     """``name`` as InnoDB spells it in file and tablespace names (letters beyond ASCII are not matched)."""
     return "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"@{ord(c):04x}" for c in name)
+
+
+#: The status variables that say whether a cluster node serves, and how big its cluster is.
+NODE_STATUS = ("wsrep_ready", "wsrep_cluster_status", "wsrep_local_state_comment", "wsrep_cluster_size")
+
+
+def node_status(conn: Any) -> dict[str, str]:
+    """:data:`NODE_STATUS` of the server ``conn`` is connected to, by name, and ``wsrep_on`` (``"0"`` for a
+    server that is no cluster node: the others are then absent or meaningless)."""
+    cur = conn.cursor()
+    try:
+        cur.execute("SELECT @@wsrep_on")
+        status = {"wsrep_on": str(cur.fetchone()[0])}
+    except mariadb.Error as exc:
+        if getattr(exc, "errno", None) != _UNKNOWN_VARIABLE:
+            raise
+        return {"wsrep_on": "0"}
+    finally:
+        cur.close()
+    if status["wsrep_on"] != "0":
+        cur = conn.cursor()
+        cur.execute(f"SHOW STATUS WHERE Variable_name IN ({','.join('?' * len(NODE_STATUS))})", NODE_STATUS)
+        status.update((str(name).lower(), str(value)) for name, value in cur.fetchall())
+        cur.close()
+    return status

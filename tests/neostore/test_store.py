@@ -13,6 +13,7 @@ import pytest
 import windvane.neostore.upload
 from windvane import neostore
 from windvane.neostore import ZERO, p64
+from windvane.neostore.url import Node
 from windvane.neostore.values import RAW, ZSTD, value_hash
 
 SENSOR_LIKE = b"".join(b"%08.3f," % (i * 0.001) for i in range(20000))  # compresses well
@@ -42,11 +43,23 @@ def raw_rows(store, sql, params=()):
         ("sqlite:////abs/path.db", {"scheme": "sqlite", "path": "/abs/path.db"}),
         (
             "mariadb://u:p%40ss@db.example:3307/wv",
-            {"user": "u", "password": "p@ss", "host": "db.example", "port": 3307, "database": "wv"},
+            {"user": "u", "password": "p@ss", "nodes": (Node("db.example", 3307),), "database": "wv"},
         ),
         (
             "mariadb://root@/wv?unix_socket=/run/s.sock&engine=rocksdb",
-            {"user": "root", "host": None, "unix_socket": "/run/s.sock", "database": "wv", "engine": "ROCKSDB"},
+            {"user": "root", "nodes": (Node(unix_socket="/run/s.sock"),), "database": "wv", "engine": "ROCKSDB"},
+        ),
+        (
+            "mariadb://wv@db1:3306,db2,[fd00::3]:3307/plant",
+            {"nodes": (Node("db1", 3306), Node("db2"), Node("fd00::3", 3307)), "replicas": (), "database": "plant"},
+        ),
+        (
+            "mariadb://root@/wv?unix_socket=/a/s.sock,/b/s.sock&replicas=/r/s.sock,r2:3310",
+            {
+                "nodes": (Node(unix_socket="/a/s.sock"), Node(unix_socket="/b/s.sock")),
+                "replicas": (Node(unix_socket="/r/s.sock"), Node("r2", 3310)),
+                "display_name": "mariadb:/a/s.sock,/b/s.sock/wv",
+            },
         ),
     ],
 )
@@ -66,7 +79,11 @@ def test_url_syntax(url, expected):
         ("mariadb://u@h/", "name one database"),
         ("mariadb://u@/db", "unix_socket"),
         ("mariadb://u@h/db?engine=myisam", "unknown engine 'myisam'"),
-        ("mariadb://u@h:99999/db", "Port out of range"),
+        ("mariadb://u@h:99999/db", "port 1-65535"),
+        ("mariadb://u@h1,h2:x/db", "'h2:x' in host is not host or host:port"),
+        ("mariadb://u@h1,,h3/db", "host names ''"),
+        ("mariadb://u@/db?unix_socket=/a/s,relative", "write an absolute socket path"),
+        ("mariadb://u@h/db?replicas=r1:70000", "in replicas is not host or host:port"),
     ],
 )
 def test_bad_url_names_the_problem(url, complaint):

@@ -1,0 +1,184 @@
+"""The commit order of a MariaDB store: what keeps commits one after the other, on one server or a cluster.
+
+A store's writers agree on one order of commits, in which tids strictly
+increase. On one server that is a named lock (``GET_LOCK``): the server
+grants it to one session at a time and releases it when that session ends,
+``kill -9`` included. On a Galera cluster a named lock is local to the node
+that granted it, so the order goes through a row every commit updates:
+two commits on different nodes then write the same row, and certification
+lets exactly one of them commit (the other is rolled back, and retried).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+import mariadb
+from mariadb.constants import ERR
+
+from ..errors import CommitLockTimeout
+
+
+class CommitOrder(ABC):
+    """How a store's commits are put one after the other: taken before a write, stamped in its commit."""
+
+    #: Whether the order stays taken across the commits and rollbacks of the connection holding it (a named
+    #: lock), or lasts one database transaction (a row lock): then it is taken again after each.
+    spans_transactions: bool
+
+    @abstractmethod
+    def acquire(self, conn: Any, timeout: float) -> None:
+        """Take the order for ``conn`` (a writer, autocommit off); CommitLockTimeout after ``timeout`` s."""
+
+    @abstractmethod
+    def release(self, conn: Any) -> None:
+        """Give the order back, once ``conn``'s transaction has ended. Harmless when ``conn`` does not hold it."""
+
+    @abstractmethod
+    def stamp(self, cur: Any, tid: int | None, *, voted: int | None = None) -> None:
+        """Record, in the transaction about to commit on ``cur``, that it commits ``tid`` (None: a change of
+        rows without a tid, as a pack batch makes); ``voted``: the tid of a voted transaction that is to
+        stay ahead of every other commit until it finishes."""
+
+    @abstractmethod
+    def fence(self, conn: Any, timeout: float) -> None:
+        """Return once no commit begun before this call can still become visible (``conn``: a new writer)."""
+
+
+class NamedLock(CommitOrder):
+    """One server's commit order: a ``GET_LOCK`` named after the database."""
+
+    spans_transactions = True
+
+    def __init__(self, name: str, database: str):
+        self.name = name[:64]
+        self.database = database
+
+    def acquire(self, conn: Any, timeout: float) -> None:
+        cur = conn.cursor()
+        cur.execute("SELECT GET_LOCK(?, ?)", (self.name, timeout))
+        (got,) = cur.fetchone()
+        cur.close()
+        if got != 1:
+            raise CommitLockTimeout(
+                f"another writer held the commit lock of database {self.database} for more than {timeout:g} s"
+            )
+
+    def release(self, conn: Any) -> None:
+        cur = conn.cursor()
+        cur.execute("SELECT RELEASE_LOCK(?)", (self.name,))
+        cur.fetchall()
+        cur.close()
+
+    def stamp(self, cur: Any, tid: int | None, *, voted: int | None = None) -> None:
+        return None  # the lock orders the commits: holding it is the stamp
+
+    def fence(self, conn: Any, timeout: float) -> None:
+        # The session committing holds the lock until its COMMIT is durable or rolled back.
+        self.acquire(conn, timeout)
+        self.release(conn)
+
+
+#: The row of the certified order, created with the store on a cluster.
+ORDER_TABLE = (
+    "CREATE TABLE IF NOT EXISTS commit_order (id INTEGER NOT NULL PRIMARY KEY, "
+    "tid BIGINT UNSIGNED NOT NULL, changes BIGINT UNSIGNED NOT NULL, "
+    "voted BIGINT UNSIGNED NULL, voted_until DOUBLE NULL) ENGINE=InnoDB"
+)
+
+
+class CertifiedCounter(CommitOrder):
+    """A cluster's commit order: one row that every commit updates, so that certification orders them.
+
+    Writers on one node queue on the row's lock; writers on different nodes
+    both write it, and the cluster commits the first to be certified and
+    rolls the others back (a deadlock error, which the caller retries). A
+    transaction that voted marks the row until it finishes, for at most
+    ``vote_lease`` seconds: a writer that died between vote and finish holds
+    nobody up for longer, and its vote is then discarded.
+    """
+
+    spans_transactions = False
+    #: How often a writer looks again at a row marked by a vote that has not finished.
+    poll = 0.05
+
+    def __init__(self, database: str, vote_lease: float):
+        self.database = database
+        self.vote_lease = vote_lease
+
+    def acquire(self, conn: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        cur = conn.cursor()
+        try:
+            while True:
+                wait = max(1, math.ceil(deadline - time.monotonic()))
+                try:
+                    cur.execute(
+                        f"SET STATEMENT innodb_lock_wait_timeout = {wait} FOR "
+                        "SELECT voted, voted_until > UNIX_TIMESTAMP(NOW(6)) FROM commit_order WHERE id = 1 FOR UPDATE"
+                    )
+                except mariadb.Error as exc:
+                    if getattr(exc, "errno", None) != ERR.ER_LOCK_WAIT_TIMEOUT:
+                        raise
+                    raise self._timeout(timeout, "another writer on this node held it") from None
+                voted, live = cur.fetchone()
+                if voted is None or not live:
+                    return  # free, or marked by a vote whose writer died: its rows are discarded by the holder
+                _rollback(conn)
+                if time.monotonic() >= deadline:
+                    raise self._timeout(timeout, f"transaction 0x{voted:016x} voted and has not finished")
+                time.sleep(self.poll)
+        finally:
+            cur.close()
+
+    def _timeout(self, timeout: float, why: str) -> CommitLockTimeout:
+        return CommitLockTimeout(f"the commit order of database {self.database} stayed taken for {timeout:g} s: {why}")
+
+    def release(self, conn: Any) -> None:
+        # The row lock ends with the transaction; a transaction still open here only read.
+        _rollback(conn)
+
+    def stamp(self, cur: Any, tid: int | None, *, voted: int | None = None) -> None:
+        # ``changes`` moves at every stamp: a row whose values do not change is not part of the write set,
+        # and would not be certified.
+        if voted is not None:
+            cur.execute(
+                "UPDATE commit_order SET tid = GREATEST(tid, ?), changes = changes + 1, voted = ?, "
+                "voted_until = UNIX_TIMESTAMP(NOW(6)) + ? WHERE id = 1",
+                (voted, voted, self.vote_lease),
+            )
+            return
+        cur.execute(
+            "UPDATE commit_order SET tid = GREATEST(tid, ?), changes = changes + 1, voted = NULL, "
+            "voted_until = NULL WHERE id = 1",
+            (tid or 0,),
+        )
+
+    def fence(self, conn: Any, timeout: float) -> None:
+        # A commit certified before this one is committed on this node when this one is (a node commits
+        # in the cluster's order); one not yet certified conflicts with it on the row and never commits.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.acquire(conn, max(1.0, deadline - time.monotonic()))
+                cur = conn.cursor()
+                self.stamp(cur, None)
+                cur.close()
+                conn.commit()
+            except mariadb.Error as exc:
+                _rollback(conn)
+                if getattr(exc, "errno", None) != ERR.ER_LOCK_DEADLOCK or time.monotonic() >= deadline:
+                    raise
+            else:
+                return
+
+
+def _rollback(conn: Any) -> None:
+    """End ``conn``'s transaction, letting go of the row locks it holds; a dead connection holds none."""
+    try:
+        conn.rollback()
+    except mariadb.Error:
+        pass
