@@ -22,16 +22,22 @@ import tempfile
 
 import pytest
 
+from tests import galera as test_clusters
 from tests import mariadb as test_servers
 from tests import replicas as test_replicas
 from tests.layout import LIBRARY
 from tests.s3 import S3Server
+from windvane.ops.galera import GaleraCluster
 from windvane.ops.mariadb_server import MariaDBServer
 from windvane.ops.replica import wait_for_primary
 
+#: Fixtures that start or use a Galera cluster; their tests run in one xdist group (tests.galera.GALERA_GROUP).
+GALERA_FIXTURES = frozenset({"galera_cluster", "galera_url", "private_galera"})
+
 #: Fixtures that start or use a MariaDB server.
-MARIADB_FIXTURES = frozenset(
-    {"mariadb_server", "mariadb_url", "private_server", "replicated_servers", "replicated_url"}
+MARIADB_FIXTURES = (
+    frozenset({"mariadb_server", "mariadb_url", "private_server", "replicated_servers", "replicated_url"})
+    | GALERA_FIXTURES
 )
 
 NO_CONNECTOR = "the mariadb connector is not installed: pip install 'windvane[mariadb]'"
@@ -61,6 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if uses_mariadb(item):
             item.add_marker(pytest.mark.mariadb)
+        if GALERA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(test_clusters.GALERA_GROUP)
         if skip is not None and item.get_closest_marker("mariadb") is not None:
             item.add_marker(skip)
 
@@ -104,6 +112,40 @@ def replicated_url(replicated_servers, request) -> test_replicas.ReplicatedDatab
     for replica in replicated_servers.replicas:
         wait_for_primary(replica, replicated_servers.primary)
     return test_replicas.with_replicas(url, [replica.socket for replica in replicated_servers.replicas])
+
+
+@pytest.fixture(scope="session")
+def galera_cluster() -> GaleraCluster:
+    """The session's 3-node Galera cluster (real mariadbd servers on private sockets and ports).
+
+    Shared: tests must not stop or kill its nodes (`private_galera` is for those).
+    """
+    cluster = test_clusters.start_test_cluster()
+    yield cluster
+    test_clusters.stop_test_cluster(cluster)
+
+
+@pytest.fixture
+def galera_url(galera_cluster, request) -> str:
+    """A new, empty database on the session's cluster: its cluster URL (every node's socket), once every
+    node has it."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", "t_" + request.node.name)[-60:]
+    return test_clusters.fresh_cluster_database(galera_cluster, name)
+
+
+@pytest.fixture(scope="module")
+def galera_module_cluster() -> GaleraCluster:
+    """A 3-node cluster of the module's own, for tests that stop, kill and restart nodes."""
+    cluster = test_clusters.start_test_cluster()
+    yield cluster
+    test_clusters.stop_test_cluster(cluster)
+
+
+@pytest.fixture
+def private_galera(galera_module_cluster) -> GaleraCluster:
+    """The module's own cluster, every node started and synced again for this test (tests kill nodes)."""
+    galera_module_cluster.start(timeout=240)
+    return galera_module_cluster
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from windvane.ops.galera import GaleraCluster, GaleraNode
+from windvane.ops.mariadb_server import check_database_name
 
 # Tests of one group run on one xdist worker (with --dist loadgroup): one shared cluster per suite run, and
 # clusters of tests' own started one after another, never two workers' clusters at once.
@@ -76,6 +77,30 @@ def stop_test_cluster(cluster: GaleraCluster) -> None:
     except Exception:  # noqa: BLE001
         cluster.kill()
     shutil.rmtree(cluster.datadir.parent, ignore_errors=True)
+
+
+def fresh_cluster_database(cluster: GaleraCluster, name: str) -> str:
+    """(Re)create the empty database ``name`` on ``cluster``; return its cluster URL once every node has it."""
+    check_database_name(name)
+    conn = cluster.node(1).connect()
+    try:
+        cur = conn.cursor()
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}`")
+    finally:
+        conn.close()
+    for node in cluster.nodes:
+        conn = node.connect()
+        try:
+            cur = conn.cursor()
+            # A node applies what the others committed a moment later; this read waits until it has.
+            cur.execute("SET SESSION wsrep_sync_wait = 1")
+            cur.execute("SHOW DATABASES LIKE ?", (name,))
+            if not cur.fetchall():
+                raise RuntimeError(f"{node.name} does not have database {name} after a causal read")
+        finally:
+            conn.close()
+    return cluster.url(name)
 
 
 def log_offset(node: GaleraNode) -> int:

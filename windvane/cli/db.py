@@ -10,6 +10,7 @@ import click
 from windvane.cli.root import BadInput, cli, ops_failure
 
 if TYPE_CHECKING:
+    from windvane.ops import galera
     from windvane.ops import mariadb_server as dbserver
 
 
@@ -20,6 +21,19 @@ def _server(datadir: str, port: int | None = None) -> dbserver.MariaDBServer:
 
     try:
         return replica.open_server(datadir, port=port)
+    except dbserver.ServerConfigError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def _cluster(datadir: str, size: int | None = None, port: int | None = None) -> galera.GaleraCluster | None:
+    """The Galera cluster of ``datadir`` when it holds one or ``size`` asks for one, else None."""
+    from windvane.ops import galera
+    from windvane.ops import mariadb_server as dbserver
+
+    if size is None and not galera.is_cluster_directory(datadir):
+        return None
+    try:
+        return galera.GaleraCluster(datadir, size, base_port=port)
     except dbserver.ServerConfigError as exc:
         raise BadInput(str(exc)) from exc
 
@@ -67,8 +81,18 @@ def db() -> None:
     "`windvane db start` (given its binary log and a 127.0.0.1 port if it has none: it restarts), "
     "or the mariadb://user:password@host:port/db URL of a server with its binary log on.",
 )
-@_timeout("Seconds to wait for the server to accept connections.")
-def start(datadir: str, port: int | None, replica_of: str | None, timeout: float) -> None:
+@click.option(
+    "--cluster",
+    "cluster_size",
+    type=click.IntRange(1, 9),
+    metavar="N",
+    default=None,
+    help="Start a local Galera cluster of N servers in DATADIR/node1 ... nodeN instead of one server, "
+    "and print the cluster URL. With --port, node i listens on PORT+10*(i-1) and Galera uses the three "
+    "ports after it; without, Galera takes free ports and clients use the nodes' sockets.",
+)
+@_timeout("Seconds to wait for the server (with --cluster: every node) to accept connections.")
+def start(datadir: str, port: int | None, replica_of: str | None, cluster_size: int | None, timeout: float) -> None:
     """Start the server (initialising DATADIR on first use) and print the store URL.
 
     The URL is printed alone on the last line of standard output.  Starting a
@@ -85,9 +109,26 @@ def start(datadir: str, port: int | None, replica_of: str | None, timeout: float
     read-only; later starts of DATADIR start it as that replica again.
     Exit code 2 if DATADIR holds another server or PRIMARY is neither a data
     directory nor a URL, 1 if the copy fails (remove DATADIR and retry).
+
+    With --cluster N (later starts of DATADIR need not repeat it), the nodes
+    start one after another, the first from the node whose state went
+    furthest, and the URL names every node's socket.  Started as root, the
+    nodes run as the mysql user (Galera's rsync state transfer needs it).
+    Exit code 2 also if the Galera provider or rsync is missing (apt-get
+    install galera-4 rsync) or N differs from DATADIR's cluster.
     """
     from windvane.ops import mariadb_server as dbserver
     from windvane.ops import replica
+
+    cluster = _cluster(datadir, cluster_size, port)
+    if cluster is not None:
+        if replica_of is not None:
+            raise BadInput(
+                f"--replica-of makes a single server a replica; {datadir} holds (or --cluster asks for) "
+                "a Galera cluster, whose nodes replicate to each other"
+            )
+        _start_cluster(cluster, timeout)
+        return
 
     server = _server(datadir, port)
     click.echo(f"starting MariaDB in {server.datadir} ...", err=True)
@@ -110,14 +151,28 @@ def start(datadir: str, port: int | None, replica_of: str | None, timeout: float
     click.echo(url)
 
 
+def _start_cluster(cluster: galera.GaleraCluster, timeout: float) -> None:
+    from windvane.ops import mariadb_server as dbserver
+
+    click.echo(f"starting a {cluster.size}-node Galera cluster in {cluster.datadir} ...", err=True)
+    try:
+        url = cluster.start(timeout=timeout)
+    except dbserver.ServerError as exc:
+        raise ops_failure(exc) from exc
+    for node in cluster.status().nodes:
+        click.echo(node.describe(), err=True)
+    click.echo(f"error logs: {cluster.datadir}/node*/error.log", err=True)
+    click.echo(url)
+
+
 @db.command(short_help="Shut the server down cleanly.")
 @DATADIR
 @_timeout("Seconds to wait for a clean shutdown.")
 def stop(datadir: str, timeout: float) -> None:
-    """Shut the server down cleanly (does nothing if it is not running)."""
+    """Shut the server (every node of a cluster) down cleanly (does nothing if it is not running)."""
     from windvane.ops import mariadb_server as dbserver
 
-    server = _server(datadir)
+    server = _cluster(datadir) or _server(datadir)
     try:
         stopped = server.stop(timeout=timeout)
     except dbserver.ServerError as exc:
@@ -133,7 +188,14 @@ def status(datadir: str) -> None:
     A running replica also shows its replication (Slave_IO_Running,
     Slave_SQL_Running, Seconds_Behind_Master, gtid_slave_pos, the last error),
     a primary its role.
+
+    A cluster shows each node's Galera state (wsrep_local_state_comment,
+    wsrep_cluster_size, wsrep_cluster_status); exit code 0 only when every
+    node runs, synced, in the primary component of all of them.
     """
+    cluster = _cluster(datadir)
+    if cluster is not None:
+        _cluster_status(cluster)
     server = _server(datadir)
     st = server.status()
     click.echo(f"running: {'yes' if st.running else 'no'}")
@@ -165,3 +227,16 @@ def _replication_status(server: dbserver.MariaDBServer) -> None:
         width = max(len(label) for label, _ in lines) + 1
         for label, value in lines:
             click.echo(f"{label + ':':<{width}} {value}")
+
+
+def _cluster_status(cluster: galera.GaleraCluster) -> None:
+    status = cluster.status()
+    click.echo(f"cluster: {cluster.size} nodes in {cluster.datadir}")
+    for node in status.nodes:
+        click.echo(node.describe())
+        click.echo(f"  socket: {node.server.socket}")
+        if node.server.port is not None:
+            click.echo(f"  port:   {node.server.port}")
+    if status.up:
+        click.echo(f"url:     {cluster.url()}")
+    click.get_current_context().exit(0 if status.up else 1)

@@ -50,7 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARKER",
+    "NODE_OVERRIDES",
     "PROVIDER_OPTIONS",
+    "ClusterStatus",
     "GaleraCluster",
     "GaleraNode",
     "NodeStatus",
@@ -75,6 +77,13 @@ PROVIDER_OPTIONS: dict[str, str] = {
     "gcache.size": "128M",
     "evs.suspect_timeout": "PT5S",
     "evs.inactive_timeout": "PT15S",
+}
+
+#: mariadb.cnf settings of every node unless the caller overrides them: the nodes of a local cluster share
+#: one machine, so each takes a share of what the shipped configuration gives a server of its own.
+NODE_OVERRIDES: dict[str, str | None] = {
+    "innodb_buffer_pool_size": "256M",
+    "innodb_log_file_size": "256M",
 }
 
 _CLUSTER_NAME = "windvane"
@@ -156,6 +165,19 @@ class NodeStatus:
         if self.state is None:
             return f"{where}, not answering"
         return f"{where}, {self.state}, cluster size {self.cluster_size}, {self.cluster_status}"
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What `GaleraCluster.status` found: each node's status, in node order."""
+
+    size: int
+    nodes: list[NodeStatus]
+
+    @property
+    def up(self) -> bool:
+        """Every node runs, synced, in one primary component of all of them."""
+        return bool(self.nodes) and all(n.synced and n.cluster_size == self.size for n in self.nodes)
 
 
 @dataclass(frozen=True)
@@ -363,7 +385,8 @@ class GaleraCluster:
     no password: single-user machines only); without it the nodes take
     free ports for Galera and serve clients on their sockets only.
     ``overrides`` replace settings of the shipped mariadb.cnf as for
-    `MariaDBServer`; ``provider_options`` replace `PROVIDER_OPTIONS`.
+    `MariaDBServer` (over `NODE_OVERRIDES`); ``provider_options`` replace
+    `PROVIDER_OPTIONS`.
 
     All state lives in the data directory: any process may create a
     GaleraCluster on it and ask its status, stop or kill it.
@@ -394,7 +417,7 @@ class GaleraCluster:
         self.size: int = recorded["size"] if recorded else size or 3
         self._base_port: int | None = recorded["base_port"] if recorded else base_port
         self._tcp: bool = bool(recorded["tcp"]) if recorded else base_port is not None
-        self.overrides = dict(overrides or {})
+        self.overrides = {**NODE_OVERRIDES, **(overrides or {})}
         self.provider_options = {**PROVIDER_OPTIONS, **(provider_options or {})}
         self._user = "mysql" if os.geteuid() == 0 else None
         self.nodes: list[GaleraNode] = []
@@ -545,17 +568,18 @@ class GaleraCluster:
 
     # -- state -------------------------------------------------------------
 
-    def status(self) -> list[NodeStatus]:
-        """Each node's process and Galera state (empty before the first start)."""
-        return [node.status() for node in self.nodes]
+    def status(self) -> ClusterStatus:
+        """Each node's process and Galera state (no node before the first start)."""
+        return ClusterStatus(self.size, [node.status() for node in self.nodes])
 
-    def wait_synced(self, timeout: float = 120) -> list[NodeStatus]:
+    def wait_synced(self, timeout: float = 120) -> ClusterStatus:
         """Wait until every node runs, synced, in one primary component of all of them."""
         deadline = time.monotonic() + timeout
         while True:
-            statuses = self.status()
-            if statuses and all(s.synced and s.cluster_size == self.size for s in statuses):
-                return statuses
+            status = self.status()
+            if status.up:
+                return status
+            statuses = status.nodes
             stopped = [s.name for s in statuses if not s.running]
             if stopped:
                 raise ClusterError(
@@ -596,6 +620,8 @@ class GaleraCluster:
                     first = self._first_node()
                     started.append(first)
                     first.start(deadline - time.monotonic(), bootstrap=True)
+                else:
+                    self._restore_primary()
                 for node in self.nodes:
                     if node.pid is None:
                         started.append(node)
@@ -607,6 +633,24 @@ class GaleraCluster:
                     node.stop_or_kill()
                 raise
         return self.url()
+
+    def _restore_primary(self) -> None:
+        """Make the running nodes a primary component again if they lost quorum (the others died)."""
+        running = [(node, node.status()) for node in self.nodes if node.pid is not None]
+        if any(status.cluster_status == "Primary" for _, status in running):
+            return
+        answering = [(node, status) for node, status in running if status.last_committed is not None]
+        if not answering:
+            return  # still starting, or hung: joining nodes find out, and say so
+        # The running nodes hold everything committed: a commit reaches every member of the primary
+        # component before it returns, and a component without quorum commits nothing.
+        node, _ = max(answering, key=lambda pair: pair[1].last_committed or -1)
+        conn = node.connect()
+        try:
+            conn.cursor().execute("SET GLOBAL wsrep_provider_options = 'pc.bootstrap=YES'")
+        finally:
+            conn.close()
+        node.wait_synced(60)
 
     def _first_node(self) -> GaleraNode:
         """The node to start the cluster from: Galera's safe one, else the one that went furthest."""
