@@ -11,13 +11,15 @@ position in ``mysql.gtid_slave_pos`` is what makes a replica crash-safe, not ``s
 replicas differ in ``gtid_pos_auto_engines`` only.
 
 A round: both replicas stop applying (``STOP SLAVE SQL_THREAD``, still fetching the binary log); the primary
-commits ``COMMITS`` small transactions into ROCKSDB tables laid out like a store's (a transaction row, three
-object revisions, three values of 1-8 KiB: a neostore commit of a few rows of a stream); once both relay logs
-hold all of it, each replica in turn (the order alternating from round to round) is timed from ``START SLAVE
+commits transactions into ROCKSDB tables laid out like a store's, of one of two shapes (`SHAPES`):
+``small``, ``COMMITS`` transactions of a transaction row, three object revisions and three values of 1-8 KiB
+(a neostore commit of a few rows of a stream, as a trickle of small chunks makes), or ``large``, a sixteenth
+as many transactions of 48 revisions and values each (a group commit of a busy `windvane serve`, the same
+bytes in all); once both relay logs hold all of it, each replica in turn (the order alternating from round to round) is timed from ``START SLAVE
 SQL_THREAD`` until ``MASTER_GTID_WAIT`` sees the primary's ``gtid_binlog_pos`` applied. Both apply the same
 binary log, one after the other, so neither competes with the other for the disk.
 
-Recorded in ``extra_info``: the seconds of each round for each replica, their medians, transactions applied a
+Recorded in ``extra_info`` for each shape: the seconds of each round for each replica, their medians, transactions applied a
 second, the ratio (InnoDB position / per-engine position), and the InnoDB fsyncs and RocksDB log syncs each
 replica made a transaction applied. ``WINDVANE_BENCH_REPLICATION_COMMITS`` sets the
 size (default 2000), ``WINDVANE_BENCH_ROUNDS`` the rounds (default 3).
@@ -46,6 +48,9 @@ from windvane.ops.mariadb_server import MariaDBServer, rocksdb_installed
 from windvane.ops.replica import make_primary, start_replica, wait_for_primary
 
 COMMITS = int(os.environ.get("WINDVANE_BENCH_REPLICATION_COMMITS", "2000"))
+
+#: Each shape of load: (transactions, revisions and values in each).
+SHAPES = {"small": (COMMITS, 3), "large": (COMMITS // 16, 48)}
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 
 # The shipped configuration (durability included), with smaller memory and redo log: three servers share the
@@ -107,14 +112,15 @@ class Replicated:
         finally:
             conn.close()
 
-    def load(self, commits: int) -> str:
-        """Commit ``commits`` small store-like transactions on the primary; return its GTID position after."""
+    def load(self, commits: int, objects: int) -> str:
+        """Commit ``commits`` store-like transactions of ``objects`` values on the primary; return its GTID
+        position after."""
         rng = random.Random(self.next_tid)
         conn = self.primary.connect("bench")
         try:
             cur = conn.cursor()
             for tid in range(self.next_tid, self.next_tid + commits):
-                values = [rng.randbytes(rng.randrange(1024, 8192)) for _ in range(3)]
+                values = [rng.randbytes(rng.randrange(1024, 8192)) for _ in range(objects)]
                 hashes = [rng.randbytes(32) for _ in values]
                 cur.execute("INSERT INTO trans VALUES (?, ?, ?)", (tid, b"windvane serve", b"forward chunk"))
                 cur.executemany("INSERT INTO obj VALUES (?, ?, ?)", [(oid, tid, h) for oid, h in enumerate(hashes)])
@@ -159,10 +165,10 @@ class Replicated:
         spent = time.perf_counter() - started
         return spent, {key: value - before[key] for key, value in self.syncs(replica).items()}
 
-    def round(self, order: list[str]) -> dict[str, tuple[float, dict[str, int]]]:
+    def round(self, order: list[str], commits: int, objects: int) -> dict[str, tuple[float, dict[str, int]]]:
         for replica in self.replicas.values():
             self.execute(replica, "STOP SLAVE SQL_THREAD")
-        position = self.load(COMMITS)
+        position = self.load(commits, objects)
         for replica in self.replicas.values():
             self.wait_fetched(replica, position)
         return {name: self.apply(name) for name in order}
@@ -180,7 +186,9 @@ def replicated() -> Iterator[Replicated]:
         servers.stop()
 
 
-def test_replica_apply_myrocks_position_in_innodb_vs_per_engine(benchmark, replicated: Replicated) -> None:
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_replica_apply_myrocks_position_in_innodb_vs_per_engine(benchmark, replicated: Replicated, shape: str) -> None:
+    commits, objects = SHAPES[shape]
     rounds = 1 if benchmark.disabled else ROUNDS
     seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
     syncs: dict[str, list[dict[str, int]]] = {name: [] for name in VARIANTS}
@@ -188,7 +196,7 @@ def test_replica_apply_myrocks_position_in_innodb_vs_per_engine(benchmark, repli
     def run() -> None:
         for r in range(rounds):
             order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
-            for name, (spent, synced) in replicated.round(order).items():
+            for name, (spent, synced) in replicated.round(order, commits, objects).items():
                 seconds[name].append(spent)
                 syncs[name].append(synced)
 
@@ -198,17 +206,21 @@ def test_replica_apply_myrocks_position_in_innodb_vs_per_engine(benchmark, repli
         assert replicated.execute(replica, count) == replicated.execute(replicated.primary, count), name
     median = {name: statistics.median(values) for name, values in seconds.items()}
     benchmark.extra_info.update(
-        commits=COMMITS,
+        commits=commits,
+        objects_per_commit=objects,
         rounds=rounds,
         seconds=seconds,
         median_s=median,
-        transactions_per_s={name: COMMITS / value for name, value in median.items()},
+        transactions_per_s={name: commits / value for name, value in median.items()},
         innodb_over_per_engine=median["innodb_position"] / median["per_engine_position"],
+        median_round_innodb_over_per_engine=statistics.median(
+            a / b for a, b in zip(seconds["innodb_position"], seconds["per_engine_position"], strict=True)
+        ),
         per_round_innodb_over_per_engine=[
             a / b for a, b in zip(seconds["innodb_position"], seconds["per_engine_position"], strict=True)
         ],
         syncs_per_transaction={
-            name: {key: sum(r[key] for r in rounds_synced) / (COMMITS * rounds) for key in rounds_synced[0]}
+            name: {key: sum(r[key] for r in rounds_synced) / (commits * rounds) for key in rounds_synced[0]}
             for name, rounds_synced in syncs.items()
         },
         overrides=OVERRIDES,
