@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mariadb import fresh_database
 from windvane.ops.galera import GaleraCluster, GaleraNode
-from windvane.ops.mariadb_server import check_database_name
 
 # Tests of one group run on one xdist worker (with --dist loadgroup): one shared cluster per suite run, and
 # clusters of tests' own started one after another, never two workers' clusters at once.
@@ -81,14 +81,7 @@ def stop_test_cluster(cluster: GaleraCluster) -> None:
 
 def fresh_cluster_database(cluster: GaleraCluster, name: str) -> str:
     """(Re)create the empty database ``name`` on ``cluster``; return its cluster URL once every node has it."""
-    check_database_name(name)
-    conn = cluster.node(1).connect()
-    try:
-        cur = conn.cursor()
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        cur.execute(f"CREATE DATABASE `{name}`")
-    finally:
-        conn.close()
+    fresh_database(cluster.node(1).url(), name)
     for node in cluster.nodes:
         conn = node.connect()
         try:

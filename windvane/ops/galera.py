@@ -27,7 +27,6 @@ run as the ``mysql`` user: the rsync state transfer refuses to run as root.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import random
@@ -42,6 +41,7 @@ from urllib.parse import quote
 
 from .errors import ClusterError, ServerConfigError, ServerError, ServerNotFoundError, ServerTimeoutError
 from .mariadb_logs import with_log
+from .mariadb_processes import exclusive_lock
 from .mariadb_programs import find_program
 from .mariadb_server import DEFAULT_DATABASE, MariaDBServer, ServerStatus, check_connector, check_database_name
 
@@ -538,12 +538,8 @@ class GaleraCluster:
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         # Serialises starts across processes, as MariaDBServer does for one server.
-        with open(self.datadir / ".cluster.lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(self.datadir / ".cluster.lock"):
+            yield
 
     # -- nodes and URLs ----------------------------------------------------
 

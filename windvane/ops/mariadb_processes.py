@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import grp
 import os
 import pwd
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import ServerConfigError, ServerError
@@ -130,6 +132,17 @@ def find_server_process(config_file: Path) -> int | None:
         if argv and wanted in argv and looks_like_server(argv) and pid_alive(int(entry)):
             return int(entry)
     return None
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing), against every other process."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -23,7 +23,6 @@ Layout of the data directory (besides MariaDB's own files):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import signal
@@ -48,6 +47,7 @@ from .mariadb_logs import with_log
 from .mariadb_processes import (
     check_user,
     current_user,
+    exclusive_lock,
     find_server_process,
     give_to_user,
     looks_like_server,
@@ -326,12 +326,8 @@ class MariaDBServer:
         # Serialises start() across processes (two test workers, two shells):
         # without it both could run mariadb-install-db or spawn a server on
         # the same directory.
-        with open(self.datadir / ".server.lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(self.datadir / ".server.lock"):
+            yield
 
     def run_once(self, *args: str, timeout: float = 300) -> str:
         """Run mariadbd on this stopped data directory with ``args`` (``--wsrep-recover``) until it exits.
