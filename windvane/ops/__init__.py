@@ -7,5 +7,6 @@ The MariaDB server manager is :mod:`.mariadb_server` (:class:`~.mariadb_server.M
 built of :mod:`.mariadb_config` (the option file), :mod:`.mariadb_install` (a new data
 directory), :mod:`.mariadb_programs` (finding mariadbd), :mod:`.mariadb_processes` (pids and
 signals), :mod:`.mariadb_ready` (waiting for a start) and :mod:`.mariadb_logs`; its errors are
-in :mod:`.errors`.
+in :mod:`.errors`. :mod:`.galera` (:class:`~.galera.GaleraCluster`) runs several such servers as one
+local Galera cluster.
 """
