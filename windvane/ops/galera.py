@@ -107,11 +107,16 @@ def is_cluster_directory(datadir: str | os.PathLike[str]) -> bool:
     return (Path(datadir) / MARKER).is_file()
 
 
+def installed_provider() -> str | None:
+    """The path of the Galera provider library, or None when it is not installed."""
+    return next((path for path in PROVIDER_PATHS if os.path.isfile(path)), None)
+
+
 def find_provider() -> str:
     """The path of the Galera provider library; ServerNotFoundError (saying what to install) if there is none."""
-    for path in PROVIDER_PATHS:
-        if os.path.isfile(path):
-            return path
+    path = installed_provider()
+    if path is not None:
+        return path
     raise ServerNotFoundError(
         "the Galera provider (libgalera_smm.so) was not found in "
         + ", ".join(os.path.dirname(p) for p in PROVIDER_PATHS)
@@ -481,10 +486,7 @@ class GaleraCluster:
     @staticmethod
     def _provider_path() -> str:
         # Written into the configuration only at a start, which checks first that the provider exists.
-        for path in PROVIDER_PATHS:
-            if os.path.isfile(path):
-                return path
-        return PROVIDER_PATHS[0]
+        return installed_provider() or PROVIDER_PATHS[0]
 
     def _create_layout(self) -> None:
         """Create the directory and its marker, choosing free ports, unless it is a cluster already."""
