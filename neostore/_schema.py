@@ -100,14 +100,23 @@ def schema_version(store: Store, cur: Any) -> int | None:
     return int(row[0]) if row else None
 
 
-def _init_rows(store: Store, conn: Any) -> None:
-    with write_transaction(store.backend, conn):
-        cur = conn.cursor()
-        cur.execute("SELECT COUNT(*) FROM config WHERE name='version'")
-        if cur.fetchone()[0] == 0:
-            cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
-            cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
-            cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
+def _init_rows(store: Store, conn: Any, attempts: int = 5) -> None:
+    """The first rows of a new store, unless another process wrote them first. On a cluster two nodes may
+    write them at once: one of the two is rolled back, and looks again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with write_transaction(store.backend, conn):
+                cur = conn.cursor()
+                cur.execute("SELECT COUNT(*) FROM config WHERE name='version'")
+                if cur.fetchone()[0] == 0:
+                    cur.execute("INSERT INTO config (name, value) VALUES ('version', ?)", (str(SCHEMA_VERSION),))
+                    cur.execute("INSERT INTO config (name, value) VALUES ('pack_tid', '0')")
+                    cur.execute("INSERT INTO oidgen (id, next_oid) VALUES (0, 1)")
+        except Exception as exc:
+            if attempt == attempts or not store.backend.is_rolled_back(exc):
+                raise
+        else:
+            return
 
 
 def check_blob_location(store: Store, conn: Any) -> None:

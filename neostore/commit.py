@@ -43,6 +43,7 @@ def insert_rows(txn: Transaction, resolve: Resolver | None, *, voted: bool) -> t
                 delete_unreferenced_data(cur, txn.uploads.inserted, txn.store_.backend)
             if voted:
                 conn.commit()
+                confirm(txn, conn, voted=True)
                 txn.store_.names_settled(conn, committed=True)
             else:
                 txn.store_.oids.advance(cur, txn.writes)
@@ -65,10 +66,25 @@ def commit(txn: Transaction, resolve: Resolver | None) -> bytes:
         txn.abort()
         settle_lost_commit(txn, exc)
     else:
+        try:
+            confirm(txn, conn, voted=False)
+        except BaseException:
+            txn.abort()
+            raise
         txn.store_.names_settled(conn, committed=True)
         txn.session.release()
     txn.state = "finished"
     return voted_tid(txn)
+
+
+def confirm(txn: Transaction, conn: Any, *, voted: bool) -> None:
+    """Raise TransientDatabaseError unless the commit ``conn`` just acknowledged is there
+    (:meth:`Backend.commit_confirmed`)."""
+    if not txn.store_.backend.commit_confirmed(conn, u64(voted_tid(txn)), voted=voted):
+        raise errors.TransientDatabaseError(
+            f"the database acknowledged the commit of transaction 0x{voted_tid(txn).hex()} and did not make it "
+            "(the cluster aborted it); nothing of it was written: run it again"
+        )
 
 
 def voted_tid(txn: Transaction) -> bytes:
@@ -133,6 +149,7 @@ def _move_voted_rows(txn: Transaction) -> None:
     store.oids.advance(cur, txn.writes)
     store.backend.stamp_commit(cur, tid)
     conn.commit()
+    confirm(txn, conn, voted=False)
 
 
 def settle_lost_commit(txn: Transaction, exc: BaseException) -> None:

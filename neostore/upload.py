@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._schema import keep_blob_location
 from .blobs.tier import TIERED
+from .errors import TransientDatabaseError
 from .sql import Row, chunked
 from .values import RAW, EncodedValue
 
@@ -225,7 +226,9 @@ class UploadQueue:
                 insert + ", ".join([row_values] * len(small)) + " RETURNING hash, id",
                 [field for row in small for field in row],
             )
-            self._took(cur.fetchall())
+            returned = cur.fetchall()
+            _check_inserted(len(small), len(returned))
+            self._took(returned)
         elif small:
             cur.executemany(insert + row_values, small)
             self._took_ids(cur, [row[0] for row in small])
@@ -235,7 +238,9 @@ class UploadQueue:
         backend = self.store.backend
         for part in chunked(hashes, backend.max_params):
             cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(part))}", part)
-            self._took(cur.fetchall())
+            found = cur.fetchall()
+            _check_inserted(len(part), len(found))
+            self._took(found)
 
     def _took(self, inserted: Iterable[tuple[bytes, int]]) -> None:
         """Remember the data ids of values this transaction inserted, by their hash."""
@@ -299,3 +304,17 @@ def send_to_tier(
     else:
         tier.upload(unsent)
     return encoded
+
+
+def _check_inserted(inserted: int, found: int) -> None:
+    """Raise TransientDatabaseError unless the ``inserted`` rows just inserted are all ``found``.
+
+    They are missing when a cluster aborted the transaction while the rows
+    went in, and the driver did not report it: what follows would otherwise
+    run, and commit, in a transaction of its own.
+    """
+    if found != inserted:
+        raise TransientDatabaseError(
+            f"the database lost {inserted - found} of the {inserted} values just inserted (the cluster aborted "
+            "the transaction); nothing of it was written: run it again"
+        )

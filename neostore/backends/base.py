@@ -128,6 +128,11 @@ class Backend(ABC):
         other commit until it finishes. Engines whose lock alone orders the commits do nothing."""
         return None
 
+    def commit_confirmed(self, conn: Any, tid: int, *, voted: bool = False) -> bool:
+        """Whether the commit of ``tid`` that ``conn`` just made is there (``voted``: a vote, in ``ttrans``);
+        engines whose COMMIT acknowledgement is enough say yes without asking."""
+        return True
+
     def fence(self, conn: Any, timeout: float) -> None:
         """Return once no commit begun before this call can still become visible, waiting at most
         ``timeout`` s for the commit lock (``conn``: a new writer connection)."""

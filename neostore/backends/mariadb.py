@@ -230,12 +230,14 @@ class MariaDBBackend(Backend):
             return
         cur.execute(f"USE {database}")
         cur.execute(ORDER_TABLE)
-        cur.execute("INSERT IGNORE INTO commit_order (id, tid, changes) VALUES (1, 0, 0)")
-        cur.connection.commit()
+        CertifiedCounter.make_row(cur.connection)
 
     def connect(self, *, for_writing: bool) -> Any:
         conn = self._raw_connect()
-        self.returning = tuple(conn.server_version_info) >= (10, 5)
+        # A cluster node may abort an INSERT ... RETURNING after it sent the result's columns (another node's
+        # commit wins a key it waits for); the connector then ends the result without an error, and the
+        # statements after it run in a new transaction. Plain INSERTs report the abort.
+        self.returning = tuple(conn.server_version_info) >= (10, 5) and not self.cluster
         conn.autocommit = not for_writing
         cur = conn.cursor()
         # Each statement sees the latest committed rows: the conflict check
@@ -295,6 +297,9 @@ class MariaDBBackend(Backend):
     def fence(self, conn: Any, timeout: float) -> None:
         self.order.fence(conn, timeout)
 
+    def commit_confirmed(self, conn: Any, tid: int, *, voted: bool = False) -> bool:
+        return self.order.confirmed(conn, tid, voted=voted)
+
     def blob_cursor(self, conn: Any) -> Any:
         # The text protocol escapes every byte of a BLOB parameter; the binary
         # protocol sends it as is.
@@ -310,7 +315,11 @@ class MariaDBBackend(Backend):
         return isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) in _CONNECTION_LOST
 
     def is_rolled_back(self, exc: BaseException) -> bool:
-        return isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) == _DEADLOCK
+        errno = getattr(exc, "errno", None) if isinstance(exc, mariadb.Error) else None
+        # On a cluster a writer may also meet, in a key, a row that another node's commit just applied
+        # here: that commit aborts this transaction (certification keeps the first of two writes of one
+        # key), which the duplicate reports before the deadlock does.
+        return errno == _DEADLOCK or (self.cluster and errno == ERR.ER_DUP_ENTRY)
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, mariadb.Error) and getattr(exc, "errno", None) in _TRANSIENT:

@@ -47,6 +47,10 @@ class CommitOrder(ABC):
     def fence(self, conn: Any, timeout: float) -> None:
         """Return once no commit begun before this call can still become visible (``conn``: a new writer)."""
 
+    def confirmed(self, conn: Any, tid: int, *, voted: bool) -> bool:
+        """Whether the commit of ``tid`` that ``conn`` just made is there (``voted``: as a vote, in ``ttrans``)."""
+        return True  # a server that acknowledged a COMMIT has made it
+
 
 class NamedLock(CommitOrder):
     """One server's commit order: a ``GET_LOCK`` named after the database."""
@@ -124,13 +128,31 @@ class CertifiedCounter(CommitOrder):
                     if getattr(exc, "errno", None) != ERR.ER_LOCK_WAIT_TIMEOUT:
                         raise
                     raise self._timeout(timeout, "another writer on this node held it") from None
-                voted, live = cur.fetchone()
+                row = cur.fetchone()
+                if row is None:
+                    self.make_row(conn)
+                    continue
+                voted, live = row
                 if voted is None or not live:
                     return  # free, or marked by a vote whose writer died: its rows are discarded by the holder
                 _rollback(conn)
                 if time.monotonic() >= deadline:
                     raise self._timeout(timeout, f"transaction 0x{voted:016x} voted and has not finished")
                 time.sleep(self.poll)
+        finally:
+            cur.close()
+
+    @staticmethod
+    def make_row(conn: Any) -> None:
+        """Write the order's row unless it is there; a node writing it at the same moment may win."""
+        cur = conn.cursor()
+        try:
+            cur.execute("INSERT IGNORE INTO commit_order (id, tid, changes) VALUES (1, 0, 0)")
+            conn.commit()
+        except mariadb.Error as exc:
+            _rollback(conn)
+            if getattr(exc, "errno", None) != ERR.ER_LOCK_DEADLOCK:
+                raise
         finally:
             cur.close()
 
@@ -156,6 +178,19 @@ class CertifiedCounter(CommitOrder):
             "voted_until = NULL WHERE id = 1",
             (tid or 0,),
         )
+
+    def confirmed(self, conn: Any, tid: int, *, voted: bool) -> bool:
+        # A node commits locally before it acknowledges a COMMIT, so a commit it made is visible to the next
+        # statement on the same connection. Asked because a transaction the cluster aborted between
+        # statements can be acknowledged as committed while nothing of it is (the connector loses the abort).
+        cur = conn.cursor()
+        try:
+            cur.execute(f"SELECT 1 FROM {'ttrans' if voted else 'trans'} WHERE tid = ?", (tid,))
+            found = cur.fetchone() is not None
+        finally:
+            cur.close()
+        _rollback(conn)
+        return found
 
     def fence(self, conn: Any, timeout: float) -> None:
         # A commit certified before this one is committed on this node when this one is (a node commits
