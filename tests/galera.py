@@ -86,9 +86,10 @@ def fresh_cluster_database(cluster: GaleraCluster, name: str) -> str:
         conn = node.connect()
         try:
             cur = conn.cursor()
-            # A node applies what the others committed a moment later; this read waits until it has.
+            # A node applies what the others committed a moment later; this read waits until it has (a SELECT:
+            # wsrep_sync_wait's first bit covers it, not SHOW statements).
             cur.execute("SET SESSION wsrep_sync_wait = 1")
-            cur.execute("SHOW DATABASES LIKE ?", (name,))
+            cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", (name,))
             if not cur.fetchall():
                 raise RuntimeError(f"{node.name} does not have database {name} after a causal read")
         finally:
