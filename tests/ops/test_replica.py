@@ -246,3 +246,54 @@ def test_replicated_url_names_the_primary_and_its_replicas(replicated_url, repli
     for replica in replicated_servers.replicas:
         wait_for_primary(replica, primary)
         assert _rows(replica, "SELECT n FROM t", database) == [(7,)]
+
+
+def test_replica_of_a_url_over_tcp_or_the_primary_socket(cli_pair):
+    primary_dir, _ = cli_pair
+    primary = MariaDBServer(primary_dir)
+    port = read_role(primary_dir).port
+    root = Path(tempfile.mkdtemp(prefix="wv-url-rep-"))  # short: unix socket paths are limited
+    by_tcp, by_socket = root / "tcp", root / "sock"
+    try:
+        # A primary given by URL is copied and followed as that URL's user; its socket's URL is its directory.
+        for datadir, url in (
+            (by_tcp, f"mariadb://root@127.0.0.1:{port}/windvane"),
+            (by_socket, primary.url()),
+        ):
+            started = _run("db", "start", "--datadir", str(datadir), "--replica-of", url)
+            assert started.returncode == 0, started.stderr
+        assert read_role(by_tcp).primary == read_role(by_socket).primary == f"127.0.0.1:{port}"
+        _execute(
+            primary,
+            "CREATE DATABASE by_url",
+            "CREATE TABLE by_url.t (n INT PRIMARY KEY)",
+            "INSERT INTO by_url.t VALUES (5)",
+        )
+        for datadir in (by_tcp, by_socket):
+            replica = MariaDBServer(datadir)
+            wait_for_primary(replica, primary)
+            assert _rows(replica, "SELECT n FROM by_url.t") == [(5,)]
+            assert replica_status(replica).sql_running == "Yes"
+
+        # Not a URL replicas can reach: a socket outside any data directory.
+        refused = _run(
+            "db", "start", "--datadir", str(root / "no"), "--replica-of", "mariadb://root@/db?unix_socket=/run/x.sock"
+        )
+        assert refused.returncode == 2 and "replicas connect to their primary over TCP" in refused.stderr
+    finally:
+        for datadir in (by_tcp, by_socket):
+            stop_test_server(MariaDBServer(datadir))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_replica_whose_copy_never_completed_is_not_started(tmp_path):
+    datadir = tmp_path / "half"
+    datadir.mkdir()
+    (datadir / "replication.json").write_text(
+        '{"type": "replica", "server_id": 9, "host": "127.0.0.1", "port": 3307, '
+        '"gtid_pos_auto_engines": "", "seeded": false}'
+    )
+    refused = _run("db", "start", "--datadir", str(datadir))
+    assert refused.returncode == 2, refused.stderr
+    assert "whose copy of the primary never completed; remove the directory" in refused.stderr
+    assert MariaDBServer(datadir).pid is None and not (datadir / "mysql").exists()

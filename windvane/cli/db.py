@@ -213,6 +213,7 @@ def status(datadir: str) -> None:
 
 
 def _replication_status(server: dbserver.MariaDBServer) -> None:
+    from windvane.ops import mariadb_server as dbserver
     from windvane.ops import replica
 
     role = replica.read_role(server.datadir)
@@ -222,7 +223,7 @@ def _replication_status(server: dbserver.MariaDBServer) -> None:
         click.echo("role:    read-only replica")
         try:
             lines = replica.replica_status(server).lines()
-        except replica.ReplicationError as exc:
+        except dbserver.ServerError as exc:
             lines = [("replication", f"cannot be asked ({exc})")]
         width = max(len(label) for label, _ in lines) + 1
         for label, value in lines:

@@ -45,7 +45,7 @@ import msgspec
 from .errors import ServerConfigError, ServerError, ServerNotFoundError, ServerTimeoutError
 from .mariadb_config import read_option
 from .mariadb_programs import find_program, rocksdb_installed
-from .mariadb_server import MariaDBServer
+from .mariadb_server import MariaDBServer, check_connector
 
 if TYPE_CHECKING:
     import mariadb
@@ -556,7 +556,8 @@ def wait_for_primary(replica: MariaDBServer, primary: MariaDBServer, timeout: fl
 @contextlib.contextmanager
 def _connection(connect: Callable[[], mariadb.Connection], what: str) -> Iterator[mariadb.Cursor]:
     """A cursor of a new connection (autocommit on), closed after; a server error becomes a ReplicationError
-    naming ``what``."""
+    naming ``what``; without the connector, a ServerNotFoundError saying what to install."""
+    check_connector()
     import mariadb
 
     try:
