@@ -352,7 +352,7 @@ def start_replica(
 
 def _source(primary: str, overrides: Mapping[str, str | None] | None, timeout: float) -> _Source:
     if primary.startswith("mariadb://"):
-        return _url_source(primary)
+        return _url_source(primary, overrides, timeout)
     path = Path(primary)
     if not (path / "mysql").is_dir():
         raise ServerConfigError(
@@ -373,7 +373,7 @@ def _source(primary: str, overrides: Mapping[str, str | None] | None, timeout: f
     )
 
 
-def _url_source(url: str) -> _Source:
+def _url_source(url: str, overrides: Mapping[str, str | None] | None, timeout: float) -> _Source:
     from windvane.neostore.errors import InvalidURLError
     from windvane.neostore.url import parse_url
 
@@ -385,7 +385,7 @@ def _url_source(url: str) -> _Source:
     if node.unix_socket is not None:
         datadir = Path(node.unix_socket).parent
         if (datadir / "my.cnf").is_file():
-            return _source(str(datadir), None, 60)
+            return _source(str(datadir), overrides, timeout)
         raise ServerConfigError(
             f"replicas connect to their primary over TCP: give the primary as mariadb://user:password@host:port/db "
             f"or as its windvane data directory, not the socket {node.unix_socket}"
