@@ -8,5 +8,5 @@ built of :mod:`.mariadb_config` (the option file), :mod:`.mariadb_install` (a ne
 directory), :mod:`.mariadb_programs` (finding mariadbd), :mod:`.mariadb_processes` (pids and
 signals), :mod:`.mariadb_ready` (waiting for a start) and :mod:`.mariadb_logs`; its errors are
 in :mod:`.errors`. :mod:`.galera` (:class:`~.galera.GaleraCluster`) runs several such servers as one
-local Galera cluster.
+local Galera cluster; :mod:`.replica` makes one a replication primary and others its read replicas.
 """
