@@ -210,7 +210,8 @@ def start_server(
             "remove the directory and make the replica again (windvane db start --replica-of)"
         )
     server = open_server(datadir, port=port, overrides=overrides)
-    server.start(timeout=timeout)
+    # A replica's databases are its primary's: one it made itself could clash with the primary's later.
+    server.start(timeout=timeout, create_database=not isinstance(role, ReplicaRole))
     return server
 
 
