@@ -186,7 +186,9 @@ class NameIndex:
         params: list[Any] = []
         for _, ps in ranges:
             params += [u64(before), *ps] if before is not None else ps
-        rows = self._read(" UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params)
+        rows = self._read(
+            " UNION ALL ".join(select + where for where, _ in ranges) + " ORDER BY 1", params, before=before
+        )
         return [NamedRevision(bytes(r[0]), p64(r[1]), p64(r[2]), int(r[3])) for r in rows]
 
     def ending(self, suffix: bytes) -> dict[bytes, bytes]:

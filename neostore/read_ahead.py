@@ -42,7 +42,7 @@ def read_ahead(
     while start < len(todo):
         group = todo[start : start + step]
         start += len(group)
-        rows, step = _rows_of(reader, group, bound, extra, batch)
+        rows, step = _rows_of(reader, group, bound, extra, batch, before)
         submitted: list[tuple[bytes | None, Future[T] | None]] = []
         for oid in group:
             row = rows.get(u64(oid))
@@ -61,7 +61,7 @@ def read_ahead(
 
 
 def _rows_of(
-    reader: ValueReader, group: list[bytes], bound: str, extra: list[int], batch: int
+    reader: ValueReader, group: list[bytes], bound: str, extra: list[int], batch: int, before: bytes | None
 ) -> tuple[dict[int, Row], int]:
     """The value rows of ``group``'s oids (by integer oid), and how many oids the next query should ask for."""
     keys = [u64(oid) for oid in group]
@@ -71,6 +71,7 @@ def _rows_of(
         f"WHERE oid IN {reader.backend.in_list(len(keys))}{bound} GROUP BY oid) m ON m.oid = o.oid AND m.tid = o.tid "
         "LEFT JOIN data d ON d.id = o.data_id",
         keys + extra,
+        before=before,
     )
     # Raw sizes; a tiered value's bytes do not come through the query, so more of them
     # (fetched by the tier's threads) may be in flight.

@@ -61,6 +61,7 @@ class ValueReader:
             f"FROM obj o {self.backend.obj_pk_hint} LEFT JOIN data d ON d.id = o.data_id "
             "WHERE o.oid = ? AND o.tid < ? ORDER BY o.tid DESC LIMIT 1",
             (ioid, ibefore, ioid, ibefore),
+            before=before,
         )
         if not rows:
             if not self.query("SELECT 1 FROM obj WHERE oid = ? LIMIT 1", (ioid,)):
@@ -134,6 +135,7 @@ class ValueReader:
             "LEFT JOIN data d ON d.id = o.data_id "
             f"WHERE o.oid = ? AND o.tid = (SELECT MAX(tid) FROM obj WHERE oid = ?{bound})",
             (ioid, ioid) if before is None else (ioid, ioid, u64(before)),
+            before=before,
         )
         if not rows or rows[0][1] is None:
             raise errors.POSKeyError(oid)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .backends import Backend
@@ -13,8 +13,13 @@ T = TypeVar("T")
 
 #: One row a statement returned.
 Row = tuple[Any, ...]
-#: ``query(sql, params) -> rows``: a read-only statement on the store's latest committed state.
-Query = Callable[[str, Iterable[Any]], list[Row]]
+
+
+class Query(Protocol):
+    """``query(sql, params) -> rows``: a read-only statement on the store's latest committed state; with
+    ``before``, a statement that reads only commits made before that tid (a replica may serve it)."""
+
+    def __call__(self, sql: str, params: Iterable[Any] = (), /, *, before: bytes | None = None) -> list[Row]: ...
 
 
 def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -41,6 +41,7 @@ from .pack import PackStats, pack
 from .pool import ConnectionPool
 from .reads import ValueReader, ValueSink
 from .records import Record, Revision, TransactionInfo, ValueUsage
+from .replicas import ReplicaReads, ReplicaState
 from .sql import Row
 from .tids import as_tid, p64
 from .transaction import Resolver, Transaction
@@ -96,6 +97,12 @@ class Store:
         self.oids = OidAllocator(self.pool, self.backend)
         #: The worker threads that compress values to upload and check values read.
         self.encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="neostore-encode")
+        #: The asynchronous replicas snapshot reads may go to (``?replicas=``), None without any.
+        self.replicas = (
+            ReplicaReads(self.url.replicas, self.backend, self.backend.connect_replica, self.pool.query)
+            if self.url.replicas
+            else None
+        )
         self.reader = ValueReader(self.query, self.backend, self.codec, self.encoder, self.tier)
         self._names = NameIndex(self.pool, read=self.query, new_oids=self.new_oids)
         prepare_database(self)
@@ -105,10 +112,22 @@ class Store:
         """The backend whose driver errors the public methods translate."""
         return self.backend
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    def query(self, sql: str, params: Iterable[Any] = (), /, *, before: bytes | None = None) -> list[Row]:
         """Rows of a read-only statement on the latest committed state, on this thread's reader
-        (:meth:`ConnectionPool.query`): the one read path of a store, for neostore's modules and tools."""
+        (:meth:`ConnectionPool.query`): the one read path of a store, for neostore's modules and tools.
+
+        ``before``: the statement reads only commits made before that tid (a snapshot read), so a replica
+        holding all of them may serve it (:class:`~neostore.replicas.ReplicaReads`)."""
+        if before is not None and self.replicas is not None:
+            rows = self.replicas.query(sql, params, before)
+            if rows is not None:
+                return rows
         return self.pool.query(sql, params)
+
+    @guarded
+    def replica_states(self) -> list[ReplicaState]:
+        """How far each replica of ``?replicas=`` is behind the primary (empty without replicas)."""
+        return [] if self.replicas is None else self.replicas.states()
 
     @guarded
     def transaction_committed(self, tid: bytes, *, timeout: float | None = None) -> bool:
@@ -145,6 +164,8 @@ class Store:
         self.pool.close()
         if self.tier is not None:
             self.tier.close()
+        if self.replicas is not None:
+            self.replicas.close()
         self.backend.close()
 
     def __enter__(self) -> Store:

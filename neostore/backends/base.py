@@ -19,6 +19,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import DatabaseError
+from ..url import Node
+
 #: Bumped whenever the schema changes; older databases are migrated or refused.
 SCHEMA_VERSION = 2
 
@@ -98,6 +101,10 @@ class Backend(ABC):
         Writers have autocommit off and see the latest committed rows in each
         statement; readers see a consistent state per statement.
         """
+
+    def connect_replica(self, node: Node) -> Any:
+        """A reader connection to ``node``, an asynchronous replica of the database (engines with servers)."""
+        raise DatabaseError(f"{self.kind} stores have no replicas")
 
     @abstractmethod
     def begin(self, conn: Any) -> None:

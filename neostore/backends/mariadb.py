@@ -232,8 +232,18 @@ class MariaDBBackend(Backend):
         cur.execute(ORDER_TABLE)
         CertifiedCounter.make_row(cur.connection)
 
+    def connect_replica(self, node: Node) -> Any:
+        try:
+            conn = mariadb.connect(**self._params(node, with_database=True))
+        except mariadb.Error as exc:
+            raise StorageUnavailableError(f"cannot connect to the replica at {node}: {exc}") from exc
+        return self._set_up(conn, for_writing=False, wait_for_cluster=False)
+
     def connect(self, *, for_writing: bool) -> Any:
-        conn = self._raw_connect()
+        return self._set_up(self._raw_connect(), for_writing=for_writing, wait_for_cluster=True)
+
+    def _set_up(self, conn: Any, *, for_writing: bool, wait_for_cluster: bool) -> Any:
+        """``conn`` as a writer (autocommit off) or a reader of the store, its session settings made."""
         # A cluster node may abort an INSERT ... RETURNING after it sent the result's columns (another node's
         # commit wins a key it waits for); the connector then ends the result without an error, and the
         # statements after it run in a new transaction. Plain INSERTs report the abort.
@@ -247,7 +257,7 @@ class MariaDBBackend(Backend):
         if self.engine == "ROCKSDB":
             # One transaction may write millions of rows (pack, big commits).
             cur.execute("SET SESSION rocksdb_max_row_locks=1073741824")
-        if self.cluster and not for_writing:
+        if self.cluster and wait_for_cluster and not for_writing:
             # Reads wait for the node to apply what the cluster committed before them (see the class).
             cur.execute("SET SESSION wsrep_sync_wait = 1")
         cur.close()
