@@ -114,10 +114,28 @@ def _prepare(txn: Transaction, resolve: Resolver | None) -> tuple[Any, Any, list
     return conn, cur, resolved
 
 
+#: Attempts at moving a voted transaction's rows, when the database rolls the move back.
+FINISH_ATTEMPTS = 8
+
+
 def finish(txn: Transaction) -> bytes:
-    """Make the voted transaction visible (its rows move from ``ttrans``/``tobj``); returns its tid."""
+    """Make the voted transaction visible (its rows move from ``ttrans``/``tobj``); returns its tid.
+
+    A move the database rolled back is made again: on a cluster another node's commit may win a row it
+    writes (``oidgen``), while what was voted stays voted, and ahead of every other commit."""
     try:
-        _move_voted_rows(txn)
+        for attempt in range(1, FINISH_ATTEMPTS + 1):
+            try:
+                _move_voted_rows(txn)
+            except Exception as exc:
+                if attempt == FINISH_ATTEMPTS or not txn.store_.backend.is_rolled_back(exc):
+                    raise
+                rollback_quietly(txn.session.connection)
+                log.warning(
+                    "the database rolled the finish of 0x%s back (%s); moving it again", voted_tid(txn).hex(), exc
+                )
+            else:
+                break
     except BaseException as exc:  # noqa: BLE001  # whatever ended the COMMIT, settle_lost_commit raises it unless it committed
         txn.session.release(broken=True)
         txn.state = "failed"

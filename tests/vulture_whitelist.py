@@ -82,3 +82,6 @@ _.store_cls
 _.buffer_cls
 _.worker_main
 _.MEMORY_ROWS
+
+# A Protocol's call signature (neostore.sql.Query): what a read path's callers call.
+_.__call__
