@@ -1,9 +1,10 @@
 """A Forward connection's submissions and acknowledgements.
 
 Each submission is one :meth:`~ingest.batch.Sink.submit_many` call; its
-outcome per message is committed, failed (logged, no ack: the client
-resends after its ack timeout) or malformed (found so by a decode worker:
-reported, nothing after it acknowledged). Acks are written in the order
+outcome per message is committed, failed (logged, no ack, the connection
+closed once what was submitted before is answered: the client resends) or
+malformed (found so by a decode worker: reported, nothing after it
+acknowledged). Acks are written in the order
 the messages arrived, those one commit acknowledged in one send; the
 budget bytes a submission held are released once it is done.
 """
@@ -33,7 +34,8 @@ class Acker:
     """Submits to the sink, retrying on backpressure, and writes the acks in order.
 
     ``charges`` are the connection's in the memory budget (a submission's are released once it is done);
-    ``report`` reports a message the sink found malformed (the connection stops reading).
+    ``report`` reports a message the sink found malformed (the connection stops reading); ``failed`` tells
+    the connection that a commit failed (it stops reading, and closes once what it submitted is answered).
     """
 
     def __init__(
@@ -44,12 +46,14 @@ class Acker:
         stats: dict[str, int],
         *,
         report: Callable[[ForwardError], None],
+        failed: Callable[[], None],
     ) -> None:
         self._sink = sink
         self._reading = reading
         self._charges = charges
         self._stats = stats
         self._report = report
+        self._failed = failed
         # Sink calls in arrival order: the task, the ack to send for each message (None: none), the bytes
         # they hold in the budget; and how many messages they carry between them.
         self._inflight: deque[tuple[asyncio.Task[list[bool | None]] | None, list[bytes | None], int]] = deque()
@@ -109,6 +113,7 @@ class Acker:
                     outcomes[i] = True
             if failed:
                 self._log_failed([items[i] for i, _ in failed], failed[0][1])
+                self._failed()
             todo = retry
             if todo:
                 # Not reading while we wait is what pushes back on the client.
@@ -124,7 +129,7 @@ class Acker:
         events = _events([b for batches, _ in items for b in batches])
         if isinstance(exc, CommitFailed):
             log.error(
-                "commit failed for %s events from %s (%s): %s; not acknowledged, the client resends",
+                "commit failed for %s events from %s (%s): %s; not acknowledged, closing: the client resends",
                 events,
                 self._reading.peer,
                 chunks,
@@ -132,7 +137,7 @@ class Acker:
             )
         else:
             log.error(
-                "sink failed on %s events from %s (%s); not acknowledged",
+                "sink failed on %s events from %s (%s); not acknowledged, closing",
                 events,
                 self._reading.peer,
                 chunks,

@@ -44,7 +44,8 @@ class Connection(asyncio.BufferedProtocol):
     Reads while a submission slot and room in the memory budget are free;
     acknowledges each chunk once committed, in arrival order; on a malformed
     or oversize message stops reading and closes once what came before it
-    is committed and acknowledged. :attr:`finished` is done once the
+    is committed and acknowledged; on a failed commit stops reading and
+    closes once what was submitted is answered. :attr:`finished` is done once the
     connection is closed and all it held is released.
     """
 
@@ -56,7 +57,9 @@ class Connection(asyncio.BufferedProtocol):
         self._frames = frames = FrameReader(server.chunk_size_limit)
         self._reading = reading = Reading()
         self._admission = Admission(server.budget, server.counters, reading, frames, close=self._close_now)
-        self._acker = Acker(server.sink, reading, self._admission.charges, self._stats, report=self._report)
+        self._acker = Acker(
+            server.sink, reading, self._admission.charges, self._stats, report=self._report, failed=self._commit_failed
+        )
         self._pump = Pump(
             reading,
             frames,
@@ -204,6 +207,14 @@ class Connection(asyncio.BufferedProtocol):
             log.error("malformed Forward message from %s: %s; no ack, closing", self._reading.peer, exc)
         self._pump.drop()
         self._reading.stop()
+
+    def _commit_failed(self) -> None:
+        """A commit failed (its chunks are not acknowledged): drop what was read and not yet submitted, and stop
+        reading. The connection closes once what was submitted is answered, so that the client resends at once
+        over a new connection: a client waiting for an ack may have no timeout of its own (Fluent Bit has none)."""
+        self._pump.drop()
+        self._reading.stop()
+        self._reading.wake.set()
 
     # -- the connection's life ----------------------------------------------
 

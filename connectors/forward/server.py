@@ -21,8 +21,10 @@ Per connection (an :class:`asyncio.Protocol`, no StreamReader on the hot path):
   limit), is not acknowledged, and closes the connection once the
   messages before it are committed and acknowledged; other connections
   are not affected;
-* :class:`ingest.errors.CommitFailed`: logged, no ack, the connection
-  stays open (the client resends after its ack timeout).
+* :class:`ingest.errors.CommitFailed`: logged, no ack; the connection
+  reads nothing more and closes once what was submitted before is
+  answered, so that the client resends at once over a new connection
+  (Fluent Bit waits for an ack without a timeout of its own).
 
 Memory and time (:class:`connectors.limits.Limits`):
 
