@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import gc
 import logging
@@ -219,6 +220,7 @@ class Service:
             }
         last = self.store.last_transaction()
         out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None
+        out.update(_cluster_health(self.store))
         return out
 
     def metric_samples(self) -> list[MetricSample]:
@@ -295,3 +297,18 @@ class Service:
                     await endpoint.close()
             await asyncio.to_thread(self.committer.close)
             await asyncio.to_thread(self.store.close)
+
+
+def _cluster_health(store: neostore.Store) -> dict[str, Any]:
+    """The cluster's nodes and the read replicas, with a warning for each that does not serve (a node
+    leaving a cluster that keeps quorum is a warning: commits go on through the others)."""
+    nodes, replicas = store.node_states(), store.replica_states()
+    if not nodes and not replicas:
+        return {}
+    warnings = [f"node {n.node} does not serve: {n.error or f'{n.state}, {n.component}'}" for n in nodes if not n.serving]
+    warnings += [f"replica {r.node} is out of reach: {r.error}" for r in replicas if r.error is not None]
+    out: dict[str, Any] = {
+        "nodes": [dataclasses.asdict(n) for n in nodes],
+        "replicas": [dataclasses.asdict(r) for r in replicas],
+    }
+    return out | ({"warnings": warnings} if warnings else {})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .backends.base import NodeState
 from .errors import (
     BlobLocationError,
     BlobNotFoundError,
@@ -41,6 +42,7 @@ from .errors import (
     Unsupported,
 )
 from .names import NamedRevision
+from .replicas import ReplicaState
 from .store import Record, Revision, Store, Transaction, TransactionInfo
 from .tids import ZERO, Tid, TidError, as_tid, p64, tid_at, u64
 from .url import StoreURL, parse_url, redacted, with_tier
@@ -94,10 +96,12 @@ __all__ = [
     "InvalidURLError",
     "NamedRevision",
     "NeoStoreError",
+    "NodeState",
     "POSKeyError",
     "ReadConflictError",
     "ReadOnlyError",
     "Record",
+    "ReplicaState",
     "Revision",
     "SchemaVersionError",
     "StorageUnavailableError",

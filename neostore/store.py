@@ -31,6 +31,7 @@ from typing import Any
 from . import errors, history, stats
 from ._schema import prepare_database
 from .backends import Backend, backend_for
+from .backends.base import NodeState
 from .blobs import open_tier
 from .blobs.tier import GRACE_SECONDS
 from .guard import guarded
@@ -123,6 +124,11 @@ class Store:
             if rows is not None:
                 return rows
         return self.pool.query(sql, params)
+
+    @guarded
+    def node_states(self) -> list[NodeState]:
+        """The state of each node of the cluster the store is on (empty on a single server or SQLite)."""
+        return self.backend.node_states()
 
     @guarded
     def replica_states(self) -> list[ReplicaState]:

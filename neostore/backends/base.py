@@ -17,10 +17,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DatabaseError
 from ..url import Node
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node of a cluster, as ``windvane info`` and ``/health`` show it."""
+
+    node: str
+    #: Whether the store writes through it now.
+    written: bool
+    #: ``wsrep_local_state_comment`` (Synced, Donor/Desynced, Joining ...), or "unreachable".
+    state: str
+    #: ``wsrep_cluster_status``: Primary while its part of the cluster has quorum.
+    component: str
+    #: ``wsrep_cluster_size``: the nodes its part of the cluster holds (0 when unreachable).
+    cluster_size: int
+    #: Why it cannot be reached, else None.
+    error: str | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether it serves reads and writes: synced, in the primary component."""
+        return self.state == "Synced" and self.component == "Primary"
+
 
 #: Bumped whenever the schema changes; older databases are migrated or refused.
 SCHEMA_VERSION = 2
@@ -101,6 +125,10 @@ class Backend(ABC):
         Writers have autocommit off and see the latest committed rows in each
         statement; readers see a consistent state per statement.
         """
+
+    def node_states(self) -> list[NodeState]:
+        """The state of each node of the cluster the store is on, asked now (empty on a single server)."""
+        return []
 
     def connect_replica(self, node: Node) -> Any:
         """A reader connection to ``node``, an asynchronous replica of the database (engines with servers)."""

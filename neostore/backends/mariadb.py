@@ -12,7 +12,7 @@ from mariadb.constants import ERR, STATUS
 
 from ..errors import DatabaseError, StorageUnavailableError, StoreNotFoundError
 from ..url import Node, StoreURL
-from .base import Backend, schema_statements
+from .base import Backend, NodeState, schema_statements
 from .ordering import ORDER_TABLE, CertifiedCounter, CommitOrder, NamedLock
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,31 @@ class MariaDBBackend(Backend):
                 "A cluster serves while more than half of its nodes are up and joined"
             )
         raise (DatabaseError if reachable else StorageUnavailableError)(message) from None
+
+    def node_states(self) -> list[NodeState]:
+        if not self.cluster:
+            return []
+        states = []
+        for index, node in enumerate(self.nodes):
+            try:
+                conn = mariadb.connect(**self._params(node, with_database=False) | {"connect_timeout": 2})
+            except mariadb.Error as exc:
+                states.append(NodeState(str(node), index == self.current, "unreachable", "", 0, str(exc)))
+                continue
+            try:
+                status = node_status(conn)
+            finally:
+                self.close_connection(conn)
+            states.append(
+                NodeState(
+                    str(node),
+                    index == self.current,
+                    status.get("wsrep_local_state_comment", "unknown"),
+                    status.get("wsrep_cluster_status", "unknown"),
+                    int(status.get("wsrep_cluster_size", 0)),
+                )
+            )
+        return states
 
     def _not_serving(self, conn: Any) -> str | None:
         """Why the cluster node of ``conn`` cannot serve (joining, donor, outside the primary component); None

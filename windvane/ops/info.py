@@ -92,6 +92,9 @@ class StoreInfo:
     last_commit: CommitInfo | None
     packed_up_to: CommitInfo | None
     streams: tuple[StreamInfo, ...] | None  # None: not looked at
+    #: The nodes of the cluster the store is on (empty on one server) and its read replicas.
+    nodes: tuple[neostore.NodeState, ...] = ()
+    replicas: tuple[neostore.ReplicaState, ...] = ()
 
 
 def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:
@@ -113,6 +116,8 @@ def describe(store: neostore.Store, *, streams: bool = True) -> StoreInfo:
         last_commit=_commit(store, last),
         packed_up_to=_commit(store, packed),
         streams=found,
+        nodes=tuple(store.node_states()),
+        replicas=tuple(store.replica_states()),
     )
 
 
@@ -228,6 +233,7 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
     )
     yield f"{'last commit:':<17}{_commit_text(info.last_commit)}"
     yield f"{'packed up to:':<17}{_commit_text(info.packed_up_to)}"
+    yield from cluster_lines(info.nodes, info.replicas)
     if info.streams is None:
         return
     quarantined = sum(s.quarantine for s in info.streams)
@@ -247,6 +253,20 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
                 f"    {c.name:<20} {c.dtype:<8} {shape:<12} {c.codec:<6} raw {c.raw_bytes:>11,}  "
                 f"stored {c.stored_bytes:>11,}"
             )
+
+
+def cluster_lines(
+    nodes: tuple[neostore.NodeState, ...], replicas: tuple[neostore.ReplicaState, ...]
+) -> Iterator[str]:
+    """One line per cluster node (which one is written to, its state) and per replica (its lag)."""
+    for n in nodes:
+        state = n.error if n.error else f"{n.state}, {n.component}, cluster size {n.cluster_size}"
+        yield f"{'node:':<17}{n.node}{'  (written to)' if n.written else ''}: {state}"
+    for r in replicas:
+        if r.error is not None:
+            yield f"{'replica:':<17}{r.node}: unreachable ({r.error})"
+        else:
+            yield f"{'replica:':<17}{r.node}: {r.behind:,} commits, {r.lag_seconds:.1f} s behind"
 
 
 def stream_table_lines(found: tuple[StreamInfo, ...]) -> Iterator[str]:
