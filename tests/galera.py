@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.mariadb import fresh_database
+from windvane.neostore import parse_url
 from windvane.ops.galera import GaleraCluster, GaleraNode
 
 # Tests of one group run on one xdist worker (with --dist loadgroup): one shared cluster per suite run, and
@@ -114,3 +115,15 @@ def state_transfer(node: GaleraNode, since: int) -> str | None:
     if not found:
         return None
     return "SST" if found[-1][0] == "0" else "IST"
+
+
+def ordered_url(cluster: GaleraCluster, url: str, *order: int) -> str:
+    """``url``'s database on ``cluster`` with the nodes ``order`` (numbered from 1), tried in that order: two
+    stores whose URLs begin with different nodes write through different nodes."""
+    sockets = ",".join(cluster.node(i).socket for i in order)
+    return f"mariadb://root@/{parse_url(url).database}?unix_socket={sockets}"
+
+
+def node_url(cluster: GaleraCluster, url: str, index: int) -> str:
+    """``url``'s database on node ``index`` alone: what that node holds, read nowhere else."""
+    return cluster.node(index).url(parse_url(url).database)

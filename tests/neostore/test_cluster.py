@@ -17,25 +17,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.galera import fresh_cluster_database
+from tests.galera import fresh_cluster_database, node_url, ordered_url
 from windvane import neostore
 from windvane.neostore import p64, u64
-from windvane.neostore.url import parse_url
-from windvane.ops.galera import GaleraCluster
 
 COMMITS = 60  # per writer: half to the shared counter, half to its own
 LOOPS = 40  # commit-then-read rounds across nodes
-
-
-def ordered_url(cluster: GaleraCluster, url: str, *order: int) -> str:
-    """``url``'s database on the cluster with the nodes ``order`` (numbered from 1), tried in that order."""
-    sockets = ",".join(cluster.node(i).socket for i in order)
-    return f"mariadb://root@/{parse_url(url).database}?unix_socket={sockets}"
-
-
-def node_url(cluster: GaleraCluster, url: str, index: int) -> str:
-    """``url``'s database on node ``index`` alone."""
-    return cluster.node(index).url(parse_url(url).database)
 
 
 def create_counters(store: neostore.Store, count: int) -> list[bytes]:

@@ -1,8 +1,9 @@
-"""ZODB's own storage conformance tests, run on NeoStorage over SQLite and MariaDB.
+"""ZODB's own storage conformance tests, run on NeoStorage over SQLite, MariaDB and a Galera cluster.
 
 These are the mixins NEO runs (neo/tests/zodb), minus the version ones ZODB
 no longer ships, plus ZODB's ZODBTests. Each test gets a fresh database: a
-new SQLite file, or a new database on the session's private MariaDB server.
+new SQLite file, or a new database on the session's private MariaDB server
+or on its 3-node Galera cluster (through the cluster URL).
 
 Tests known not to pass are listed in ``EXPECTED_FAILURES`` with the reason;
 they are marked xfail(strict=True), so one that starts passing fails the run
@@ -50,6 +51,7 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import load_current
 
+from tests import galera as test_clusters
 from tests import mariadb as test_servers
 from tests.conftest import fresh_database
 from windvane.neostore.zodb import NeoStorage
@@ -92,6 +94,30 @@ class MariaDBBackend:
         yield
         # ~1 MB of InnoDB files each: a run creates over 200 of them.
         conn = test_servers.connect(mariadb_server.url())
+        try:
+            for name in names:
+                conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            conn.close()
+
+
+class GaleraBackend:
+    """Databases live on the session's 3-node Galera cluster, written and read through the cluster URL."""
+
+    backend = "galera"
+
+    @pytest.fixture(autouse=True)
+    def _databases(self, galera_cluster):
+        number = next(_database_numbers)
+        names: list[str] = []
+
+        def new_url(label: str) -> str:
+            names.append(f"zodb{number}_{label}")
+            return test_clusters.fresh_cluster_database(galera_cluster, names[-1])
+
+        self._new_url = new_url
+        yield
+        conn = galera_cluster.node(1).connect()
         try:
             for name in names:
                 conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
@@ -239,6 +265,10 @@ class TestNeoStorageMariaDB(MariaDBBackend, NeoStorageTests):
     __test__ = True
 
 
+class TestNeoStorageGalera(GaleraBackend, NeoStorageTests):
+    __test__ = True
+
+
 # -- ZODB's database-level tests ---------------------------------------------------
 
 
@@ -261,12 +291,23 @@ class TestZODBMariaDB(MariaDBBackend, NeoZODBTests):
     __test__ = True
 
 
+class TestZODBGalera(GaleraBackend, NeoZODBTests):
+    __test__ = True
+
+
 # -- expected failures -------------------------------------------------------------
 
 
 def _mark_expected_failures() -> None:
     """Mark each listed test xfail(strict) on every concrete class, without touching ZODB's functions."""
-    classes = (TestNeoStorageSQLite, TestNeoStorageMariaDB, TestZODBSQLite, TestZODBMariaDB)
+    classes = (
+        TestNeoStorageSQLite,
+        TestNeoStorageMariaDB,
+        TestNeoStorageGalera,
+        TestZODBSQLite,
+        TestZODBMariaDB,
+        TestZODBGalera,
+    )
     for name, reason in EXPECTED_FAILURES.items():
         owners = [cls for cls in classes if hasattr(cls, name)]
         assert owners, f"EXPECTED_FAILURES names {name!r}, which no test class has"
