@@ -45,7 +45,9 @@ PARSERS = """\
 """
 
 
-def fluent_bit_config(workdir: Path, source: Path, port: int, output: str = "", host: str = "127.0.0.1") -> str:
+def fluent_bit_config(
+    workdir: Path, source: Path, port: int, output: str = "", host: str = "127.0.0.1", service: str = ""
+) -> str:
     parsers = workdir / "parsers.conf"
     parsers.write_text(PARSERS)
     # Retries without limit and at most 2 s apart: a commit that never got acknowledged is resent soon.
@@ -56,6 +58,7 @@ def fluent_bit_config(workdir: Path, source: Path, port: int, output: str = "", 
     Parsers_File {parsers}
     scheduler.base 1
     scheduler.cap 2
+    {service}
 
 [INPUT]
     Name tail

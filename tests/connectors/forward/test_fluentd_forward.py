@@ -44,9 +44,10 @@ def line_time_ns(i: int) -> int:
     return (BASE + i // 1000) * 10**9 + (i % 1000) * 1_000_003
 
 
-def write_lines(path: Path, count: int) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(count):
+def write_lines(path: Path, count: int, start: int = 0) -> None:
+    """Lines ``start`` to ``count - 1`` into ``path``: a new file from line 0, else appended (a growing log)."""
+    with open(path, "a" if start else "w", encoding="utf-8") as f:
+        for i in range(start, count):
             ns = line_time_ns(i)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}+0000"
             record = {"seq": i, "msg": line_text(i), "value": i * 0.25, "host": f"h{i % 3}", "t": stamp}
