@@ -1,4 +1,5 @@
-"""arrays.ZarrStore: zarr's own store test-suite, plus what neostore adds (on SQLite and MariaDB)."""
+"""arrays.ZarrStore: zarr's own store test-suite, plus what neostore adds (on SQLite and MariaDB; the suite on a
+Galera cluster too)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,15 @@ class TestZarrStoreSuite(StoreTests[ZarrStore, cpu.Buffer]):
 
     def test_store_supports_listing(self, store: ZarrStore) -> None:
         assert store.supports_listing
+
+
+class TestZarrStoreSuiteGalera(TestZarrStoreSuite):
+    """The same suite once more through the cluster URL of the session's 3-node Galera cluster."""
+
+    @pytest.fixture
+    def store_kwargs(self, galera_url: str) -> dict:
+        neostore.open(galera_url).close()
+        return {"url": galera_url}
 
 
 # -- atomic set_if_not_exists across processes --------------------------------------
