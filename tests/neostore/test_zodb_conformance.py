@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import transaction
@@ -76,53 +77,51 @@ class SQLiteBackend:
 _database_numbers = itertools.count()
 
 
-class MariaDBBackend:
+class ServerDatabases:
+    """Databases on MariaDB servers, dropped after each test; a backend below says where they are made."""
+
+    def _databases_on(self, fresh: Callable[[str], str], server_url: str) -> Iterator[None]:
+        """``_new_url(label)`` makes a new database by ``fresh(name)`` (returning its store URL); afterwards
+        they are dropped through ``server_url`` (a server's, or a cluster node's)."""
+        number = next(_database_numbers)
+        names: list[str] = []
+
+        def new_url(label: str) -> str:
+            names.append(f"zodb{number}_{label}")
+            return fresh(names[-1])
+
+        self._new_url = new_url
+        yield
+        # ~1 MB of InnoDB files each: a run creates over 200 of them.
+        conn = test_servers.connect(server_url)
+        try:
+            for name in names:
+                conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            conn.close()
+
+
+class MariaDBBackend(ServerDatabases):
     """Databases live on the session's private MariaDB server, dropped after each test."""
 
     backend = "mariadb"
 
     @pytest.fixture(autouse=True)
     def _databases(self, mariadb_server):
-        number = next(_database_numbers)
-        names: list[str] = []
-
-        def new_url(label: str) -> str:
-            names.append(f"zodb{number}_{label}")
-            return fresh_database(mariadb_server, names[-1])
-
-        self._new_url = new_url
-        yield
-        # ~1 MB of InnoDB files each: a run creates over 200 of them.
-        conn = test_servers.connect(mariadb_server.url())
-        try:
-            for name in names:
-                conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        finally:
-            conn.close()
+        yield from self._databases_on(lambda name: fresh_database(mariadb_server, name), mariadb_server.url())
 
 
-class GaleraBackend:
+class GaleraBackend(ServerDatabases):
     """Databases live on the session's 3-node Galera cluster, written and read through the cluster URL."""
 
     backend = "galera"
 
     @pytest.fixture(autouse=True)
     def _databases(self, galera_cluster):
-        number = next(_database_numbers)
-        names: list[str] = []
-
-        def new_url(label: str) -> str:
-            names.append(f"zodb{number}_{label}")
-            return test_clusters.fresh_cluster_database(galera_cluster, names[-1])
-
-        self._new_url = new_url
-        yield
-        conn = galera_cluster.node(1).connect()
-        try:
-            for name in names:
-                conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        finally:
-            conn.close()
+        yield from self._databases_on(
+            lambda name: test_clusters.fresh_cluster_database(galera_cluster, name),
+            galera_cluster.node(1).url(),
+        )
 
 
 # -- the storage mixins ----------------------------------------------------------
