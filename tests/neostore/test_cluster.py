@@ -12,6 +12,7 @@ vote), or take the commit lock first and write unchecked, as arrays do.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.galera import fresh_cluster_database, node_url, ordered_url
+from tests.galera import fresh_cluster_database, log_offset, node_url, ordered_url, state_transfer
 from windvane import neostore
 from windvane.neostore import p64, u64
 
@@ -199,11 +200,14 @@ def test_a_read_on_another_node_sees_the_commit_just_made(galera_cluster, galera
 
 @pytest.mark.crash
 @pytest.mark.slow
-def test_a_node_that_rejoins_serves_reads_only_once_synced(private_galera):
+@pytest.mark.parametrize("transfer", ["IST", "SST"])
+def test_a_node_that_rejoins_serves_reads_only_once_synced(private_galera, transfer):
+    """Node 2 is killed and rejoins with what it missed (IST), or with its disk emptied, a whole copy (SST)."""
     cluster = private_galera
     url = fresh_cluster_database(cluster, "rejoin")
     node2 = cluster.node(2)
-    with neostore.open(node_url(cluster, url, 1)) as writer:
+    # Node 3 takes the writes while node 1, giving node 2 a whole copy, does not serve.
+    with neostore.open(ordered_url(cluster, url, 1, 3)) as writer:
         (oid,) = create_counters(writer, 1)
         count = 0
 
@@ -215,7 +219,7 @@ def test_a_node_that_rejoins_serves_reads_only_once_synced(private_galera):
             return txn.commit()
 
         def check_read(tid: bytes) -> int:
-            """Read through a new store whose URL lists node 2 first; return the node that served."""
+            """Read through a new store whose URL lists node 2 first; return the node that served (0: node 2)."""
             with neostore.open(ordered_url(cluster, url, 2, 1, 3), read_only=True) as reader:
                 # Never a state older than the one committed, whichever node answers.
                 assert reader.last_transaction() == tid
@@ -223,23 +227,27 @@ def test_a_node_that_rejoins_serves_reads_only_once_synced(private_galera):
                 return reader.backend.current
 
         assert check_read(commit()) == 0
+        since = log_offset(node2)
         assert node2.kill()
+        if transfer == "SST":
+            shutil.rmtree(cluster.datadir / node2.name)  # a new disk
+            since = 0
         # Until the cluster dropped node 2, writes wait for it; then they go on without it.
         wait_until(lambda: cluster.node(1).status().cluster_size == 2, 60, "node 1 to see node 2 gone")
         for _ in range(10):
-            assert check_read(commit()) == 1  # node 2 is down: node 1 serves
+            assert check_read(commit()) != 0  # node 2 is down: another serves
 
-        # Node 2 rejoins while node 1 keeps committing: until it is synced, readers skip it.
+        # Node 2 rejoins while the others keep committing: until it is synced, readers skip it.
         starting = threading.Thread(target=node2.start, kwargs={"timeout": 180})
         starting.start()
         served = []
         while starting.is_alive():
             served.append(check_read(commit()))
         starting.join()
-        print(f"reads while node 2 rejoined: {served.count(1)} by node 1, then {served.count(0)} by node 2")
+        print(f"reads while node 2 rejoined by {transfer}: by node 2, 1, 3: {[served.count(i) for i in range(3)]}")
         assert node2.status().synced
-        assert all(index in (0, 1) for index in served)
-        # Once synced, node 2 serves, and its snapshots are node 1's.
+        assert state_transfer(node2, since) == transfer
+        # Once synced, node 2 serves, and its snapshots are the others'.
         for _ in range(5):
             assert check_read(commit()) == 0
         with (
