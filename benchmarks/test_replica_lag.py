@@ -56,6 +56,9 @@ from windvane import arrays, neostore
 from windvane.ops.mariadb_server import MariaDBServer
 from windvane.ops.replica import make_primary, start_replica, wait_for_primary
 
+# Each round of each kind is a server start, a load of SECONDS and a settle: longer than the suite's timeout.
+pytestmark = pytest.mark.timeout(3600)
+
 SECONDS = float(os.environ.get("WINDVANE_BENCH_SECONDS", "30"))
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 INTERVAL = 0.1
