@@ -159,6 +159,19 @@ class CommitLockTimeout(NeoStoreError, POSException.StorageError):  # type: igno
     """Another writer held the commit lock for longer than the timeout."""
 
 
+class LeaseHeldError(NeoStoreError):
+    """Another process runs a long operation of the store (pack, blob sweep, tier moves) and holds its lease.
+
+    A holder that dies gives the lease up: at once on one server or SQLite,
+    once the lease runs out on a cluster.
+    """
+
+
+class LeaseLostError(NeoStoreError):
+    """A long operation lost its lease (it could not renew it in time, and another process took it over):
+    what it committed stays; run it again to finish."""
+
+
 class BlobStoreError(NeoStoreError):
     """The object store holding a store's big values refused a request (access denied, bad bucket)."""
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .backends.base import Lease
 from .blobs.sweep import SweepStats, sweep
 from .errors import ReadOnlyError
 from .pool import locked_transaction, rollback_quietly
@@ -98,9 +99,9 @@ def pack(
     started = time.monotonic()
     pack_tid = u64(tid)
     stats = PackStats(pack_tid=tid)
-    with store.pool.writer(transaction=False) as conn:
+    with store.maintenance("pack") as lease, store.pool.writer(transaction=False) as conn:
         stats.disk_before = store.backend.disk_size()
-        job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress)
+        job = _Pack(store, conn, pack_tid, stats, batch_seconds, progress, lease)
         job.keep = {u64(oid): u64(after) for oid, after in (keep or {}).items()}
         if references is not None:
             job.collect_garbage(references)
@@ -129,8 +130,10 @@ class _Pack:
         stats: PackStats,
         target: float,
         progress: Callable[[str, int], None] | None,
+        lease: Lease,
     ):
         self.store, self.conn, self.pack_tid, self.stats = store, conn, pack_tid, stats
+        self.lease = lease
         self.backend = store.backend
         self.target = target
         self.progress = progress or (lambda phase, count: None)
@@ -140,7 +143,7 @@ class _Pack:
     @contextmanager
     def batch(self) -> Iterator[Any]:
         """One locked, committed batch."""
-        with locked_transaction(self.backend, self.conn, self.store.commit_lock_timeout) as cur:
+        with locked_transaction(self.backend, self.conn, self.store.commit_lock_timeout, self.lease) as cur:
             yield cur
         self.stats.batches += 1
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from .backends import Backend
+from .backends.base import Lease
 from .errors import NeoStoreError
 
 T = TypeVar("T")
@@ -42,19 +43,23 @@ def write_transaction(backend: Backend, conn: Any) -> Iterator[None]:
 
 
 @contextmanager
-def locked_transaction(backend: Backend, conn: Any, timeout: float) -> Iterator[Any]:
+def locked_transaction(backend: Backend, conn: Any, timeout: float, lease: Lease | None = None) -> Iterator[Any]:
     """A write transaction on ``conn`` under the commit lock (taken within ``timeout`` seconds): its cursor.
 
     The lock is let go once the transaction has committed or rolled back:
     what a batch of pack, the blob sweep or a migration does under it is
     never seen half done. The commit is stamped in the commit order, so that
-    on a cluster it conflicts with any commit made meanwhile on another node.
+    on a cluster it conflicts with any commit made meanwhile on another node;
+    and with the ``lease`` of the long operation it belongs to, so that it
+    never commits once another process took that lease over.
     """
     backend.acquire_commit_lock(conn, timeout)
     try:
         with write_transaction(backend, conn):
             cur = conn.cursor()
             yield cur
+            if lease is not None:
+                lease.fence(cur)
             backend.stamp_commit(cur, None)
     finally:
         backend.release_commit_lock(conn)

@@ -24,14 +24,18 @@ referenced), so a transaction is either entirely there or not at all.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from . import errors, history, stats
 from ._schema import prepare_database
 from .backends import Backend, backend_for
-from .backends.base import NodeState
+from .backends.base import Lease, NodeState
 from .blobs import open_tier
 from .blobs.tier import GRACE_SECONDS
 from .guard import guarded
@@ -79,6 +83,7 @@ class Store:
         in_doubt_timeout: float = 180.0,
         blob_grace: float = GRACE_SECONDS,
         blob_retry_timeout: float | None = None,
+        lease_seconds: float = 30.0,
         backend: Backend | None = None,
         **backend_options: Any,
     ):
@@ -91,6 +96,10 @@ class Store:
         self.flush_bytes = flush_bytes
         # Long enough for a killed server to restart and finish crash recovery.
         self.in_doubt_timeout = in_doubt_timeout
+        #: On a cluster, how long a long operation's lease lasts unless its holder renews it (it does while it
+        #: lives): what a holder that died keeps the next one waiting.
+        self.lease_seconds = lease_seconds
+        self._leases = threading.local()
         self.backend = backend or backend_for(self.url, create=self.create, **backend_options)
         #: Where values of at least ``url.blob_threshold`` bytes go (``?blobs=``), None without a blob tier.
         self.tier = open_tier(self.url, grace=blob_grace, retry=blob_retry_timeout)
@@ -381,6 +390,28 @@ class Store:
         return stats.pack_tid(self.query)
 
     # -- maintenance -------------------------------------------------------------
+
+    @contextmanager
+    def maintenance(self, what: str) -> Iterator[Lease]:
+        """The store's maintenance lease around the block, for ``what`` (pack, blob sweep, moving values): one
+        such operation runs at a time, and a holder that dies gives it up (:meth:`Backend.take_lease`).
+        LeaseHeldError, naming the holder, when another process runs one. Taken once per thread: an
+        operation within another (the sweep of a pack) shares it."""
+        held: Lease | None = getattr(self._leases, "held", None)
+        if held is not None:
+            yield held
+            return
+        lease = self._take_lease(f"{what} by pid {os.getpid()} on {socket.gethostname()}")
+        self._leases.held = lease
+        try:
+            yield lease
+        finally:
+            self._leases.held = None
+            lease.release()
+
+    @guarded
+    def _take_lease(self, holder: str) -> Lease:
+        return self.backend.take_lease("maintenance", holder, self.lease_seconds)
 
     @guarded
     def checkpoint_idle(self) -> bool:

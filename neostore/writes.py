@@ -65,9 +65,11 @@ class Rewind:
     """A transaction's state before its first upload, to run vote again after the database rolled it back.
 
     Only taken while nothing of the transaction is in the database yet (no
-    value uploaded early): then the values are all still in memory and the
-    commit lock, a named lock that a rollback leaves held, keeps what the
-    transaction read current.
+    value uploaded early), and only where the commit lock outlives a
+    rollback (a named lock): then the values are all still in memory and
+    the lock keeps what the transaction read current. A cluster's lock ends
+    with the rollback, which means another node committed: what the
+    transaction read may be stale, so its caller runs it again from the start.
     """
 
     ATTEMPTS = 5
@@ -83,7 +85,8 @@ class Rewind:
     @classmethod
     def taken(cls, txn: Transaction) -> Rewind | None:
         """A rewind point of ``txn`` if nothing of it is in the database yet, else None."""
-        return cls(txn) if txn.uploads.untouched else None
+        keeps_reads = txn.store_.backend.commit_lock_spans_transactions
+        return cls(txn) if txn.uploads.untouched and keeps_reads else None
 
     def after(self, exc: BaseException) -> bool:
         """Put the transaction back as it was if ``exc`` is a rollback worth another attempt; whether it did."""

@@ -46,6 +46,23 @@ class NodeState:
         return self.state == "Synced" and self.component == "Primary"
 
 
+class Lease(ABC):
+    """The claim of one long operation (pack, blob sweep, tier moves) on a store: one holder at a time.
+
+    A holder that dies gives it up: the engine releases it with the holder's
+    connection or file, or, on a cluster, it runs out unless renewed.
+    """
+
+    @abstractmethod
+    def fence(self, cur: Any) -> None:
+        """In the holder's transaction about to commit on ``cur``: LeaseLostError if the lease is not its own
+        any more (then the transaction must not commit)."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the lease up. Harmless after it was lost."""
+
+
 #: Bumped whenever the schema changes; older databases are migrated or refused.
 SCHEMA_VERSION = 2
 
@@ -125,6 +142,11 @@ class Backend(ABC):
         Writers have autocommit off and see the latest committed rows in each
         statement; readers see a consistent state per statement.
         """
+
+    @abstractmethod
+    def take_lease(self, name: str, holder: str, seconds: float) -> Lease:
+        """The lease ``name`` for ``holder`` (who it is, for messages), kept while the holder lives, on a
+        cluster for ``seconds`` at a time; LeaseHeldError, naming the holder, if another has it."""
 
     def node_states(self) -> list[NodeState]:
         """The state of each node of the cluster the store is on, asked now (empty on a single server)."""

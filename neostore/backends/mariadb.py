@@ -12,16 +12,17 @@ from mariadb.constants import ERR, STATUS
 
 from ..errors import DatabaseError, StorageUnavailableError, StoreNotFoundError
 from ..url import Node, StoreURL
-from .base import Backend, NodeState, schema_statements
-from .ordering import ORDER_TABLE, CertifiedCounter, CommitOrder, NamedLock
+from .base import Backend, Lease, NodeState, schema_statements
+from .ordering import ORDER_TABLES, CertifiedCounter, CommitOrder, NamedLock
 
 log = logging.getLogger(__name__)
 
 # Error codes that mean the connection is gone: server has gone away, lost
-# connection during query, can't connect (local or TCP); and a cluster node
-# that left the primary component or is still joining, which refuses every
-# statement (ER_UNKNOWN_COM_ERROR): another node may serve.
-_CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031, ERR.ER_UNKNOWN_COM_ERROR}
+# connection during query, can't connect (local or TCP), the connector's read
+# or write on a dead socket (5013, 5014: prepared statements meet these); and
+# a cluster node that left the primary component or is still joining, which
+# refuses every statement (ER_UNKNOWN_COM_ERROR): another node may serve.
+_CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1927, 4031, 5013, 5014, ERR.ER_UNKNOWN_COM_ERROR}
 # The server has no such variable: it is built without Galera.
 _UNKNOWN_VARIABLE = ERR.ER_UNKNOWN_SYSTEM_VARIABLE
 # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back.
@@ -247,14 +248,15 @@ class MariaDBBackend(Backend):
         database = f"`{self.url.database}`"
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? "
-            "AND TABLE_NAME IN ('config', 'commit_order')",
+            "AND TABLE_NAME IN ('config', 'commit_order', 'lease')",
             (self.url.database,),
         )
         (tables,) = cur.fetchone()
-        if tables == 2 or (tables == 0 and not create):
+        if tables == 3 or (tables == 0 and not create):
             return
         cur.execute(f"USE {database}")
-        cur.execute(ORDER_TABLE)
+        for statement in ORDER_TABLES:
+            cur.execute(statement)
         CertifiedCounter.make_row(cur.connection)
 
     def connect_replica(self, node: Node) -> Any:
@@ -331,6 +333,9 @@ class MariaDBBackend(Backend):
 
     def fence(self, conn: Any, timeout: float) -> None:
         self.order.fence(conn, timeout)
+
+    def take_lease(self, name: str, holder: str, seconds: float) -> Lease:
+        return self.order.lease(name, holder, seconds, lambda: self.connect(for_writing=True))
 
     def commit_confirmed(self, conn: Any, tid: int, *, voted: bool = False) -> bool:
         return self.order.confirmed(conn, tid, voted=voted)

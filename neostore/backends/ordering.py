@@ -11,15 +11,21 @@ lets exactly one of them commit (the other is rolled back, and retried).
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import mariadb
 from mariadb.constants import ERR
 
-from ..errors import CommitLockTimeout
+from ..errors import CommitLockTimeout, LeaseHeldError, LeaseLostError
+from .base import Lease
+
+log = logging.getLogger(__name__)
 
 
 class CommitOrder(ABC):
@@ -50,6 +56,10 @@ class CommitOrder(ABC):
     def confirmed(self, conn: Any, tid: int, *, voted: bool) -> bool:
         """Whether the commit of ``tid`` that ``conn`` just made is there (``voted``: as a vote, in ``ttrans``)."""
         return True  # a server that acknowledged a COMMIT has made it
+
+    @abstractmethod
+    def lease(self, name: str, holder: str, seconds: float, connect: Callable[[], Any]) -> Lease:
+        """The lease ``name`` (see :meth:`Backend.take_lease`), held through connections ``connect`` makes."""
 
 
 class NamedLock(CommitOrder):
@@ -85,12 +95,17 @@ class NamedLock(CommitOrder):
         self.acquire(conn, timeout)
         self.release(conn)
 
+    def lease(self, name: str, holder: str, seconds: float, connect: Callable[[], Any]) -> Lease:
+        return NamedLease(f"windvane.{name}.{self.database}", name, connect())
 
-#: The row of the certified order, created with the store on a cluster.
-ORDER_TABLE = (
+
+#: The tables of the certified order and of leases, created with the store on a cluster.
+ORDER_TABLES = (
     "CREATE TABLE IF NOT EXISTS commit_order (id INTEGER NOT NULL PRIMARY KEY, "
     "tid BIGINT UNSIGNED NOT NULL, changes BIGINT UNSIGNED NOT NULL, "
-    "voted BIGINT UNSIGNED NULL, voted_until DOUBLE NULL) ENGINE=InnoDB"
+    "voted BIGINT UNSIGNED NULL, voted_until DOUBLE NULL) ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS lease (name VARCHAR(64) NOT NULL PRIMARY KEY, "
+    "holder VARCHAR(255) NOT NULL, expires DOUBLE NOT NULL) ENGINE=InnoDB",
 )
 
 
@@ -192,6 +207,9 @@ class CertifiedCounter(CommitOrder):
         _rollback(conn)
         return found
 
+    def lease(self, name: str, holder: str, seconds: float, connect: Callable[[], Any]) -> Lease:
+        return RowLease(name, holder, seconds, connect)
+
     def fence(self, conn: Any, timeout: float) -> None:
         # A commit certified before this one is committed on this node when this one is (a node commits
         # in the cluster's order); one not yet certified conflicts with it on the row and never commits.
@@ -217,3 +235,148 @@ def _rollback(conn: Any) -> None:
         conn.rollback()
     except mariadb.Error:
         pass
+
+
+class NamedLease(Lease):
+    """A lease as a ``GET_LOCK`` on a connection of its own, which the server drops with its holder."""
+
+    def __init__(self, lock: str, name: str, conn: Any):
+        self.conn: Any = conn
+        self.lock = lock
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT GET_LOCK(?, 0), IS_USED_LOCK(?)", (lock, lock))
+            got, owner = cur.fetchone()
+        finally:
+            cur.close()
+        if got != 1:
+            conn.close()
+            self.conn = None
+            raise LeaseHeldError(
+                f"connection {owner} of the server holds the store's {name} lease (SHOW PROCESSLIST names its "
+                "client): one long operation (pack, blob sweep, moving values) runs at a time"
+            )
+
+    def fence(self, cur: Any) -> None:
+        return None  # the lock is held until released or its holder's connection ends: it cannot be taken over
+
+    def release(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            # Released before the connection closes: the server ends a closed session a moment later.
+            cur = conn.cursor()
+            cur.execute("SELECT RELEASE_LOCK(?)", (self.lock,))
+            cur.fetchall()
+            cur.close()
+        except mariadb.Error:
+            pass  # a dead connection held the lock no more
+        _close(conn)
+
+
+class RowLease(Lease):
+    """A lease as a row (holder, expiry) on a cluster, renewed by a thread while its holder lives.
+
+    Taking it over once it ran out, and each renewal, are certified writes of
+    the row: two nodes never both hold it. Each transaction of the holder
+    writes the row too (:meth:`fence`), so one that a holder whose lease ran
+    out would commit conflicts with the takeover instead.
+    """
+
+    def __init__(self, name: str, holder: str, seconds: float, connect: Callable[[], Any]):
+        self.name, self.holder, self.seconds = name, holder, seconds
+        self._connect = connect
+        self._stop = threading.Event()
+        self.lost: str | None = None
+        conn = connect()
+        try:
+            self._claim(conn)
+        finally:
+            _close(conn)
+        self._renewer = threading.Thread(target=self._renew, name=f"lease-{name}", daemon=True)
+        self._renewer.start()
+
+    def _claim(self, conn: Any) -> None:
+        cur = conn.cursor()
+        try:
+            cur.execute(
+                "SELECT holder, expires > UNIX_TIMESTAMP(NOW(6)) FROM lease WHERE name = ? FOR UPDATE", (self.name,)
+            )
+            row = cur.fetchone()
+            if row is not None and row[1] and row[0] != self.holder:
+                raise LeaseHeldError(
+                    f"{row[0]} holds the store's {self.name} lease: one long operation (pack, blob sweep, "
+                    f"moving values) runs at a time; a holder that died gives it up within {self.seconds:g} s"
+                )
+            cur.execute(
+                "INSERT INTO lease (name, holder, expires) VALUES (?, ?, UNIX_TIMESTAMP(NOW(6)) + ?) "
+                "ON DUPLICATE KEY UPDATE holder = VALUES(holder), expires = VALUES(expires)",
+                (self.name, self.holder, self.seconds),
+            )
+            conn.commit()
+        except mariadb.Error as exc:
+            _rollback(conn)
+            if getattr(exc, "errno", None) == ERR.ER_LOCK_DEADLOCK:
+                raise LeaseHeldError(f"a process on another node took the store's {self.name} lease first") from exc
+            raise
+        finally:
+            cur.close()
+
+    def _extend(self, cur: Any) -> bool:
+        cur.execute(
+            "UPDATE lease SET expires = UNIX_TIMESTAMP(NOW(6)) + ? WHERE name = ? AND holder = ?",
+            (self.seconds, self.name, self.holder),
+        )
+        return bool(cur.rowcount == 1)
+
+    def _renew(self) -> None:
+        """Extend the lease every quarter of its length until released; note when that fails past its end."""
+        deadline = time.monotonic() + self.seconds
+        while not self._stop.wait(self.seconds / 4):
+            try:
+                conn = self._connect()
+                try:
+                    cur = conn.cursor()
+                    extended = self._extend(cur)
+                    conn.commit()
+                finally:
+                    _close(conn)
+            except Exception as exc:  # noqa: BLE001  # any failure to renew is retried until the lease runs out
+                if time.monotonic() >= deadline:
+                    self.lost = f"it could not be renewed for {self.seconds:g} s: {exc}"
+                    log.warning("the lease of %s is lost: %s", self.name, self.lost)
+                    return
+                continue
+            if not extended:
+                self.lost = "another process took it over"
+                return
+            deadline = time.monotonic() + self.seconds
+
+    def fence(self, cur: Any) -> None:
+        if self.lost is None and self._extend(cur):
+            return
+        raise LeaseLostError(
+            f"the store's {self.name} lease was lost ({self.lost or 'another process took it over'}); "
+            "what was committed stays: run the operation again"
+        )
+
+    def release(self) -> None:
+        self._stop.set()
+        self._renewer.join()
+        try:
+            conn = self._connect()
+            try:
+                conn.cursor().execute("DELETE FROM lease WHERE name = ? AND holder = ?", (self.name, self.holder))
+                conn.commit()
+            finally:
+                _close(conn)
+        except mariadb.Error as exc:
+            log.warning("the lease of %s runs out on its own: %s", self.name, exc)
+
+
+def _close(conn: Any) -> None:
+    try:
+        conn.close()
+    except mariadb.Error:
+        pass  # already dead: nothing left to close

@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import CommitLockTimeout, DatabaseError, StorageUnavailableError, StoreNotFoundError
+from ..errors import CommitLockTimeout, DatabaseError, LeaseHeldError, StorageUnavailableError, StoreNotFoundError
 from ..url import StoreURL
-from .base import Backend, schema_statements
+from .base import Backend, Lease, schema_statements
 
 # SQLite failing for now: busy or locked by another connection, out of memory, an I/O error, a full disk,
 # a file it cannot open, a lock protocol race. The same statements may succeed later.
@@ -185,6 +185,9 @@ class SQLiteBackend(Backend):
     def release_commit_lock(self, conn: Any) -> None:
         if conn.lock_fd is not None:
             fcntl.flock(conn.lock_fd, fcntl.LOCK_UN)
+
+    def take_lease(self, name: str, holder: str, seconds: float) -> Lease:
+        return FileLease(f"{self.path}.{name}.lease", name, holder)
 
     def is_unavailable(self, exc: BaseException) -> bool:
         # No server to lose: the file, its directory or its lock file vanished or cannot be opened.
@@ -349,3 +352,31 @@ def _temp_directory() -> str:
         if directory and os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
             return directory
     return "."
+
+
+class FileLease(Lease):
+    """A lease as an exclusive lock on a file beside the database, which the kernel drops with its holder."""
+
+    def __init__(self, path: str, name: str, holder: str):
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with os.fdopen(self.fd, "r") as held:
+                other = held.read().strip() or "another process"
+            self.fd = None
+            raise LeaseHeldError(
+                f"{other} holds the store's {name} lease ({path}): one long operation (pack, blob sweep, "
+                "moving values) runs at a time"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, holder.encode(), 0)
+
+    def fence(self, cur: Any) -> None:
+        return None  # the lock is held until released or its holder dies: it cannot be taken over
+
+    def release(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.close(fd)

@@ -75,26 +75,29 @@ def move_out(store: Store, *, batch_bytes: int | None = None, progress: Progress
     if tier is None:
         raise BlobStoreError(f"{store.url.display_name} was opened without ?blobs=: say where the values go")
     stats = MoveStats()
-    for batch in _batches(store, True, batch_bytes or BATCH_BYTES):
-        # A row packed away or moved since the batch was listed has no bytes here: left out.
-        found = [(row, _stored(store, row[0], row[4])) for row in batch]
-        batch = [row for row, stored in found if stored is not None]
-        values = [EncodedValue(bytes(row[1]), row[3], row[2], stored) for row, stored in found if stored is not None]
-        tier.upload(values)
-        with _locked(store) as cur:
-            tier.settle(values)
-            for (data_id, _, _, _, chunks, _), v in zip(batch, values):
-                cur.execute(
-                    f"UPDATE data SET chunks = {TIERED}, value = NULL WHERE id = ? AND chunks = ? AND compression = ?",
-                    (data_id, chunks, v.compression),
-                )
-                if cur.rowcount == 1:
-                    cur.execute("DELETE FROM bigdata WHERE data_id = ?", (data_id,))
-                    stats.values += 1
-                    stats.bytes += len(v.stored)
-        stats.batches += 1
-        if progress is not None:
-            progress(sum(row[3] for row in batch))
+    with store.maintenance("moving values to the blob tier"):
+        for batch in _batches(store, True, batch_bytes or BATCH_BYTES):
+            # A row packed away or moved since the batch was listed has no bytes here: left out.
+            found = [(row, _stored(store, row[0], row[4])) for row in batch]
+            batch = [row for row, stored in found if stored is not None]
+            values = [
+                EncodedValue(bytes(row[1]), row[3], row[2], stored) for row, stored in found if stored is not None
+            ]
+            tier.upload(values)
+            with _locked(store) as cur:
+                tier.settle(values)
+                for (data_id, _, _, _, chunks, _), v in zip(batch, values):
+                    cur.execute(
+                        f"UPDATE data SET chunks = {TIERED}, value = NULL WHERE id = ? AND chunks = ? AND compression = ?",
+                        (data_id, chunks, v.compression),
+                    )
+                    if cur.rowcount == 1:
+                        cur.execute("DELETE FROM bigdata WHERE data_id = ?", (data_id,))
+                        stats.values += 1
+                        stats.bytes += len(v.stored)
+            stats.batches += 1
+            if progress is not None:
+                progress(sum(row[3] for row in batch))
     return stats
 
 
@@ -104,27 +107,30 @@ def move_in(store: Store, *, batch_bytes: int | None = None, progress: Progress 
     if tier is None:
         raise BlobStoreError(f"{store.url.display_name} was opened without ?blobs=: say where the values are")
     stats = MoveStats()
-    split = store.backend.split_size
-    for batch in _batches(store, False, batch_bytes or BATCH_BYTES):
-        stored = list(tier.pool.map(lambda row: _checked(store, row), batch))
+    with store.maintenance("moving values back into the database"):
+        split = store.backend.split_size
+        for batch in _batches(store, False, batch_bytes or BATCH_BYTES):
+            stored = list(tier.pool.map(lambda row: _checked(store, row), batch))
+            with _locked(store) as cur:
+                for (data_id, *_), data in zip(batch, stored):
+                    pieces = [data[i : i + split] for i in range(0, len(data), split)] if len(data) > split else []
+                    cur.execute(
+                        f"UPDATE data SET chunks = ?, value = ? WHERE id = ? AND chunks = {TIERED}",
+                        (len(pieces), None if pieces else data, data_id),
+                    )
+                    if cur.rowcount == 1:
+                        for seq, piece in enumerate(pieces):
+                            cur.execute(
+                                "INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece)
+                            )
+                        stats.values += 1
+                        stats.bytes += len(data)
+            stats.batches += 1
+            if progress is not None:
+                progress(sum(row[3] for row in batch))
         with _locked(store) as cur:
-            for (data_id, *_), data in zip(batch, stored):
-                pieces = [data[i : i + split] for i in range(0, len(data), split)] if len(data) > split else []
-                cur.execute(
-                    f"UPDATE data SET chunks = ?, value = ? WHERE id = ? AND chunks = {TIERED}",
-                    (len(pieces), None if pieces else data, data_id),
-                )
-                if cur.rowcount == 1:
-                    for seq, piece in enumerate(pieces):
-                        cur.execute("INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece))
-                    stats.values += 1
-                    stats.bytes += len(data)
-        stats.batches += 1
-        if progress is not None:
-            progress(sum(row[3] for row in batch))
-    with _locked(store) as cur:
-        # Under the lock: a writer still tiering new values keeps the location recorded.
-        stats.location_forgotten = forget_unused_blob_location(cur)
+            # Under the lock: a writer still tiering new values keeps the location recorded.
+            stats.location_forgotten = forget_unused_blob_location(cur)
     return stats
 
 
@@ -176,7 +182,8 @@ def _checked(store: Store, row: Any) -> bytes:
 
 @contextmanager
 def _locked(store: Store) -> Iterator[Any]:
-    """A short write transaction under the commit lock, on a pooled writer: its cursor."""
-    with store.pool.writer(transaction=False) as conn:
-        with locked_transaction(store.backend, conn, store.commit_lock_timeout) as cur:
+    """A short write transaction under the commit lock and the maintenance lease the move holds, on a pooled
+    writer: its cursor."""
+    with store.maintenance("moving values") as lease, store.pool.writer(transaction=False) as conn:
+        with locked_transaction(store.backend, conn, store.commit_lock_timeout, lease) as cur:
             yield cur

@@ -27,6 +27,7 @@ from .location import parse_key
 from .tier import TIERED
 
 if TYPE_CHECKING:
+    from ..backends.base import Lease
     from ..store import Store
 
 #: Objects judged per batch (one query and one DeleteObjects request under the commit lock).
@@ -68,7 +69,7 @@ def sweep(
     stats = SweepStats()
     cutoff = time.time() - (tier.grace if grace is None else grace)
     pending: list[tuple[ListedBlob, tuple[bytes, int]]] = []
-    with store.pool.writer(transaction=False) as conn:
+    with store.maintenance("blob sweep") as lease, store.pool.writer(transaction=False) as conn:
         for blob in tier.blobs.list():
             stats.listed += 1
             parsed = parse_key(blob.key)
@@ -79,28 +80,30 @@ def sweep(
             else:
                 pending.append((blob, parsed))
             if len(pending) >= batch:
-                _sweep_batch(store, conn, pending, stats)
+                _sweep_batch(store, conn, pending, stats, lease)
                 if progress is not None:
                     progress(len(pending))
                 pending = []
         if pending:
-            _sweep_batch(store, conn, pending, stats)
+            _sweep_batch(store, conn, pending, stats, lease)
             if progress is not None:
                 progress(len(pending))
         if not stats.referenced and not stats.young:
             # Nothing of the store's is left there: it opens without ?blobs= again (a writer tiering records it anew).
-            with locked_transaction(store.backend, conn, store.commit_lock_timeout) as cur:
+            with locked_transaction(store.backend, conn, store.commit_lock_timeout, lease) as cur:
                 stats.location_forgotten = forget_unused_blob_location(cur)
     return stats
 
 
-def _sweep_batch(store: Store, conn: Any, batch: list[tuple[ListedBlob, tuple[bytes, int]]], stats: SweepStats) -> None:
+def _sweep_batch(
+    store: Store, conn: Any, batch: list[tuple[ListedBlob, tuple[bytes, int]]], stats: SweepStats, lease: Lease
+) -> None:
     """Under the commit lock: find which of ``batch`` rows reference, delete the others' objects."""
     backend, tier = store.backend, store.tier
     assert tier is not None
     hashes = sorted({digest for _, (digest, _) in batch})
     referenced: set[tuple[bytes, int]] = set()
-    with locked_transaction(backend, conn, store.commit_lock_timeout) as cur:
+    with locked_transaction(backend, conn, store.commit_lock_timeout, lease) as cur:
         for part in chunked(hashes, backend.max_params):
             cur.execute(
                 f"SELECT hash, compression FROM data WHERE chunks = {TIERED} AND hash IN {backend.in_list(len(part))}",

@@ -91,12 +91,6 @@ def read_stream(url: str, tag: str) -> dict[str, list]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="neostore runs a transaction the cluster rolled back again as it was (writes.Rewind), but arrays' "
-    "writes are unchecked and were computed under a commit order the rollback gave up: they overwrite the "
-    "other node's commit, and its rows are lost",
-)
 def test_two_writers_on_two_nodes_append_every_row_once(galera_cluster, galera_url):
     tags = ["shared", "own1", "own2"]
     with neostore.open(galera_url) as store:

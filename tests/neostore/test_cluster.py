@@ -126,16 +126,7 @@ def state(store: neostore.Store, oids: list[bytes]) -> tuple[list[neostore.Trans
     "locked",
     [
         pytest.param(False, id="checked"),
-        pytest.param(
-            True,
-            id="locked",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a transaction the cluster rolled back is run again as it was (neostore.writes.Rewind): its "
-                "unchecked writes, computed under the commit order the rollback gave up, overwrite the other "
-                "node's commit",
-            ),
-        ),
+        pytest.param(True, id="locked"),
     ],
 )
 def test_two_writers_on_two_nodes_lose_no_update(galera_cluster, galera_url, locked):

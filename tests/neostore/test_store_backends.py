@@ -20,7 +20,7 @@ def test_a_backend_that_leaves_a_capability_out_cannot_be_made():
         kind = "third"
         connect = begin = create_schema = acquire_commit_lock = release_commit_lock = has_table = disk_size = (
             reclaim
-        ) = close_connection = lambda self, *args, **kw: None
+        ) = close_connection = take_lease = lambda self, *args, **kw: None
 
     with pytest.raises(TypeError, match="abstract") as missing:
         Third()
