@@ -60,16 +60,22 @@ class WriteSet:
         """The oids whose expected serial vote checks."""
         return [oid for oid, w in self._writes.items() if w.check]
 
+    def all_checked(self) -> bool:
+        """Whether vote checks the expected serial of every write (none is "the last writer wins")."""
+        return all(w.check for w in self._writes.values())
+
 
 class Rewind:
     """A transaction's state before its first upload, to run vote again after the database rolled it back.
 
     Only taken while nothing of the transaction is in the database yet (no
-    value uploaded early), and only where the commit lock outlives a
-    rollback (a named lock): then the values are all still in memory and
-    the lock keeps what the transaction read current. A cluster's lock ends
-    with the rollback, which means another node committed: what the
-    transaction read may be stale, so its caller runs it again from the start.
+    value uploaded early): then the values are all still in memory. What the
+    transaction read stays current where the commit lock outlives a rollback
+    (a named lock). A cluster's lock ends with the rollback, which means
+    another node committed: a transaction whose every write is checked runs
+    again all the same (vote checks its serials anew, as ZODB's do), one
+    with unchecked writes computed from what it read is left to its caller
+    to run again from the start.
     """
 
     ATTEMPTS = 5
@@ -85,8 +91,8 @@ class Rewind:
     @classmethod
     def taken(cls, txn: Transaction) -> Rewind | None:
         """A rewind point of ``txn`` if nothing of it is in the database yet, else None."""
-        keeps_reads = txn.store_.backend.commit_lock_spans_transactions
-        return cls(txn) if txn.uploads.untouched and keeps_reads else None
+        safe = txn.store_.backend.commit_lock_spans_transactions or txn.writes.all_checked()
+        return cls(txn) if txn.uploads.untouched and safe else None
 
     def after(self, exc: BaseException) -> bool:
         """Put the transaction back as it was if ``exc`` is a rollback worth another attempt; whether it did."""
