@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
 import mariadb
 import pytest
@@ -129,6 +132,35 @@ def settle_mariadb(server: MariaDBServer, timeout: float = 180.0) -> float:
     finally:
         conn.close()
     return time.monotonic() - started
+
+
+class Startable(Protocol):
+    """Servers a benchmark starts before its rounds and stops after them."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Startable)
+
+
+@contextmanager
+def running(servers: S) -> Iterator[S]:
+    """``servers`` started for the block, stopped after it however it ends (a failed start too)."""
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+def settle_servers(servers: Iterable[MariaDBServer]) -> None:
+    """Flush the file system and every one of ``servers``' dirty pages (untimed), so that no round pays
+    for the one before."""
+    os.sync()
+    for server in servers:
+        settle_mariadb(server)
 
 
 class Databases:

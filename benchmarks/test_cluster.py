@@ -52,7 +52,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from conftest import settle_mariadb
+from conftest import running, settle_servers
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, receive
 from s3_bench import s3_server
 
@@ -143,9 +143,7 @@ class Servers:
 
     def settle(self) -> None:
         """Flush every server's dirty pages (untimed), so that no round pays for the one before."""
-        os.sync()
-        for server in [self.single, *(node.server for node in self.cluster.nodes)]:
-            settle_mariadb(server)
+        settle_servers([self.single, *(node.server for node in self.cluster.nodes)])
 
     def serve(self, url: str, name: str, commit_log: Path | None = None) -> Serve:
         """``windvane serve`` on ``url``; with ``commit_log``, each store commit's seconds appended to it."""
@@ -166,13 +164,8 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    with s3_server() as s3:
-        started = Servers(s3)
-        try:
-            started.start()
-            yield started
-        finally:
-            started.stop()
+    with s3_server() as s3, running(Servers(s3)) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

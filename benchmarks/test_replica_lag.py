@@ -46,7 +46,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from conftest import settle_mariadb
+from conftest import running, settle_servers
 from ingest_load import LOG_SCHEMA, forward_chunk, receive
 
 from tests.mariadb import fresh_database, stop_test_server
@@ -127,19 +127,13 @@ class Servers:
 
     def settle(self) -> None:
         """Flush every server's dirty pages (untimed), so that no round pays for the one before."""
-        os.sync()
-        for server in [self.primary, *self.replicas]:
-            settle_mariadb(server)
+        settle_servers([self.primary, *self.replicas])
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    started = Servers()
-    try:
-        started.start()
+    with running(Servers()) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")
