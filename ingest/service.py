@@ -305,7 +305,9 @@ def _cluster_health(store: neostore.Store) -> dict[str, Any]:
     nodes, replicas = store.node_states(), store.replica_states()
     if not nodes and not replicas:
         return {}
-    warnings = [f"node {n.node} does not serve: {n.error or f'{n.state}, {n.component}'}" for n in nodes if not n.serving]
+    warnings = [
+        f"node {n.node} does not serve: {n.error or f'{n.state}, {n.component}'}" for n in nodes if not n.serving
+    ]
     warnings += [f"replica {r.node} is out of reach: {r.error}" for r in replicas if r.error is not None]
     out: dict[str, Any] = {
         "nodes": [dataclasses.asdict(n) for n in nodes],

@@ -255,9 +255,7 @@ def report_lines(info: StoreInfo) -> Iterator[str]:
             )
 
 
-def cluster_lines(
-    nodes: tuple[neostore.NodeState, ...], replicas: tuple[neostore.ReplicaState, ...]
-) -> Iterator[str]:
+def cluster_lines(nodes: tuple[neostore.NodeState, ...], replicas: tuple[neostore.ReplicaState, ...]) -> Iterator[str]:
     """One line per cluster node (which one is written to, its state) and per replica (its lag)."""
     for n in nodes:
         state = n.error if n.error else f"{n.state}, {n.component}, cluster size {n.cluster_size}"
