@@ -1,0 +1,84 @@
+"""`windvane mount`'s file system: a column's raw values as a file at a snapshot, mapped with numpy (real FUSE)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from windvane import arrays, neostore
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
+
+SERVER = """
+import sys
+from windvane import neostore
+from windvane.arrays.mount.server import serve
+from windvane.arrays.mount.tree import Snapshots
+serve(Snapshots(neostore.open(sys.argv[1], read_only=True)), sys.argv[2])
+"""
+
+
+@pytest.fixture
+def mounted(tmp_path, sqlite_url):
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    with neostore.open(sqlite_url) as store:
+        stream = arrays.create_stream(
+            store,
+            "vib",
+            [arrays.Column("x", "float32"), arrays.Column("samples", "int16", inner=(2,))],
+            chunk_rows=1000,
+        )
+        stream.append(rows(0, 5500))
+        stream.close()
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, sqlite_url, str(mountpoint)])
+    deadline = time.monotonic() + 30
+    while not (mountpoint / "head").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the mount did not come up"
+        time.sleep(0.05)
+    yield sqlite_url, mountpoint
+    subprocess.run(["umount", str(mountpoint)], check=False)
+    proc.wait(30)
+
+
+def rows(first: int, count: int) -> dict[str, np.ndarray]:
+    at = np.arange(first, first + count)
+    return {
+        "time": at.astype("int64") * 1000,
+        "x": (at / 3).astype("float32"),
+        "samples": np.stack([at, -at], axis=1).astype("int16"),
+    }
+
+
+def mapped(directory: Path, column: str) -> np.memmap:
+    meta = json.loads((directory / f"{column}.json").read_text())
+    return np.memmap(directory / column, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
+
+
+def test_a_column_file_maps_to_the_columns_values(mounted):
+    url, mountpoint = mounted
+    head = mountpoint / "head" / "vib"
+    with arrays.open_stream(url, "vib") as stream:
+        for column in ("time", "x", "samples"):
+            assert np.array_equal(np.asarray(mapped(head, column)), stream[column][:])
+    assert mapped(head, "samples").shape == (5500, 2)
+
+
+def test_a_snapshot_file_never_changes_and_head_moves(mounted):
+    url, mountpoint = mounted
+    old = neostore.open(url, read_only=True)
+    tid = old.last_transaction()
+    old.close()
+    before = mapped(mountpoint / f"@{tid.hex()}" / "vib", "x")
+    copy = np.array(before)
+    with arrays.open_stream(url, "vib") as stream:
+        stream.append(rows(5500, 700))
+    assert np.array_equal(np.asarray(before), copy)
+    assert mapped(mountpoint / "head" / "vib", "x").shape == (6200,)
