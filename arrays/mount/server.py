@@ -35,7 +35,7 @@ class Node:
     column: Column | None = None
 
 
-class MountFS(pyfuse3.Operations):  # type: ignore[misc]  # pyfuse3 ships no types
+class MountFS(pyfuse3.Operations):
     """Inodes are handed out as paths are looked up and kept for the mount's life."""
 
     enable_writeback_cache = False

@@ -82,3 +82,31 @@ def test_a_snapshot_file_never_changes_and_head_moves(mounted):
         stream.append(rows(5500, 700))
     assert np.array_equal(np.asarray(before), copy)
     assert mapped(mountpoint / "head" / "vib", "x").shape == (6200,)
+
+
+def test_stream_mmap_starts_the_machines_mount_and_refresh_maps_newer_rows(tmp_path, sqlite_url, monkeypatch):
+    monkeypatch.setenv("WINDVANE_MOUNTS", str(tmp_path / "mounts"))
+    with neostore.open(sqlite_url) as store:
+        stream = arrays.create_stream(store, "vib", [arrays.Column("x", "float32")], chunk_rows=1000)
+        stream.append({"time": np.arange(3000, dtype="int64"), "x": np.arange(3000, dtype="float32")})
+        stream.close()
+    env = f"WINDVANE_MOUNTS={tmp_path / 'mounts'}"
+    code = f"""
+import numpy as np
+from windvane import arrays
+from windvane.arrays.mount import client
+with arrays.open_stream({sqlite_url!r}, "vib") as s:
+    m = s.mmap("x")
+    assert m.shape == (3000,) and float(np.add.reduce(m, dtype="float64")) == float(np.arange(3000).sum())
+    s.append({{"time": np.arange(3000, 3500, dtype="int64"), "x": np.ones(500, dtype="float32")}})
+    assert m.shape == (3000,)
+    s.refresh()
+    assert s.mmap("x").shape == (3500,)
+print(client.mountpoint_of({sqlite_url!r}))
+"""
+    result = subprocess.run(
+        ["env", env, sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    mountpoint = result.stdout.strip()
+    subprocess.run(["umount", mountpoint], check=False)

@@ -96,6 +96,7 @@ COMMAND_MODULES = {
     "export": "export",
     "import": "imports",
     "info": "info",
+    "mount": "mount",
     "parsers": "parsers",
     "quarantine": "streams",
     "serve": "serve",

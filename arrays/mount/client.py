@@ -1,0 +1,84 @@
+"""Mapping a column of a stream as a numpy array: joining the machine's mount of the store, or starting it.
+
+One mount serves a store to every process of the machine, so that they share
+the kernel's page cache of each snapshot's files. A mount is found by the
+store's URL under a runtime directory; one that is not there is started
+(``windvane mount``, detached) and waited for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from windvane import neostore
+
+from ..errors import ArrayError
+
+#: Where the machine's mounts live, one directory per store.
+RUNTIME = Path(
+    os.environ.get(
+        "WINDVANE_MOUNTS", "/run/windvane/mounts" if os.geteuid() == 0 else f"/tmp/windvane-{os.geteuid()}/mounts"
+    )
+)
+
+
+class MountError(ArrayError):
+    """A column cannot be mapped: FUSE is missing here, or the mount did not come up (the message says which,
+    and what reads the same data without it: ``BigArray.blocks()`` or dask)."""
+
+
+def mountpoint_of(url: str) -> Path:
+    """The directory the machine's mount of the store at ``url`` serves from."""
+    # The store's name (an absolute path, or servers and database): one mount however the URL is spelt.
+    digest = hashlib.blake2b(neostore.parse_url(url).display_name.encode(), digest_size=8).hexdigest()
+    return RUNTIME / digest
+
+
+def ensure_mount(url: str, timeout: float = 30.0) -> Path:
+    """The mount of ``url``: joined if it runs, started otherwise; MountError if it cannot run here."""
+    mountpoint = mountpoint_of(url)
+    if (mountpoint / "head").exists():
+        return mountpoint
+    if not os.path.exists("/dev/fuse"):
+        raise MountError(
+            "this machine has no /dev/fuse (load the fuse module, or give the container the device): "
+            "read the column with BigArray.blocks() or dask instead"
+        )
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    log = mountpoint.with_suffix(".log")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "windvane", "mount", url, str(mountpoint)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while not (mountpoint / "head").exists():
+        if proc.poll() is not None and not (mountpoint / "head").exists():
+            raise MountError(f"the mount of {neostore.redacted(url)} exited at start; its log: {log}")
+        if time.monotonic() >= deadline:
+            raise MountError(f"the mount of {neostore.redacted(url)} did not come up in {timeout:g} s; its log: {log}")
+        time.sleep(0.05)
+    return mountpoint
+
+
+def map_column(url: str, tid: bytes, tag: str, column: str) -> np.memmap:
+    """Column ``column`` of stream ``tag`` as of ``tid``, as a read-only memory map of the mount's file."""
+    directory = ensure_mount(url) / f"@{tid.hex()}" / tag
+    try:
+        meta = json.loads((directory / f"{column}.json").read_text())
+    except FileNotFoundError:
+        raise MountError(
+            f"stream {tag!r} has no mappable column {column!r} at 0x{tid.hex()} (text and bytes columns have none)"
+        ) from None
+    return np.memmap(directory / column, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
