@@ -8,6 +8,7 @@ store's URL under a runtime directory; one that is not there is started
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -45,7 +46,7 @@ def mountpoint_of(url: str) -> Path:
 def ensure_mount(url: str, timeout: float = 30.0) -> Path:
     """The mount of ``url``: joined if it runs, started otherwise; MountError if it cannot run here."""
     mountpoint = mountpoint_of(url)
-    if (mountpoint / "head").exists():
+    if _alive(mountpoint):
         return mountpoint
     if not os.path.exists("/dev/fuse"):
         raise MountError(
@@ -70,6 +71,22 @@ def ensure_mount(url: str, timeout: float = 30.0) -> Path:
             raise MountError(f"the mount of {neostore.redacted(url)} did not come up in {timeout:g} s; its log: {log}")
         time.sleep(0.05)
     return mountpoint
+
+
+def _alive(mountpoint: Path) -> bool:
+    """Whether a mount serves at ``mountpoint``; one whose server died (the kernel answers ENOTCONN) is
+    unmounted lazily, so that a new server can take the directory."""
+    try:
+        (mountpoint / "head").stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise MountError(f"the mount at {mountpoint} cannot be used ({exc.strerror}): unmount it") from exc
+        # Lazily: processes that still map the dead server's files keep their (failing) mappings.
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
+        return False
+    return True
 
 
 def map_column(url: str, tid: bytes, tag: str, column: str) -> np.memmap:
