@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ import numpy as np
 from windvane import neostore
 
 from ..errors import ArrayError
+from .tree import ARRAYS, SIDECAR
 
 #: Where the machine's mounts live, one directory per store.
 RUNTIME = Path(
@@ -31,9 +33,29 @@ RUNTIME = Path(
 )
 
 
+#: The FUSE device a mount opens (another path only to try what happens where it is missing).
+FUSE_DEVICE = os.environ.get("WINDVANE_FUSE_DEVICE", "/dev/fuse")
+#: What reads the same data where no mount can run.
+FALLBACK = "read the data without a mount, chunk by chunk with BigArray.blocks() or as a dask array (to_dask())"
+
+
 class MountError(ArrayError):
     """A column cannot be mapped: FUSE is missing here, or the mount did not come up (the message says which,
     and what reads the same data without it: ``BigArray.blocks()`` or dask)."""
+
+
+def fuse_missing() -> str | None:
+    """What keeps a mount from running on this machine (the device, the permission to open it, pyfuse3), or
+    None when nothing does."""
+    if not os.path.exists(FUSE_DEVICE):
+        return f"this machine has no {FUSE_DEVICE} (load the fuse module, or give the container the device)"
+    if not os.access(FUSE_DEVICE, os.R_OK | os.W_OK):
+        return f"this user may not open {FUSE_DEVICE} (run as root, or join the group that owns it)"
+    try:
+        importlib.import_module("pyfuse3")
+    except ImportError as exc:
+        return f"pyfuse3 cannot be imported ({exc}): apt-get install fuse3 libfuse3-dev, then pip install 'windvane[mount]'"
+    return None
 
 
 def mountpoint_of(url: str) -> Path:
@@ -48,11 +70,9 @@ def ensure_mount(url: str, timeout: float = 30.0) -> Path:
     mountpoint = mountpoint_of(url)
     if _alive(mountpoint):
         return mountpoint
-    if not os.path.exists("/dev/fuse"):
-        raise MountError(
-            "this machine has no /dev/fuse (load the fuse module, or give the container the device): "
-            "read the column with BigArray.blocks() or dask instead"
-        )
+    missing = fuse_missing()
+    if missing is not None:
+        raise MountError(f"FUSE is missing: {missing}; {FALLBACK}")
     mountpoint.mkdir(parents=True, exist_ok=True)
     log = mountpoint.with_suffix(".log")
     with open(log, "ab") as out:
@@ -91,11 +111,23 @@ def _alive(mountpoint: Path) -> bool:
 
 def map_column(url: str, tid: bytes, tag: str, column: str) -> np.memmap:
     """Column ``column`` of stream ``tag`` as of ``tid``, as a read-only memory map of the mount's file."""
-    directory = ensure_mount(url) / f"@{tid.hex()}" / tag
+    return _mapped(
+        ensure_mount(url) / f"@{tid.hex()}" / tag / column,
+        f"stream {tag!r} has no mappable column {column!r} at 0x{tid.hex()} (text and bytes columns have none)",
+    )
+
+
+def map_array(url: str, tid: bytes, path: str) -> np.memmap:
+    """Plain BigArray ``path`` as of ``tid``, as a read-only memory map of the mount's file."""
+    return _mapped(
+        ensure_mount(url) / f"@{tid.hex()}" / ARRAYS / path,
+        f"array {path!r} has no mapping at 0x{tid.hex()} (text and bytes arrays, and scalars, have none)",
+    )
+
+
+def _mapped(file: Path, missing: str) -> np.memmap:
     try:
-        meta = json.loads((directory / f"{column}.json").read_text())
+        meta = json.loads(file.with_name(file.name + SIDECAR).read_text())
     except FileNotFoundError:
-        raise MountError(
-            f"stream {tag!r} has no mappable column {column!r} at 0x{tid.hex()} (text and bytes columns have none)"
-        ) from None
-    return np.memmap(directory / column, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
+        raise MountError(missing) from None
+    return np.memmap(file, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))

@@ -1,40 +1,64 @@
-"""`windvane mount`: a store's streams as files of raw column values, for numpy.memmap."""
+"""`windvane mount`: a store's streams and arrays as files of raw values, for numpy.memmap."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import click
 
+from windvane.arrays.mount.client import FALLBACK, fuse_missing
+from windvane.arrays.mount.config import MountConfig
 from windvane.cli.root import BadInput, cli, open_store
 
+_DEFAULTS = MountConfig()
 
-@cli.command(short_help="Serve a store's columns as files (FUSE), until unmounted.")
+
+@cli.command(short_help="Serve a store's columns and arrays as files (FUSE), until unmounted.")
 @click.argument("store_url")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
-def mount(store_url: str, directory: str) -> None:
-    """Serve STORE_URL's streams under DIRECTORY, read-only, until it is unmounted (umount DIRECTORY).
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.01),
+    default=_DEFAULTS.poll,
+    show_default=True,
+    help="Seconds between looks at the store's last commit: how far head may lag behind a commit.",
+)
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0),
+    default=_DEFAULTS.idle,
+    show_default=True,
+    help="Seconds after which a @<tid> directory nobody looked at is dropped from the kernel's cache.",
+)
+def mount(store_url: str, directory: str, poll: float, idle: float) -> None:
+    """Serve STORE_URL's streams and arrays under DIRECTORY, read-only, until it is unmounted (umount DIRECTORY).
 
-    DIRECTORY/@<tid>/<stream>/<column> holds the column's values at commit
-    <tid> as a C-ordered little-endian array, <column>.json its dtype and
-    shape; DIRECTORY/head is the newest commit. A @<tid> file never changes:
-    every process that maps it shares one page cache. Exit code 2 if FUSE or
-    pyfuse3 is missing here, or there is no store.
+    \b
+    DIRECTORY/@<tid>/<stream>/<column>     a column's values at commit <tid>
+    DIRECTORY/@<tid>/arrays/<array path>   a plain BigArray's values (found by path, not listed)
+    DIRECTORY/head/...                     the same at the newest commit
+
+    Each file is a C-ordered little-endian array; <file>.json beside it holds
+    its dtype, shape and chunking. A @<tid> file never changes: every process
+    that maps it shares one page cache. Text and bytes columns have no file.
+
+    Exit code 2 if FUSE is missing here (no /dev/fuse, no permission to open
+    it, pyfuse3 not installed): the message names what is missing; read the
+    data with BigArray.blocks() or dask instead. Exit code 2 too if there is
+    no store.
     """
-    if not os.path.exists("/dev/fuse"):
-        raise BadInput("this machine has no /dev/fuse: load the fuse module, or give the container the device")
-    try:
-        from windvane.arrays.mount.server import serve
-    except ImportError as exc:
-        raise BadInput(
-            f"pyfuse3 cannot be imported ({exc}): apt-get install fuse3 libfuse3-dev; pip install pyfuse3"
-        ) from None
+    missing = fuse_missing()
+    if missing is not None:
+        raise BadInput(f"FUSE is missing: {missing}; {FALLBACK}")
+    from windvane.arrays.mount.server import serve
     from windvane.arrays.mount.tree import Snapshots
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.makedirs(directory, exist_ok=True)
     with open_store(store_url, read_only=True) as store:
         snapshots = Snapshots(store)
         try:
-            serve(snapshots, directory)
+            serve(snapshots, directory, MountConfig(poll=poll, idle=idle))
         finally:
             snapshots.close()
