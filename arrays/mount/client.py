@@ -23,7 +23,7 @@ import numpy as np
 from windvane import neostore
 
 from ..errors import ArrayError
-from .tree import ARRAYS, SIDECAR
+from .config import ARRAYS, HEAD, SIDECAR
 
 #: Where the machine's mounts live, one directory per store.
 RUNTIME = Path(
@@ -84,8 +84,8 @@ def ensure_mount(url: str, timeout: float = 30.0) -> Path:
             start_new_session=True,
         )
     deadline = time.monotonic() + timeout
-    while not (mountpoint / "head").exists():
-        if proc.poll() is not None and not (mountpoint / "head").exists():
+    while not (mountpoint / HEAD).exists():
+        if proc.poll() is not None and not (mountpoint / HEAD).exists():
             raise MountError(f"the mount of {neostore.redacted(url)} exited at start; its log: {log}")
         if time.monotonic() >= deadline:
             raise MountError(f"the mount of {neostore.redacted(url)} did not come up in {timeout:g} s; its log: {log}")
@@ -97,7 +97,7 @@ def _alive(mountpoint: Path) -> bool:
     """Whether a mount serves at ``mountpoint``; one whose server died (the kernel answers ENOTCONN) is
     unmounted lazily, so that a new server can take the directory."""
     try:
-        (mountpoint / "head").stat()
+        (mountpoint / HEAD).stat()
     except FileNotFoundError:
         return False
     except OSError as exc:

@@ -1,8 +1,16 @@
-"""The settings of a mount's server, held once: its command's options take their defaults from here."""
+"""The names of a mount's file tree, and the settings of its server, held once: its command's options take
+their defaults from here, and the client finds files by these names without loading the server's side."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: The name of the directory that follows the newest commit.
+HEAD = "head"
+#: What a file's sidecar is called after the file's own name.
+SIDECAR = ".json"
+#: The directory of a snapshot under which plain BigArrays appear by their path.
+ARRAYS = "arrays"
 
 
 @dataclass(frozen=True)
