@@ -102,11 +102,15 @@ def test_notebooks_run_without_errors_and_plot(executed, name):
     assert len(images) >= 3, f"{name} shows {len(images)} plots"
 
 
+def vibration_frames() -> tuple[np.ndarray, int]:
+    """The demo's vibration recording read from its WAV file: frames x channels of int16, and the rate."""
+    with wave.open(str(SAMPLES / demo.VIBRATION_SAMPLE)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, w.getnchannels()), w.getframerate()
+
+
 def test_vibration_finds_the_outer_race_fault_out_of_core(executed, demo_store):
     results = results_of(executed["vibration"])
-    with wave.open(str(SAMPLES / demo.VIBRATION_SAMPLE)) as w:
-        frames = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, w.getnchannels())
-        rate = w.getframerate()
+    frames, rate = vibration_frames()
     with arrays.open_stream(demo_store, demo.VIBRATION_TAG) as stream:
         assert results["rows"] == len(stream) == len(frames)
     assert results["sample_rate"] == rate
@@ -136,9 +140,7 @@ def test_vibration_mmap_runs_scipy_on_the_mapped_column(executed, demo_store):
     # Where the machine has FUSE the column is mapped; elsewhere the notebook says so and reads blocks.
     assert results["mapped"] is os.path.exists("/dev/fuse")
     assert results["same_as_blocks"] is True
-    with wave.open(str(SAMPLES / demo.VIBRATION_SAMPLE)) as w:
-        frames = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, w.getnchannels())
-        rate = w.getframerate()
+    frames, rate = vibration_frames()
     with arrays.open_stream(demo_store, demo.VIBRATION_TAG) as stream:
         assert results["rows"] == len(stream) == len(frames)
     assert results["sample_rate"] == rate
