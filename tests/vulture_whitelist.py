@@ -85,3 +85,12 @@ _.MEMORY_ROWS
 
 # A Protocol's call signature (neostore.sql.Query): what a read path's callers call.
 _.__call__
+
+# pyfuse3's Operations interface and the attributes it reads: libfuse calls these on arrays.mount.server.MountFS.
+_.enable_writeback_cache
+_.lookup
+_.opendir
+_.readdir
+_.attr_timeout
+_.entry_timeout
+_.keep_cache
