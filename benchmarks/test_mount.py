@@ -53,9 +53,12 @@ from zarr.codecs import BloscCodec
 
 from windvane import arrays, neostore
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/dev/fuse") or os.geteuid() != 0, reason="needs /dev/fuse and root (to drop the page cache)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists("/dev/fuse") or os.geteuid() != 0, reason="needs /dev/fuse and root (to drop the page cache)"
+    ),
+    pytest.mark.timeout(3600),  # making 4 GiB twice and reading it a dozen times outlasts the suite's timeout
+]
 
 TOTAL_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_MOUNT_BYTES", "4G"))
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
