@@ -169,6 +169,7 @@ def test_two_processes_mapping_one_snapshot_read_the_store_once_and_see_the_same
 
 def test_a_mapping_at_an_older_tid_never_changes_while_a_writer_commits(tmp_path, sqlite_url, monkeypatch):
     monkeypatch.setenv("WINDVANE_MOUNTS", str(tmp_path / "mounts"))
+    monkeypatch.setattr(client, "RUNTIME", tmp_path / "mounts")
     with neostore.open(sqlite_url) as store:
         stream = arrays.create_stream(store, "vib", [arrays.Column("x", "float64")], chunk_rows=1000)
         stream.append({"time": np.arange(5000, dtype="int64"), "x": np.arange(5000, dtype="float64")})
