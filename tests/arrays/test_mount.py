@@ -44,7 +44,7 @@ def mounted(tmp_path, sqlite_url):
         assert proc.poll() is None and time.monotonic() < deadline, "the mount did not come up"
         time.sleep(0.05)
     yield sqlite_url, mountpoint
-    subprocess.run(["umount", str(mountpoint)], check=False)
+    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
     proc.wait(30)
 
 
@@ -115,4 +115,4 @@ print(client.mountpoint_of({sqlite_url!r}))
     )
     assert result.returncode == 0, result.stderr
     mountpoint = result.stdout.strip()
-    subprocess.run(["umount", mountpoint], check=False)
+    subprocess.run(["umount", "-l", mountpoint], check=False)
