@@ -7,31 +7,29 @@ import os
 
 import click
 
-from windvane.arrays.mount.client import FALLBACK, fuse_missing
-from windvane.arrays.mount.config import MountConfig
-from windvane.cli.root import BadInput, cli, open_store
-
-_DEFAULTS = MountConfig()
+from windvane.cli.root import BadInput, cli, open_store, store_option
 
 
+# The mount's modules load numpy and the store: imported when the command runs, so that `windvane --help`
+# starts without them; the options' defaults are MountConfig's, applied there.
 @cli.command(short_help="Serve a store's columns and arrays as files (FUSE), until unmounted.")
-@click.argument("store_url")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@store_option(alias=True)
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=str))
 @click.option(
     "--poll",
     type=click.FloatRange(min=0.01),
-    default=_DEFAULTS.poll,
-    show_default=True,
-    help="Seconds between looks at the store's last commit: how far head may lag behind a commit.",
+    default=None,
+    help="Seconds between looks at the store's last commit: how far head may lag behind a commit "
+    "(default: the mount config's).",
 )
 @click.option(
     "--idle",
     type=click.FloatRange(min=0),
-    default=_DEFAULTS.idle,
-    show_default=True,
-    help="Seconds after which a @<tid> directory nobody looked at is dropped from the kernel's cache.",
+    default=None,
+    help="Seconds after which a @<tid> directory nobody looked at is dropped from the kernel's cache "
+    "(default: the mount config's).",
 )
-def mount(store_url: str, directory: str, poll: float, idle: float) -> None:
+def mount(store_url: str, directory: str | None, poll: float | None, idle: float | None) -> None:
     """Serve STORE_URL's streams and arrays under DIRECTORY, read-only, until it is unmounted (umount DIRECTORY).
 
     \b
@@ -48,6 +46,11 @@ def mount(store_url: str, directory: str, poll: float, idle: float) -> None:
     data with BigArray.blocks() or dask instead. Exit code 2 too if there is
     no store.
     """
+    from windvane.arrays.mount.client import FALLBACK, fuse_missing
+    from windvane.arrays.mount.config import MountConfig
+
+    if directory is None:
+        raise BadInput("give the directory to serve the store under: windvane mount --store URL DIRECTORY")
     missing = fuse_missing()
     if missing is not None:
         raise BadInput(f"FUSE is missing: {missing}; {FALLBACK}")
@@ -59,6 +62,10 @@ def mount(store_url: str, directory: str, poll: float, idle: float) -> None:
     with open_store(store_url, read_only=True) as store:
         snapshots = Snapshots(store)
         try:
-            serve(snapshots, directory, MountConfig(poll=poll, idle=idle))
+            defaults = MountConfig()
+            config = MountConfig(
+                poll=defaults.poll if poll is None else poll, idle=defaults.idle if idle is None else idle
+            )
+            serve(snapshots, directory, config)
         finally:
             snapshots.close()
