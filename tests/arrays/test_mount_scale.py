@@ -152,6 +152,7 @@ def test_two_processes_mapping_one_snapshot_read_the_store_once_and_see_the_same
         path = str(mountpoint / f"@{tid.hex()}" / "vib" / "x")
         code = MAP + "import hashlib\nprint(hashlib.sha256(np.asarray(mapped(sys.argv[1])).tobytes()).hexdigest())"
         first = reader(code, path)
+        after_first = json.loads((mountpoint / ".stats").read_text())
         second = reader(code, path)
         stats = json.loads((mountpoint / ".stats").read_text())
     finally:
@@ -162,9 +163,13 @@ def test_two_processes_mapping_one_snapshot_read_the_store_once_and_see_the_same
         import hashlib
 
         assert first.stdout.strip() == hashlib.sha256(stream["x"][:].astype("<f4").tobytes()).hexdigest()
-    # Each of the column's 16 chunks came from the store once; the second reader was served by the page cache.
+    # Each of the column's 16 chunks came from the store once; the second reader was served by the page cache,
+    # so the mount served it nothing. The first reader may be served a page twice when the kernel's read-ahead
+    # and the reader's own fault ask for it at once, so its bytes are counted as at least the file's.
     assert stats["chunk_reads"] == 16
-    assert stats["bytes_served"] == (1 << 20) * 4
+    assert after_first["bytes_served"] >= (1 << 20) * 4
+    assert stats["bytes_served"] == after_first["bytes_served"]
+    assert stats["reads"] == after_first["reads"]
 
 
 def test_a_mapping_at_an_older_tid_never_changes_while_a_writer_commits(tmp_path, sqlite_url, monkeypatch):
