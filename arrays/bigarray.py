@@ -34,6 +34,7 @@ from .dask_source import DaskSource, SourceState, portable_url, shared_store
 from .errors import ArrayExistsError, ArrayNotFoundError, ReadOnlyArrayError
 from .keys import Snapshot, encode_key, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta, as_stored, group_document, node_type
+from .mount.config import Access
 from .selection import normalize, result_shape, unorient
 from .target import StoreHandle, Target, previous, resolve
 from .timetravel import At, describe, snapshot_bound
@@ -292,18 +293,19 @@ class BigArray:
             meta=np.empty((0,) * len(view.meta.shape), dtype=view.meta.dtype),
         )
 
-    def mmap(self) -> np.memmap:
+    def mmap(self, access: Access = "sequential") -> np.memmap:
         """This view as a read-only ``numpy.memmap`` of the machine's mount of the store (``windvane mount``,
         joined or started): numpy, scipy and scikit-learn read it as any ndarray, page by page, and every
         process mapping it shares one page cache. It stays at this view's commit; after :meth:`refresh`, map
-        it again for the newer values. MountError where FUSE is missing (read with :meth:`blocks` or
+        it again for the newer values. ``access="random"`` for strided or scattered reads (the kernel reads
+        only the pages touched). MountError where FUSE is missing (read with :meth:`blocks` or
         :meth:`to_dask` there); text and bytes arrays have no mapping."""
         from .mount.client import map_array  # FUSE's client side loads only for a mapping
 
         tid = self.tid
         if tid is None:
             raise ReadOnlyArrayError(f"array {self.name!r} is open in a transaction: map it at a snapshot")
-        return map_array(self.store.url.text, tid, self.name)
+        return map_array(self.store.url.text, tid, self.name, access)
 
     def decode_chunk(self, meta: ArrayMeta, value: bytes | memoryview, key: str) -> np.ndarray:
         """Chunk ``key``'s stored bytes ``value`` decoded; ArrayError naming the chunk if they do not decode."""

@@ -48,6 +48,7 @@ from .cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .errors import ArrayError, ColumnError, ReadOnlyArrayError, StreamError, StreamNotFoundError
 from .keys import Snapshot, encode_key, next_tid_after
 from .metadata import METADATA_KEY, ArrayMeta, dump_json, item_bytes
+from .mount.config import Access
 from .stream_schema import (
     MAX_PART_BYTES,
     MISSING_ATTR,
@@ -294,17 +295,19 @@ class Stream:
             self._load(self._read([self._group_key, *(self._key(n) for n in self._arrays)]))
         return self.tid
 
-    def mmap(self, name: str) -> np.memmap:
+    def mmap(self, name: str, access: Access = "sequential") -> np.memmap:
         """Column ``name`` at this snapshot as a read-only ``numpy.memmap`` of the machine's mount of the store
         (``windvane mount``, joined or started): numpy, scipy and scikit-learn read it as any ndarray, page by
         page, and every process mapping it shares one page cache. After :meth:`refresh`, map it again for
-        the newer rows. MountError where FUSE is missing; text and bytes columns have no mapping."""
+        the newer rows. ``access="random"`` for strided or scattered reads: the kernel then reads only the
+        pages touched instead of far ahead of each. MountError where FUSE is missing; text and bytes columns
+        have no mapping."""
         from .mount.client import map_column  # FUSE's client side loads only for a mapping
 
         if self.tid is None:
             raise ReadOnlyArrayError(f"stream {self.tag!r} is open in a transaction: map it at a snapshot")
         key = name if name in self._arrays else column_key(name)
-        return map_column(self._store.url.text, self.tid, self.tag, key)
+        return map_column(self._store.url.text, self.tid, self.tag, key, access)
 
     # -- writing ---------------------------------------------------------------------
 

@@ -8,10 +8,12 @@ store's URL under a runtime directory; one that is not there is started
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import importlib
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -23,7 +25,7 @@ import numpy as np
 from windvane import neostore
 
 from ..errors import ArrayError
-from .config import ARRAYS, HEAD, SIDECAR
+from .config import ARRAYS, HEAD, SIDECAR, Access
 
 #: Where the machine's mounts live, one directory per store.
 RUNTIME = Path(
@@ -109,25 +111,54 @@ def _alive(mountpoint: Path) -> bool:
     return True
 
 
-def map_column(url: str, tid: bytes, tag: str, column: str) -> np.memmap:
+#: The kernel's advice (madvise) for each way of reading a mapping: its default reads around and ahead of a
+#: fault, which a sequential reader wants.
+ADVICE: dict[str, int] = {"sequential": mmap.MADV_NORMAL, "random": mmap.MADV_RANDOM}
+
+
+def map_column(url: str, tid: bytes, tag: str, column: str, access: Access = "sequential") -> np.memmap:
     """Column ``column`` of stream ``tag`` as of ``tid``, as a read-only memory map of the mount's file."""
     return _mapped(
-        ensure_mount(url) / f"@{tid.hex()}" / tag / column,
+        url,
+        Path(f"@{tid.hex()}", tag, column),
         f"stream {tag!r} has no mappable column {column!r} at 0x{tid.hex()} (text and bytes columns have none)",
+        access,
     )
 
 
-def map_array(url: str, tid: bytes, path: str) -> np.memmap:
+def map_array(url: str, tid: bytes, path: str, access: Access = "sequential") -> np.memmap:
     """Plain BigArray ``path`` as of ``tid``, as a read-only memory map of the mount's file."""
     return _mapped(
-        ensure_mount(url) / f"@{tid.hex()}" / ARRAYS / path,
+        url,
+        Path(f"@{tid.hex()}", ARRAYS, path),
         f"array {path!r} has no mapping at 0x{tid.hex()} (text and bytes arrays, and scalars, have none)",
+        access,
     )
 
 
-def _mapped(file: Path, missing: str) -> np.memmap:
+def _mapped(url: str, relative: Path, missing: str, access: Access) -> np.memmap:
+    if access not in ADVICE:
+        raise ValueError(f"access must be one of {', '.join(map(repr, ADVICE))}, not {access!r}")
+    file = ensure_mount(url) / relative
     try:
         meta = json.loads(file.with_name(file.name + SIDECAR).read_text())
     except FileNotFoundError:
         raise MountError(missing) from None
-    return np.memmap(file, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
+    shape = tuple(meta["shape"])
+    if 0 in shape:
+        # An empty file cannot be mapped; an empty array of the same shape is what a mapping of it would be.
+        return np.empty(shape, dtype=meta["dtype"]).view(np.memmap)
+    mapped = np.memmap(file, dtype=meta["dtype"], mode="r", shape=shape)
+    if ADVICE[access] != mmap.MADV_NORMAL:
+        _advise(mapped, ADVICE[access])
+    return mapped
+
+
+def _advise(mapped: np.memmap, advice: int) -> None:
+    """Tell the kernel how ``mapped`` is read. numpy keeps its ``mmap`` object to itself, so the advice goes to
+    the mapping's address through libc; a mapping at offset 0 starts on a page boundary, as madvise wants."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if libc.madvise(mapped.ctypes.data, mapped.nbytes, advice) != 0:
+        error = ctypes.get_errno()
+        raise MountError(f"the kernel refused the advice for {mapped.filename}: {os.strerror(error)}")

@@ -4,6 +4,7 @@ their defaults from here, and the client finds files by these names without load
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 #: The name of the directory that follows the newest commit.
 HEAD = "head"
@@ -11,6 +12,9 @@ HEAD = "head"
 SIDECAR = ".json"
 #: The directory of a snapshot under which plain BigArrays appear by their path.
 ARRAYS = "arrays"
+#: How a mapping is read, told to the kernel: "sequential" lets it read far ahead of each fault (the mount
+#: widens that read-ahead), "random" reads only the pages touched, for strided and scattered access.
+Access = Literal["sequential", "random"]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from windvane import arrays, neostore
+from windvane.arrays.mount import client
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
 
@@ -116,3 +117,18 @@ print(client.mountpoint_of({sqlite_url!r}))
     assert result.returncode == 0, result.stderr
     mountpoint = result.stdout.strip()
     subprocess.run(["umount", "-l", mountpoint], check=False)
+
+
+def test_an_empty_column_maps_to_an_empty_array_and_an_unknown_access_is_refused(tmp_path, sqlite_url, monkeypatch):
+    monkeypatch.setenv("WINDVANE_MOUNTS", str(tmp_path / "mounts"))
+    monkeypatch.setattr(client, "RUNTIME", tmp_path / "mounts")
+    with neostore.open(sqlite_url) as store:
+        arrays.create_stream(store, "vib", [arrays.Column("samples", "int16", inner=(2,))], chunk_rows=1000).close()
+    try:
+        with arrays.open_stream(sqlite_url, "vib") as stream:
+            empty = stream.mmap("samples", access="random")
+            assert isinstance(empty, np.memmap) and empty.shape == (0, 2) and empty.dtype == np.dtype("<i2")
+            with pytest.raises(ValueError, match="access must be one of 'sequential', 'random', not 'backwards'"):
+                stream.mmap("samples", access="backwards")  # type: ignore[arg-type]
+    finally:
+        subprocess.run(["umount", "-l", str(client.mountpoint_of(sqlite_url))], check=False, capture_output=True)

@@ -64,17 +64,9 @@ def reader(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedP
 
 
 MAP = """
-import mmap
-def mapped(path, random=False):
+def mapped(path):
     meta = json.load(open(path + ".json"))
-    if not random:
-        return np.memmap(path, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
-    with open(path, "rb") as f:
-        pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-    # A strided reader tells the kernel not to read around each fault: the mount's read-ahead window would
-    # otherwise fetch the whole file between strides.
-    pages.madvise(mmap.MADV_RANDOM)
-    return np.frombuffer(pages, dtype=meta["dtype"]).reshape(meta["shape"])
+    return np.memmap(path, dtype=meta["dtype"], mode="r", shape=tuple(meta["shape"]))
 """
 
 
@@ -102,7 +94,9 @@ def build_big(url: str) -> None:
                 tx.set(f"streams/big/{column}/zarr.json", json.dumps(meta).encode(), raw=True)
 
 
-def test_a_64_gib_stream_maps_and_reduces_to_the_values_read_chunk_by_chunk(tmp_path, sqlite_url):
+def test_a_64_gib_stream_maps_and_reduces_to_the_values_read_chunk_by_chunk(tmp_path, sqlite_url, monkeypatch):
+    monkeypatch.setenv("WINDVANE_MOUNTS", str(tmp_path / "mounts"))
+    monkeypatch.setattr(client, "RUNTIME", tmp_path / "mounts")
     build_big(sqlite_url)
     assert Path(sqlite_url.removeprefix("sqlite:///")).stat().st_size < 256 << 20
     with arrays.open_stream(sqlite_url, "big") as stream:
@@ -111,33 +105,33 @@ def test_a_64_gib_stream_maps_and_reduces_to_the_values_read_chunk_by_chunk(tmp_
         # The reference, read through the store without the mount: only the chunks the strides touch.
         every = column[::STRIDE]
         across = column[12345 :: 1 << 20]
-    mountpoint = tmp_path / "mnt"
-    proc = start_server(sqlite_url, mountpoint)
-    try:
-        code = (
-            MAP
-            + """
+    code = """
 import psutil
-m = mapped(sys.argv[1], random=True)
-a = np.asarray(m)
-every = a[::int(sys.argv[2])]
+from windvane import arrays
+with arrays.open_stream(sys.argv[1], "big") as stream:
+    # Strided reads: the kernel reads only the pages touched, not far ahead of each.
+    m = stream.mmap("v", access="random")
+every = np.asarray(m)[::int(sys.argv[2])]
 # A reduction across the whole mapping: one column of it seen as rows of 2**20 values.
-across = np.add.reduce(a.reshape(-1, 1 << 20)[:, 12345])
+across = np.add.reduce(np.asarray(m).reshape(-1, 1 << 20)[:, 12345])
 print(json.dumps({"shape": list(m.shape), "every_sum": float(every.sum()), "every": every[:50].tolist(),
                   "across_sum": float(across), "rss": psutil.Process().memory_info().rss}))
 """
-        )
-        result = reader(code, str(mountpoint / "head" / "big" / "v"), str(STRIDE))
+    mountpoint = client.mountpoint_of(sqlite_url)
+    try:
+        result = reader(code, sqlite_url, str(STRIDE))
         assert result.returncode == 0, result.stderr
         got = json.loads(result.stdout)
+        stats = json.loads((mountpoint / ".stats").read_text())
     finally:
-        stop_server(proc, mountpoint)
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
     assert got["shape"] == [BIG // 8]
     assert got["every_sum"] == float(every.sum())
     assert got["every"] == every[:50].tolist()
     assert got["across_sum"] == float(np.add.reduce(across))
-    # The mapping holds only the pages the strides touched (and what the kernel read around them).
+    # The mapping holds only the pages the strides touched, and the mount served little more than those.
     assert got["rss"] < 2 << 30
+    assert stats["bytes_served"] < 1 << 30
 
 
 def test_two_processes_mapping_one_snapshot_read_the_store_once_and_see_the_same_bytes(tmp_path, sqlite_url):
