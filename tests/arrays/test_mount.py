@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,15 +13,9 @@ import pytest
 from windvane import arrays, neostore
 from windvane.arrays.mount import client
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
+from ..mounts import python, start_server, stop_server, unmount
 
-SERVER = """
-import sys
-from windvane import neostore
-from windvane.arrays.mount.server import serve
-from windvane.arrays.mount.tree import Snapshots
-serve(Snapshots(neostore.open(sys.argv[1], read_only=True)), sys.argv[2])
-"""
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
 
 
 @pytest.fixture
@@ -39,14 +31,9 @@ def mounted(tmp_path, sqlite_url):
         )
         stream.append(rows(0, 5500))
         stream.close()
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, sqlite_url, str(mountpoint)])
-    deadline = time.monotonic() + 30
-    while not (mountpoint / "head").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the mount did not come up"
-        time.sleep(0.05)
+    proc = start_server(sqlite_url, mountpoint)
     yield sqlite_url, mountpoint
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
-    proc.wait(30)
+    stop_server(proc, mountpoint)
 
 
 def rows(first: int, count: int) -> dict[str, np.ndarray]:
@@ -97,7 +84,6 @@ def test_stream_mmap_starts_the_machines_mount_and_refresh_maps_newer_rows(tmp_p
         stream = arrays.create_stream(store, "vib", [arrays.Column("x", "float32")], chunk_rows=1000)
         stream.append({"time": np.arange(3000, dtype="int64"), "x": np.arange(3000, dtype="float32")})
         stream.close()
-    env = f"WINDVANE_MOUNTS={tmp_path / 'mounts'}"
     code = f"""
 import numpy as np
 from windvane import arrays
@@ -111,12 +97,10 @@ with arrays.open_stream({sqlite_url!r}, "vib") as s:
     assert s.mmap("x").shape == (3500,)
 print(client.mountpoint_of({sqlite_url!r}))
 """
-    result = subprocess.run(
-        ["env", env, sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = python(code, timeout=120, WINDVANE_MOUNTS=str(tmp_path / "mounts"))
     assert result.returncode == 0, result.stderr
     mountpoint = result.stdout.strip()
-    subprocess.run(["umount", "-l", mountpoint], check=False)
+    unmount(mountpoint)
 
 
 def test_an_empty_column_maps_to_an_empty_array_and_an_unknown_access_is_refused(tmp_path, sqlite_url, monkeypatch):
@@ -131,4 +115,4 @@ def test_an_empty_column_maps_to_an_empty_array_and_an_unknown_access_is_refused
             with pytest.raises(ValueError, match="access must be one of 'sequential', 'random', not 'backwards'"):
                 stream.mmap("samples", access="backwards")  # type: ignore[arg-type]
     finally:
-        subprocess.run(["umount", "-l", str(client.mountpoint_of(sqlite_url))], check=False, capture_output=True)
+        unmount(client.mountpoint_of(sqlite_url))

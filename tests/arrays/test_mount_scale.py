@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,49 +17,15 @@ import pytest
 from windvane import arrays, neostore
 from windvane.arrays.mount import client
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
+from ..mounts import PRELUDE, python, start_server, stop_server, unmount
 
-SERVER = """
-import sys
-from windvane import neostore
-from windvane.arrays.mount.server import serve
-from windvane.arrays.mount.tree import Snapshots
-serve(Snapshots(neostore.open(sys.argv[1], read_only=True)), sys.argv[2])
-"""
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
 
 #: Rows of one chunk of the big stream's float64 column (1 MiB), and how many distinct chunks it repeats.
 CHUNK = 1 << 17
 DISTINCT = 5
 BIG = 64 << 30
 STRIDE = 1_000_000
-
-
-def start_server(url: str, mountpoint: Path) -> subprocess.Popen[bytes]:
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, url, str(mountpoint)])
-    deadline = time.monotonic() + 30
-    while not (mountpoint / "head").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the mount did not come up"
-        time.sleep(0.05)
-    return proc
-
-
-def stop_server(proc: subprocess.Popen[bytes], mountpoint: Path) -> None:
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
-    if proc.poll() is None:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def reader(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``code`` run in a process of its own with ``args`` as sys.argv[1:]; it prints its results as JSON."""
-    prelude = "import json, os, sys\nimport numpy as np\n"
-    return subprocess.run(
-        [sys.executable, "-c", prelude + code, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 MAP = """
@@ -119,12 +84,12 @@ print(json.dumps({"shape": list(m.shape), "every_sum": float(every.sum()), "ever
 """
     mountpoint = client.mountpoint_of(sqlite_url)
     try:
-        result = reader(code, sqlite_url, str(STRIDE))
+        result = python(code, sqlite_url, str(STRIDE))
         assert result.returncode == 0, result.stderr
         got = json.loads(result.stdout)
         stats = json.loads((mountpoint / ".stats").read_text())
     finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
+        unmount(mountpoint)
     assert got["shape"] == [BIG // 8]
     assert got["every_sum"] == float(every.sum())
     assert got["every"] == every[:50].tolist()
@@ -145,9 +110,9 @@ def test_two_processes_mapping_one_snapshot_read_the_store_once_and_see_the_same
     try:
         path = str(mountpoint / f"@{tid.hex()}" / "vib" / "x")
         code = MAP + "import hashlib\nprint(hashlib.sha256(np.asarray(mapped(sys.argv[1])).tobytes()).hexdigest())"
-        first = reader(code, path)
+        first = python(code, path)
         after_first = json.loads((mountpoint / ".stats").read_text())
-        second = reader(code, path)
+        second = python(code, path)
         stats = json.loads((mountpoint / ".stats").read_text())
     finally:
         stop_server(proc, mountpoint)
@@ -188,7 +153,7 @@ with arrays.open_stream(sys.argv[1], "vib") as s:
 """
     env = {**os.environ, "WINDVANE_MOUNTS": str(tmp_path / "mounts")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import json, sys\nimport numpy as np\n" + code, sqlite_url],
+        [sys.executable, "-c", PRELUDE + code, sqlite_url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -213,7 +178,7 @@ with arrays.open_stream(sys.argv[1], "vib") as s:
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run(["umount", "-l", str(client.mountpoint_of(sqlite_url))], check=False, capture_output=True)
+        unmount(client.mountpoint_of(sqlite_url))
 
 
 def test_a_reader_gets_an_error_when_the_mount_is_killed_and_a_new_mount_serves_again(
@@ -253,7 +218,7 @@ print("read a dead page", flush=True)
 """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import json, os, sys\nimport numpy as np\n" + code, str(mountpoint / "head/vib/x")],
+        [sys.executable, "-c", PRELUDE + code, str(mountpoint / "head/vib/x")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -282,7 +247,7 @@ print("read a dead page", flush=True)
         with arrays.open_stream(sqlite_url, "vib") as stream:
             assert float(stream.mmap("x")[-1]) == float((1 << 23) - 1)
     finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
+        unmount(mountpoint)
 
 
 def test_a_damaged_chunk_reads_as_an_error_not_as_wrong_numbers(tmp_path, sqlite_url):
@@ -322,7 +287,7 @@ mapped(sys.argv[1])[2 << 14]
 print("read the damaged page", flush=True)
 """
         )
-        result = reader(code, file, timeout=120)
+        result = python(code, file, timeout=120)
     finally:
         stop_server(proc, mountpoint)
     import errno

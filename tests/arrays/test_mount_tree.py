@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from windvane import arrays, neostore
+
+from ..mounts import python, start_server, stop_server, unmount
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
 
@@ -26,19 +25,9 @@ def served(tmp_path, sqlite_url):
         with arrays.create(store, "lab/grid", (0, 3), "float64", chunks=(1000, 3)) as grid:
             grid.append(np.arange(2500 * 3, dtype="float64").reshape(2500, 3))
     mountpoint, log = tmp_path / "mnt", tmp_path / "mount.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "windvane", "mount", sqlite_url, str(mountpoint), "--poll", "0.05", "--idle", "0.3"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while not (mountpoint / "head").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+    proc = start_server(sqlite_url, mountpoint, "--poll", "0.05", "--idle", "0.3", log=log)
     yield sqlite_url, mountpoint, log
-    subprocess.run(["umount", str(mountpoint)], check=False)
-    proc.wait(30)
+    stop_server(proc, mountpoint)
 
 
 def last_tid(url: str) -> bytes:
@@ -97,13 +86,6 @@ with arrays.open({sqlite_url!r}, "lab/level") as a:
     assert np.array_equal(a.mmap()[-100:], np.arange(100))
 print(client.mountpoint_of({sqlite_url!r}))
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "WINDVANE_MOUNTS": str(tmp_path / "mounts")},
-    )
+    result = python(code, timeout=120, WINDVANE_MOUNTS=str(tmp_path / "mounts"))
     assert result.returncode == 0, result.stderr
-    subprocess.run(["umount", Path(result.stdout.strip())], check=False)
+    unmount(result.stdout.strip())

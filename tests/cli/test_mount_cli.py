@@ -8,6 +8,8 @@ import sys
 
 from windvane import arrays, neostore
 
+from ..mounts import python
+
 
 def run_mount(url: str, directory: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -56,17 +58,8 @@ with arrays.open({sqlite_url!r}, "lab/grid") as a:
     except MountError as exc:
         print(exc)
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={
-            **os.environ,
-            "WINDVANE_FUSE_DEVICE": str(tmp_path / "none"),
-            "WINDVANE_MOUNTS": str(tmp_path / "mounts"),
-        },
+    result = python(
+        code, timeout=120, WINDVANE_FUSE_DEVICE=str(tmp_path / "none"), WINDVANE_MOUNTS=str(tmp_path / "mounts")
     )
     assert result.returncode == 0, result.stderr
     assert f"FUSE is missing: this machine has no {tmp_path / 'none'}" in result.stdout
