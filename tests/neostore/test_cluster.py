@@ -138,8 +138,19 @@ def test_two_writers_on_two_nodes_lose_no_update(galera_cluster, galera_url, loc
     ]
     try:
 
+        # Each writer waits after its first commit for the other's: a writer that loses certification and
+        # waits to run again could otherwise see the other make all its commits first, and nothing would
+        # interleave.
+        both_began = threading.Barrier(2)
+
         def work(writer: Writer, own: bytes) -> Callable[[], None]:
-            return lambda: [writer.increment(shared if k % 2 else own) for k in range(COMMITS)]
+            def increments() -> None:
+                for k in range(COMMITS):
+                    writer.increment(shared if k % 2 else own)
+                    if k == 0:
+                        both_began.wait(timeout=60)
+
+            return increments
 
         run_together(work(writers[0], own1), work(writers[1], own2))
         # Each went through a node of its own the whole time.
