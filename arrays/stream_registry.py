@@ -21,6 +21,7 @@ from .stream_schema import (
     STREAMS_ROOT,
     TIME,
     Column,
+    chunk_rows_for,
     empty_meta_bytes,
     is_stream,
     stream_path,
@@ -130,7 +131,7 @@ def create_stream(
     columns: Sequence[Column],
     *,
     attrs: Mapping[str, Any] | None = None,
-    chunk_rows: int = 16384,
+    chunk_rows: int | None = None,
     quarantine: bool = False,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> Stream:
@@ -138,21 +139,23 @@ def create_stream(
 
     From a URL or Store the creation commits at once (the stream then
     appends in autocommit mode); in a Transaction it joins it.
-    ``chunk_rows``: rows per chunk of columns that do not say. ``attrs``:
+    ``chunk_rows``: rows per chunk of columns that do not say; by default
+    :func:`chunk_rows_for` the columns (chunks of about
+    :data:`DEFAULT_CHUNK_BYTES` raw bytes). ``attrs``:
     plain JSON data, stored in the group's zarr attributes. StreamExistsError
     if anything is at the stream's path; ColumnError for duplicate columns
     or reserved attribute names.
     """
     path = stream_path(tag, quarantine=quarantine)
-    columns, attrs = _checked_spec(repr(tag), columns, attrs, chunk_rows)
+    columns, attrs, rows = _checked_spec(repr(tag), columns, attrs, chunk_rows)
     store, tx, owns = resolve(target, create=True)
     try:
         if tx is not None:
-            _create_in(tx, [tag], columns, attrs, int(chunk_rows), quarantine=quarantine)
+            _create_in(tx, [tag], columns, attrs, rows, quarantine=quarantine)
             return Stream(store, tag, path, before=None, transaction=tx, cache_bytes=cache_bytes, current=True)
         tx = Transaction(store, message=f"create stream {tag}")
         try:
-            _create_in(tx, [tag], columns, attrs, int(chunk_rows), quarantine=quarantine)
+            _create_in(tx, [tag], columns, attrs, rows, quarantine=quarantine)
             tid = tx.commit()
         except BaseException:
             tx.abort()
@@ -172,7 +175,7 @@ def create_streams(
     columns: Sequence[Column],
     *,
     attrs: Mapping[str, Any] | None = None,
-    chunk_rows: int = 16384,
+    chunk_rows: int | None = None,
     quarantine: bool = False,
     exist_ok: bool = False,
 ) -> None:
@@ -185,14 +188,15 @@ def create_streams(
     else is at a stream's path.
     """
     tags = list(dict.fromkeys(tags))
-    columns, attrs = _checked_spec(", ".join(map(repr, tags[:3])), columns, attrs, chunk_rows)
-    _create_in(tx, tags, columns, attrs, int(chunk_rows), quarantine=quarantine, exist_ok=exist_ok)
+    columns, attrs, rows = _checked_spec(", ".join(map(repr, tags[:3])), columns, attrs, chunk_rows)
+    _create_in(tx, tags, columns, attrs, rows, quarantine=quarantine, exist_ok=exist_ok)
 
 
 def _checked_spec(
-    tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int
-) -> tuple[list[Column], dict[str, Any]]:
-    """``columns`` and ``attrs`` as streams store them; ColumnError for what they cannot take."""
+    tag: str, columns: Sequence[Column], attrs: Mapping[str, Any] | None, chunk_rows: int | None
+) -> tuple[list[Column], dict[str, Any], int]:
+    """``columns``, ``attrs`` and the rows per chunk as streams store them; ColumnError for what they cannot
+    take."""
     columns = list(columns)
     if not all(isinstance(c, Column) for c in columns):
         raise TypeError("creating a stream takes a sequence of arrays.Column")
@@ -204,9 +208,10 @@ def _checked_spec(
     reserved = [k for k in plain if k in RESERVED_ATTRS]
     if reserved:
         raise ColumnError(f"stream attributes {reserved} are reserved by windvane; name them otherwise")
-    if int(chunk_rows) < 1:
+    rows = chunk_rows_for(columns) if chunk_rows is None else int(chunk_rows)
+    if rows < 1:
         raise ColumnError(f"chunk_rows must be >= 1, not {chunk_rows}")
-    return columns, plain
+    return columns, plain, rows
 
 
 def open_stream(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,19 @@ QUARANTINE_ROOT = "quarantine"
 #: The attribute of a root group listing its streams' tags.
 REGISTRY_ATTR = "windvane_streams"
 RESERVED_ATTRS = ("windvane_stream", "columns")
+
+#: Raw bytes of one chunk of a stream's rows, all its columns together, when
+#: its creator names no ``chunk_rows``: object stores serve objects of MiBs
+#: well and tens of KiB poorly, and neostore's default blob threshold
+#: (``neostore.BLOB_THRESHOLD``) is set from this target, so that the chunk of
+#: every column but the smallest of a wide row reaches it and goes to a blob
+#: tier. A partial last chunk costs appends nothing (the row log takes each
+#: commit's rows), so only readers of the partial chunk pay for its size.
+DEFAULT_CHUNK_BYTES = 4 << 20
+#: What one text or bytes value is taken to weigh when sizing a stream's chunks (no value is seen yet).
+TEXT_VALUE_BYTES = 32
+#: Chunk rows derived from bytes are a multiple of this when they can be (tidy boundaries).
+_ROWS_STEP = 1024
 
 #: The longest tag or column name, in UTF-8 bytes (a file name's limit). Two of them and a chunk
 #: key stay well within the store's name limit (neostore's ``MAX_NAME``, 767 bytes).
@@ -140,6 +153,13 @@ class Column:
             object.__setattr__(self, "dims", dims)
 
     @property
+    def row_bytes(self) -> int:
+        """Raw bytes of one row of this column (text and bytes: :data:`TEXT_VALUE_BYTES` a value)."""
+        dtype = storage_dtype(self.dtype)
+        item = TEXT_VALUE_BYTES if dtype.kind in "TOUS" else dtype.itemsize
+        return item * int(np.prod(self.inner, dtype=np.int64))
+
+    @property
     def all_dims(self) -> tuple[str, ...]:
         """The axis names the array gets."""
         if self.dims is not None:
@@ -160,6 +180,14 @@ class Column:
             dims=self.all_dims,
             attributes=self.attrs,
         )
+
+
+def chunk_rows_for(columns: Sequence[Column], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Rows per chunk of a stream of ``time`` and ``columns`` so that a chunk of all of them holds about
+    ``chunk_bytes`` raw bytes (a multiple of 1024 rows unless a row is wider than a 1024th of that)."""
+    width = np.dtype("int64").itemsize + sum(c.row_bytes for c in columns)
+    rows = max(1, chunk_bytes // width)
+    return rows - rows % _ROWS_STEP if rows >= _ROWS_STEP else rows
 
 
 @functools.lru_cache(maxsize=64)

@@ -72,7 +72,6 @@ NUMERIC_DTYPES: tuple[str, ...] = get_args(NumericDtype)
 VIBRATION_DTYPES: tuple[str, ...] = get_args(VibrationDtype)
 #: Column names the stream layout itself uses.
 RESERVED = ("time", "extra")
-DEFAULT_CHUNK_ROWS = 16384
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ class Schema:
     tags: tuple[str, ...]
     fields: tuple[Field, ...] = ()
     extra: str = "keep"
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    chunk_rows: int | None = None  # None: sized by bytes from the columns (arrays.chunk_rows_for)
     codec: str | None = None
     vibration: Vibration | None = None
     description: str = ""
@@ -235,7 +234,7 @@ class SchemaFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ]
     description: str = ""
     extra: ExtraPolicy = "keep"
-    chunk_rows: Annotated[int, msgspec.Meta(ge=1, description="chunk_rows must be at least 1")] = DEFAULT_CHUNK_ROWS
+    chunk_rows: Annotated[int, msgspec.Meta(ge=1, description="chunk_rows must be at least 1")] | None = None
     codec: Codec | None = None
     fields: list[FieldTable] = msgspec.field(default_factory=list)
     vibration: VibrationTable | None = None

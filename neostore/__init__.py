@@ -45,7 +45,7 @@ from .names import NamedRevision
 from .replicas import ReplicaState
 from .store import Record, Revision, Store, Transaction, TransactionInfo
 from .tids import ZERO, Tid, TidError, as_tid, p64, tid_at, u64
-from .url import StoreURL, parse_url, redacted, with_tier
+from .url import BLOB_THRESHOLD, StoreURL, parse_url, redacted, with_tier
 from .values import value_hash
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def ZODBStorage(url: str, **options: Any) -> NeoStorage:  # named as the class i
 
 
 __all__ = [
+    "BLOB_THRESHOLD",
     "ZERO",
     "BlobLocationError",
     "BlobNotFoundError",

@@ -11,8 +11,8 @@
 
 Either may keep its big values in an object store (the blob tier):
 ``?blobs=s3://bucket/prefix`` with ``&endpoint=http://host:port`` for a
-server other than AWS and ``&blob_threshold=262144`` (bytes; values at least
-this large go there). Credentials never go in the URL: they come from the
+server other than AWS and ``&blob_threshold=65536`` (bytes; values at least
+this large go there, :data:`BLOB_THRESHOLD` by default). Credentials never go in the URL: they come from the
 standard AWS variables and files. Any other option is refused.
 """
 
@@ -27,8 +27,11 @@ from .errors import InvalidURLError
 
 MARIADB_ENGINES = {"innodb": "InnoDB", "rocksdb": "ROCKSDB"}
 
-#: Values at least this large go to the blob tier unless ``blob_threshold`` says otherwise.
-BLOB_THRESHOLD = 256 * 1024
+#: Values at least this large go to the blob tier unless ``blob_threshold`` says otherwise. Chosen with
+#: the arrays' chunk size (``arrays.DEFAULT_CHUNK_BYTES``, a sixty-fourth of it): a stream's full chunks
+#: reach it, a narrow column's compressed ones too, while the small values (``zarr.json`` documents, time
+#: records, the row log revision of a slow stream's commit) stay in the database.
+BLOB_THRESHOLD = 64 * 1024
 
 _BLOB_OPTIONS = ("blobs", "endpoint", "blob_threshold")
 #: What a message says to someone who put object store credentials in a URL.

@@ -281,7 +281,7 @@ def _pack_since(keep_days: float | None, before: str | None) -> Callable[[], flo
     "--threshold",
     type=click.IntRange(min=1),
     metavar="BYTES",
-    help="With --to s3://...: move values of at least BYTES (as the URL's &blob_threshold=; default 262144).",
+    help="With --to s3://...: move values of at least BYTES (as the URL's &blob_threshold=; default 65536).",
 )
 def tier(store_url: str, to: str, endpoint: str | None, threshold: int | None) -> None:
     """Move the store's values of at least --threshold bytes into the object store --to names,

@@ -13,7 +13,8 @@ from windvane.neostore.blobs import TIERED
 
 
 def test_big_values_go_to_the_object_store_small_ones_stay(tiered_url, s3_env):
-    sizes = [10, 1000, 256 * 1024 - 1, 256 * 1024, 3 << 20, 17 << 20]
+    threshold = neostore.BLOB_THRESHOLD
+    sizes = [10, 1000, threshold - 1, threshold, 3 << 20, 17 << 20]
     values = [os.urandom(n) for n in sizes] + [b"z" * (1 << 20)]
     with neostore.open(tiered_url) as store:
         oids = commit_new(store, values)
@@ -21,7 +22,7 @@ def test_big_values_go_to_the_object_store_small_ones_stay(tiered_url, s3_env):
         assert [value for value, _ in store.load_many(oids)] == values
         rows = store.query("SELECT size, chunks, value IS NULL FROM data ORDER BY size")
     tiered = sorted(size for size, chunks, _ in rows if chunks == TIERED)
-    assert tiered == sorted([256 * 1024, 3 << 20, 17 << 20, 1 << 20])
+    assert tiered == sorted([threshold, 3 << 20, 17 << 20, 1 << 20])
     assert all(empty for _, chunks, empty in rows if chunks == TIERED)
     assert len(s3_env.objects(bucket_of(tiered_url))) == 4
 
@@ -32,7 +33,7 @@ def test_unknown_url_options_are_refused(sqlite_url):
 
 
 def test_many_values_around_the_threshold(tiered_url):
-    threshold = 256 * 1024
+    threshold = neostore.BLOB_THRESHOLD
     sizes = [threshold + d for d in (-4096, -2, -1, 0, 1, 2, 4096)] * 3
     values = [os.urandom(n) if i % 2 else bytes([i]) * n for i, n in enumerate(sizes)]
     with neostore.open(tiered_url) as store:

@@ -81,7 +81,7 @@ def test_a_good_url_parses_with_its_options():
         f"mariadb://user:{PASSWORD}@h:3306/db?blobs=s3://b/some/prefix&endpoint=http://h:9000&blob_threshold=4096"
     )
     assert (url.blobs, url.endpoint, url.blob_threshold) == ("s3://b/some/prefix", "http://h:9000", 4096)
-    assert neostore.parse_url("sqlite:///x.db?blobs=s3://b").blob_threshold == 256 * 1024
+    assert neostore.parse_url("sqlite:///x.db?blobs=s3://b").blob_threshold == neostore.BLOB_THRESHOLD
 
 
 def test_redacted_hides_only_the_password():
