@@ -137,7 +137,6 @@ def test_two_writers_on_two_nodes_lose_no_update(galera_cluster, galera_url, loc
         Writer(neostore.open(ordered_url(galera_cluster, galera_url, 2, 3, 1)), b"writer 2", locked),
     ]
     try:
-
         # Each writer waits after its first commit for the other's: a writer that loses certification and
         # waits to run again could otherwise see the other make all its commits first, and nothing would
         # interleave.
