@@ -139,13 +139,20 @@ def check_blob_location(store: Store, conn: Any) -> None:
         raise errors.BlobLocationError(_location_refused(store, recorded, rows.get(_ENDPOINT) or endpoint))
     if store.read_only or (recorded is not None and endpoint == rows.get(_ENDPOINT)):
         return
+    # Processes opening a new store together (the workers of one server) may all record it: the first
+    # row stands, and a location recorded meanwhile by another opener is checked like one found before.
+    insert = f"{store.backend.insert_ignore} INTO config (name, value) VALUES"
     with write_transaction(store.backend, conn):
         cur = conn.cursor()
         if recorded is None:
-            cur.execute(f"INSERT INTO config (name, value) VALUES ('{_LOCATION}', ?)", (wanted,))
+            cur.execute(f"{insert} ('{_LOCATION}', ?)", (wanted,))
+            cur.execute(f"SELECT value FROM config WHERE name = '{_LOCATION}'")
+            recorded = cur.fetchone()[0]
+            if recorded != wanted:
+                raise errors.BlobLocationError(_location_refused(store, recorded, endpoint))
         cur.execute(f"DELETE FROM config WHERE name = '{_ENDPOINT}'")
         if endpoint is not None:
-            cur.execute(f"INSERT INTO config (name, value) VALUES ('{_ENDPOINT}', ?)", (endpoint,))
+            cur.execute(f"{insert} ('{_ENDPOINT}', ?)", (endpoint,))
 
 
 def _location_refused(store: Store, recorded: str, endpoint: str | None) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -80,3 +83,18 @@ def test_a_sweep_leaving_nothing_drops_the_location_and_a_writer_tiering_records
         commit(writer, {writer.new_oid(): os.urandom(300_000)})
     with pytest.raises(neostore.BlobLocationError, match="keeps its big values in s3://"):
         neostore.open(without_tier(tiered_url), read_only=True)
+
+
+def test_processes_opening_a_new_store_together_record_its_location_once(tiered_url):
+    """The workers of one server open a new store at once: each open succeeds, one location is recorded."""
+    script = (
+        "import sys, time\n"
+        "from windvane import neostore\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "neostore.open(sys.argv[1]).close()\n"
+    )
+    at = time.time() + 3  # after every interpreter has started
+    openers = [subprocess.Popen([sys.executable, "-c", script, tiered_url, str(at)]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in openers] == [0] * 4
+    with neostore.open(tiered_url) as store:
+        assert store.query("SELECT COUNT(*) FROM config WHERE name = 'blobs'") == [(1,)]
