@@ -59,6 +59,22 @@ class ChunkReader:
             raise ArrayError(f"chunk {key!r} does not decode with codecs {meta.codec.names}: {exc}") from None
         return into
 
+    def stored(self, view: View, first: int, stop: int, transaction: Callable[[], Transaction]) -> list[bytes | None]:
+        """The encoded bytes of row chunks ``[first, stop)`` of the array ``view`` shows (None: never written,
+        the fill value); ``transaction()`` as for :meth:`read`."""
+        meta = view.meta
+        if meta.chunks[1:] != meta.shape[1:]:
+            raise ArrayError(
+                f"array {self._name!r} is chunked along more than its first axis {meta.chunks}: "
+                "its chunks are not whole rows"
+            )
+        inner = (0,) * (len(meta.shape) - 1)
+        keys = [self.key(meta, (i, *inner)) for i in range(first, stop)]
+        reader = transaction() if view.before is None else Snapshot(self._store, view.before)
+        values = reader.get_many(keys)
+        self.count_loaded(len(values))
+        return [values.get(key) for key in keys]
+
     def read(
         self, view: View, selection: tuple[AxisSelection, ...], transaction: Callable[[], Transaction]
     ) -> np.ndarray:

@@ -236,6 +236,13 @@ class BigArray:
         out = self[...]
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    def stored_chunks(self, first: int, stop: int) -> list[bytes | None]:
+        """Row chunks ``[first, stop)`` as stored: their encoded bytes, None for a chunk never written (the fill
+        value). Each is what a zarr store of this array's metadata (:attr:`meta`) holds under the chunk's key,
+        so that a copy with the same data type, chunk shape and codecs takes it as it is, without decoding
+        and encoding again. The array's chunks hold whole rows (its other axes in one chunk)."""
+        return self._chunks.stored(self._view.current, first, stop, self._view.live_transaction)
+
     def blocks(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, block)`` for consecutive blocks of ``rows`` rows along axis 0 (default: a chunk's rows).
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -527,10 +527,13 @@ class Stream:
 
     # -- exporting ---------------------------------------------------------------------
 
-    def to_arrow(self, start: stream_export.Bound = None, stop: stream_export.Bound = None) -> Any:
+    def to_arrow(
+        self, start: stream_export.Bound = None, stop: stream_export.Bound = None, columns: Sequence[str] | None = None
+    ) -> Any:
         """A pyarrow Table of rows ``[start:stop]``, or of the rows whose time is in ``[start, stop)`` when they are
-        times (datetimes, ISO 8601 text): see :func:`arrays.stream_export.to_arrow`."""
-        return stream_export.to_arrow(self, start, stop)
+        times (datetimes, ISO 8601 text); ``time`` and ``columns`` (keys; None: all): see
+        :func:`arrays.stream_export.to_arrow`."""
+        return stream_export.to_arrow(self, start, stop, columns)
 
     def to_pandas(self, start: stream_export.Bound = None, stop: stream_export.Bound = None) -> Any:
         """A pandas DataFrame of rows ``[start:stop]``, or of the rows whose time is in ``[start, stop)`` when they are

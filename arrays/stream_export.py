@@ -12,7 +12,7 @@ no range.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -59,11 +59,14 @@ def _window(start: Bound, stop: Bound) -> tuple[int | None, int | None] | None:
     return (None if start is None else moment_ns(start, "start"), None if stop is None else moment_ns(stop, "stop"))
 
 
-def _columns_data(stream: Exported, start: Bound, stop: Bound) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _columns_data(
+    stream: Exported, start: Bound, stop: Bound, columns: Sequence[str] | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    wanted = stream.columns if columns is None else [name for name in stream.columns if name in columns]
     window = _window(start, stop)
     if window is None:
         time = stream[TIME][start:stop]
-        return time, {name: stream[name][start:stop] for name in stream.columns}
+        return time, {name: stream[name][start:stop] for name in wanted}
     time_array = stream[TIME]
     spans = time_index.overlapping(stream.time_ranges(), time_array.chunks[0], len(time_array), *window)
     picked: list[tuple[int, int, np.ndarray]] = []
@@ -71,14 +74,14 @@ def _columns_data(stream: Exported, start: Bound, stop: Bound) -> tuple[np.ndarr
         keep = time_index.in_window(time_array[first:last], *window)
         if keep.any():
             picked.append((first, last, keep))
-    names = [TIME, *stream.columns]
+    names = [TIME, *wanted]
     data = {name: [stream[name][first:last][keep] for first, last, keep in picked] for name in names}
     out = {name: np.concatenate(parts) if parts else stream[name][0:0] for name, parts in data.items()}
     return out.pop(TIME), out
 
 
-def to_arrow(stream: Exported, start: Bound = None, stop: Bound = None) -> Any:
-    """A pyarrow Table of rows ``[start:stop]``.
+def to_arrow(stream: Exported, start: Bound = None, stop: Bound = None, columns: Sequence[str] | None = None) -> Any:
+    """A pyarrow Table of rows ``[start:stop]`` (``time`` and ``columns``, by key, in stream order; None: all).
 
     ``time`` is ``timestamp[ns, tz=UTC]``; strings ``large_string``,
     bytes ``large_binary``; a column with inner shape ``(a, b)`` is a
@@ -89,10 +92,10 @@ def to_arrow(stream: Exported, start: Bound = None, stop: Bound = None) -> Any:
     """
     import pyarrow as pa
 
-    time, columns = _columns_data(stream, start, stop)
+    time, read = _columns_data(stream, start, stop, columns)
     fields = [pa.field(TIME, pa.timestamp("ns", tz="UTC"))]
     values = [pa.array(time, type=pa.timestamp("ns", tz="UTC"))]
-    for name, data in columns.items():
+    for name, data in read.items():
         attrs = stream[name].attrs
         flat = data.reshape(-1)
         if data.dtype.kind == "T":
