@@ -5,7 +5,11 @@ need to create their files); :func:`read_blocks` yields the rows of a row
 range as :class:`Block` objects of whole stream chunks (about
 :data:`BLOCK_BYTES` each), the next block read in a thread while the
 caller writes the current one. Memory stays at about three blocks
-whatever the stream's size. Tables are :meth:`arrays.Stream.to_arrow`'s:
+whatever the stream's size. A writer that takes stored chunks as they are
+(zarr, where its arrays' chunk format is the stream's) gets them in the
+block (:attr:`Block.chunks`), and the table then holds ``time``, the
+columns it writes from values and the text it counts, never decoding the
+rest. Tables are :meth:`arrays.Stream.to_arrow`'s:
 ``time`` is ``timestamp[ns, tz=UTC]``, strings ``large_string``, bytes
 ``large_binary``, a column with an inner shape a ``fixed_size_list``.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +28,7 @@ import pyarrow.compute as pc
 
 from windvane import arrays
 from windvane.arrays import time_index
-from windvane.arrays.metadata import item_bytes
+from windvane.arrays.metadata import ArrayMeta, item_bytes
 from windvane.arrays.stream import QUARANTINE_ROOT
 from windvane.arrays.time_index import Range
 from windvane.arrays.workers import io_pool
@@ -71,6 +75,8 @@ class Layout:
     columns: tuple[ColumnLayout, ...]
     schema: pa.Schema = field(repr=False)
     time_codecs: tuple[dict[str, Any], ...] = ()
+    #: The stream arrays' metadata as stored, by key (``time`` and the columns' keys): the format of their chunks.
+    stored: dict[str, ArrayMeta] = field(default_factory=dict, repr=False)
 
     @property
     def row_bytes(self) -> int:
@@ -100,17 +106,20 @@ def layout_of(stream: arrays.Stream) -> Layout:
         columns,
         stream.to_arrow(0, 0).schema,
         tuple(stream[TIME].codec),
+        {key: stream[key].meta for key in (TIME, *stream.columns)},
     )
 
 
 @dataclass(frozen=True)
 class Block:
-    """The selected rows of stream rows ``[start, stop)``: ``table`` (maybe empty) and their raw bytes."""
+    """The selected rows of stream rows ``[start, stop)``: ``table`` (maybe empty) and their raw bytes; ``chunks``:
+    the stored chunks of the block's rows of the arrays asked for as stored, by key."""
 
     start: int
     stop: int
     table: pa.Table
     nbytes: int
+    chunks: dict[str, list[bytes | None]] = field(default_factory=dict)
 
 
 def block_rows(layout: Layout, block_bytes: int = BLOCK_BYTES) -> int:
@@ -123,17 +132,37 @@ def raw_bytes(layout: Layout, table: pa.Table) -> int:
     """The raw bytes of ``table``'s values: number columns' itemsize, text and bytes their length (as info does)."""
     total: int = 8 * table.num_rows
     for column in layout.columns:
-        values = table.column(column.name)
-        if column.kind == "number":
+        if column.kind == "number":  # counted from the rows: the table need not hold the column
             total += table.num_rows * math.prod(column.inner) * column.dtype.itemsize
         elif table.num_rows:
+            values = table.column(column.name)
             for _ in column.inner:  # text and bytes with an inner shape: the lengths of the leaves
                 values = pc.list_flatten(values)
             total += pc.sum(pc.binary_length(values)).as_py() or 0
     return total
 
 
-def _read(stream: arrays.Stream, layout: Layout, start: int, stop: int, times: TimeRange, ranges: list[Range]) -> Block:
+def _read_stored(stream: arrays.Stream, layout: Layout, start: int, stop: int, stored: Collection[str]) -> Block:
+    """Rows ``[start, stop)`` (whole chunks but the stream's last) with the stored chunks of ``stored``; the table
+    leaves out the number columns among them, whose values are neither written nor needed to count bytes."""
+    decoded = [c.key for c in layout.columns if c.key not in stored or c.kind != "number"]
+    table = stream.to_arrow(start, stop, columns=decoded)
+    first, last = start // layout.chunk_rows, -(-stop // layout.chunk_rows)
+    chunks = {key: stream[key].stored_chunks(first, last) for key in stored}
+    return Block(start, stop, table, raw_bytes(layout, table), chunks)
+
+
+def _read(
+    stream: arrays.Stream,
+    layout: Layout,
+    start: int,
+    stop: int,
+    times: TimeRange,
+    ranges: list[Range],
+    stored: Collection[str] = (),
+) -> Block:
+    if stored:
+        return _read_stored(stream, layout, start, stop, stored)
     if ranges:
         # The chunks' time ranges (kept beside them) say whether any row can be in the range: if none can,
         # nothing is read. A chunk whose rows have no time is read (--stop alone keeps such rows).
@@ -159,6 +188,7 @@ def read_blocks(
     stop: int,
     times: TimeRange | None = None,
     rows: int | None = None,
+    stored: Collection[str] = (),
 ) -> Iterator[Block]:
     """The blocks of rows ``[start, stop)`` of ``stream`` (a snapshot), ``rows`` stream rows each, in order.
 
@@ -166,10 +196,14 @@ def read_blocks(
     Only rows whose time is in ``times`` are kept; a block whose chunks'
     time ranges (:meth:`arrays.Stream.time_ranges`) miss ``times`` is not
     read, one none of whose rows is kept reads its ``time`` column only.
-    No ``times``: every row.
+    No ``times``: every row. ``stored``: keys of arrays whose stored chunks
+    each block carries (:attr:`Block.chunks`; every row, whole chunks:
+    ``start`` at a chunk's start, no ``times``).
     """
     times = times if times is not None else TimeRange()
     rows = rows or block_rows(layout)
+    if stored and (times.bounded or start % layout.chunk_rows or rows % layout.chunk_rows):
+        raise ValueError("stored chunks are read for every row in whole chunks")
     ranges = stream.time_ranges() if times.bounded else []
     bounds = []
     at = start
@@ -180,12 +214,18 @@ def read_blocks(
     if not bounds:
         return
     pool = io_pool()
-    ahead: concurrent.futures.Future[Block] | None = pool.submit(_read, stream, layout, *bounds[0], times, ranges)
+    ahead: concurrent.futures.Future[Block] | None = pool.submit(
+        _read, stream, layout, *bounds[0], times, ranges, stored
+    )
     try:
         for i in range(len(bounds)):
             assert ahead is not None, "the block of each bound is read ahead"
             block = ahead.result()
-            ahead = pool.submit(_read, stream, layout, *bounds[i + 1], times, ranges) if i + 1 < len(bounds) else None
+            ahead = (
+                pool.submit(_read, stream, layout, *bounds[i + 1], times, ranges, stored)
+                if i + 1 < len(bounds)
+                else None
+            )
             yield block
     finally:
         if ahead is not None:

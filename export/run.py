@@ -23,7 +23,7 @@ from windvane.ingest import checkpoints
 from . import files, jobs
 from .blocks import BLOCK_BYTES, Layout, block_rows, layout_of, read_blocks
 from .errors import BadSnapshot, StoreUnavailable, StreamShrank, TargetUnwritable, UnknownStream
-from .formats import Format, Writer, format_named
+from .formats import Format, StoredChunkWriter, Writer, format_named
 from .times import Snapshot, TimeRange, snapshot_at, time_range
 
 #: A stream's chunk cache while exporting: every chunk is read once, so caching would only hold memory.
@@ -198,8 +198,12 @@ class _PartWriter:
             try:
                 writer = self.fmt.open(str(temp), self.layout, stop - start)
                 try:
-                    for block in read_blocks(self.stream, self.layout, start, stop, self.times, self.rows):
+                    stored = self._stored(writer, start, stop)
+                    for block in read_blocks(self.stream, self.layout, start, stop, self.times, self.rows, stored):
                         writer.write(block.table)
+                        if block.chunks:
+                            assert isinstance(writer, StoredChunkWriter), "only such a writer asks for chunks"
+                            writer.write_stored((block.start - start) // self.layout.chunk_rows, block.chunks)
                         rows += block.table.num_rows
                         nbytes += block.nbytes
                         self.result.scanned += block.stop - block.start
@@ -224,6 +228,15 @@ class _PartWriter:
         self.result.file_bytes += _size(final)
         self.result.files.append(str(final))
         return rows
+
+    def _stored(self, writer: Writer, start: int, stop: int) -> frozenset[str]:
+        """The arrays whose stored chunks ``writer`` copies for rows ``[start, stop)``: when those are every row of
+        whole chunks (the stream's last chunk may be partial: its stored bytes past the end are its own)."""
+        chunk = self.layout.chunk_rows
+        whole = not start % chunk and (not stop % chunk or stop == len(self.stream))
+        if not isinstance(writer, StoredChunkWriter) or self.times.bounded or not whole:
+            return frozenset()
+        return writer.take_stored()
 
 
 def _close_quietly(writer: Writer) -> None:

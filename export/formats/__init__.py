@@ -6,15 +6,18 @@ will be written, which array formats size their arrays by), takes the stream's r
 tables with :meth:`Writer.write`, in order, and finishes the file with
 :meth:`Writer.close`. It writes ``path`` only (a file, or a directory for
 zarr); making that file appear atomically is the caller's job
-(:mod:`export.files`). Writer modules are imported on first use, so
+(:mod:`export.files`). A writer that can take the stream's stored chunks
+as they are (:class:`StoredChunkWriter`: zarr, whose arrays keep the
+stream's chunks and codecs) is given them when the rows are whole chunks. Writer modules are imported on first use, so
 that exporting Parquet never imports zarr or h5py.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -30,6 +33,20 @@ class Writer(Protocol):
 
     def close(self) -> None:
         """Finish the file (footers, metadata); nothing is written after."""
+
+
+@runtime_checkable
+class StoredChunkWriter(Writer, Protocol):
+    """A writer that can copy stream chunks as stored instead of encoding their values again."""
+
+    def take_stored(self) -> frozenset[str]:
+        """The stream arrays (keys: ``time``, the columns') whose stored chunks it takes from now on, through
+        :meth:`write_stored`: those whose chunks are valid chunks of its own arrays as they are. The tables
+        :meth:`write` takes then hold them, if at all, for counting only. Asked before the first write."""
+
+    def write_stored(self, first: int, chunks: Mapping[str, Sequence[bytes | None]]) -> None:
+        """Store ``chunks`` (key: the stream's stored chunks, in order; None: never written) as the output's
+        chunks from chunk ``first`` on."""
 
 
 @dataclass(frozen=True)

@@ -13,23 +13,48 @@ metadata is consolidated on close.
 
 Arrays are created as long as the most rows the export can write and cut
 to the rows written on close: no metadata rewrite per block. The columns
-of a block are encoded and written concurrently.
+of a block are encoded and written concurrently. An array whose chunks are
+the stream's (same data type, chunk shape, key encoding and codecs: the
+stream column's codecs are kept, so every column but one whose codecs zarr
+cannot take as given) gets the stream's stored chunks as they are, copied
+without decoding (:meth:`Writer.take_stored`), when the export is of whole
+chunks (every row from a chunk's start, no time range).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import zarr
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.dtype import VariableLengthBytes
 from zarr.core.sync import sync
 from zarr.errors import UnstableSpecificationWarning, ZarrUserWarning
 from zarr.storage import LocalStore
 
-from ..blocks import Layout
+from windvane.arrays.metadata import ArrayMeta
+
+from ..blocks import TIME, Layout
 from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, fill_value, time_values
+
+#: What makes a chunk of one zarr v3 array a valid chunk of another, byte for byte.
+_CHUNK_FORMAT = ("data_type", "chunk_grid", "chunk_key_encoding", "codecs")
+
+
+def _chunk_format(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a zarr.json document that define its chunks' bytes, as JSON values (lists, not tuples)."""
+    normalized: dict[str, Any] = json.loads(json.dumps({k: doc.get(k) for k in _CHUNK_FORMAT}))
+    return normalized
+
+
+def same_chunks(array: zarr.Array[Any], stored: ArrayMeta) -> bool:
+    """Whether a chunk of the stream array of metadata ``stored`` is, as stored, a chunk of ``array``."""
+    return _chunk_format(array.metadata.to_dict()) == _chunk_format(stored.doc)
 
 
 class Writer(ChunkWriter):
@@ -39,6 +64,7 @@ class Writer(ChunkWriter):
     def __init__(self, path: str, layout: Layout, rows: int):
         super().__init__(layout.chunk_rows)
         self._layout = layout
+        self._copied: frozenset[str] = frozenset()  # arrays whose stored chunks are copied, not written here
         self._store = LocalStore(path)
         chunk = layout.chunk_rows
         attrs = {k: attribute(v) for k, v in {**layout.attrs, "stream": layout.tag}.items()}
@@ -75,9 +101,43 @@ class Writer(ChunkWriter):
                     attributes=attributes,
                 )
 
+    def take_stored(self) -> frozenset[str]:
+        """The arrays whose chunks are the stream's (:func:`same_chunks`): copied from now on (see
+        :class:`export.formats.StoredChunkWriter`)."""
+        stored = self._layout.stored
+        self._copied = frozenset(k for k, a in self._arrays.items() if k in stored and same_chunks(a, stored[k]))
+        return self._copied
+
+    def write_stored(self, first: int, chunks: Mapping[str, Sequence[bytes | None]]) -> None:
+        buffer = default_buffer_prototype().buffer
+        writes = []
+        for key, values in chunks.items():
+            array = self._arrays[key]
+            inner = (0,) * (array.ndim - 1)
+            for i, value in enumerate(values):
+                if value is None:
+                    self._fill_chunk(key, first + i)
+                else:
+                    chunk_key = f"{key}/{array.metadata.encode_chunk_key((first + i, *inner))}"
+                    writes.append(self._store.set(chunk_key, buffer.from_bytes(value)))
+
+        async def write_all() -> None:
+            await asyncio.gather(*writes)
+
+        sync(write_all())
+
+    def _fill_chunk(self, key: str, index: int) -> None:
+        """Chunk ``index`` of ``key`` that the stream never wrote: rows of the stream's fill value, which its
+        reader sees there; stored only where this array's own fill value differs."""
+        array, stored = self._arrays[key], self._layout.stored[key]
+        if json.dumps(array.metadata.to_dict()["fill_value"]) == json.dumps(stored.doc.get("fill_value")):
+            return
+        rows = self._chunk_rows
+        array[index * rows : min((index + 1) * rows, array.shape[0])] = stored.fill_value
+
     def _append(self, table: pa.Table, start: int, stop: int) -> None:
-        values = {"time": time_values(table)}
-        values.update((c.key, column_values(table, c)) for c in self._layout.columns)
+        values = {} if TIME in self._copied else {TIME: time_values(table)}
+        values.update((c.key, column_values(table, c)) for c in self._layout.columns if c.key not in self._copied)
 
         async def write_all() -> None:
             await asyncio.gather(

@@ -25,9 +25,10 @@ import pyarrow.parquet as pq
 import pytest
 import xarray as xr
 import zarr
+from numcodecs import Blosc
 
 from tests.serve_process import REPO
-from windvane import arrays
+from windvane import arrays, neostore
 from windvane import export as exporting
 from windvane.export import export
 from windvane.export.formats.csv_text import bytes_from_text
@@ -557,6 +558,50 @@ def test_missing_integers_are_missing_in_xarray(sqlite_url, tmp_path, fmt):
         group = zarr.open_group(tmp_path / "counts.zarr", mode="r")
         assert group["count"].fill_value == least and group["count"][:].tolist() == [10, least, 20]
     data.close()
+
+
+def test_zarr_copies_the_stored_chunks_of_arrays_whose_chunk_format_it_keeps(sqlite_url, tmp_path):
+    # "coarse" is chunked twice as long as the stream: its chunks are not the export's, so they are encoded again.
+    columns = [
+        arrays.Column("speed", "float64"),
+        arrays.Column("msg", "str"),
+        arrays.Column("coarse", "int32", chunk_rows=2 * CHUNK_ROWS, codec="gzip"),
+    ]
+    rows = mixed_rows(0, ROWS)
+    with arrays.create_stream(sqlite_url, "copied", columns, chunk_rows=CHUNK_ROWS) as stream:
+        for at in (0, 100, 250):  # the last chunk partly filled, as appends leave it
+            part = {name: rows[name][at : at + 150 if at < 250 else ROWS] for name in ("time", "speed", "msg")}
+            stream.append({**part, "coarse": np.arange(at, at + len(part["time"]), dtype=np.int32)})
+    # Chunk 1 of "speed" stored as blosc at another level than the codec's: the same values in other bytes,
+    # which only a copy keeps (encoding the values again gives the codec's own bytes).
+    with neostore.open(sqlite_url) as store:
+        tx = arrays.Transaction(store, message="chunk 1 at blosc level 9")
+        values = rows["speed"][CHUNK_ROWS : 2 * CHUNK_ROWS].astype("<f8").tobytes()
+        tx.set(f"{arrays.stream_path('copied')}/speed/c/1", Blosc("zstd", 9, Blosc.SHUFFLE).encode(values))
+        tx.commit()
+    path = tmp_path / "copied.zarr"
+    export(sqlite_url, "copied", path, "zarr", block_bytes=1)
+    expected = stored(sqlite_url, "copied")
+    group = zarr.open_group(path, mode="r")
+    for name, values in expected.items():
+        np.testing.assert_array_equal(group[name][:], values, err_msg=name)  # NaN where NaN
+    chunks = -(-ROWS // CHUNK_ROWS)
+    with arrays.open_stream(sqlite_url, "copied") as stream:
+        for name in ("time", "speed", "msg"):  # the stream's stored bytes, file for file
+            for i, value in enumerate(stream[name].stored_chunks(0, chunks)):
+                assert value is not None and (path / name / "c" / str(i)).read_bytes() == value, (name, i)
+        level_9 = stream["speed"].stored_chunks(1, 2)[0]
+        coarse = stream["coarse"].stored_chunks(0, 2)
+    assert group["coarse"].chunks == (CHUNK_ROWS,)
+    assert all(value is not None and (path / "coarse" / "c" / "0").read_bytes() != value for value in coarse)
+    # Rows from a time: no chunk is copied (rows are selected), every value the same.
+    later = tmp_path / "later.zarr"
+    export(sqlite_url, "copied", later, "zarr", start=int(T0 + 50 * 10**9) / 1e9, block_bytes=1)
+    keep = expected["time"] >= T0 + 50 * 10**9
+    np.testing.assert_array_equal(zarr.open_group(later, mode="r")["speed"][:], expected["speed"][keep])
+    ranged = tmp_path / "ranged.zarr"
+    export(sqlite_url, "copied", ranged, "zarr", start=int(T0 - 2 * 10**9) / 1e9, block_bytes=1)
+    assert (ranged / "speed" / "c" / "1").read_bytes() != level_9 == (path / "speed" / "c" / "1").read_bytes()
 
 
 def test_a_time_range_reads_only_the_chunks_whose_times_meet_it(sqlite_url):
