@@ -291,8 +291,10 @@ class CsvReader:
                 use_threads=threads,
                 block_size=1 << 20 if threads else max(len(block) + 1, 1 << 20),
             ),
+            # Without a quote no value holds a newline: pyarrow then cuts its parallel blocks at any newline
+            # instead of lexing the whole block for quotes first.
             parse_options=pacsv.ParseOptions(
-                delimiter=self.delimiter, newlines_in_values=True, invalid_row_handler=invalid
+                delimiter=self.delimiter, newlines_in_values=b'"' in block, invalid_row_handler=invalid
             ),
             convert_options=pacsv.ConvertOptions(
                 column_types=types, strings_can_be_null=text, null_values=self._null_values
