@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from obstore.store import S3Store
 from sensor_data import VALUE_BYTES, parse_size
 
 from tests.s3 import S3Server
@@ -45,6 +46,17 @@ def s3_server() -> Iterator[S3Server]:
                 os.environ[name] = value
         server.remove()
         shutil.rmtree(server.root.parent, ignore_errors=True)  # its log beside the data
+
+
+def raw_store(server: S3Server, bucket: str, prefix: str | None = None) -> S3Store:
+    """A plain obstore client of ``bucket`` on ``server``: the baseline the tier's requests are measured against."""
+    return S3Store(
+        bucket,
+        prefix=prefix,
+        endpoint=server.endpoint,
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+    )
 
 
 def random_values(total: int | str) -> list[bytes]:

@@ -46,7 +46,18 @@ import numpy as np
 import obstore
 import pytest
 from obstore.store import S3Store
-from s3_bench import CONCURRENCY, ROUNDS, alternate, mbps, per_round, random_values, run_all, s3_server, total_of
+from s3_bench import (
+    CONCURRENCY,
+    ROUNDS,
+    alternate,
+    mbps,
+    per_round,
+    random_values,
+    raw_store,
+    run_all,
+    s3_server,
+    total_of,
+)
 from sensor_data import TOTAL_BYTES, VALUE_BYTES
 from test_log_parsing import publish
 
@@ -73,16 +84,6 @@ def neostore_commit(store: neostore.Store, values: list[bytes]) -> None:
             txn.write(oids[i], None, values[i])
         txn.vote()
         txn.finish()
-
-
-def raw_store(server, bucket: str, prefix: str | None = None) -> S3Store:
-    return S3Store(
-        bucket,
-        prefix=prefix,
-        endpoint=server.endpoint,
-        virtual_hosted_style_request=False,
-        client_options={"allow_http": True},
-    )
 
 
 class Bench:

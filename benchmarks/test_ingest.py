@@ -62,12 +62,11 @@ VIB_SAMPLES, VIB_CHANNELS = 25600, 3
 VIB_BLOCKS_PER_CHUNK = 4
 VIB_BLOCK_BYTES = VIB_SAMPLES * VIB_CHANNELS * 4
 VIB_BLOCKS = max(VIB_BLOCKS_PER_CHUNK, VIB_BYTES // VIB_BLOCK_BYTES // VIB_BLOCKS_PER_CHUNK * VIB_BLOCKS_PER_CHUNK)
-VIB_CHUNK_ROWS = 32768  # as schemas/turbine_vibration.toml, which says why
 
+# No chunk_rows, as schemas/turbine_vibration.toml: chunks sized by bytes (arrays.chunk_rows_for).
 VIB_SCHEMA = f"""
 kind = "vibration"
 tags = ["bench.vibration"]
-chunk_rows = {VIB_CHUNK_ROWS}
 [vibration]
 channels = {VIB_CHANNELS}
 dtype = "float32"
@@ -278,7 +277,7 @@ class VibrationBaseline:
 
     def run(self) -> None:
         url = store_for(self.databases, self.backend, f"ing_vib_base_{self.backend}")
-        stream = arrays.create_stream(url, "bench.vibration", self.columns, chunk_rows=VIB_CHUNK_ROWS)
+        stream = arrays.create_stream(url, "bench.vibration", self.columns)  # the service's chunk_rows too
         step = (64 << 20) // (VIB_CHANNELS * 4)
         began = time.perf_counter()
         for start in range(0, len(self.times), step):
