@@ -101,7 +101,7 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
     every rejection stays its own batch's, exactly as :func:`validate`.
     """
     out: dict[int, Validated] = {}  # index in ``batches`` -> its validation; each is set once
-    sets: dict[tuple[Any, bool], list[int]] = {}
+    sets: dict[tuple[Any, type | None], list[int]] = {}
     for i, batch in enumerate(batches):
         schema = schemas.for_tag(batch.tag)
         if (
@@ -113,14 +113,15 @@ def validate_many(schemas: SchemaSet, batches: Sequence[Batch]) -> list[Validate
         ):
             out[i] = validate(schemas, batch)
         else:
-            sets.setdefault((schema, batch.typed), []).append(i)
-    for (schema, typed), members in sets.items():
+            # Typed batches join others of their record class only: struct records, or maps with bin names.
+            sets.setdefault((schema, type(batch.records[0]) if batch.typed else None), []).append(i)
+    for (schema, kind), members in sets.items():
         if len(members) > 1:
             joined = Batch(
                 "",
                 list(itertools.chain.from_iterable(batches[i].times for i in members)),
                 list(itertools.chain.from_iterable(batches[i].records for i in members)),
-                typed=typed,
+                typed=kind is not None,
             )
             columns, rejected = batch_columns(schema, joined)
             if columns is not None and not rejected:

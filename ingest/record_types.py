@@ -19,6 +19,14 @@ of the bytes it arrived in (msgpack bin only) and its sample rate if it
 carries one, and ignores any other field, as the plain path does: the
 block is not copied to be decoded. Its frames and rate are still checked
 by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
+
+Records whose field names arrive as msgpack bin (fluentd's worker runs in
+ASCII-8BIT and packs all its text so) cannot decode as a struct: msgspec
+reads bin only as bytes. A map type has :data:`BinKeyedRecord` beside it
+(:func:`bin_keyed_type`): maps of bin names to plain values, which msgspec
+decodes in C just as fast, and which ingest turns into columns a column at
+a time, decoding bin text as UTF-8 in C; a batch with any record that does
+not fit as it is takes the checked path, which names the fault.
 """
 
 from __future__ import annotations
@@ -32,6 +40,14 @@ import msgspec
 import numpy as np
 
 from .schema import Field, Schema, SchemaSet, Vibration
+
+#: A record of a map type as it decodes where its names are msgpack bin: bin names to bin text and plain
+#: values (a str value does not fit: msgspec takes one of str and bytes in a union; the checked path reads it).
+BinKeyedRecord = dict[bytes, bytes | int | float | bool | None]
+
+
+class FieldsRecord(msgspec.Struct, gc=False):
+    """The base of the record types of schemas whose records are maps of fields (not blocks)."""
 
 
 def _value_type(f: Field) -> Any:
@@ -63,6 +79,7 @@ def record_type(schema: Schema) -> type[msgspec.Struct] | None:
     return msgspec.defstruct(
         f"Record_{schema.name}",
         fields,
+        bases=(FieldsRecord,),
         rename={f"f{i}": f.name for i, f in enumerate(schema.fields)},
         forbid_unknown_fields=schema.extra != "drop",  # "keep" and "reject" need the checked path
         gc=False,  # instances hold no containers, so they need no cycle tracking
@@ -78,6 +95,12 @@ def _block_type(name: str, v: Vibration) -> type[msgspec.Struct] | None:
         rename={"samples": v.samples_field, "rate": v.rate_field},
         gc=False,
     )
+
+
+def bin_keyed_type(record_type: type) -> Any:
+    """What records of ``record_type`` decode as where their names are msgpack bin: :data:`BinKeyedRecord`
+    for a map type, None for a block type (its records go the checked way)."""
+    return BinKeyedRecord if issubclass(record_type, FieldsRecord) else None
 
 
 def record_type_for(schemas: SchemaSet, tag: str) -> type[msgspec.Struct] | None:

@@ -61,6 +61,7 @@ import msgspec
 import numpy as np
 
 from windvane.ingest.batch import INVALID_TIME, Batch, Undecoded
+from windvane.ingest.record_types import bin_keyed_type
 from windvane.ingest.times import not_a_time, time_ns
 
 from ..json_text import JsonReader
@@ -597,9 +598,15 @@ def _count_entries(payload: bytes | memoryview) -> int | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _entries_decoder(record_type: type) -> msgspec.msgpack.Decoder[list[Any]]:
-    # The record type is known at run time only: a type expression cannot name it.
-    return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, record_type]])  # type: ignore[valid-type]
+def _entries_decoders(record_type: type) -> tuple[msgspec.msgpack.Decoder[list[Any]], ...]:
+    """The decoders of entries whose records are ``record_type``, then, for a map type, of entries whose records
+    are maps with msgpack bin names (:func:`ingest.record_types.bin_keyed_type`): either decodes in C."""
+    kinds = [record_type, bin_keyed_type(record_type)]
+    return tuple(
+        msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, kind]])  # type: ignore[valid-type] # a run-time type
+        for kind in kinds
+        if kind is not None
+    )
 
 
 def _decode_typed(
@@ -610,7 +617,8 @@ def _decode_typed(
     events: Any = None,
     room: tuple[bytearray | memoryview, int] | None = None,
 ) -> Batch | None:
-    """The entries with records of ``record_type``, decoded and checked by msgspec in C; None if any does not fit.
+    """The entries with records of ``record_type`` (maps with msgpack bin names: of its
+    :func:`~ingest.record_types.bin_keyed_type`), decoded and checked by msgspec in C; None if any does not fit.
 
     msgspec reads one value, so the entries get an array header in front:
     the count of ``events`` if it is one (a wrong count fails the decode,
@@ -621,15 +629,15 @@ def _decode_typed(
     form (Fluent Bit's ``[EventTime, metadata]``, nil, bin) goes the plain
     way, which knows them all.
     """
-    decoder = _entries_decoder(record_type)
+    decoders = _entries_decoders(record_type)
     entries = None
     if type(events) is int and 0 < events < 1 << 32:
-        entries = _decode_counted(decoder, payload, events, room)
+        entries = _decode_counted(decoders, payload, events, room)
     if entries is None:
         count = _count_entries(payload)
         if count is None or count == events:
             return None
-        entries = _decode_counted(decoder, payload, count, room)
+        entries = _decode_counted(decoders, payload, count, room)
         if entries is None:
             return None
     stamps = list(map(_first, entries))
@@ -656,27 +664,36 @@ def _decode_typed(
 
 
 def _decode_counted(
-    decoder: msgspec.msgpack.Decoder[list[Any]],
+    decoders: tuple[msgspec.msgpack.Decoder[list[Any]], ...],
     payload: bytes | memoryview,
     count: int,
     room: tuple[bytearray | memoryview, int] | None,
 ) -> list[Any] | None:
-    """``payload`` decoded by ``decoder`` as an array of ``count`` entries, or None if it is not one or an
-    entry does not fit (invalid UTF-8 included)."""
+    """``payload`` decoded as an array of ``count`` entries by the first of ``decoders`` it fits, or None if it
+    is not one or an entry fits none (invalid UTF-8 included). A struct decoder stops at the first name that is
+    bin, a bin-keyed one at the first that is str, so the one that does not fit costs next to nothing."""
     header = b"\xdd" + count.to_bytes(4, "big")
+    if room is None:
+        return _decode_first(decoders, header + payload)
+    frame, start = room
+    own = bytes(frame[start - 5 : start])
+    frame[start - 5 : start] = header
     try:
-        if room is None:
-            return decoder.decode(header + payload)
-        frame, start = room
-        own = bytes(frame[start - 5 : start])
-        frame[start - 5 : start] = header
+        # Decoded blocks (memoryview) keep views of the frame: this view is not released here.
+        return _decode_first(decoders, memoryview(frame)[start - 5 : start + len(payload)])
+    finally:
+        frame[start - 5 : start] = own
+
+
+def _decode_first(
+    decoders: tuple[msgspec.msgpack.Decoder[list[Any]], ...], data: bytes | memoryview
+) -> list[Any] | None:
+    for decoder in decoders:
         try:
-            # Decoded blocks (memoryview) keep views of the frame: this view is not released here.
-            return decoder.decode(memoryview(frame)[start - 5 : start + len(payload)])
-        finally:
-            frame[start - 5 : start] = own
-    except (msgspec.MsgspecError, ValueError):
-        return None
+            return decoder.decode(data)
+        except (msgspec.MsgspecError, ValueError):
+            continue
+    return None
 
 
 class _PackedRaw:

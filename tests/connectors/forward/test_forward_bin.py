@@ -16,7 +16,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from windvane.connectors.forward.decode import ForwardDecoder, decode_message
+from windvane.connectors.forward.decode import ForwardDecoder, decode_message, decode_packed
+from windvane.ingest.columns import batch_columns
 from windvane.ingest.prepare import prepare, validate
 from windvane.ingest.record_types import record_type
 from windvane.ingest.schema import SchemaSet, parse_schema
@@ -107,18 +108,87 @@ def test_bin_text_stores_as_str_text(mode, defer, tag_as_bin):
     assert np.array(got["time"]).tolist() == [s * 10**9 + n for s, n in TIMES]
 
 
-def test_str_records_keep_the_typed_fast_path_and_bin_records_the_checked_one():
-    # The msgspec record type reads str only; bin records are checked one by one and store the same.
-    from windvane.connectors.forward.decode import decode_packed
+def _packed(records: list[dict], binary: bool) -> bytes:
+    return b"".join(
+        msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True) for t, r in zip(TIMES, records)
+    )
 
-    def entries(binary: bool) -> bytes:  # declared fields only: "keep" schemas type no undeclared field
-        return b"".join(
-            msgpack.packb([_time(*t), _bin(r) if binary else r], use_bin_type=True)
-            for t, r in zip(TIMES, ({k: v for k, v in r.items() if k != "host"} for r in RECORDS))
-        )
 
-    typed = decode_packed("app.bin", entries(False), 0, record_type(SCHEMA))
-    checked = decode_packed("app.bin", entries(True), 0, record_type(SCHEMA))
-    assert typed.typed and not checked.typed
-    a, b = validate(SCHEMAS, typed).columns.columns, validate(SCHEMAS, checked).columns.columns
-    assert a["msg"] == b["msg"] and a["seq"].tolist() == b["seq"].tolist()
+def _typed_and_checked(schema, payload: bytes) -> tuple:
+    """``payload`` decoded with the schema's record type and without: (typed?, columns, rejected) of each."""
+    out = []
+    for kind in (record_type(schema), None):
+        batch = decode_packed("app.bin", payload, len(payload), kind)
+        columns, rejected = batch_columns(schema, batch)
+        out.append((batch.typed, columns, rejected))
+    return tuple(out)
+
+
+def _lists(columns) -> dict:
+    return {name: list(values) if isinstance(values, list) else values.tolist() for name, values in columns.items()}
+
+
+#: The declared fields only: a record with an undeclared field takes the checked path either way.
+DECLARED = [{k: v for k, v in r.items() if k != "host"} for r in RECORDS]
+
+
+def test_bin_records_take_the_typed_path_and_store_what_str_records_store():
+    (str_typed, str_columns, _), _ = _typed_and_checked(SCHEMA, _packed(DECLARED, False))
+    (bin_typed, bin_columns, rejected), (_, checked, _) = _typed_and_checked(SCHEMA, _packed(DECLARED, True))
+    assert str_typed and bin_typed and rejected == []
+    assert _lists(bin_columns.columns) == _lists(str_columns.columns) == _lists(checked.columns)
+    assert bin_columns.columns["msg"][7] == "event 7 Grüße 温度 ✓" and type(bin_columns.columns["msg"][7]) is str
+
+
+def test_invalid_utf8_in_bin_text_is_quarantined_verbatim_as_the_checked_path_does():
+    records = [dict(r) for r in DECLARED]
+    records[3]["msg"] = "caf\udce9 \udcff".encode("utf-8", "surrogateescape")  # Latin-1 bytes, not UTF-8
+    payload = b"".join(
+        msgpack.packb([_time(*t), {_bin(k): _bin(v) if type(v) is str else v for k, v in r.items()}], use_bin_type=True)
+        for t, r in zip(TIMES, records)
+    )
+    (_, columns, rejected), (_, checked_columns, checked_rejected) = _typed_and_checked(SCHEMA, payload)
+    assert rejected == checked_rejected and len(rejected) == 1
+    entry = msgpack.packb([_time(*TIMES[3]), _bin(records[3])], use_bin_type=True)
+    assert rejected[0].raw == entry
+    assert rejected[0].reason == "field 'msg': bytes that are not valid UTF-8 text (bytes b'caf\\xe9 \\xff')"
+    assert columns.rows == 49 and _lists(columns.columns) == _lists(checked_columns.columns)
+
+
+def test_non_text_bin_in_a_bytes_column_is_stored_as_its_bytes():
+    schema = parse_schema(
+        {
+            "kind": "log",
+            "tags": ["app.**"],
+            "fields": [{"name": "seq", "dtype": "int64", "required": True}, {"name": "blob", "dtype": "bytes"}],
+        },
+        name="blobs",
+    )
+    records = [{"seq": i, "blob": bytes([0xFF, i, 0x00, 0xC4])} for i in range(50)]
+    payload = b"".join(
+        msgpack.packb([_time(*t), {k.encode(): v for k, v in r.items()}], use_bin_type=True)
+        for t, r in zip(TIMES, records)
+    )
+    (typed, columns, rejected), (_, checked, _) = _typed_and_checked(schema, payload)
+    assert typed and rejected == []
+    assert columns.columns["blob"] == [r["blob"] for r in records] == checked.columns["blob"]
+
+
+def test_bin_names_with_str_values_store_what_str_records_store():
+    payload = b"".join(
+        msgpack.packb([_time(*t), {k.encode(): v for k, v in r.items()}], use_bin_type=True)
+        for t, r in zip(TIMES, DECLARED)
+    )
+    (_, columns, rejected), (_, checked, _) = _typed_and_checked(SCHEMA, payload)
+    (_, str_columns, _), _ = _typed_and_checked(SCHEMA, _packed(DECLARED, False))
+    assert rejected == [] and _lists(columns.columns) == _lists(str_columns.columns) == _lists(checked.columns)
+
+
+def test_a_missing_or_undeclared_bin_named_field_is_kept_as_the_checked_path_keeps_it():
+    records = [dict(r) for r in DECLARED]
+    del records[4]["value"]
+    records[9]["host"] = "web-9"
+    (_, columns, rejected), (_, checked, checked_rejected) = _typed_and_checked(SCHEMA, _packed(records, True))
+    assert rejected == checked_rejected == []
+    assert repr(_lists(columns.columns)) == repr(_lists(checked.columns))  # repr: nan equals nan
+    assert columns.columns["extra"][9] == '{"host":"web-9"}' and np.isnan(columns.columns["value"][4])
