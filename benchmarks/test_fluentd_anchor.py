@@ -16,13 +16,23 @@ Each round runs every target once, in the reverse order of the round
 before (this VM's speed drifts), each after a ``sync`` (fluentd's buffer
 and output files must not slow the next target's fsyncs).
 
+Forward anchors (``test_forward_anchors``): the bin chunks (as real fluentd
+sends them) into ``windvane serve`` on SQLite, into fluentd ``workers 2``,
+and into **Fluent Bit 5.1.1** as an aggregator (``in_forward`` ->
+``out_file``, its default memory buffer), timed until the last line is on
+disk; and the str chunks into ``windvane serve`` beside its bin run. Every
+round runs the four once, in the reverse order of the round before; each
+ratio is the median of the rounds' pairs (``windvane bin / fluentd``,
+``windvane bin / Fluent Bit``, ``windvane bin / windvane str``).
+
 End to end: real fluentd tails a file of JSON lines and sends it with
 ``out_forward`` (``require_ack_response``) to windvane, timed until the last
 line is stored, against the same fluentd tailing the same file into
 ``out_file``, timed until the last line is on disk.
 
 Run: ``.venv/bin/python -m pytest benchmarks/test_fluentd_anchor.py --benchmark-enable -s``
-(``WINDVANE_BENCH_EVENTS``, ``WINDVANE_BENCH_ROUNDS``, ``WINDVANE_BENCH_TAIL_LINES`` scale it).
+(``WINDVANE_BENCH_EVENTS``, ``WINDVANE_BENCH_ROUNDS``, ``WINDVANE_BENCH_TAIL_LINES`` scale it;
+``-k forward_anchors`` runs the Forward anchors alone).
 The figures go to ``benchmarks/results-fluentd-anchor-<date>.json`` and the README's table.
 """
 
@@ -41,7 +51,7 @@ import numpy as np
 import pytest
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, log_record
 
-from tests.fluent_programs import fluentd_dir, start_fluentd
+from tests.fluent_programs import fluent_bit_binary, fluentd_dir, start_fluent_bit, start_fluentd
 from tests.serve_process import Serve, free_port
 from windvane import arrays
 
@@ -51,6 +61,7 @@ TAIL_LINES = int(os.environ.get("WINDVANE_BENCH_TAIL_LINES", "200000"))
 PER_CHUNK = 5000
 pytestmark = pytest.mark.timeout(7200)
 FLUENTD_VERSION = "1.14.6"
+FLUENT_BIT_VERSION = "5.1.1"
 HERE = Path(__file__).parent
 
 # fluentd's out_file keeps every field: so does windvane (a field the schema does not name goes to "extra").
@@ -163,6 +174,101 @@ def run_windvane(chunks: list, url: str, schemas: Path) -> float:
     with arrays.open_stream(url, "bench.logs") as s:
         assert len(s) == len(chunks) * PER_CHUNK
     return result.events / result.seconds
+
+
+def fluent_bit_config(port: int, out: Path) -> str:
+    """Fluent Bit as an aggregator: in_forward (acks every chunk as it takes it in) -> out_file, memory buffer."""
+    return f"""
+[SERVICE]
+    Flush     1
+    Log_Level info
+[INPUT]
+    Name   forward
+    Listen 127.0.0.1
+    Port   {port}
+[OUTPUT]
+    Name   file
+    Match  *
+    Path   {out}
+    Format plain
+"""
+
+
+def run_fluent_bit_aggregator(chunks: list) -> float:
+    """Events/s of a Fluent Bit aggregator: first send to the last line on disk (``out_file`` writes ``<tag>``)."""
+    workdir = Path(tempfile.mkdtemp(prefix="wvb-fb-"))
+    out = workdir / "out"
+    out.mkdir()
+    port = free_port()
+    fluent_bit = start_fluent_bit(fluent_bit_config(port, out), workdir)
+    try:
+        started = time.perf_counter()
+        result = forward_load(port, chunks, PER_CHUNK)
+        assert not result.errors, result.errors[:3]
+        done = wait_for(lambda: lines_in(out / "bench.logs"), len(chunks) * PER_CHUNK, 600, "Fluent Bit out_file lines")
+        return len(chunks) * PER_CHUNK / (done - started)
+    finally:
+        fluent_bit.stop()
+        subprocess.run(["rm", "-rf", str(workdir)])
+
+
+def lines_in(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def test_forward_anchors(benchmark, databases, chunks, schemas, bench_results):
+    """windvane (bin and str), fluentd ``workers 2`` and Fluent Bit, side by side; ratios from each round's pairs."""
+    fluentd_dir()  # both skip (fail in CI) where the program cannot run
+    fluent_bit_binary()
+    targets = {
+        "windvane_sqlite_bin": lambda: run_windvane(
+            chunks["bin"], f"sqlite:///{databases.fresh_sqlite('anchors')}", schemas
+        ),
+        "fluentd_workers_2": lambda: run_fluentd_aggregator(chunks["bin"], 2),
+        "fluent_bit": lambda: run_fluent_bit_aggregator(chunks["bin"]),
+        "windvane_sqlite_str": lambda: run_windvane(
+            chunks["str"], f"sqlite:///{databases.fresh_sqlite('anchors')}", schemas
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in targets}
+
+    def rounds() -> None:
+        for r in range(ROUNDS):
+            for name in list(targets) if r % 2 == 0 else list(reversed(targets)):
+                settle()
+                rates[name].append(targets[name]())
+
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    ours = rates["windvane_sqlite_bin"]
+
+    def paired(baseline: str) -> list[float]:
+        return [a / b for a, b in zip(ours, rates[baseline])]
+
+    pairs = {
+        "windvane_bin_to_fluentd_workers_2": paired("fluentd_workers_2"),
+        "windvane_bin_to_fluent_bit": paired("fluent_bit"),
+        "windvane_bin_to_str": paired("windvane_sqlite_str"),
+    }
+    info = {
+        "events": EVENTS,
+        "events_per_chunk": PER_CHUNK,
+        "connections": 4,
+        "rounds": ROUNDS,
+        "fluentd": FLUENTD_VERSION,
+        "fluent_bit": FLUENT_BIT_VERSION,
+        "events_per_s": rates,
+        "median_events_per_s": {name: float(np.median(v)) for name, v in rates.items()},
+        "pair_ratios": pairs,
+        "median_ratio": {name: float(np.median(v)) for name, v in pairs.items()},
+        "goal": "windvane bin >= 5x fluentd workers 2, >= 1x Fluent Bit, >= 0.95x windvane str",
+    }
+    benchmark.extra_info.update(info)
+    bench_results["anchor_forward"] = info
+    print(json.dumps(info, indent=1))
 
 
 def test_bulk_against_fluentd_aggregator(benchmark, databases, chunks, schemas, bench_results):
@@ -315,7 +421,7 @@ def test_end_to_end_tail_forward_windvane_against_tail_out_file(benchmark, datab
 @pytest.fixture(scope="module", autouse=True)
 def write_results(bench_results):
     yield
-    if "anchor_bulk" not in bench_results and "anchor_tail" not in bench_results:
+    if not {"anchor_bulk", "anchor_tail", "anchor_forward"} & set(bench_results):
         return
     date = datetime.date.today().isoformat()
     doc = {
