@@ -69,6 +69,26 @@ _PARAMS: dict[int, dict[str, np.ndarray]] = {}
 
 def value(index: int, seed: int = SEED) -> bytes:
     """Value number ``index`` of the stream: ``VALUE_BYTES`` bytes of float32 frames."""
+    out = (np.rint(_signal(index, seed) / RESOLUTION) * RESOLUTION).astype("<f4").tobytes()
+    assert len(out) == VALUE_BYTES
+    return out
+
+
+def counts(index: int, seed: int = SEED) -> bytes:
+    """Value number ``index`` as the acquisition board delivers it: the same samples as int32 counts of
+    ``RESOLUTION``. Its float32 form saves about a tenth under zstd level 1, this one about a third."""
+    out = np.rint(_signal(index, seed) / RESOLUTION).astype("<i4").tobytes()
+    assert len(out) == VALUE_BYTES
+    return out
+
+
+def counts_dataset(total_bytes: int, seed: int = SEED) -> list[bytes]:
+    """The values of ``total_bytes`` as int32 counts (:func:`counts`), as a list."""
+    return [counts(index, seed) for index in range(count_for(total_bytes))]
+
+
+def _signal(index: int, seed: int) -> np.ndarray:
+    """The frames of value ``index`` before quantisation, ``FRAMES x CHANNELS`` float64."""
     params = _PARAMS.get(seed)
     if params is None:
         params = _PARAMS[seed] = _channel_parameters(seed)
@@ -80,10 +100,7 @@ def value(index: int, seed: int = SEED) -> bytes:
     signal += params["slow_a"] * np.sin(two_pi * params["slow_f"] * t)
     rng = np.random.default_rng([seed, index])
     signal += rng.normal(0.0, 1.0, signal.shape) * params["noise"]
-    quantised = np.rint(signal / RESOLUTION) * RESOLUTION
-    out = quantised.astype("<f4").tobytes()
-    assert len(out) == VALUE_BYTES
-    return out
+    return signal
 
 
 def count_for(total_bytes: int) -> int:

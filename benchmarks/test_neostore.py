@@ -15,6 +15,16 @@
    by id. Goal >= 0.8.
 5. pack of a 1 GiB database of which half the revisions are dead, in a
    separate process whose peak RSS must stay under 200 MB.
+6. compression: committing through ZODB's storage API (``tpc_begin``,
+   ``store`` per value, ``tpc_vote``, ``tpc_finish``) vs raw ``executemany``
+   INSERTs of the same bytes, on MariaDB and on SQLite, for three kinds of
+   values: the sensor data as int32 counts (compresses to about two thirds,
+   stored compressed), as float32 (saves about a tenth, under the eighth
+   neostore asks: stored raw), and random bytes, 32 values per transaction;
+   and the counts again one value per transaction (a commit waits for the
+   compression of its one value), the baseline committing each INSERT too.
+   One test per engine runs every pair, alternating their order each round;
+   ratios are of the pairs' medians and per round. Goal >= 0.8 for each.
 
 Every round of a write benchmark starts from a fresh empty database/table
 (pytest-benchmark ``pedantic`` with ``setup``/``teardown``); the setup waits
@@ -37,9 +47,12 @@ import time
 import zlib
 
 import MySQLdb
+import numpy as np
 import psutil
 import pytest
 import sensor_data
+from s3_bench import alternate, per_round
+from ZODB.Connection import TransactionMetaData
 
 from windvane import neostore
 from windvane.neostore import p64
@@ -108,9 +121,9 @@ def raw_mariadb_table(conn) -> None:
     conn.commit()
 
 
-def raw_mariadb_commit(conn, values) -> None:
+def raw_mariadb_commit(conn, values, per_txn: int = VALUES_PER_TXN) -> None:
     cur = conn.cursor()
-    for batch in batches(len(values)):
+    for batch in batches(len(values), per_txn):
         cur.executemany("INSERT INTO bare (id, value) VALUES (?, ?)", [(i, values[i]) for i in batch])
         conn.commit()
 
@@ -122,8 +135,8 @@ def raw_sqlite_connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def raw_sqlite_commit(conn, values) -> None:
-    for batch in batches(len(values)):
+def raw_sqlite_commit(conn, values, per_txn: int = VALUES_PER_TXN) -> None:
+    for batch in batches(len(values), per_txn):
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany("INSERT INTO bare (id, value) VALUES (?, ?)", [(i, values[i]) for i in batch])
         conn.execute("COMMIT")
@@ -781,3 +794,123 @@ def test_pack_mariadb_neostore(benchmark, databases, sensor_values, bench_result
 def test_pack_sqlite_neostore(benchmark, databases, sensor_values, bench_results):
     """Pack a 1 GiB SQLite store with half of its revisions dead, in a separate process."""
     _pack(benchmark, databases, sensor_values, bench_results, "sqlite")
+
+
+# -- 6. compression through ZODB's storage API ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def value_kinds(sensor_values) -> dict[str, tuple[list[bytes], int]]:
+    """The cases of the compression benchmark: ``(values, values per transaction)`` by name, ``TOTAL_BYTES`` each."""
+    rng = np.random.default_rng(sensor_data.SEED)
+    counts = sensor_data.counts_dataset(TOTAL_BYTES)
+    return {
+        "sensor_counts": (counts, VALUES_PER_TXN),
+        "sensor_float32": (sensor_values, VALUES_PER_TXN),
+        "random": ([rng.bytes(VALUE_BYTES) for _ in sensor_values], VALUES_PER_TXN),
+        "sensor_counts_one_per_txn": (counts, 1),
+    }
+
+
+def zodb_commit(storage, values, per_txn: int = VALUES_PER_TXN) -> None:
+    """Store ``values`` to new oids through ZODB's storage API, ``per_txn`` per transaction."""
+    for batch in batches(len(values), per_txn):
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        for i in batch:
+            storage.store(storage.new_oid(), p64(0), values[i], "", txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+
+
+def _timed(fn, *args) -> float:
+    started = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - started
+
+
+class CompressionPairs:
+    """One fresh database per measurement (made and dropped untimed): raw INSERTs, or a NeoStorage."""
+
+    def __init__(self, databases, engine: str):
+        self.databases = databases
+        self.engine = engine
+
+    def raw(self, values, per_txn: int) -> float:
+        """Seconds to INSERT ``values`` raw into a bare table, every byte checked afterwards."""
+        n, dbs = len(values), self.databases
+        if self.engine == "mariadb":
+            dbs.fresh_mariadb("b_compress_raw")
+            conn = dbs.mariadb_connect("b_compress_raw")
+            raw_mariadb_table(conn)
+            seconds = _timed(raw_mariadb_commit, conn, values, per_txn)
+            cur = conn.cursor()
+            cur.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM bare")
+            assert cur.fetchone() == (n, n * VALUE_BYTES)
+            conn.close()
+            dbs.drop_mariadb("b_compress_raw")
+        else:
+            conn = raw_sqlite_connect(dbs.fresh_sqlite("compress_raw"))
+            conn.execute("CREATE TABLE bare (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
+            seconds = _timed(raw_sqlite_commit, conn, values, per_txn)
+            assert conn.execute("SELECT COUNT(*), SUM(LENGTH(value)) FROM bare").fetchone() == (n, n * VALUE_BYTES)
+            conn.close()
+            dbs.drop_sqlite("compress_raw")
+        return seconds
+
+    def zodb(self, values, per_txn: int, stored: dict[str, float], kind: str) -> float:
+        """Seconds to commit ``values`` through a NeoStorage; the stored fraction goes in ``stored[kind]``."""
+        dbs = self.databases
+        if self.engine == "mariadb":
+            url = dbs.fresh_mariadb("b_compress_zodb")
+        else:
+            url = sqlite_url(dbs.fresh_sqlite("compress_zodb"))
+        storage = neostore.ZODBStorage(url)
+        try:
+            seconds = _timed(zodb_commit, storage, values, per_txn)
+            store = storage.backing_store
+            assert store.counts()["data"] == len(values)
+            assert storage.load(p64(len(values)))[0] == values[-1]  # oids start at 1
+            stored[kind] = store.value_size() / (len(values) * VALUE_BYTES)
+        finally:
+            storage.close()
+        if self.engine == "mariadb":
+            dbs.drop_mariadb("b_compress_zodb")
+        else:
+            dbs.drop_sqlite("compress_zodb")
+        return seconds
+
+
+@pytest.mark.benchmark(group="6-compression-zodb")
+@pytest.mark.parametrize("engine", ["mariadb", "sqlite"])
+def test_compression_zodb_vs_raw(benchmark, databases, value_kinds, bench_results, engine):
+    """ZODB's storage API vs raw INSERTs of the same bytes, for compressible and incompressible values."""
+    rounds = 1 if benchmark.disabled else ROUNDS
+    pairs, stored = CompressionPairs(databases, engine), {}
+    nbytes = {kind: len(values) * VALUE_BYTES for kind, (values, _) in value_kinds.items()}
+    targets = {}
+    for kind, (values, per_txn) in value_kinds.items():
+        targets[f"{kind}_raw"] = lambda values=values, per_txn=per_txn: nbytes_rate(
+            len(values), pairs.raw(values, per_txn)
+        )
+        targets[f"{kind}_zodb"] = lambda values=values, per_txn=per_txn, kind=kind: nbytes_rate(
+            len(values), pairs.zodb(values, per_txn, stored, kind)
+        )
+    rates: dict[str, list[float]] = {}
+    benchmark.pedantic(lambda: rates.update(alternate(targets, rounds)), rounds=1, iterations=1)
+    median = {name: float(np.median(r)) for name, r in rates.items()}
+    info: dict = {"engine": engine, "rounds": rounds, "bytes_per_kind": nbytes, "mb_per_s": rates, "stored": stored}
+    for kind in value_kinds:
+        ratio = median[f"{kind}_zodb"] / median[f"{kind}_raw"]
+        info[f"{kind}_zodb_over_raw"] = ratio
+        info[f"{kind}_per_round"] = per_round(rates, f"{kind}_zodb", f"{kind}_raw")
+        info[f"{kind}_goal_met"] = ratio >= GOAL_VS_RAW
+    info["median_mb_per_s"] = median
+    benchmark.extra_info.update(info)
+    bench_results[f"compression_zodb_{engine}"] = info
+    print(json.dumps(info, indent=1))
+
+
+def nbytes_rate(count: int, seconds: float) -> float:
+    """MB/s of ``count`` values moved in ``seconds``."""
+    return count * VALUE_BYTES / seconds / MB

@@ -7,6 +7,7 @@ load checks the whole path (decompression included) against that hash.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import overload
@@ -47,6 +48,18 @@ _PROBE_ABOVE = 256 * 1024
 _PROBE_SIZE = 64 * 1024
 
 
+# A value of more than one job is compressed by zstd's worker threads, a job each, at once: one value's
+# compression, which a commit of a single big value waits for, takes several cores. zstd writes the same
+# frame whatever the number of threads, so the stored bytes do not depend on the machine.
+JOB_BYTES = 1 << 20
+_COMPRESS_THREADS = min(4, os.cpu_count() or 1)
+
+
+def compression_parameters(level: int, threads: int = _COMPRESS_THREADS) -> zstandard.ZstdCompressionParameters:
+    """zstd's parameters of ``level`` as neostore compresses values: jobs of :data:`JOB_BYTES` on ``threads``."""
+    return zstandard.ZstdCompressionParameters.from_level(level, threads=threads, job_size=JOB_BYTES)
+
+
 # Above this size blake3 hashes with several threads (about twice as fast
 # on two cores, and the GIL is released meanwhile).
 _THREADED_HASH = 1024 * 1024
@@ -85,7 +98,9 @@ class ValueCodec:
     def _context(self) -> threading.local:
         ctx = self._contexts
         if not hasattr(ctx, "decompressor"):
-            ctx.compressor = zstandard.ZstdCompressor(level=self.level) if self.level else None
+            ctx.compressor = (
+                zstandard.ZstdCompressor(compression_params=compression_parameters(self.level)) if self.level else None
+            )
             ctx.probe = zstandard.ZstdCompressor(level=1)
             ctx.decompressor = zstandard.ZstdDecompressor()
         return ctx

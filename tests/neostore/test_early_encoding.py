@@ -6,12 +6,13 @@ import os
 
 import numpy as np
 import pytest
+import zstandard
 from ZODB.Connection import TransactionMetaData
 
 from windvane import neostore
 from windvane.neostore import ZERO
 from windvane.neostore.upload import EARLY_ENCODE_BYTES
-from windvane.neostore.values import RAW, ZSTD, ValueCodec, value_hash
+from windvane.neostore.values import RAW, ZSTD, ValueCodec, compression_parameters, value_hash
 
 
 def sensor_counts(index: int, size: int = 2 * EARLY_ENCODE_BYTES) -> bytes:
@@ -43,8 +44,8 @@ def zodb_commit(storage: neostore.NeoStorage, values: dict[bytes, bytes]) -> byt
 
 
 def test_values_compressed_ahead_are_what_the_serial_encoder_gives(store_url):
-    """Compressible values are stored compressed, byte for byte as the codec compresses one alone; an
-    incompressible one raw; each loads back whole and checked against its hash."""
+    """Compressible values are stored compressed, byte for byte as the codec compresses one alone and as
+    zstd does on one thread; an incompressible one raw; each loads back whole and checked against its hash."""
     storage = neostore.ZODBStorage(store_url)
     try:
         values = {storage.new_oid(): sensor_counts(i) for i in range(5)}
@@ -56,10 +57,12 @@ def test_values_compressed_ahead_are_what_the_serial_encoder_gives(store_url):
             bytes(h): (c, bytes(stored)) for h, c, stored in store.query("SELECT hash, compression, value FROM data")
         }
         serial = ValueCodec()
+        one_thread = zstandard.ZstdCompressor(compression_params=compression_parameters(1, threads=1))
         for oid, value in values.items():
             compression, stored = rows[value_hash(value)]
             assert (compression, stored) == (serial.encode(value).compression, serial.encode(value).stored)
             assert compression == (RAW if value is noise else ZSTD)
+            assert value is noise or stored == one_thread.compress(value)
             assert storage.load(oid) == (value, tid)
     finally:
         storage.close()
