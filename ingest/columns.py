@@ -344,8 +344,8 @@ def _bin_keyed_table(schema: Schema, batch: Batch) -> Columns | None:
     """The columns of records decoded as :data:`.record_types.BinKeyedRecord` if every record holds exactly the
     schema's fields, each storable as it is (bin text that is UTF-8), else None: the checked path names why not.
 
-    A column at a time and in C: one lookup of its name in every record, one
-    decode of its text; no record is read twice.
+    A column at a time and in C: one lookup of its name in every record, and
+    for text one decode of the column's bin.
     """
     records = batch.records
     if set(map(len, records)) != {len(schema.fields)}:
