@@ -104,6 +104,8 @@ def record_ends(block: bytes | memoryview) -> np.ndarray:
     """
     data = np.frombuffer(block, dtype=np.uint8)
     newlines = np.flatnonzero(data == _NEWLINE)
+    if isinstance(block, bytes) and b'"' not in block:  # found in C, sparing a scan for the quotes' offsets
+        return newlines
     quotes = np.flatnonzero(data == _QUOTE)
     if not len(quotes):
         return newlines
@@ -205,12 +207,12 @@ class CsvReader:
         """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
         which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
         tallies = {n: _Tally() for n in self.names if n not in self.options.column_types and n != self.time_column}
-        text = {self.time_column: pa.string()} if self.time_column is not None else {}
-        for block, _, _ in self._blocks(self.header_end):
+        # Only the columns tallied are converted (the time column, often the widest, is not).
+        for block, _, _ in self._blocks(self.header_end) if tallies else ():
             try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
-                table = self._read(block, text, [], True, threads=True)
+                table = self._read(block, {}, [], True, threads=True, columns=list(tallies))
             except pa.ArrowInvalid:  # then one thread parses the block as one, inferring over all of it
-                table = self._read(block, text, [], True, threads=False)
+                table = self._read(block, {}, [], True, threads=False, columns=list(tallies))
             for name, tally in tallies.items():
                 tally.add(table.column(name))
         found = {name: tally.type() for name, tally in tallies.items()}
@@ -277,8 +279,17 @@ class CsvReader:
         return table
 
     def _read(
-        self, block: bytes, types: dict[str, pa.DataType], bad: list[tuple[int, str]], text: bool, threads: bool
+        self,
+        block: bytes,
+        types: dict[str, pa.DataType],
+        bad: list[tuple[int, str]],
+        text: bool,
+        threads: bool,
+        columns: list[str] | None = None,
     ) -> pa.Table:
+        """The rows of ``block`` (``columns`` of them; None: all); ``bad`` gets the rows skipped for their field
+        count."""
+
         def invalid(row: pacsv.InvalidRow) -> str:
             bad.append((row.number, f"{row.actual_columns} fields where the header has {row.expected_columns}"))
             return "skip"
@@ -297,7 +308,10 @@ class CsvReader:
                 delimiter=self.delimiter, newlines_in_values=b'"' in block, invalid_row_handler=invalid
             ),
             convert_options=pacsv.ConvertOptions(
-                column_types=types, strings_can_be_null=text, null_values=self._null_values
+                column_types=types,
+                strings_can_be_null=text,
+                null_values=self._null_values,
+                include_columns=columns or [],
             ),
         )
         if self.options.na_values and not text:  # text columns read with strings_can_be_null=False keep them
