@@ -18,7 +18,13 @@ at 25.6 kHz for WAV. Each format has two benchmarks, run back to back:
   writing into this store pays after parsing.
 
 MB/s = 10^6 file bytes per second, median of ``WINDVANE_BENCH_ROUNDS``
-(3) rounds. ``WINDVANE_BENCH_IMPORT_BYTES=32M`` makes a quick run::
+(3) rounds. ``WINDVANE_BENCH_IMPORT_BYTES=32M`` makes a quick run.
+
+:func:`test_goals_side_by_side` measures the import beside its write limit
+in one run, CSV and Parquet: each round imports the file into a fresh store
+and appends the same decoded rows with ``arrays`` into another (as many
+commits), the order reversed each round, the ratio taken within a round
+(goals: CSV >= 0.8, Parquet >= 0.9)::
 
     .venv/bin/python -m pytest benchmarks/test_import.py -p no:cacheprovider --benchmark-enable --benchmark-only
 """
@@ -35,6 +41,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from s3_bench import alternate, mbps, per_round
 from sensor_data import parse_size
 from test_neostore import record, sqlite_url
 
@@ -42,6 +49,7 @@ from windvane import arrays, neostore
 from windvane.connectors.files import ReaderOptions
 from windvane.connectors.files.formats import format_for
 from windvane.ingest import imports, streams
+from windvane.ingest.schema import Schema
 
 ROUNDS = int(os.environ.get("WINDVANE_BENCH_ROUNDS", "3"))
 IMPORT_BYTES = parse_size(os.environ.get("WINDVANE_BENCH_IMPORT_BYTES", str(256 << 20)))
@@ -199,3 +207,67 @@ def test_arrays_append(benchmark, files, databases, bench_results, fmt):
         benchmark.extra_info["import_vs_arrays"] = (
             bench_results[f"import_{fmt}"]["mbps"] / bench_results[f"arrays_{fmt}"]["mbps"]
         )
+
+
+def _decoded(url: str) -> tuple[dict[str, np.ndarray], Schema]:
+    """What an import stored: every column as numpy, and the stream's schema."""
+    with neostore.open(url) as store:
+        schema = imports.resolve_schema(store, "bench", None)
+    assert schema is not None, "the import made the stream"
+    with arrays.open_stream(url, "bench") as stream:
+        return {name: stream[name][:] for name in ["time", *stream.columns]}, schema
+
+
+def _append(url: str, schema: Schema, data: dict[str, np.ndarray], commits: int) -> None:
+    """The write limit: ``data`` appended into a new stream of ``schema``'s columns in ``commits`` commits."""
+    rows = len(data["time"])
+    step = -(-rows // max(1, commits))
+    stream = arrays.create_stream(url, "bench", streams.schema_columns(schema), chunk_rows=schema.chunk_rows)
+    for start in range(0, rows, step):
+        stream.append({name: values[start : start + step] for name, values in data.items()})
+    stream.close()
+
+
+GOALS = {"csv": 0.8, "parquet": 0.9}
+
+
+@pytest.mark.parametrize("fmt", list(GOALS))
+def test_goals_side_by_side(benchmark, files, databases, fmt):
+    path = files[fmt]
+    size = os.path.getsize(path)
+    first = _imported(path, sqlite_url(databases.fresh_sqlite(f"goal_first_{fmt}")), fmt)  # untimed
+    data, schema = _decoded(sqlite_url(databases.sqlite_path(f"goal_first_{fmt}")))
+    databases.drop_sqlite(f"goal_first_{fmt}")
+    rounds = 1 if benchmark.disabled else ROUNDS
+    rates: dict[str, list[float]] = {}
+
+    def import_once() -> float:
+        url = sqlite_url(databases.fresh_sqlite(f"goal_import_{fmt}"))
+        return mbps(size, lambda: _imported(path, url, fmt))
+
+    def append_once() -> float:
+        url = sqlite_url(databases.fresh_sqlite(f"goal_arrays_{fmt}"))
+        return mbps(size, lambda: _append(url, schema, data, first.commits))
+
+    def run() -> None:
+        rates.update(alternate({"import": import_once, "arrays_append": append_once}, rounds))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    ratios = per_round(rates, "import", "arrays_append")
+    median = float(np.median(ratios))
+    benchmark.extra_info.update(
+        {
+            "format": fmt,
+            "file_bytes": size,
+            "rows": first.rows,
+            "commits": first.commits,
+            "rounds": rounds,
+            "mb_per_s": rates,
+            "median_mb_per_s": {name: float(np.median(v)) for name, v in rates.items()},
+            "ratios_per_round": ratios,
+            "median_ratio": median,
+            "goal": GOALS[fmt],
+            "goal_met": median >= GOALS[fmt],
+        }
+    )
+    print(f"\n{fmt}: import over the arrays write limit {median:.2f} (goal {GOALS[fmt]}), per round {ratios}")
