@@ -62,7 +62,7 @@ class Batch:
     as (for backpressure and metrics). ``typed`` says the records are
     instances of the tag's record type (:mod:`ingest.record_types`): they
     fit its schema as they are; or, all of them, maps with bin names
-    decoded as its :func:`~ingest.record_types.bin_keyed_type`, which
+    decoded as its ``bin_keyed`` (:class:`~ingest.record_types.FieldsRecord`), which
     ingest checks a column at a time. ``faults`` maps the index of a record the
     connector could not read (a line that is not JSON, a time that is not
     a time) to why: ingest quarantines it verbatim with that reason.

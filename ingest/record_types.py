@@ -23,7 +23,7 @@ by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
 Records whose field names arrive as msgpack bin (fluentd's worker runs in
 ASCII-8BIT and packs all its text so) cannot decode as a struct: msgspec
 reads bin only as bytes. A map type has :data:`BinKeyedRecord` beside it
-(:func:`bin_keyed_type`): maps of bin names to plain values, which msgspec
+(:attr:`FieldsRecord.bin_keyed`): maps of bin names to plain values, which msgspec
 decodes in C where the struct does not fit, and which ingest turns into
 columns a column at a time, decoding bin text as UTF-8 in C; a batch with
 any record that does not fit as it is takes the checked path, which names
@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -49,7 +49,13 @@ BinKeyedRecord = dict[bytes, bytes | int | float | bool | None]
 
 
 class FieldsRecord(msgspec.Struct, gc=False):
-    """The base of the record types of schemas whose records are maps of fields (not blocks)."""
+    """The base of the record types of schemas whose records are maps of fields (not blocks).
+
+    ``bin_keyed`` is what such records decode as where their names are msgpack bin; a connector reads it
+    from the type the sink gives (:meth:`ingest.batch.Sink.record_type`), as ``getattr(t, "bin_keyed", None)``.
+    """
+
+    bin_keyed: ClassVar[Any] = BinKeyedRecord
 
 
 def _value_type(f: Field) -> Any:
@@ -97,12 +103,6 @@ def _block_type(name: str, v: Vibration) -> type[msgspec.Struct] | None:
         rename={"samples": v.samples_field, "rate": v.rate_field},
         gc=False,
     )
-
-
-def bin_keyed_type(record_type: type) -> Any:
-    """What records of ``record_type`` decode as where their names are msgpack bin: :data:`BinKeyedRecord`
-    for a map type, None for a block type (its records go the checked way)."""
-    return BinKeyedRecord if issubclass(record_type, FieldsRecord) else None
 
 
 def record_type_for(schemas: SchemaSet, tag: str) -> type[msgspec.Struct] | None:

@@ -61,7 +61,6 @@ import msgspec
 import numpy as np
 
 from windvane.ingest.batch import INVALID_TIME, Batch, Undecoded
-from windvane.ingest.record_types import bin_keyed_type
 from windvane.ingest.times import not_a_time, time_ns
 
 from ..json_text import JsonReader
@@ -600,8 +599,9 @@ def _count_entries(payload: bytes | memoryview) -> int | None:
 @functools.lru_cache(maxsize=256)
 def _entries_decoders(record_type: type) -> tuple[msgspec.msgpack.Decoder[list[Any]], ...]:
     """The decoders of entries whose records are ``record_type``, then, for a map type, of entries whose records
-    are maps with msgpack bin names (:func:`ingest.record_types.bin_keyed_type`): either decodes in C."""
-    kinds = [record_type, bin_keyed_type(record_type)]
+    are maps with msgpack bin names, if the type names what those decode as (its ``bin_keyed``, see
+    :class:`ingest.record_types.FieldsRecord`; a vibration block's type does not): either decodes in C."""
+    kinds = [record_type, getattr(record_type, "bin_keyed", None)]
     return tuple(
         msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, kind]])  # type: ignore[valid-type] # a run-time type
         for kind in kinds
@@ -618,7 +618,7 @@ def _decode_typed(
     room: tuple[bytearray | memoryview, int] | None = None,
 ) -> Batch | None:
     """The entries with records of ``record_type`` (maps with msgpack bin names: of its
-    :func:`~ingest.record_types.bin_keyed_type`), decoded and checked by msgspec in C; None if any does not fit.
+    ``bin_keyed``), decoded and checked by msgspec in C; None if any does not fit.
 
     msgspec reads one value, so the entries get an array header in front:
     the count of ``events`` if it is one (a wrong count fails the decode,

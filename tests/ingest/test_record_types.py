@@ -45,7 +45,7 @@ def same(a, b) -> bool:
 def stored(schema, payload: bytes, typed: bool):
     batch = decode_packed("app.x", payload, len(payload), record_type(schema) if typed else None)
     columns, rejected = batch_columns(schema, batch)
-    # Maps with bin names (see ingest.record_types.bin_keyed_type) are typed too, but checked by ingest.
+    # Maps with bin names (see ingest.record_types.FieldsRecord) are typed too, but checked by ingest.
     return batch.typed and not (batch.records and type(batch.records[0]) is dict), columns, rejected
 
 
