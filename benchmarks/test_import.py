@@ -171,13 +171,8 @@ def test_arrays_append(benchmark, files, databases, bench_results, fmt):
     path = files[fmt]
     source = sqlite_url(databases.fresh_sqlite(f"import_src_{fmt}"))
     result = _imported(path, source, fmt)
-    with neostore.open(source) as store:
-        schema = imports.resolve_schema(store, "bench", None)
-    with arrays.open_stream(source, "bench") as stream:
-        names = ["time", *stream.columns]
-        data = {name: stream[name][:] for name in names}
+    data, schema = _decoded(source)
     rows = len(data["time"])
-    step = -(-rows // max(1, result.commits))
     state = {}
 
     def setup():
@@ -185,12 +180,7 @@ def test_arrays_append(benchmark, files, databases, bench_results, fmt):
         return (), {}
 
     def target():
-        stream = arrays.create_stream(
-            state["url"], "bench", streams.schema_columns(schema), chunk_rows=schema.chunk_rows
-        )
-        for start in range(0, rows, step):
-            stream.append({name: values[start : start + step] for name, values in data.items()})
-        stream.close()
+        _append(state["url"], schema, data, result.commits)
 
     benchmark.pedantic(target, setup=setup, rounds=ROUNDS, iterations=1)
     assert len(arrays.open_stream(state["url"], "bench")) == rows

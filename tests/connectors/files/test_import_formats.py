@@ -18,6 +18,7 @@ from windvane.connectors.files.arrow import parquet_reader
 from windvane.connectors.files.csv import CsvReader
 from windvane.connectors.files.formats import format_for
 from windvane.connectors.files.wav import wav_reader
+from windvane.export import export
 from windvane.ingest import imports, streams
 from windvane.ingest.schema import parse_schema
 
@@ -86,6 +87,27 @@ def test_csv_round_trip_exact(sqlite_url, tmp_path, block_bytes):
     assert s["count"][:].dtype == np.int64 and s["count"][:].tolist() == [1, 2, 3, 4, 5, 6]
     assert s["label"][:].tolist() == ["plain", "comma, inside", "two\nlines", "ünïcødé ✓", "", 'quote "q"']
     assert s.attrs["kind"] == "log"  # a text column: inferred as a log stream
+
+
+def test_a_csv_windvane_exports_imports_back_to_the_same_values(sqlite_url, tmp_path):
+    # Its times are ISO 8601 with an offset (read by one cast), and its text quoted only in some blocks
+    # (blocks without a quote are parsed without looking for newlines in values).
+    n = 600
+    i = np.arange(n)
+    labels = np.array([f'line {k}\nsecond, "q"' if k % 97 == 5 else f"ok {k}" for k in i.tolist()], dtype="T")
+    columns = [arrays.Column("speed", "float64"), arrays.Column("count", "int64"), arrays.Column("label", "str")]
+    speed = np.round(np.sin(i / 7.0) * 30, 6)
+    speed[[3, 400]] = [np.nan, -0.0]
+    with arrays.create_stream(sqlite_url, "plant.out", columns) as stream:
+        stream.append({"time": T0 + i * 123_456_789, "speed": speed, "count": i * 3 - 7, "label": labels})
+    path = tmp_path / "out.csv"
+    export(sqlite_url, "plant.out", path, "csv")
+    result = run(sqlite_url, "plant.back", CsvReader(path, ReaderOptions(block_bytes=2048)), path)
+    assert (result.rows, result.rejected) == (n, 0)
+    with arrays.open_stream(sqlite_url, "plant.out") as before, arrays.open_stream(sqlite_url, "plant.back") as after:
+        assert after.columns == before.columns
+        for name in ["time", *before.columns]:
+            np.testing.assert_array_equal(after[name][:], before[name][:], err_msg=name)
 
 
 def test_csv_epoch_units_by_magnitude_and_by_option(sqlite_url, tmp_path):
