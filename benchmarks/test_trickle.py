@@ -4,7 +4,8 @@ A plant's sensors each send about one event a second. Every tag gets one
 PackedForward chunk a second (what fluentd's out_forward sends for a tag's
 buffer chunk, ``require_ack_response``), spread over the second in ten slices,
 over ``CONNECTIONS`` connections, for ``SECONDS`` (600). The load runs in this
-process (asyncio); ``windvane serve`` is a real subprocess with its defaults.
+process (asyncio); ``windvane serve`` is a real subprocess with its defaults (one
+worker per core), and again with ``--workers 1``.
 
 Recorded in ``extra_info``:
 - ``acked`` / ``sent``: chunks acknowledged / sent (keeping up: all of them);
@@ -19,7 +20,7 @@ Recorded in ``extra_info``:
 - ``revisions_per_second``: object revisions written per second, and
   ``commits_per_second``;
 - ``server_cpu_seconds`` / ``server_cpu_us_per_chunk``: the CPU time the
-  server process (and its decode workers) spent during the run.
+  server's processes (its workers and their decode workers) spent during the run.
 
 The baseline, ``test_many_slow_sensors_fluentd_baseline``: the same load
 into real fluentd (``in_forward`` acknowledging each chunk once it is in a
@@ -202,15 +203,18 @@ def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, 
 
 # Beyond the suite's 300 s per test: the full run is long, and a store that falls behind drains after it.
 @pytest.mark.timeout(30 * SECONDS + 900)
+@pytest.mark.parametrize("workers", [pytest.param(1, id="one_process"), pytest.param(None, id="per_core")])
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
-def test_many_slow_sensors(benchmark, request, databases, backend):
+def test_many_slow_sensors(benchmark, request, databases, backend, workers):
     full = request.config.getoption("benchmark_enable", False)
     tags, seconds = (TAGS, SECONDS) if full else (200, 5)
     schemas = Path(tempfile.mkdtemp(prefix="wvb-trickle-", dir="/tmp"))
     (schemas / "sensor.toml").write_text(SENSOR_SCHEMA)
-    url = store_for(databases, backend, f"trickle_{backend}")
+    name = f"trickle_{backend}_{workers or 'per_core'}"
+    url = store_for(databases, backend, name)
     load = Trickle(tags, seconds)
-    with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-trickle-{backend}.log") as serve:
+    args = ("--workers", str(workers)) if workers else ()
+    with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", *args) as serve:
         before = _store_bytes(url, databases)
         cpu = _cpu_seconds(serve.process.pid)
         started = time.monotonic()

@@ -140,7 +140,8 @@ class _TrackedBuffered(_Tracked, asyncio.BufferedProtocol):
 class Listener:
     """Accepts TCP connections on ``host:port`` for ``protocol_factory``; see the module docstring.
 
-    ``name`` names the listener in logs ("Forward", "HTTP"). :attr:`open` is
+    ``name`` names the listener in logs ("Forward", "HTTP"); ``reuse_port``
+    shares the address with other processes listening on it the same way. :attr:`open` is
     the number of connections open; :attr:`counters` what was refused and why.
     """
 
@@ -156,6 +157,7 @@ class Listener:
         ssl: ssl_module.SSLContext | None = None,
         counters: ConnectionCounters | None = None,
         backlog: int = 1024,
+        reuse_port: bool = False,
     ) -> None:
         if max_connections < 1:
             raise ConnectorConfigError(f"max_connections must be at least 1, not {max_connections}")
@@ -168,6 +170,9 @@ class Listener:
         self.ssl = ssl
         self.counters = counters or ConnectionCounters()
         self.backlog = backlog
+        #: Bind with SO_REUSEPORT: processes serving one address each listen on it, and the kernel spreads
+        #: the connections between them.
+        self.reuse_port = reuse_port
         self.open = 0
         self._sockets: list[socket.socket] = []
         self._spare: int | None = None
@@ -200,6 +205,8 @@ class Listener:
                 sock = socket.socket(family, kind, proto)
                 self._sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if self.reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(address)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .batch import PENDING_BYTES
 
@@ -54,6 +55,22 @@ class CommitterConfig:
 
 
 @dataclass(frozen=True)
+class WorkerPlace:
+    """Which worker of how many this process is, where the workers answer each other, and with what key."""
+
+    index: int
+    count: int
+    directory: str
+    authkey: bytes
+    #: How many times this worker was started again after it ended unasked.
+    restarts: int = 0
+
+    def address(self, index: int) -> str:
+        """The unix socket worker ``index`` answers on."""
+        return str(Path(self.directory) / f"worker-{index}.sock")
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     """The store and schemas ``windvane serve`` commits to, its users and its committer.
 
@@ -66,6 +83,8 @@ class ServiceConfig:
     users: str | None = None
     http_auth: str | None = None
     committer: CommitterConfig = field(default_factory=CommitterConfig)
+    #: Which worker of a server of several this service is (None: the server's only process).
+    worker: WorkerPlace | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from windvane import arrays, neostore
 from windvane.neostore.tids import tid_time
 
+from . import siblings
 from .auth import Users
 from .committer import GroupCommitter
 from .config import ServiceConfig, default_decode_workers
@@ -194,7 +196,41 @@ class Service:
     def health(self) -> dict[str, Any]:
         """``status`` "ok", or "failing" with ``error``, ``message`` and ``streams`` saying why while commits
         fail (from a failed commit until the work that failed is committed, stream by stream: see
-        :mod:`ingest.metrics`); raises if the store cannot be read."""
+        :mod:`ingest.metrics`); raises if the store cannot be read. A worker of several answers for the
+        whole server (:mod:`ingest.siblings`), each worker's state under ``workers``."""
+        own = self._own_health()
+        place = self.config.worker
+        if place is None:
+            return own
+        return siblings.merge_health(place, own, siblings.ask_all(place, "health"))
+
+    def metric_samples(self) -> list[MetricSample]:
+        """The Prometheus samples of the server: this process's, merged with the other workers' if any."""
+        own = self._own_samples()
+        place = self.config.worker
+        if place is None:
+            return own
+        answers = [a for a in siblings.ask_all(place, "metrics").values() if not isinstance(a, BaseException)]
+        workers: MetricSample = (
+            "windvane_workers",
+            "Worker processes of the server that answered (the others are being started again).",
+            "gauge",
+            {},
+            1 + len(answers),
+        )
+        return [*siblings.merge_samples([own, *answers]), workers]
+
+    def _answer(self, question: str) -> Any:
+        """This worker's own part of the server's answer to another worker's ``question``."""
+        place = self.config.worker
+        assert place is not None  # only workers of several answer questions
+        if question == "health":
+            return {**self._own_health(), "pid": os.getpid(), "restarts": place.restarts}
+        if question == "metrics":
+            return self._own_samples()
+        raise ValueError(f"no such question: {question!r}")
+
+    def _own_health(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "status": "ok",
             "schemas": len(self.schemas),
@@ -223,7 +259,15 @@ class Service:
         out.update(_cluster_health(self.store))
         return out
 
-    def metric_samples(self) -> list[MetricSample]:
+    def _own_samples(self) -> list[MetricSample]:
+        place = self.config.worker
+        restarts: MetricSample = (
+            "windvane_worker_restarts_total",
+            "Times a worker process was started again after it ended unasked (killed, crashed).",
+            "counter",
+            {},
+            0 if place is None else place.restarts,
+        )
         given_back: MetricSample = (
             "windvane_decode_memory_given_back_total",
             "Times a decode worker gave the memory freed after a burst back to the system (--trim-after).",
@@ -231,7 +275,7 @@ class Service:
             {},
             self.committer.decoding.given_back,
         )
-        return [*self.metrics.samples(), given_back, *endpoint_samples(self.endpoints)]
+        return [*self.metrics.samples(), given_back, restarts, *endpoint_samples(self.endpoints)]
 
     def streams(self) -> list[dict[str, Any]]:
         out = []
@@ -281,6 +325,7 @@ class Service:
         # otherwise share the cores with the service's own start.
         await asyncio.to_thread(self.committer.start, workers=False)
         started: list[Endpoint] = []
+        answering = siblings.Answering(self.config.worker, self._answer) if self.config.worker else None
         try:
             for endpoint in endpoints:
                 await endpoint.start()
@@ -292,6 +337,8 @@ class Service:
             await stop.wait()
             log.info("shutting down")
         finally:
+            if answering is not None:
+                answering.close()
             for endpoint in reversed(started):
                 with contextlib.suppress(Exception):
                     await endpoint.close()

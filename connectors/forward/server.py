@@ -112,7 +112,9 @@ class ForwardServer:
     :func:`connectors.budget.held_for` of it is the budget).
     ``limits`` sets the connection limits and timeouts; ``budget`` is the
     memory budget, shared with other servers of the process (a budget of
-    ``limits.memory_budget`` of its own when not given).
+    ``limits.memory_budget`` of its own when not given). ``reuse_port``
+    listens (TCP and UDP) beside other processes serving the same port,
+    which share its connections and heartbeats.
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class ForwardServer:
         heartbeat_udp: bool = True,
         limits: Limits | None = None,
         budget: MemoryBudget | None = None,
+        reuse_port: bool = False,
     ) -> None:
         if max_in_flight < 1:
             raise ConnectorConfigError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -147,6 +150,7 @@ class ForwardServer:
         self.decompressed_size_limit = decompressed_size_limit
         self.max_in_flight = max_in_flight
         self.heartbeat_udp = heartbeat_udp
+        self.reuse_port = reuse_port
         self.limits = limits or Limits()
         self.budget = budget or MemoryBudget(self.limits.memory_budget, self.limits.trim_after)
         self.inflate_limit = inflate_limit(decompressed_size_limit, self.budget)
@@ -199,6 +203,7 @@ class ForwardServer:
                 max_connections=self.limits.max_connections,
                 handshake_timeout=self.limits.handshake_timeout,
                 counters=self.counters,
+                reuse_port=self.reuse_port,
             )
             await listener.start()
             port = listener.port
@@ -206,7 +211,7 @@ class ForwardServer:
                 break
             try:
                 self._udp, _ = await loop.create_datagram_endpoint(
-                    lambda: _Heartbeat(self), local_addr=(self.host, port)
+                    lambda: _Heartbeat(self), local_addr=(self.host, port), reuse_port=self.reuse_port
                 )
                 break
             except OSError as exc:

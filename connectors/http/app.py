@@ -704,6 +704,7 @@ class HttpServer:
     Connections are accepted by a :class:`connectors.listener.Listener` with the
     application's limits (``max_connections``, file descriptors running out,
     the TLS handshake timeout) and timed by a :class:`_HeaderGuard`.
+    ``reuse_port`` listens beside other processes serving the same port.
     """
 
     def __init__(
@@ -713,8 +714,10 @@ class HttpServer:
         port: int = HttpConfig.port,
         *,
         ssl: _ssl.SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self._app = app
+        self._reuse_port = reuse_port
         self._state = app[STATE]
         self._host = host
         self._port = port
@@ -749,6 +752,7 @@ class HttpServer:
             max_connections=limits.max_connections,
             handshake_timeout=limits.handshake_timeout,
             counters=state.counters,
+            reuse_port=self._reuse_port,
         )
         try:
             await listener.start()

@@ -63,6 +63,7 @@ class ServeOptions:
     tls_key: str | None
     commit_interval: float
     decode_workers: int | None
+    workers: int | None
     mqtt_url: str | None
     mqtt_topics: tuple[str, ...]
     mqtt_client_id: str | None
@@ -145,6 +146,15 @@ class ServeOptions:
     help="Processes that decode and validate Forward and HTTP payloads, so that more than one core "
     f"works; 0 decodes in the serving process. Default: one per core (at most {MAX_DECODE_WORKERS}), "
     "0 on one core.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=None,
+    metavar="N",
+    help="Server processes, each with its own event loop and committer, sharing the ports and the store "
+    "(the kernel spreads connections between them); /health and /metrics answer for all. A worker that "
+    "ends unasked is started again. Default: one per core.",
 )
 @click.option(
     "--mqtt",
@@ -249,11 +259,9 @@ def serve(**options: Any) -> None:
     committing what it received. It refuses to start with Forward protected
     and HTTP open unless told so.
     """
-    import asyncio
-
     from windvane import neostore
     from windvane.connectors.mqtt import MqttError
-    from windvane.ingest.service import Service, listener_auth, tune_interpreter
+    from windvane.ingest.service import listener_auth
 
     opts = ServeOptions(**options)
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -271,20 +279,58 @@ def serve(**options: Any) -> None:
             shared_key=bool(config.forward and config.forward.shared_key),
             http=config.http.address if config.http else None,
         )
+        if tls:
+            tls.server_context()  # a certificate that does not load is refused here, not by each worker
+    except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
+        raise BadInput(str(exc)) from exc
+    from windvane.cli.serve_workers import default_workers, run_workers
+
+    workers = opts.workers or default_workers()
+    if workers == 1:
+        serve_one(config, auth, tls, lambda lines: announce(lines, auth))
+    else:
+        try:
+            run_workers(config, auth, tls, workers, opts.log_level, serve_one, lambda lines: announce(lines, auth))
+        except OSError as exc:
+            raise BadInput(f"cannot listen: {exc}") from exc
+
+
+def serve_one(
+    config: ServeConfig,
+    auth: dict[str, str],
+    tls: TlsConfig | None,
+    ready: Callable[[list[tuple[str, str, int]]], None],
+) -> None:
+    """Serve ``config`` in this process until SIGTERM or SIGINT, calling ``ready`` with each listener's
+    ``(name, host, port)`` once all listen; BadInput if the store, the schemas or a listener cannot be had."""
+    import asyncio
+
+    from windvane import neostore
+    from windvane.connectors.errors import ListenError
+    from windvane.connectors.mqtt import MqttError
+    from windvane.ingest.service import Service, tune_interpreter
+
+    try:
         ssl = tls.server_context() if tls else None  # one context for Forward and HTTP
         service = Service(config.service)
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     tune_interpreter()
-    from windvane.connectors.errors import ListenError
-
     try:
-        asyncio.run(_serve(service, config, auth, ssl))
+        asyncio.run(_serve(service, config, ssl, ready))
     except ListenError as exc:  # the message names the listener, its address and what to do
         option = f"--{exc.name.lower()}"
         raise BadInput(f"{exc}: {option} HOST:PORT, or {option} off") from exc
     except OSError as exc:
         raise BadInput(f"cannot listen: {exc}") from exc
+
+
+def announce(lines: list[tuple[str, str, int]], auth: dict[str, str]) -> None:
+    """Print a line per listener (its address, what it takes, how it authenticates) and "ready"."""
+    auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
+    for name, host, port in lines:
+        click.echo(f"{name}: {host}:{port} {_CARRIES[name]}  auth: {auth[name]}")
+    click.echo("ready")
 
 
 def _off(address: str) -> bool:
@@ -361,35 +407,39 @@ _CARRIES = {
 }
 
 
-async def _serve(service: Service, config: ServeConfig, auth: dict[str, str], ssl: SSLContext | None) -> None:
+async def _serve(
+    service: Service,
+    config: ServeConfig,
+    ssl: SSLContext | None,
+    ready: Callable[[list[tuple[str, str, int]]], None],
+) -> None:
     # With the helpers below, the one place that imports connectors: the layers meet here.
     from windvane.connectors.budget import MemoryBudget
     from windvane.connectors.mqtt import MqttError
 
     # One for the whole process: Forward and HTTP draw on it.
     budget = MemoryBudget(config.limits.memory_budget, config.limits.trim_after, service.committer.let_go_of_the_last)
+    # A worker of several listens beside the others on the same ports.
+    shared = config.service.worker is not None
     lines: list[tuple[str, Any, str]] = []
-    auth = {**auth, "mqtt": "the broker's (user and password in --mqtt's URL)"}
     if config.forward:
-        lines.append(("forward", *_forward_server(service, config.forward, config.limits, ssl, budget)))
+        lines.append(("forward", *_forward_server(service, config.forward, config.limits, ssl, budget, shared)))
     if config.http:
-        lines.append(("http", *_http_server(service, config.http, config.limits, ssl, budget)))
+        lines.append(("http", *_http_server(service, config.http, config.limits, ssl, budget, shared)))
     if config.mqtt:
         lines.append(("mqtt", *_mqtt_subscriber(service, config.mqtt, config.service.store)))
 
-    def ready() -> None:
-        for name, endpoint, host in lines:
-            click.echo(f"{name}: {host}:{endpoint.port} {_CARRIES[name]}  auth: {auth[name]}")
-        click.echo("ready")
-
     try:
-        await service.run([endpoint for _, endpoint, _ in lines], ready)
+        await service.run(
+            [endpoint for _, endpoint, _ in lines],
+            lambda: ready([(name, host, endpoint.port) for name, endpoint, host in lines]),
+        )
     except MqttError as exc:  # the broker cannot be reached, or refused windvane, at start
         raise BadInput(str(exc)) from exc
 
 
 def _forward_server(
-    service: Service, f: ForwardConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget
+    service: Service, f: ForwardConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget, shared: bool
 ) -> tuple[Any, str]:
     """``(server, host)``: the Forward listener ``f`` configures."""
     from windvane.connectors.forward.server import ForwardServer
@@ -405,12 +455,13 @@ def _forward_server(
         decompressed_size_limit=f.decompressed_size_limit,
         limits=limits,
         budget=budget,
+        reuse_port=shared,
     )
     return server, f.host
 
 
 def _http_server(
-    service: Service, h: HttpConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget
+    service: Service, h: HttpConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget, shared: bool
 ) -> tuple[Any, str]:
     """``(server, host)``: the HTTP listener ``h`` configures."""
     from windvane.connectors.http.app import HttpServer, make_app
@@ -426,7 +477,7 @@ def _http_server(
         limits=limits,
         budget=budget,
     )
-    return HttpServer(app, h.host, h.port, ssl=ssl), h.host
+    return HttpServer(app, h.host, h.port, ssl=ssl, reuse_port=shared), h.host
 
 
 def _mqtt_subscriber(service: Service, m: MqttConfig, store: str) -> tuple[Any, str]:
