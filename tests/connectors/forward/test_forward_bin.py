@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import struct
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -36,6 +37,7 @@ SCHEMA = parse_schema(
     name="app",
 )
 SCHEMAS = SchemaSet([SCHEMA])
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "forward"
 RECORDS = [{"seq": i, "msg": f"event {i} Grüße 温度 ✓", "value": i / 8, "host": f"web-{i % 3}"} for i in range(50)]
 TIMES = [(1_767_225_600 + i, i * 1000) for i in range(50)]
 
@@ -192,3 +194,28 @@ def test_a_missing_or_undeclared_bin_named_field_is_kept_as_the_checked_path_kee
     assert rejected == checked_rejected == []
     assert repr(_lists(columns.columns)) == repr(_lists(checked.columns))  # repr: nan equals nan
     assert columns.columns["extra"][9] == '{"host":"web-9"}' and np.isnan(columns.columns["value"][4])
+
+
+@pytest.mark.parametrize("fixture", ["fluentd_packed_text.bin", "fluentd_packed_gzip.bin"])
+def test_fluentds_own_chunks_decode_typed_and_store_as_the_checked_path(fixture):
+    # Captured from fluentd 1.14.6: names and text as bin. Its two records hold different fields, so
+    # ingest takes their columns the checked way; both ways store the same.
+    schema = parse_schema(
+        {
+            "kind": "log",
+            "tags": ["**"],
+            "extra": "keep",
+            "fields": [{"name": "message", "dtype": "str", "required": True}, {"name": "host", "dtype": "str"}],
+        },
+        name="captured",
+    )
+    frame = (FIXTURES / fixture).read_bytes()
+    stored = []
+    for kind in (record_type(schema), None):
+        decoded = decode_message(frame, record_types=lambda tag, kind=kind: kind)
+        assert decoded.batch.typed == (kind is not None)
+        stored.append(batch_columns(schema, decoded.batch))
+    (columns, rejected), (checked, checked_rejected) = stored
+    assert rejected == checked_rejected == []
+    assert _lists(columns.columns) == _lists(checked.columns)
+    assert columns.columns["message"] == ["GET /index.html 200", "café olé ✓"]
