@@ -26,6 +26,10 @@ versitygw (:mod:`s3_bench`) and SQLite (WAL, the store's defaults).
    serve`` with a vibration schema that names no ``chunk_rows``, on a fresh
    ``sqlite+s3`` store and a fresh SQLite store in pairs of rounds, the
    order alternating. Goal: the median of the pairs' ratios >= 0.9.
+4. What MiB chunks cost a bulk writer: the same Forward load into plain
+   SQLite with the default chunks against 32,768-row chunks (the size
+   whose chunks every acknowledged chunk fills), pairs alternating; no
+   goal, the price recorded.
 
 Run::
 
@@ -106,19 +110,44 @@ def work() -> Iterator[Work]:
             shutil.rmtree(w.dir, ignore_errors=True)
 
 
-def plain_against_tiered(
-    benchmark, one: Callable[[bool], float], what: str, rounds: int
+def side_by_side(
+    benchmark, baseline: tuple[str, Callable[[], float]], measured: tuple[str, Callable[[], float]], rounds: int
 ) -> tuple[dict[str, list[float]], list[float]]:
-    """``one(tiered)`` (MB/s) on a plain SQLite store and on a tiered one, alternating, under the benchmark's
-    clock: the rates of each side (``<what>_sqlite``, ``<what>_sqlite_s3``) and each round's tiered / plain."""
-    plain, tiered = f"{what}_sqlite", f"{what}_sqlite_s3"
+    """The two targets (MB/s) alternating, under the benchmark's clock: the rates by name and each round's
+    measured / baseline."""
     rates: dict[str, list[float]] = {}
-    benchmark.pedantic(
-        lambda: rates.update(alternate({plain: lambda: one(False), tiered: lambda: one(True)}, rounds)),
-        rounds=1,
-        iterations=1,
-    )
-    return rates, per_round(rates, tiered, plain)
+    benchmark.pedantic(lambda: rates.update(alternate(dict([baseline, measured]), rounds)), rounds=1, iterations=1)
+    return rates, per_round(rates, measured[0], baseline[0])
+
+
+def vibration_chunks() -> tuple[list[tuple[bytes, bytes]], int]:
+    """``TIER_BYTES`` of vibration blocks as Forward chunks, and the rows they make."""
+    blocks = max(BLOCKS_PER_CHUNK, TIER_BYTES // (BLOCK_SAMPLES * CHANNELS * 4))
+    chunks = [
+        forward_chunk(TAG, first, BLOCKS_PER_CHUNK, record=lambda i: vibration_record(i, BLOCK_SAMPLES, CHANNELS))
+        for first in range(0, blocks, BLOCKS_PER_CHUNK)
+    ]
+    return chunks, len(chunks) * BLOCKS_PER_CHUNK * BLOCK_SAMPLES
+
+
+def forward_into(work: Work, url: str, schemas: Path, chunks: list[tuple[bytes, bytes]], rows: int) -> float:
+    """Seconds to send ``chunks`` to a fresh ``windvane serve`` on ``url`` and have them acknowledged."""
+    serve = Serve(url, schemas, work.dir / "serve.log", http=None)
+    try:
+        result = forward_load(serve.forward_port, chunks, BLOCKS_PER_CHUNK)
+    finally:
+        assert serve.stop() == 0, serve.log()
+    assert not result.errors, result.errors[:3]
+    with arrays.open_stream(url, TAG) as stream:
+        assert len(stream) == rows
+    return result.seconds
+
+
+def schemas_dir(work: Work, name: str, text: str) -> Path:
+    where = work.dir / name
+    where.mkdir(exist_ok=True)
+    (where / "vibration.toml").write_text(text)
+    return where
 
 
 def write_wav(path: Path, nbytes: int) -> int:
@@ -182,7 +211,9 @@ def test_vibration_wav_into_a_tiered_store(benchmark, work, bench_results):
     warm_url, _, warm_path = work.store(False)
     import_wav(warm_url, wav)
     work.drop(None, warm_path)
-    rates, ratios = plain_against_tiered(benchmark, one, "import", rounds)
+    rates, ratios = side_by_side(
+        benchmark, ("import_sqlite", lambda: one(False)), ("import_sqlite_s3", lambda: one(True)), rounds
+    )
     info = {
         "wav_bytes": wav.stat().st_size,
         "frames": frames,
@@ -258,34 +289,23 @@ def test_vibration_wav_into_a_tiered_store(benchmark, work, bench_results):
 
 
 def test_vibration_forward_into_a_tiered_store(benchmark, work, bench_results):
-    blocks = max(BLOCKS_PER_CHUNK, TIER_BYTES // (BLOCK_SAMPLES * CHANNELS * 4))
-    chunks = [
-        forward_chunk(TAG, first, BLOCKS_PER_CHUNK, record=lambda i: vibration_record(i, BLOCK_SAMPLES, CHANNELS))
-        for first in range(0, blocks, BLOCKS_PER_CHUNK)
-    ]
-    rows = len(chunks) * BLOCKS_PER_CHUNK * BLOCK_SAMPLES
+    chunks, rows = vibration_chunks()
     nbytes = rows * CHANNELS * 4
-    (work.dir / "schemas").mkdir(exist_ok=True)
-    (work.dir / "schemas" / "vibration.toml").write_text(SCHEMA)
+    schemas = schemas_dir(work, "schemas", SCHEMA)
     pairs = 1 if benchmark.disabled else 2 * ROUNDS
     in_bucket: list[int] = []
 
     def one(tiered: bool) -> float:
         url, bucket, path = work.store(tiered)
-        serve = Serve(url, work.dir / "schemas", work.dir / "serve.log", http=None)
-        try:
-            result = forward_load(serve.forward_port, chunks, BLOCKS_PER_CHUNK)
-        finally:
-            assert serve.stop() == 0, serve.log()
-        assert not result.errors, result.errors[:3]
-        with arrays.open_stream(url, TAG) as stream:
-            assert len(stream) == rows
+        seconds = forward_into(work, url, schemas, chunks, rows)
         if bucket is not None:
             in_bucket.append(work.bucket_bytes(bucket))
         work.drop(bucket, path)
-        return nbytes / result.seconds / 1e6
+        return nbytes / seconds / 1e6
 
-    rates, ratios = plain_against_tiered(benchmark, one, "forward", pairs)
+    rates, ratios = side_by_side(
+        benchmark, ("forward_sqlite", lambda: one(False)), ("forward_sqlite_s3", lambda: one(True)), pairs
+    )
     info = {
         "bytes": nbytes,
         "chunks": len(chunks),
@@ -300,3 +320,29 @@ def test_vibration_forward_into_a_tiered_store(benchmark, work, bench_results):
     bench_results["tiered_vibration_forward"] = info
     print(f"Forward vibration sqlite+s3 / sqlite: {info['s3_over_sqlite']:.2f}")
     assert all(in_bucket), "no value reached the blob tier"
+
+
+def test_vibration_forward_default_chunks_against_small_ones(benchmark, work, bench_results):
+    """What MiB chunks cost a bulk writer on plain SQLite: an acknowledged chunk (1.2 MB) fills no default
+    chunk, so its rows go to the row log first and into their chunk with a later commit; 32,768-row
+    chunks fill in every commit."""
+    chunks, rows = vibration_chunks()
+    nbytes = rows * CHANNELS * 4
+    default = schemas_dir(work, "schemas", SCHEMA)
+    small = schemas_dir(work, "schemas-small", SCHEMA.replace("[vibration]", "chunk_rows = 32768\n[vibration]"))
+    pairs = 1 if benchmark.disabled else 2 * ROUNDS
+
+    def one(schemas: Path) -> float:
+        url, _, path = work.store(False)
+        seconds = forward_into(work, url, schemas, chunks, rows)
+        work.drop(None, path)
+        return nbytes / seconds / 1e6
+
+    rates, ratios = side_by_side(
+        benchmark, ("forward_32768_rows", lambda: one(small)), ("forward_default_chunks", lambda: one(default)), pairs
+    )
+    info = {"bytes": nbytes, "pairs": pairs, "mb_per_s": rates, "default_over_small_per_pair": ratios}
+    info["default_over_small"] = float(np.median(ratios))
+    benchmark.extra_info.update(info)
+    bench_results["vibration_forward_default_chunks"] = info
+    print(f"Forward vibration on SQLite, default chunks / 32,768 rows: {info['default_over_small']:.2f}")
