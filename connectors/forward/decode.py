@@ -366,12 +366,19 @@ def _entries_room(
 
 
 def decode_entries(
-    payload: bytes, tag: str, size: int, compressed: Any, limit: int, record_type: type | None = None
+    payload: bytes,
+    tag: str,
+    size: int,
+    compressed: Any,
+    limit: int,
+    events: Any = None,
+    record_type: type | None = None,
 ) -> list[Batch]:
-    """The Batch of PackedForward ``payload`` (decompressed first if ``compressed``); run by ingest's workers."""
+    """The Batch of PackedForward ``payload`` (decompressed first if ``compressed``); run by ingest's workers.
+    ``events``: the count the sender announced (the option's ``size``), see :func:`decode_packed`."""
     if compressed is not None and compressed != "text":
         payload = decompress_entries(payload, compressed, limit, tag)
-    return [decode_packed(tag, payload, size, record_type)]
+    return [decode_packed(tag, payload, size, record_type, events)]
 
 
 #: Events up to this size go to ingest's decode workers. Larger ones carry bulk
@@ -405,7 +412,10 @@ def _deferred(tag: str, entries: memoryview, option: Option | None, size: int, l
     compressed = option.get("compressed") if option else None
     mode = "packed" if compressed is None or compressed == "text" else "compressed"
     # bytes(): a memoryview does not pickle, and the copy lets the frame go.
-    undecoded = Undecoded(tag, bytes(entries), decode_entries, (tag, size, compressed, limit), SOURCE, size, typed=True)
+    events = option.get("size") if option else None
+    undecoded = Undecoded(
+        tag, bytes(entries), decode_entries, (tag, size, compressed, limit, events), SOURCE, size, typed=True
+    )
     return _decoded(undecoded, option, mode)
 
 

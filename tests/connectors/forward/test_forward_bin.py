@@ -219,3 +219,14 @@ def test_fluentds_own_chunks_decode_typed_and_store_as_the_checked_path(fixture)
     assert rejected == checked_rejected == []
     assert _lists(columns.columns) == _lists(checked.columns)
     assert columns.columns["message"] == ["GET /index.html 200", "café olé ✓"]
+
+
+@pytest.mark.parametrize("size", [50, 49, 51, "fifty", None])
+def test_a_deferred_chunk_is_stored_whole_whatever_count_its_sender_announced(size):
+    payload = _packed(DECLARED, True)
+    option = {"chunk": "c2l6ZQ==", **({} if size is None else {"size": size})}
+    frame = b"\x93" + msgpack.packb("app.bin") + b"\xdb" + struct.pack(">I", len(payload)) + payload
+    decoded = decode_message(frame + msgpack.packb(option), defer=True)
+    (part,) = prepare(SCHEMAS, [decoded.batch])[0]
+    assert part.rejected == [] and part.columns.rows == 50
+    assert part.columns.columns["seq"].tolist() == list(range(50))
