@@ -54,6 +54,7 @@ class Serve:
         forward: str | None = ANY_PORT,
         http: str | None = ANY_PORT,
         timeout: float = 60,
+        workers: int | None = 1,
     ):
         self.url = store
         self.log_path = Path(log_path)
@@ -70,6 +71,9 @@ class Serve:
             forward or "off",
             "--http",
             http or "off",
+            # One process unless told: tests that limit, measure or signal the serving process address it
+            # by its pid. The workers' own tests start several (None: the default, one per core).
+            *(("--workers", str(workers)) if workers and "--workers" not in args else ()),
             *args,
         ]
         self._log = open(self.log_path, "ab")
@@ -178,6 +182,7 @@ def start_serve(
     forward: str | None = ANY_PORT,
     http: str | None = ANY_PORT,
     timeout: float = 60,
+    workers: int | None = 1,
 ) -> Serve:
     """``windvane serve`` with ``schemas`` (file name: TOML) in ``directory``/schemas, its log in ``directory``/serve.log.
 
@@ -190,4 +195,6 @@ def start_serve(
     for name, text in schemas.items():
         (schemas_dir / name).write_text(text)
     store = store or f"sqlite:///{directory / 'store.db'}"
-    return Serve(store, schemas_dir, directory / "serve.log", *args, forward=forward, http=http, timeout=timeout)
+    return Serve(
+        store, schemas_dir, directory / "serve.log", *args, forward=forward, http=http, timeout=timeout, workers=workers
+    )

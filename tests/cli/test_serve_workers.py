@@ -243,3 +243,15 @@ def status(pid: int) -> str:
             return f.read().lower()
     except FileNotFoundError:
         return "zombie"
+
+
+def test_by_default_one_worker_per_core_serves(tmp_path):
+    cores = len(os.sched_getaffinity(0))
+    with start_serve(tmp_path, SCHEMAS, workers=None) as serve:
+        health = get_json(serve, "/health")
+        if cores == 1:
+            assert "workers" not in health  # the command's own process serves
+        else:
+            assert [w["worker"] for w in health["workers"]] == list(range(cores))
+            assert all(w["status"] == "ok" for w in health["workers"])
+        assert serve.stop() == 0, serve.log()
