@@ -146,7 +146,10 @@ def _read_stored(stream: arrays.Stream, layout: Layout, start: int, stop: int, s
     """Rows ``[start, stop)`` (whole chunks but the stream's last) with the stored chunks of ``stored``; the table
     leaves out the number columns among them, whose values are neither written nor needed to count bytes."""
     decoded = [c.key for c in layout.columns if c.key not in stored or c.kind != "number"]
-    table = stream.to_arrow(start, stop, columns=decoded)
+    if decoded or TIME not in stored:
+        table = stream.to_arrow(start, stop, columns=decoded)
+    else:  # every array copied: the rows are all the writer and the count of bytes need of the table
+        table = pa.table({TIME: pa.nulls(stop - start, layout.schema.field(TIME).type)})
     first, last = start // layout.chunk_rows, -(-stop // layout.chunk_rows)
     chunks = {key: stream[key].stored_chunks(first, last) for key in stored}
     return Block(start, stop, table, raw_bytes(layout, table), chunks)
