@@ -100,8 +100,8 @@ def stored_seqs(url: str) -> np.ndarray:
         return stream["seq"][:]
 
 
-def test_a_chunk_sent_to_both_workers_is_stored_once_and_health_and_metrics_answer_for_both(tmp_path):
-    serve = start_serve(tmp_path, SCHEMAS, "--workers", "2")
+def test_a_chunk_sent_to_both_workers_is_stored_once_and_health_and_metrics_answer_for_both(tmp_path, store_url):
+    serve = start_serve(tmp_path, SCHEMAS, "--workers", "2", store=store_url)
     try:
         per_pid = connections_on_both(serve)
         cid = chunk_id()
