@@ -311,16 +311,20 @@ def _encodes_early(store: Store, size: int) -> bool:
 def _encode_unless_held(store: Store, digest: bytes, value: bytes) -> EncodedValue | None:
     """``value`` encoded, in a worker thread; None if the database holds it already (nothing to compress).
 
+    Only a value worth compressing is looked up: framing one that is not costs less than the question.
     The database may change before the flush: the flush asks again, under the commit lock, and encodes
     what this found held and is not any more.
     """
+    codec = store.codec
+    if not codec.worth_compressing(value):
+        return codec.encode(value, digest, compress=False)
     try:
         held = bool(store.query("SELECT 1 FROM data WHERE hash = ?", (digest,)))
     except Exception as exc:  # the lookup only saves work: whatever the store fails with for now, compress anyway
         if not store.is_transient(exc):
             raise
         held = False
-    return None if held else store.codec.encode(value, digest)
+    return None if held else codec.compressed(value, digest)
 
 
 def send_to_tier(

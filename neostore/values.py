@@ -108,10 +108,16 @@ class ValueCodec:
     def encode(self, value: bytes, value_hash_: bytes | None = None, compress: bool = True) -> EncodedValue:
         """Encode ``value``; ``value_hash_`` saves rehashing when the caller has it."""
         digest = value_hash_ if value_hash_ is not None else value_hash(value)
-        if compress and self._worth_compressing(value):
-            packed = self._context().compressor.compress(value)
-            if len(packed) <= len(value) * (1 - MIN_GAIN):
-                return EncodedValue(digest, len(value), ZSTD, packed)
+        if compress and self.worth_compressing(value):
+            return self.compressed(value, digest)
+        return EncodedValue(digest, len(value), RAW, bytes(value))
+
+    def compressed(self, value: bytes, digest: bytes) -> EncodedValue:
+        """``value`` (named ``digest``) compressed, or raw if that does not save :data:`MIN_GAIN`: for a value
+        :meth:`worth_compressing` said yes to."""
+        packed = self._context().compressor.compress(value)
+        if len(packed) <= len(value) * (1 - MIN_GAIN):
+            return EncodedValue(digest, len(value), ZSTD, packed)
         return EncodedValue(digest, len(value), RAW, bytes(value))
 
     @overload
@@ -131,7 +137,9 @@ class ValueCodec:
             return value
         raise ValueError(f"unknown compression flag {compression}")
 
-    def _worth_compressing(self, value: bytes) -> bool:
+    def worth_compressing(self, value: bytes) -> bool:
+        """Whether compressing ``value`` may save :data:`MIN_GAIN`: compression is on, the value is not tiny
+        nor in a compressed format, and (when big) a sample of it compresses."""
         if not self.level or len(value) < _MIN_COMPRESS:
             return False
         head = bytes(value[:8])
