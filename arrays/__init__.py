@@ -35,7 +35,7 @@ from .keys import Entry, Snapshot
 from .metadata import dtype_name
 from .stream import Stream
 from .stream_registry import create_stream, create_streams, list_streams, open_stream, stream_keys
-from .stream_schema import DEFAULT_CHUNK_BYTES, Column, chunk_rows_for, column_key, stream_path
+from .stream_schema import DEFAULT_CHUNK_BYTES, VARIABLE_CHUNK_ROWS, Column, chunk_rows_for, column_key, stream_path
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
 from .vlen_rows import VLenRows
@@ -43,6 +43,7 @@ from .zarr_store import ZarrStore
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "VARIABLE_CHUNK_ROWS",
     "ArrayError",
     "ArrayExistsError",
     "ArrayNotFoundError",

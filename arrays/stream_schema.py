@@ -39,6 +39,10 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 TEXT_VALUE_BYTES = 32
 #: Chunk rows derived from bytes are a multiple of this when they can be (tidy boundaries).
 _ROWS_STEP = 1024
+#: Rows per chunk at most of a stream with text or bytes columns: their values' size is unknown until
+#: they come, and a writer holds its stream's partial chunk, so a chunk of long lines must not grow with
+#: the bytes estimate's rows.
+VARIABLE_CHUNK_ROWS = 16384
 
 #: The longest tag or column name, in UTF-8 bytes (a file name's limit). Two of them and a chunk
 #: key stay well within the store's name limit (neostore's ``MAX_NAME``, 767 bytes).
@@ -153,10 +157,15 @@ class Column:
             object.__setattr__(self, "dims", dims)
 
     @property
+    def variable(self) -> bool:
+        """Whether the column holds text or bytes: values of no fixed size."""
+        return storage_dtype(self.dtype).kind in "TOUS"
+
+    @property
     def row_bytes(self) -> int:
         """Raw bytes of one row of this column (text and bytes: :data:`TEXT_VALUE_BYTES` a value)."""
         dtype = storage_dtype(self.dtype)
-        item = TEXT_VALUE_BYTES if dtype.kind in "TOUS" else dtype.itemsize
+        item = TEXT_VALUE_BYTES if self.variable else dtype.itemsize
         return item * int(np.prod(self.inner, dtype=np.int64))
 
     @property
@@ -184,9 +193,12 @@ class Column:
 
 def chunk_rows_for(columns: Sequence[Column], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
     """Rows per chunk of a stream of ``time`` and ``columns`` so that a chunk of all of them holds about
-    ``chunk_bytes`` raw bytes (a multiple of 1024 rows unless a row is wider than a 1024th of that)."""
+    ``chunk_bytes`` raw bytes (a multiple of 1024 rows unless a row is wider than a 1024th of that), and
+    :data:`VARIABLE_CHUNK_ROWS` at most with text or bytes columns."""
     width = np.dtype("int64").itemsize + sum(c.row_bytes for c in columns)
     rows = max(1, chunk_bytes // width)
+    if any(c.variable for c in columns):
+        rows = min(rows, VARIABLE_CHUNK_ROWS)
     return rows - rows % _ROWS_STEP if rows >= _ROWS_STEP else rows
 
 
