@@ -3,17 +3,12 @@
 Values wait in memory (a transaction's :class:`UploadQueue`) until vote or
 until they pass ``flush_bytes``; then those the database lacks are encoded
 (in the store's worker threads when there are many) and inserted in bulk.
-Big values start compressing in the worker threads as soon as a write sets
-them (:data:`EARLY_ENCODE_BYTES`), so that compression overlaps what the
-caller does until vote rather than holding up the commit.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import Future
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from ._schema import keep_blob_location
@@ -29,10 +24,6 @@ if TYPE_CHECKING:
 
 #: Pending bytes below which values are compressed in the calling thread.
 INLINE_ENCODE_BYTES = 1 << 20
-
-#: Values at least this large start compressing in the store's worker threads when a write sets them: the
-#: commit then finds them compressed, or nearly. Smaller ones cost more to hand over than to compress at flush.
-EARLY_ENCODE_BYTES = 256 * 1024
 
 #: Bytes per bulk INSERT: small enough to keep compression and upload
 #: overlapping, large enough that round trips do not count.
@@ -62,15 +53,13 @@ class UploadQueue:
         self._refs: Counter[bytes] = Counter()  # hash -> how many writes set that value
         self._orphans = False  # an uploaded value is not set by any write any more
         self._inserted: list[int] = []  # data ids this transaction created
-        # hash -> its encoding under way in the store's worker threads (None: the database held it)
-        self._early: dict[bytes, Future[EncodedValue | None]] = {}
 
     def copy(self) -> UploadQueue:
         """A queue holding what this one holds, changed independently of it."""
         other = UploadQueue(self.store)
         other._pending, other._pending_bytes, other._raw = dict(self._pending), self._pending_bytes, set(self._raw)
         other._ids, other._refs, other._orphans = dict(self._ids), Counter(self._refs), self._orphans
-        other._inserted, other._early = list(self._inserted), dict(self._early)
+        other._inserted = list(self._inserted)
         return other
 
     @property
@@ -102,8 +91,6 @@ class UploadQueue:
             self._pending_bytes += len(value)
             if not compress:
                 self._raw.add(digest)
-            elif _encodes_early(self.store, len(value)):
-                self._early[digest] = self.store.encoder.submit(_encode_unless_held, self.store, digest, value)
 
     def unref(self, digest: bytes) -> None:
         """A rewritten object does not set this value any more: drop it if no other write does.
@@ -120,9 +107,6 @@ class UploadQueue:
         if value is not None:
             self._pending_bytes -= len(value)
             self._raw.discard(digest)
-            early = self._early.pop(digest, None)
-            if early is not None:
-                early.cancel()
         else:
             self._orphans = True
 
@@ -160,8 +144,8 @@ class UploadQueue:
         if not self._pending:
             return
         store = self.store
-        pending, raw, early = self._pending, self._raw, self._early
-        self._pending, self._pending_bytes, self._raw, self._early = {}, 0, set(), {}
+        pending, raw = self._pending, self._raw
+        self._pending, self._pending_bytes, self._raw = {}, 0, set()
         encoded = send_to_tier(store, pending, raw) if store.tier is not None else {}
         session.writer()
         cur = session.cursor()
@@ -171,9 +155,6 @@ class UploadQueue:
             cur.execute(f"SELECT hash, id FROM data WHERE hash IN {backend.in_list(len(batch))}", batch)
             for digest, data_id in cur.fetchall():
                 self._ids[bytes(digest)] = data_id
-                job = early.get(bytes(digest))
-                if job is not None:
-                    job.cancel()
         missing = [h for h in hashes if h not in self._ids]
         if not missing:
             return
@@ -187,27 +168,15 @@ class UploadQueue:
             if big:
                 self.insert_tiered(cur, [encode(h) for h in big])
                 missing = [h for h in missing if not store.tier.holds(len(pending[h]))]
-        started = [h for h in missing if h in early]
-        missing = [h for h in missing if h not in early]
-        values: Iterable[EncodedValue]
         if sum(len(pending[h]) for h in missing if h not in raw) < INLINE_ENCODE_BYTES:
             # A few small values, or values the caller compressed already (nothing to do but frame
             # them): handing them to the pool costs more than encoding them here.
-            values = map(encode, missing)
+            values: Iterable[EncodedValue] = map(encode, missing)
         else:
             # The pool compresses ahead while the values it has finished are
             # being inserted: compression and database work overlap.
             values = store.encoder.map(encode, missing)
-
-        def encoded_early(h: bytes) -> EncodedValue:
-            job = early[h]
-            # A job cancelled by an attempt that found the value held, or one that found it so itself, while
-            # the database lacks it now (rolled back, or packed away since): encoded here.
-            return (None if job.cancelled() else job.result()) or encode(h)
-
-        # Those started early come first: they are done, or next in the pool's queue. Their results are
-        # waited for here, never in a worker, which might wait for a job queued behind it.
-        self.insert_values(cur, chain(map(encoded_early, started), values))
+        self.insert_values(cur, values)
 
     def insert_tiered(self, cur: Any, values: list[EncodedValue]) -> None:
         """Insert the rows of values kept in the blob tier, once their objects are sure to be there."""
@@ -297,34 +266,6 @@ class UploadQueue:
             blob_cur.execute("INSERT INTO bigdata (data_id, seq, value) VALUES (?, ?, ?)", (data_id, seq, piece))
         blob_cur.close()
         self._took([(value.hash, data_id)])
-
-
-def _encodes_early(store: Store, size: int) -> bool:
-    """Whether a compressible value of ``size`` bytes starts compressing when a write sets it.
-
-    Not when compression is off, nor for a value the blob tier takes: the tier encodes those in the worker
-    threads itself, before the commit lock (:func:`send_to_tier`).
-    """
-    return size >= EARLY_ENCODE_BYTES and store.codec.level != 0 and not (store.tier and store.tier.holds(size))
-
-
-def _encode_unless_held(store: Store, digest: bytes, value: bytes) -> EncodedValue | None:
-    """``value`` encoded, in a worker thread; None if the database holds it already (nothing to compress).
-
-    Only a value worth compressing is looked up: framing one that is not costs less than the question.
-    The database may change before the flush: the flush asks again, under the commit lock, and encodes
-    what this found held and is not any more.
-    """
-    codec = store.codec
-    if not codec.worth_compressing(value):
-        return codec.encode(value, digest, compress=False)
-    try:
-        held = bool(store.query("SELECT 1 FROM data WHERE hash = ?", (digest,)))
-    except Exception as exc:  # the lookup only saves work: whatever the store fails with for now, compress anyway
-        if not store.is_transient(exc):
-            raise
-        held = False
-    return None if held else codec.compressed(value, digest)
 
 
 def send_to_tier(

@@ -48,15 +48,16 @@ _PROBE_ABOVE = 256 * 1024
 _PROBE_SIZE = 64 * 1024
 
 
-# A value of more than one job is compressed by zstd's worker threads, a job each, at once: one value's
-# compression, which a commit of a single big value waits for, takes several cores. zstd writes the same
-# frame whatever the number of threads, so the stored bytes do not depend on the machine.
+# A value compressed while no other is spreads over zstd's worker threads, a job of JOB_BYTES each: a commit
+# of one big value then waits for several cores rather than one. While other values compress too, each keeps to
+# its thread: the store's worker threads already use every core, and a job's buffers cost copies.
 JOB_BYTES = 1 << 20
 _COMPRESS_THREADS = min(4, os.cpu_count() or 1)
 
 
-def compression_parameters(level: int, threads: int = _COMPRESS_THREADS) -> zstandard.ZstdCompressionParameters:
-    """zstd's parameters of ``level`` as neostore compresses values: jobs of :data:`JOB_BYTES` on ``threads``."""
+def spread_parameters(level: int, threads: int = _COMPRESS_THREADS) -> zstandard.ZstdCompressionParameters:
+    """zstd's parameters of ``level`` for a value compressed alone: jobs of :data:`JOB_BYTES` on ``threads``
+    (zstd writes the same frame whatever their number)."""
     return zstandard.ZstdCompressionParameters.from_level(level, threads=threads, job_size=JOB_BYTES)
 
 
@@ -94,12 +95,15 @@ class ValueCodec:
         self.level = level
         # zstd contexts must not be shared between threads: one set per thread.
         self._contexts = threading.local()
+        self._compressing = 0  # values being compressed now, in any thread
+        self._compressing_lock = threading.Lock()
 
     def _context(self) -> threading.local:
         ctx = self._contexts
         if not hasattr(ctx, "decompressor"):
-            ctx.compressor = (
-                zstandard.ZstdCompressor(compression_params=compression_parameters(self.level)) if self.level else None
+            ctx.compressor = zstandard.ZstdCompressor(level=self.level) if self.level else None
+            ctx.spread = (
+                zstandard.ZstdCompressor(compression_params=spread_parameters(self.level)) if self.level else None
             )
             ctx.probe = zstandard.ZstdCompressor(level=1)
             ctx.decompressor = zstandard.ZstdDecompressor()
@@ -108,17 +112,25 @@ class ValueCodec:
     def encode(self, value: bytes, value_hash_: bytes | None = None, compress: bool = True) -> EncodedValue:
         """Encode ``value``; ``value_hash_`` saves rehashing when the caller has it."""
         digest = value_hash_ if value_hash_ is not None else value_hash(value)
-        if compress and self.worth_compressing(value):
-            return self.compressed(value, digest)
+        if compress and self._worth_compressing(value):
+            packed = self._compress(value)
+            if len(packed) <= len(value) * (1 - MIN_GAIN):
+                return EncodedValue(digest, len(value), ZSTD, packed)
         return EncodedValue(digest, len(value), RAW, bytes(value))
 
-    def compressed(self, value: bytes, digest: bytes) -> EncodedValue:
-        """``value`` (named ``digest``) compressed, or raw if that does not save :data:`MIN_GAIN`: for a value
-        :meth:`worth_compressing` said yes to."""
-        packed = self._context().compressor.compress(value)
-        if len(packed) <= len(value) * (1 - MIN_GAIN):
-            return EncodedValue(digest, len(value), ZSTD, packed)
-        return EncodedValue(digest, len(value), RAW, bytes(value))
+    def _compress(self, value: bytes) -> bytes:
+        """``value`` as a zstd frame: spread over several threads when no other value is compressing (the
+        frames differ, the value they hold does not)."""
+        ctx = self._context()
+        with self._compressing_lock:
+            alone = self._compressing == 0
+            self._compressing += 1
+        try:
+            packed: bytes = (ctx.spread if alone and len(value) > JOB_BYTES else ctx.compressor).compress(value)
+        finally:
+            with self._compressing_lock:
+                self._compressing -= 1
+        return packed
 
     @overload
     def decode(self, compression: int, stored: bytes, size: int | None = None) -> bytes: ...
@@ -137,9 +149,7 @@ class ValueCodec:
             return value
         raise ValueError(f"unknown compression flag {compression}")
 
-    def worth_compressing(self, value: bytes) -> bool:
-        """Whether compressing ``value`` may save :data:`MIN_GAIN`: compression is on, the value is not tiny
-        nor in a compressed format, and (when big) a sample of it compresses."""
+    def _worth_compressing(self, value: bytes) -> bool:
         if not self.level or len(value) < _MIN_COMPRESS:
             return False
         head = bytes(value[:8])
