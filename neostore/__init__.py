@@ -62,6 +62,8 @@ def open(url: str, **options: Any) -> Store:  # the natural name for the entry p
     already, ``create=False``.
 
     Other options: ``compression_level`` (zstd level, 0 = off),
+    ``compression_threads`` (zstd threads a big value compressed alone
+    spreads over; default 1, for machines whose cores are otherwise idle),
     ``commit_lock_timeout`` (seconds), ``flush_bytes`` (upload threshold),
     ``in_doubt_timeout`` (seconds to wait for a server that went away during a
     COMMIT, to learn whether it committed), and for a store with a blob tier

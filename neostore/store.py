@@ -78,6 +78,7 @@ class Store:
         read_only: bool = False,
         create: bool | None = None,
         compression_level: int = 1,
+        compression_threads: int = 1,
         commit_lock_timeout: float = 60.0,
         flush_bytes: int = 64 * 1024 * 1024,
         in_doubt_timeout: float = 180.0,
@@ -91,7 +92,7 @@ class Store:
         self.read_only = read_only
         # One rule: only a writable open asked to create makes a store (see neostore.open).
         self.create = not read_only if create is None else bool(create) and not read_only
-        self.codec = ValueCodec(compression_level)
+        self.codec = ValueCodec(compression_level, compression_threads)
         self.commit_lock_timeout = commit_lock_timeout
         self.flush_bytes = flush_bytes
         # Long enough for a killed server to restart and finish crash recovery.

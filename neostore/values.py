@@ -7,7 +7,6 @@ load checks the whole path (decompression included) against that hash.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import overload
@@ -48,14 +47,14 @@ _PROBE_ABOVE = 256 * 1024
 _PROBE_SIZE = 64 * 1024
 
 
-# A value compressed while no other is spreads over zstd's worker threads, a job of JOB_BYTES each: a commit
-# of one big value then waits for several cores rather than one. While other values compress too, each keeps to
-# its thread: the store's worker threads already use every core, and a job's buffers cost copies.
+# With threads, a value compressed while no other is spreads over zstd's worker threads, a job of JOB_BYTES
+# each: a commit of one big value then takes several idle cores rather than one. While other values compress too,
+# each keeps to its thread: the store's worker threads already use the cores, and a job's buffers cost copies.
+# Off by default: where the cores are busy (a server's workers), spreading costs more than it saves.
 JOB_BYTES = 1 << 20
-_COMPRESS_THREADS = min(4, os.cpu_count() or 1)
 
 
-def spread_parameters(level: int, threads: int = _COMPRESS_THREADS) -> zstandard.ZstdCompressionParameters:
+def spread_parameters(level: int, threads: int) -> zstandard.ZstdCompressionParameters:
     """zstd's parameters of ``level`` for a value compressed alone: jobs of :data:`JOB_BYTES` on ``threads``
     (zstd writes the same frame whatever their number)."""
     return zstandard.ZstdCompressionParameters.from_level(level, threads=threads, job_size=JOB_BYTES)
@@ -86,13 +85,17 @@ class EncodedValue:
 class ValueCodec:
     """Compression policy: zstd at ``level``, kept only when it saves :data:`MIN_GAIN`.
 
-    ``level=0`` turns compression off.
+    ``level=0`` turns compression off. ``threads``: zstd threads a value compressed alone spreads over
+    (1: none; see :data:`JOB_BYTES`).
     """
 
-    def __init__(self, level: int = 1):
+    def __init__(self, level: int = 1, threads: int = 1):
         if not -7 <= level <= 22:
             raise InvalidOptionError(f"zstd level must be between -7 and 22 (0 = off), got {level}")
+        if not 1 <= threads <= 64:
+            raise InvalidOptionError(f"compression threads must be between 1 and 64, got {threads}")
         self.level = level
+        self.threads = threads
         # zstd contexts must not be shared between threads: one set per thread.
         self._contexts = threading.local()
         self._compressing = 0  # values being compressed now, in any thread
@@ -102,8 +105,11 @@ class ValueCodec:
         ctx = self._contexts
         if not hasattr(ctx, "decompressor"):
             ctx.compressor = zstandard.ZstdCompressor(level=self.level) if self.level else None
+            spread = self.level and self.threads > 1
             ctx.spread = (
-                zstandard.ZstdCompressor(compression_params=spread_parameters(self.level)) if self.level else None
+                zstandard.ZstdCompressor(compression_params=spread_parameters(self.level, self.threads))
+                if spread
+                else None
             )
             ctx.probe = zstandard.ZstdCompressor(level=1)
             ctx.decompressor = zstandard.ZstdDecompressor()
@@ -119,14 +125,17 @@ class ValueCodec:
         return EncodedValue(digest, len(value), RAW, bytes(value))
 
     def _compress(self, value: bytes) -> bytes:
-        """``value`` as a zstd frame: spread over several threads when no other value is compressing (the
+        """``value`` as a zstd frame: spread over :attr:`threads` when no other value is compressing (the
         frames differ, the value they hold does not)."""
         ctx = self._context()
+        if ctx.spread is None or len(value) <= JOB_BYTES:
+            packed: bytes = ctx.compressor.compress(value)
+            return packed
         with self._compressing_lock:
             alone = self._compressing == 0
             self._compressing += 1
         try:
-            packed: bytes = (ctx.spread if alone and len(value) > JOB_BYTES else ctx.compressor).compress(value)
+            packed = (ctx.spread if alone else ctx.compressor).compress(value)
         finally:
             with self._compressing_lock:
                 self._compressing -= 1

@@ -16,7 +16,7 @@ class NeoStorageFactory(BaseConfig):  # type: ignore[misc]  # ZODB is untyped
 
     # Optional keys passed on to NeoStorage only when the section sets them,
     # so the Store's own defaults stay the single source of truth.
-    _OPTIONAL = ("name", "compression_level", "commit_lock_timeout")
+    _OPTIONAL = ("name", "compression_level", "compression_threads", "commit_lock_timeout")
 
     def open(self) -> Any:
         """A new NeoStorage for the section's URL and options."""

@@ -50,7 +50,10 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
     url = request.getfixturevalue(f"{backend}_url")
     ZODB.config.databaseFromString(_config(url)).close()  # create the database
 
-    extra = "read-only true\n    pack-gc false\n    name configured\n    compression-level 0\n    commit-lock-timeout 5"
+    extra = (
+        "read-only true\n    pack-gc false\n    name configured\n    compression-level 0\n"
+        "    compression-threads 2\n    commit-lock-timeout 5"
+    )
     storage = ZODB.config.storageFromString(
         f"%import windvane.neostore\n<neostore>\n  url {url}\n  {extra}\n</neostore>\n"
     )
@@ -60,6 +63,7 @@ def test_section_options_reach_the_storage(backend: str, request) -> None:
         assert storage.pack_gc is False
         assert storage.backing_store.commit_lock_timeout == 5.0
         assert storage.backing_store.codec.level == 0
+        assert storage.backing_store.codec.threads == 2
         with pytest.raises(POSException.ReadOnlyError):
             storage.new_oid()
     finally:
