@@ -34,7 +34,7 @@ def one_record(schema_name: str) -> dict[str, list]:
     return columns
 
 
-@pytest.mark.parametrize("schema_name", ["turbine_vibration", "turbine_scada", "server_logs"])
+@pytest.mark.parametrize("schema_name", ["turbine_scada", "server_logs"])
 def test_a_schema_without_chunk_rows_gets_chunks_of_its_row_width(sqlite_url, schema_name):
     schema = next(s for s in SCHEMAS if s.name == schema_name)
     assert schema.chunk_rows is None
@@ -56,6 +56,17 @@ def test_a_schema_without_chunk_rows_gets_chunks_of_its_row_width(sqlite_url, sc
         assert arrays.DEFAULT_CHUNK_BYTES / 2 < rows * width <= arrays.DEFAULT_CHUNK_BYTES
     numbers = [c for c in columns if c.dtype != "str"]
     assert numbers and all(rows * c.row_bytes >= neostore.BLOB_THRESHOLD for c in numbers)
+
+
+def test_the_shipped_vibration_schema_keeps_chunks_a_few_forward_blocks_long_that_clear_the_tier(sqlite_url):
+    schema = next(s for s in SCHEMAS if s.name == "turbine_vibration")
+    assert schema.chunk_rows == 32768
+    with neostore.open(sqlite_url) as store:
+        with arrays.transaction(store) as tx:
+            write(tx, StreamWriters(store), "t", schema, one_record("turbine_vibration"))
+        with arrays.open_stream(store, "t") as stream:
+            assert {stream[c].chunks[0] for c in ["time", *stream.columns]} == {32768}
+            assert stream["samples"].dtype.itemsize * 3 * 32768 >= neostore.BLOB_THRESHOLD
 
 
 def test_a_schema_that_names_chunk_rows_keeps_them(sqlite_url):
