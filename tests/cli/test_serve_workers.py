@@ -147,22 +147,32 @@ def make_chunks(senders: int, chunks: int, per_chunk: int) -> list[list[tuple[by
     return out
 
 
+def senders_holding(
+    port: int, chunks: list[list[tuple[bytes, bytes]]], held: int, *, ack_timeout: float, run_for: float
+) -> tuple[list[ResendingSender], list[threading.Thread]]:
+    """A resending sender per list of ``chunks``, each running in a thread, once each has ``held`` chunks
+    acknowledged and holds the rest (until its ``resume`` is set)."""
+    clients = [ResendingSender("127.0.0.1", port, mine, ack_timeout=ack_timeout, hold_after=held) for mine in chunks]
+    threads = [threading.Thread(target=c.run, args=(time.monotonic() + run_for,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 120
+    while not all(len(c.acked) >= held for c in clients):
+        assert time.monotonic() < deadline, [len(c.acked) for c in clients]
+        time.sleep(0.02)
+    return clients, threads
+
+
 def test_kill_9_of_one_worker_mid_run_loses_nothing_the_other_goes_on_and_it_is_started_again(tmp_path):
     senders, chunks, per_chunk = 6, 40, 250
     port = free_port()
     serve = start_serve(tmp_path, SCHEMAS, "--workers", "2", forward=f"127.0.0.1:{port}")
-    clients = [
-        ResendingSender("127.0.0.1", port, mine, ack_timeout=3, hold_after=10)
-        for mine in make_chunks(senders, chunks, per_chunk)
-    ]
-    threads = [threading.Thread(target=c.run, args=(time.monotonic() + 240,)) for c in clients]
+    clients: list[ResendingSender] = []
+    threads: list[threading.Thread] = []
     try:
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 120
-        while not all(len(c.acked) >= 10 for c in clients):
-            assert time.monotonic() < deadline, [len(c.acked) for c in clients]
-            time.sleep(0.02)
+        clients, threads = senders_holding(
+            port, make_chunks(senders, chunks, per_chunk), 10, ack_timeout=3, run_for=240
+        )
         victim, survivor = worker_pids(serve)
         held = owners(port)
         os.kill(victim, signal.SIGKILL)
@@ -200,17 +210,10 @@ def test_kill_9_of_one_worker_mid_run_loses_nothing_the_other_goes_on_and_it_is_
 def test_sigterm_stops_every_worker_after_committing_what_it_acknowledged(tmp_path):
     port = free_port()
     serve = start_serve(tmp_path, SCHEMAS, "--workers", "2", forward=f"127.0.0.1:{port}")
-    clients = [
-        ResendingSender("127.0.0.1", port, mine, ack_timeout=10, hold_after=5) for mine in make_chunks(4, 20, 200)
-    ]
-    threads = [threading.Thread(target=c.run, args=(time.monotonic() + 60,)) for c in clients]
+    clients: list[ResendingSender] = []
+    threads: list[threading.Thread] = []
     try:
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 120
-        while not all(len(c.acked) >= 5 for c in clients):
-            assert time.monotonic() < deadline, [len(c.acked) for c in clients]
-            time.sleep(0.02)
+        clients, threads = senders_holding(port, make_chunks(4, 20, 200), 5, ack_timeout=10, run_for=60)
         pids = worker_pids(serve)
         assert serve.stop() == 0, serve.log()
     finally:
