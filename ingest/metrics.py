@@ -198,7 +198,7 @@ _TOTALS = [
     ),
     (
         "windvane_commit_busy_seconds_total",
-        "Time at least one group was being validated, written or committed.",
+        "Time at least one group was being validated, written or committed (summed over a server's workers).",
         "counter",
         "busy_seconds",
     ),

@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -258,3 +259,34 @@ def test_by_default_one_worker_per_core_serves(tmp_path):
             assert [w["worker"] for w in health["workers"]] == list(range(cores))
             assert all(w["status"] == "ok" for w in health["workers"])
         assert serve.stop() == 0, serve.log()
+
+
+def test_a_second_server_on_the_ports_of_one_with_workers_is_refused_not_joined(tmp_path):
+    (tmp_path / "first").mkdir()
+    with start_serve(tmp_path / "first", SCHEMAS, "--workers", "2", store=f"sqlite:///{tmp_path / 'a.db'}") as first:
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "windvane",
+                "serve",
+                "--store",
+                f"sqlite:///{tmp_path / 'b.db'}",
+                "--schemas",
+                str(tmp_path / "first" / "schemas"),
+                "--forward",
+                f"127.0.0.1:{first.forward_port}",
+                "--http",
+                "off",
+                "--workers",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert second.returncode == 2, second.stderr
+        assert f"Forward cannot listen on 127.0.0.1:{first.forward_port} (TCP): Address already in use" in second.stderr
+        assert "--forward HOST:PORT, or --forward off" in second.stderr
+        assert first.stop() == 0, first.log()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -289,10 +290,22 @@ def serve(**options: Any) -> None:
     if workers == 1:
         serve_one(config, auth, tls, lambda lines: announce(lines, auth))
     else:
-        try:
+        with _listening():
             run_workers(config, auth, tls, workers, opts.log_level, serve_one, lambda lines: announce(lines, auth))
-        except OSError as exc:
-            raise BadInput(f"cannot listen: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _listening() -> Iterator[None]:
+    """BadInput for a listener that cannot listen, naming it, its address and the option to change."""
+    from windvane.connectors.errors import ListenError
+
+    try:
+        yield
+    except ListenError as exc:  # the message names the listener, its address and what to do
+        option = f"--{exc.name.lower()}"
+        raise BadInput(f"{exc}: {option} HOST:PORT, or {option} off") from exc
+    except OSError as exc:
+        raise BadInput(f"cannot listen: {exc}") from exc
 
 
 def serve_one(
@@ -306,7 +319,6 @@ def serve_one(
     import asyncio
 
     from windvane import neostore
-    from windvane.connectors.errors import ListenError
     from windvane.connectors.mqtt import MqttError
     from windvane.ingest.service import Service, tune_interpreter
 
@@ -316,13 +328,8 @@ def serve_one(
     except (ingest.IngestError, neostore.NeoStoreError, MqttError, ValueError) as exc:
         raise BadInput(str(exc)) from exc
     tune_interpreter()
-    try:
+    with _listening():
         asyncio.run(_serve(service, config, ssl, ready))
-    except ListenError as exc:  # the message names the listener, its address and what to do
-        option = f"--{exc.name.lower()}"
-        raise BadInput(f"{exc}: {option} HOST:PORT, or {option} off") from exc
-    except OSError as exc:
-        raise BadInput(f"cannot listen: {exc}") from exc
 
 
 def announce(lines: list[tuple[str, str, int]], auth: dict[str, str]) -> None:

@@ -61,6 +61,8 @@ log = logging.getLogger("windvane.serve")
 RESTART_DELAY, RESTART_DELAY_MAX, STEADY = 0.5, 30.0, 60.0
 #: Seconds the workers have to start (their imports, the store, the listeners).
 START_TIMEOUT = 120.0
+#: What a start-up error calls each kind of socket a listener binds (as the listeners themselves do).
+PROTOCOLS = {socket.SOCK_STREAM: "TCP", socket.SOCK_DGRAM: "UDP, for heartbeats"}
 #: Linux's prctl option that sends a signal to a process when its parent ends.
 PR_SET_PDEATHSIG = 1
 
@@ -107,39 +109,49 @@ class Supervisor:
         """``config`` with each listener's port 0 replaced by a port bound here for all workers."""
         forward, http = config.forward, config.http
         if forward is not None:
-            forward = dataclasses.replace(forward, port=self._hold(forward.host, forward.port, udp=True))
+            forward = dataclasses.replace(forward, port=self._hold("Forward", forward.host, forward.port, udp=True))
         if http is not None:
-            http = dataclasses.replace(http, port=self._hold(http.host, http.port, udp=False))
+            http = dataclasses.replace(http, port=self._hold("HTTP", http.host, http.port, udp=False))
         return dataclasses.replace(config, forward=forward, http=http)
 
-    def _hold(self, host: str, port: int, *, udp: bool) -> int:
-        """Bind ``host:port`` (TCP, and UDP if ``udp``) with SO_REUSEPORT and keep the TCP socket bound; the
-        port (a free one for both if ``port`` is 0)."""
+    def _hold(self, name: str, host: str, port: int, *, udp: bool) -> int:
+        """Bind ``host:port`` (TCP, and UDP if ``udp``) for the workers and keep the TCP socket bound; the port
+        (a free one for both if ``port`` is 0). ListenError naming listener ``name`` if it is not free.
+
+        Each port is first bound without SO_REUSEPORT: another program listening there, another windvane
+        server included, is refused rather than joined."""
+        from windvane.connectors.address import host_port
+        from windvane.connectors.errors import ListenError
+
         family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         for _ in range(20):
-            tcp = socket.socket(family, socket.SOCK_STREAM)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            kinds = [socket.SOCK_STREAM, socket.SOCK_DGRAM] if udp else [socket.SOCK_STREAM]
+            bound, failed = port, None
+            for kind in kinds:
+                with socket.socket(family, kind) as probe:
+                    if kind == socket.SOCK_STREAM:  # as the listeners do: a port in TIME_WAIT is free
+                        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        probe.bind((host, bound))
+                    except OSError as exc:
+                        failed = ListenError(name, host_port(host, bound), PROTOCOLS[kind], exc)
+                        break
+                    bound = probe.getsockname()[1]
+            if failed is not None:
+                if port:
+                    raise failed
+                continue  # a free TCP port taken in UDP: another
+            held = socket.socket(family, socket.SOCK_STREAM)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             try:
-                tcp.bind((host, port))
-            except OSError:
-                tcp.close()
-                raise
-            bound: int = tcp.getsockname()[1]
-            if udp:
-                probe = socket.socket(family, socket.SOCK_DGRAM)
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                try:
-                    probe.bind((host, bound))
-                except OSError:
-                    tcp.close()
-                    if port:
-                        raise
-                    continue
-                finally:
-                    probe.close()
-            self._held.append(tcp)
+                held.bind((host, bound))
+            except OSError as exc:
+                held.close()
+                raise ListenError(name, host_port(host, bound), "TCP", exc) from exc
+            self._held.append(held)
             return bound
-        raise OSError(f"no port on {host} is free for both TCP and UDP")
+        raise ListenError(name, host_port(host, port), "TCP and UDP", OSError(f"no port on {host} is free for both"))
 
     # -- workers -----------------------------------------------------------------------------
 

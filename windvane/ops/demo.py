@@ -196,6 +196,10 @@ class DemoService:
             f"127.0.0.1:{forward_port}",
             "--http",
             f"127.0.0.1:{http_port}",
+            # One process: the demo's figures say how long one pipeline was busy within the time the run
+            # took (workers' busy times add up beyond it), and its few connections would keep one busy.
+            "--workers",
+            "1",
             "--log-level",
             "warning",
         ]
