@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import importlib
 import logging
 import multiprocessing
 import os
@@ -34,6 +35,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -67,6 +69,27 @@ PROTOCOLS = {socket.SOCK_STREAM: "TCP", socket.SOCK_DGRAM: "UDP, for heartbeats"
 PR_SET_PDEATHSIG = 1
 
 
+#: What a worker imports to serve: imported once by the supervisor before the workers fork from it, so that
+#: they start without importing it each.
+PRELOAD = (
+    "windvane.ingest.service",
+    "windvane.connectors.budget",
+    "windvane.connectors.forward.server",
+    "windvane.connectors.http.app",
+    "windvane.connectors.mqtt",
+)
+
+
+def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext:
+    """How workers are started: forked from this process once it has imported :data:`PRELOAD` (fork copies
+    the calling thread alone, so only while no other runs), else spawned afresh."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    if threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
 def default_workers() -> int:
     """One worker per core this process may run on."""
     return len(os.sched_getaffinity(0))
@@ -95,7 +118,7 @@ class Supervisor:
         self.auth = auth
         self.tls = tls
         self.level = level
-        self.context = multiprocessing.get_context("spawn")
+        self.context = _context()
         self.directory = tempfile.mkdtemp(prefix="windvane-serve-")
         self.authkey = os.urandom(32)
         self._held: list[socket.socket] = []
@@ -285,12 +308,17 @@ def run_worker(
     serve: Serve,
 ) -> None:
     """A worker's process: ``serve`` its ``config`` as one server does, telling the supervisor when it listens."""
+    # A forked worker starts with the supervisor's handlers; the server installs its own once it runs.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
     # The worker ends with its supervisor, however that ends (kill -9 included): no worker serves on alone.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         return  # the supervisor ended before the signal was asked for
-    logging.basicConfig(level=level.upper(), format=f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s")
+    logging.basicConfig(
+        level=level.upper(), format=f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s", force=True
+    )
     try:
         serve(config, auth, tls, lambda lines: conn.send(("ready", lines)))
     except click.ClickException as exc:
