@@ -124,7 +124,6 @@ class Supervisor:
         self._held: list[socket.socket] = []
         self.config = self._with_ports(config)
         self.workers: list[_Worker] = []
-        self.stopping = False
 
     # -- ports -------------------------------------------------------------------------------
 
@@ -208,7 +207,7 @@ class Supervisor:
 
     def start(self) -> list[tuple[str, str, int]]:
         """Start every worker and wait until all listen; the listeners' ``(name, host, port)``. BadInput if
-        one cannot start (after stopping the others)."""
+        one cannot start (the caller then stops the others)."""
         from windvane.cli.root import BadInput
 
         self.workers = [self._start(index) for index in range(self.count)]
@@ -217,7 +216,6 @@ class Supervisor:
         for worker in self.workers:
             message = _receive(worker.conn, deadline - time.monotonic())
             if message is None or message[0] != "ready":
-                self.stop()
                 why = message[1] if message else f"worker {worker.index} did not start"
                 raise BadInput(why)
             lines = message[1]
