@@ -147,7 +147,7 @@ def test_replica_killed_and_restarted_catches_up_without_losing_or_repeating_a_r
     # No unique key on seq: a transaction applied twice would show as a repeated seq.
     _execute(primary, "CREATE DATABASE crash", "CREATE TABLE crash.t (id BIGINT AUTO_INCREMENT PRIMARY KEY, seq INT)")
     total = 600
-    applied_some = threading.Event()
+    applied_some, wrote_first = threading.Event(), threading.Event()
 
     def write() -> None:
         conn = primary.connect("crash")
@@ -156,6 +156,7 @@ def test_replica_killed_and_restarted_catches_up_without_losing_or_repeating_a_r
             cur = conn.cursor()
             for seq in range(total):
                 cur.execute("INSERT INTO t (seq) VALUES (?)", (seq,))
+                wrote_first.set()
                 if seq == total // 3:
                     applied_some.wait(60)
         finally:
@@ -164,6 +165,8 @@ def test_replica_killed_and_restarted_catches_up_without_losing_or_repeating_a_r
     writer = threading.Thread(target=write)
     writer.start()
     try:
+        # The replica catches up to the primary's position once a row is committed there.
+        assert wrote_first.wait(60)
         wait_for_primary(replica, primary, timeout=60)
         assert _rows(replica, "SELECT COUNT(*) FROM crash.t")[0][0] > 0
     finally:
