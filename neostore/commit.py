@@ -149,7 +149,8 @@ def finish(txn: Transaction) -> bytes:
 def _move_voted_rows(txn: Transaction) -> None:
     """Move the voted rows of ``txn`` into ``obj``/``trans`` and commit."""
     store, conn, tid = txn.store_, txn.session.connection, u64(voted_tid(txn))
-    store.backend.begin(conn)
+    if not store.backend.in_transaction_after_lock:
+        store.backend.begin(conn)
     cur = txn.session.cursor()
     cur.execute(
         "INSERT INTO trans (tid, packed, user, description, ext) "
