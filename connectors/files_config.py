@@ -21,8 +21,11 @@ class FilesConfig:
     * ``time_from``: one of :data:`TIME_FROM`.
     * ``row_interval``: ns between rows with ``time_from`` ``row``.
     * ``block_bytes``: the most file bytes a text or WAV reader puts in one part.
+    * ``kept_bytes``: the most bytes of parsed tables the CSV reader's type pass keeps for the parts, so
+      that a new stream's file is parsed once; blocks past them are parsed again.
     """
 
     time_from: str = TIME_FROM[0]
     row_interval: int = 1_000_000_000
     block_bytes: int = 16 << 20
+    kept_bytes: int = 256 << 20

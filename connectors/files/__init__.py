@@ -35,7 +35,8 @@ class ReaderOptions:
     since the epoch of a recording's first sample (WAV). ``column_types``:
     the arrow type each column must be read as (a text format parses to
     them; from the stream's schema). ``block_bytes``: the most file bytes a
-    text or WAV reader puts in one part. ``rename``: old -> new column names
+    text or WAV reader puts in one part. ``kept_bytes`` (CSV): the most bytes
+    of parsed tables the type pass keeps for the parts. ``rename``: old -> new column names
     (``--rename``), applied after :func:`column_names`. ``timezone``: the IANA
     zone of times written without one (``--timezone``; None: UTC, and this
     machine's zone for RFC 3164 syslog, :class:`.logs.LogOptions`).
@@ -58,6 +59,7 @@ class ReaderOptions:
     start: int | None = None
     column_types: dict[str, pa.DataType] = field(default_factory=dict)
     block_bytes: int = FilesConfig.block_bytes
+    kept_bytes: int = FilesConfig.kept_bytes
     rename: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
     time_format: str | None = None

@@ -13,7 +13,11 @@ integers among floats make a float column; a column of numbers with a few
 stray words, at most :data:`STRAY_SHARE` of its values, stays a number
 column and the rows of the words are quarantined), else what pyarrow infers
 from the first block; kept for the rest of the file so that every part has
-the same types. The time column (:mod:`.times`) is read as text and
+the same types. The type pass parses each block as the parts read it and
+keeps the tables (up to ``options.kept_bytes``): a part whose block's types
+are the file's, or widen to them without a change of value (integers to
+floats, a column without a value to any but text), takes its table instead
+of parsing the block again. The time column (:mod:`.times`) is read as text and
 converted by :func:`connectors.files.times.time_ns`. Column names are the
 header's, as :func:`connectors.files.column_names` makes them.
 
@@ -34,7 +38,9 @@ engine can quarantine exactly the rows whose values do not fit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +51,7 @@ import pyarrow.csv as pacsv
 from windvane.ingest.batch import INVALID_TIME
 
 from . import FileFormatError, Part, ReaderOptions, column_names
-from .compression import open_data
+from .compression import compression_of, open_data
 from .times import find_time_column, made_times, time_ns
 
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
@@ -78,7 +84,8 @@ class _Tally:
             self.fractions += count
         elif pa.types.is_string(values.type):
             numbers = pc.sum(pc.match_substring_regex(values, _NUMBER)).as_py() or 0
-            integers = pc.sum(pc.match_substring_regex(values, _INTEGER)).as_py() or 0
+            # A column of words has no integers to count.
+            integers = (pc.sum(pc.match_substring_regex(values, _INTEGER)).as_py() or 0) if numbers else 0
             self.words += count - numbers
             self.fractions += numbers - integers
         elif not pa.types.is_integer(values.type):
@@ -96,6 +103,15 @@ class _Tally:
         return pa.float64() if self.fractions else pa.int64()
 
 
+def _as_tallied(values: pa.ChunkedArray, nulls: pa.Array) -> pa.ChunkedArray:
+    """``values`` as the tally counts them: text that is a null marker (``""`` among them) is missing, as it is
+    when text can be missing, though a text column keeps it."""
+    if not pa.types.is_string(values.type):
+        return values
+    missing: pa.ChunkedArray = pc.if_else(pc.is_in(values, value_set=nulls), None, values)
+    return missing
+
+
 def record_ends(block: bytes | memoryview) -> np.ndarray:
     """Offsets of the newlines of ``block`` that end a row: those after an even number of quotes.
 
@@ -111,6 +127,14 @@ def record_ends(block: bytes | memoryview) -> np.ndarray:
         return newlines
     ends: np.ndarray = newlines[np.searchsorted(quotes, newlines) % 2 == 0]
     return ends
+
+
+def _last_row_end(block: bytes) -> int:
+    """The offset of the last newline of ``block`` that ends a row (-1: none); found in C if it has no quote."""
+    if b'"' not in block:
+        return block.rfind(b"\n")
+    ends = record_ends(block)
+    return int(ends[-1]) if len(ends) else -1
 
 
 def sniff_delimiter(head: bytes) -> str:
@@ -146,6 +170,8 @@ def sniff_delimiter(head: bytes) -> str:
 class _Rows:
     """The bytes of the non-empty rows of a block, as pyarrow numbers them (1-based, empty lines skipped)."""
 
+    block: bytes | None  # None: read from the file when asked (:meth:`in_file`)
+
     def __init__(self, block: bytes, ends: np.ndarray):
         starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else np.zeros(0, dtype=np.int64)
         stops = ends.copy()
@@ -159,12 +185,36 @@ class _Rows:
         keep = stops > starts
         self.block = block
         self.starts, self.stops = starts[keep], stops[keep]
+        self._file: tuple[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
 
+    def in_file(self, path: str, offset: int) -> None:
+        """Let go of the block, which is uncompressed file ``path``'s from byte ``offset``: rows are read from it
+        when asked (a part keeps the rows the engine may quarantine without the block in memory)."""
+        self.block, self._file = None, (path, offset)
+
     def raw(self, i: int) -> bytes:
-        return self.block[self.starts[i] : self.stops[i]]
+        start, stop = int(self.starts[i]), int(self.stops[i])
+        if self.block is not None:
+            return self.block[start:stop]
+        assert self._file is not None, "a block let go of is in the file"
+        path, offset = self._file
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), stop - start, offset + start)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A block the type pass parsed, for its part: the table as parsed, the rows skipped for their field count,
+    its rows, where it ends, and its bytes (None: read again from the file if need be)."""
+
+    table: pa.Table
+    bad: list[tuple[int, str]]
+    rows: _Rows
+    end: int
+    block: bytes | None
 
 
 class CsvReader:
@@ -186,6 +236,7 @@ class CsvReader:
         self._inferred = bool(options.column_types)
         self._unit = options.time_unit
         self._null_values = [*pacsv.ConvertOptions().null_values, *options.na_values]
+        self._kept: dict[int, _Kept] = {}  # the type pass's blocks by their start offset
 
     def _header(self, head: bytes) -> tuple[list[str | None], int]:
         ends = record_ends(head)
@@ -207,14 +258,25 @@ class CsvReader:
         """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
         which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
         tallies = {n: _Tally() for n in self.names if n not in self.options.column_types and n != self.time_column}
-        # Only the columns tallied are converted (the time column, often the widest, is not).
-        for block, _, _ in self._blocks(self.header_end) if tallies else ():
-            try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
-                table = self._read(block, {}, [], True, threads=True, columns=list(tallies))
-            except pa.ArrowInvalid:  # then one thread parses the block as one, inferring over all of it
+        kept, nulls = 0, pa.array(self._null_values, pa.string())
+        compressed = compression_of(self.path) is not None
+        self._kept.clear()
+        for block, end in self._blocks(self.header_end) if tallies else ():
+            bad: list[tuple[int, str]] = []
+            table = self._parse_inferring(block, bad)
+            if table is None:  # a value that is not of its given type: the tallied columns alone, as text can be
                 table = self._read(block, {}, [], True, threads=False, columns=list(tallies))
+                kept = self.options.kept_bytes + 1  # the parts read on from here
+            elif kept + table.nbytes + (len(block) if compressed else 0) <= self.options.kept_bytes:
+                rows = _Rows(block, record_ends(block))
+                if not compressed:
+                    rows.in_file(self.path, end - len(block))
+                self._kept[end - len(block)] = _Kept(table, bad, rows, end, block if compressed else None)
+                kept += table.nbytes + (len(block) if compressed else 0)
+            else:
+                kept = self.options.kept_bytes + 1
             for name, tally in tallies.items():
-                tally.add(table.column(name))
+                tally.add(_as_tallied(table.column(name), nulls))
         found = {name: tally.type() for name, tally in tallies.items()}
         self.types.update({n: t for n, t in found.items() if not pa.types.is_null(t)})
         found.update({n: t for n, t in self.types.items() if n != self.time_column})
@@ -225,25 +287,46 @@ class CsvReader:
         first = start is None
         position = self.header_end if start is None else int(start)
         row = self._rows_before(position) if self.options.time_from == "row" else 0
-        for block, ends, end in self._blocks(position):
+        while (kept := self._kept.pop(position, None)) is not None:  # the type pass's blocks, in order
+            nbytes = kept.end - position + (self.header_end if first else 0)
+            first = False
+            part = self._kept_part(position, kept, nbytes, row)
+            row += part.table.num_rows + len(part.rejected)
+            position = kept.end
+            yield part
+        self._kept.clear()
+        for block, end in self._blocks(position):
             nbytes = len(block) + (self.header_end if first else 0)
             first = False
-            part = self._part(block, ends, end, nbytes, row)
+            part = self._part(block, _Rows(block, record_ends(block)), end, nbytes, row)
             row += part.table.num_rows + len(part.rejected)
             yield part
+
+    def _kept_part(self, start: int, kept: _Kept, nbytes: int, row: int) -> Part:
+        """The part of a block the type pass kept: its table, as the file's types make it, else the block parsed
+        again."""
+        table = self._typed(kept.table)
+        if table is not None:
+            return self._part_of(table, list(kept.bad), kept.rows, kept.end, nbytes, row)
+        block = kept.block
+        if block is None:
+            with open(self.path, "rb") as f:
+                block = os.pread(f.fileno(), kept.end - start, start)
+        return self._part(block, _Rows(block, record_ends(block)), kept.end, nbytes, row)
 
     def _rows_before(self, position: int) -> int:
         """How many rows (not empty lines) the file has between its header and byte offset ``position``."""
         count = 0
-        for block, ends, end in self._blocks(self.header_end):
+        for block, end in self._blocks(self.header_end):
             if end >= position:
                 block = block[: len(block) - (end - position)]
-                return count + len(_Rows(block, record_ends(block)))
-            count += len(_Rows(block, ends))
+            count += len(_Rows(block, record_ends(block)))
+            if end >= position:
+                return count
         return count
 
-    def _blocks(self, position: int) -> Iterator[tuple[bytes, np.ndarray, int]]:
-        """``(block, its row ends, the offset after it)`` of whole rows from byte offset ``position`` on."""
+    def _blocks(self, position: int) -> Iterator[tuple[bytes, int]]:
+        """``(block, the offset after it)`` of whole rows from byte offset ``position`` on."""
         with open_data(self.path) as f:
             f.seek(position)
             carry = b""
@@ -253,29 +336,62 @@ class CsvReader:
                 if not block:
                     return
                 at_end = len(chunk) < self.block_bytes
-                ends = record_ends(block)
                 if not at_end:
-                    if not len(ends):  # a row longer than a block: read on
+                    cut = _last_row_end(block) + 1
+                    if not cut:  # a row longer than a block: read on
                         carry = block
                         continue
-                    cut = int(ends[-1]) + 1
                     block, carry = block[:cut], block[cut:]
                 else:
                     carry = b""
                 end = position + len(block)
-                yield bytes(block), ends, end
+                yield bytes(block), end
                 position = end
                 if at_end and not carry:
                     return
 
     def _parse(
-        self, block: bytes, types: dict[str, pa.DataType], bad: list[tuple[int, str]], text: bool = False
+        self,
+        block: bytes,
+        types: dict[str, pa.DataType],
+        bad: list[tuple[int, str]],
+        text: bool = False,
+        threads: bool = True,
     ) -> pa.Table:
         """The rows of ``block``; ``bad`` gets ``(row number, reason)`` of the rows skipped for their field count."""
-        table = self._read(block, types, bad, text, threads=True)
-        if bad:  # parsing in parallel numbers no row: parse again in one thread to know which were skipped
+        table = self._read(block, types, bad, text, threads=threads)
+        if bad and threads:  # parsing in parallel numbers no row: parse again in one thread to know which were skipped
             bad.clear()
             table = self._read(block, types, bad, text, threads=False)
+        return table
+
+    def _parse_inferring(self, block: bytes, bad: list[tuple[int, str]]) -> pa.Table | None:
+        """The rows of ``block`` as a part reads them, the columns of no known type inferred over the block;
+        None if a value is not of its column's given type."""
+        try:  # in parallel, pyarrow takes each column's type from its first MiB and fails if the rest differ
+            return self._parse(block, self.types, bad)
+        except pa.ArrowInvalid:
+            bad.clear()
+        try:  # then one thread parses the block as one, inferring over all of it
+            return self._parse(block, self.types, bad, threads=False)
+        except pa.ArrowInvalid:
+            bad.clear()
+            return None
+
+    def _typed(self, table: pa.Table) -> pa.Table | None:
+        """``table`` as parsed by the type pass, as the file's types make it; None if a column would change its
+        values (the block is then parsed again)."""
+        for i, field in enumerate(table.schema):
+            wanted = self.types.get(field.name, field.type)
+            if field.type == wanted:
+                continue
+            if pa.types.is_null(field.type) and not pa.types.is_string(wanted):
+                values = pa.nulls(table.num_rows, wanted)
+            elif pa.types.is_integer(field.type) and pa.types.is_floating(wanted):
+                values = pc.cast(table.column(i), wanted, safe=False)  # rounded to the nearest, as parsing does
+            else:  # text read as numbers, or a column without a value as text ("" is not missing in text)
+                return None
+            table = table.set_column(i, field.with_type(wanted), values)
         return table
 
     def _read(
@@ -327,8 +443,7 @@ class CsvReader:
                 table = table.set_column(i, field, pc.if_else(pc.is_in(values, tokens), None, values))
         return table
 
-    def _part(self, block: bytes, ends: np.ndarray, end: int, nbytes: int, row: int = 0) -> Part:
-        rows = _Rows(block, ends)
+    def _part(self, block: bytes, rows: _Rows, end: int, nbytes: int, row: int = 0) -> Part:
         bad: list[tuple[int, str]] = []
         try:
             table = self._parse(block, self.types, bad)
@@ -345,9 +460,16 @@ class CsvReader:
             # The first block's types hold for the whole file (a column with no value yet stays open).
             self.types.update({f.name: f.type for f in table.schema if not pa.types.is_null(f.type)})
             self._inferred = True
+        return self._part_of(table, bad, rows, end, nbytes, row)
+
+    def _part_of(
+        self, table: pa.Table, bad: list[tuple[int, str]], rows: _Rows, end: int, nbytes: int, row: int
+    ) -> Part:
+        """The part of a block's ``rows`` parsed as ``table``, but for ``bad`` (its rows skipped for their field
+        count), ending at offset ``end``."""
         rejected = [(INVALID_TIME, rows.raw(number - 1), why) for number, why in bad]
         skipped = {number - 1 for number, _ in bad}
-        index = np.array([i for i in range(len(rows)) if i not in skipped], dtype=np.int64) if skipped else None
+        index = np.delete(np.arange(len(rows), dtype=np.int64), sorted(skipped)) if skipped else None
         if len(index if index is not None else rows) != table.num_rows:
             raise FileFormatError(
                 f"{self.path}: {table.num_rows} rows parsed where {len(rows)} were found "
