@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .store import Store
+from .tids import u64
 from .transaction import Transaction
 
 # Transactions fetched per polling query; a long-idle instance loops.
@@ -63,8 +64,10 @@ class Invalidations:
             self._idle.clear()
             try:
                 # Others' commits are all older than ours (the storage holds the
-                # commit lock since vote): announce them first.
-                self._poll()
+                # commit lock since vote): announce them first. The newest commit
+                # when the lock was taken is the last one announced: none to ask for.
+                if txn.session.head != u64(self.last_tid):
+                    self._poll()
                 tid = bytes(txn.finish())  # ZODB takes exactly bytes, not a Tid
                 if f is not None:
                     f(tid)

@@ -255,6 +255,48 @@ class NeoStorageTests(
         self.assertRaises(POSException.UndoError, self._storage.undo, tid, txn)
         self._storage.tpc_abort(txn)
 
+    def test_finish_announces_other_clients_commits_first(self) -> None:
+        """A commit hands the DB the commits other clients made since its last poll, then its own; with none
+        made, only its own."""
+        announced = InvalidationRecorder()
+        self._storage.registerDB(announced)
+        other = self._new_storage_client()
+        try:
+            theirs = commit_new_object(other)
+        finally:
+            other.close()
+        mine = commit_new_object(self._storage)
+        again = commit_new_object(self._storage)
+        self.assertEqual(announced.tids, [theirs])
+        self.assertEqual(self._storage.lastTransaction(), again)
+        self.assertLess(theirs, mine)
+
+
+def commit_new_object(storage: NeoStorage) -> bytes:
+    """Commit a new object through ``storage``'s two-phase commit; the tid."""
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(storage.new_oid(), ZODB.utils.z64, zodb_pickle(MinPO(1)), "", txn)
+    storage.tpc_vote(txn)
+    tid: bytes = storage.tpc_finish(txn)
+    return tid
+
+
+class InvalidationRecorder:
+    """What a storage registered with a DB hands it: the tids of the invalidations it was sent, in order."""
+
+    def __init__(self) -> None:
+        self.tids: list[bytes] = []
+
+    def invalidate(self, tid: bytes, oids: object) -> None:
+        self.tids.append(tid)
+
+    def transform_record_data(self, data: bytes) -> bytes:
+        return data
+
+    def untransform_record_data(self, data: bytes) -> bytes:
+        return data
+
 
 class TestNeoStorageSQLite(SQLiteBackend, NeoStorageTests):
     __test__ = True
