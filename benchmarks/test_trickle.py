@@ -20,7 +20,9 @@ Recorded in ``extra_info``:
 - ``revisions_per_second``: object revisions written per second, and
   ``commits_per_second``;
 - ``server_cpu_seconds`` / ``server_cpu_us_per_chunk``: the CPU time the
-  server's processes (its workers and their decode workers) spent during the run.
+  server's processes (its workers and their decode workers) spent during the run;
+  ``server_cpu_cores`` and ``load_cpu_cores``: the cores the server and the load
+  generator (this process, on the same machine) kept busy on average.
 
 The baseline, ``test_many_slow_sensors_fluentd_baseline``: the same load
 into real fluentd (``in_forward`` acknowledging each chunk once it is in a
@@ -216,15 +218,17 @@ def test_many_slow_sensors(benchmark, request, databases, backend, workers):
     args = ("--workers", str(workers)) if workers else ()
     with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", *args) as serve:
         before = _store_bytes(url, databases)
-        cpu = _cpu_seconds(serve.process.pid)
+        cpu, load_cpu = _cpu_seconds(serve.process.pid), time.process_time()
         started = time.monotonic()
         benchmark.pedantic(lambda: asyncio.run(load.run(serve.forward_port)), rounds=1, iterations=1)
         elapsed = time.monotonic() - started
-        cpu = _cpu_seconds(serve.process.pid) - cpu
+        cpu, load_cpu = _cpu_seconds(serve.process.pid) - cpu, time.process_time() - load_cpu
         grown = _store_bytes(url, databases) - before
         stopped = serve.stop(timeout=600)
     info = benchmark.extra_info
     _record(info, load, tags, seconds, elapsed, cpu)
+    # The load shares the machine's cores with the server: what it takes of them says what was left.
+    info.update(load_cpu_cores=load_cpu / elapsed, server_cpu_cores=cpu / elapsed)
     info.update(store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes)
     store = neostore.open(url)
     try:

@@ -12,10 +12,13 @@ joining, 0.90 without).
 Many slow streams make commits whose cost is per stream, not per row: each
 stream appended to gets its own log revision. So after a *fan-out* commit
 (at least :attr:`Pipeline.FANOUT_STREAMS` streams, under
-:attr:`Pipeline.FANOUT_ROWS` rows each on average) the next group gathers
-for as long as that commit took (at most :attr:`Pipeline.MAX_LINGER`)
-before it is taken, and each commit that is not a fan-out halves that; a
-lull longer than the wait ends it.
+:attr:`Pipeline.FANOUT_ROWS` rows each on average) that took longer than
+:attr:`Pipeline.LINGER_ABOVE`, the next group gathers for as long as that
+commit took (at most :attr:`Pipeline.MAX_LINGER`) before it is taken, and
+each commit that is not one halves that; a lull longer than the wait ends
+it. A fan-out commit quicker than that leaves the committer time to spare
+(another worker of the server shares the streams, or they are few): waiting
+would only delay the acks.
 
 No commit of the pipeline's own tells whether commits fail: a full disk
 can take a tiny commit and still fail the work that failed. Only that
@@ -66,6 +69,9 @@ class Pipeline:
     FANOUT_STREAMS = 1000
     FANOUT_ROWS = 4
     MAX_LINGER = 5.0
+    #: A commit this quick keeps acks within a second (an event waits for at most the commit under way
+    #: and its own), so it is no reason to gather longer.
+    LINGER_ABOVE = 0.5
 
     def __init__(self, parts: Parts, *, interval: float, max_group_bytes: int):
         self.parts = parts
@@ -339,7 +345,7 @@ class Pipeline:
     def _linger_after(self, gathered: Group, seconds: float) -> float:
         """How long the next group gathers after ``gathered`` was written and committed in ``seconds``."""
         streams = len(gathered.rows)
-        if streams >= self.FANOUT_STREAMS:
+        if streams >= self.FANOUT_STREAMS and seconds > self.LINGER_ABOVE:
             rows = sum(part.rows for parts in gathered.rows.values() for part in parts)
             if rows < self.FANOUT_ROWS * streams:
                 return min(seconds, self.MAX_LINGER)

@@ -80,15 +80,21 @@ async def test_concurrent_submissions_share_a_commit_and_are_stored_exactly(stor
 
 
 async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_took(store):
-    """Many slow streams: a commit of at least FANOUT_STREAMS streams, under FANOUT_ROWS rows each, makes
-    the next group gather for as long as that commit took (what arrives meanwhile shares one commit); a
-    commit that is not a fan-out halves the wait, and a lull longer than the wait ends it."""
+    """Many slow streams: a commit of at least FANOUT_STREAMS streams, under FANOUT_ROWS rows each, that
+    took longer than LINGER_ABOVE makes the next group gather for as long as that commit took (what arrives
+    meanwhile shares one commit); a quicker one does not; a commit that is not a fan-out halves the wait,
+    and a lull longer than the wait ends it."""
     c = committer(store)
     c.pipeline.FANOUT_STREAMS = 60  # the class's 1,000 scaled down
     try:
         # The committer thread may take the first submissions before the event loop has queued the others:
         # a wait after the first arrival makes the 60 one group whatever the threads' timing.
         c.interval = 0.5
+        c.pipeline.LINGER_ABOVE = 60.0  # no commit here takes a minute: each is quick enough
+        quick = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", 200 + k, 1)]) for k in range(60)))
+        assert len({r.tid for r in quick}) == 1
+        assert c.pipeline.linger == 0.0
+        c.pipeline.LINGER_ABOVE = 0.0  # every commit is slow enough
         fan_out = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", k, 1)]) for k in range(60)))
         c.interval = 0.0
         assert len({r.tid for r in fan_out}) == 1
