@@ -168,9 +168,10 @@ class UploadQueue:
             if big:
                 self.insert_tiered(cur, [encode(h) for h in big])
                 missing = [h for h in missing if not store.tier.holds(len(pending[h]))]
-        if sum(len(pending[h]) for h in missing if h not in raw) < INLINE_ENCODE_BYTES:
-            # A few small values, or values the caller compressed already (nothing to do but frame
-            # them): handing them to the pool costs more than encoding them here.
+        if len(missing) == 1 or sum(len(pending[h]) for h in missing if h not in raw) < INLINE_ENCODE_BYTES:
+            # One value (no insert to overlap its encoding with), a few small ones, or values the caller
+            # compressed already (nothing to do but frame them): handing them to the pool costs more than
+            # encoding them here.
             values: Iterable[EncodedValue] = map(encode, missing)
         else:
             # The pool compresses ahead while the values it has finished are

@@ -114,3 +114,20 @@ def test_a_value_failing_in_a_worker_fails_the_vote_and_leaves_nothing(store_url
         assert storage.load(first) == (early, tid)
     finally:
         storage.close()
+
+
+def test_a_lone_value_failing_fails_the_vote_and_leaves_nothing(store_url):
+    """A transaction of one value encodes it in the committing thread: its error is the vote's all the same."""
+    storage = neostore.ZODBStorage(store_url)
+    try:
+        store = storage.backing_store
+        before = store.counts()
+        oid = storage.new_oid()
+        with pytest.raises(RuntimeError, match="cannot be read"):
+            zodb_commit(storage, {oid: Unreadable(sensor_counts(3))})
+        assert store.counts() == before
+        value = sensor_counts(3)
+        tid = zodb_commit(storage, {oid: value})
+        assert storage.load(oid) == (value, tid)
+    finally:
+        storage.close()
