@@ -12,12 +12,17 @@ Built from an Arrow string or binary array (:meth:`VLenRows.from_arrow`)
 they cost a pass over the bytes in C++, against a ``str`` or ``bytes``
 object per value on the way through numpy. Anything that wants values
 gets them from :meth:`VLenRows.to_numpy` (``numpy.asarray`` too):
-StringDType for text, an object array of ``bytes`` otherwise.
+StringDType for text, an object array of ``bytes`` otherwise; or as a
+sequence (an index, iteration, :meth:`VLenRows.tolist`), ``str`` or ``bytes``.
+
+They pickle as their records and offsets, one buffer: ingest's decode
+workers hand text columns to the committing process so.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 from numcodecs.vlen import VLenBytes, VLenUTF8
@@ -46,11 +51,30 @@ class VLenRows:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, rows: slice) -> VLenRows:
+    @overload
+    def __getitem__(self, rows: slice) -> VLenRows: ...
+
+    @overload
+    def __getitem__(self, rows: int) -> str | bytes: ...
+
+    def __getitem__(self, rows: slice | int) -> VLenRows | str | bytes:
+        """A slice of the rows (a view), or one row's value."""
+        if not isinstance(rows, slice):
+            row = range(len(self))[rows]  # IndexError beyond the rows; a negative index from the end
+            item = bytes(self._records[int(self.offsets[row]) + 4 : int(self.offsets[row + 1])])
+            return item.decode("utf-8") if self.text else item
         start, stop, step = rows.indices(len(self))
         if step != 1:
             raise IndexError("VLenRows slices take a step of 1")
         return VLenRows(self._records, self.offsets[start : max(start, stop) + 1], text=self.text)
+
+    def __iter__(self) -> Iterator[str | bytes]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[str | bytes]:
+        """The values as a list of ``str`` (text) or ``bytes``."""
+        values: list[str | bytes] = self.to_numpy().tolist()
+        return values
 
     def __repr__(self) -> str:
         return f"<VLenRows {len(self)} {'str' if self.text else 'bytes'} rows, {self.nbytes} bytes of records>"
@@ -75,6 +99,32 @@ class VLenRows:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         values = self.to_numpy()
         return values if dtype is None else values.astype(dtype)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The rows' records alone cross (a slice's view would otherwise take its whole buffer along).
+        return (_rebuilt, (bytes(self.records), self.offsets - self.offsets[0], self.text))
+
+    @classmethod
+    def concat(cls, parts: Sequence[VLenRows]) -> VLenRows:
+        """The rows of ``parts`` end to end (all text or all bytes): their records joined once."""
+        if not parts:
+            raise ValueError("VLenRows.concat needs at least one part")
+        if len({p.text for p in parts}) > 1:
+            raise ColumnError("VLenRows of text and of bytes cannot be joined")
+        if len(parts) == 1:
+            return parts[0]
+        starts = np.cumsum([0] + [p.nbytes for p in parts])
+        offsets = np.concatenate(
+            [p.offsets[:-1] - p.offsets[0] + start for p, start in zip(parts, starts)] + [starts[-1:]]
+        )
+        return cls(b"".join([p.records for p in parts]), offsets.astype(np.int64, copy=False), text=parts[0].text)
+
+    @classmethod
+    def repeat(cls, value: str | bytes, rows: int) -> VLenRows:
+        """``rows`` rows of ``value`` (text if it is a ``str``)."""
+        item = value.encode("utf-8") if isinstance(value, str) else value
+        record = len(item).to_bytes(4, "little") + item
+        return cls(record * rows, np.arange(rows + 1, dtype=np.int64) * len(record), text=isinstance(value, str))
 
     @classmethod
     def from_arrow(cls, values: Any) -> VLenRows:
@@ -102,3 +152,8 @@ class VLenRows:
         offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=len(joined) + 1, offset=joined.offset * 8)
         data = joined.buffers()[2]
         return cls(data if data is not None else b"", offsets, text=text)
+
+
+def _rebuilt(records: bytes, offsets: np.ndarray, text: bool) -> VLenRows:
+    """VLenRows from what they pickle as (:meth:`VLenRows.__reduce__`)."""
+    return VLenRows(records, offsets, text=text)
