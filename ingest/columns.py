@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windvane import arrays
 
 from .batch import INVALID_TIME, Batch
 from .errors import SchemaError
@@ -315,7 +319,8 @@ class Columns:
 
 def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The columns of ``parts`` end to end, by the names of the first: numpy arrays concatenated, lists of
-    str chained (cheaply: no array of objects made). ValueError if a part lacks one of them."""
+    str chained (cheaply: no array of objects made), text as records (:class:`arrays.VLenRows`) joined once
+    (a list among them made records first). ValueError if a part lacks one of them."""
     if len(parts) == 1:
         return dict(parts[0])
     columns: dict[str, Any] = {}
@@ -325,18 +330,49 @@ def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"column {name!r} is missing from some batches")
         if isinstance(values[0], np.ndarray):
             columns[name] = np.concatenate(values)
+        elif any(type(v) is arrays.VLenRows for v in values):
+            columns[name] = arrays.VLenRows.concat([_records_of(v) for v in values])
         else:
             columns[name] = list(itertools.chain.from_iterable(values))
     return columns
+
+
+def _records_of(values: arrays.VLenRows | list[Any]) -> arrays.VLenRows:
+    """A str column's values as records (checked text already, as every column of :class:`Columns` is)."""
+    if type(values) is arrays.VLenRows:
+        return values
+    return arrays.VLenRows.from_arrow(pa.array(values, pa.string()))
+
+
+def _text_records(f: Field, values: Sequence[Any], encoded: bool = False) -> arrays.VLenRows | None:
+    """A str column's values as the records its chunks hold (:class:`arrays.VLenRows`), made in C without a
+    Python object per value; None if a value is not text (with ``encoded``: msgpack bin, whose UTF-8 Arrow
+    checks) or a required one is missing: the caller then checks them one by one and names the fault.
+
+    Text travels so from the decode workers to the stream writer: the
+    records pickle as one buffer, and the writer takes them as they are.
+    """
+    try:
+        column = pa.array(values, pa.binary() if encoded else pa.string())
+        if encoded:
+            column = column.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
+        return None
+    if column.null_count:
+        if f.required:
+            return None
+        column = pc.fill_null(column, "" if f.fill is None else f.fill)
+    return arrays.VLenRows.from_arrow(column)
 
 
 def _typed_table(schema: Schema, batch: Batch) -> Columns:
     """The columns of records of the schema's record type: they fit as they are (see :mod:`.record_types`)."""
     columns: dict[str, Any] = {"time": np.asarray(batch.times, dtype=np.int64)}
     for f, values in zip(schema.fields, field_values(schema, batch.records)):
-        columns[f.name] = _to_array(f, values)
+        text = _text_records(f, values) if f.dtype == "str" else None  # the type's text is UTF-8
+        columns[f.name] = _to_array(f, values) if text is None else text
     if schema.extra == "keep":
-        columns["extra"] = [""] * len(batch)  # the type admits no undeclared field
+        columns["extra"] = arrays.VLenRows.repeat("", len(batch))  # the type admits no undeclared field
     return Columns(len(batch), columns)
 
 
@@ -344,30 +380,40 @@ def _bin_keyed_table(schema: Schema, batch: Batch) -> Columns | None:
     """The columns of records decoded as :data:`.record_types.BinKeyedRecord` if every record holds exactly the
     schema's fields, each storable as it is (bin text that is UTF-8), else None: the checked path names why not.
 
-    A column at a time and in C: one lookup of its name in every record, and
-    for text one decode of the column's bin.
+    In C: every field of a record looked up in one visit to it (records are
+    many small maps: a pass per field would fetch each from memory again),
+    then a column at a time, text taken as its UTF-8 bytes (:func:`_text_records`).
     """
     records = batch.records
     if set(map(len, records)) != {len(schema.fields)}:
         return None  # a field absent or one not declared: the checked path keeps, drops or rejects it
+    try:
+        fields = _bin_keyed_fields(schema, records)
+    except KeyError:
+        return None
     columns: dict[str, Any] = {"time": np.asarray(batch.times, dtype=np.int64)}
-    for f in schema.fields:
-        try:
-            values = list(map(operator.itemgetter(_bin_key(f.name)), records))
-        except KeyError:
-            return None
+    for f, values in zip(schema.fields, fields):
         if f.dtype == "str":
-            try:  # every value UTF-8 bin, the common case: text with nothing left to check
-                columns[f.name] = list(map(bytes.decode, values))
+            # Every value UTF-8 bin (or nil where that is allowed), the common case: its records as they came.
+            text = _text_records(f, values, encoded=True)
+            if text is not None:
+                columns[f.name] = text
                 continue
-            except (TypeError, UnicodeDecodeError):  # nil, a number, bytes that are not text: checked below
-                values = text_values(values)
+            values = text_values(values)  # a number, bytes that are not text: checked below
         if not _column_ok(f, values):
             return None
         columns[f.name] = _to_array(f, values)
     if schema.extra == "keep":
-        columns["extra"] = [""] * len(records)
+        columns["extra"] = arrays.VLenRows.repeat("", len(records))
     return Columns(len(records), columns)
+
+
+def _bin_keyed_fields(schema: Schema, records: Sequence[dict[bytes, Any]]) -> list[list[Any]]:
+    """Each field's values in ``records`` (maps with bin names), in schema order; KeyError if one lacks one."""
+    names = [_bin_key(f.name) for f in schema.fields]
+    if len(names) < 2:  # itemgetter of one name gives the value, not a tuple of it
+        return [list(map(operator.itemgetter(name), records)) for name in names]
+    return list(map(list, zip(*map(operator.itemgetter(*names), records))))
 
 
 def _table(schema: Schema, batch: Batch) -> tuple[Columns | None, list[Rejected]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import itertools
 import logging
 import multiprocessing
@@ -198,16 +199,24 @@ def _init_worker(schemas: SchemaSet, parent: int, trim_after: float | None, give
 @contextlib.contextmanager
 def _task(submissions: Sequence[Sequence[Undecoded]]) -> Iterator[SchemaSet]:
     """A worker's task on ``submissions``: the schemas to prepare them with; the task's bytes count towards
-    the burst after which its memory is given back."""
+    the burst after which its memory is given back.
+
+    The task runs without the cycle collector: a chunk decodes as thousands
+    of containers (a map per record where names are msgpack bin) that form
+    no cycle, and each collection they set off would walk every object the
+    worker holds. They are freed as the task ends; the collector runs
+    between tasks.
+    """
     assert _schemas is not None, "the worker was started without its schemas"
-    if _after_bursts is None:
-        yield _schemas
-        return
-    _after_bursts.begin(sum(len(item.payload) for items in submissions for item in items))
+    gc.disable()
+    if _after_bursts is not None:
+        _after_bursts.begin(sum(len(item.payload) for items in submissions for item in items))
     try:
         yield _schemas
     finally:
-        _after_bursts.end()
+        if _after_bursts is not None:
+            _after_bursts.end()
+        gc.enable()
 
 
 def _exit_with(parent: int) -> None:
