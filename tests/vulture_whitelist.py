@@ -26,6 +26,11 @@ _.iterator
 _.checkCurrentSerialInTransaction
 _.NeoStorageFactory
 
+# ZODB's IStorageWrapper (the DB a storage is registered with): ZODB's conflict resolution calls these on the
+# invalidation recorder of tests/neostore/test_zodb_conformance.py.
+_.transform_record_data
+_.untransform_record_data
+
 # asyncio's and http.server's protocol methods, called by the event loop and the server.
 _.datagram_received
 _.error_received
