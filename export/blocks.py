@@ -7,9 +7,10 @@ range as :class:`Block` objects of whole stream chunks (about
 caller writes the current one. Memory stays at about three blocks
 whatever the stream's size. A writer that takes stored chunks as they are
 (zarr, where its arrays' chunk format is the stream's) gets them in the
-block (:attr:`Block.chunks`), and the table then holds ``time``, the
-columns it writes from values and the text it counts, never decoding the
-rest. Tables are :meth:`arrays.Stream.to_arrow`'s:
+block (:attr:`Block.chunks`), and the table then holds ``time`` and the
+columns it writes from values, never decoding the rest: the bytes of a
+copied text or bytes column are counted from its stored chunks
+(:func:`stored_text_bytes`), decompressed without making a value. Tables are :meth:`arrays.Stream.to_arrow`'s:
 ``time`` is ``timestamp[ns, tz=UTC]``, strings ``large_string``, bytes
 ``large_binary``, a column with an inner shape a ``fixed_size_list``.
 """
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numcodecs.blosc import Blosc
+from numcodecs.gzip import GZip
+from numcodecs.zstd import Zstd
 
 from windvane import arrays
 from windvane.arrays import time_index
@@ -38,6 +42,11 @@ from .times import TimeRange
 #: Raw bytes a block aims at (rounded to whole chunks of the stream, at least one).
 BLOCK_BYTES = 4 << 20
 TIME = "time"
+#: The serializers of text and bytes chunks: a u32 count, then each value as a u32 length and its bytes.
+_VLEN = ("vlen-utf8", "vlen-bytes")
+#: Decompressors of the codecs after such a serializer, by zarr v3 name: each reads its own frames, whatever
+#: the configuration they were written with.
+_DECOMPRESSORS = {"zstd": Zstd(), "blosc": Blosc(), "gzip": GZip()}
 
 
 @dataclass(frozen=True)
@@ -128,31 +137,75 @@ def block_rows(layout: Layout, block_bytes: int = BLOCK_BYTES) -> int:
     return chunks * layout.chunk_rows
 
 
-def raw_bytes(layout: Layout, table: pa.Table) -> int:
-    """The raw bytes of ``table``'s values: number columns' itemsize, text and bytes their length (as info does)."""
+def raw_bytes(layout: Layout, table: pa.Table, counted: Mapping[str, int] | None = None) -> int:
+    """The raw bytes of ``table``'s values: number columns' itemsize, text and bytes their length (as info does);
+    ``counted``: the bytes of text and bytes columns counted otherwise (the table need not hold them), by name."""
     total: int = 8 * table.num_rows
     for column in layout.columns:
         if column.kind == "number":  # counted from the rows: the table need not hold the column
             total += table.num_rows * math.prod(column.inner) * column.dtype.itemsize
+        elif counted is not None and column.name in counted:
+            total += counted[column.name]
         elif table.num_rows:
-            values = table.column(column.name)
-            for _ in column.inner:  # text and bytes with an inner shape: the lengths of the leaves
-                values = pc.list_flatten(values)
-            total += pc.sum(pc.binary_length(values)).as_py() or 0
+            total += _value_bytes(column, table.column(column.name))
     return total
+
+
+def _value_bytes(column: ColumnLayout, values: pa.ChunkedArray) -> int:
+    """The length of text or bytes ``values`` of ``column`` (with an inner shape: of the leaves)."""
+    for _ in column.inner:
+        values = pc.list_flatten(values)
+    length: int = pc.sum(pc.binary_length(values)).as_py() or 0
+    return length
+
+
+def counts_stored(column: ColumnLayout) -> bool:
+    """Whether the bytes of text or bytes ``column`` are counted from its stored chunks
+    (:func:`stored_text_bytes`): its codecs are a vlen serializer and decompressors known here."""
+    codecs = column.codecs
+    return (
+        column.kind != "number"
+        and bool(codecs)
+        and codecs[0].get("name") in _VLEN
+        and all(c.get("name") in _DECOMPRESSORS for c in codecs[1:])
+    )
+
+
+def stored_text_bytes(column: ColumnLayout, chunk: bytes) -> int:
+    """The length of the values of a stored chunk of ``column`` (:func:`counts_stored`): its serialized size less
+    the count and the lengths before the values."""
+    raw: Any = chunk
+    for codec in reversed(column.codecs[1:]):
+        raw = _DECOMPRESSORS[codec["name"]].decode(raw)
+    serialized = memoryview(raw).cast("B")
+    count = int.from_bytes(serialized[:4], "little")
+    return len(serialized) - 4 - 4 * count
 
 
 def _read_stored(stream: arrays.Stream, layout: Layout, start: int, stop: int, stored: Collection[str]) -> Block:
     """Rows ``[start, stop)`` (whole chunks but the stream's last) with the stored chunks of ``stored``; the table
-    leaves out the number columns among them, whose values are neither written nor needed to count bytes."""
-    decoded = [c.key for c in layout.columns if c.key not in stored or c.kind != "number"]
+    leaves out the columns among them whose values are neither written nor needed to count bytes: numbers, and
+    text or bytes counted from whole stored chunks (the rows of a partial last chunk are decoded to be counted)."""
+    rows = layout.chunk_rows
+    first, last = start // rows, -(-stop // rows)
+    chunks = {key: stream[key].stored_chunks(first, last) for key in stored}
+    whole = (stop - start) // rows  # the block's whole chunks: all but a partial last one
+    counted = {
+        c.name: sum(stored_text_bytes(c, v) for v in chunks[c.key][:whole] if v is not None)
+        for c in layout.columns
+        if c.key in stored and counts_stored(c) and None not in chunks[c.key][:whole]
+    }
+    decoded = [c.key for c in layout.columns if c.key not in stored or (c.kind != "number" and c.name not in counted)]
     if decoded or TIME not in stored:
         table = stream.to_arrow(start, stop, columns=decoded)
     else:  # every array copied: the rows are all the writer and the count of bytes need of the table
         table = pa.table({TIME: pa.nulls(stop - start, layout.schema.field(TIME).type)})
-    first, last = start // layout.chunk_rows, -(-stop // layout.chunk_rows)
-    chunks = {key: stream[key].stored_chunks(first, last) for key in stored}
-    return Block(start, stop, table, raw_bytes(layout, table), chunks)
+    if counted and start + whole * rows < stop:
+        tail = stream.to_arrow(start + whole * rows, stop, columns=[c.key for c in layout.columns if c.name in counted])
+        for c in layout.columns:
+            if c.name in counted:
+                counted[c.name] += _value_bytes(c, tail.column(c.name))
+    return Block(start, stop, table, raw_bytes(layout, table, counted), chunks)
 
 
 def _read(

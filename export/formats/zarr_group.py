@@ -18,20 +18,24 @@ the stream's (same data type, chunk shape, key encoding and codecs: the
 stream column's codecs are kept, so every column but one whose codecs zarr
 cannot take as given) gets the stream's stored chunks as they are, copied
 without decoding (:meth:`Writer.take_stored`), when the export is of whole
-chunks (every row from a chunk's start, no time range).
+chunks (every row from a chunk's start, no time range). Those chunks are
+written as files by a few threads while the next block is read: a block's
+writes are waited for before the next block's start, so that memory holds
+about two blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import warnings
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 import zarr
-from zarr.core.buffer import default_buffer_prototype
 from zarr.core.dtype import VariableLengthBytes
 from zarr.core.sync import sync
 from zarr.errors import UnstableSpecificationWarning, ZarrUserWarning
@@ -44,6 +48,20 @@ from .columns import TIME_ATTRS, ChunkWriter, attribute, column_values, fill_val
 
 #: What makes a chunk of one zarr v3 array a valid chunk of another, byte for byte.
 _CHUNK_FORMAT = ("data_type", "chunk_grid", "chunk_key_encoding", "codecs")
+#: Threads writing stored chunks as files: a chunk is a file, and files being created together overlap their
+#: file system work.
+_WRITE_THREADS = 4
+
+
+def _put(path: str, data: bytes) -> None:
+    """Write ``data`` as the file ``path``, making its directory if need be."""
+    try:
+        f = open(path, "wb")
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        f = open(path, "wb")
+    with f:
+        f.write(data)
 
 
 def _chunk_format(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,6 +84,9 @@ class Writer(ChunkWriter):
         self._layout = layout
         self._copied: frozenset[str] = frozenset()  # arrays whose stored chunks are copied, not written here
         self._store = LocalStore(path)
+        self._path = path
+        self._writes: ThreadPoolExecutor | None = None  # made when stored chunks are copied
+        self._writing: list[Future[None]] = []  # the last block's chunk files being written
         chunk = layout.chunk_rows
         attrs = {k: attribute(v) for k, v in {**layout.attrs, "stream": layout.tag}.items()}
         group = zarr.open_group(self._store, mode="w-", zarr_format=3, attributes=attrs)
@@ -106,11 +127,13 @@ class Writer(ChunkWriter):
         :class:`export.formats.StoredChunkWriter`)."""
         stored = self._layout.stored
         self._copied = frozenset(k for k, a in self._arrays.items() if k in stored and same_chunks(a, stored[k]))
+        if self._copied:
+            self._writes = ThreadPoolExecutor(_WRITE_THREADS, thread_name_prefix="windvane-export-zarr")
         return self._copied
 
     def write_stored(self, first: int, chunks: Mapping[str, Sequence[bytes | None]]) -> None:
-        buffer = default_buffer_prototype().buffer
-        writes = []
+        assert self._writes is not None, "take_stored is asked before the first write"
+        self._written()
         for key, values in chunks.items():
             array = self._arrays[key]
             inner = (0,) * (array.ndim - 1)
@@ -118,13 +141,14 @@ class Writer(ChunkWriter):
                 if value is None:
                     self._fill_chunk(key, first + i)
                 else:
-                    chunk_key = f"{key}/{array.metadata.encode_chunk_key((first + i, *inner))}"
-                    writes.append(self._store.set(chunk_key, buffer.from_bytes(value)))
+                    path = os.path.join(self._path, key, array.metadata.encode_chunk_key((first + i, *inner)))
+                    self._writing.append(self._writes.submit(_put, path, value))
 
-        async def write_all() -> None:
-            await asyncio.gather(*writes)
-
-        sync(write_all())
+    def _written(self) -> None:
+        """Wait for the chunk files being written (raising what failed, a full disk say)."""
+        writing, self._writing = self._writing, []
+        for future in writing:
+            future.result()
 
     def _fill_chunk(self, key: str, index: int) -> None:
         """Chunk ``index`` of ``key`` that the stream never wrote: rows of the stream's fill value, which its
@@ -138,6 +162,8 @@ class Writer(ChunkWriter):
     def _append(self, table: pa.Table, start: int, stop: int) -> None:
         values = {} if TIME in self._copied else {TIME: time_values(table)}
         values.update((c.key, column_values(table, c)) for c in self._layout.columns if c.key not in self._copied)
+        if not values:
+            return
 
         async def write_all() -> None:
             await asyncio.gather(
@@ -147,6 +173,11 @@ class Writer(ChunkWriter):
         sync(write_all())
 
     def _finish(self) -> None:
+        if self._writes is not None:
+            try:
+                self._written()
+            finally:
+                self._writes.shutdown()
         for array in self._arrays.values():
             if array.shape[0] != self._rows:  # the time range left rows out
                 array.resize((self._rows, *array.shape[1:]))

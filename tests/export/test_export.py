@@ -32,7 +32,7 @@ from windvane import arrays, neostore
 from windvane import export as exporting
 from windvane.export import export
 from windvane.export.formats.csv_text import bytes_from_text
-from windvane.ingest.streams import QUARANTINE_COLUMNS
+from windvane.ingest.streams import QUARANTINE_COLUMNS, TEXT_CODEC
 
 # zarr warns that its variable_length_bytes (the bytes columns) has no v3 spec yet, on every read.
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
@@ -602,6 +602,40 @@ def test_zarr_copies_the_stored_chunks_of_arrays_whose_chunk_format_it_keeps(sql
     ranged = tmp_path / "ranged.zarr"
     export(sqlite_url, "copied", ranged, "zarr", start=int(T0 - 2 * 10**9) / 1e9, block_bytes=1)
     assert (ranged / "speed" / "c" / "1").read_bytes() != level_9 == (path / "speed" / "c" / "1").read_bytes()
+
+
+@pytest.mark.parametrize("block_bytes", [1, exporting.blocks.BLOCK_BYTES])
+def test_zarr_copies_every_chunk_of_a_sensor_stream_value_for_value_and_counts_its_text(
+    sqlite_url, tmp_path, block_bytes
+):
+    # Text and bytes as imports store them (compressed) and as arrays' defaults do; the last chunk partly filled.
+    columns = [
+        arrays.Column("speed", "float64"),
+        arrays.Column("state", "int32"),
+        arrays.Column("msg", "str", codec=TEXT_CODEC),
+        arrays.Column("note", "str"),
+        arrays.Column("raw", "bytes", codec=TEXT_CODEC),
+    ]
+    rows = mixed_rows(0, ROWS)
+    with arrays.create_stream(sqlite_url, "plant.sensor", columns, chunk_rows=CHUNK_ROWS) as stream:
+        for at in (0, 130):
+            part = {name: rows[name][at : at + 130 if at == 0 else ROWS] for name in ("time", "speed", "msg", "raw")}
+            n = len(part["time"])
+            stream.append({**part, "state": np.arange(at, at + n, dtype=np.int32), "note": part["msg"][::-1]})
+    path = tmp_path / "sensor.zarr"
+    result = export(sqlite_url, "plant.sensor", path, "zarr", block_bytes=block_bytes)
+    expected = stored(sqlite_url, "plant.sensor")
+    group = zarr.open_group(path, mode="r")
+    for name, values in expected.items():
+        np.testing.assert_array_equal(group[name][:], values, err_msg=name)  # NaN where NaN
+    with arrays.open_stream(sqlite_url, "plant.sensor") as stream:
+        for name in ("time", "speed", "state", "msg", "note", "raw"):  # every chunk copied as stored
+            for i, value in enumerate(stream[name].stored_chunks(0, -(-ROWS // CHUNK_ROWS))):
+                assert value is not None and (path / name / "c" / str(i)).read_bytes() == value, (name, i)
+    text = sum(len(v.encode()) for name in ("msg", "note") for v in expected[name].tolist())
+    text += sum(len(b) for b in expected["raw"].tolist())
+    numbers = sum(expected[name].nbytes for name in ("time", "speed", "state"))
+    assert result.nbytes == numbers + text == export(sqlite_url, "plant.sensor", tmp_path / "s.arrow", "arrow").nbytes
 
 
 def test_a_time_range_reads_only_the_chunks_whose_times_meet_it(sqlite_url):
