@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +57,7 @@ from .compression import compression_of, open_data
 from .times import find_time_column, made_times, time_ns
 
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
+T = TypeVar("T")
 #: The largest share of a column's values that may be words (not numbers) in a column of numbers: more,
 #: and the column is text.
 STRAY_SHARE = 0.01
@@ -127,6 +130,16 @@ def record_ends(block: bytes | memoryview) -> np.ndarray:
         return newlines
     ends: np.ndarray = newlines[np.searchsorted(quotes, newlines) % 2 == 0]
     return ends
+
+
+def _read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """``items``, the next made by a thread while the caller works on this one (reading a file and finding its
+    rows overlap parsing, which releases the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="windvane-csv-read") as pool:
+        ahead = pool.submit(next, items, None)
+        while (item := ahead.result()) is not None:
+            ahead = pool.submit(next, items, None)
+            yield item
 
 
 def _last_row_end(block: bytes) -> int:
@@ -261,14 +274,13 @@ class CsvReader:
         kept, nulls = 0, pa.array(self._null_values, pa.string())
         compressed = compression_of(self.path) is not None
         self._kept.clear()
-        for block, end in self._blocks(self.header_end) if tallies else ():
+        for block, end, rows in _read_ahead(self._blocks_with_rows()) if tallies else ():
             bad: list[tuple[int, str]] = []
             table = self._parse_inferring(block, bad)
             if table is None:  # a value that is not of its given type: the tallied columns alone, as text can be
                 table = self._read(block, {}, [], True, threads=False, columns=list(tallies))
                 kept = self.options.kept_bytes + 1  # the parts read on from here
             elif kept + table.nbytes + (len(block) if compressed else 0) <= self.options.kept_bytes:
-                rows = _Rows(block, record_ends(block))
                 if not compressed:
                     rows.in_file(self.path, end - len(block))
                 self._kept[end - len(block)] = _Kept(table, bad, rows, end, block if compressed else None)
@@ -282,6 +294,11 @@ class CsvReader:
         found.update({n: t for n, t in self.types.items() if n != self.time_column})
         self._inferred = True
         return found
+
+    def _blocks_with_rows(self) -> Iterator[tuple[bytes, int, _Rows]]:
+        """The blocks of the file from its first row, with their rows."""
+        for block, end in self._blocks(self.header_end):
+            yield block, end, _Rows(block, record_ends(block))
 
     def __call__(self, start: int | None) -> Iterator[Part]:
         first = start is None
