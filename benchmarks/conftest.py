@@ -233,7 +233,7 @@ class Databases:
 
     def drop_sqlite(self, name: str) -> None:
         path = self.sqlite_path(name)
-        for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
+        for suffix in ("", "-wal", "-shm", "-journal", ".lock", ".queue"):
             try:
                 os.unlink(path + suffix)
             except FileNotFoundError:

@@ -338,7 +338,8 @@ class Pipeline:
                 tx.commit()
             except Exception as exc:  # noqa: BLE001 - reported to the submitters
                 return self.parts.retries.failed(group, exc)
-        self.linger = self._linger_after(gathered, time.monotonic() - begun)
+        # Timed from the commit lock on: waiting for another worker's commit is no cost of this one's.
+        self.linger = self._linger_after(gathered, time.monotonic() - (gathered.locked or begun))
         self._done(group, gathered, None if tx is None else tx.tid, started)
         return []
 

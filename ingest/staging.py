@@ -43,6 +43,7 @@ class Group:
     keys: list[bytes] = field(default_factory=list)
     key_write: tuple[tuple[int, int], list[bytes]] | None = None  # the ledger bucket the keys went to, once written
     head: bytes | None = None  # the newest commit when the commit lock was taken, once written
+    locked: float | None = None  # when the commit lock was taken (time.monotonic), once written
     poisoned: tuple[int, int] = (0, 0)  # (submissions, events) quarantined verbatim (see _salvaged)
 
     def counts(self) -> tuple[int, int]:
@@ -200,6 +201,7 @@ class GroupWriter:
         """Write ``gathered``'s rows, rejects and keys into ``tx``; KeysCommitted if a key of ``group`` is."""
         # The commit lock, held from here to the commit: what the ledger reads stays the latest.
         gathered.head = tx.head()
+        gathered.locked = time.monotonic()
         if gathered.keys:
             self.ledger.sync(self.store, gathered.head)
             # Also keys read by an earlier group's sync, after this group was checked in memory.

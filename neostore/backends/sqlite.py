@@ -15,7 +15,7 @@ import fcntl
 import os
 import shutil
 import sqlite3
-import time
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -39,16 +39,119 @@ _TRANSIENT_CODES = {
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that can carry its commit-lock file descriptor."""
+    """A connection that can carry its commit lock's file descriptors (see :class:`_CommitLock`)."""
 
     lock_fd: int | None = None
+    queue_fd: int | None = None
+
+
+def _open_lock_file(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+class _CommitLock:
+    """The commit lock of one SQLite file, across processes: an ``flock`` on ``<file>.lock``, taken in
+    turn through a second one on ``<file>.queue``.
+
+    A writer that finds the lock held waits for it holding the queue, in the
+    kernel, which wakes it as soon as the holder lets go. The holder cannot
+    take the lock straight back (it must pass the queue first), so writers
+    that commit one group after another in several processes take turns.
+    The wait runs in a thread of its own so that it can time out; a wait
+    given up keeps its own descriptors and lets go of both locks once it
+    has them.
+    """
+
+    def __init__(self, lock_path: str, queue_path: str):
+        self.lock_path = lock_path
+        self.queue_path = queue_path
+
+    def acquire(self, conn: _Connection, timeout: float) -> bool:
+        """Take the lock for ``conn`` within ``timeout`` seconds; False if it could not."""
+        if conn.lock_fd is None or conn.queue_fd is None:
+            conn.lock_fd, conn.queue_fd = _open_lock_file(self.lock_path), _open_lock_file(self.queue_path)
+        if _try_flock(conn.queue_fd):
+            if _try_flock(conn.lock_fd):
+                fcntl.flock(conn.queue_fd, fcntl.LOCK_UN)
+                return True
+            holding_queue = True
+        else:
+            holding_queue = False  # another writer waits first
+        wait = _LockWait(conn.lock_fd, conn.queue_fd, holding_queue)
+        if wait.finished(timeout):
+            return True
+        conn.lock_fd = conn.queue_fd = None  # the wait given up owns them now
+        return False
+
+    @staticmethod
+    def release(conn: _Connection) -> None:
+        if conn.lock_fd is not None:
+            fcntl.flock(conn.lock_fd, fcntl.LOCK_UN)
+
+    @staticmethod
+    def close(conn: _Connection) -> None:
+        for fd in (conn.lock_fd, conn.queue_fd):
+            if fd is not None:
+                os.close(fd)
+        conn.lock_fd = conn.queue_fd = None
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class _LockWait:
+    """One wait for the commit lock in the kernel, in a thread: the queue first (unless held), then the lock."""
+
+    def __init__(self, lock_fd: int, queue_fd: int, holding_queue: bool):
+        self._fds = (lock_fd, queue_fd)
+        self._holding_queue = holding_queue
+        self._done = threading.Event()
+        self._given_up = False
+        self._error: OSError | None = None
+        self._guard = threading.Lock()
+        threading.Thread(target=self._run, name="windvane-commit-lock-wait", daemon=True).start()
+
+    def finished(self, timeout: float) -> bool:
+        """Whether the lock is held within ``timeout`` seconds (raising what the wait raised)."""
+        done = self._done.wait(timeout)
+        with self._guard:
+            if not done and not self._done.is_set():
+                self._given_up = True
+                return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def _run(self) -> None:
+        lock_fd, queue_fd = self._fds
+        try:
+            if not self._holding_queue:
+                fcntl.flock(queue_fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            finally:
+                fcntl.flock(queue_fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            self._error = exc
+        with self._guard:
+            if not self._given_up:
+                self._done.set()
+                return
+        for fd in self._fds:  # closing lets go of the locks they hold
+            os.close(fd)
 
 
 class SQLiteBackend(Backend):
     """A Store database in one SQLite file.
 
-    The commit lock is an ``flock`` on ``<file>.lock``: the kernel drops it
-    when the holder dies, so a writer killed mid-commit never wedges the file.
+    The commit lock is an ``flock`` on ``<file>.lock``, taken in turn through
+    ``<file>.queue`` (:class:`_CommitLock`): the kernel drops both when the
+    holder dies, so a writer killed mid-commit never wedges the file.
     """
 
     kind = "sqlite"
@@ -77,6 +180,7 @@ class SQLiteBackend(Backend):
         self.path = url.path
         self.location = url.path
         self.lock_path = url.path + ".lock"
+        self._commit_lock = _CommitLock(self.lock_path, url.path + ".queue")
         self.create = create
         self.busy_timeout = busy_timeout
         # FULL: a commit survives power loss, not only a process crash, which
@@ -165,26 +269,11 @@ class SQLiteBackend(Backend):
             raise
 
     def acquire_commit_lock(self, conn: Any, timeout: float) -> None:
-        if conn.lock_fd is None:
-            conn.lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(conn.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise CommitLockTimeout(
-                        f"another writer held the commit lock of {self.path} for more than {timeout:g} s"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
-            else:
-                return
+        if not self._commit_lock.acquire(conn, timeout):
+            raise CommitLockTimeout(f"another writer held the commit lock of {self.path} for more than {timeout:g} s")
 
     def release_commit_lock(self, conn: Any) -> None:
-        if conn.lock_fd is not None:
-            fcntl.flock(conn.lock_fd, fcntl.LOCK_UN)
+        self._commit_lock.release(conn)
 
     def take_lease(self, name: str, holder: str, seconds: float) -> Lease:
         return FileLease(f"{self.path}.{name}.lease", name, holder)
@@ -205,9 +294,7 @@ class SQLiteBackend(Backend):
         return super().is_transient(exc)
 
     def close_connection(self, conn: Any) -> None:
-        if conn.lock_fd is not None:
-            os.close(conn.lock_fd)
-            conn.lock_fd = None
+        self._commit_lock.close(conn)
         conn.close()
 
     def describe(self) -> dict[str, str]:

@@ -270,7 +270,12 @@ def test_every_format_reads_back_as_the_stream(sqlite_url, tmp_path, fmt, kind):
     assert (result.rows, result.scanned, result.files) == (ROWS, ROWS, [path])
     assert result.file_bytes > 0 and result.nbytes > 8 * ROWS
     assert calls[0] == (0, ROWS) and calls[-1] == (ROWS, ROWS) and len(calls) == 1 + -(-ROWS // CHUNK_ROWS)
-    assert sorted(os.listdir(tmp_path)) == ["out" + EXTENSIONS[fmt], "store.db", "store.db.lock"]  # no temporaries
+    assert sorted(os.listdir(tmp_path)) == [
+        "out" + EXTENSIONS[fmt],
+        "store.db",
+        "store.db.lock",
+        "store.db.queue",
+    ]  # no temporaries
 
 
 def test_raw_bytes_count_text_and_bytes_by_their_length(sqlite_url, tmp_path):
