@@ -241,10 +241,10 @@ def _extra_json(extra: dict[Any, Any]) -> tuple[str, str | None]:
     try:
         try:
             text = _dumps(extra)
-        except TypeError:  # a nested map with bin (or other non-str) keys
+        except TypeError:  # a map with bin (or other non-str) keys, the record's own or a nested one
             text = _dumps(_json_keys(extra))
-        except ValueError:  # NaN or an infinity: JSON has no text for them
-            return "", non_finite_reason(extra)
+    except ValueError:  # NaN or an infinity, under keys of either kind: JSON has no text for them
+        return "", non_finite_reason(extra)
     except RecursionError:
         return "", "undeclared fields are nested too deeply to keep as JSON"
     if not _utf8(text):

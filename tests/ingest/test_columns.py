@@ -336,3 +336,13 @@ def test_batches_validated_together_give_what_each_gives_alone():
     joint = validate_many(schemas, batches(False))
     seq = [v.columns.columns["seq"] for v in joint[:40]]
     assert all(np.shares_memory(seq[0].base, s) for s in seq)  # one pass: views of one array
+
+
+@pytest.mark.parametrize("names", ["str", "bin"])
+def test_an_undeclared_infinity_is_rejected_with_its_reason_whatever_its_names_are(names):
+    record = {"seq": 1, "other": math.inf}
+    if names == "bin":  # fluentd's worker packs names as msgpack bin
+        record = {k.encode(): v for k, v in record.items()}
+    columns, rejected = batch_columns(LOG, Batch("app", [1], [record], raw=lambda i: b"raw"))
+    assert columns is None and len(rejected) == 1 and rejected[0].raw == b"raw"
+    assert rejected[0].reason.startswith("undeclared field 'other' holds Infinity, which JSON (the extra column)")
