@@ -64,6 +64,7 @@ from windvane.ingest.batch import INVALID_TIME, Batch, Undecoded
 from windvane.ingest.times import not_a_time, time_ns
 
 from ..json_text import JsonReader
+from .bin_text import BinAsStr, takes_text_only
 from .config import ForwardConfig
 from .decompress import decompress_entries
 from .errors import MalformedMessage
@@ -606,17 +607,33 @@ def _count_entries(payload: bytes | memoryview) -> int | None:
         return None
 
 
+#: A decoder of framed PackedForward entries: msgspec's, or one that reads their bin as str first.
+_EntriesDecoder = msgspec.msgpack.Decoder[list[Any]] | BinAsStr
+
+
 @functools.lru_cache(maxsize=256)
-def _entries_decoders(record_type: type) -> tuple[msgspec.msgpack.Decoder[list[Any]], ...]:
+def _entries_decoders(record_type: type) -> tuple[_EntriesDecoder, ...]:
     """The decoders of entries whose records are ``record_type``, then, for a map type, of entries whose records
     are maps with msgpack bin names, if the type names what those decode as (its ``bin_keyed``, see
-    :class:`ingest.record_types.FieldsRecord`; a vibration block's type does not): either decodes in C."""
-    kinds = [record_type, getattr(record_type, "bin_keyed", None)]
-    return tuple(
-        msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, kind]])  # type: ignore[valid-type] # a run-time type
-        for kind in kinds
-        if kind is not None
-    )
+    :class:`ingest.record_types.FieldsRecord`; a vibration block's type does not): either decodes in C.
+
+    Between them, where no field of the type takes bytes, the first once
+    the records' bin is read as str (:mod:`.bin_text`): fluentd's records,
+    names and text all bin, then decode as the type, as if sent as str.
+    """
+    bin_keyed = getattr(record_type, "bin_keyed", None)
+    typed = _entries_of(record_type)
+    decoders: list[_EntriesDecoder] = [typed]
+    if bin_keyed is not None:
+        if takes_text_only(record_type):
+            decoders.append(BinAsStr(typed))
+        decoders.append(_entries_of(bin_keyed))
+    return tuple(decoders)
+
+
+def _entries_of(kind: Any) -> msgspec.msgpack.Decoder[list[Any]]:
+    """The decoder of framed entries whose records are ``kind``."""
+    return msgspec.msgpack.Decoder(list[tuple[msgspec.msgpack.Ext | int | float, kind]])
 
 
 def _decode_typed(
@@ -674,7 +691,7 @@ def _decode_typed(
 
 
 def _decode_counted(
-    decoders: tuple[msgspec.msgpack.Decoder[list[Any]], ...],
+    decoders: tuple[_EntriesDecoder, ...],
     payload: bytes | memoryview,
     count: int,
     room: tuple[bytearray | memoryview, int] | None,
@@ -695,9 +712,7 @@ def _decode_counted(
         frame[start - 5 : start] = own
 
 
-def _decode_first(
-    decoders: tuple[msgspec.msgpack.Decoder[list[Any]], ...], data: bytes | memoryview
-) -> list[Any] | None:
+def _decode_first(decoders: tuple[_EntriesDecoder, ...], data: bytes | memoryview) -> list[Any] | None:
     for decoder in decoders:
         try:
             return decoder.decode(data)

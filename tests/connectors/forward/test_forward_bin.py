@@ -16,8 +16,12 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from windvane.connectors.forward.bin_text import as_str
 from windvane.connectors.forward.decode import ForwardDecoder, decode_message, decode_packed
+from windvane.connectors.forward.errors import MalformedMessage
 from windvane.ingest.columns import batch_columns
 from windvane.ingest.prepare import prepare, validate
 from windvane.ingest.record_types import record_type
@@ -230,3 +234,113 @@ def test_a_deferred_chunk_is_stored_whole_whatever_count_its_sender_announced(si
     (part,) = prepare(SCHEMAS, [decoded.batch])[0]
     assert part.rejected == [] and part.columns.rows == 50
     assert part.columns.columns["seq"].tolist() == list(range(50))
+
+
+#: Text and numbers only: fluentd's records decode as this type once their bin is read as str (bin_text).
+TEXT_ONLY = parse_schema(
+    {
+        "kind": "log",
+        "tags": ["app.**"],
+        "fields": [
+            {"name": "seq", "dtype": "int64", "required": True},
+            {"name": "msg", "dtype": "str"},
+            {"name": "value", "dtype": "float32"},
+            {"name": "code", "dtype": "int16", "fill": -1},
+            {"name": "ok", "dtype": "bool", "fill": False},
+            {"name": "note", "dtype": "str", "fill": "none"},
+        ],
+    },
+    name="text_only",
+)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=300),  # past 255 bytes: str16 / bin16
+    st.binary(max_size=4),
+)
+_text_records = st.fixed_dictionaries(
+    {"seq": st.integers(-(2**40), 2**40)},
+    optional={
+        "msg": st.text(max_size=300) | _scalars,
+        "value": st.floats(-1e6, 1e6),
+        "code": _scalars,
+        "ok": st.booleans(),
+        "note": st.text(max_size=3),
+        "other": _scalars,
+    },
+)
+_times = st.one_of(st.just(_time(1_767_225_600, 5)), st.integers(1, 2**40), st.floats(1, 2**40))
+
+
+def _entries_of(records: list, times: list, binary: bool) -> bytes:
+    return b"".join(msgpack.packb([t, _bin(r) if binary else r], use_bin_type=True) for t, r in zip(times, records))
+
+
+def _stored_both_ways(schema, payload: bytes) -> tuple:
+    """(typed?, columns as lists, rejected) of ``payload`` decoded with the record type, then without."""
+    out = []
+    for kind in (record_type(schema), None):
+        batch = decode_packed("app.bin", payload, len(payload), kind)
+        columns, rejected = batch_columns(schema, batch)
+        typed = batch.typed and not (batch.records and type(batch.records[0]) is dict)
+        out.append((typed, None if columns is None else _lists(columns.columns), rejected))
+    return tuple(out)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=st.lists(st.tuples(_times, _text_records), min_size=1, max_size=12))
+def test_bin_records_read_as_str_store_and_quarantine_what_str_records_and_the_checked_path_do(entries):
+    """Names and text as bin, the typed decode reads them as str (bin_text) where the records are flat: what
+    it stores and quarantines (verbatim, with the same reasons) is what the checked path does with the same
+    bytes; where every record fits, what it stores is what the same records sent as str store."""
+    times, records = [t for t, _ in entries], [r for _, r in entries]
+    binary = _entries_of(records, times, True)
+    (typed, columns, rejected), (_, checked, checked_rejected) = _stored_both_ways(TEXT_ONLY, binary)
+    assert rejected == checked_rejected
+    assert repr(columns) == repr(checked)  # repr: nan equals nan
+    (str_typed, str_columns, str_rejected), _ = _stored_both_ways(TEXT_ONLY, _entries_of(records, times, False))
+    if str_typed:  # every record fits the type as str: as bin too, read as str (times are checked after)
+        assert typed and repr(columns) == repr(str_columns)
+        assert [(r.time, r.reason) for r in rejected] == [(r.time, r.reason) for r in str_rejected]
+
+
+def test_bin_read_as_str_takes_every_length_of_header():
+    records = [{"seq": i, "msg": "é" * n, "note": "x" * n} for i, n in enumerate((0, 31, 32, 255, 300, 70_000))]
+    times = [_time(*t) for t in TIMES[: len(records)]]
+    binary, text = _entries_of(records, times, True), _entries_of(records, times, False)
+    header = b"\xdd" + len(records).to_bytes(4, "big")
+    assert msgpack.unpackb(as_str(header + binary)) == msgpack.unpackb(header + text)  # bin8, 16, 32 read as str
+    batch = decode_packed("app.bin", binary, len(binary), record_type(TEXT_ONLY))
+    assert batch.typed and type(batch.records[0]) is record_type(TEXT_ONLY)
+    columns, rejected = batch_columns(TEXT_ONLY, batch)
+    assert rejected == [] and columns.columns["msg"].tolist() == [r["msg"] for r in records]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        [_time(1, 0), {b"seq": 1, b"tags": [b"a"]}],  # a value that is an array
+        [_time(1, 0), {b"seq": 1, b"meta": {b"k": b"v"}}],  # a value that is a map
+        [[_time(1, 0), {}], {b"seq": 1}],  # Fluent Bit's [EventTime, metadata]
+        [_time(1, 0), {f"f{i}".encode(): i for i in range(16)}],  # 16 fields: a map16
+        [_time(1, 0), {b"seq": msgpack.ExtType(5, b"x")}],  # an ext value
+        [_time(1, 0), b"not a map"],
+    ],
+)
+def test_records_bin_as_str_does_not_read_are_refused_by_it_and_decode_as_they_are(entry):
+    payload = msgpack.packb([_time(1, 0), {b"seq": 1}], use_bin_type=True) + msgpack.packb(entry, use_bin_type=True)
+    with pytest.raises(ValueError):
+        as_str(b"\xdd" + (2).to_bytes(4, "big") + payload)
+    (_, columns, rejected), (_, checked, checked_rejected) = _stored_both_ways(TEXT_ONLY, payload)
+    assert rejected == checked_rejected and repr(columns) == repr(checked)
+
+
+def test_a_value_nested_beyond_msgspecs_depth_is_refused_by_bin_as_str_and_malformed_as_before():
+    deep = b"\x92" + msgpack.packb(_time(1, 0)) + b"\x82\xc4\x03seq\x01\xc4\x01x" + b"\x91" * 100_000 + b"\xc0"
+    payload = msgpack.packb([_time(1, 0), {b"seq": 1}], use_bin_type=True) + deep
+    with pytest.raises(ValueError):
+        as_str(b"\xdd" + (2).to_bytes(4, "big") + payload)
+    with pytest.raises(MalformedMessage, match="unreadable at byte"):
+        decode_packed("app.bin", payload, len(payload), record_type(TEXT_ONLY))
