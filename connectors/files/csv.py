@@ -142,6 +142,11 @@ def _read_ahead(items: Iterator[T]) -> Iterator[T]:
             yield item
 
 
+def _has_zero(values: pa.ChunkedArray) -> bool:
+    """Whether integers ``values`` hold a zero, whose text may be ``-0``: parsed as a float, -0.0."""
+    return bool(pc.any(pc.equal(values, 0)).as_py())
+
+
 def _last_row_end(block: bytes) -> int:
     """The offset of the last newline of ``block`` that ends a row (-1: none); found in C if it has no quote."""
     if b'"' not in block:
@@ -404,9 +409,9 @@ class CsvReader:
                 continue
             if pa.types.is_null(field.type) and not pa.types.is_string(wanted):
                 values = pa.nulls(table.num_rows, wanted)
-            elif pa.types.is_integer(field.type) and pa.types.is_floating(wanted):
+            elif pa.types.is_integer(field.type) and pa.types.is_floating(wanted) and not _has_zero(table.column(i)):
                 values = pc.cast(table.column(i), wanted, safe=False)  # rounded to the nearest, as parsing does
-            else:  # text read as numbers, or a column without a value as text ("" is not missing in text)
+            else:  # text read as numbers, a column without a value as text ("" is not missing in text), or a zero
                 return None
             table = table.set_column(i, field.with_type(wanted), values)
         return table

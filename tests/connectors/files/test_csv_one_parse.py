@@ -17,13 +17,13 @@ ROWS = 400
 
 
 def messy_csv() -> bytes:
-    """Rows whose blocks differ in type from the file: integers that a late decimal makes floats, a column empty
+    """Rows whose blocks differ in type from the file: integers (and a "-0") that a late decimal makes floats, a column empty
     until late, text with empty cells, a number column with null markers and one word, a bad time, a field too
     many, quoted text with a newline, CRLF endings."""
     lines = [b"time,n,late,txt,word,label"]
     for i in range(ROWS):
         time = f"2024-03-01T00:{i // 60:02d}:{i % 60:02d}Z"
-        n = "1.5" if i == ROWS - 3 else str(i)
+        n = "1.5" if i == ROWS - 3 else "-0" if i == 300 else str(i)
         late = str(i * 7) if i > ROWS - 40 else ""
         txt = f"w{i}" if i % 5 == 0 else ""
         word = "oops" if i == 200 else ("NULL" if i % 9 == 0 else "" if i % 11 == 0 else str(i % 13))
@@ -67,7 +67,8 @@ def test_parts_of_the_type_pass_store_what_a_second_parse_does(sqlite_url, tmp_p
         "label": "T",
     }
     good = [i for i in range(ROWS) if i not in (120, 200, 250)]
-    assert columns["n"].tolist() == [1.5 if i == ROWS - 3 else float(i) for i in good]
+    assert columns["n"].tolist() == [1.5 if i == ROWS - 3 else -0.0 if i == 300 else float(i) for i in good]
+    assert np.signbit(columns["n"]).tolist() == [i == 300 for i in good]  # "-0" is -0.0, as parsed as a float
     assert columns["txt"].tolist() == [f"w{i}" if i % 5 == 0 else "" for i in good]
     assert columns["label"].tolist() == [f"l{i}, with\nnewline" if i % 50 == 7 else f"l{i}" for i in good]
     reasons = [reason for reason, _ in first["quarantined"]]
@@ -83,6 +84,7 @@ def test_parts_of_the_type_pass_store_what_a_second_parse_does(sqlite_url, tmp_p
         assert list(other["columns"]) == list(columns)
         for name, values in columns.items():
             np.testing.assert_array_equal(other["columns"][name], values, err_msg=name)
+        assert np.signbit(other["columns"]["n"]).tolist() == np.signbit(columns["n"]).tolist()
 
 
 def test_a_kept_block_whose_text_column_had_no_value_is_parsed_again(tmp_path):
