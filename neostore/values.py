@@ -39,8 +39,9 @@ _COMPRESSED_MAGIC = (
 # decompressing on every read costs more time than the bytes saved.
 MIN_GAIN = 1 / 8
 
-# Below this size a value is stored raw: the frame overhead eats the gain.
-_MIN_COMPRESS = 64
+# Below this size a value is stored raw without trying: zstd's frame and block headers take about as much
+# as it saves, so the result would be thrown away (a slow stream's row log revisions are this small).
+_MIN_COMPRESS = 128
 # Values larger than this are first probed with a sample, so incompressible
 # data (already-compressed chunks with an unknown header) costs one sample.
 _PROBE_ABOVE = 256 * 1024
