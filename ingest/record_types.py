@@ -21,14 +21,16 @@ block is not copied to be decoded. Its frames and rate are still checked
 by ingest (:func:`ingest.columns.batch_columns`), which names the faults.
 
 Records whose field names arrive as msgpack bin (fluentd's worker runs in
-ASCII-8BIT and packs all its text so) cannot decode as a struct: msgspec
-reads bin only as bytes. A map type has :data:`BinKeyedRecord` beside it
-(:attr:`FieldsRecord.bin_keyed`): maps of bin names to plain values, which msgspec
-decodes in C where the struct does not fit, and which ingest turns into
-columns a column at a time, decoding bin text as UTF-8 in C; a batch with
-any record that does not fit as it is takes the checked path, which names
-the fault. Maps cost more than structs (a dict and its names per record),
-so bin stays slower than str.
+ASCII-8BIT and packs all its text so) do not decode as a struct as they
+are: msgspec reads bin only as bytes. A connector may read their bin as
+str first (the Forward connector does, where no field takes bytes) and
+decode them as the type. A map type also has :data:`BinKeyedRecord` beside
+it (:attr:`FieldsRecord.bin_keyed`): maps of bin names to plain values,
+which msgspec decodes in C where the struct does not fit, and which ingest
+turns into columns a column at a time, bin text checked as UTF-8 in C; a
+batch with any record that does not fit as it is takes the checked path,
+which names the fault. Maps cost more than structs (a dict and its names
+per record).
 """
 
 from __future__ import annotations
