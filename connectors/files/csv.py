@@ -71,13 +71,22 @@ SNIFF_ROWS = 20
 
 class _Tally:
     """What one column's values are, block after block: the types pyarrow inferred, and how many of them are
-    integers, other numbers and words."""
+    integers, other numbers and words. ``most``: the most values the file can hold (None: not known)."""
 
-    def __init__(self) -> None:
+    def __init__(self, most: int | None = None) -> None:
         self.types: set[pa.DataType] = set()
         self.values = self.fractions = self.words = 0
+        self._most = most
+
+    @property
+    def settled(self) -> bool:
+        """Whether the column is text whatever the rest of the file holds: more of its values are words than
+        STRAY_SHARE of the most the file can hold (its words are not counted on)."""
+        return self._most is not None and pa.string() in self.types and self.words > STRAY_SHARE * self._most
 
     def add(self, values: pa.ChunkedArray) -> None:
+        if self.settled:
+            return
         count = len(values) - values.null_count
         if not count:
             return
@@ -275,9 +284,11 @@ class CsvReader:
     def file_types(self) -> dict[str, pa.DataType]:
         """The type of each column over the whole file (one pass, a block at a time; see :class:`_Tally`),
         which the parts are then read as; ``options.column_types`` hold. A column without a value is ``null``."""
-        tallies = {n: _Tally() for n in self.names if n not in self.options.column_types and n != self.time_column}
-        kept, nulls = 0, pa.array(self._null_values, pa.string())
         compressed = compression_of(self.path) is not None
+        # A row holds a byte per field at least (its delimiters and line end).
+        most = None if compressed else os.path.getsize(self.path) // len(self.names)
+        tallies = {n: _Tally(most) for n in self.names if n not in self.options.column_types and n != self.time_column}
+        kept, nulls = 0, pa.array(self._null_values, pa.string())
         self._kept.clear()
         for block, end, rows in _read_ahead(self._blocks_with_rows()) if tallies else ():
             bad: list[tuple[int, str]] = []
@@ -293,7 +304,8 @@ class CsvReader:
             else:
                 kept = self.options.kept_bytes + 1
             for name, tally in tallies.items():
-                tally.add(_as_tallied(table.column(name), nulls))
+                if not tally.settled:
+                    tally.add(_as_tallied(table.column(name), nulls))
         found = {name: tally.type() for name, tally in tallies.items()}
         self.types.update({n: t for n, t in found.items() if not pa.types.is_null(t)})
         found.update({n: t for n, t in self.types.items() if n != self.time_column})

@@ -97,3 +97,14 @@ def test_a_kept_block_whose_text_column_had_no_value_is_parsed_again(tmp_path):
     parts = list(reader(None))
     notes = [v for p in parts for v in p.table.column("note").to_pylist()]
     assert notes == [""] * 100 + ["x"]
+
+
+def test_words_crowded_at_the_start_of_a_long_file_leave_it_a_number_column(sqlite_url, tmp_path):
+    """The tally stops counting a column's words only once they are too many for any rest of the file: words
+    that are most of the first blocks but few in the file are stray ones."""
+    path = tmp_path / "warmup.csv"
+    values = ["warming" if i < 40 else str(i * 0.5) for i in range(5000)]
+    path.write_text("time,v\n" + "".join(f"{T0 + i},{v}\n" for i, v in enumerate(values)))
+    result = run(sqlite_url, "warmup", CsvReader(path, ReaderOptions(block_bytes=1024)), path, commit_bytes=1 << 20)
+    assert (result.rows, result.rejected) == (4960, 40)
+    assert arrays.open_stream(sqlite_url, "warmup")["v"][:].tolist() == [i * 0.5 for i in range(40, 5000)]
