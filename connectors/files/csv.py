@@ -197,7 +197,7 @@ def sniff_delimiter(head: bytes) -> str:
 class _Rows:
     """The bytes of the non-empty rows of a block, as pyarrow numbers them (1-based, empty lines skipped)."""
 
-    block: bytes | None  # None: read from the file when asked (:meth:`in_file`)
+    block: bytes | None  # None: read from the file when a row is asked for (:meth:`in_file`)
 
     def __init__(self, block: bytes, ends: np.ndarray):
         starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else np.zeros(0, dtype=np.int64)
@@ -212,24 +212,24 @@ class _Rows:
         keep = stops > starts
         self.block = block
         self.starts, self.stops = starts[keep], stops[keep]
-        self._file: tuple[str, int] | None = None
+        self._file: tuple[str, int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
 
-    def in_file(self, path: str, offset: int) -> None:
-        """Let go of the block, which is uncompressed file ``path``'s from byte ``offset``: rows are read from it
-        when asked (a part keeps the rows the engine may quarantine without the block in memory)."""
-        self.block, self._file = None, (path, offset)
+    def in_file(self, path: str, offset: int, size: int) -> None:
+        """Let go of the block, the ``size`` bytes of uncompressed file ``path`` from byte ``offset``: it is read
+        again when a row is asked for (a part keeps the rows the engine may quarantine without the block in
+        memory, which most parts never ask for)."""
+        self.block, self._file = None, (path, offset, size)
 
     def raw(self, i: int) -> bytes:
-        start, stop = int(self.starts[i]), int(self.stops[i])
-        if self.block is not None:
-            return self.block[start:stop]
-        assert self._file is not None, "a block let go of is in the file"
-        path, offset = self._file
-        with open(path, "rb") as f:
-            return os.pread(f.fileno(), stop - start, offset + start)
+        if self.block is None:
+            assert self._file is not None, "a block let go of is in the file"
+            path, offset, size = self._file
+            with open(path, "rb") as f:
+                self.block = os.pread(f.fileno(), size, offset)
+        return self.block[int(self.starts[i]) : int(self.stops[i])]
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ class CsvReader:
                 kept = self.options.kept_bytes + 1  # the parts read on from here
             elif kept + table.nbytes + (len(block) if compressed else 0) <= self.options.kept_bytes:
                 if not compressed:
-                    rows.in_file(self.path, end - len(block))
+                    rows.in_file(self.path, end - len(block), len(block))
                 self._kept[end - len(block)] = _Kept(table, bad, rows, end, block if compressed else None)
                 kept += table.nbytes + (len(block) if compressed else 0)
             else:
