@@ -30,7 +30,9 @@ Contract:
   still the one they were encoded against, and encodes afresh otherwise
   (the commit failed, another process wrote the stream): staging only ever
   spends work, it never changes what is stored. An append that fills no
-  chunk of a stream keeping a row log encodes nothing: it is not staged.
+  chunk of a stream keeping a row log encodes no chunk: staging checks its
+  rows and makes their records as the log keeps them, so that the append,
+  under the commit lock, only adds them to the log.
 - **Rows held or not.** Between transactions a writer whose stream keeps a
   row log may :meth:`~StreamWriter.shed` the rows of the partial chunk it
   holds (the log has them): appends go on without them, and the append
@@ -94,7 +96,12 @@ class Staged:
         self.appends = -1
         self.tails: dict[str, Tail] = {}
         self.chunks: list[Encoded] = []
-        self.used = False  # set by append: whether it stored these bytes (False: it encoded afresh)
+        # Set instead when the append fills no chunk of a stream keeping a row log: the state its rows
+        # were checked against, the rows, and (for one part) their records as the log keeps them.
+        self.checked_for: WriterState | None = None
+        self.rows: list[dict[str, Rows]] = []
+        self.records: dict[str, bytes] | None = None
+        self.used = False  # set by append: whether it stored what was staged (False: it began afresh)
 
     @property
     def encoded(self) -> bool:
@@ -177,13 +184,19 @@ class StreamWriter:
                 self._store(tx, state, staged.chunks)
                 staged.used = True
             else:
-                data = self._coerce(state.tails, parts, fill_missing)
+                checked = staged is not None and staged.checked_for is state
+                data = staged.rows if staged is not None and checked else self._coerce(state.tails, parts, fill_missing)
                 self._forget(state, state.tails)
                 if state.logged and not self._needs_rows(state, data):
+                    # The staged records are the log's rows since the last commit only if none came between.
+                    fresh = checked and state.logged_from == state.tails[TIME].length
+                    records = staged.records if staged is not None and fresh else None
                     for part in data:  # the row log takes the rows: no chunk to encode, none to store
                         for name, tail in state.tails.items():
                             tail.extend(part[name])
-                    self._store(tx, state, ())
+                    self._store(tx, state, (), records)
+                    if staged is not None:
+                        staged.used = records is not None
                 else:
                     self._store(tx, state, self._encode(state.tails, data, state.logged))
         except BaseException as exc:
@@ -209,7 +222,15 @@ class StreamWriter:
         except (ColumnError, TypeError):
             return staged
         if not fills and state.logged:
-            return staged  # nothing to encode: the row log takes the rows (copying the tails would cost more)
+            # No chunk to encode (the row log takes the rows): check them, and make their records.
+            try:
+                staged.rows = self._coerce(state.tails, _parts(columns), fill_missing)
+            except (ColumnError, StreamError, TypeError):
+                return staged
+            if len(staged.rows) == 1:
+                staged.records = {name: state.tails[name].serialised(rows) for name, rows in staged.rows[0].items()}
+            staged.checked_for = state
+            return staged
         if state.shed:
             return staged  # append reads the rows back, under the lock, and encodes then
         appends = state.appends
@@ -344,9 +365,12 @@ class StreamWriter:
             ((key, value, False, neostore.value_hash(value)) for key, value in records.items()),
         )
 
-    def _store(self, tx: Transaction, state: WriterState, chunks: Iterable[Encoded]) -> None:
+    def _store(
+        self, tx: Transaction, state: WriterState, chunks: Iterable[Encoded], records: dict[str, bytes] | None = None
+    ) -> None:
         """Write ``chunks`` (those that filled; every one touched when the stream keeps no row log), the
-        row log and, when chunks filled, the arrays' metadata, in ``tx``; the state now includes them."""
+        row log and, when chunks filled, the arrays' metadata, in ``tx``; the state now includes them.
+        ``records``: the records of the log's rows since the last commit, when staging made them."""
         batches = appending.Batches(tx, raw=True)
         batches.add(chunks)
         length = state.tails[TIME].length
@@ -362,7 +386,7 @@ class StreamWriter:
                     documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.with_shape(
                         (base, *tail.meta.shape[1:])
                     ).to_bytes()
-            documents[self._keeper.log_key] = self._revision(state, length).to_bytes()
+            documents[self._keeper.log_key] = self._revision(state, length, records).to_bytes()
         else:
             for name, tail in state.tails.items():
                 documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()
@@ -382,18 +406,20 @@ class StreamWriter:
         tx.bind(keys + [time_index.record_key(self.path, index) for index in range(start, stop)])
         state.bound_until = stop
 
-    def _revision(self, state: WriterState, length: int) -> row_log.Revision:
-        """The log revision after this transaction's appends so far: the rows it added past the base."""
+    def _revision(self, state: WriterState, length: int, records: dict[str, bytes] | None) -> row_log.Revision:
+        """The log revision after this transaction's appends so far: the rows it added past the base
+        (``records``: theirs, when the caller has them)."""
         if state.base > state.committed_base or not state.log_rows:
             # A chunk filled in this transaction, or the committed log holds no rows: a new chain.
             prev, after = None, state.log_serial or neostore.ZERO
         else:
             prev, after = state.log_serial, state.log_after
-        add = (
-            {}
-            if length <= state.base
-            else {name: tail.serialised_since(state.logged_from) for name, tail in state.tails.items()}
-        )
+        if length <= state.base:
+            add = {}
+        elif records is not None:
+            add = records
+        else:
+            add = {name: tail.serialised_since(state.logged_from) for name, tail in state.tails.items()}
         state.written = row_log.Revision(state.base, length - state.base, after, prev, add)
         return state.written
 

@@ -199,6 +199,11 @@ class Tail:
         row log keeps them (:func:`arrays.row_log.deserialise` reads them back)."""
         raise NotImplementedError
 
+    def serialised(self, rows: Rows) -> bytes:
+        """``rows`` (coerced) as a row log keeps them: what :meth:`serialised_since` gives once they are
+        appended, for the row they begin at. Changes nothing."""
+        raise NotImplementedError
+
     def _in_partial(self, row: int) -> int:
         """``row``'s index in the partial last chunk (ValueError if it is not in it)."""
         start = self.length - self.length % self._rows_per_chunk
@@ -293,6 +298,9 @@ class NumberTail(Tail):
             raise RowsShed(f"{self.name}: row {row} was let go")
         assert self._chunk is not None  # rows past the shed ones are held
         return shuffled(self._chunk[first - self._shed : end - self._shed])
+
+    def serialised(self, rows: Rows) -> bytes:
+        return shuffled(np.asarray(_numbers(rows), dtype=self._meta.codec.work_dtype)) if len(rows) else b""
 
     @property
     def held_bytes(self) -> int:
@@ -399,6 +407,9 @@ class VLenTail(Tail):
             return self._records[self._bounds[first] :]
         except KeyError:
             raise ValueError(f"{self.name}: row {row} is not where an append began") from None
+
+    def serialised(self, rows: Rows) -> bytes:
+        return bytes(self._serialised(rows))
 
     @property
     def held_bytes(self) -> int:

@@ -210,10 +210,43 @@ def test_staged_appends_store_what_plain_appends_store(store_url):
             with arrays.transaction(store) as tx:
                 plain.append(tx, rows(start, n))
             start += n
-        # Staged and stored as staged when it fills a chunk (the first append had no state to stage on);
-        # an append filling none encodes nothing ahead: the row log takes its rows.
-        assert used[1:] == fills[1:] and any(fills[1:]) and not all(fills[1:])
+        # Stored as staged, whether it fills a chunk (encoded ahead) or not (its rows' records made ahead
+        # for the row log), except the first append (it had no state to stage on) and the empty one.
+        assert used == [i > 0 and n > 0 for i, n in enumerate(SIZES)] and any(fills[1:]) and not all(fills[1:])
         assert writer.loads == 1
+        assert_same_streams(store, "staged", "plain")
+    finally:
+        store.close()
+
+
+def test_records_staged_for_the_row_log_are_used_only_where_they_begin_the_commits_rows(store_url):
+    """An append that fills no chunk has its rows' records made when staged; they are the log revision's
+    only when no rows came between since the last commit, and one part was staged."""
+    store = neostore.open(store_url)
+    try:
+        for tag in ("staged", "plain"):
+            arrays.create_stream(store, tag, COLUMNS, chunk_rows=64).close()
+        writer, plain = arrays.StreamWriter(store, "staged"), arrays.StreamWriter(store, "plain")
+        with arrays.transaction(store) as tx:
+            writer.append(tx, rows(0, 2))
+            plain.append(tx, rows(0, 2))
+        staged = writer.stage(rows(3, 2))
+        with arrays.transaction(store) as tx:
+            writer.append(tx, rows(2, 1))  # a row between: the log revision holds it too
+            writer.append(tx, staged)
+            plain.append(tx, rows(2, 1))
+            plain.append(tx, rows(3, 2))
+        assert not staged.used
+        staged = writer.stage([rows(5, 1), rows(6, 2)])
+        with arrays.transaction(store) as tx:
+            writer.append(tx, staged)
+            plain.append(tx, [rows(5, 1), rows(6, 2)])
+        assert not staged.used
+        staged = writer.stage(rows(8, 3))
+        with arrays.transaction(store) as tx:
+            writer.append(tx, staged)
+            plain.append(tx, rows(8, 3))
+        assert staged.used
         assert_same_streams(store, "staged", "plain")
     finally:
         store.close()
@@ -422,9 +455,9 @@ def test_a_writer_that_sheds_its_rows_stores_what_fresh_opens_store(store_url):
                     staged = writer.stage(data)
                     tx = arrays.Transaction(store)
                     writer.append(tx, staged)
-                    # Never stored as staged: filling no chunk it encodes nothing (the row log takes
-                    # the rows), filling one it is encoded after the rows are read back.
-                    assert not staged.encoded and not staged.used, k
+                    # Never encoded ahead: filling no chunk its rows' records are made ahead for the row
+                    # log (the rows shed are not needed), filling one it is encoded after they are read back.
+                    assert not staged.encoded and staged.used == (not fills and n > 0), k
                     committer.submit(tx.commit).result()
                 else:
                     with arrays.transaction(store) as tx:
