@@ -331,17 +331,19 @@ def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if isinstance(values[0], np.ndarray):
             columns[name] = np.concatenate(values)
         elif any(type(v) is arrays.VLenRows for v in values):
-            columns[name] = arrays.VLenRows.concat([_records_of(v) for v in values])
+            text = next(v.text for v in values if type(v) is arrays.VLenRows)
+            columns[name] = arrays.VLenRows.concat([_records_of(v, text) for v in values])
         else:
             columns[name] = list(itertools.chain.from_iterable(values))
     return columns
 
 
-def _records_of(values: arrays.VLenRows | list[Any]) -> arrays.VLenRows:
-    """A str column's values as records (checked text already, as every column of :class:`Columns` is)."""
+def _records_of(values: arrays.VLenRows | list[Any], text: bool) -> arrays.VLenRows:
+    """A str (``text``) or bytes column's values as records (checked already, as every column of
+    :class:`Columns` is)."""
     if type(values) is arrays.VLenRows:
         return values
-    return arrays.VLenRows.from_arrow(pa.array(values, pa.string()))
+    return arrays.VLenRows.from_arrow(pa.array(values, pa.string() if text else pa.binary()))
 
 
 def _text_records(f: Field, values: Sequence[Any], encoded: bool = False) -> arrays.VLenRows | None:

@@ -6,10 +6,12 @@ import math
 
 import msgpack
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from windvane.arrays import VLenRows
 from windvane.ingest import Batch
-from windvane.ingest.columns import batch_columns
+from windvane.ingest.columns import batch_columns, concat_columns
 from windvane.ingest.schema import parse_schema
 
 LOG = parse_schema(
@@ -346,3 +348,14 @@ def test_an_undeclared_infinity_is_rejected_with_its_reason_whatever_its_names_a
     columns, rejected = batch_columns(LOG, Batch("app", [1], [record], raw=lambda i: b"raw"))
     assert columns is None and len(rejected) == 1 and rejected[0].raw == b"raw"
     assert rejected[0].reason.startswith("undeclared field 'other' holds Infinity, which JSON (the extra column)")
+
+
+def test_text_as_records_and_as_lists_join_into_records_of_the_same_values():
+    """A group's batches of one stream: typed ones carry text as records (VLenRows), checked ones as lists."""
+    typed = {"time": np.array([1, 2]), "msg": VLenRows.from_arrow(pa.array(["a", "é"])), "raw": [b"x", b"y"]}
+    checked = {"time": np.array([3]), "msg": ["✓"], "raw": [b"z"]}
+    joined = concat_columns([typed, checked, typed])
+    assert type(joined["msg"]) is VLenRows and joined["msg"].tolist() == ["a", "é", "✓", "a", "é"]
+    assert joined["raw"] == [b"x", b"y", b"z", b"x", b"y"] and joined["time"].tolist() == [1, 2, 3, 1, 2]
+    blobs = concat_columns([{"raw": VLenRows.from_arrow(pa.array([b"\xff"]))}, {"raw": [b"\x00"]}])
+    assert blobs["raw"].tolist() == [b"\xff", b"\x00"]
