@@ -92,6 +92,7 @@ class GroupCommitter:
         metrics: Metrics | None = None,
         decode_workers: int = 0,
         trim_after: float | None = CommitterConfig.trim_after,
+        takes_turns: bool = CommitterConfig.takes_turns,
     ):
         self.store = store
         self.schemas = schemas
@@ -112,7 +113,7 @@ class GroupCommitter:
             Retries(self.observer, fail, store),
             self.observer,
         )
-        self.pipeline = Pipeline(parts, interval=interval, max_group_bytes=max_group_bytes)
+        self.pipeline = Pipeline(parts, interval=interval, max_group_bytes=max_group_bytes, takes_turns=takes_turns)
 
     @property
     def accepts_undecoded(self) -> bool:

@@ -44,6 +44,10 @@ class CommitterConfig:
     * ``trim_after``: seconds a decode worker, idle after a burst, waits
       before it gives the memory the burst took back to the system
       (:class:`ingest.memory.AfterBursts`); None: never.
+    * ``takes_turns``: other committers (the server's other workers) commit
+      to the same store, taking turns at its commit lock: the next group is
+      then prepared once this one's commit has ended (see
+      :class:`ingest.pipeline.Pipeline`).
     """
 
     interval: float = 0.0
@@ -52,6 +56,7 @@ class CommitterConfig:
     key_window: float = 24 * 3600.0
     decode_workers: int | None = None
     trim_after: float | None = None
+    takes_turns: bool = False
 
 
 @dataclass(frozen=True)

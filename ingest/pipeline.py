@@ -9,6 +9,13 @@ after the commit before it ends, where nothing overlaps it (measured: 0.72
 of the arrays write throughput for vibration on SQLite with late arrivals
 joining, 0.90 without).
 
+A committer that *takes turns* with others at the store's commit lock (a
+server's workers, each a process with a pipeline of its own) prepares its
+next group once its commit has ended instead: preparing it meanwhile would
+compete for the process's interpreter lock with the commit, which holds the
+store's commit lock longer and keeps the other workers waiting. Prepared
+after, it overlaps their commits.
+
 Many slow streams make commits whose cost is per stream, not per row: each
 stream appended to gets its own log revision. So after a *fan-out* commit
 (at least :attr:`Pipeline.FANOUT_STREAMS` streams, under
@@ -73,10 +80,11 @@ class Pipeline:
     #: and its own), so it is no reason to gather longer.
     LINGER_ABOVE = 0.5
 
-    def __init__(self, parts: Parts, *, interval: float, max_group_bytes: int):
+    def __init__(self, parts: Parts, *, interval: float, max_group_bytes: int, takes_turns: bool = False):
         self.parts = parts
         self.interval = interval
         self.max_group_bytes = max_group_bytes
+        self.takes_turns = takes_turns  # see the module docstring
         self.queue: collections.deque[Submission] = collections.deque()
         self.closing = False
         self._cond = threading.Condition()
@@ -209,7 +217,8 @@ class Pipeline:
 
         Validating overlaps the writing of the group handed before, and
         encoding overlaps its commit (the encoding builds on its rows, so it
-        waits until they are written). The commit thread goes from one
+        waits until they are written), unless the pipeline takes turns with
+        other committers (see the module docstring). The commit thread goes from one
         commit straight to writing the next group: handing that over to this
         thread would leave the database idle while it wakes.
         """
@@ -225,6 +234,8 @@ class Pipeline:
             self._failed(group, exc)
             return
         self._await_written()
+        if self.takes_turns and self._committing is not None:
+            concurrent.futures.wait([self._committing])
         try:
             staged = self.parts.writer.stage(gathered, sum(item.size for item in group))
         except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters

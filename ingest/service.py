@@ -189,6 +189,7 @@ class Service:
             metrics=self.metrics,
             decode_workers=default_decode_workers() if settings.decode_workers is None else settings.decode_workers,
             trim_after=settings.trim_after,
+            takes_turns=settings.takes_turns,
         )
 
     # -- what endpoints ask (these read the database: call them off the event loop) --------

@@ -117,6 +117,38 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
     assert sorted(arrays.list_streams(store)) == [f"app.f{k:03d}" for k in range(60)] + ["app.g0", "app.g1", "app.g2"]
 
 
+async def test_a_committer_taking_turns_prepares_its_next_group_once_its_commit_has_ended(store):
+    """A server's workers take turns at the store's commit lock: each prepares its next group after its
+    commit, not while it holds that lock; every submission is committed all the same."""
+    c = committer(store, takes_turns=True)
+    events: list[str] = []
+    writer, observer = c.pipeline.parts.writer, c.pipeline.parts.observer
+    stage, committed = writer.stage, observer.committed
+
+    def staging(*args, **kwargs):
+        events.append("stage")
+        return stage(*args, **kwargs)
+
+    def recording(*args, **kwargs):
+        committed(*args, **kwargs)
+        events.append("committed")
+
+    writer.stage, observer.committed = staging, recording
+    try:
+        pending = []
+        for k in range(30):  # arriving while groups before them commit
+            pending.append(asyncio.ensure_future(c.submit([batch(f"app.t{k % 3}", k * 2000, 2000)])))
+            await asyncio.sleep(0.002)
+        receipts = await asyncio.gather(*pending)
+    finally:
+        c.close()
+    assert len({r.tid for r in receipts}) > 1  # several groups
+    stages = [i for i, e in enumerate(events) if e == "stage"]
+    for k, at in enumerate(stages):
+        assert events[:at].count("committed") == k, events  # every group before it committed already
+    assert sum(len(read(store, f"app.t{k}")["seq"]) for k in range(3)) == 30 * 2000
+
+
 async def test_rows_of_one_submission_stay_contiguous(store):
     c = committer(store, interval=0.02)
     try:

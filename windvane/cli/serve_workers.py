@@ -192,6 +192,7 @@ class Supervisor:
             service.committer,
             max_pending_bytes=service.committer.max_pending_bytes // self.count,
             decode_workers=(default_decode_workers() if decode is None else decode) // self.count,
+            takes_turns=self.count > 1,
         )
         service = dataclasses.replace(service, committer=committer, worker=self._place(index, restarts))
         mqtt = config.mqtt if index == 0 else None
