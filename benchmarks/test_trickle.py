@@ -215,8 +215,7 @@ def test_many_slow_sensors(benchmark, request, databases, backend, workers):
     name = f"trickle_{backend}_{workers or 'per_core'}"
     url = store_for(databases, backend, name)
     load = Trickle(tags, seconds)
-    args = ("--workers", str(workers)) if workers else ()
-    with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", *args) as serve:
+    with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", workers=workers) as serve:
         before = _store_bytes(url, databases)
         cpu, load_cpu = _cpu_seconds(serve.process.pid), time.process_time()
         started = time.monotonic()
