@@ -20,8 +20,10 @@ Forward anchors (``test_forward_anchors``): the bin chunks (as real fluentd
 sends them) into ``windvane serve`` on SQLite, into fluentd ``workers 2``,
 and into **Fluent Bit 5.1.1** as an aggregator (``in_forward`` ->
 ``out_file``, its default memory buffer), timed until the last line is on
-disk; and the str chunks into ``windvane serve`` beside its bin run. Every
-round runs the four once, in the reverse order of the round before; each
+disk; the str chunks into ``windvane serve`` beside its bin run; and the bin
+chunks into ``windvane serve`` with its default workers (one per core) as
+well as with one. Every
+round runs them all once, in the reverse order of the round before; each
 ratio is the median of the rounds' pairs (``windvane bin / fluentd``,
 ``windvane bin / Fluent Bit``, ``windvane bin / windvane str``).
 
@@ -169,11 +171,15 @@ def run_fluentd_aggregator(chunks: list, workers: int) -> float:
         subprocess.run(["rm", "-rf", str(workdir)])
 
 
-def run_windvane(chunks: list, url: str, schemas: Path, warm_up: list | None = None) -> float:
+def run_windvane(
+    chunks: list, url: str, schemas: Path, warm_up: list | None = None, *, workers: int | None = 1
+) -> float:
     """Events/s of ``windvane serve``: first send to the last (durable) ack. ``warm_up``: chunks sent before
     the clock starts (fluentd and Fluent Bit are timed once they say they are running; so is windvane once
-    its decode workers, which start in the background, have taken a chunk each)."""
-    with Serve(url, schemas, Path(tempfile.gettempdir()) / "wvb-anchor-serve.log", http=None) as serve:
+    its decode workers, which start in the background, have taken a chunk each). ``workers``: serve's
+    ``--workers`` (None: its default, one per core)."""
+    log = Path(tempfile.gettempdir()) / "wvb-anchor-serve.log"
+    with Serve(url, schemas, log, http=None, workers=workers) as serve:
         if warm_up:
             assert not forward_load(serve.forward_port, warm_up, PER_CHUNK).errors
         result = forward_load(serve.forward_port, chunks, PER_CHUNK)
@@ -241,6 +247,13 @@ def test_forward_anchors(benchmark, databases, chunks, schemas, bench_results):
         "windvane_sqlite_str": lambda: run_windvane(
             chunks["str"], f"sqlite:///{databases.fresh_sqlite('anchors')}", schemas, chunks["warm-up str"]
         ),
+        "windvane_sqlite_bin_per_core": lambda: run_windvane(
+            chunks["bin"],
+            f"sqlite:///{databases.fresh_sqlite('anchors')}",
+            schemas,
+            chunks["warm-up bin"],
+            workers=None,
+        ),
     }
     rates: dict[str, list[float]] = {name: [] for name in targets}
 
@@ -260,6 +273,12 @@ def test_forward_anchors(benchmark, databases, chunks, schemas, bench_results):
         "windvane_bin_to_fluentd_workers_2": paired("fluentd_workers_2"),
         "windvane_bin_to_fluent_bit": paired("fluent_bit"),
         "windvane_bin_to_str": paired("windvane_sqlite_str"),
+        "windvane_bin_per_core_to_fluentd_workers_2": [
+            a / b for a, b in zip(rates["windvane_sqlite_bin_per_core"], rates["fluentd_workers_2"])
+        ],
+        "windvane_bin_per_core_to_fluent_bit": [
+            a / b for a, b in zip(rates["windvane_sqlite_bin_per_core"], rates["fluent_bit"])
+        ],
     }
     info = {
         "events": EVENTS,
