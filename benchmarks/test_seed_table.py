@@ -19,7 +19,8 @@ machine that idles sends the same samples), aligned with the chunks the import m
 deduplication has what the seed's data gave it; times never repeat.
 
 Recorded for each engine in ``extra_info``: the import's seconds and MB/s (raw bytes of the files'
-samples and times a second); the bytes on disk after the import, after ``store pack`` of all history
+samples and times a second); the bytes on disk (once the engine wrote what it held in memory) after the
+import, after ``store pack`` of all history
 but the last state (``reclaim``) and after the engine's own rewrite (pack's ``vacuum``: SQLite VACUUM,
 ``OPTIMIZE TABLE``, which compacts MyRocks); and the store's own count of the values: raw bytes of the
 last state (``raw_bytes``), those bytes deduplicated (``distinct_bytes``) and deduplicated and
@@ -196,7 +197,32 @@ class Engine:
         self.files = [root / "db" / ("#rocksdb" if rocksdb else "windvane")]
 
     def disk_bytes(self) -> int:
+        """The bytes on disk once the engine has written what it holds in memory."""
+        self._settle()
         return sum(_du(p) for p in self.files if p.exists())
+
+    def _settle(self) -> None:
+        """Have MariaDB write its dirty pages (InnoDB; a page-compressed file is sparse until they are) or
+        its memtables (MyRocks) now: the disk otherwise shows what the engine has not written yet."""
+        if self.server is None:
+            return  # SQLite: every commit is in the file or its log already
+        conn = self.server.connect()
+        try:
+            cur = conn.cursor()
+            if self.name.startswith("myrocks"):
+                cur.execute("SET GLOBAL rocksdb_force_flush_memtable_now = ON")
+                return
+            cur.execute("SET GLOBAL innodb_max_dirty_pages_pct_lwm = 0")
+            cur.execute("SET GLOBAL innodb_max_dirty_pages_pct = 0")
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
+                if int(cur.fetchone()[1]) == 0:
+                    return
+                time.sleep(0.5)
+            raise AssertionError("InnoDB did not write its dirty pages within 10 minutes")
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         if self.server is not None:
