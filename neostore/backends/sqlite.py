@@ -77,6 +77,10 @@ class _CommitLock:
             holding_queue = True
         else:
             holding_queue = False  # another writer waits first
+        if timeout <= 0:  # a try, which waits for nothing
+            if holding_queue:
+                fcntl.flock(conn.queue_fd, fcntl.LOCK_UN)
+            return False
         wait = _LockWait(conn.lock_fd, conn.queue_fd, holding_queue)
         if wait.finished(timeout):
             return True

@@ -79,3 +79,17 @@ def test_a_wait_that_times_out_lets_go_of_the_lock_once_it_has_it(tmp_path):
     backend.release_commit_lock(late)
     for conn in (holder, late, next_one):
         backend.close_connection(conn)
+
+
+def test_a_try_that_finds_the_lock_held_waits_for_nothing_and_leaves_the_queue_free(tmp_path):
+    backend = SQLiteBackend(parse_url(f"sqlite:///{tmp_path}/s.db"))
+    holder, trier = backend.connect(for_writing=True), backend.connect(for_writing=True)
+    backend.acquire_commit_lock(holder, 5)
+    with pytest.raises(neostore.CommitLockTimeout):
+        backend.acquire_commit_lock(trier, 0)
+    assert not _queued(tmp_path / "s.db.queue")  # no wait left behind to hold it
+    backend.release_commit_lock(holder)
+    backend.acquire_commit_lock(trier, 0)  # free now: a try takes it
+    backend.release_commit_lock(trier)
+    for conn in (holder, trier):
+        backend.close_connection(conn)
