@@ -184,13 +184,13 @@ class StreamWriter:
                 self._store(tx, state, staged.chunks)
                 staged.used = True
             else:
-                checked = staged is not None and staged.checked_for is state
-                data = staged.rows if staged is not None and checked else self._coerce(state.tails, parts, fill_missing)
+                checked = staged if staged is not None and staged.checked_for is state else None
+                data = checked.rows if checked is not None else self._coerce(state.tails, parts, fill_missing)
                 self._forget(state, state.tails)
                 if state.logged and not self._needs_rows(state, data):
                     # The staged records are the log's rows since the last commit only if none came between.
-                    fresh = checked and state.logged_from == state.tails[TIME].length
-                    records = staged.records if staged is not None and fresh else None
+                    fresh = checked is not None and state.logged_from == state.tails[TIME].length
+                    records = checked.records if checked is not None and fresh else None
                     for part in data:  # the row log takes the rows: no chunk to encode, none to store
                         for name, tail in state.tails.items():
                             tail.extend(part[name])
