@@ -156,6 +156,12 @@ def _has_zero(values: pa.ChunkedArray) -> bool:
     return bool(pc.any(pc.equal(values, 0)).as_py())
 
 
+def _read_at(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of the uncompressed file ``path`` from byte ``offset``."""
+    with open(path, "rb") as f:
+        return os.pread(f.fileno(), size, offset)
+
+
 def _last_row_end(block: bytes) -> int:
     """The offset of the last newline of ``block`` that ends a row (-1: none); found in C if it has no quote."""
     if b'"' not in block:
@@ -226,9 +232,7 @@ class _Rows:
     def raw(self, i: int) -> bytes:
         if self.block is None:
             assert self._file is not None, "a block let go of is in the file"
-            path, offset, size = self._file
-            with open(path, "rb") as f:
-                self.block = os.pread(f.fileno(), size, offset)
+            self.block = _read_at(*self._file)
         return self.block[int(self.starts[i]) : int(self.stops[i])]
 
 
@@ -342,10 +346,7 @@ class CsvReader:
         table = self._typed(kept.table)
         if table is not None:
             return self._part_of(table, list(kept.bad), kept.rows, kept.end, nbytes, row)
-        block = kept.block
-        if block is None:
-            with open(self.path, "rb") as f:
-                block = os.pread(f.fileno(), kept.end - start, start)
+        block = kept.block if kept.block is not None else _read_at(self.path, start, kept.end - start)
         return self._part(block, _Rows(block, record_ends(block)), kept.end, nbytes, row)
 
     def _rows_before(self, position: int) -> int:
