@@ -99,12 +99,14 @@ class Trickle:
         self.sent = self.acked = self.wire_bytes = self.late_slices = 0
         self.latencies: list[float] = []
         self.late_latencies: list[float] = []  # of chunks sent in the second half: the steady state
-        self.half = 0.0  # perf_counter time of the run's middle, set when it starts
+        self.sent_at: list[float] = []  # beside ``latencies``: when each chunk was sent (perf_counter)
+        self.started = self.half = 0.0  # perf_counter times of the run's start and middle, set when it starts
         self.errors: list[str] = []
 
     async def run(self, port: int) -> None:
         start = time.monotonic() + 0.5
-        self.half = time.perf_counter() + 0.5 + self.seconds / 2
+        self.started = time.perf_counter() + 0.5
+        self.half = self.started + self.seconds / 2
         await asyncio.gather(*(self._connection(port, c, start) for c in range(CONNECTIONS)))
 
     async def _connection(self, port: int, c: int, start: float) -> None:
@@ -154,6 +156,7 @@ class Trickle:
             for reply in unpacker:
                 at = sent.pop(reply["ack"])
                 self.latencies.append(now - at)
+                self.sent_at.append(at)
                 if at >= self.half:
                     self.late_latencies.append(now - at)
                 self.acked += 1
@@ -184,6 +187,18 @@ def _cpu_seconds(pid: int) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in [process, *process.children(recursive=True)])
 
 
+def _by_minute(load: Trickle) -> list[tuple[float, float]]:
+    """Ack p50 / p99 (ms) of the chunks sent in each minute of the run: how latency moves over it."""
+    if not load.latencies:
+        return []
+    minute = ((np.asarray(load.sent_at) - load.started) // 60).astype(np.int64)
+    latencies = np.asarray(load.latencies) * 1e3
+    return [
+        (float(np.percentile(latencies[minute == m], 50)), float(np.percentile(latencies[minute == m], 99)))
+        for m in np.unique(minute)
+    ]
+
+
 def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, cpu: float) -> None:
     info.update(
         tags=tags,
@@ -195,6 +210,7 @@ def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, 
         latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
         late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
         late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
+        latency_by_minute_ms=_by_minute(load),
         wire_bytes=load.wire_bytes,
         acked_per_second=load.acked / elapsed,
         errors=load.errors[:3],
