@@ -197,7 +197,12 @@ def test_after_a_forward_and_an_http_burst_the_decode_workers_and_the_server_giv
         peaks = {p: memory(p)["VmHWM"] for p in idle}
         assert server.stop() == 0, server.log()
     assert len(workers) == 2 and acks == [4] * 8 + [8] * 8 and statuses == [200] * 24
-    assert peaks[pid] <= budget * MIB + 300_000_000, f"peak RSS {peaks[pid] >> 20} MiB"
+    # The peak over idle: the budget, the partial chunks the writers of the eight big-event streams keep
+    # after their commits (one 10 MiB event each, not charged: docs/serve.md), and what the allocator and
+    # the decoding copies take beyond the budget's four times a message.
+    held = 8 * 10 * MIB
+    bound = idle[pid] + budget * MIB + held + 200_000_000
+    assert peaks[pid] <= bound, f"peak RSS {peaks[pid] >> 20} MiB, over {bound >> 20} (idle {idle[pid] >> 20})"
     for key in ("windvane_memory_given_back_total", "windvane_decode_memory_given_back_total"):
         assert 0 < after_forward[key] < after_http[key], key
     idle_mib = {p: rss >> 20 for p, rss in idle.items()}
