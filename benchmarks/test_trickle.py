@@ -98,15 +98,13 @@ class Trickle:
         self.tags, self.seconds = tags, seconds
         self.sent = self.acked = self.wire_bytes = self.late_slices = 0
         self.latencies: list[float] = []
-        self.late_latencies: list[float] = []  # of chunks sent in the second half: the steady state
         self.sent_at: list[float] = []  # beside ``latencies``: when each chunk was sent (perf_counter)
-        self.started = self.half = 0.0  # perf_counter times of the run's start and middle, set when it starts
+        self.started = 0.0  # perf_counter time of the run's start, set when it starts
         self.errors: list[str] = []
 
     async def run(self, port: int) -> None:
         start = time.monotonic() + 0.5
         self.started = time.perf_counter() + 0.5
-        self.half = self.started + self.seconds / 2
         await asyncio.gather(*(self._connection(port, c, start) for c in range(CONNECTIONS)))
 
     async def _connection(self, port: int, c: int, start: float) -> None:
@@ -157,8 +155,6 @@ class Trickle:
                 at = sent.pop(reply["ack"])
                 self.latencies.append(now - at)
                 self.sent_at.append(at)
-                if at >= self.half:
-                    self.late_latencies.append(now - at)
                 self.acked += 1
 
 
@@ -187,30 +183,31 @@ def _cpu_seconds(pid: int) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in [process, *process.children(recursive=True)])
 
 
-def _by_minute(load: Trickle) -> list[tuple[float, float]]:
-    """Ack p50 / p99 (ms) of the chunks sent in each minute of the run: how latency moves over it."""
-    if not load.latencies:
-        return []
-    minute = ((np.asarray(load.sent_at) - load.started) // 60).astype(np.int64)
-    latencies = np.asarray(load.latencies) * 1e3
-    return [
-        (float(np.percentile(latencies[minute == m], 50)), float(np.percentile(latencies[minute == m], 99)))
-        for m in np.unique(minute)
-    ]
+def _p50_p99_ms(latencies: np.ndarray) -> tuple[float | None, float | None]:
+    if not latencies.size:
+        return None, None
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1e3
+    return float(p50), float(p99)
 
 
 def _record(info: dict, load: Trickle, tags: int, seconds: int, elapsed: float, cpu: float) -> None:
+    latencies = np.asarray(load.latencies)
+    since_start = np.asarray(load.sent_at) - load.started
+    # The second half is the steady state: the first commits create every stream, a backlog the rest absorbs.
+    overall, late = _p50_p99_ms(latencies), _p50_p99_ms(latencies[since_start >= seconds / 2])
+    minute = (since_start // 60).astype(np.int64)
     info.update(
         tags=tags,
         seconds=seconds,
         sent=load.sent,
         acked=load.acked,
         late_slices=load.late_slices,
-        latency_p50_ms=float(np.percentile(load.latencies, 50) * 1e3) if load.latencies else None,
-        latency_p99_ms=float(np.percentile(load.latencies, 99) * 1e3) if load.latencies else None,
-        late_p50_ms=float(np.percentile(load.late_latencies, 50) * 1e3) if load.late_latencies else None,
-        late_p99_ms=float(np.percentile(load.late_latencies, 99) * 1e3) if load.late_latencies else None,
-        latency_by_minute_ms=_by_minute(load),
+        latency_p50_ms=overall[0],
+        latency_p99_ms=overall[1],
+        late_p50_ms=late[0],
+        late_p99_ms=late[1],
+        # Ack p50 / p99 of the chunks sent in each minute of the run: how latency moves over it.
+        latency_by_minute_ms=[_p50_p99_ms(latencies[minute == m]) for m in np.unique(minute)],
         wire_bytes=load.wire_bytes,
         acked_per_second=load.acked / elapsed,
         errors=load.errors[:3],
