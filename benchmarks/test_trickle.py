@@ -19,6 +19,8 @@ Recorded in ``extra_info``:
   SQLite file and WAL, or the MariaDB tablespaces), goal <= 3;
 - ``revisions_per_second``: object revisions written per second, and
   ``commits_per_second``;
+- ``commit_lock_busy``: the share of the run the store's commit lock was
+  held (``windvane_commit_lock_seconds_total``), and ``commit_lock_us_per_chunk``;
 - ``server_cpu_seconds`` / ``server_cpu_us_per_chunk``: the CPU time the
   server's processes (its workers and their decode workers) spent during the run;
   ``server_cpu_cores`` and ``load_cpu_cores``: the cores the server and the load
@@ -55,6 +57,7 @@ from ingest_load import event_time
 from test_ingest import store_for
 
 from tests.fluent_programs import start_fluentd
+from tests.hostile import metrics
 from tests.serve_process import Serve
 from windvane import arrays, neostore
 
@@ -231,10 +234,12 @@ def test_many_slow_sensors(benchmark, request, databases, backend, workers):
     with Serve(url, schemas, Path(tempfile.gettempdir()) / f"wvb-{name}.log", workers=workers) as serve:
         before = _store_bytes(url, databases)
         cpu, load_cpu = _cpu_seconds(serve.process.pid), time.process_time()
+        locked = metrics(serve)["windvane_commit_lock_seconds_total"]
         started = time.monotonic()
         benchmark.pedantic(lambda: asyncio.run(load.run(serve.forward_port)), rounds=1, iterations=1)
         elapsed = time.monotonic() - started
         cpu, load_cpu = _cpu_seconds(serve.process.pid) - cpu, time.process_time() - load_cpu
+        locked = metrics(serve)["windvane_commit_lock_seconds_total"] - locked
         grown = _store_bytes(url, databases) - before
         stopped = serve.stop(timeout=600)
     info = benchmark.extra_info
@@ -242,6 +247,9 @@ def test_many_slow_sensors(benchmark, request, databases, backend, workers):
     # The load shares the machine's cores with the server: what it takes of them says what was left.
     info.update(load_cpu_cores=load_cpu / elapsed, server_cpu_cores=cpu / elapsed)
     info.update(store_growth_bytes=grown, growth_over_wire=grown / load.wire_bytes)
+    # The share of the run the store's commit lock was held, and for how long a chunk: near 1, commits
+    # queue for the lock whatever the workers do.
+    info.update(commit_lock_busy=locked / elapsed, commit_lock_us_per_chunk=locked / max(load.acked, 1) * 1e6)
     store = neostore.open(url)
     try:
         usage = store.value_usage()

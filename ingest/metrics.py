@@ -68,6 +68,7 @@ class Metrics:
     commit_seconds: float = 0.0  # each group's time from validation to commit, summed (groups overlap)
     busy_seconds: float = 0.0  # time at least one group was between validation and commit (their union)
     _busy_until: float = field(default=0.0, repr=False)  # when the group recorded last was committed (monotonic)
+    locked_seconds: float = 0.0  # each commit's time from taking the store's commit lock to its end, summed
     pending_bytes: int = 0
     started: float = field(default_factory=time.time)
     # While commits fail: the failure as a whole (the last reason, since the first); None otherwise.
@@ -78,14 +79,20 @@ class Metrics:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_commit(
-        self, per_tag: dict[str, tuple[int, int, int, int]], seconds: float, poisoned: tuple[int, int] = (0, 0)
+        self,
+        per_tag: dict[str, tuple[int, int, int, int]],
+        seconds: float,
+        poisoned: tuple[int, int] = (0, 0),
+        locked: float = 0.0,
     ) -> None:
-        """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``poisoned``: (submissions,
-        events) of the commit quarantined verbatim. A commit clears a failure that names no stream."""
+        """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``seconds``: from validation
+        to commit; ``poisoned``: (submissions, events) of the commit quarantined verbatim; ``locked``: how long
+        it held the store's commit lock. A commit clears a failure that names no stream."""
         now, ended = time.time(), time.monotonic()
         with self._lock:
             self.commits += 1
             self.commit_seconds += seconds
+            self.locked_seconds += locked
             # Groups are committed in order, and the next is validated while one commits: only the part of
             # this group's time after the one before was committed adds to the busy time.
             self.busy_seconds += ended - max(ended - seconds, self._busy_until)
@@ -201,6 +208,14 @@ _TOTALS = [
         "Time at least one group was being validated, written or committed (summed over a server's workers).",
         "counter",
         "busy_seconds",
+    ),
+    (
+        "windvane_commit_lock_seconds_total",
+        "Time commits held the store's commit lock, from taking it to their end (summed over a server's "
+        "workers). Only one commit holds it at a time, so its rate is the share of the store's commit "
+        "capacity in use: near 1, commits queue for the lock and acknowledgements wait.",
+        "counter",
+        "locked_seconds",
     ),
     ("windvane_pending_bytes", "Bytes received and not yet committed.", "gauge", "pending_bytes"),
 ]

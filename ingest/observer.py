@@ -63,9 +63,11 @@ class CommitObserver:
         else:
             log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc)
 
-    def committed(self, gathered: Group, tid: bytes | None, seconds: float, streams: Iterable[str]) -> None:
+    def committed(
+        self, gathered: Group, tid: bytes | None, seconds: float, streams: Iterable[str], locked: float = 0.0
+    ) -> None:
         """``gathered``, the work of submissions for ``streams``, is committed in ``tid`` (None: it stored
-        nothing, so made no commit) in ``seconds``."""
+        nothing, so made no commit) in ``seconds``, ``locked`` of them holding the store's commit lock."""
         per_tag = {}
         for tag in set(gathered.rows) | set(gathered.rejected):
             parts = gathered.rows.get(tag, [])
@@ -76,7 +78,7 @@ class CommitObserver:
                 gathered.newest.get(tag, 0),
             )
         if tid is not None:  # a group that stored nothing made no commit: it says nothing of the store
-            self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned)
+            self.metrics.record_commit(per_tag, seconds, poisoned=gathered.poisoned, locked=locked)
         self._settled(streams)  # committed, or nothing of it was left to store
         for tag, rejected in gathered.rejected.items():
             # Quarantined records are kept, not lost, but the sender should hear of them.

@@ -10,11 +10,20 @@ of the arrays write throughput for vibration on SQLite with late arrivals
 joining, 0.90 without).
 
 A committer that *takes turns* with others at the store's commit lock (a
-server's workers, each a process with a pipeline of its own) prepares its
-next group once its commit has ended instead: preparing it meanwhile would
-compete for the process's interpreter lock with the commit, which holds the
-store's commit lock longer and keeps the other workers waiting. Prepared
-after, it overlaps their commits.
+server's workers, each a process with a pipeline of its own) takes,
+validates and encodes its next group once its commit has ended instead:
+doing so meanwhile would compete for the process's interpreter lock with
+the commit, which holds the store's commit lock longer and keeps the other
+workers waiting. Done after, it overlaps their commits, and the group holds
+all that came during its own.
+
+A round of such committers lasts as long as their commits, and each
+commit's length follows the round before it (what came meanwhile). While
+the commit lock's cost of what arrives in a second is under a second, each
+round is shorter than the one before, so a backlog (the first minute's new
+streams, a slow disk) drains. A committer that takes turns therefore never
+lingers (below): a linger as long as the last commit would make each round
+as long as the last, and a backlog would stay for good.
 
 Many slow streams make commits whose cost is per stream, not per row: each
 stream appended to gets its own log revision. So after a *fan-out* commit
@@ -149,6 +158,7 @@ class Pipeline:
                 self._let_go_if_asked()
                 continue
             self._gather_wait(first)
+            self._await_turn()
             self._taken = time.monotonic()
             group = self._take()
             try:
@@ -234,8 +244,7 @@ class Pipeline:
             self._failed(group, exc)
             return
         self._await_written()
-        if self.takes_turns and self._committing is not None:
-            concurrent.futures.wait([self._committing])
+        self._await_turn()
         try:
             staged = self.parts.writer.stage(gathered, sum(item.size for item in group))
         except Exception as exc:  # noqa: BLE001 - every failure is reported to its submitters
@@ -248,6 +257,12 @@ class Pipeline:
         )
         self._committing.add_done_callback(self._wake)
         self._handed = handoff
+
+    def _await_turn(self) -> None:
+        """A pipeline that takes turns waits for its commit in flight to end before it takes, prepares or
+        encodes the next group (see the module docstring)."""
+        if self.takes_turns and self._committing is not None:
+            concurrent.futures.wait([self._committing])
 
     def _await_written(self) -> None:
         """Wait until the group handed last is written: what is encoded next builds on its rows. If the
@@ -350,12 +365,15 @@ class Pipeline:
             except Exception as exc:  # noqa: BLE001 - reported to the submitters
                 return self.parts.retries.failed(group, exc)
         # Timed from the commit lock on: waiting for another worker's commit is no cost of this one's.
-        self.linger = self._linger_after(gathered, time.monotonic() - (gathered.locked or begun))
-        self._done(group, gathered, None if tx is None else tx.tid, started)
+        locked = time.monotonic() - (gathered.locked or begun)
+        self.linger = self._linger_after(gathered, locked)
+        self._done(group, gathered, None if tx is None else tx.tid, started, locked)
         return []
 
     def _linger_after(self, gathered: Group, seconds: float) -> float:
         """How long the next group gathers after ``gathered`` was written and committed in ``seconds``."""
+        if self.takes_turns:
+            return 0.0  # the others' commits are its rest (see the module docstring)
         streams = len(gathered.rows)
         if streams >= self.FANOUT_STREAMS and seconds > self.LINGER_ABOVE:
             rows = sum(part.rows for parts in gathered.rows.values() for part in parts)
@@ -365,10 +383,13 @@ class Pipeline:
         # bring back commits of a row per stream.
         return self.linger / 2 if self.linger > 0.01 else 0.0
 
-    def _done(self, group: list[Submission], gathered: Group, tid: bytes | None, started: float) -> None:
-        """``group`` is committed (in ``tid``; None: it stored nothing): record it, answer the submitters."""
+    def _done(self, group: list[Submission], gathered: Group, tid: bytes | None, started: float, locked: float) -> None:
+        """``group`` is committed (in ``tid``; None: it stored nothing), having held the store's commit lock
+        for ``locked`` seconds: record it, answer the submitters."""
         self.parts.writer.committed(gathered, tid)
         seconds = time.perf_counter() - started
         self.parts.admission.measured(sum(item.size for item in group), seconds)
-        self.parts.observer.committed(gathered, tid, seconds, set().union(*(item.streams for item in group)))
+        self.parts.observer.committed(
+            gathered, tid, seconds, set().union(*(item.streams for item in group)), locked=locked
+        )
         self.parts.outcomes.finish(group, receipts=[Receipt(a, q, tid, reasons=r) for a, q, r in gathered.receipts])

@@ -99,3 +99,6 @@ _.readdir
 _.attr_timeout
 _.entry_timeout
 _.keep_cache
+
+# Counters of ingest.metrics.Metrics that GET /metrics reads by name (its _TOTALS table, through getattr).
+_.locked_seconds

@@ -118,22 +118,26 @@ async def test_after_a_fan_out_commit_the_next_group_gathers_for_as_long_as_it_t
 
 
 async def test_a_committer_taking_turns_prepares_its_next_group_once_its_commit_has_ended(store):
-    """A server's workers take turns at the store's commit lock: each prepares its next group after its
-    commit, not while it holds that lock; every submission is committed all the same."""
+    """A server's workers take turns at the store's commit lock: each takes, validates and encodes its next
+    group after its commit, not while it holds that lock; every submission is committed all the same."""
     c = committer(store, takes_turns=True)
     events: list[str] = []
-    writer, observer = c.pipeline.parts.writer, c.pipeline.parts.observer
-    stage, committed = writer.stage, observer.committed
+    writer, observer, decoding = c.pipeline.parts.writer, c.pipeline.parts.observer, c.pipeline.parts.decoding
+    stage, committed, collect = writer.stage, observer.committed, decoding.collect
 
     def staging(*args, **kwargs):
         events.append("stage")
         return stage(*args, **kwargs)
 
+    def collecting(*args, **kwargs):
+        events.append("collect")
+        return collect(*args, **kwargs)
+
     def recording(*args, **kwargs):
         committed(*args, **kwargs)
         events.append("committed")
 
-    writer.stage, observer.committed = staging, recording
+    writer.stage, observer.committed, decoding.collect = staging, recording, collecting
     try:
         pending = []
         for k in range(30):  # arriving while groups before them commit
@@ -143,10 +147,25 @@ async def test_a_committer_taking_turns_prepares_its_next_group_once_its_commit_
     finally:
         c.close()
     assert len({r.tid for r in receipts}) > 1  # several groups
-    stages = [i for i, e in enumerate(events) if e == "stage"]
-    for k, at in enumerate(stages):
-        assert events[:at].count("committed") == k, events  # every group before it committed already
+    for step in ("collect", "stage"):
+        for k, at in enumerate(i for i, e in enumerate(events) if e == step):
+            assert events[:at].count("committed") == k, events  # every group before it committed already
     assert sum(len(read(store, f"app.t{k}")["seq"]) for k in range(3)) == 30 * 2000
+
+
+async def test_a_committer_taking_turns_never_lingers_after_a_fan_out_commit(store):
+    """The others' commits are the rest of a committer that takes turns: after a slow fan-out commit its
+    next group is taken as soon as it can be, so that a backlog drains (see ``ingest.pipeline``)."""
+    c = committer(store, takes_turns=True)
+    c.pipeline.FANOUT_STREAMS, c.pipeline.LINGER_ABOVE = 60, 0.0  # every commit of 60 streams is a slow fan-out
+    try:
+        c.interval = 0.5  # the 60 arrive as one group
+        fan_out = await asyncio.gather(*(c.submit([batch(f"app.f{k:03d}", k, 1)]) for k in range(60)))
+        assert len({r.tid for r in fan_out}) == 1
+        assert c.pipeline.linger == 0.0
+    finally:
+        c.close()
+    assert len(arrays.list_streams(store)) == 60
 
 
 async def test_rows_of_one_submission_stay_contiguous(store):

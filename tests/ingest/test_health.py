@@ -12,6 +12,7 @@ and the connections the endpoints timed out or refused.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -258,6 +259,32 @@ async def test_metrics_count_poisoned_submissions_and_a_success_clears_the_failu
         assert samples["windvane_commit_failures_total"] == 1 and samples["windvane_commits_failing"] == 0
         assert committer.metrics.failure is None
         assert [msgpack.unpackb(r)[0] for r in read(store, "vib.x", quarantine=True)["raw"]] == [7, 8]
+
+
+async def test_metrics_count_the_time_commits_hold_the_commit_lock_within_their_time(sqlite_url):
+    # Two committers on one SQLite store take turns at its commit lock: each counts only the time it
+    # held it, never its wait for the other's commit.
+    with neostore.open(sqlite_url) as store:
+        committers = [GroupCommitter(store, SCHEMAS) for _ in range(2)]
+        for committer in committers:
+            committer.start()
+        began = time.monotonic()
+        try:
+            for round_ in range(3):
+                receipts = await asyncio.gather(
+                    *(c.submit([batch(f"app.lock{i}", round_ * 100, 100)]) for i, c in enumerate(committers))
+                )
+                assert [r.accepted for r in receipts] == [100, 100]
+        finally:
+            for committer in committers:
+                committer.close()
+        elapsed = time.monotonic() - began
+        totals = [{name: value for name, _, _, labels, value in c.metrics.samples() if not labels} for c in committers]
+    for sample in totals:
+        assert sample["windvane_commits_total"] == 3
+        assert 0 < sample["windvane_commit_lock_seconds_total"] <= sample["windvane_commit_seconds_total"]
+    # One commit holds the lock at a time: what both held adds up to no more than the time it all took.
+    assert sum(sample["windvane_commit_lock_seconds_total"] for sample in totals) <= elapsed
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
