@@ -46,8 +46,8 @@ class CommitterConfig:
       (:class:`ingest.memory.AfterBursts`); None: never.
     * ``takes_turns``: other committers (the server's other workers) commit
       to the same store, taking turns at its commit lock: the next group is
-      then prepared once this one's commit has ended (see
-      :class:`ingest.pipeline.Pipeline`).
+      then taken and prepared once this one's commit has ended, and never
+      made to linger (see :mod:`ingest.pipeline`).
     """
 
     interval: float = 0.0
