@@ -82,8 +82,9 @@ class Metrics:
         self,
         per_tag: dict[str, tuple[int, int, int, int]],
         seconds: float,
-        poisoned: tuple[int, int] = (0, 0),
-        locked: float = 0.0,
+        *,
+        poisoned: tuple[int, int],
+        locked: float,
     ) -> None:
         """``per_tag``: tag -> (events, bytes, rejects, newest event time in ns); ``seconds``: from validation
         to commit; ``poisoned``: (submissions, events) of the commit quarantined verbatim; ``locked``: how long

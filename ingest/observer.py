@@ -64,7 +64,7 @@ class CommitObserver:
             log.error("internal error while %s a submission; its events go to quarantine: %r", what, exc)
 
     def committed(
-        self, gathered: Group, tid: bytes | None, seconds: float, streams: Iterable[str], locked: float = 0.0
+        self, gathered: Group, tid: bytes | None, seconds: float, streams: Iterable[str], *, locked: float
     ) -> None:
         """``gathered``, the work of submissions for ``streams``, is committed in ``tid`` (None: it stored
         nothing, so made no commit) in ``seconds``, ``locked`` of them holding the store's commit lock."""
