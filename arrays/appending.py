@@ -165,14 +165,15 @@ class Batches:
             if len(batch) >= WRITE_BATCH:
                 self._write(batch, not compressed)
 
-    def flush(self, documents: Mapping[str, bytes] | None = None) -> None:
-        """Write what is pending, with ``documents`` (small JSON: neostore compresses them)."""
+    def flush(self, documents: Mapping[str, bytes] | None = None, *, oids: Mapping[str, bytes] | None = None) -> None:
+        """Write what is pending, with ``documents`` (small JSON: neostore compresses them); ``oids``: as
+        ``Transaction.set_many``'s (those of keys known bound)."""
         if documents:
             self._batches[True].update(documents)
         for compress, batch in self._batches.items():
             if batch:
-                self._write(batch, compress)
+                self._write(batch, compress, oids)
 
-    def _write(self, batch: dict[str, bytes], compress: bool) -> None:
-        self._tx.set_many(batch, compress=compress, digests=self._digests, raw=self._raw)
+    def _write(self, batch: dict[str, bytes], compress: bool, oids: Mapping[str, bytes] | None = None) -> None:
+        self._tx.set_many(batch, compress=compress, digests=self._digests, raw=self._raw, oids=oids)
         batch.clear()

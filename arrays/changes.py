@@ -64,8 +64,12 @@ class ChangeLog:
             if self._known < head and not self._extend(head):
                 return True
             last = self._last
-            # Changes after ``head`` cannot exist yet: ``head`` is the newest commit.
-            return any(last.get(oid, _NEVER) > since for oid in oids)
+            # Changes after ``head`` cannot exist yet: ``head`` is the newest commit. A loop, not any()
+            # over a generator: every writer of a commit asks.
+            for oid in oids:
+                if last.get(oid, _NEVER) > since:
+                    return True
+            return False
 
     def record(self, tid: bytes, oids: Iterable[bytes], after: bytes) -> None:
         """Our own commit ``tid`` changed ``oids``; ``after``: the newest commit when it took the lock.

@@ -390,7 +390,7 @@ class StreamWriter:
         else:
             for name, tail in state.tails.items():
                 documents[f"{self.path}/{name}/{METADATA_KEY}"] = tail.meta.to_bytes()
-        batches.flush(documents)
+        batches.flush(documents, oids=state.bound)
         state.appends += 1
         self._keeper.wrote(tx, state)
 

@@ -208,20 +208,24 @@ class Transaction(LoggedView):
         compress: bool = True,
         digests: Mapping[str, bytes] | None = None,
         raw: bool = False,
+        oids: Mapping[str, bytes] | None = None,
     ) -> None:
         """Like :meth:`set` for many keys, binding their names in one round trip.
 
         ``digests``: :func:`neostore.value_hash` of values hashed already (in
-        the threads that encoded them); it must be exactly that.
+        the threads that encoded them); it must be exactly that. ``oids``:
+        the oids of keys known to be bound, as :meth:`oids` gave them in this
+        transaction: their names are not looked up again.
         """
         if not raw:
             self.fold_for(items)
-        names = [encode_key(k) for k in items]
-        oids = self._tx.oids_for(names, create=True)
+        known = oids or {}
+        names = {k: encode_key(k) for k in items if k not in known}
+        bound = self._tx.oids_for(list(names.values()), create=True) if names else {}
         digests = digests or {}
-        for (key, value), name in zip(items.items(), names):
+        for key, value in items.items():
             value = bytes(value)
-            oid = oids[name]
+            oid = known[key] if key in known else bound[names[key]]
             self._tx.write(oid, None, value, compress=compress, check=False, digest=digests.get(key))
             self._wrote(key, oid, len(value))
 

@@ -21,6 +21,7 @@ workers hand text columns to the committing process so.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -113,9 +114,11 @@ class VLenRows:
             raise ColumnError("VLenRows of text and of bytes cannot be joined")
         if len(parts) == 1:
             return parts[0]
-        starts = np.cumsum([0] + [p.nbytes for p in parts])
+        # Starts summed in Python: parts are often a row or two (a trickle), where numpy's calls cost the most.
+        starts = list(itertools.accumulate((p.nbytes for p in parts), initial=0))
         offsets = np.concatenate(
-            [p.offsets[:-1] - p.offsets[0] + start for p, start in zip(parts, starts)] + [starts[-1:]]
+            [p.offsets[:-1] - (p.offsets[0] - start) for p, start in zip(parts, starts)]
+            + [np.array(starts[-1:], dtype=np.int64)]
         )
         return cls(b"".join([p.records for p in parts]), offsets.astype(np.int64, copy=False), text=parts[0].text)
 

@@ -52,6 +52,8 @@ class WriterState:
     log_rows: int = 0
     written: row_log.Revision | None = None  # the revision this transaction writes
     bound_until: int = 0  # the chunks before this one have their names bound (see _bind_ahead)
+    # With a row log, what ``keys`` follow from: the partial chunk's index and whether there is one.
+    keys_at: tuple[int, bool] | None = None
     shed: bool = False  # the tails let go of the partial chunk's rows (the row log keeps them): see shed
 
     @property
@@ -267,6 +269,13 @@ class StateKeeper:
         nothing binds it but a write that also moves the arrays' length or
         empties the log (a chunk filling, a fold), whose keys are watched.
         """
+        at = None
+        if state.logged:  # every array has the time array's chunk rows and length: its partial chunk tells
+            index, rest = divmod(state.tails[TIME].length, state.tails[TIME].rows_per_chunk)
+            at = (index, rest != 0)
+            if at == state.keys_at and state.meta_bound:
+                return  # the keys are as they were, and what is unbound is a partial chunk's key
+        state.keys_at = at
         if not state.meta_keys:
             state.meta_keys = (
                 self._group_key,

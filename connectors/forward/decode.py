@@ -321,7 +321,12 @@ def _bytes(frame: Frame) -> bytes:
 
 def _text_keys(option: Option | None) -> Option | None:
     """An option map with bin keys (a sender in ASCII-8BIT) keyed by their text, as in_forward reads them."""
-    if not option or all(type(k) is str for k in option):
+    if not option:
+        return option
+    for k in option:  # a loop, not all() over a generator: every message of a trickle asks
+        if type(k) is not str:
+            break
+    else:
         return option
     out: Option = {}
     for k, v in option.items():

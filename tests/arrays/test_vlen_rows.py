@@ -49,6 +49,11 @@ def test_records_are_the_codecs_own(kind):
         part = rows[start:stop]
         assert part.to_numpy().tolist() == items[start:stop]
         assert bytes(part.records) == codec.serialize_items(np.array(items[start:stop], dtype=object))
+    # Slices joined (each begins inside the buffer): the rows end to end, as records and as values.
+    joined = VLenRows.concat([rows[3:5], rows[0:0], rows[8:9], rows[1:2]])
+    assert joined.to_numpy().tolist() == items[3:5] + items[8:9] + items[1:2]
+    assert bytes(joined.records) == codec.serialize_items(np.array(items[3:5] + items[8:9] + items[1:2], dtype=object))
+    assert joined.offsets.dtype == np.int64 and joined.offsets[0] == 0
 
 
 def test_empty_arrays_and_what_is_refused():
