@@ -314,12 +314,15 @@ class StreamWriter:
         self, tails: dict[str, Tail], parts: list[Mapping[str, Any]], fill_missing: bool
     ) -> list[dict[str, Rows]]:
         """Each part as rows of every array (ColumnError, before anything changes, if one does not fit)."""
-        stored = {name: tail.length for name, tail in tails.items()}
-        if len(set(stored.values())) > 1:
-            raise StreamError(
-                f"the arrays of stream {self.tag!r} differ in length {stored}: something wrote them outside "
-                "Stream.append; cut them to one length before appending"
-            )
+        # Loops rather than dicts and sets of lengths: a trickle stages an append of a row per stream.
+        length = tails[TIME].length
+        for tail in tails.values():
+            if tail.length != length:
+                stored = {name: tail.length for name, tail in tails.items()}
+                raise StreamError(
+                    f"the arrays of stream {self.tag!r} differ in length {stored}: something wrote them outside "
+                    "Stream.append; cut them to one length before appending"
+                )
         out = []
         for columns in parts:
             if columns.keys() != tails.keys():
@@ -329,11 +332,15 @@ class StreamWriter:
                     [n for n in columns if n not in tails],
                     list(tails),
                 )
-            data = {name: tails[name].coerce(self.tag, name, columns[name]) for name in tails if name in columns}
-            lengths = {name: len(v) for name, v in data.items()}
-            if len(set(lengths.values())) > 1:
-                raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
-            n = lengths[TIME]
+            data = {}
+            for name, tail in tails.items():
+                if name in columns:
+                    data[name] = tail.coerce(self.tag, name, columns[name])
+            n = len(data[TIME])
+            for rows in data.values():
+                if len(rows) != n:
+                    lengths = {name: len(v) for name, v in data.items()}
+                    raise ColumnError(f"append to stream {self.tag!r}: the columns differ in length: {lengths}")
             if n:
                 for name, tail in tails.items():
                     if name not in data:

@@ -45,7 +45,9 @@ class VLenRows:
     def __init__(self, records: Any, offsets: np.ndarray, *, text: bool):
         if offsets.ndim != 1 or len(offsets) < 1:
             raise ValueError("VLenRows needs one offset per row and one past the last")
-        self._records = memoryview(records).cast("B")
+        # A slice's records are its parent's, cast already (slices are made for every batch of a group).
+        cast = type(records) is memoryview and records.format == "B" and records.ndim == 1 and records.c_contiguous
+        self._records = records if cast else memoryview(records).cast("B")
         self.offsets = offsets
         self.text = text
 

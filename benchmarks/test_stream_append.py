@@ -7,6 +7,10 @@
    Goal: writer <= 1.5 ms on SQLite, whatever the partial chunk holds.
 2. 1,000 rows x 6 columns (2 float64, 1 int64, 3 str) to each of 20 streams
    in one transaction. Goal: writer <= 40 ms on SQLite.
+3. Many slow sensors' commit: one row to each of 1,000 of 10,000 streams in
+   a transaction, staged first, against neostore alone committing as many
+   objects of the row log revisions' size, alternating (no goal: what the
+   commit lock is held for, an append at a time).
 
 Each pair runs the baseline (``open_stream`` per transaction, the old path)
 first in the same session; the writer's ``extra_info["speedup"]`` is the
@@ -30,7 +34,7 @@ import numpy as np
 import pytest
 
 from windvane import arrays, neostore
-from windvane.arrays import Column
+from windvane.arrays import Column, row_log
 
 BACKENDS = ["sqlite"] + (["mariadb"] if os.environ.get("WINDVANE_BENCH_STREAM_MARIADB") == "1" else [])
 PATHS = ["open_stream", "writer"]  # baseline first: the writer's speedup refers to it
@@ -161,5 +165,88 @@ def test_20_streams_1000_rows(benchmark, databases, bench_results, backend, path
         _record(benchmark, bench_results, f"wide-{backend}", path, seconds)
         with arrays.open_stream(store, "s19") as s:
             assert len(s) == commits * n and s["line"][-1] == data[-1]["line"][-1]
+    finally:
+        store.close()
+
+
+FAN_STREAMS = int(os.environ.get("WINDVANE_BENCH_FAN_STREAMS", "10000"))
+FAN_GROUP = 1000
+FAN_ROUNDS = 20
+SENSOR_COLUMNS = [Column("value", "float64"), Column("status", "int32"), Column("extra", "str")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fan_out_one_row_to_many_streams(benchmark, databases, backend):
+    """Many slow sensors' commit: one row to each of 1,000 of 10,000 streams in a transaction, staged first
+    (as ingest does, outside the commit lock); timed from the transaction's start to its commit's end,
+    which is the time it holds the commit lock. Baseline, alternating with it: neostore alone committing
+    1,000 new revisions of as many objects, of the row log revisions' size (the floor under arrays).
+    ``extra_info``: ``writer_us_per_append``, ``floor_us_per_object`` (medians), ``over_floor``."""
+    streams = FAN_STREAMS if not benchmark.disabled else 200
+    group = min(FAN_GROUP, streams // 4)
+    rounds = FAN_ROUNDS if not benchmark.disabled else 2
+    store = neostore.open(_url(databases, backend, f"fan_{backend}"))
+    try:
+        tags = [f"plant.hall{k // 1000}.sensor{k:05d}" for k in range(streams)]
+        with arrays.transaction(store) as tx:
+            arrays.create_streams(tx, tags, SENSOR_COLUMNS)
+        changes = arrays.ChangeLog(store)
+        writers = [arrays.StreamWriter(store, tag, changes=changes) for tag in tags]
+        floor_oids = [neostore.p64(oid) for oid in store.new_oids(group)]
+        rng = np.random.default_rng(7)
+        state = {"second": 0}
+
+        def writer_round() -> float:
+            second = state["second"] = state["second"] + 1
+            start = (second * group) % streams
+            row = {
+                "time": np.array([second * 1_000_000_000], dtype=np.int64),
+                "value": np.array([20.5]),
+                "status": np.array([0], dtype=np.int32),
+                "extra": [""],
+            }
+            staged = [(w, w.stage(row)) for w in writers[start : start + group]]
+            started = time.perf_counter()
+            with arrays.transaction(store, message="fan-out") as tx:
+                for writer, append in staged:
+                    writer.append(tx, append)
+            return (time.perf_counter() - started) / group
+
+        def floor_round() -> float:
+            values = [rng.bytes(revision_size) for _ in range(group)]
+            started = time.perf_counter()
+            txn = store.begin()
+            for oid, value in zip(floor_oids, values):
+                txn.write(oid, None, value, check=False)
+            txn.vote()
+            txn.finish()
+            return (time.perf_counter() - started) / group
+
+        for _ in range(2 * streams // group):  # every writer loads its stream, twice over
+            writer_round()
+        log = row_log.log_key(arrays.stream_path(tags[0]))
+        revision_size = len(arrays.Snapshot(store).raw_get_many([log])[log])
+        timings: dict[str, list[float]] = {"writer": [], "floor": []}
+
+        def run() -> None:
+            for r in range(rounds):
+                order = ("writer", "floor") if r % 2 == 0 else ("floor", "writer")
+                for name in order:
+                    timings[name].append(writer_round() if name == "writer" else floor_round())
+
+        benchmark.pedantic(run, rounds=1, iterations=1)
+        writer_us = statistics.median(timings["writer"]) * 1e6
+        floor_us = statistics.median(timings["floor"]) * 1e6
+        benchmark.extra_info.update(
+            writer_us_per_append=writer_us,
+            floor_us_per_object=floor_us,
+            over_floor=writer_us / floor_us,
+            streams=streams,
+            group=group,
+            revision_bytes=revision_size,
+            pairs=[[w * 1e6, f * 1e6] for w, f in zip(timings["writer"], timings["floor"])],
+        )
+        with arrays.open_stream(store, tags[group]) as s:
+            assert len(s) == sum(1 for k in range(1, state["second"] + 1) if (k * group) % streams == group)
     finally:
         store.close()

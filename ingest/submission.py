@@ -44,6 +44,11 @@ class Submission:
     validated: list[list[Validated]] | None = None
     # Why it could not be stored as it is (an internal error): its events then go to quarantine verbatim.
     salvage: str | None = None
+    # Its Undecoded items, found once: the decode pool asks for them up to three times a submission.
+    _undecoded: list[Undecoded] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._undecoded = [b for b in self.batches if isinstance(b, Undecoded)]
 
     @property
     def finished(self) -> bool:
@@ -60,7 +65,7 @@ class Submission:
 
     def undecoded(self) -> list[Undecoded]:
         """Its items that still need decoding."""
-        return [b for b in self.batches if isinstance(b, Undecoded)]
+        return self._undecoded
 
 
 @dataclass(eq=False)
