@@ -31,6 +31,9 @@ def prepare_database(store: Store) -> None:
     backend = store.backend
     conn = backend.connect(for_writing=True)
     try:
+        # A cluster node may not have applied the commits that made the store yet: it would find no store
+        # (or make one again). This connection only prepares, and is closed after.
+        backend.read_causally(conn)
         version = schema_version(store, conn.cursor())
         if version is None:
             if not store.create:

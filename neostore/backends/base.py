@@ -143,6 +143,12 @@ class Backend(ABC):
         statement; readers see a consistent state per statement.
         """
 
+    def read_causally(self, conn: Any) -> None:
+        """Make each read of ``conn`` wait until its server has applied every commit the database made
+        before it. Nothing to do on one server; a cluster node applies the others' commits a moment
+        after the cluster certified them."""
+        return None  # one server applies its own commits before it answers
+
     @abstractmethod
     def take_lease(self, name: str, holder: str, seconds: float) -> Lease:
         """The lease ``name`` for ``holder`` (who it is, for messages), kept while the holder lives, on a

@@ -284,11 +284,17 @@ class MariaDBBackend(Backend):
         if self.engine == "ROCKSDB":
             # One transaction may write millions of rows (pack, big commits).
             cur.execute("SET SESSION rocksdb_max_row_locks=1073741824")
-        if self.cluster and wait_for_cluster and not for_writing:
-            # Reads wait for the node to apply what the cluster committed before them (see the class).
-            cur.execute("SET SESSION wsrep_sync_wait = 1")
         cur.close()
+        if wait_for_cluster and not for_writing:
+            self.read_causally(conn)  # see the class
         return conn
+
+    def read_causally(self, conn: Any) -> None:
+        if self.cluster:
+            cur = conn.cursor()
+            # Bit 1: SELECTs (information_schema's included) wait; SHOW statements do not.
+            cur.execute("SET SESSION wsrep_sync_wait = 1")
+            cur.close()
 
     def has_table(self, cur: Any, table: str) -> bool:
         cur.execute(

@@ -199,6 +199,34 @@ def test_a_read_on_another_node_sees_the_commit_just_made(galera_cluster, galera
                 assert reader.transaction_info(tid).description == b"round %d" % k
 
 
+def test_a_store_is_looked_for_with_reads_that_wait_for_the_node_to_apply_the_cluster(galera_cluster, galera_url):
+    # A node applies the others' commits a moment after the cluster certified them: the connection that
+    # looks for the store's tables (and makes them) must wait for that, or a store made through another
+    # node a moment ago is not found there. Node 2's general log shows what that connection ran.
+    neostore.open(node_url(galera_cluster, galera_url, 1)).close()
+    admin = galera_cluster.node(2).connect()
+    cur = admin.cursor()
+    cur.execute("SET GLOBAL log_output = 'TABLE'")
+    cur.execute("TRUNCATE mysql.general_log")
+    cur.execute("SET GLOBAL general_log = ON")
+    try:
+        neostore.open(node_url(galera_cluster, galera_url, 2), read_only=True).close()
+    finally:
+        cur.execute("SET GLOBAL general_log = OFF")
+    cur.execute("SELECT thread_id, argument FROM mysql.general_log ORDER BY event_time")
+    statements: dict[int, list[str]] = {}
+    for thread, argument in cur.fetchall():
+        statements.setdefault(thread, []).append(
+            bytes(argument).decode() if not isinstance(argument, str) else argument
+        )
+    admin.close()
+    looked = [run for run in statements.values() if any("TABLE_NAME = 'config'" in s for s in run)]
+    assert looked, statements
+    for run in looked:
+        first_look = next(k for k, s in enumerate(run) if "TABLE_NAME = 'config'" in s)
+        assert any("wsrep_sync_wait = 1" in s for s in run[:first_look]), run
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 @pytest.mark.parametrize("transfer", ["IST", "SST"])
