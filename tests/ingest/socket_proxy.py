@@ -21,6 +21,10 @@ import threading
 import time
 
 COMMIT = b"\x03COMMIT"  # COM_QUERY "COMMIT", what the connector sends for conn.commit()
+#: What a neostore transaction's commit writes (its vote's, its finish's or its one-phase commit's row in
+#: ``trans``/``ttrans``), sent as text: the COMMITs that follow them are the ones cut. Others (names
+#: bound on a connection of their own, each a commit) pass, whatever their timing.
+TRANSACTION_ROWS = (b"INSERT INTO trans ", b"INSERT INTO ttrans ")
 
 
 class CommitCutter:
@@ -28,6 +32,7 @@ class CommitCutter:
 
     ``mode`` "before": the COMMIT never reaches the server; "after": it does,
     and its answer is dropped. ``skip``: let that many COMMITs pass first.
+    Only a transaction's COMMITs count (see :data:`TRANSACTION_ROWS`).
     With ``down_for``, connections made in that many seconds after the cut
     are closed at once (the server is unreachable). ``cuts``: how many were cut.
     """
@@ -122,6 +127,7 @@ class _Pair:
     def __init__(self, cutter: _Relay, client: socket.socket, server: socket.socket):
         self.cutter, self.client, self.server = cutter, client, server
         self._drop_reply = False
+        self._writes_transaction = False  # a transaction's row was sent since the last COMMIT
         threading.Thread(target=self._up, daemon=True).start()
         threading.Thread(target=self._down, daemon=True).start()
 
@@ -152,8 +158,11 @@ class _Pair:
                 body = self._recv_exact(int.from_bytes(header[:3], "little"))
                 if body is None:
                     break
+                if any(rows in body for rows in TRANSACTION_ROWS):
+                    self._writes_transaction = True
                 if body == COMMIT:
-                    mode = self.cutter.take_arm()
+                    mode = self.cutter.take_arm() if self._writes_transaction else None
+                    self._writes_transaction = False
                     if mode == "before":
                         break
                     if mode == "after":
