@@ -312,6 +312,30 @@ def test_bin_read_as_str_takes_every_length_of_header():
     assert rejected == [] and columns.columns["msg"].tolist() == [r["msg"] for r in records]
 
 
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entries=st.lists(st.tuples(_times, _text_records), min_size=1, max_size=6),
+    at=st.integers(min_value=0),
+    byte=st.integers(0, 255),
+    cut=st.integers(min_value=0),
+)
+def test_bin_as_str_of_damaged_entries_refuses_them_or_changes_only_bin_headers(entries, at, byte, cut):
+    """What a hostile sender makes of fluentd's entries (a byte changed, the end cut off anywhere, lengths
+    that point past the end): the walk stays within them and either refuses them or turns bin headers into
+    their str twins, nothing else."""
+    records, times = [r for _, r in entries], [t for t, _ in entries]
+    data = bytearray(b"\xdd" + len(records).to_bytes(4, "big") + _entries_of(records, times, True))
+    data[at % len(data)] = byte
+    damaged = memoryview(data)[: len(data) - cut % len(data)]  # a view, as of a frame's entries
+    try:
+        out = as_str(damaged)
+    except ValueError:
+        return
+    assert len(out) == len(damaged)
+    changed = [i for i in range(len(out)) if out[i] != damaged[i]]
+    assert all(damaged[i] in (0xC4, 0xC5, 0xC6) and out[i] == damaged[i] + 0x15 for i in changed)
+
+
 @pytest.mark.parametrize(
     "entry",
     [
