@@ -9,7 +9,7 @@ back by itself. :func:`give_back_memory` does (``malloc_trim``), and
 decode worker) once a burst is over; the connectors' memory budget calls it
 in the serving process once it holds no client data.
 
-Everything here is a no-op where the C library is not glibc.
+What concerns glibc is a no-op where the C library is another.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import os
 import threading
 import time
 from typing import Any
+
+import pyarrow
 
 log = logging.getLogger("windvane.ingest")
 
@@ -71,6 +73,21 @@ def tune_malloc() -> bool:
             (_M_ARENA_MAX, MALLOC_ARENA_MAX),
         )
     )
+
+
+def arrow_buffers_from_malloc() -> bool:
+    """Have Arrow's buffers (text columns) come from ``malloc`` in this process, if the C library is glibc
+    and ``ARROW_DEFAULT_MEMORY_POOL`` does not choose; whether they now do.
+
+    Arrow's own pool (mimalloc) keeps what a burst freed in the arenas of
+    the threads that allocated it (a serving process's committer, a decode
+    worker's task thread), which neither ``malloc_trim`` nor a call from
+    another thread (the one that gives memory back) reaches.
+    """
+    if _glibc() is None or "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return False
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+    return True
 
 
 def give_back_memory() -> bool:

@@ -42,7 +42,7 @@ from windvane import arrays
 from .batch import Batch, Undecoded
 from .columns import Columns, Rejected, batch_columns, concat_columns, unrouted
 from .errors import UndecodableBatch
-from .memory import AfterBursts, tune_malloc
+from .memory import AfterBursts, arrow_buffers_from_malloc, tune_malloc
 from .record_types import record_type_for
 from .schema import SchemaSet
 
@@ -191,6 +191,7 @@ def _init_worker(schemas: SchemaSet, parent: int, trim_after: float | None, give
     # A worker takes in chunks of a MiB and more and makes their copies: with glibc's own thresholds each
     # is fresh pages from the system, faulted in and given back, as in the serving process.
     tune_malloc()
+    arrow_buffers_from_malloc()
     _schemas = schemas
     if trim_after is not None:
         _after_bursts = AfterBursts(trim_after, given_back)

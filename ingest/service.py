@@ -30,7 +30,7 @@ from .auth import Users
 from .committer import GroupCommitter
 from .config import ServiceConfig, default_decode_workers
 from .errors import AuthError
-from .memory import tune_malloc
+from .memory import arrow_buffers_from_malloc, tune_malloc
 from .metrics import NO_STREAM, CommitFailure, Metrics, MetricSample
 from .schema import SchemaSet, load_schemas
 from .times import iso_text
@@ -56,7 +56,8 @@ SWITCH_INTERVAL = 0.05
 
 def tune_interpreter() -> None:
     """Set the cycle collector (:data:`GC_THRESHOLDS`), the lock's switch interval
-    (:data:`SWITCH_INTERVAL`) and glibc's malloc (:func:`ingest.memory.tune_malloc`) for a long-running
+    (:data:`SWITCH_INTERVAL`) and glibc's malloc (:func:`ingest.memory.tune_malloc`, which then holds Arrow's
+    buffers too: :func:`ingest.memory.arrow_buffers_from_malloc`) for a long-running
     service; for the process that serves, once its startup is done: what startup loaded is frozen,
     never scanned again."""
     gc.collect()
@@ -64,6 +65,7 @@ def tune_interpreter() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL)
     tune_malloc()
+    arrow_buffers_from_malloc()
 
 
 def listener_auth(config: ServiceConfig, *, forward: bool, shared_key: bool, http: str | None) -> dict[str, str]:

@@ -362,6 +362,62 @@ def test_a_serving_process_reuses_freed_blocks_instead_of_faulting_in_new_pages(
     assert out.stdout.split()[1] == "False"
 
 
+ARROW_BURST = """
+import os, sys, threading
+sys.path.insert(0, os.getcwd())
+import pyarrow as pa
+from windvane.ingest.memory import arrow_buffers_from_malloc, give_back_memory, tune_malloc
+
+def rss():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("VmRSS"))
+
+tune_malloc()
+chosen = arrow_buffers_from_malloc()
+freed, stop = threading.Event(), threading.Event()
+
+def committer():
+    # Text columns of a burst of big events, built and freed by a thread that lives on.
+    columns = [pa.array(["x" * 1000] * 4000) for _ in range(50)]
+    del columns
+    freed.set()
+    stop.wait()
+
+pa.array(["x"] * 4000)  # what the first column loads stays
+before = rss()
+thread = threading.Thread(target=committer)
+thread.start()
+freed.wait()
+giver = threading.Thread(target=give_back_memory)
+giver.start()
+giver.join()
+print(chosen, pa.default_memory_pool().backend_name, rss() - before)
+stop.set()
+thread.join()
+"""
+
+
+def test_a_serving_processs_text_columns_go_back_to_the_system_with_the_rest_after_a_burst():
+    """Arrow's own pool keeps what a thread that lives on (the committer) freed, out of reach of
+    ``malloc_trim`` and of the thread that gives memory back; :func:`ingest.memory.arrow_buffers_from_malloc`
+    has Arrow allocate with ``malloc``, so that 200 MB of text columns go back once freed. A user's
+    ``ARROW_DEFAULT_MEMORY_POOL`` wins."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.serve_process import REPO
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ARROW_DEFAULT_MEMORY_POOL"))}
+    out = subprocess.run([sys.executable, "-c", ARROW_BURST], cwd=REPO, env=env, capture_output=True, text=True)
+    chosen, pool, left = out.stdout.split()
+    assert (chosen, pool) == ("True", "system"), out.stderr
+    assert int(left) < 50 * MIB, f"{int(left) >> 20} MiB of the 200 MB burst still resident"
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "mimalloc"
+    out = subprocess.run([sys.executable, "-c", ARROW_BURST], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.stdout.split()[:2] == ["False", "mimalloc"], out.stderr
+
+
 def test_a_process_gives_memory_back_once_idle_after_a_burst_and_only_then():
     """The rule of a decode worker (:class:`ingest.memory.AfterBursts`): once its tasks since it last gave
     memory back came to a burst and it has had none for ``after`` seconds; not while a task is under way,
