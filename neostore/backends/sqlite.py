@@ -3,10 +3,12 @@
 The write-ahead log (``<file>-wal``) takes every page a commit changes, so
 it grows far faster than the data: small commits change a few pages of
 each index for a few rows. SQLite moves it into the file every
-``wal_autocheckpoint`` pages but never shrinks it by itself; so a store
-bounds it at :attr:`SQLiteBackend.wal_limit` bytes: a checkpoint truncates
-the log to that size (``journal_size_limit``), and a writer with nothing to
-do checkpoints and empties a log past it (:meth:`SQLiteBackend.checkpoint_idle`).
+``wal_autocheckpoint`` pages but never shrinks it by itself. While writers
+work, a store lets it hold :attr:`SQLiteBackend.busy_log_bytes` (a
+checkpoint then truncates it to that size, ``journal_size_limit``), and
+the next commits write over it in place; a writer with nothing to do
+checkpoints and empties a log past :attr:`SQLiteBackend.wal_limit`
+(:meth:`SQLiteBackend.checkpoint_idle`).
 """
 
 from __future__ import annotations
@@ -169,14 +171,23 @@ class SQLiteBackend(Backend):
     returning = sqlite3.sqlite_version_info >= (3, 35)
     # SQLite 3.32+ allows 32766 host parameters per statement.
     max_params = 30000
+    #: Bytes of a page of a new store. Big values are chains of overflow
+    #: pages, each with its header and, under incremental auto-vacuum, its
+    #: entry in a pointer-map page: twice SQLite's default halves both, while
+    #: a commit of a few small rows still writes few bytes to the log.
+    #: An existing file keeps the size it was made with.
+    page_size = 8192
     #: Free pages one incremental-vacuum step gives back, under the commit
-    #: lock: 16 MiB of 4 KiB pages keeps each step (and a writer's wait)
+    #: lock: 32 MiB of 8 KiB pages keeps each step (and a writer's wait)
     #: short, and the write-ahead log it fills small.
     vacuum_step_pages = 4096
     #: Seconds the final checkpoint waits for readers still on the
     #: write-ahead log; writers wait as long, so well below their lock timeout.
     checkpoint_wait = 5.0
-    #: Bytes the write-ahead log is bounded at: a checkpoint truncates it to this size, and an idle
+    #: Bytes of write-ahead log a writer at work keeps: SQLite checkpoints
+    #: each time the log holds this much, and cuts it back to this size.
+    busy_log_bytes = 64 << 20
+    #: Bytes the write-ahead log is bounded at once writing pauses: an idle
     #: writer checkpoints and empties it once it is larger (see the module docstring).
     wal_limit = 4 << 20
 
@@ -211,12 +222,13 @@ class SQLiteBackend(Backend):
                 factory=_Connection,
             )
             if for_writing and self.create and _pragma(conn, "page_count") == 0:
-                # Takes effect only in a file with no table yet, and only before
-                # WAL is set: new stores can then give freed pages back to the
-                # file system without a rewrite (see reclaim). Asked of an existing
-                # file it waits for the write lock without a busy handler: only new
-                # files are asked.
+                # Both take effect only in a file with no table yet, and only
+                # before WAL is set: new stores can then give freed pages back to
+                # the file system without a rewrite (see reclaim), and keep their
+                # page size. Asked of an existing file they wait for the write
+                # lock without a busy handler: only new files are asked.
                 try:
+                    conn.execute(f"PRAGMA page_size={self.page_size}")
                     conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 except sqlite3.OperationalError:
                     pass  # another connection is making the file, and sets it itself
@@ -231,9 +243,13 @@ class SQLiteBackend(Backend):
                 conn.execute("PRAGMA secure_delete=FAST")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             # Checkpoints stall the writer that triggers them; bigger steps
-            # mean fewer stalls when BLOBs stream in.
-            conn.execute("PRAGMA wal_autocheckpoint=16384")
-            conn.execute(f"PRAGMA journal_size_limit={self.wal_limit}")
+            # mean fewer stalls when BLOBs stream in. The log they leave is
+            # written over in place by the next commits: a log cut shorter
+            # grows again, and every fsync of a growing file commits the file
+            # system's journal as well.
+            busy_pages = self.busy_log_bytes // _pragma(conn, "page_size")
+            conn.execute(f"PRAGMA wal_autocheckpoint={busy_pages}")
+            conn.execute(f"PRAGMA journal_size_limit={self.busy_log_bytes}")
             # A writer's cache stays small: big values pass through it page by
             # page, and a cache larger than the CPU's own makes every page of
             # them a cold one; the index pages a writer looks up stay in the

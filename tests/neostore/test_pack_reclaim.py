@@ -23,6 +23,7 @@ from tests.neostore.store_worker import Worker, hex_list
 from tests.neostore.test_concurrency import create_counters
 from windvane import neostore
 from windvane.neostore import p64
+from windvane.neostore.backends.sqlite import SQLiteBackend
 
 MB = 1_000_000
 VALUE = 512 * 1024
@@ -165,6 +166,23 @@ def test_sqlite_file_without_incremental_vacuum_is_rewritten_once_when_asked(sql
                 assert store.load(oid)[0] == value
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # the size it was made with, kept
+
+
+def test_a_new_sqlite_store_is_made_with_the_backends_page_size_and_a_value_spanning_pages_reads_back(sqlite_url):
+    path = neostore.parse_url(sqlite_url).path
+    value = os.urandom(3 * 1024 * 1024 + 5)  # many overflow pages, and a split into bigdata rows
+    with neostore.open(sqlite_url) as store:
+        (oid,) = (p64(o) for o in store.new_oids(1))
+        txn = store.begin()
+        txn.write(oid, None, value)
+        txn.vote()
+        txn.finish()
+        assert store.load(oid)[0] == value
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == SQLiteBackend.page_size != 4096
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_mariadb_rebuilds_only_tables_that_lost_a_fair_share_unless_asked(mariadb_url, mariadb_server):

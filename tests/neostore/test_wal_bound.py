@@ -81,3 +81,23 @@ def test_the_idle_checkpoint_waits_for_no_reader_and_no_writer(tmp_path):
             assert wal_size(path) > LIMIT
         assert store.checkpoint_idle() and wal_size(path) == 0
         assert store.load(oids[0])[0].startswith(b"value ")
+
+
+def test_while_big_commits_come_the_log_is_written_over_in_place_and_emptied_once_they_pause(tmp_path):
+    path = str(tmp_path / "store.db")
+    busy = SQLiteBackend.busy_log_bytes
+    with neostore.open(f"sqlite:///{path}") as store:
+        oids = [store.new_oid() for _ in range(8)]
+        sizes, values = [], {}
+        for n in range(6):  # each commit puts half the busy size in the log: SQLite checkpoints every other one
+            tx = store.begin()
+            for oid in oids:
+                values[oid] = os.urandom(busy // 2 // len(oids))
+                tx.write(oid, None, values[oid], check=False)
+            tx.commit()
+            sizes.append(wal_size(path))
+        # Once it holds the busy size the log stays there: a checkpoint cuts it back to that size, never to the
+        # idle bound, and the next commits write over it instead of growing it again.
+        assert all(busy <= size <= busy + ONE_COMMIT for size in sizes[1:]), sizes
+        assert store.checkpoint_idle() and wal_size(path) == 0
+        assert all(store.load(oid)[0] == value for oid, value in values.items())
