@@ -38,6 +38,12 @@ def pausing_at(checkpoint: str, times: int) -> Callable[..., None]:
     return reached
 
 
+def kill(process: subprocess.Popen) -> None:
+    """SIGKILL ``process`` where it waits, then reap it and close its pipes."""
+    process.kill()
+    process.communicate(timeout=30)
+
+
 def paused(checkpoint: str, *args: str, times: int = 1) -> subprocess.Popen:
     """``windvane ARGS`` stopped the ``times``-th time it reaches ``checkpoint``; AssertionError if it ends first."""
     process = subprocess.Popen(
@@ -52,9 +58,12 @@ def paused(checkpoint: str, *args: str, times: int = 1) -> subprocess.Popen:
             return process
         said.append(line)
     process.wait(30)
+    out = process.stdout.read()
+    process.stdout.close()
+    process.stderr.close()
     raise AssertionError(
         f"windvane {' '.join(args)} ended ({process.returncode}) before reaching {checkpoint} "
-        f"#{times}: {process.stdout.read()!r} {b''.join(said)!r}"
+        f"#{times}: {out!r} {b''.join(said)!r}"
     )
 
 

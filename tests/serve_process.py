@@ -131,7 +131,7 @@ class Serve:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
-        self._log.close()
+        self._close_files()
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, then the exit code (0 after a clean shutdown)."""
@@ -145,8 +145,14 @@ class Serve:
             self.process.wait(30)
             raise
         finally:
-            self._log.close()
+            self._close_files()
         return code
+
+    def _close_files(self) -> None:
+        """The process has ended: close its log and the pipe it printed its addresses on."""
+        self._log.close()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
     def __enter__(self) -> Serve:
         return self

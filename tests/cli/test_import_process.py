@@ -50,8 +50,7 @@ def test_kill_9_mid_import_then_resume_stores_every_row_once(store_url, tmp_path
     big_csv(path, rows)
     args = (str(path), "--store", store_url, "--tag", "big", "--commit-mb", "1")
     process = paused(*args, before_commit=3)
-    process.kill()  # SIGKILL: no cleanup, commit 3 written but never committed
-    process.wait(30)
+    paused_process.kill(process)  # SIGKILL: no cleanup, commit 3 written but never committed
     with neostore.open(store_url) as store:
         position = imports.read_position(store, "big", imports.source_id_for(path))
     committed = stored_ids(store_url, "big")

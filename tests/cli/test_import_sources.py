@@ -112,12 +112,12 @@ def test_a_copy_under_another_name_is_not_imported_again_unless_again(sqlite_url
 @pytest.mark.crash
 def test_a_copy_of_a_file_whose_import_was_killed_resumes_it(sqlite_url, tmp_path):
     from tests.cli.test_import_process import big_csv, paused, stored_ids
+    from tests.paused_process import kill
 
     original, copy = tmp_path / "big.csv", tmp_path / "moved.csv"
     big_csv(original, 60_000)
     process = paused(str(original), "--store", sqlite_url, "--tag", "b", "--commit-mb", "1", before_commit=2)
-    process.kill()
-    process.wait(30)
+    kill(process)
     first = len(stored_ids(sqlite_url, "b"))
     assert 0 < first < 60_000
     copy.write_bytes(original.read_bytes())
@@ -264,6 +264,7 @@ def test_compressed_files_that_cannot_be_read_say_so(sqlite_url, tmp_path, name,
 @pytest.mark.parametrize("compress,suffix", [(gz, ".gz"), (zst, ".zst")])
 def test_a_killed_import_of_a_compressed_file_resumes_exactly(sqlite_url, tmp_path, compress, suffix):
     from tests.cli.test_import_process import big_csv, paused, stored_ids
+    from tests.paused_process import kill
 
     plain = tmp_path / "big.csv"
     big_csv(plain, 60_000)  # ~2.6 MB of CSV: several 1 MiB commits
@@ -272,8 +273,7 @@ def test_a_killed_import_of_a_compressed_file_resumes_exactly(sqlite_url, tmp_pa
     plain.unlink()
     args = (str(path), "--store", sqlite_url, "--tag", "z", "--commit-mb", "1")
     process = paused(*args, before_commit=2)
-    process.kill()
-    process.wait(30)
+    kill(process)
     first = len(stored_ids(sqlite_url, "z"))
     assert 0 < first < 60_000
     result = run(*args)

@@ -274,8 +274,7 @@ def test_kill_9_before_the_replay_commits_then_again_moves_every_record_once(bac
     quarantined(url, tmp_path, BIG)
     before = head(url)
     process = paused_process.paused("replay.before_commit", *replay_args(url, tmp_path))
-    process.kill()  # SIGKILL with every write of the replay made and none committed
-    process.wait(30)
+    paused_process.kill(process)  # SIGKILL with every write of the replay made and none committed
     assert head(url) == before
     assert len(column(url, "raw", quarantine=True)) == BIG
     with pytest.raises(arrays.StreamNotFoundError):
@@ -293,8 +292,7 @@ def test_kill_9_while_replay_runs_then_again_moves_every_record_once(mariadb_url
     process = replay_process(mariadb_url, tmp_path)
     line = process.stderr.readline()
     assert line == f"replaying {BIG:,} quarantined records of plant.a ...\n".encode(), line + process.stderr.read()
-    process.kill()  # SIGKILL while it validates and writes the records it read
-    process.wait(30)
+    paused_process.kill(process)  # SIGKILL while it validates and writes the records it read
     assert head(mariadb_url) == before
     assert "replayed 18,000 records" in replay_done(mariadb_url, tmp_path)
     assert_moved_exactly_once(mariadb_url, BIG)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -140,10 +139,7 @@ def test_kill_9_between_writing_and_recording_then_rerun_exports_each_row_once(r
     assert first.returncode == 0, first.stderr
     append(url, 120, 200)
     process = paused(url, out, stage)
-    process.send_signal(signal.SIGKILL)
-    process.wait(30)
-    process.stdout.close()
-    process.stderr.close()
+    paused_process.kill(process)
     name = exporting.part_name(exporting.format_named("parquet"), 120, 320)
     with neostore.open(url) as store:
         job = read_job(store, "hourly")

@@ -89,7 +89,7 @@ def test_while_big_commits_come_the_log_is_written_over_in_place_and_emptied_onc
     with neostore.open(f"sqlite:///{path}") as store:
         oids = [store.new_oid() for _ in range(8)]
         sizes, values = [], {}
-        for n in range(6):  # each commit puts half the busy size in the log: SQLite checkpoints every other one
+        for _ in range(6):  # each commit puts half the busy size in the log: SQLite checkpoints every other one
             tx = store.begin()
             for oid in oids:
                 values[oid] = os.urandom(busy // 2 // len(oids))

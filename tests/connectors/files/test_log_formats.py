@@ -487,6 +487,7 @@ def test_unknown_format_and_zone_are_named():
 @pytest.mark.crash
 def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_path):
     from tests.cli.test_import_process import paused, run_import
+    from tests.paused_process import kill
     from windvane import arrays, neostore
     from windvane.ingest import imports
 
@@ -503,8 +504,7 @@ def test_import_of_an_access_log_killed_mid_file_resumes_exactly(store_url, tmp_
     path.write_text("\n".join(lines) + "\n")
     args = (str(path), "--store", store_url, "--tag", "web.access", "--format", "combined", "--commit-mb", "1")
     process = paused(*args, before_commit=2)
-    process.kill()
-    process.wait(30)
+    kill(process)
     first = len(arrays.open_stream(store_url, "web.access"))
     assert 0 < first < 29_970
     done = run_import(*args)
