@@ -28,7 +28,11 @@ Recorded in ``extra_info``:
 
 The baseline, ``test_many_slow_sensors_fluentd_baseline``: the same load
 into real fluentd (``in_forward`` acknowledging each chunk once it is in a
-file buffer, ``out_file``), the field's tool for this traffic.
+file buffer, ``out_file``), the field's tool for this traffic. And the floor,
+``test_many_slow_sensors_python_floor``: the same load into ``ack_floor.py``,
+a CPython process that unpacks each chunk and acknowledges it, storing
+nothing (``server_cpu_us_per_chunk`` is what the event loop and msgpack
+alone cost).
 
 Run (10 minutes per backend):
 
@@ -44,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -284,6 +290,32 @@ FLUENTD_CONFIG = """
   </buffer>
 </match>
 """
+
+
+@pytest.mark.timeout(30 * SECONDS + 900)
+def test_many_slow_sensors_python_floor(benchmark, request):
+    """The same load into ``ack_floor.py``: one CPython process on asyncio that unpacks each chunk and
+    acknowledges it, storing nothing. What a chunk costs there is the floor under any Python server's."""
+    full = request.config.getoption("benchmark_enable", False)
+    tags, seconds = (TAGS, SECONDS) if full else (200, 5)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    floor = Path(__file__).with_name("ack_floor.py")
+    with subprocess.Popen([sys.executable, str(floor), str(port)], stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout is not None and server.stdout.readline() == "ready\n"
+            load = Trickle(tags, seconds)
+            cpu = _cpu_seconds(server.pid)
+            started = time.monotonic()
+            benchmark.pedantic(lambda: asyncio.run(load.run(port)), rounds=1, iterations=1)
+            elapsed = time.monotonic() - started
+            cpu = _cpu_seconds(server.pid) - cpu
+        finally:
+            server.kill()
+    _record(benchmark.extra_info, load, tags, seconds, elapsed, cpu)
+    assert not load.errors, load.errors[:3]
+    assert load.acked == load.sent == tags * seconds
 
 
 @pytest.mark.timeout(30 * SECONDS + 900)
