@@ -171,7 +171,7 @@ def test_sqlite_file_without_incremental_vacuum_is_rewritten_once_when_asked(sql
 
 def test_a_new_sqlite_store_is_made_with_the_backends_page_size_and_a_value_spanning_pages_reads_back(sqlite_url):
     path = neostore.parse_url(sqlite_url).path
-    value = os.urandom(3 * 1024 * 1024 + 5)  # many overflow pages, and a split into bigdata rows
+    value = os.urandom(3 * 1024 * 1024 + 5)  # a chain of hundreds of overflow pages
     with neostore.open(sqlite_url) as store:
         (oid,) = (p64(o) for o in store.new_oids(1))
         txn = store.begin()
