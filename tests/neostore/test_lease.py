@@ -101,13 +101,16 @@ def test_on_a_cluster_a_holder_whose_lease_was_taken_over_commits_nothing(galera
         with store.maintenance("pack"):
             # What a node sees once this holder's lease ran out and another process took it.
             conn = galera_cluster.node(2).connect(store.url.database)
+            # As the store's own sessions do: the node first applies what the cluster committed (the
+            # holder's claim among it), so that the takeover finds the row to take.
+            conn.cursor().execute("SET SESSION wsrep_sync_wait = 3")
             for attempt in range(1, 11):
                 # The holder's renewal may be certified first (the cluster reports a deadlock): a process
                 # taking the lease over tries again.
                 try:
-                    conn.cursor().execute(
-                        "UPDATE lease SET holder = 'pack by another process' WHERE name = 'maintenance'"
-                    )
+                    cur = conn.cursor()
+                    cur.execute("UPDATE lease SET holder = 'pack by another process' WHERE name = 'maintenance'")
+                    assert cur.rowcount == 1, "the takeover found no lease to take"
                     conn.commit()
                     break
                 except conn.OperationalError as exc:
