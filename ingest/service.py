@@ -56,8 +56,8 @@ SWITCH_INTERVAL = 0.05
 
 def tune_interpreter() -> None:
     """Set the cycle collector (:data:`GC_THRESHOLDS`), the lock's switch interval
-    (:data:`SWITCH_INTERVAL`) and glibc's malloc (:func:`ingest.memory.tune_malloc`, which then holds Arrow's
-    buffers too: :func:`ingest.memory.arrow_buffers_from_malloc`) for a long-running
+    (:data:`SWITCH_INTERVAL`), glibc's malloc (:func:`ingest.memory.tune_malloc`) and where Arrow's buffers
+    come from (:func:`ingest.memory.arrow_buffers_from_malloc`: that malloc) for a long-running
     service; for the process that serves, once its startup is done: what startup loaded is frozen,
     never scanned again."""
     gc.collect()
