@@ -16,6 +16,7 @@ from .bigarray import BigArray, create, open
 from .cache import ChunkCache
 from .catalog import array_names
 from .changes import ChangeLog
+from .downsample import ChannelError, NotPlottable, PlotSeries, plot_series
 from .errors import (
     ArrayError,
     ArrayExistsError,
@@ -49,12 +50,15 @@ __all__ = [
     "ArrayNotFoundError",
     "BigArray",
     "ChangeLog",
+    "ChannelError",
     "ChunkCache",
     "Column",
     "ColumnError",
     "Commit",
     "Entry",
     "InvalidTagError",
+    "NotPlottable",
+    "PlotSeries",
     "ReadOnlyArrayError",
     "Snapshot",
     "SnapshotError",
@@ -80,6 +84,7 @@ __all__ = [
     "list_streams",
     "open",
     "open_stream",
+    "plot_series",
     "stream_keys",
     "stream_path",
     "transaction",

@@ -13,7 +13,10 @@ resource" every second while the clients waiting to be accepted hang.
   minute), so clients hear "no" instead of hanging, the connections open
   are served as usual, and accepting resumes by itself once descriptors
   are free again;
-* gives TLS clients ``handshake_timeout`` seconds to complete the handshake.
+* gives TLS clients ``handshake_timeout`` seconds to complete the handshake;
+* with ``senders``, lists each connection there (:mod:`connectors.senders`)
+  from its start to its end, keyed by its transport, with the bytes it
+  sends: the server finds a connection's sender by its transport.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, cast
 
 from windvane.connectors.address import host_port
 from windvane.connectors.errors import ConnectorConfigError, ListenError, NotStarted
+from windvane.connectors.senders import Sender, Senders
 
 log = logging.getLogger("windvane.connectors")
 
@@ -137,12 +141,57 @@ class _TrackedBuffered(_Tracked, asyncio.BufferedProtocol):
         self.buffered.buffer_updated(nbytes)
 
 
+class _Watched(_Tracked):
+    """:class:`_Tracked` that also lists the connection among the listener's senders, with the bytes it sends."""
+
+    sender: Sender
+
+    def __init__(self, inner: asyncio.Protocol, listener: Listener, senders: Senders) -> None:
+        super().__init__(inner, listener)
+        self.senders = senders
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.sender = self.senders.open(transport, _peer(transport))
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.sender.bytes += len(data)
+        self.inner.data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.senders.close(self.transport)
+        super().connection_lost(exc)
+
+
+class _WatchedBuffered(_Watched, _TrackedBuffered):
+    """:class:`_Watched` for a protocol that reads into its own buffers (asyncio.BufferedProtocol)."""
+
+    def __init__(self, inner: asyncio.BufferedProtocol, listener: Listener, senders: Senders) -> None:
+        # _Watched's, then _TrackedBuffered's (the next in the order of bases) with the buffered protocol.
+        super().__init__(cast("asyncio.Protocol", inner), listener, senders)
+        self.buffered = inner
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.sender.bytes += nbytes
+        self.buffered.buffer_updated(nbytes)
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """``host:port`` of the client of ``transport`` ("?" when the socket has no address to tell)."""
+    peer = transport.get_extra_info("peername")
+    return host_port(str(peer[0]), peer[1]) if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+
 class Listener:
     """Accepts TCP connections on ``host:port`` for ``protocol_factory``; see the module docstring.
 
     ``name`` names the listener in logs ("Forward", "HTTP"); ``reuse_port``
     shares the address with other processes listening on it the same way. :attr:`open` is
-    the number of connections open; :attr:`counters` what was refused and why.
+    the number of connections open; :attr:`counters` what was refused and why. ``senders`` lists
+    the connections (see the module docstring).
     """
 
     def __init__(
@@ -158,6 +207,7 @@ class Listener:
         counters: ConnectionCounters | None = None,
         backlog: int = 1024,
         reuse_port: bool = False,
+        senders: Senders | None = None,
     ) -> None:
         if max_connections < 1:
             raise ConnectorConfigError(f"max_connections must be at least 1, not {max_connections}")
@@ -173,6 +223,8 @@ class Listener:
         #: Bind with SO_REUSEPORT: processes serving one address each listen on it, and the kernel spreads
         #: the connections between them.
         self.reuse_port = reuse_port
+        #: Where each connection is listed while open, and for a while after (None: nowhere).
+        self.senders = senders
         self.open = 0
         self._sockets: list[socket.socket] = []
         self._spare: int | None = None
@@ -317,9 +369,12 @@ class Listener:
 
     async def _serve(self, conn: socket.socket) -> None:
         inner = self.protocol_factory()
-        tracked = (
-            _TrackedBuffered(inner, self) if isinstance(inner, asyncio.BufferedProtocol) else _Tracked(inner, self)
-        )
+        tracked: _Tracked
+        senders = self.senders
+        if isinstance(inner, asyncio.BufferedProtocol):
+            tracked = _TrackedBuffered(inner, self) if senders is None else _WatchedBuffered(inner, self, senders)
+        else:
+            tracked = _Tracked(inner, self) if senders is None else _Watched(inner, self, senders)
         loop = asyncio.get_running_loop()
         try:
             if self.ssl is None:

@@ -15,6 +15,7 @@ answers 503 while anything fails.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import defaultdict
@@ -50,6 +51,10 @@ class CommitFailure:
         return CommitFailure(reason, self.since, self.failures + 1)
 
 
+#: The upper bounds (seconds) of the commit-duration histogram's buckets; a last one, +Inf, takes the rest.
+COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+COMMIT_HISTOGRAM = "windvane_commit_duration_seconds"
+
 #: The key of :attr:`Metrics.failing` for failed work that names no stream.
 NO_STREAM = ""
 
@@ -69,6 +74,8 @@ class Metrics:
     busy_seconds: float = 0.0  # time at least one group was between validation and commit (their union)
     _busy_until: float = field(default=0.0, repr=False)  # when the group recorded last was committed (monotonic)
     locked_seconds: float = 0.0  # each commit's time from taking the store's commit lock to its end, summed
+    # Commits per duration bucket (COMMIT_BUCKETS, then +Inf), not cumulative: a scrape adds them up.
+    commit_durations: list[int] = field(default_factory=lambda: [0] * (len(COMMIT_BUCKETS) + 1))
     pending_bytes: int = 0
     started: float = field(default_factory=time.time)
     # While commits fail: the failure as a whole (the last reason, since the first); None otherwise.
@@ -93,6 +100,7 @@ class Metrics:
         with self._lock:
             self.commits += 1
             self.commit_seconds += seconds
+            self.commit_durations[bisect.bisect_left(COMMIT_BUCKETS, seconds)] += 1
             self.locked_seconds += locked
             # Groups are committed in order, and the next is validated while one commits: only the part of
             # this group's time after the one before was committed adds to the busy time.
@@ -157,7 +165,14 @@ class Metrics:
             out: list[MetricSample] = [
                 (name, help_text, kind, {}, getattr(self, attr)) for name, help_text, kind, attr in _TOTALS
             ]
-        return out + _stream_samples(streams) + _failing_samples(set(streams), self.failing)
+            durations = list(self.commit_durations)
+            total_seconds = self.commit_seconds
+        return (
+            out
+            + _histogram_samples(durations, total_seconds)
+            + _stream_samples(streams)
+            + _failing_samples(set(streams), self.failing)
+        )
 
 
 #: The committer's own samples: (name, help, type, the :class:`Metrics` attribute).
@@ -235,6 +250,22 @@ _PER_STREAM = [
         "lag_seconds",
     ),
 ]
+
+
+def _histogram_samples(durations: list[int], seconds: float) -> list[MetricSample]:
+    """The commit-duration histogram's samples: cumulative buckets by ``le``, then its sum and count."""
+    help_text = (
+        "Each group commit's time from validation to commit: how long its events waited for their "
+        "acknowledgement once validated."
+    )
+    out: list[MetricSample] = []
+    running = 0
+    for bound, count in zip([*(f"{b:g}" for b in COMMIT_BUCKETS), "+Inf"], durations, strict=True):
+        running += count
+        out.append((f"{COMMIT_HISTOGRAM}_bucket", help_text, "histogram", {"le": bound}, running))
+    out.append((f"{COMMIT_HISTOGRAM}_sum", help_text, "histogram", {}, seconds))
+    out.append((f"{COMMIT_HISTOGRAM}_count", help_text, "histogram", {}, running))
+    return out
 
 
 def _stream_samples(streams: dict[str, StreamCounters]) -> list[MetricSample]:

@@ -1,4 +1,5 @@
-"""Quarantined records, looked at and replayed: what ``windvane quarantine ls / replay`` do.
+"""Quarantined records, looked at, replayed and discarded: what ``windvane quarantine ls / replay`` and the
+web console do.
 
 :func:`replay` validates every record of a tag's quarantine stream again,
 against a (fixed) schema, and in **one commit** appends those that fit to
@@ -21,6 +22,11 @@ Records quarantined because their time was unreadable stay: no schema
 fixes a time. Bytes replay cannot read (a CSV or log line, a whole Forward
 message of many entries) stay with the reason they were quarantined for
 (their line number with it), and why replay cannot read them beside it.
+:func:`discard` deletes a tag's quarantined records (those of one reason,
+or all) in one commit under the same lock; history keeps them until
+``store pack``. It deletes only as many as the caller saw, or none: a
+console user confirms a count, and records that arrived since are not
+theirs to delete.
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ class ReplayError(IngestError):
 
 class NoQuarantine(ReplayError):
     """The tag has no quarantine stream."""
+
+
+class QuarantineChanged(ReplayError):
+    """The records a discard was asked for are not the ones there now: nothing was discarded."""
 
 
 @dataclass(frozen=True)
@@ -249,3 +259,44 @@ def replay(
         else:
             tx.abort()
     return ReplayResult(tag, int(fits.sum()), _summary(tag, reasons[stay].tolist()), tx.tid)
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    """What a discard did: records deleted, records left (and why), the commit (None: no change)."""
+
+    tag: str
+    discarded: int
+    remaining: Summary
+    tid: bytes | None
+
+
+def discard(store: neostore.Store, tag: str, reason: str | None = None, expected: int | None = None) -> DiscardResult:
+    """Delete the records of ``tag``'s quarantine whose reason is ``reason`` (all of them when None), in one
+    commit under the commit lock.
+
+    ``expected``: how many records the caller means to delete (the count it
+    showed); when the quarantine holds another number of them now,
+    :class:`QuarantineChanged` and nothing is deleted. NoQuarantine if
+    ``tag`` has no quarantine stream.
+    """
+    what = "every record" if reason is None else f"the records quarantined for {reason!r}"
+    with arrays.transaction(store, message=f"discard quarantine {tag}: {what}") as tx:
+        tx.lock()
+        if tag not in arrays.list_streams(tx, quarantine=True):
+            raise NoQuarantine(f"stream {tag!r} has no quarantine (windvane quarantine ls lists those there are)")
+        rows = stream_edit.read_rows(tx, tag, quarantine=True)
+        reasons = rows["reason"].astype(object)
+        gone = np.ones(len(reasons), dtype=bool) if reason is None else reasons == reason
+        count = int(gone.sum())
+        if expected is not None and count != expected:
+            raise QuarantineChanged(
+                f"the quarantine of {tag!r} holds {count} of {what} now, not the {expected} asked for: "
+                "nothing was discarded; look again and confirm the new count"
+            )
+        stay = ~gone
+        if count:
+            stream_edit.refill(tx, tag, {name: values[stay] for name, values in rows.items()}, quarantine=True)
+        else:
+            tx.abort()
+    return DiscardResult(tag, count, _summary(tag, reasons[stay].tolist()), tx.tid)

@@ -156,9 +156,22 @@ ENDPOINT_COUNTERS = {
 
 def endpoint_samples(endpoints: Sequence[object]) -> list[MetricSample]:
     """:data:`ENDPOINT_COUNTERS` of each endpoint that has ``stats`` (Forward, HTTP), labelled
-    ``endpoint="forward"``, ``"http"``: the connectors count them; ingest cannot be imported there."""
+    ``endpoint="forward"``, ``"http"``: the connectors count them; ingest cannot be imported there.
+    With them the senders open of each endpoint that lists its ``senders`` (Forward, HTTP, MQTT)."""
     out = []
     for endpoint in endpoints:
+        senders = getattr(endpoint, "senders", None)
+        if senders is not None:
+            out.append(
+                (
+                    "windvane_senders_open",
+                    "Senders open: Forward connections, HTTP clients answered within the idle timeout, MQTT "
+                    "subscriptions connected.",
+                    "gauge",
+                    {"protocol": senders.protocol},
+                    senders.open_count,
+                )
+            )
         stats = getattr(endpoint, "stats", None)
         if stats is None:
             continue  # MQTT connects out: it neither times out clients nor refuses them
@@ -223,6 +236,30 @@ class Service:
         )
         return [*siblings.merge_samples([own, *answers]), workers]
 
+    def senders(self) -> list[dict[str, Any]]:
+        """Who sends (the console's senders table): every Forward connection, HTTP client and MQTT subscription
+        the endpoints list (``connectors.senders``: the open ones, the recently closed and recent HTTP
+        clients), each a dict of ``protocol``, ``peer``, ``user``, ``hostname``, ``since``, ``events``,
+        ``chunks``, ``requests``, ``bytes``, ``last_ack``, ``open`` and ``worker`` (the worker's index, None
+        for a server of one process); a worker of several lists the other workers' too. Open first, then the
+        last acknowledged first. Reads no database: safe from any thread."""
+        own = self._own_senders()
+        place = self.config.worker
+        if place is None:
+            return siblings.sort_senders(own)
+        return siblings.merge_senders(own, siblings.ask_all(place, "senders"))
+
+    def _own_senders(self) -> list[dict[str, Any]]:
+        """This process's senders: the endpoints that list theirs have a ``senders`` with ``snapshot()``."""
+        place = self.config.worker
+        worker = None if place is None else place.index
+        out = []
+        for endpoint in self.endpoints:
+            senders = getattr(endpoint, "senders", None)
+            if senders is not None:
+                out += [{**row, "worker": worker} for row in senders.snapshot()]
+        return out
+
     def _answer(self, question: str) -> Any:
         """This worker's own part of the server's answer to another worker's ``question``."""
         place = self.config.worker
@@ -231,6 +268,8 @@ class Service:
             return {**self._own_health(), "pid": os.getpid(), "restarts": place.restarts}
         if question == "metrics":
             return self._own_samples()
+        if question == "senders":
+            return self._own_senders()
         raise ValueError(f"no such question: {question!r}")
 
     def _own_health(self) -> dict[str, Any]:
@@ -257,10 +296,7 @@ class Service:
                     for tag, f in streams[:_LISTED_STREAMS]
                 },
             }
-        last = self.store.last_transaction()
-        out["last_commit"] = tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None
-        out.update(_cluster_health(self.store))
-        return out
+        return out | store_health(self.store)
 
     def _own_samples(self) -> list[MetricSample]:
         place = self.config.worker
@@ -349,9 +385,18 @@ class Service:
             await asyncio.to_thread(self.store.close)
 
 
+def store_health(store: neostore.Store) -> dict[str, Any]:
+    """What ``/health`` says of the store: its last commit (Unix time; None in a new store) and, where it
+    has them, the cluster's nodes and the read replicas, with a warning for each that does not serve (a
+    node leaving a cluster that keeps quorum is a warning: commits go on through the others). Raises if
+    the store cannot be read."""
+    last = store.last_transaction()
+    out: dict[str, Any] = {"last_commit": tid_time(neostore.u64(last)) if last and last != neostore.ZERO else None}
+    return out | _cluster_health(store)
+
+
 def _cluster_health(store: neostore.Store) -> dict[str, Any]:
-    """The cluster's nodes and the read replicas, with a warning for each that does not serve (a node
-    leaving a cluster that keeps quorum is a warning: commits go on through the others)."""
+    """The cluster part of :func:`store_health`."""
     nodes, replicas = store.node_states(), store.replica_states()
     if not nodes and not replicas:
         return {}

@@ -1,7 +1,7 @@
 """The workers of one ``windvane serve --workers N`` answer for the whole server.
 
 Connections land on any worker (they share the listening ports), so the
-worker that a ``GET /health`` or ``GET /metrics`` reaches asks every other
+worker that a ``GET /health`` or ``GET /metrics`` (or the senders table) reaches asks every other
 worker for its own part and merges them: counters add up, gauges of
 amounts add up, gauges of states take the worst. Each worker answers on a
 unix socket of its own in the server's runtime directory
@@ -101,6 +101,23 @@ def merge_samples(parts: Iterable[list[MetricSample]]) -> list[MetricSample]:
             both = max(before, value) if name in WORST_OF else before + value
             merged[key] = (name, help_text, kind, labels, both)
     return list(merged.values())
+
+
+def sort_senders(senders: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``senders`` (rows of the senders table) sorted: the open first, then the last acknowledged first (those
+    never acknowledged last)."""
+    return sorted(senders, key=lambda s: (not s["open"], -(s["last_ack"] or float("-inf"))))
+
+
+def merge_senders(own: list[dict[str, Any]], others: dict[int, Any]) -> list[dict[str, Any]]:
+    """The server's senders from this worker's (``own``) and the others' answers (each row naming its
+    ``worker``), sorted as :func:`sort_senders`; a worker that does not answer lists none (its health says
+    why)."""
+    rows = list(own)
+    for answer in others.values():
+        if not isinstance(answer, BaseException):
+            rows += answer
+    return sort_senders(rows)
 
 
 def merge_health(place: WorkerPlace, own: dict[str, Any], others: dict[int, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ ALLOWED = {
     "arrays": {"neostore"},
     "ingest": {"arrays", "neostore"},
     "export": {"arrays", "neostore", "ingest.times", "ingest.checkpoints"},
+    # The web console reads the store, acts through ingest and hands downloads to export.
+    "console": {"arrays", "neostore", "ingest", "export"},
     "connectors": {"ingest.batch", "ingest.errors", "ingest.auth", "ingest.parts", "ingest.times", "ingest.memory"},
     "windvane": set(LIBRARY),
 }

@@ -102,3 +102,11 @@ _.keep_cache
 
 # Counters of ingest.metrics.Metrics that GET /metrics reads by name (its _TOTALS table, through getattr).
 _.locked_seconds
+
+# The console's page data (console/views.py): its Jinja2 templates (console/templates/) read these fields.
+_.oldest_age
+_.mean_seconds
+_.budget_bytes
+_.total_streams
+_.distinct_bytes
+_.stream_exists

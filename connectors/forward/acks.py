@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from windvane.connectors.budget import Charges
+from windvane.connectors.senders import Sender
 from windvane.ingest.batch import Batch, Sink, Undecoded
 from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
@@ -59,6 +61,8 @@ class Acker:
         self._inflight: deque[tuple[asyncio.Task[list[bool | None]] | None, list[bytes | None], int]] = deque()
         self._in_flight_messages = 0
         self._acking = True  # False from a message found malformed by the sink on: nothing after it is acked
+        #: The connection's row in the senders table (None: not listed): events committed, chunks acknowledged.
+        self.sender: Sender | None = None
 
     @property
     def in_flight_messages(self) -> int:
@@ -87,6 +91,8 @@ class Acker:
         """For each item, whether it is committed (None: found malformed by the sink); never raises."""
         outcomes: list[bool | None] = [False] * len(items)
         todo = list(range(len(items)))
+        sender = self.sender
+        committed = 0
         while todo:
             try:
                 results: list[Any] = await self._sink.submit_many([items[i] for i in todo])
@@ -110,6 +116,7 @@ class Acker:
                 else:
                     if any(isinstance(b, Undecoded) for b in items[i][0]):
                         self._stats["events"] += result.accepted + result.quarantined
+                    committed += result.accepted + result.quarantined
                     outcomes[i] = True
             if failed:
                 self._log_failed([items[i] for i, _ in failed], failed[0][1])
@@ -119,6 +126,9 @@ class Acker:
                 # Not reading while we wait is what pushes back on the client.
                 self._reading.pause()
                 await asyncio.sleep(delay)
+        if sender is not None and committed:
+            sender.events += committed
+            sender.last_ack = time.time()
         return outcomes
 
     def _log_failed(self, items: list[Item], exc: BaseException) -> None:
@@ -177,6 +187,8 @@ class Acker:
         if acks and not self._reading.lost and self._reading.transport is not None:
             self._reading.write(b"".join(acks))
             self._stats["acks"] += len(acks)
+            if self.sender is not None:
+                self.sender.chunks += len(acks)
 
 
 def _events(batches: Sequence[Batch | Undecoded]) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from windvane.connectors.budget import held_for_message
+from windvane.connectors.senders import Sender
 
 from .acks import Acker
 from .authenticate import Authenticator
@@ -73,10 +74,16 @@ class Connection(asyncio.BufferedProtocol):
             report=self._report,
         )
         self._timers = Timers(server.limits, server.counters, reading, frames, busy=self._busy, close=self._close_now)
+        # The handshake (None without a shared key): once accepted, it names the sender's user and hostname.
+        self._handshake = (
+            Handshake(server.shared_key, server.self_hostname, server.users) if server.shared_key else None
+        )
+        # The connection's row in the server's senders table, listed by its transport (None: not listed).
+        self._sender: Sender | None = None
         # The handshake while it is not done (None without a shared key, and once the PING is accepted).
         self._auth = (
             Authenticator(
-                Handshake(server.shared_key, server.self_hostname, server.users),
+                self._handshake,
                 reading,
                 frames,
                 server.counters,
@@ -85,7 +92,7 @@ class Connection(asyncio.BufferedProtocol):
                 accepted=self._authenticated,
                 close=self._close_now,
             )
-            if server.shared_key
+            if self._handshake is not None
             else None
         )
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -95,6 +102,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP listener's connections have stream transports.
         self._reading.attach(cast("asyncio.Transport", transport))
+        self._sender = self._acker.sender = self._server.senders.get(transport)
         self._server.connection_opened(self)
         self._stats["connections_total"] += 1
         if self._auth is not None:
@@ -178,6 +186,9 @@ class Connection(asyncio.BufferedProtocol):
         """The PING was accepted: what follows is read as messages, idle from now."""
         self._auth = None
         self._timers.idle_from_now()
+        if self._sender is not None and self._handshake is not None:
+            self._sender.user = self._handshake.username or None
+            self._sender.hostname = self._handshake.client_hostname or None
 
     # -- stopping -----------------------------------------------------------
 

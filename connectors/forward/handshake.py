@@ -103,6 +103,8 @@ class Handshake:
                 ok = hmac.compare_digest(wanted, password_digest_b)
             if not ok:
                 return False, self._refuse("username/password mismatch")
+            if not self.users.may(self.username, "send"):
+                return False, self._refuse(f"user {self.username!r} does not hold the 'send' role")
         digest = sha512_hex(salt_b, self.self_hostname.encode(), self.nonce, self.shared_key.encode())
         return True, ["PONG", True, "", self.self_hostname, digest]
 

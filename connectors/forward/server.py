@@ -51,7 +51,10 @@ Memory and time (:class:`connectors.limits.Limits`):
   new ones and keeps serving the others.
 
 :attr:`ForwardServer.counters` counts timeouts and refused connections,
-:attr:`ForwardServer.budget` holds the memory budget's figures.
+:attr:`ForwardServer.budget` holds the memory budget's figures, and
+:attr:`ForwardServer.senders` lists each connection (:mod:`connectors.senders`):
+its peer and the bytes it sent from the listener, which lists it by its
+transport while it is open and among the recently closed after.
 
 When the sink decodes in worker processes (``sink.accepts_undecoded``),
 PackedForward and CompressedPackedForward entries are handed over
@@ -74,6 +77,7 @@ from windvane.connectors.budget import MemoryBudget, inflate_limit
 from windvane.connectors.errors import ConnectorConfigError, ListenError, NotStarted
 from windvane.connectors.limits import Limits
 from windvane.connectors.listener import ConnectionCounters, Listener
+from windvane.connectors.senders import Senders
 from windvane.ingest.auth import Users
 from windvane.ingest.batch import Sink
 
@@ -155,6 +159,8 @@ class ForwardServer:
         self.budget = budget or MemoryBudget(self.limits.memory_budget, self.limits.trim_after)
         self.inflate_limit = inflate_limit(decompressed_size_limit, self.budget)
         self.counters = ConnectionCounters()
+        #: Who sends: every connection while open, by its transport, and the last ones closed.
+        self.senders = Senders("forward")
         # Hand packed entries over undecoded when the sink decodes them in worker processes.
         self.defer = bool(getattr(sink, "accepts_undecoded", False))
         # Entries decoded here are decoded as the tag's record type (vibration blocks: without a copy).
@@ -204,6 +210,7 @@ class ForwardServer:
                 handshake_timeout=self.limits.handshake_timeout,
                 counters=self.counters,
                 reuse_port=self.reuse_port,
+                senders=self.senders,
             )
             await listener.start()
             port = listener.port

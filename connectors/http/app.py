@@ -12,7 +12,10 @@ Routes (see :func:`make_app`):
   fluent-plugin-wendelin; answers ``204`` with no body, as ERP5 does, also
   for a duplicate. So the in_http tags ``ingest`` and ``*.ingest`` are
   taken by this route.
-* ``GET /`` — 200, empty (in_http's health check). ``GET /health`` —
+* ``GET /`` — the web console when the server has one (``pages`` of
+  :func:`make_app`: ``windvane serve`` always), which also answers the
+  paths under ``/-/`` (so no in_http tag may start with ``-.``); else 200,
+  empty (in_http's health check). ``GET /health`` —
   ``{"status": "ok", **health()}``; 503 if ``health()`` raises or reports
   another status, the body then naming the reason in ``error`` and
   ``message`` (ingest's: while commits fail). ``GET /metrics`` — Prometheus text from ``metrics()``
@@ -29,9 +32,12 @@ reading, also in answer to ``Expect: 100-continue``) or decompressed body over
 ``decompressed_size_limit``, 415 unsupported Content-Encoding, 417 an
 ``Expect`` other than 100-continue, 500 commit failed (nothing of the request
 is stored: retry), 503 with ``Retry-After`` when the sink applies
-backpressure. 403 is not used: every known user may send to every tag.
-With ``users`` set, ``/metrics`` and ``/streams`` need credentials too;
-``/`` and ``/health`` never do (load balancers probe them).
+backpressure, 403 for a user without the role a request needs
+(:data:`ingest.auth.ROLES`: posting needs ``send``, ``/metrics`` and
+``/streams`` need ``read``; every user holding ``send`` may send to every
+tag). With ``users`` set, ``/metrics`` and ``/streams`` need credentials
+too, and so do the console's pages; ``/health`` never does (load balancers
+probe it).
 
 Memory and time (:class:`connectors.limits.Limits`): a request's body is
 charged to the process's :class:`connectors.budget.MemoryBudget` as it is
@@ -58,8 +64,6 @@ carrying the decoder's :class:`HttpError`, answered as if decoded here.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import math
@@ -77,7 +81,8 @@ from windvane.connectors.budget import Charges, MemoryBudget, held_for, inflate_
 from windvane.connectors.inflate import inflated_size
 from windvane.connectors.limits import Limits
 from windvane.connectors.listener import ConnectionCounters, Listener, ProtocolProxy
-from windvane.ingest.auth import Users
+from windvane.connectors.senders import Senders
+from windvane.ingest.auth import CredentialsError, Users
 from windvane.ingest.batch import Batch, Sink, Undecoded
 from windvane.ingest.errors import Backpressure, CommitFailed, UndecodableBatch
 
@@ -86,6 +91,7 @@ from .decode import FLUENT_BIT_AGENT, count_events, decode_in_http, decode_wende
 from .errors import (
     BadRequest,
     ExpectationFailed,
+    Forbidden,
     HttpError,
     NotFound,
     PayloadTooLarge,
@@ -126,6 +132,8 @@ class _State:
     budget: MemoryBudget = field(default_factory=lambda: MemoryBudget(Limits().memory_budget))
     counters: ConnectionCounters = field(default_factory=ConnectionCounters)
     guards: dict[asyncio.BaseTransport, _HeaderGuard] = field(default_factory=dict)  # by connection
+    # Who sends: the clients answered with success, by host and user (:mod:`connectors.senders`).
+    senders: Senders = field(default_factory=lambda: Senders("http"))
 
     @property
     def inflate_limit(self) -> int:
@@ -147,8 +155,14 @@ def make_app(
     streams: Callable[[], list[dict[str, Any]]] | None = None,
     limits: Limits | None = None,
     budget: MemoryBudget | None = None,
+    pages: Callable[[web.Application], None] | None = None,
 ) -> web.Application:
     """The aiohttp application of the endpoint (routes and replies in the module docstring).
+
+    ``pages`` adds routes of its own to the application before ingestion's
+    (the web console: ``GET /`` and paths under ``/-/``), which it then
+    answers itself, authentication included; without it ``GET /`` answers
+    an empty 200.
 
     ``limits``: timeouts and connection limits (also read by :class:`HttpServer`);
     ``budget``: the memory budget, shared with the process's other servers (one
@@ -170,10 +184,14 @@ def make_app(
         defer=bool(getattr(sink, "accepts_undecoded", False)),
         limits=limits,
         budget=budget or MemoryBudget(limits.memory_budget),
+        senders=Senders("http", active=limits.idle_timeout),
     )
     app = web.Application(middlewares=[_errors_middleware], client_max_size=body_size_limit)
     app[STATE] = state
-    app.router.add_get("/", _root)
+    if pages is not None:
+        pages(app)
+    else:
+        app.router.add_get("/", _root)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/streams", _streams)
@@ -257,31 +275,18 @@ async def _replied(request: web.Request, handler: Handler) -> web.StreamResponse
 # ---------------------------------------------------------------- checks before the body
 
 
-def _authenticate(users: Users | None, header: str | None) -> str | None:
-    """The authenticated user, None when no users are configured; :class:`Unauthorized` otherwise."""
+def _authenticate(users: Users | None, header: str | None, role: str) -> str | None:
+    """The authenticated user, None when no users are configured; :class:`Unauthorized` for missing or wrong
+    credentials, :class:`Forbidden` for a user without ``role``."""
     if not users:
         return None
-    if not header:
-        raise Unauthorized(
-            "unauthorized", "credentials required: send HTTP Basic user:password or Authorization: Bearer <token>"
-        )
-    scheme, _, credentials = header.strip().partition(" ")
-    scheme = scheme.lower()
-    credentials = credentials.strip()
-    if scheme == "basic":
-        try:
-            user, sep, password = base64.b64decode(credentials, validate=True).decode("utf-8").partition(":")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise Unauthorized("unauthorized", "the Basic credentials are not base64 of UTF-8 user:password") from None
-        if sep and users.check_password(user, password):
-            return user
-        raise Unauthorized("unauthorized", "wrong user or password")
-    if scheme == "bearer":
-        token_user = users.user_for_token(credentials)
-        if token_user is not None:
-            return token_user
-        raise Unauthorized("unauthorized", "unknown bearer token")
-    raise Unauthorized("unauthorized", f"authorization scheme {scheme!r} is not supported: use Basic or Bearer")
+    try:
+        user = users.authenticate(header)
+    except CredentialsError as exc:
+        raise Unauthorized("unauthorized", str(exc)) from None
+    if not users.may(user, role):
+        raise Forbidden("forbidden", f"user {user!r} does not hold the {role!r} role this request needs")
+    return user
 
 
 def _check_length(request: web.Request, limit: int) -> None:
@@ -302,7 +307,7 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
             raise ExpectationFailed(
                 "expectation_failed", f"Expect: {expect[:60]!r} is not supported; only 100-continue is"
             )
-        _authenticate(state.users, request.headers.get("Authorization"))
+        _authenticate(state.users, request.headers.get("Authorization"), "send")
         _check_length(request, state.body_size_limit)
         _admit(state, held_for(request.content_length or 0), Charges(state.budget))
     except HttpError as exc:
@@ -431,7 +436,7 @@ def decode_body(
 
 async def _ingest(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    _authenticate(state.users, request.headers.get("Authorization"))
+    user = _authenticate(state.users, request.headers.get("Authorization"), "send")
     _check_length(request, state.body_size_limit)
     key = _idempotency_key(request)
     charges = Charges(state.budget)  # what this request holds in the memory budget, until it is answered
@@ -442,13 +447,17 @@ async def _ingest(request: web.Request) -> web.Response:
         held = held_for(len(body)) + held_for(inflated)
         _admit(state, held - charges.total, charges)
         charges.change(submitted=held, partial=-charges.partial)
-        return await _ingest_body(request, state, key, body)
+        return await _ingest_body(request, state, key, body, user)
     finally:
         charges.release()
 
 
-async def _ingest_body(request: web.Request, state: _State, key: bytes | None, body: bytes) -> web.Response:
-    """Decode (here or in the sink's workers) and submit a request's body; the reply once committed."""
+async def _ingest_body(
+    request: web.Request, state: _State, key: bytes | None, body: bytes, user: str | None = None
+) -> web.Response:
+    """Decode (here or in the sink's workers) and submit a request's body; the reply once committed (the
+    client, ``request.remote`` as ``user``, is counted among the senders then)."""
+    client = (request.remote or "?", user)
     path = request.path
     wendelin = path == "/ingest" or path.endswith("/ingest")
     query = {k: request.query[k] for k in request.query.keys()}  # the first value of each parameter
@@ -464,7 +473,7 @@ async def _ingest_body(request: web.Request, state: _State, key: bytes | None, b
         state.inflate_limit,
     )
     if state.defer:
-        return await _ingest_undecoded(state, key, *args)
+        return await _ingest_undecoded(state, key, *args, client=client)
     if len(body) > INLINE_DECODE_BYTES:
         batches = await asyncio.to_thread(_decode, *args)
     else:
@@ -481,6 +490,7 @@ async def _ingest_body(request: web.Request, state: _State, key: bytes | None, b
         )
     else:
         accepted, quarantined, duplicate, reasons = 0, 0, False, ()
+    state.senders.answered(*client, accepted + quarantined, len(body))
     if wendelin:
         return web.Response(status=204)
     reply: dict[str, Any] = {"accepted": accepted, "quarantined": quarantined}
@@ -501,8 +511,11 @@ async def _ingest_undecoded(
     path: str,
     query: dict[str, str],
     limit: int,
+    *,
+    client: tuple[str, str | None] = ("?", None),
 ) -> web.Response:
-    """:func:`_ingest` with the body decoded by the sink's workers, not on the event loop."""
+    """:func:`_ingest` with the body decoded by the sink's workers, not on the event loop; ``client`` (host,
+    user) is counted among the senders once it is committed."""
     tag = query.get("reference", "") if wendelin else tag_for_path(path)
     undecoded = Undecoded(
         tag,
@@ -520,6 +533,7 @@ async def _ingest_undecoded(
             raise exc.cause from None
         raise BadRequest("bad_body", str(exc)) from None
     state.events += receipt.accepted + receipt.quarantined
+    state.senders.answered(*client, receipt.accepted + receipt.quarantined, len(body))
     if wendelin:
         return web.Response(status=204)
     reply: dict[str, Any] = {"accepted": receipt.accepted, "quarantined": receipt.quarantined}
@@ -589,7 +603,7 @@ def _own_samples(state: _State) -> list[Sample]:
 
 async def _metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    _authenticate(state.users, request.headers.get("Authorization"))
+    _authenticate(state.users, request.headers.get("Authorization"), "read")
     own = _own_samples(state)
     extra = state.metrics
 
@@ -602,7 +616,7 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _streams(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    _authenticate(state.users, request.headers.get("Authorization"))
+    _authenticate(state.users, request.headers.get("Authorization"), "read")
     streams = state.streams
     if streams is None:
         raise NotFound("not_configured", "this server has no stream listing (no streams() callable was given)")
@@ -771,6 +785,11 @@ class HttpServer:
     def stats(self) -> dict[str, int]:
         """The listener's counters (:class:`connectors.listener.ConnectionCounters`: timeouts, refused, ...)."""
         return self._state.counters.as_dict()
+
+    @property
+    def senders(self) -> Senders:
+        """The clients answered with success, by host and user (:mod:`connectors.senders`)."""
+        return self._state.senders
 
     async def close(self) -> None:
         """Stop listening, let requests in flight finish, close connections."""

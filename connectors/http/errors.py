@@ -42,6 +42,12 @@ class Unauthorized(HttpError):
     status = 401
 
 
+class Forbidden(HttpError):
+    """The credentials are right, and their user does not hold the role the request needs."""
+
+    status = 403
+
+
 class NotFound(HttpError):
     """404: nothing is served here."""
 

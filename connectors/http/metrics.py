@@ -6,7 +6,10 @@ stream) returns a list of samples, each a 5-tuple of plain data::
     (name, help, type, labels, value)
     ("windvane_events_total", "Events committed.", "counter", {"stream": "app.log"}, 1234)
 
-``type`` is ``"counter"``, ``"gauge"`` or ``"untyped"``; ``labels`` a mapping
+``type`` is ``"counter"``, ``"gauge"``, ``"histogram"`` or ``"untyped"``; a
+histogram's samples are named ``<family>_bucket`` (with an ``le`` label),
+``<family>_sum`` and ``<family>_count``, and grouped under ``<family>``;
+``labels`` a mapping
 of label name to value (any ``str()``-able value); ``value`` an int or float
 (``inf`` and ``nan`` allowed). Samples of one name may come in any order and
 interleaved with others: :func:`render_metrics` groups them under one
@@ -24,7 +27,9 @@ from typing import Any, NamedTuple
 from .errors import InvalidMetric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-TYPES = frozenset({"counter", "gauge", "untyped"})
+TYPES = frozenset({"counter", "gauge", "histogram", "untyped"})
+#: The suffixes of a histogram's samples, each after its family's name.
+_HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
@@ -62,6 +67,14 @@ def _format_value(value: Any) -> str:
     return repr(value)
 
 
+def _family(name: str) -> str:
+    """The family a histogram's sample belongs to: its name without ``_bucket``, ``_sum`` or ``_count``."""
+    for suffix in _HISTOGRAM_PARTS:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    raise InvalidMetric(f"histogram sample {name!r} must end in _bucket, _sum or _count")
+
+
 def render_metrics(samples: Iterable[SampleFields]) -> str:
     """The exposition text of ``samples``; :class:`.errors.InvalidMetric` (a ValueError) names a sample with a bad name, label or type."""
     families: dict[str, tuple[str, str, list[str]]] = {}
@@ -86,9 +99,10 @@ def render_metrics(samples: Iterable[SampleFields]) -> str:
         except (TypeError, ValueError):
             raise InvalidMetric(f"metric {name}: value {value!r:.50} is not a number") from None
         line = f"{name}{{{','.join(parts)}}} {text_value}" if parts else f"{name} {text_value}"
-        family = families.get(name)
+        family_name = _family(name) if kind == "histogram" else name
+        family = families.get(family_name)
         if family is None:
-            families[name] = (str(help_text), kind, [line])
+            families[family_name] = (str(help_text), kind, [line])
         else:
             family[2].append(line)
     out = []

@@ -44,6 +44,11 @@ a PUBACK on the new connection could acknowledge a different message that
 reuses the packet id). A submission that fails to commit is retried with
 the same backoff while the service runs.
 
+The subscription is listed in :attr:`MqttSubscriber.senders`
+(:mod:`connectors.senders`) as one sender: the broker and topics, the
+user it connects as, open while connected, and the messages, events and
+bytes acknowledged.
+
 Broker: persistence must be on, and its per-client queue large enough for
 what is published while windvane is down (mosquitto's ``max_queued_messages``
 defaults to 1000 and drops the rest).
@@ -67,6 +72,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from windvane.connectors.senders import Senders
 from windvane.ingest.batch import Batch, Sink
 from windvane.ingest.errors import CommitFailed
 
@@ -156,6 +162,10 @@ class MqttSubscriber:
         # What happened, for logs and tests: messages stored (or quarantined), DUP copies found committed.
         self.stored = 0
         self.redelivered_duplicates = 0
+        #: The subscription as a sender (listed once started): what it acknowledged, and whether it is connected.
+        self.senders = Senders(SOURCE)
+        self._sender = self.senders.open(self, f"{broker} ({', '.join(self.topics)})", user=broker.username)
+        self._sender.open = False  # until connected
         self._client = self._new_client()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # orders PUBACKs against connection changes
@@ -242,6 +252,7 @@ class MqttSubscriber:
                 await self._pump_task
         await asyncio.gather(*(task for task, _ in list(self._outstanding)), return_exceptions=True)
         await asyncio.to_thread(self._stop_network)
+        self.senders.close(self)
         log.info(
             "mqtt: closed the session %r at %s: %d message(s) stored, %d redelivered copies recognised",
             self.client_id,
@@ -267,6 +278,8 @@ class MqttSubscriber:
             return
         _log_connected(self.broker, self.client_id, first=not self._connected_once, resumed=flags.session_present)
         self._connected_once = True
+        self._sender.since = time.time()
+        self._sender.open = True
         # Subscribing again is harmless (retain handling 1: retained messages only for a new subscription) and
         # restores the subscriptions if the broker lost the session.
         options = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
@@ -298,6 +311,7 @@ class MqttSubscriber:
     def _on_disconnect(self, _client: paho.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
         with self._lock:
             self._connection += 1
+        self._sender.open = False
         if not self._closing:
             log.warning(
                 "mqtt: lost the connection to %s (%s); reconnecting with backoff (%g s to %g s)",
@@ -408,7 +422,11 @@ class MqttSubscriber:
                 self._acknowledge(run)
             elif not self._closing:
                 log.error("mqtt: %d message(s) not committed nor acknowledged: %r", len(run), error)
-            self._inbox.release(sum(d.size for d in run))
+            size = sum(d.size for d in run)
+            if error is None:
+                self._sender.acked(sum(len(d.events.records) for d in run), len(run))
+                self._sender.bytes += size
+            self._inbox.release(size)
 
     def _acknowledge(self, deliveries: list[Delivery]) -> None:
         with self._lock:  # a connection change waits: no PUBACK crosses onto a connection it does not belong to

@@ -14,7 +14,7 @@ from tests.cli.test_serve import column, post, schemas, serve, windvane  # noqa:
 
 #: What the start-up lines say each listener takes: Forward opens UDP too, and either is closed with "off".
 FORWARD = "(TCP, and UDP for heartbeats; --forward off closes it)"
-HTTP = "(TCP: posts, /health, /metrics, /streams; --http off closes it)"
+HTTP = "(TCP: posts, /health, /metrics, /streams, the console at /; --http off closes it)"
 USERS = '[users.sender]\npassword = "right password"\ntokens = ["a-long-token"]\n'
 
 

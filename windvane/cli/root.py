@@ -91,6 +91,7 @@ def ops_failure(exc: OpsError) -> click.ClickException:
 #: The module of each command (``windvane.cli.<module>``): importing it registers its commands on the root group.
 COMMAND_MODULES = {
     "arrays": "arrays",
+    "console": "console",
     "db": "db",
     "demo": "info",
     "export": "export",

@@ -409,7 +409,7 @@ def _check_mqtt(mqtt: MqttConfig) -> None:
 #: to close it: Forward and HTTP are on unless told off.
 _CARRIES = {
     "forward": "(TCP, and UDP for heartbeats; --forward off closes it)",
-    "http": "(TCP: posts, /health, /metrics, /streams; --http off closes it)",
+    "http": "(TCP: posts, /health, /metrics, /streams, the console at /; --http off closes it)",
     "mqtt": "(the broker subscribed to)",
 }
 
@@ -432,7 +432,9 @@ async def _serve(
     if config.forward:
         lines.append(("forward", *_forward_server(service, config.forward, config.limits, ssl, budget, shared)))
     if config.http:
-        lines.append(("http", *_http_server(service, config.http, config.limits, ssl, budget, shared)))
+        lines.append(
+            ("http", *_http_server(service, config.http, config.limits, ssl, budget, shared, config.service.store))
+        )
     if config.mqtt:
         lines.append(("mqtt", *_mqtt_subscriber(service, config.mqtt, config.service.store)))
 
@@ -468,11 +470,31 @@ def _forward_server(
 
 
 def _http_server(
-    service: Service, h: HttpConfig, limits: Limits, ssl: SSLContext | None, budget: MemoryBudget, shared: bool
+    service: Service,
+    h: HttpConfig,
+    limits: Limits,
+    ssl: SSLContext | None,
+    budget: MemoryBudget,
+    shared: bool,
+    store_url: str,
 ) -> tuple[Any, str]:
-    """``(server, host)``: the HTTP listener ``h`` configures."""
+    """``(server, host)``: the HTTP listener ``h`` configures, with the web console on ``GET /``."""
     from windvane.connectors.http.app import HttpServer, make_app
+    from windvane.console.app import Console
+    from windvane.console.views import Source
+    from windvane.neostore.url import redacted
 
+    console = Console(
+        Source(
+            service.store,
+            redacted(store_url),
+            service.health,
+            lambda: [*service.metric_samples(), *budget.samples()],
+            service.schemas.for_tag,
+            service.senders,
+        ),
+        service.http_users,
+    )
     app = make_app(
         service.committer,
         users=service.http_users,
@@ -483,6 +505,7 @@ def _http_server(
         streams=service.streams,
         limits=limits,
         budget=budget,
+        pages=console.add_routes,
     )
     return HttpServer(app, h.host, h.port, ssl=ssl, reuse_port=shared), h.host
 

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from windvane import neostore
+from windvane.console.config import ConsoleConfig
 from windvane.ingest.errors import IngestError
 
 from .info import StoreInfo, describe
@@ -524,8 +525,11 @@ def throughput_lines(result: DemoResult) -> Iterator[str]:
 
 
 def notebook_lines(result: DemoResult) -> Iterator[str]:
-    """A snippet to open what the demo stored in a notebook (or any Python)."""
+    """How to look at what the demo stored: the web console, then a snippet for a notebook (or any Python)."""
     url = result.notebook_url
+    yield f"look at it in a browser: windvane console {url}   then open http://{ConsoleConfig.listen}/"
+    yield "  (streams, plots, the quarantine; `windvane serve` shows the same at / on its HTTP port)"
+    yield ""
     yield "open it in a notebook (from this directory):"
     yield ""
     yield "    from windvane import arrays"

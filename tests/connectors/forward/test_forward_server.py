@@ -363,6 +363,28 @@ async def test_handshake_success_and_failures(sink, caplog):
     await srv.close()
 
 
+async def test_a_user_without_the_send_role_is_refused_at_the_handshake(sink):
+    users = Users(
+        passwords={"viewer": "viewer-password", "feeder": "feeder-password"},
+        roles={"viewer": frozenset({"read"}), "feeder": frozenset({"send"})},
+    )
+    srv = ForwardServer(sink, "127.0.0.1", 0, shared_key="k3y", users=users, self_hostname="windvane-test")
+    await srv.start()
+    try:
+        r, w, pong = await handshake_client(
+            srv.port, client_hostname="c1", shared_key="k3y", username="viewer", password="viewer-password"
+        )
+        assert pong == ["PONG", False, "user 'viewer' does not hold the 'send' role", "", ""]
+        assert await r.read() == b""
+        r, w, pong = await handshake_client(
+            srv.port, client_hostname="c2", shared_key="k3y", username="feeder", password="feeder-password"
+        )
+        assert pong[:3] == ["PONG", True, ""]
+        w.close()
+    finally:
+        await srv.close()
+
+
 @pytest.fixture
 def certificate(tmp_path) -> tuple[Path, Path]:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

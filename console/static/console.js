@@ -1,0 +1,142 @@
+// The console's behaviour: the plot (uPlot, zoom by dragging, every range asked of the server) and the
+// live tail's pause. Polling of the overview and the tail is htmx's (hx-trigger in the pages).
+"use strict";
+
+(function () {
+  let tailPaused = false;
+
+  // A paused tail keeps its rows: its polls are cancelled before they are sent.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    const target = event.detail && event.detail.elt;
+    if (tailPaused && target && target.id === "tail") {
+      event.preventDefault();
+    }
+  });
+
+  function setupTail() {
+    const toggle = document.getElementById("tail-toggle");
+    if (!toggle) return;
+    toggle.addEventListener("click", function () {
+      tailPaused = !tailPaused;
+      toggle.textContent = tailPaused ? "Resume" : "Pause";
+      toggle.setAttribute("aria-pressed", String(tailPaused));
+    });
+  }
+
+  function plotUrl(el, from, to, width) {
+    const params = new URLSearchParams({ tag: el.dataset.tag, column: el.dataset.column, width: String(width) });
+    if (from) params.set("from", from);
+    if (to) params.set("to", to);
+    if (el.dataset.at) params.set("at", el.dataset.at);
+    if (el.dataset.channel && el.dataset.channel !== "0") params.set("channel", el.dataset.channel);
+    return el.dataset.url + "?" + params.toString();
+  }
+
+  function setupPlot() {
+    const el = document.getElementById("plot");
+    const info = document.getElementById("plot-info");
+    if (!el || typeof uPlot !== "function") return;
+    let chart = null;
+
+    function say(text) {
+      if (info) info.textContent = text;
+    }
+
+    function show(data) {
+      const width = Math.max(el.clientWidth, 300);
+      const opts = {
+        width: width,
+        height: 320,
+        scales: { x: { time: true } },
+        axes: [{ label: "time (UTC)" }, { label: data.column }],
+        series: [{ label: "time (UTC)" }, { label: data.column, stroke: "#1f6fb2", width: 1, points: { show: data.exact && data.points < 200 } }],
+        cursor: { drag: { x: true, y: false } },
+        hooks: {
+          setSelect: [
+            function (u) {
+              if (u.select.width < 2) return;
+              const lo = u.posToVal(u.select.left, "x");
+              const hi = u.posToVal(u.select.left + u.select.width, "x");
+              u.setSelect({ left: 0, width: 0 }, false);
+              load(String(lo), String(hi));
+            },
+          ],
+        },
+        tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+      };
+      if (chart) chart.destroy();
+      chart = new uPlot(opts, [data.x, data.y], el);
+      el.dataset.points = String(data.points);
+      el.dataset.rows = String(data.rows);
+      el.dataset.from = String(data.start);
+      el.dataset.to = String(data.stop);
+      const kind = data.exact ? "every row" : "min, max, first and last per pixel column";
+      say(data.rows + " rows in range, " + data.points + " points (" + kind + "), " +
+          Math.round(data.server_seconds * 1000) + " ms on the server. Drag across the plot to zoom in.");
+      // The downloads take the range shown: the whole stream until a zoom narrows it (milliseconds
+      // rounded outwards, so that no row shown is left out).
+      for (const link of document.querySelectorAll("a[id^=download-]")) {
+        const target = new URL(link.href, window.location.href);
+        if (el.dataset.zoomed) {
+          target.searchParams.set("from", new Date(Math.floor(data.start * 1e3)).toISOString());
+          target.searchParams.set("to", new Date(Math.ceil(data.stop * 1e3)).toISOString());
+        } else {
+          target.searchParams.delete("from");
+          target.searchParams.delete("to");
+        }
+        link.href = target.pathname + target.search;
+      }
+      const form = document.getElementById("plot-form");
+      if (form) {
+        form.elements["from"].value = new Date(data.start * 1e3).toISOString();
+        form.elements["to"].value = new Date(data.stop * 1e3).toISOString();
+      }
+    }
+
+    function load(from, to) {
+      const width = Math.max(el.clientWidth, 300);
+      el.dataset.zoomed = from || to ? "1" : "";
+      say("Loading…");
+      fetch(plotUrl(el, from, to, width), { credentials: "same-origin" })
+        .then(function (response) {
+          return response.json().then(function (body) { return { ok: response.ok, body: body }; });
+        })
+        .then(function (result) {
+          if (!result.ok) {
+            say(result.body.message || "the plot could not be made");
+            el.dataset.error = result.body.message || "error";
+            return;
+          }
+          show(result.body);
+        })
+        .catch(function (error) { say("the plot could not be loaded: " + error); });
+    }
+
+    const reset = document.getElementById("plot-reset");
+    if (reset) reset.addEventListener("click", function () { load("", ""); });
+    load(el.dataset.from, el.dataset.to);
+  }
+
+  // The history slider: it arrives in a fragment after the page, so it is wired when htmx puts it in.
+  function setupHistory() {
+    const slider = document.getElementById("history");
+    const items = document.querySelectorAll("#history-list li");
+    const label = document.getElementById("history-label");
+    const at = document.getElementById("history-at");
+    if (!slider || !items.length || slider.dataset.wired) return;
+    slider.dataset.wired = "1";
+    function say() {
+      const item = items[Number(slider.value)];
+      at.value = item.dataset.tid;
+      label.textContent = item.dataset.time + " · " + item.textContent + " · " + item.dataset.tid;
+    }
+    slider.addEventListener("input", say);
+    say();
+  }
+  document.addEventListener("htmx:afterSwap", setupHistory);
+
+  document.addEventListener("DOMContentLoaded", function () {
+    setupTail();
+    setupPlot();
+  });
+})();
