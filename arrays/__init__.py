@@ -39,6 +39,7 @@ from .stream_registry import create_stream, create_streams, list_streams, open_s
 from .stream_schema import DEFAULT_CHUNK_BYTES, VARIABLE_CHUNK_ROWS, Column, chunk_rows_for, column_key, stream_path
 from .stream_writer import Staged, StreamWriter
 from .transaction import Transaction, transaction
+from .vibration_views import RmsSeries, Spectrum, ViewError, rms_series, spectrum
 from .vlen_rows import VLenRows
 from .zarr_store import ZarrStore
 
@@ -60,8 +61,10 @@ __all__ = [
     "NotPlottable",
     "PlotSeries",
     "ReadOnlyArrayError",
+    "RmsSeries",
     "Snapshot",
     "SnapshotError",
+    "Spectrum",
     "Staged",
     "Stream",
     "StreamError",
@@ -72,6 +75,7 @@ __all__ = [
     "Transaction",
     "UnsupportedArrayError",
     "VLenRows",
+    "ViewError",
     "ZarrStore",
     "array_names",
     "chunk_rows_for",
@@ -85,6 +89,8 @@ __all__ = [
     "open",
     "open_stream",
     "plot_series",
+    "rms_series",
+    "spectrum",
     "stream_keys",
     "stream_path",
     "transaction",

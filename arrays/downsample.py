@@ -39,6 +39,11 @@ a new revision and so a new key. Partial segments, and streams read inside
 a transaction (whose chunks may have unwritten revisions), are read every
 time and never cached.
 
+The plan's parts (:class:`Source`, :func:`column_source`,
+:func:`segment_keys`, :func:`overlapping_segments`, :func:`read_ahead`,
+:class:`Lru`, :func:`time_bound`) are public: other views of a column
+(:mod:`arrays.vibration_views`) summarise segments under the same keys.
+
 Rows of a stream arrive in any time order: everything here works on
 ``(time, row)`` pairs and takes nothing from the order of rows except to
 break ties between equal times (the first row of equal times is the first,
@@ -51,7 +56,7 @@ import math
 import os
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -70,11 +75,19 @@ from .workers import io_pool
 __all__ = [
     "MAX_WIDTH",
     "ChannelError",
+    "Lru",
     "NotPlottable",
     "PlotCache",
     "PlotSeries",
+    "SegmentKey",
+    "Source",
+    "column_source",
+    "overlapping_segments",
     "plot_cache",
     "plot_series",
+    "read_ahead",
+    "segment_keys",
+    "time_bound",
 ]
 
 #: The widest plot served, in pixel columns.
@@ -300,9 +313,10 @@ def _points(pixels: _Items) -> tuple[np.ndarray, np.ndarray]:
 
 K = TypeVar("K")
 V = TypeVar("V")
+R = TypeVar("R")
 
 
-class _Lru(Generic[K, V]):
+class Lru(Generic[K, V]):
     """Entries up to ``budget`` bytes, least recently used evicted first. Thread-safe."""
 
     def __init__(self, budget: int):
@@ -359,8 +373,8 @@ class PlotCache:
     """
 
     def __init__(self, summary_bytes: int, edge_bytes: int):
-        self.summaries: _Lru[SegmentKey, _Items] = _Lru(summary_bytes)
-        self.edges: _Lru[tuple[SegmentKey, int], _Rows] = _Lru(edge_bytes)
+        self.summaries: Lru[SegmentKey, _Items] = Lru(summary_bytes)
+        self.edges: Lru[tuple[SegmentKey, int], _Rows] = Lru(edge_bytes)
 
     def clear(self) -> None:
         """Drop everything cached (the statistics stay)."""
@@ -387,7 +401,7 @@ plot_cache = PlotCache(
 
 
 @dataclass(frozen=True)
-class _Source:
+class Source:
     """The column as a plot reads it: its arrays, how a row becomes one float, and its segments."""
 
     stream: Stream
@@ -417,7 +431,7 @@ class _Source:
         return times, values, rows
 
 
-def _source(stream: Stream, column: str, channel: int) -> _Source:
+def column_source(stream: Stream, column: str, channel: int) -> Source:
     times = stream[TIME]
     values = stream[column]
     dtype = values.dtype
@@ -441,10 +455,10 @@ def _source(stream: Stream, column: str, channel: int) -> _Source:
     segment_rows = aligned if cacheable else time_rows
     sub_rows = max(MIN_SUB_BLOCK_ROWS, -(-segment_rows // SUB_BLOCKS))
     length = min(len(times), len(values))
-    return _Source(stream, times, values, int(channel), channels, length, segment_rows, sub_rows, cacheable)
+    return Source(stream, times, values, int(channel), channels, length, segment_rows, sub_rows, cacheable)
 
 
-def _segment_keys(source: _Source, segments: Sequence[int]) -> dict[int, SegmentKey]:
+def segment_keys(source: Source, segments: Sequence[int]) -> dict[int, SegmentKey]:
     """The cache key of each of ``segments`` (indices) that is full, read from one listing of the snapshot."""
     rows = source.segment_rows
     full = [s for s in segments if (s + 1) * rows <= source.length]
@@ -474,7 +488,7 @@ def _segment_keys(source: _Source, segments: Sequence[int]) -> dict[int, Segment
     return keys
 
 
-def _summary(source: _Source, first: int, rows: _Rows) -> _Items:
+def _summary(source: Source, first: int, rows: _Rows) -> _Items:
     """The sub-block summaries of a segment's rows (sub-blocks without a timed row left out)."""
     times, values, numbers = rows
     size = source.sub_rows
@@ -588,13 +602,14 @@ class _Pixels:
         return self._done
 
 
-def _ahead(source: _Source, spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, _Rows]]:
-    """``(first, rows)`` of each span of rows, read in the background a few spans ahead (memory: a few)."""
+def read_ahead(read: Callable[[int, int], R], spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, R]]:
+    """``(first, read(first, stop))`` of each span of rows, read in the background a few spans ahead
+    (memory: a few). ``read`` is :meth:`Source.read` here; other views of a column pass readers of their own."""
     pool = io_pool()
-    queue: deque[tuple[int, Future[_Rows]]] = deque()
+    queue: deque[tuple[int, Future[R]]] = deque()
     try:
         for first, stop in spans:
-            queue.append((first, pool.submit(source.read, first, stop)))
+            queue.append((first, pool.submit(read, first, stop)))
             if len(queue) > _READ_AHEAD:
                 first_done, future = queue.popleft()
                 yield first_done, future.result()
@@ -645,11 +660,11 @@ def _narrow(straddling: int, blocks: int) -> bool:
     return straddling * 4 > blocks
 
 
-def _downsample(source: _Source, segments: list[int], pixels: _Pixels) -> None:
+def _downsample(source: Source, segments: list[int], pixels: _Pixels) -> None:
     """Add the rows of ``segments`` in the range to ``pixels``: from summaries where they are cached,
     reading only the segments whose summary or split sub-blocks are not."""
     rows_per = source.segment_rows
-    keys = _segment_keys(source, segments)
+    keys = segment_keys(source, segments)
     to_read: list[int] = []
     for s in segments:
         key = keys.get(s)
@@ -669,7 +684,7 @@ def _downsample(source: _Source, segments: list[int], pixels: _Pixels) -> None:
         if edges:
             pixels.add_rows(_concat_rows([e for e in edges if e is not None]))
     spans = ((s * rows_per, min((s + 1) * rows_per, source.length)) for s in to_read)
-    for first, rows in _ahead(source, spans):
+    for first, rows in read_ahead(source.read, spans):
         key = keys.get(first // rows_per)
         if key is None:
             pixels.add_rows(rows)
@@ -693,7 +708,7 @@ def _downsample(source: _Source, segments: list[int], pixels: _Pixels) -> None:
             pixels.add_rows(_concat_rows(parts))
 
 
-def _overlapping(source: _Source, start: int, stop: int, ranges: list[time_index.Range]) -> list[int]:
+def overlapping_segments(source: Source, start: int, stop: int, ranges: list[time_index.Range]) -> list[int]:
     """The segments whose rows' times may fall in ``[start, stop)``."""
     per = source.segment_rows // source.times.chunks[0]  # time chunks per segment
     count = -(-source.length // source.segment_rows)
@@ -704,12 +719,12 @@ def _overlapping(source: _Source, start: int, stop: int, ranges: list[time_index
     return found
 
 
-def _exact(source: _Source, segments: list[int], start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+def _exact(source: Source, segments: list[int], start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """Every row in ``[start, stop)`` as it is, by time (of equal times, by row)."""
     rows_per = source.segment_rows
     spans = ((s * rows_per, min((s + 1) * rows_per, source.length)) for s in segments)
     kept: list[_Rows] = []
-    for _, (times, values, numbers) in _ahead(source, spans):
+    for _, (times, values, numbers) in read_ahead(source.read, spans):
         inside = (times >= start) & (times < stop)
         kept.append((times[inside], values[inside], numbers[inside]))
     times, values, _ = _concat_rows(kept) if kept else _empty_rows()
@@ -721,7 +736,7 @@ def _empty_rows() -> _Rows:
     return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
 
 
-def _bound(value: int | None, what: str) -> int | None:
+def time_bound(value: int | None, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -756,10 +771,10 @@ def plot_series(
     if not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"width must be 1..{MAX_WIDTH} pixel columns, not {width}")
     width = int(width)
-    start, stop = _bound(start_ns, "start_ns"), _bound(stop_ns, "stop_ns")
+    start, stop = time_bound(start_ns, "start_ns"), time_bound(stop_ns, "stop_ns")
     if start is not None and stop is not None and stop < start:
         raise ValueError(f"stop_ns {stop} is before start_ns {start}")
-    source = _source(stream, column, channel)
+    source = column_source(stream, column, channel)
     ranges = stream.time_ranges()
     found = time_index.span(ranges)
     if start is None:
@@ -767,7 +782,7 @@ def plot_series(
     if stop is None:
         stop = max(start, found[1] + 1) if found is not None else start
     empty = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    segments = _overlapping(source, start, stop, ranges) if stop > start else []
+    segments = overlapping_segments(source, start, stop, ranges) if stop > start else []
     pixels = _Pixels(start, stop, width)
     _downsample(source, segments, pixels)
     if pixels.rows <= 4 * width:

@@ -9,7 +9,11 @@ page's token; see :mod:`console.access`):
 * ``GET /-/console/stream?tag=&at=`` — a stream: figures, columns, a plot
   and a live tail. ``.../stream/plot.json?tag=&column=&from=&to=&width=``
   — a column's points for a plot ``width`` pixels wide (JSON);
-  ``.../stream/tail?tag=&n=`` — the newest rows (a fragment).
+  ``.../stream/tail?tag=&n=`` — the newest rows (a fragment). A vibration
+  stream's page also draws ``.../stream/rms.json?tag=&column=&from=&to=&width=``
+  (RMS per channel over time) and ``.../stream/spectrum.json?tag=&column=&from=&to=&nfft=``
+  (the power spectral density of the window dragged across the RMS plot;
+  the last second by default).
 * ``GET /-/console/stream/download?tag=&format=parquet|csv&from=&to=&at=``
   — the rows of a time range as a file, written by :func:`windvane.export.export`
   (one snapshot, memory bounded) to a temporary file and sent;
@@ -34,6 +38,7 @@ templates.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -42,7 +47,7 @@ import shutil
 import tempfile
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -77,12 +82,61 @@ POLICY = (
 
 class Queries:
     """Runs the console's blocking reads: ``threads`` at a time, ``waiting`` more queued, each given
-    ``timeout`` seconds (past it the page is answered 504; the read finishes in its thread)."""
+    ``timeout`` seconds (past it the page is answered 504; the read finishes in its thread).
+
+    :meth:`shared` answers the same read asked again soon with the last answer, and askers of a read
+    already running wait for it: ten people watching one page cost one read a refresh, not ten, and the
+    threads the reads run in share the interpreter with ingestion. "Soon" is ``fresh_seconds``, or
+    ``cost_factor`` times as long as the read took when that is longer: a read that is dear (a plot of
+    a long range, a big store's overview) is made again less often, so that the console's reads keep
+    to a small share of a core however costly each is.
+    """
 
     def __init__(self, config: ConsoleConfig):
         self.config = config
         self.pool = ThreadPoolExecutor(config.threads, thread_name_prefix="windvane-console")
         self.taken = 0
+        # A read's key -> (until when, by the event loop's clock, its answer is given again; the answer), oldest
+        # first.
+        self._answers: collections.OrderedDict[Hashable, tuple[float, Any]] = collections.OrderedDict()
+        self._running: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def shared(self, key: Hashable, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        found = self._answers.get(key)
+        if found is not None and loop.time() < found[0]:
+            answer: T = found[1]
+            return answer
+        running = self._running.get(key)
+        if running is not None:
+            shared: T = await asyncio.shield(running)
+            return shared
+        future: asyncio.Future[Any] = loop.create_future()
+        self._running[key] = future
+        started = loop.time()
+        try:
+            answer = await self.run(fn, *args)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: an error no one else waited for is not reported twice
+            raise
+        else:
+            future.set_result(answer)
+            now = loop.time()
+            self._answers[key] = (
+                now + max(self.config.fresh_seconds, self.config.cost_factor * (now - started)),
+                answer,
+            )
+            self._answers.move_to_end(key)
+            while len(self._answers) > self.config.answers_kept:
+                self._answers.popitem(last=False)
+            return answer
+        finally:
+            del self._running[key]
+
+    def forget(self) -> None:
+        """Drop every kept answer: an action changed what they show."""
+        self._answers.clear()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         if self.taken >= self.config.threads + self.config.waiting:
@@ -167,6 +221,8 @@ class Console:
         get(f"{PREFIX}/stream/tail", self._page(self._tail))
         get(f"{PREFIX}/stream/revisions", self._page(self._revisions))
         get(f"{PREFIX}/stream/plot.json", self._plot)
+        get(f"{PREFIX}/stream/rms.json", self._rms)
+        get(f"{PREFIX}/stream/spectrum.json", self._spectrum)
         get(f"{PREFIX}/stream/download", self._page(self._download))
         get(f"{PREFIX}/quarantine", self._page(self._quarantine))
         for action in ("replay", "discard"):
@@ -246,7 +302,9 @@ class Console:
     async def _overview_part(self, request: web.Request, user: str | None) -> tuple[str, dict[str, Any]]:
         query = request.query.get("q", "")
         page = _int(request, "page", 1, 1, 1_000_000)
-        data = await self.queries.run(views.overview, self.source, self.rates, self.latency, query, page)
+        data = await self.queries.shared(
+            ("overview", query, page), views.overview, self.source, self.rates, self.latency, query, page
+        )
         return "overview_part.html", {"o": data, "user": user, "writer": self.access_write(user)}
 
     def access_write(self, user: str | None) -> bool:
@@ -257,16 +315,19 @@ class Console:
     async def _stream(self, request: web.Request, user: str | None) -> tuple[str, dict[str, Any]]:
         tag = _tag(request)
         at = request.query.get("at") or None
-        data = await self.queries.run(views.stream_page, self.source.store, tag, at)
+        data = await self.queries.shared(("stream", tag, at), views.stream_page, self.source.store, tag, at)
         plottable = [c.name for c in data.columns if c.plottable]
         column = request.query.get("column") or (plottable[0] if plottable else "")
         channels = next((c.channels for c in data.columns if c.name == column), 1)
+        # A vibration stream's blocks: the column of several channels its RMS and spectrum are taken of.
+        vibration = next((c.name for c in data.columns if c.plottable and c.channels > 1), None)
         return "stream.html", {
             "s": data,
             "user": user,
             "column": column,
             "channels": channels,
             "channel": _int(request, "channel", 0, 0, max(channels - 1, 0)),
+            "vibration": vibration if data.kind == "vibration" else None,
             "plottable": plottable,
             "start": request.query.get("from", ""),
             "stop": request.query.get("to", ""),
@@ -276,7 +337,7 @@ class Console:
     async def _tail(self, request: web.Request, user: str | None) -> tuple[str, dict[str, Any]]:
         tag = _tag(request)
         count = _int(request, "n", self.config.tail_rows, 1, 1000)
-        data = await self.queries.run(views.tail, self.source.store, tag, count)
+        data = await self.queries.shared(("tail", tag, count), views.tail, self.source.store, tag, count)
         return "tail.html", {"t": data, "tag": tag}
 
     async def _revisions(self, request: web.Request, user: str | None) -> tuple[str, dict[str, Any]]:
@@ -288,17 +349,45 @@ class Console:
         return "revisions.html", {"tag": tag, "revisions": found, "at": at, "selected": selected}
 
     async def _plot(self, request: web.Request) -> web.StreamResponse:
-        try:
-            self.access.user(request, "read")
-            tag = _tag(request)
-            column = request.query.get("column", "")
+        async def points(tag: str, column: str, at: str | None) -> dict[str, Any]:
             width = _int(request, "width", 1500, 1, 10_000)
             channel = _int(request, "channel", 0, 0, 1_000_000)
             start, stop = _time(request, "from"), _time(request, "to")
-            at = request.query.get("at") or None
+            key = ("plot", tag, column, width, start, stop, at, channel)
+            store = self.source.store
+            return await self.queries.shared(key, views.plot, store, tag, column, width, start, stop, at, channel)
+
+        return await self._json(request, points)
+
+    async def _rms(self, request: web.Request) -> web.StreamResponse:
+        async def points(tag: str, column: str, at: str | None) -> dict[str, Any]:
+            width = _int(request, "width", 1500, 1, 10_000)
+            start, stop = _time(request, "from"), _time(request, "to")
+            key = ("rms", tag, column, width, start, stop, at)
+            return await self.queries.shared(key, views.rms, self.source.store, tag, column, width, start, stop, at)
+
+        return await self._json(request, points)
+
+    async def _spectrum(self, request: web.Request) -> web.StreamResponse:
+        async def bins(tag: str, column: str, at: str | None) -> dict[str, Any]:
+            nfft = _int(request, "nfft", 4096, 64, 65536)
+            start, stop = _time(request, "from"), _time(request, "to")
+            key = ("spectrum", tag, column, start, stop, at, nfft)
+            store = self.source.store
+            return await self.queries.shared(key, views.power_spectrum, store, tag, column, start, stop, at, nfft)
+
+        return await self._json(request, bins)
+
+    async def _json(
+        self, request: web.Request, answer: Callable[[str, str, str | None], Awaitable[dict[str, Any]]]
+    ) -> web.StreamResponse:
+        """The data a page's script draws, as JSON (errors too: ``{"error", "message"}`` with their status),
+        with the server's time for it."""
+        try:
+            self.access.user(request, "read")
             started = time.perf_counter()
-            data = await self.queries.run(views.plot, self.source.store, tag, column, width, start, stop, at, channel)
-            data["server_seconds"] = time.perf_counter() - started
+            data = await answer(_tag(request), request.query.get("column", ""), request.query.get("at") or None)
+            data = {**data, "server_seconds": time.perf_counter() - started}
             response = web.Response(text=json.dumps(data), content_type="application/json")
         except ConsoleError as exc:
             response = web.Response(
@@ -364,6 +453,7 @@ class Console:
         store = self.source.store
         if action == "replay":
             replayed = await self.queries.run(views.replay_quarantine, self.source, tag)
+            self.queries.forget()
             return "done.html", {"tag": tag, "action": action, "count": replayed.replayed, "left": replayed.remaining}
         reason = form.get("reason")
         expected = _field(form, "count")
@@ -377,6 +467,7 @@ class Console:
             )
         except replay.QuarantineChanged as exc:
             raise Conflict(str(exc)) from None
+        self.queries.forget()
         return "done.html", {"tag": tag, "action": action, "count": gone.discarded, "left": gone.remaining}
 
     async def _unknown(self, request: web.Request, user: str | None) -> tuple[str, dict[str, Any]]:

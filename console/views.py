@@ -468,8 +468,9 @@ def plot(
     from windvane.arrays.downsample import NotPlottable, plot_series
 
     with _open(store, tag, at) as stream:
-        if column != "time" and column not in stream.columns:
-            raise NotFound(f"stream {tag!r} has no column {column!r}")
+        _check_column(stream, tag, column)
+        if start_ns is None and stop_ns is None:
+            start_ns, stop_ns = _steady_range(stream.time_span(), width)
         try:
             series = plot_series(stream, column, width, start_ns, stop_ns, channel=channel)
         except NotPlottable as exc:
@@ -484,7 +485,7 @@ def plot(
         "exact": series.exact,
         "points": len(series.times),
         "x": (series.times / 1e9).tolist(),
-        "y": [None if np.isnan(v) else v for v in series.values.tolist()],
+        "y": _json_floats(series.values),
     }
 
 
@@ -509,6 +510,98 @@ def download(
         raise NotFound(str(exc)) from None
     except (export.BadTime, export.BadSnapshot) as exc:
         raise BadQuery(str(exc)) from None
+
+
+def rms(
+    store: neostore.Store,
+    tag: str,
+    column: str,
+    width: int,
+    start_ns: int | None,
+    stop_ns: int | None,
+    at: str | None,
+) -> dict[str, Any]:
+    """A vibration column's RMS per channel over time, one point per pixel column (JSON-ready: seconds)."""
+    from windvane.arrays.downsample import NotPlottable
+    from windvane.arrays.vibration_views import ViewError, rms_series
+
+    with _open(store, tag, at) as stream:
+        _check_column(stream, tag, column)
+        if start_ns is None and stop_ns is None:
+            start_ns, stop_ns = _steady_range(stream.time_span(), width)
+        try:
+            series = rms_series(stream, column, width, start_ns, stop_ns)
+        except (NotPlottable, ViewError) as exc:
+            raise BadQuery(str(exc)) from None
+    return {
+        "column": series.column,
+        "start": series.start_ns / 1e9,
+        "stop": series.stop_ns / 1e9,
+        "rows": series.rows,
+        "points": len(series.times),
+        "x": (series.times / 1e9).tolist(),
+        "channels": [_json_floats(series.rms[:, c]) for c in range(series.rms.shape[1])],
+    }
+
+
+def power_spectrum(
+    store: neostore.Store, tag: str, column: str, start_ns: int | None, stop_ns: int | None, at: str | None, nfft: int
+) -> dict[str, Any]:
+    """The power spectral density of a window of a vibration column, per channel (the last second of the
+    stream when no window is given)."""
+    from windvane.arrays.downsample import NotPlottable
+    from windvane.arrays.vibration_views import ViewError, spectrum
+
+    with _open(store, tag, at) as stream:
+        _check_column(stream, tag, column)
+        span = stream.time_span()
+        if span is None:
+            raise BadQuery(f"stream {tag!r} holds no rows to take a spectrum of")
+        stop = int(span[1]) + 1 if stop_ns is None else stop_ns
+        start = stop - 1_000_000_000 if start_ns is None else start_ns
+        try:
+            found = spectrum(stream, column, start, stop, nfft=nfft)
+        except (NotPlottable, ViewError) as exc:
+            raise BadQuery(str(exc)) from None
+    return {
+        "column": found.column,
+        "start": found.start_ns / 1e9,
+        "stop": found.stop_ns / 1e9,
+        "rows": found.rows,
+        "segments": found.segments,
+        "sample_rate": found.sample_rate,
+        "x": found.frequencies.tolist(),
+        "channels": [_json_floats(found.power[:, c]) for c in range(found.power.shape[1])],
+    }
+
+
+def _check_column(stream: arrays.Stream, tag: str, column: str) -> None:
+    if column != "time" and column not in stream.columns:
+        raise NotFound(f"stream {tag!r} has no column {column!r}")
+
+
+def _json_floats(values: np.ndarray) -> list[float | None]:
+    """Floats for JSON, NaN (no value) as null."""
+    return [None if v != v else v for v in values.tolist()]
+
+
+def _steady_range(span: Any, width: int) -> tuple[int | None, int | None]:
+    """The range a plot of a whole stream asks for: its span, widened so that each pixel column covers a
+    power of two of nanoseconds and begins at a multiple of it.
+
+    A growing stream's span moves with every commit; asked as it is, every
+    pixel boundary would move too, and the downsampler would read every
+    chunk again for the rows beside them. Widened so, the boundaries stay
+    where they are until the span doubles, and repeated plots of a live
+    stream read its new rows alone. Each pixel then covers up to twice the
+    time it would, never less.
+    """
+    if span is None:
+        return None, None
+    first, last = int(span[0]), int(span[1])
+    pixel = 1 << max(0, (-(-(last + 1 - first) // width) - 1).bit_length())
+    start = first - first % pixel
+    return start, max(start + pixel * width, last + 1)
 
 
 # -- a quarantine ---------------------------------------------------------------------------

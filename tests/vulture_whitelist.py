@@ -110,3 +110,4 @@ _.budget_bytes
 _.total_streams
 _.distinct_bytes
 _.stream_exists
+_.total_senders

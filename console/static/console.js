@@ -117,6 +117,96 @@
     load(el.dataset.from, el.dataset.to);
   }
 
+  const COLORS = ["#1f6fb2", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0f766e"];
+
+  function getJson(url) {
+    return fetch(url, { credentials: "same-origin" }).then(function (response) {
+      return response.json().then(function (body) {
+        if (!response.ok) throw new Error(body.message || "the server answered " + response.status);
+        return body;
+      });
+    });
+  }
+
+  // A vibration stream: RMS per channel over time, and the spectrum of the window dragged across it.
+  function setupVibration() {
+    const rmsEl = document.getElementById("rms");
+    const spectrumEl = document.getElementById("spectrum");
+    if (!rmsEl || !spectrumEl || typeof uPlot !== "function") return;
+    const rmsInfo = document.getElementById("rms-info");
+    const spectrumInfo = document.getElementById("spectrum-info");
+    let rmsChart = null;
+    let spectrumChart = null;
+
+    function url(base, extra) {
+      const params = new URLSearchParams({ tag: rmsEl.dataset.tag, column: rmsEl.dataset.column });
+      if (rmsEl.dataset.at) params.set("at", rmsEl.dataset.at);
+      for (const [key, value] of Object.entries(extra)) if (value !== "") params.set(key, String(value));
+      return base + "?" + params.toString();
+    }
+
+    function channelSeries(count, label) {
+      const series = [{ label: label }];
+      for (let c = 0; c < count; c++) series.push({ label: "channel " + c, stroke: COLORS[c % COLORS.length], width: 1 });
+      return series;
+    }
+
+    function spectrumOf(from, to) {
+      spectrumInfo.textContent = "Loading…";
+      getJson(url(rmsEl.dataset.spectrumUrl, { from: from, to: to }))
+        .then(function (data) {
+          const width = Math.max(spectrumEl.clientWidth, 300);
+          const opts = {
+            width: width,
+            height: 260,
+            scales: { x: { time: false } },
+            axes: [{ label: "frequency (Hz)" }, { label: "power spectral density (dB)" }],
+            series: channelSeries(data.channels.length, "frequency (Hz)"),
+          };
+          // Decibels: a spectrum's peaks and its floor lie decades apart.
+          const decibels = data.channels.map(function (ys) {
+            return ys.map(function (y) { return y > 0 ? 10 * Math.log10(y) : null; });
+          });
+          if (spectrumChart) spectrumChart.destroy();
+          spectrumChart = new uPlot(opts, [data.x, ...decibels], spectrumEl);
+          spectrumEl.dataset.bins = String(data.x.length);
+          spectrumEl.dataset.rows = String(data.rows);
+          spectrumInfo.textContent = data.rows + " rows from " + new Date(data.start * 1e3).toISOString() + " to " +
+            new Date(data.stop * 1e3).toISOString() + ", " + data.segments + " segments averaged (Welch), sampled at " +
+            data.sample_rate + " Hz.";
+        })
+        .catch(function (error) { spectrumInfo.textContent = String(error.message || error); });
+    }
+
+    getJson(url(rmsEl.dataset.url, { width: Math.max(rmsEl.clientWidth, 300) }))
+      .then(function (data) {
+        const opts = {
+          width: Math.max(rmsEl.clientWidth, 300),
+          height: 260,
+          scales: { x: { time: true } },
+          axes: [{ label: "time (UTC)" }, { label: "RMS" }],
+          series: channelSeries(data.channels.length, "time (UTC)"),
+          cursor: { drag: { x: true, y: false, setScale: false } },
+          hooks: {
+            setSelect: [
+              function (u) {
+                if (u.select.width < 2) return;
+                const lo = u.posToVal(u.select.left, "x");
+                const hi = u.posToVal(u.select.left + u.select.width, "x");
+                spectrumOf(new Date(lo * 1e3).toISOString(), new Date(hi * 1e3).toISOString());
+              },
+            ],
+          },
+          tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+        };
+        rmsChart = new uPlot(opts, [data.x, ...data.channels], rmsEl);
+        rmsEl.dataset.points = String(data.points);
+        rmsInfo.textContent = data.rows + " rows, " + data.points + " pixel columns. Drag across the plot to take the spectrum of that window.";
+      })
+      .catch(function (error) { rmsInfo.textContent = String(error.message || error); });
+    spectrumOf("", "");
+  }
+
   // The history slider: it arrives in a fragment after the page, so it is wired when htmx puts it in.
   function setupHistory() {
     const slider = document.getElementById("history");
@@ -138,5 +228,6 @@
   document.addEventListener("DOMContentLoaded", function () {
     setupTail();
     setupPlot();
+    setupVibration();
   });
 })();

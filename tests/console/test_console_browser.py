@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.browser import Chromium, browser_page, chromium, screenshot  # noqa: F401 - chromium is a fixture
@@ -303,3 +304,61 @@ def test_the_history_slider_shows_the_stream_as_an_earlier_commit_left_it(chromi
         assert page.locator("#history").input_value() == str(last - 2)
         screenshot(page, "console-history")
     assert tab.problems() == []
+
+
+VIBRATION_SCHEMA = """
+kind = "vibration"
+tags = ["vib.*"]
+[vibration]
+channels = 3
+dtype = "float32"
+sample_rate = 25600
+"""
+
+
+def test_a_vibration_stream_shows_its_rms_and_the_spectrum_of_a_window(chromium: Chromium, tmp_path: Path):
+    rate, block = 25600, 2560
+    t = np.arange(block * 20) / rate
+    # 1 kHz on channel 0, 3 kHz on channel 1, noise on channel 2; louder in the second half.
+    gain = np.where(t < t[-1] / 2, 1.0, 3.0)
+    samples = np.stack(
+        [gain * np.sin(2 * np.pi * 1000 * t), gain * np.sin(2 * np.pi * 3000 * t), 0.1 * np.cos(t)], axis=1
+    ).astype("<f4")
+    start = time.time() - 10
+    with start_serve(tmp_path, {"vib.toml": VIBRATION_SCHEMA}, forward=None) as serve:
+        base = base_of(serve)
+        records = [
+            {"time": start + i * block / rate, "samples": samples[i * block : (i + 1) * block].tolist()}
+            for i in range(20)
+        ]
+        assert post_events(base, "vib.pump", records) == 200
+        with browser_page(chromium, base) as tab:
+            page = tab.page
+            page.set_viewport_size({"width": 1100, "height": 1400})
+            page.goto("/-/console/stream?tag=vib.pump")
+            page.wait_for_selector("#rms canvas")
+            page.wait_for_selector("#spectrum canvas")
+            wait_for(lambda: page.get_attribute("#spectrum", "data-bins") is not None, "the first spectrum")
+            assert int(page.get_attribute("#rms", "data-points") or 0) > 10
+            legend = page.locator("#rms .u-legend").inner_text()
+            assert "channel 0" in legend and "channel 2" in legend
+            # The default spectrum is the last second: 25,600 rows.
+            assert page.get_attribute("#spectrum", "data-rows") == "25600"
+            assert "sampled at 25600 Hz" in page.inner_text("#spectrum-info")
+            screenshot(page, "console-vibration")
+            # Drag across the first quarter of the RMS plot: the spectrum of that window is asked for.
+            box = page.locator("#rms .u-over").bounding_box()
+            assert box is not None
+            y = box["y"] + box["height"] / 2
+            page.mouse.move(box["x"] + 2, y)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.25, y, steps=5)
+            with page.expect_response(lambda r: "spectrum.json" in r.url and "from=" in r.url) as answered:
+                page.mouse.up()
+            data = answered.value.json()
+            peak = [int(np.argmax(np.nan_to_num(np.array(ch, dtype=float)))) for ch in data["channels"][:2]]
+            assert [round(data["x"][i]) for i in peak] == [1000, 3000]
+            wait_for(lambda: page.get_attribute("#spectrum", "data-rows") == str(data["rows"]), "the window's spectrum")
+            assert int(data["rows"]) < 25600 * 2
+            screenshot(page, "console-vibration-window")
+        assert tab.problems() == []
