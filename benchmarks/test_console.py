@@ -22,19 +22,19 @@ Run: ``.venv/bin/python -m pytest benchmarks/test_console.py --benchmark-enable 
 
 from __future__ import annotations
 
-import datetime
 import json
+import multiprocessing
+import multiprocessing.synchronize
 import os
-import platform
 import statistics
 import tempfile
-import threading
 import time
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import results_file
 from ingest_load import forward_chunk, forward_load
 from test_fluentd_anchor import ANCHOR_SCHEMA, PER_CHUNK, bin_record, settle
 
@@ -62,54 +62,73 @@ def schemas() -> Path:
 
 
 @pytest.fixture(scope="module")
-def results() -> dict:
+def results() -> Iterator[dict]:
     found: dict = {}
     yield found
     if found:
-        date = datetime.date.today().isoformat()
-        doc = {
-            "date": date,
-            "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-            "python": platform.python_version(),
-            **found,
-        }
-        (HERE / f"results-console-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        results_file.write("console", found)
+
+
+def _watch(base: str, count: int, stop: multiprocessing.synchronize.Event, found: multiprocessing.Queue) -> None:
+    """``count`` viewers in one process, each with a connection pool of its own as a browser has: the requests
+    a console page makes, once a second, until ``stop``; their latencies and failures go to ``found``."""
+    import asyncio
+
+    import aiohttp
+
+    paths = ["/-/console/overview", "/-/console/stream/tail?tag=bench.logs&n=20"]
+    plot = "/-/console/stream/plot.json?tag=bench.logs&column=latency_ms&width=1500"
+    latencies: list[float] = []
+    failures: list[str] = []
+
+    async def view(index: int) -> None:
+        async with aiohttp.ClientSession(base) as session:
+            await asyncio.sleep(index / count)  # spread over the second
+            tick = 0
+            while not stop.is_set():
+                for path in [*paths, *([plot] if tick % 5 == index % 5 else [])]:
+                    started = time.perf_counter()
+                    try:
+                        async with session.get(path, timeout=aiohttp.ClientTimeout(total=30)) as answer:
+                            await answer.read()
+                            answer.raise_for_status()
+                        latencies.append(time.perf_counter() - started)
+                    except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
+                        failures.append(f"{path}: {exc}")
+                tick += 1
+                await asyncio.sleep(1.0)
+
+    async def main() -> None:
+        await asyncio.gather(*(view(i) for i in range(count)))
+
+    asyncio.run(main())
+    found.put((latencies, failures))
 
 
 class Viewers:
-    """``count`` viewers polling the console at ``base`` once a second, each in a thread, until stopped."""
+    """``count`` viewers polling the console at ``base`` once a second until stopped, in a process of their
+    own (browsers run apart from the server, and in this process's threads they would take the interpreter
+    lock from the load's senders), on asyncio so that their own CPU stays small beside the server's."""
 
     def __init__(self, base: str, count: int):
-        self.base = base
-        self.stop = threading.Event()
+        context = multiprocessing.get_context("spawn")
+        self.stop = context.Event()
+        self.found: multiprocessing.Queue = context.Queue()
+        self.process = context.Process(target=_watch, args=(base, count, self.stop, self.found))
         self.latencies: list[float] = []
         self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self._view, args=(i,), daemon=True) for i in range(count)]
-
-    def _view(self, index: int) -> None:
-        paths = ["/-/console/overview", "/-/console/stream/tail?tag=bench.logs&n=20"]
-        plot = "/-/console/stream/plot.json?tag=bench.logs&column=latency_ms&width=1500"
-        tick = 0
-        while not self.stop.wait(timeout=1.0 if tick else index / VIEWERS):  # spread over the second
-            for path in [*paths, *([plot] if tick % 5 == index % 5 else [])]:
-                started = time.perf_counter()
-                try:
-                    with urllib.request.urlopen(self.base + path, timeout=30) as answer:
-                        answer.read()
-                    self.latencies.append(time.perf_counter() - started)
-                except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
-                    self.failures.append(f"{path}: {exc}")
-            tick += 1
 
     def __enter__(self) -> Viewers:
-        for thread in self.threads:
-            thread.start()
+        self.process.start()
+        time.sleep(2)  # the viewers' interpreter starts before the clock does
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop.set()
-        for thread in self.threads:
-            thread.join()
+        latencies, failures = self.found.get(timeout=60)
+        self.latencies.extend(latencies)
+        self.failures.extend(failures)
+        self.process.join()
 
 
 def run(url: str, schemas: Path, chunks: list, viewers: int) -> tuple[float, Viewers | None]:

@@ -38,12 +38,9 @@ Results go into ``benchmark.extra_info`` and, when timed, into
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -53,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import results_file
 from s3_bench import alternate
 
 from windvane import arrays
@@ -156,14 +154,6 @@ def sampled_anon(every: float = 0.005) -> Iterator[list[float]]:
         peak[0] = max(peak[0], status_mib("RssAnon"))
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
-
-
 def summarise(times: dict[str, list[float]], baseline: str) -> dict[str, object]:
     medians = {name: float(np.median(v)) for name, v in times.items()}
     ratios = {
@@ -187,11 +177,7 @@ def publish(benchmark, name: str, info: dict[str, object]) -> None:
     print(json.dumps({name: info}, indent=1))
     if benchmark.disabled:
         return
-    date = datetime.date.today().isoformat()
     doc = {
-        "date": date,
-        "machine": f"{os.cpu_count()} cores, {cpu_model()}, {platform.machine()}",
-        "python": platform.python_version(),
         "numpy": np.__version__,
         "rows": ROWS,
         "width": WIDTH,
@@ -201,7 +187,7 @@ def publish(benchmark, name: str, info: dict[str, object]) -> None:
         "command": "pytest benchmarks/test_console_plot.py --benchmark-enable -s -p no:cacheprovider",
         **RESULTS,
     }
-    (HERE / f"results-console-plot-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    results_file.write("console-plot", doc)
 
 
 def test_full_range(benchmark, plot_url):

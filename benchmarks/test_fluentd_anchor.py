@@ -40,10 +40,8 @@ The figures go to ``benchmarks/results-fluentd-anchor-<date>.json`` and the READ
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -51,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import results_file
 from ingest_load import LOG_SCHEMA, forward_chunk, forward_load, log_record
 
 from tests.fluent_programs import fluent_bit_binary, fluentd_dir, start_fluent_bit, start_fluentd
@@ -450,11 +449,6 @@ def write_results(bench_results):
     yield
     if not {"anchor_bulk", "anchor_tail", "anchor_forward"} & set(bench_results):
         return
-    date = datetime.date.today().isoformat()
-    doc = {
-        "date": date,
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "python": platform.python_version(),
-        **{k: v for k, v in bench_results.items() if isinstance(k, str) and k.startswith("anchor_")},
-    }
-    (HERE / f"results-fluentd-anchor-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    results_file.write(
+        "fluentd-anchor", {k: v for k, v in bench_results.items() if isinstance(k, str) and k.startswith("anchor_")}
+    )

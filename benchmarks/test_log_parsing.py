@@ -32,10 +32,8 @@ results file::
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -49,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pytest
+import results_file
 from nginx_log import access_log
 from sensor_data import parse_size
 from test_fluentd_anchor import FLUENTD_VERSION, lines_on_disk, settle, wait_for
@@ -268,11 +267,4 @@ def publish(benchmark, bench_results: dict, name: str, info: dict) -> None:
 
 def write_results(info: dict, name: str = "log_parsing") -> None:
     """``info`` as ``results-<name>-<date>.json`` beside this file (``_`` in ``name`` written ``-``)."""
-    date = datetime.date.today().isoformat()
-    doc = {
-        "date": date,
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "python": platform.python_version(),
-        name: info,
-    }
-    (HERE / f"results-{name.replace('_', '-')}-{date}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    results_file.write(name.replace("_", "-"), {name: info})

@@ -15,8 +15,8 @@ class ConsoleConfig:
     timeout: float = 10.0  # seconds a query may take before its page is answered 504
     waiting: int = 16  # queries that may wait for a thread before pages are answered 503
     refresh_seconds: float = 1.0  # how often the pages' live parts refresh
-    fresh_seconds: float = 1.0  # how long an answer is given again to whoever asks the same, at least
-    cost_factor: float = 20.0  # ... and at least this many times as long as the answer took to read
+    fresh_seconds: float = 2.0  # how long an answer is given again to whoever asks the same, at least
+    cost_factor: float = 50.0  # ... and at least this many times as long as the answer took to read
     answers_kept: int = 256  # answers kept for that
     tail_rows: int = 20  # rows the live tail shows
     quarantine_rows: int = 50  # quarantined records a quarantine page shows

@@ -32,6 +32,24 @@
     return el.dataset.url + "?" + params.toString();
   }
 
+  // What every plot over time shares: a UTC time axis, and a drag across it that calls dragged(u, from, to)
+  // with the window in Unix seconds (zooming the plot itself only if zooms).
+  function overTime(dragged, zooms) {
+    return {
+      scales: { x: { time: true } },
+      cursor: { drag: { x: true, y: false, setScale: zooms } },
+      hooks: {
+        setSelect: [
+          function (u) {
+            if (u.select.width < 2) return;
+            dragged(u, u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x"));
+          },
+        ],
+      },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+    };
+  }
+
   function setupPlot() {
     const el = document.getElementById("plot");
     const info = document.getElementById("plot-info");
@@ -47,22 +65,12 @@
       const opts = {
         width: width,
         height: 320,
-        scales: { x: { time: true } },
         axes: [{ label: "time (UTC)" }, { label: data.column }],
         series: [{ label: "time (UTC)" }, { label: data.column, stroke: "#1f6fb2", width: 1, points: { show: data.exact && data.points < 200 } }],
-        cursor: { drag: { x: true, y: false } },
-        hooks: {
-          setSelect: [
-            function (u) {
-              if (u.select.width < 2) return;
-              const lo = u.posToVal(u.select.left, "x");
-              const hi = u.posToVal(u.select.left + u.select.width, "x");
-              u.setSelect({ left: 0, width: 0 }, false);
-              load(String(lo), String(hi));
-            },
-          ],
-        },
-        tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+        ...overTime(function (u, lo, hi) {
+          u.setSelect({ left: 0, width: 0 }, false);
+          load(String(lo), String(hi));
+        }, true),
       };
       if (chart) chart.destroy();
       chart = new uPlot(opts, [data.x, data.y], el);
@@ -183,21 +191,11 @@
         const opts = {
           width: Math.max(rmsEl.clientWidth, 300),
           height: 260,
-          scales: { x: { time: true } },
           axes: [{ label: "time (UTC)" }, { label: "RMS" }],
           series: channelSeries(data.channels.length, "time (UTC)"),
-          cursor: { drag: { x: true, y: false, setScale: false } },
-          hooks: {
-            setSelect: [
-              function (u) {
-                if (u.select.width < 2) return;
-                const lo = u.posToVal(u.select.left, "x");
-                const hi = u.posToVal(u.select.left + u.select.width, "x");
-                spectrumOf(new Date(lo * 1e3).toISOString(), new Date(hi * 1e3).toISOString());
-              },
-            ],
-          },
-          tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+          ...overTime(function (u, lo, hi) {
+            spectrumOf(new Date(lo * 1e3).toISOString(), new Date(hi * 1e3).toISOString());
+          }, false),
         };
         rmsChart = new uPlot(opts, [data.x, ...data.channels], rmsEl);
         rmsEl.dataset.points = String(data.points);

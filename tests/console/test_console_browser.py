@@ -18,20 +18,13 @@ import numpy as np
 import pytest
 
 from tests.browser import Chromium, browser_page, chromium, screenshot  # noqa: F401 - chromium is a fixture
+from tests.connectors.forward.test_fluentbit_forward import TAG as FB_TAG
+from tests.connectors.forward.test_fluentbit_forward import fluent_bit_config
 from tests.console.test_console_http import HOSTILE_KEY, HOSTILE_TAG, HOSTILE_VALUE, USERS, base_of, post_events
-from tests.fluent_programs import start_fluent_bit
+from tests.fluent_programs import Program, start_fluent_bit
 from tests.serve_process import Serve, event_schema, start_serve
 
 pytestmark = pytest.mark.timeout(300)
-
-FB_TAG = "fb.events"
-PARSERS = """\
-[PARSER]
-    Name json_t
-    Format json
-    Time_Key t
-    Time_Format %Y-%m-%dT%H:%M:%S.%L%z
-"""
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -59,32 +52,9 @@ def lines(start: int, count: int) -> str:
     )
 
 
-def fluent_bit(tmp_path: Path, source: Path, port: int):  # type: ignore[no-untyped-def]
-    parsers = tmp_path / "parsers.conf"
-    parsers.write_text(PARSERS)
-    config = f"""
-[SERVICE]
-    Flush 1
-    Log_Level info
-    Parsers_File {parsers}
-
-[INPUT]
-    Name tail
-    Path {source}
-    Read_from_Head true
-    Parser json_t
-    Tag {FB_TAG}
-    Refresh_Interval 1
-
-[OUTPUT]
-    Name forward
-    Match fb.*
-    Host 127.0.0.1
-    Port {port}
-    Require_ack_response true
-    Retry_Limit no_limits
-"""
-    return start_fluent_bit(config, tmp_path)
+def fluent_bit(tmp_path: Path, source: Path, port: int) -> Program:
+    """Real Fluent Bit tailing ``source`` (JSON lines) into the Forward port, as the Forward tests run it."""
+    return start_fluent_bit(fluent_bit_config(tmp_path, source, port), tmp_path)
 
 
 def rows_shown(page, tag: str) -> int:  # type: ignore[no-untyped-def]
