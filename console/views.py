@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from windvane.ingest.times import iso_text
 
 from .errors import BadQuery, Conflict, NotFound
 from .rates import Rates, quantile, sparkline_points
+
+T = TypeVar("T")
 
 #: A metric sample as the serving process gives it: (name, help, type, labels, value).
 Sample = tuple[str, str, str, Mapping[str, Any], float]
@@ -465,27 +467,47 @@ def plot(
 ) -> dict[str, Any]:
     """A column's points for a plot ``width`` pixels wide (M4: each pixel's first, least, greatest and last
     value), as JSON-ready data: times in seconds, as uPlot takes them."""
-    from windvane.arrays.downsample import NotPlottable, plot_series
+    from windvane.arrays.downsample import plot_series
 
+    def draw(stream: arrays.Stream, start: int | None, stop: int | None) -> Any:
+        return plot_series(stream, column, width, start, stop, channel=channel)
+
+    series = _across(store, tag, column, width, start_ns, stop_ns, at, draw)
+    return {**_timeline(series), "exact": series.exact, "y": _json_floats(series.values)}
+
+
+def _across(
+    store: neostore.Store,
+    tag: str,
+    column: str,
+    width: int,
+    start_ns: int | None,
+    stop_ns: int | None,
+    at: str | None,
+    draw: Callable[[arrays.Stream, int | None, int | None], T],
+) -> T:
+    """What ``draw(stream, start, stop)`` makes of a column across a time range ``width`` pixels wide: the
+    stream as of ``at``, a whole stream's range steadied (:func:`_steady_range`), and what the query asked
+    wrongly (a column that is not a number, a channel or width out of range) a BadQuery."""
     with _open(store, tag, at) as stream:
         _check_column(stream, tag, column)
         if start_ns is None and stop_ns is None:
             start_ns, stop_ns = _steady_range(stream.time_span(), width)
         try:
-            series = plot_series(stream, column, width, start_ns, stop_ns, channel=channel)
-        except NotPlottable as exc:
+            return draw(stream, start_ns, stop_ns)
+        except ValueError as exc:  # the arrays' column and view errors are ValueErrors: what was asked is wrong
             raise BadQuery(str(exc)) from None
-        except ValueError as exc:
-            raise BadQuery(str(exc)) from None
+
+
+def _timeline(series: Any) -> dict[str, Any]:
+    """What every series over time says of itself, times in seconds."""
     return {
         "column": series.column,
         "start": series.start_ns / 1e9,
         "stop": series.stop_ns / 1e9,
         "rows": series.rows,
-        "exact": series.exact,
         "points": len(series.times),
         "x": (series.times / 1e9).tolist(),
-        "y": _json_floats(series.values),
     }
 
 
@@ -522,26 +544,13 @@ def rms(
     at: str | None,
 ) -> dict[str, Any]:
     """A vibration column's RMS per channel over time, one point per pixel column (JSON-ready: seconds)."""
-    from windvane.arrays.downsample import NotPlottable
-    from windvane.arrays.vibration_views import ViewError, rms_series
+    from windvane.arrays.vibration_views import rms_series
 
-    with _open(store, tag, at) as stream:
-        _check_column(stream, tag, column)
-        if start_ns is None and stop_ns is None:
-            start_ns, stop_ns = _steady_range(stream.time_span(), width)
-        try:
-            series = rms_series(stream, column, width, start_ns, stop_ns)
-        except (NotPlottable, ViewError) as exc:
-            raise BadQuery(str(exc)) from None
-    return {
-        "column": series.column,
-        "start": series.start_ns / 1e9,
-        "stop": series.stop_ns / 1e9,
-        "rows": series.rows,
-        "points": len(series.times),
-        "x": (series.times / 1e9).tolist(),
-        "channels": [_json_floats(series.rms[:, c]) for c in range(series.rms.shape[1])],
-    }
+    def draw(stream: arrays.Stream, start: int | None, stop: int | None) -> Any:
+        return rms_series(stream, column, width, start, stop)
+
+    series = _across(store, tag, column, width, start_ns, stop_ns, at, draw)
+    return {**_timeline(series), "channels": [_json_floats(series.rms[:, c]) for c in range(series.rms.shape[1])]}
 
 
 def power_spectrum(
