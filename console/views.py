@@ -343,19 +343,12 @@ def _quarantines(store: neostore.Store, tid: bytes) -> list[QuarantineRow]:
                 continue
             reasons = q["reason"][:].tolist()
             span = q.time_span()
-        out.append(QuarantineRow(tag, count, _age(span), _counted(reasons)))
+        out.append(QuarantineRow(tag, count, _age(span), replay.summary(tag, reasons).reasons))
     return out
 
 
 def _age(span: Any) -> float | None:
     return None if span is None else max(0.0, time.time() - span[0] / 1e9)
-
-
-def _counted(values: list[Any]) -> list[tuple[str, int]]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[str(v)] = counts.get(str(v), 0) + 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 # -- a stream -------------------------------------------------------------------------------
@@ -641,7 +634,7 @@ def quarantine_page(store: neostore.Store, tag: str, latest: int = 50) -> Quaran
         with arrays.open_stream(store, tag, at=tid) as stream:
             found = stream.attrs.get("schema")
             schema = found if isinstance(found, str) else None
-    return QuarantinePage(tag, count, _age(span), _counted(reasons), records, exists, schema)
+    return QuarantinePage(tag, count, _age(span), replay.summary(tag, reasons).reasons, records, exists, schema)
 
 
 def replay_quarantine(source: Source, tag: str) -> replay.ReplayResult:

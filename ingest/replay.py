@@ -159,7 +159,8 @@ def _floats(value: Any) -> Any:
     return value
 
 
-def _summary(tag: str, reasons: Any) -> Summary:
+def summary(tag: str, reasons: Any) -> Summary:
+    """The :class:`Summary` of a quarantine whose records have ``reasons``."""
     counts = collections.Counter(reasons)
     return Summary(tag, sum(counts.values()), counts.most_common())
 
@@ -174,7 +175,7 @@ def summarize(store: neostore.Store, tag: str | None = None) -> list[Summary]:
     found = []
     for t in tags:
         with arrays.open_stream(store, t, quarantine=True) as q:
-            found.append(_summary(t, q["reason"][:].tolist()))
+            found.append(summary(t, q["reason"][:].tolist()))
     return found
 
 
@@ -258,7 +259,7 @@ def replay(
             checkpoints.reached("replay.before_commit", tag=tag)
         else:
             tx.abort()
-    return ReplayResult(tag, int(fits.sum()), _summary(tag, reasons[stay].tolist()), tx.tid)
+    return ReplayResult(tag, int(fits.sum()), summary(tag, reasons[stay].tolist()), tx.tid)
 
 
 @dataclass(frozen=True)
@@ -299,4 +300,4 @@ def discard(store: neostore.Store, tag: str, reason: str | None = None, expected
             stream_edit.refill(tx, tag, {name: values[stay] for name, values in rows.items()}, quarantine=True)
         else:
             tx.abort()
-    return DiscardResult(tag, count, _summary(tag, reasons[stay].tolist()), tx.tid)
+    return DiscardResult(tag, count, summary(tag, reasons[stay].tolist()), tx.tid)
